@@ -1,0 +1,14 @@
+-- name: JobCheckpointInsert :exec
+INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed, external_calls)
+VALUES (@instance_id, @chunk, @execution_id, @targets, @written, @skipped, @failed, @external_calls);
+
+-- name: JobCheckpointListChunks :many
+SELECT chunk FROM job_checkpoint WHERE instance_id = @instance_id;
+
+-- name: JobCheckpointTotals :one
+SELECT count(*)::bigint AS chunks,
+       coalesce(sum(targets), 0)::bigint AS targets,
+       coalesce(sum(written), 0)::bigint AS written,
+       coalesce(sum(skipped), 0)::bigint AS skipped,
+       coalesce(sum(failed), 0)::bigint AS failed
+FROM job_checkpoint WHERE instance_id = @instance_id;

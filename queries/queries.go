@@ -1,0 +1,99 @@
+// Package queries holds the SQL of buildrisk-radar's own tables: one
+// <table>.sql file per table, the code sqlc generates from them (committed,
+// never edited by hand), and this small hand-written file that translates
+// driver errors and runs transactions with the retry rules the seeds demand.
+//
+// Nothing else in the module writes SQL.
+package queries
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+//go:generate go tool -modfile=../tools/go.mod sqlc generate -f ../sqlc.yaml
+
+// ErrNotFound is returned in place of pgx.ErrNoRows.
+var ErrNotFound = errors.New("not found")
+
+// ErrUniqueViolation is returned in place of SQLSTATE 23505.
+var ErrUniqueViolation = errors.New("unique violation")
+
+// TxRetryAttempts is how many times a metadata transaction is retried after a
+// serialization failure or a deadlock (ADR-012: two different jobs started
+// together must both run).
+const TxRetryAttempts = 3
+
+// Interpret maps driver errors to this package's sentinels, keeping the
+// original in the chain.
+func Interpret(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return fmt.Errorf("%w: %w", ErrUniqueViolation, err)
+	}
+	return err
+}
+
+// Beginner starts transactions; *pgxpool.Pool and *pgx.Conn satisfy it.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// IsRetryable reports whether err is a serialization failure (40001) or a
+// deadlock (40P01), the conflicts a short retry resolves.
+func IsRetryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// InTx runs fn in a READ COMMITTED transaction and commits it. A
+// serialization failure or deadlock rolls back and runs fn again, up to
+// TxRetryAttempts more times with a short jittered backoff; any other error
+// rolls back and is returned.
+func InTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
+	return InTxRetries(ctx, db, TxRetryAttempts, fn)
+}
+
+// InTxRetries is InTx with an explicit retry count (0 disables retries; the
+// tests use it to show the conflict the retry absorbs).
+func InTxRetries(ctx context.Context, db Beginner, retries int, fn func(tx pgx.Tx) error) error {
+	for attempt := 0; ; attempt++ {
+		err := inTxOnce(ctx, db, fn)
+		if err == nil || !IsRetryable(err) || attempt >= retries {
+			return err
+		}
+		backoff := time.Duration(10*(attempt+1))*time.Millisecond + rand.N(10*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+	}
+}
+
+func inTxOnce(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
+	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return fmt.Errorf("error beginning transaction: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("error committing transaction: %w", err)
+	}
+	return nil
+}
