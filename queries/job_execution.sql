@@ -65,3 +65,63 @@ UPDATE job_execution
 SET status = @status, exit_message = @exit_message, ended_at = now(), last_updated = now(),
     domain_rows = sqlc.narg('domain_rows')
 WHERE id = @id AND status IN ('STARTING', 'STARTED', 'STOPPING');
+
+-- name: JobExecutionIDsByInstance :many
+SELECT id FROM job_execution WHERE instance_id = @instance_id ORDER BY id;
+
+-- name: JobExecutionAbandon :execrows
+-- JobExecutionAbandon ends an execution whose worker is gone.
+UPDATE job_execution
+SET status = 'ABANDONED', exit_message = @exit_message, ended_at = now(), last_updated = now()
+WHERE id = @id AND status IN ('STARTING', 'STARTED', 'STOPPING');
+
+-- name: JobListSummary :many
+-- JobListSummary answers GET /v1/jobs in one statement, with the job
+-- repository's definitions: last = the newest execution of the newest
+-- instance; running = an execution in STARTING, STARTED or STOPPING;
+-- heartbeat = that running execution's last_updated; keys = the key names
+-- reported by live workers.
+WITH names AS (
+    SELECT unnest(@jobs::text[]) AS job
+), last_instance AS (
+    SELECT DISTINCT ON (ji.job) ji.job, ji.id
+    FROM job_instance ji
+    WHERE ji.job = ANY(@jobs::text[])
+    ORDER BY ji.job, ji.id DESC
+), last_execution AS (
+    SELECT DISTINCT ON (e.instance_id) e.instance_id, e.id, e.status, e.started_at, e.ended_at, e.exit_message
+    FROM job_execution e
+    JOIN last_instance li ON li.id = e.instance_id
+    ORDER BY e.instance_id, e.id DESC
+), running AS (
+    SELECT DISTINCT ON (e.job) e.job, e.id, e.last_updated
+    FROM job_execution e
+    WHERE e.status IN ('STARTING', 'STARTED', 'STOPPING') AND e.job = ANY(@jobs::text[])
+    ORDER BY e.job, e.id DESC
+), active AS (
+    SELECT r.job, r.id FROM job_request r
+    WHERE r.status IN ('QUEUED', 'RUNNING') AND r.job = ANY(@jobs::text[])
+), live_keys AS (
+    SELECT coalesce(array_agg(DISTINCT k.key), '{}')::text[] AS keys
+    FROM worker w, unnest(w.configured_keys) AS k(key)
+    WHERE w.heartbeat_at >= now() - make_interval(secs => @stale_seconds::float8) AND w.status <> 'stopped'
+)
+SELECT n.job::text AS job,
+       le.id AS last_execution_id,
+       le.status AS last_status,
+       le.started_at AS last_started_at,
+       le.ended_at AS last_ended_at,
+       le.exit_message AS last_exit_message,
+       (ru.id IS NOT NULL)::boolean AS running,
+       coalesce(extract(epoch FROM now() - ru.last_updated), 0)::float8 AS heartbeat_age_seconds,
+       a.id AS active_request_id,
+       lk.keys AS live_keys
+FROM names n
+LEFT JOIN last_instance li ON li.job = n.job
+LEFT JOIN last_execution le ON le.instance_id = li.id
+LEFT JOIN running ru ON ru.job = n.job
+LEFT JOIN active a ON a.job = n.job
+CROSS JOIN live_keys lk;
+
+-- name: JobExecutionListByIDs :many
+SELECT * FROM job_execution WHERE id = ANY(@ids::bigint[]);

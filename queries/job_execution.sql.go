@@ -7,7 +7,28 @@ package queries
 
 import (
 	"context"
+	"time"
 )
+
+const jobExecutionAbandon = `-- name: JobExecutionAbandon :execrows
+UPDATE job_execution
+SET status = 'ABANDONED', exit_message = $1, ended_at = now(), last_updated = now()
+WHERE id = $2 AND status IN ('STARTING', 'STARTED', 'STOPPING')
+`
+
+type JobExecutionAbandonParams struct {
+	ExitMessage string
+	ID          int64
+}
+
+// JobExecutionAbandon ends an execution whose worker is gone.
+func (q *Queries) JobExecutionAbandon(ctx context.Context, db DBTX, arg *JobExecutionAbandonParams) (int64, error) {
+	result, err := db.Exec(ctx, jobExecutionAbandon, arg.ExitMessage, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
 
 const jobExecutionAddCalls = `-- name: JobExecutionAddCalls :exec
 UPDATE job_execution SET external_calls = external_calls + $1, last_updated = now() WHERE id = $2
@@ -117,6 +138,30 @@ func (q *Queries) JobExecutionGetByID(ctx context.Context, db DBTX, id int64) (*
 	return &i, err
 }
 
+const jobExecutionIDsByInstance = `-- name: JobExecutionIDsByInstance :many
+SELECT id FROM job_execution WHERE instance_id = $1 ORDER BY id
+`
+
+func (q *Queries) JobExecutionIDsByInstance(ctx context.Context, db DBTX, instanceID int64) ([]int64, error) {
+	rows, err := db.Query(ctx, jobExecutionIDsByInstance, instanceID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobExecutionInsert = `-- name: JobExecutionInsert :one
 INSERT INTO job_execution (instance_id, job, request_id, status, worker_id)
 VALUES ($1, $2, $3, 'STARTING', $4)
@@ -206,6 +251,50 @@ func (q *Queries) JobExecutionLastByJob(ctx context.Context, db DBTX, job string
 		&i.InstanceConfirmPurge,
 	)
 	return &i, err
+}
+
+const jobExecutionListByIDs = `-- name: JobExecutionListByIDs :many
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows FROM job_execution WHERE id = ANY($1::bigint[])
+`
+
+func (q *Queries) JobExecutionListByIDs(ctx context.Context, db DBTX, ids []int64) ([]*JobExecution, error) {
+	rows, err := db.Query(ctx, jobExecutionListByIDs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*JobExecution
+	for rows.Next() {
+		var i JobExecution
+		if err := rows.Scan(
+			&i.ID,
+			&i.InstanceID,
+			&i.Job,
+			&i.RequestID,
+			&i.Status,
+			&i.WorkerID,
+			&i.CreatedAt,
+			&i.StartedAt,
+			&i.EndedAt,
+			&i.LastUpdated,
+			&i.ExitMessage,
+			&i.ChunksTotal,
+			&i.ChunksDone,
+			&i.Targets,
+			&i.ItemsWritten,
+			&i.ItemsSkipped,
+			&i.ItemsFailed,
+			&i.ExternalCalls,
+			&i.DomainRows,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const jobExecutionRequestStop = `-- name: JobExecutionRequestStop :one
@@ -315,4 +404,102 @@ func (q *Queries) JobExecutionStatus(ctx context.Context, db DBTX, id int64) (st
 	var status string
 	err := row.Scan(&status)
 	return status, err
+}
+
+const jobListSummary = `-- name: JobListSummary :many
+WITH names AS (
+    SELECT unnest($1::text[]) AS job
+), last_instance AS (
+    SELECT DISTINCT ON (ji.job) ji.job, ji.id
+    FROM job_instance ji
+    WHERE ji.job = ANY($1::text[])
+    ORDER BY ji.job, ji.id DESC
+), last_execution AS (
+    SELECT DISTINCT ON (e.instance_id) e.instance_id, e.id, e.status, e.started_at, e.ended_at, e.exit_message
+    FROM job_execution e
+    JOIN last_instance li ON li.id = e.instance_id
+    ORDER BY e.instance_id, e.id DESC
+), running AS (
+    SELECT DISTINCT ON (e.job) e.job, e.id, e.last_updated
+    FROM job_execution e
+    WHERE e.status IN ('STARTING', 'STARTED', 'STOPPING') AND e.job = ANY($1::text[])
+    ORDER BY e.job, e.id DESC
+), active AS (
+    SELECT r.job, r.id FROM job_request r
+    WHERE r.status IN ('QUEUED', 'RUNNING') AND r.job = ANY($1::text[])
+), live_keys AS (
+    SELECT coalesce(array_agg(DISTINCT k.key), '{}')::text[] AS keys
+    FROM worker w, unnest(w.configured_keys) AS k(key)
+    WHERE w.heartbeat_at >= now() - make_interval(secs => $2::float8) AND w.status <> 'stopped'
+)
+SELECT n.job::text AS job,
+       le.id AS last_execution_id,
+       le.status AS last_status,
+       le.started_at AS last_started_at,
+       le.ended_at AS last_ended_at,
+       le.exit_message AS last_exit_message,
+       (ru.id IS NOT NULL)::boolean AS running,
+       coalesce(extract(epoch FROM now() - ru.last_updated), 0)::float8 AS heartbeat_age_seconds,
+       a.id AS active_request_id,
+       lk.keys AS live_keys
+FROM names n
+LEFT JOIN last_instance li ON li.job = n.job
+LEFT JOIN last_execution le ON le.instance_id = li.id
+LEFT JOIN running ru ON ru.job = n.job
+LEFT JOIN active a ON a.job = n.job
+CROSS JOIN live_keys lk
+`
+
+type JobListSummaryParams struct {
+	Jobs         []string
+	StaleSeconds float64
+}
+
+type JobListSummaryRow struct {
+	Job                 string
+	LastExecutionID     *int64
+	LastStatus          *string
+	LastStartedAt       *time.Time
+	LastEndedAt         *time.Time
+	LastExitMessage     *string
+	Running             bool
+	HeartbeatAgeSeconds float64
+	ActiveRequestID     *int64
+	LiveKeys            []string
+}
+
+// JobListSummary answers GET /v1/jobs in one statement, with the job
+// repository's definitions: last = the newest execution of the newest
+// instance; running = an execution in STARTING, STARTED or STOPPING;
+// heartbeat = that running execution's last_updated; keys = the key names
+// reported by live workers.
+func (q *Queries) JobListSummary(ctx context.Context, db DBTX, arg *JobListSummaryParams) ([]*JobListSummaryRow, error) {
+	rows, err := db.Query(ctx, jobListSummary, arg.Jobs, arg.StaleSeconds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*JobListSummaryRow
+	for rows.Next() {
+		var i JobListSummaryRow
+		if err := rows.Scan(
+			&i.Job,
+			&i.LastExecutionID,
+			&i.LastStatus,
+			&i.LastStartedAt,
+			&i.LastEndedAt,
+			&i.LastExitMessage,
+			&i.Running,
+			&i.HeartbeatAgeSeconds,
+			&i.ActiveRequestID,
+			&i.LiveKeys,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

@@ -1,6 +1,6 @@
 -- name: JobRequestInsert :one
-INSERT INTO job_request (job, params, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id)
-VALUES (@job, @params, sqlc.narg('max_calls'), @confirm_purge, @source, @requested_by, @estimated_calls, sqlc.narg('resumes_execution_id'))
+INSERT INTO job_request (job, params, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id)
+VALUES (@job, @params, sqlc.narg('max_calls'), @confirm_purge, @source, @requested_by, @estimated_calls, sqlc.narg('resumes_execution_id'), sqlc.narg('worker_id'))
 RETURNING *;
 
 -- name: JobRequestSetRiverJob :exec
@@ -48,3 +48,49 @@ SELECT * FROM job_request WHERE status = 'QUEUED' ORDER BY id;
 SELECT job, min(created_at)::timestamptz AS oldest_created_at, count(*) AS queued
 FROM job_request WHERE status = 'QUEUED'
 GROUP BY job;
+
+-- name: JobRequestListStale :many
+-- JobRequestListStale returns the active requests held by a worker whose
+-- heartbeat is older than the stale window (or that never registered), with
+-- the worker's last heartbeat. Rows are locked, skipping ones another reaper
+-- holds, so every worker may reap at once.
+SELECT r.id, r.job, r.status, r.worker_id, r.execution_id, r.river_job_id,
+       w.heartbeat_at AS worker_heartbeat_at
+FROM job_request r
+LEFT JOIN worker w ON w.id = r.worker_id
+WHERE r.status IN ('QUEUED', 'RUNNING')
+  AND r.worker_id IS NOT NULL
+  AND (sqlc.narg('job')::text IS NULL OR r.job = sqlc.narg('job'))
+  AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => @stale_seconds::float8))
+ORDER BY r.id
+FOR UPDATE OF r SKIP LOCKED;
+
+-- name: JobRequestListPreviousBoot :many
+-- JobRequestListPreviousBoot returns the active requests of earlier boots of
+-- one pid@hostname slot (in a container the pid is always 1).
+SELECT r.id, r.job, r.status, r.worker_id, r.execution_id, r.river_job_id
+FROM job_request r
+WHERE r.status IN ('QUEUED', 'RUNNING')
+  AND r.worker_id LIKE @slot_prefix::text
+  AND r.worker_id <> @current_id::text
+ORDER BY r.id
+FOR UPDATE OF r SKIP LOCKED;
+
+-- name: JobRequestListOrphaned :many
+-- JobRequestListOrphaned returns QUEUED requests whose River job ended (or
+-- vanished) without running them, so they would block their job forever.
+SELECT r.id, r.job, r.river_job_id
+FROM job_request r
+LEFT JOIN river_job j ON j.id = r.river_job_id
+WHERE r.status = 'QUEUED'
+  AND r.river_job_id IS NOT NULL
+  AND (sqlc.narg('job')::text IS NULL OR r.job = sqlc.narg('job'))
+  AND (j.id IS NULL OR j.state IN ('cancelled', 'discarded', 'completed'))
+ORDER BY r.id
+FOR UPDATE OF r SKIP LOCKED;
+
+-- name: JobRequestActiveIDsByWorker :many
+SELECT worker_id::text AS worker_id, array_agg(id ORDER BY id)::bigint[] AS request_ids
+FROM job_request
+WHERE status IN ('QUEUED', 'RUNNING') AND worker_id IS NOT NULL
+GROUP BY worker_id;

@@ -10,6 +10,38 @@ import (
 	"time"
 )
 
+const jobRequestActiveIDsByWorker = `-- name: JobRequestActiveIDsByWorker :many
+SELECT worker_id::text AS worker_id, array_agg(id ORDER BY id)::bigint[] AS request_ids
+FROM job_request
+WHERE status IN ('QUEUED', 'RUNNING') AND worker_id IS NOT NULL
+GROUP BY worker_id
+`
+
+type JobRequestActiveIDsByWorkerRow struct {
+	WorkerID   string
+	RequestIds []int64
+}
+
+func (q *Queries) JobRequestActiveIDsByWorker(ctx context.Context, db DBTX) ([]*JobRequestActiveIDsByWorkerRow, error) {
+	rows, err := db.Query(ctx, jobRequestActiveIDsByWorker)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*JobRequestActiveIDsByWorkerRow
+	for rows.Next() {
+		var i JobRequestActiveIDsByWorkerRow
+		if err := rows.Scan(&i.WorkerID, &i.RequestIds); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobRequestClaim = `-- name: JobRequestClaim :one
 UPDATE job_request
 SET status = 'RUNNING', claimed_at = now(), worker_id = $1
@@ -130,8 +162,8 @@ func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*Jo
 }
 
 const jobRequestInsert = `-- name: JobRequestInsert :one
-INSERT INTO job_request (job, params, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO job_request (job, params, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 RETURNING id, job, params, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at
 `
 
@@ -144,6 +176,7 @@ type JobRequestInsertParams struct {
 	RequestedBy        string
 	EstimatedCalls     int32
 	ResumesExecutionID *int64
+	WorkerID           *string
 }
 
 func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequestInsertParams) (*JobRequest, error) {
@@ -156,6 +189,7 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 		arg.RequestedBy,
 		arg.EstimatedCalls,
 		arg.ResumesExecutionID,
+		arg.WorkerID,
 	)
 	var i JobRequest
 	err := row.Scan(
@@ -228,6 +262,99 @@ func (q *Queries) JobRequestList(ctx context.Context, db DBTX, arg *JobRequestLi
 			&i.CreatedAt,
 			&i.ClaimedAt,
 			&i.FinishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobRequestListOrphaned = `-- name: JobRequestListOrphaned :many
+SELECT r.id, r.job, r.river_job_id
+FROM job_request r
+LEFT JOIN river_job j ON j.id = r.river_job_id
+WHERE r.status = 'QUEUED'
+  AND r.river_job_id IS NOT NULL
+  AND ($1::text IS NULL OR r.job = $1)
+  AND (j.id IS NULL OR j.state IN ('cancelled', 'discarded', 'completed'))
+ORDER BY r.id
+FOR UPDATE OF r SKIP LOCKED
+`
+
+type JobRequestListOrphanedRow struct {
+	ID         int64
+	Job        string
+	RiverJobID *int64
+}
+
+// JobRequestListOrphaned returns QUEUED requests whose River job ended (or
+// vanished) without running them, so they would block their job forever.
+func (q *Queries) JobRequestListOrphaned(ctx context.Context, db DBTX, job *string) ([]*JobRequestListOrphanedRow, error) {
+	rows, err := db.Query(ctx, jobRequestListOrphaned, job)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*JobRequestListOrphanedRow
+	for rows.Next() {
+		var i JobRequestListOrphanedRow
+		if err := rows.Scan(&i.ID, &i.Job, &i.RiverJobID); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobRequestListPreviousBoot = `-- name: JobRequestListPreviousBoot :many
+SELECT r.id, r.job, r.status, r.worker_id, r.execution_id, r.river_job_id
+FROM job_request r
+WHERE r.status IN ('QUEUED', 'RUNNING')
+  AND r.worker_id LIKE $1::text
+  AND r.worker_id <> $2::text
+ORDER BY r.id
+FOR UPDATE OF r SKIP LOCKED
+`
+
+type JobRequestListPreviousBootParams struct {
+	SlotPrefix string
+	CurrentID  string
+}
+
+type JobRequestListPreviousBootRow struct {
+	ID          int64
+	Job         string
+	Status      string
+	WorkerID    *string
+	ExecutionID *int64
+	RiverJobID  *int64
+}
+
+// JobRequestListPreviousBoot returns the active requests of earlier boots of
+// one pid@hostname slot (in a container the pid is always 1).
+func (q *Queries) JobRequestListPreviousBoot(ctx context.Context, db DBTX, arg *JobRequestListPreviousBootParams) ([]*JobRequestListPreviousBootRow, error) {
+	rows, err := db.Query(ctx, jobRequestListPreviousBoot, arg.SlotPrefix, arg.CurrentID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*JobRequestListPreviousBootRow
+	for rows.Next() {
+		var i JobRequestListPreviousBootRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Job,
+			&i.Status,
+			&i.WorkerID,
+			&i.ExecutionID,
+			&i.RiverJobID,
 		); err != nil {
 			return nil, err
 		}
@@ -312,6 +439,66 @@ func (q *Queries) JobRequestListRunningByWorker(ctx context.Context, db DBTX, wo
 			&i.CreatedAt,
 			&i.ClaimedAt,
 			&i.FinishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobRequestListStale = `-- name: JobRequestListStale :many
+SELECT r.id, r.job, r.status, r.worker_id, r.execution_id, r.river_job_id,
+       w.heartbeat_at AS worker_heartbeat_at
+FROM job_request r
+LEFT JOIN worker w ON w.id = r.worker_id
+WHERE r.status IN ('QUEUED', 'RUNNING')
+  AND r.worker_id IS NOT NULL
+  AND ($1::text IS NULL OR r.job = $1)
+  AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => $2::float8))
+ORDER BY r.id
+FOR UPDATE OF r SKIP LOCKED
+`
+
+type JobRequestListStaleParams struct {
+	Job          *string
+	StaleSeconds float64
+}
+
+type JobRequestListStaleRow struct {
+	ID                int64
+	Job               string
+	Status            string
+	WorkerID          *string
+	ExecutionID       *int64
+	RiverJobID        *int64
+	WorkerHeartbeatAt *time.Time
+}
+
+// JobRequestListStale returns the active requests held by a worker whose
+// heartbeat is older than the stale window (or that never registered), with
+// the worker's last heartbeat. Rows are locked, skipping ones another reaper
+// holds, so every worker may reap at once.
+func (q *Queries) JobRequestListStale(ctx context.Context, db DBTX, arg *JobRequestListStaleParams) ([]*JobRequestListStaleRow, error) {
+	rows, err := db.Query(ctx, jobRequestListStale, arg.Job, arg.StaleSeconds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*JobRequestListStaleRow
+	for rows.Next() {
+		var i JobRequestListStaleRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Job,
+			&i.Status,
+			&i.WorkerID,
+			&i.ExecutionID,
+			&i.RiverJobID,
+			&i.WorkerHeartbeatAt,
 		); err != nil {
 			return nil, err
 		}

@@ -1,0 +1,184 @@
+// Package api is buildrisk-radar's HTTP API (Huma v2, OpenAPI 3.1): it
+// validates and enqueues job requests and reports on requests, jobs,
+// executions and workers. It never runs a job and holds no provider keys.
+//
+// Every domain error becomes an HTTP status in exactly one place
+// (problemFrom); a handler never returns a raw error, so a user's mistake is
+// a 4xx naming the field and internal detail never leaks into a 500.
+package api
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
+)
+
+func init() {
+	// Huma answers schema violations with 422; the contract promises 400
+	// for every bad input. huma.NewError is process-global: set it once here.
+	newError := huma.NewError
+	huma.NewError = func(status int, msg string, errs ...error) huma.StatusError {
+		if status == http.StatusUnprocessableEntity {
+			status = http.StatusBadRequest
+		}
+		return newError(status, msg, errs...)
+	}
+}
+
+// StaleAfterDefault mirrors the worker's default stale window; the API uses
+// it to tell live workers from dead ones.
+const StaleAfterDefault = 60 * time.Second
+
+// Config configures a Server.
+type Config struct {
+	// Tokens maps bearer tokens to roles. Empty with Insecure false refuses
+	// every /v1 call.
+	Tokens map[string]Role
+	// Insecure disables auth (BUILDRISK_INSECURE_NO_AUTH=1).
+	Insecure bool
+	// Catalog lists the jobs. Required.
+	Catalog *jobs.Catalog
+	// Enqueuer inserts requests. Required.
+	Enqueuer *request.Enqueuer
+	// Cleanup frees the requests of dead workers (abandon, stop checks).
+	StaleAfter time.Duration
+	// Instruments count API events. Required.
+	Instruments *observability.Instruments
+	// MetricsHandler serves /metrics; nil serves 404.
+	MetricsHandler http.Handler
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Version is shown in the OpenAPI document.
+	Version string
+	// Schedules returns a job's schedule and next run; nil = none.
+	Schedules func(job string) (schedule string, next *time.Time)
+}
+
+// Server is the API.
+type Server struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	queries *queries.Queries
+	api     huma.API
+	mux     *http.ServeMux
+}
+
+// New returns a Server with every operation registered.
+func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
+	switch {
+	case cfg.Catalog == nil:
+		return nil, errors.New("api: Catalog is required")
+	case cfg.Enqueuer == nil:
+		return nil, errors.New("api: Enqueuer is required")
+	case cfg.Instruments == nil:
+		return nil, errors.New("api: Instruments is required")
+	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, StaleAfterDefault)
+	cfg.Version = cmp.Or(cfg.Version, "dev")
+	s := &Server{cfg: cfg, pool: pool, queries: queries.New(), mux: http.NewServeMux()}
+
+	humaConfig := huma.DefaultConfig("buildrisk-radar", cfg.Version)
+	humaConfig.Info.Description = "Enqueue and observe buildrisk-radar's batch jobs. GETs need a viewer or operator token, POSTs an operator token."
+	humaConfig.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		"bearer": {Type: "http", Scheme: "bearer"},
+	}
+	s.api = humago.New(s.mux, humaConfig)
+	s.Register(s.api)
+
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	})
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	if cfg.MetricsHandler != nil {
+		s.mux.Handle("GET /metrics", cfg.MetricsHandler)
+	}
+	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/docs", http.StatusFound)
+	})
+	return s, nil
+}
+
+// Handler returns the HTTP handler: the API behind bearer-token auth.
+func (s *Server) Handler() http.Handler { return s.authenticate(s.mux) }
+
+// OpenAPI returns the API's OpenAPI document.
+func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	w.Header().Set("Content-Type", "application/json")
+	if err := s.pool.Ping(ctx); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = fmt.Fprintf(w, `{"status":"unavailable","reason":"database unreachable"}`)
+		return
+	}
+	_, _ = w.Write([]byte(`{"status":"ready"}`))
+}
+
+// Register registers every operation on api; tests reuse it with humatest.
+func (s *Server) Register(api huma.API) {
+	s.registerJobs(api)
+	s.registerRequests(api)
+	s.registerWorkers(api)
+	s.registerExecutions(api)
+}
+
+// conflictError is a 409 that carries the active request's id.
+type conflictError struct {
+	huma.ErrorModel
+	ActiveRequestID string `json:"activeRequestId,omitempty"`
+}
+
+// GetStatus implements huma.StatusError.
+func (e *conflictError) GetStatus() int { return http.StatusConflict }
+
+// ContentType implements huma.ContentTypeFilter.
+func (e *conflictError) ContentType(string) string { return "application/problem+json" }
+
+func newConflict(detail string, activeRequestID int64) *conflictError {
+	e := &conflictError{ErrorModel: huma.ErrorModel{Title: http.StatusText(http.StatusConflict), Status: http.StatusConflict, Detail: detail}}
+	if activeRequestID != 0 {
+		e.ActiveRequestID = formatID(activeRequestID)
+	}
+	return e
+}
+
+// problemFrom maps a domain error to its HTTP answer. It is the only place
+// that does so; unknown errors are logged and answered with a bare 500.
+func (s *Server) problemFrom(ctx context.Context, err error) error {
+	var paramErr *jobs.ParamError
+	var dupErr *request.DuplicateError
+	switch {
+	case errors.As(err, &paramErr):
+		return huma.Error400BadRequest(fmt.Sprintf("invalid request: %s: %s", paramErr.Field, paramErr.Message), &huma.ErrorDetail{
+			Location: "body." + paramErr.Field, Message: paramErr.Message,
+		})
+	case errors.As(err, &dupErr):
+		return newConflict(fmt.Sprintf("job %s already has an active request %d", dupErr.Job, dupErr.ActiveRequestID), dupErr.ActiveRequestID)
+	case errors.Is(err, request.ErrUnknownJob):
+		return huma.Error404NotFound(err.Error())
+	case errors.Is(err, queries.ErrNotFound):
+		return huma.Error404NotFound("not found")
+	case errors.Is(err, context.Canceled):
+		return huma.NewError(499, "client closed request")
+	default:
+		s.cfg.Logger.ErrorContext(ctx, "internal error", slog.String("error", err.Error()))
+		return huma.Error500InternalServerError("internal error; see the server log")
+	}
+}

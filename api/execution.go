@@ -1,0 +1,99 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/queries"
+)
+
+type executionInput struct {
+	ID string `path:"id" doc:"execution id"`
+}
+
+// ExecutionAbandonOutput is the 200 of POST /v1/executions/{id}/abandon.
+type ExecutionAbandonOutput struct {
+	Body struct {
+		ID     string `json:"id"`
+		Status string `json:"status" enum:"ABANDONED"`
+	}
+}
+
+func (s *Server) registerExecutions(api huma.API) {
+	huma.Register(api, huma.Operation{
+		OperationID: "execution-abandon",
+		Method:      http.MethodPost,
+		Path:        "/v1/executions/{id}/abandon",
+		Summary:     "Abandon an execution whose worker stopped heartbeating",
+		Description: "Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409).",
+		Tags:        []string{"executions"},
+		Security:    []map[string][]string{{"bearer": {}}},
+		Errors:      []int{http.StatusNotFound, http.StatusConflict},
+	}, s.abandonExecution)
+}
+
+func (s *Server) abandonExecution(ctx context.Context, in *executionInput) (*ExecutionAbandonOutput, error) {
+	id, ok := parseID(in.ID)
+	if !ok {
+		return nil, huma.Error404NotFound(fmt.Sprintf("execution %q not found", in.ID))
+	}
+	var conflict error
+	err := queries.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		conflict = nil
+		exec, err := s.queries.JobExecutionGetByID(ctx, tx, id)
+		if err := queries.Interpret(err); err != nil {
+			return err
+		}
+		if err := s.queries.AdvisoryXactLockJob(ctx, tx, exec.Job); err != nil {
+			return err
+		}
+		switch exec.Status {
+		case request.ExecutionStarting, request.ExecutionStarted, request.ExecutionStopping:
+		default:
+			conflict = newConflict(fmt.Sprintf("execution %d is already %s", id, exec.Status), 0)
+			return nil
+		}
+		w, err := s.queries.WorkerGetByID(ctx, tx, exec.WorkerID)
+		if err := queries.Interpret(err); err != nil && !errors.Is(err, queries.ErrNotFound) {
+			return err
+		} else if err == nil {
+			age := time.Since(w.HeartbeatAt)
+			if w.Status != "stopped" && age < s.cfg.StaleAfter {
+				conflict = newConflict(fmt.Sprintf("worker %s is alive (last heartbeat %s ago); abandoning its run would let a resume overlap it", w.ID, age.Round(time.Second)), 0)
+				return nil
+			}
+		}
+		req, err := s.queries.JobRequestGetByID(ctx, tx, exec.RequestID)
+		if err != nil {
+			return err
+		}
+		msg := fmt.Sprintf("abandoned by an operator: worker %s stopped heartbeating; a new request resumes from the last commit", exec.WorkerID)
+		if ok, err := request.Abandon(ctx, tx, req.ID, &exec.ID, req.RiverJobID, msg); err != nil {
+			return err
+		} else if !ok {
+			_, err := s.queries.JobExecutionAbandon(ctx, tx, &queries.JobExecutionAbandonParams{ID: exec.ID, ExitMessage: msg})
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, queries.ErrNotFound) {
+			return nil, huma.Error404NotFound(fmt.Sprintf("execution %s not found", in.ID))
+		}
+		return nil, s.problemFrom(ctx, err)
+	}
+	if conflict != nil {
+		return nil, conflict
+	}
+	out := &ExecutionAbandonOutput{}
+	out.Body.ID = formatID(id)
+	out.Body.Status = request.ExecutionAbandoned
+	return out, nil
+}

@@ -1,0 +1,204 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queries"
+)
+
+// JobView is one job of GET /v1/jobs.
+type JobView struct {
+	Name                string            `json:"name"`
+	Description         string            `json:"description"`
+	Provider            string            `json:"provider"`
+	Chunking            string            `json:"chunking"`
+	Running             bool              `json:"running" doc:"an execution is STARTING, STARTED or STOPPING"`
+	ActiveRequestID     *string           `json:"activeRequestId"`
+	LastExecution       *ExecutionSummary `json:"lastExecution" doc:"the newest execution of the newest instance"`
+	HeartbeatAgeSeconds *float64          `json:"heartbeatAgeSeconds" doc:"seconds since the running execution's last_updated; null when not running"`
+	RequiredKeys        []string          `json:"requiredKeys"`
+	KeysConfigured      bool              `json:"keysConfigured" doc:"a live worker reported every required key name"`
+	Schedule            *string           `json:"schedule"`
+	Next                *time.Time        `json:"next"`
+	NextJob             *string           `json:"nextJob" doc:"the job a COMPLETED execution chains to"`
+}
+
+// JobListOutput is GET /v1/jobs.
+type JobListOutput struct {
+	Body struct {
+		Jobs []*JobView `json:"jobs"`
+	}
+}
+
+// JobDetail is GET /v1/jobs/{job}.
+type JobDetail struct {
+	JobView
+	ParamsSchema *huma.Schema `json:"paramsSchema"`
+	Example      any          `json:"example"`
+}
+
+// JobGetOutput is GET /v1/jobs/{job}.
+type JobGetOutput struct {
+	Body *JobDetail
+}
+
+type jobInput struct {
+	Job string `path:"job" doc:"job name"`
+}
+
+// JobStopOutput is the 202 of POST /v1/jobs/{job}/stop.
+type JobStopOutput struct {
+	Body struct {
+		ExecutionID string `json:"executionId"`
+		Status      string `json:"status" enum:"STOPPING"`
+	}
+}
+
+func (s *Server) registerJobs(api huma.API) {
+	huma.Register(api, huma.Operation{
+		OperationID: "job-list",
+		Method:      http.MethodGet,
+		Path:        "/v1/jobs",
+		Summary:     "List jobs with their last execution and running state",
+		Tags:        []string{"jobs"},
+		Security:    []map[string][]string{{"bearer": {}}},
+	}, func(ctx context.Context, _ *struct{}) (*JobListOutput, error) {
+		views, err := s.jobViews(ctx, s.cfg.Catalog.Names())
+		if err != nil {
+			return nil, s.problemFrom(ctx, err)
+		}
+		out := &JobListOutput{}
+		out.Body.Jobs = views
+		return out, nil
+	})
+	huma.Register(api, huma.Operation{
+		OperationID: "job-get",
+		Method:      http.MethodGet,
+		Path:        "/v1/jobs/{job}",
+		Summary:     "Get one job with its params schema",
+		Tags:        []string{"jobs"},
+		Security:    []map[string][]string{{"bearer": {}}},
+		Errors:      []int{http.StatusNotFound},
+	}, func(ctx context.Context, in *jobInput) (*JobGetOutput, error) {
+		def, ok := s.cfg.Catalog.Lookup(in.Job)
+		if !ok {
+			return nil, huma.Error404NotFound(fmt.Sprintf("job %q not found", in.Job))
+		}
+		views, err := s.jobViews(ctx, []string{in.Job})
+		if err != nil {
+			return nil, s.problemFrom(ctx, err)
+		}
+		registry := huma.NewMapRegistry("#/components/schemas/", huma.DefaultSchemaNamer)
+		return &JobGetOutput{Body: &JobDetail{
+			JobView:      *views[0],
+			ParamsSchema: registry.Schema(def.ParamsType(), false, ""),
+			Example:      def.Example(),
+		}}, nil
+	})
+	huma.Register(api, huma.Operation{
+		OperationID:   "job-stop",
+		Method:        http.MethodPost,
+		Path:          "/v1/jobs/{job}/stop",
+		Summary:       "Stop the job's running execution at its next chunk boundary",
+		Description:   "Marks the execution STOPPING (no end time). It becomes STOPPED when the job's goroutine has really ended; until then it counts as running.",
+		Tags:          []string{"jobs"},
+		DefaultStatus: http.StatusAccepted,
+		Security:      []map[string][]string{{"bearer": {}}},
+		Errors:        []int{http.StatusNotFound, http.StatusConflict},
+	}, s.stopJob)
+}
+
+// jobViews builds the job list with one SQL statement.
+func (s *Server) jobViews(ctx context.Context, names []string) ([]*JobView, error) {
+	rows, err := s.queries.JobListSummary(ctx, s.pool, &queries.JobListSummaryParams{Jobs: names, StaleSeconds: s.cfg.StaleAfter.Seconds()})
+	if err != nil {
+		return nil, fmt.Errorf("error listing jobs: %w", err)
+	}
+	byName := make(map[string]*queries.JobListSummaryRow, len(rows))
+	for _, r := range rows {
+		byName[r.Job] = r
+	}
+	views := make([]*JobView, 0, len(names))
+	for _, name := range names {
+		def, _ := s.cfg.Catalog.Lookup(name)
+		views = append(views, jobViewFrom(def, byName[name], s.cfg.Schedules))
+	}
+	return views, nil
+}
+
+func jobViewFrom(def jobs.Definition, row *queries.JobListSummaryRow, schedules func(string) (string, *time.Time)) *JobView {
+	v := &JobView{
+		Name: def.Name(), Description: def.Description(), Provider: def.Provider(), Chunking: def.Chunking(),
+		RequiredKeys: def.RequiredKeys(),
+	}
+	if next := def.Next(); next != "" {
+		v.NextJob = &next
+	}
+	if schedules != nil {
+		if sched, next := schedules(def.Name()); sched != "" {
+			v.Schedule, v.Next = &sched, next
+		}
+	}
+	live := map[string]bool{}
+	if row != nil {
+		for _, k := range row.LiveKeys {
+			live[k] = true
+		}
+		v.Running = row.Running
+		v.ActiveRequestID = formatIDPtr(row.ActiveRequestID)
+		if row.Running {
+			age := row.HeartbeatAgeSeconds
+			v.HeartbeatAgeSeconds = &age
+		}
+		if row.LastExecutionID != nil {
+			v.LastExecution = &ExecutionSummary{
+				ID: formatID(*row.LastExecutionID), Status: deref(row.LastStatus), StartedAt: row.LastStartedAt,
+				EndedAt: row.LastEndedAt, ExitMessage: deref(row.LastExitMessage),
+			}
+		}
+	}
+	v.KeysConfigured = true
+	for _, k := range v.RequiredKeys {
+		if !live[k] {
+			v.KeysConfigured = false
+		}
+	}
+	return v
+}
+
+func (s *Server) stopJob(ctx context.Context, in *jobInput) (*JobStopOutput, error) {
+	if _, ok := s.cfg.Catalog.Lookup(in.Job); !ok {
+		return nil, huma.Error404NotFound(fmt.Sprintf("job %q not found", in.Job))
+	}
+	var stopped *queries.JobExecution
+	err := queries.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		stopped, err = s.queries.JobExecutionRequestStop(ctx, tx, in.Job)
+		return queries.Interpret(err)
+	})
+	if errors.Is(err, queries.ErrNotFound) {
+		return nil, newConflict(fmt.Sprintf("job %s has no STARTING or STARTED execution to stop", in.Job), 0)
+	}
+	if err != nil {
+		return nil, s.problemFrom(ctx, err)
+	}
+	out := &JobStopOutput{}
+	out.Body.ExecutionID = formatID(stopped.ID)
+	out.Body.Status = stopped.Status
+	return out, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,257 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strconv"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/queries"
+)
+
+// Request list paging bounds.
+const (
+	RequestListLimitDefault = 50
+	RequestListLimitMax     = 500
+)
+
+// RequestCreateOutput is the 202 of POST /v1/jobs/{job}/requests.
+type RequestCreateOutput struct {
+	Body struct {
+		RequestID          string  `json:"requestId"`
+		Job                string  `json:"job"`
+		Status             string  `json:"status" enum:"QUEUED"`
+		EstimatedCalls     int     `json:"estimatedCalls" doc:"external calls the whole run would make"`
+		ResumesExecutionID *string `json:"resumesExecutionId" doc:"the execution this request resumes, or null when it starts a new instance"`
+	}
+}
+
+// requestCreateBody is the POST body: params are decoded per job.
+type requestCreateBody struct {
+	Params       json.RawMessage `json:"params"`
+	MaxCalls     *int            `json:"maxCalls"`
+	ConfirmPurge bool            `json:"confirmPurge"`
+}
+
+// documentedBody builds the OpenAPI schema of one job's POST body.
+func documentedBody(paramsType reflect.Type) reflect.Type {
+	return reflect.StructOf([]reflect.StructField{
+		{Name: "Params", Type: paramsType, Tag: `json:"params" doc:"the job's params"`},
+		{Name: "MaxCalls", Type: reflect.TypeFor[*int](), Tag: `json:"maxCalls,omitempty" minimum:"1" doc:"cap this execution's external calls (only when you want one)"`},
+		{Name: "ConfirmPurge", Type: reflect.TypeFor[bool](), Tag: `json:"confirmPurge,omitempty" doc:"confirms a purge for this request only; such an execution is never resumed"`},
+	})
+}
+
+type requestCreateJobInput struct {
+	RawBody []byte
+}
+
+type requestCreateInput struct {
+	Job     string `path:"job" doc:"job name"`
+	RawBody []byte
+}
+
+type requestGetInput struct {
+	ID string `path:"id" doc:"request id"`
+}
+
+// RequestGetOutput is GET /v1/requests/{id}.
+type RequestGetOutput struct {
+	Body *RequestView
+}
+
+type requestListInput struct {
+	Job    string `query:"job" doc:"only this job"`
+	Status string `query:"status" doc:"only this status: QUEUED, RUNNING, DONE or FAILED"`
+	Limit  string `query:"limit" doc:"page size, 1..500 (default 50)"`
+	Cursor string `query:"cursor" doc:"nextCursor of the previous page"`
+}
+
+// RequestListOutput is GET /v1/requests.
+type RequestListOutput struct {
+	Body struct {
+		Requests   []*RequestView `json:"requests"`
+		NextCursor *string        `json:"nextCursor" doc:"pass as cursor for the next page; null on the last page"`
+	}
+}
+
+func (s *Server) registerRequests(api huma.API) {
+	for _, def := range s.cfg.Catalog.All() {
+		path := "/v1/jobs/" + def.Name() + "/requests"
+		huma.Register(api, huma.Operation{
+			OperationID:   "request-create-" + def.Name(),
+			Method:        http.MethodPost,
+			Path:          path,
+			Summary:       "Request a " + def.Name() + " run",
+			Description:   def.Description() + " Chunk: " + def.Chunking() + ". Answers 202 at once; a duplicate gets 409 with the active request id.",
+			Tags:          []string{"requests"},
+			DefaultStatus: http.StatusAccepted,
+			Security:      []map[string][]string{{"bearer": {}}},
+			Errors:        []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusConflict},
+		}, func(ctx context.Context, in *requestCreateJobInput) (*RequestCreateOutput, error) {
+			return s.createRequest(ctx, def.Name(), in.RawBody)
+		})
+		// RawBody registers as an opaque body; document the real JSON shape.
+		op := api.OpenAPI().Paths[path].Post
+		schema := huma.SchemaFromType(api.OpenAPI().Components.Schemas, documentedBody(def.ParamsType()))
+		op.RequestBody = &huma.RequestBody{Required: true, Content: map[string]*huma.MediaType{
+			"application/json": {Schema: schema, Example: map[string]any{"params": def.Example()}},
+		}}
+	}
+	huma.Register(api, huma.Operation{
+		OperationID:   "request-create",
+		Method:        http.MethodPost,
+		Path:          "/v1/jobs/{job}/requests",
+		Summary:       "Request a run of any job (404 for unknown jobs)",
+		Tags:          []string{"requests"},
+		DefaultStatus: http.StatusAccepted,
+		Security:      []map[string][]string{{"bearer": {}}},
+		Errors:        []int{http.StatusNotFound},
+	}, func(ctx context.Context, in *requestCreateInput) (*RequestCreateOutput, error) {
+		return s.createRequest(ctx, in.Job, in.RawBody)
+	})
+	huma.Register(api, huma.Operation{
+		OperationID: "request-get",
+		Method:      http.MethodGet,
+		Path:        "/v1/requests/{id}",
+		Summary:     "Get a request with its execution's progress",
+		Tags:        []string{"requests"},
+		Security:    []map[string][]string{{"bearer": {}}},
+		Errors:      []int{http.StatusNotFound},
+	}, s.getRequest)
+	huma.Register(api, huma.Operation{
+		OperationID: "request-list",
+		Method:      http.MethodGet,
+		Path:        "/v1/requests",
+		Summary:     "List requests, newest first",
+		Tags:        []string{"requests"},
+		Security:    []map[string][]string{{"bearer": {}}},
+		Errors:      []int{http.StatusBadRequest},
+	}, s.listRequests)
+}
+
+func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*RequestCreateOutput, error) {
+	if _, ok := s.cfg.Catalog.Lookup(job); !ok {
+		return nil, huma.Error404NotFound(fmt.Sprintf("job %q not found; GET /v1/jobs lists them", job))
+	}
+	var body requestCreateBody
+	if err := jobs.DecodeStrict(raw, &body, "body"); err != nil {
+		var pe *jobs.ParamError
+		if errors.As(err, &pe) {
+			return nil, huma.Error400BadRequest(fmt.Sprintf("invalid request: %s: %s", pe.Field, pe.Message), &huma.ErrorDetail{Location: pe.Field, Message: pe.Message})
+		}
+		return nil, s.problemFrom(ctx, err)
+	}
+	res, err := s.cfg.Enqueuer.Enqueue(ctx, &request.EnqueueParams{
+		Job: job, Params: body.Params, MaxCalls: body.MaxCalls, ConfirmPurge: body.ConfirmPurge,
+		Source: request.SourceAPI, RequestedBy: "api",
+	})
+	if err != nil {
+		return nil, s.problemFrom(ctx, err)
+	}
+	out := &RequestCreateOutput{}
+	out.Body.RequestID = formatID(res.Request.ID)
+	out.Body.Job = job
+	out.Body.Status = res.Request.Status
+	out.Body.EstimatedCalls = res.EstimatedCalls
+	out.Body.ResumesExecutionID = formatIDPtr(res.ResumesExecutionID)
+	return out, nil
+}
+
+func (s *Server) getRequest(ctx context.Context, in *requestGetInput) (*RequestGetOutput, error) {
+	id, ok := parseID(in.ID)
+	if !ok {
+		return nil, huma.Error404NotFound(fmt.Sprintf("request %q not found", in.ID))
+	}
+	row, err := s.queries.JobRequestGetByID(ctx, s.pool, id)
+	if err := queries.Interpret(err); err != nil {
+		if errors.Is(err, queries.ErrNotFound) {
+			return nil, huma.Error404NotFound(fmt.Sprintf("request %s not found", in.ID))
+		}
+		return nil, s.problemFrom(ctx, err)
+	}
+	var exec *queries.JobExecution
+	if row.ExecutionID != nil {
+		exec, err = s.queries.JobExecutionGetByID(ctx, s.pool, *row.ExecutionID)
+		if err != nil {
+			return nil, s.problemFrom(ctx, err)
+		}
+	}
+	return &RequestGetOutput{Body: requestViewFromRow(row, exec)}, nil
+}
+
+func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*RequestListOutput, error) {
+	params := &queries.JobRequestListParams{MaxRows: RequestListLimitDefault}
+	if in.Job != "" {
+		if _, ok := s.cfg.Catalog.Lookup(in.Job); !ok {
+			return nil, badQuery("job", fmt.Sprintf("unknown job %q", in.Job))
+		}
+		params.Job = &in.Job
+	}
+	if in.Status != "" {
+		switch in.Status {
+		case request.StatusQueued, request.StatusRunning, request.StatusDone, request.StatusFailed:
+			params.Status = &in.Status
+		default:
+			return nil, badQuery("status", fmt.Sprintf("%q is not one of QUEUED, RUNNING, DONE, FAILED", in.Status))
+		}
+	}
+	if in.Limit != "" {
+		limit, err := strconv.Atoi(in.Limit)
+		if err != nil || limit < 1 || limit > RequestListLimitMax {
+			return nil, badQuery("limit", fmt.Sprintf("%q is not an integer from 1 to %d", in.Limit, RequestListLimitMax))
+		}
+		params.MaxRows = int32(limit)
+	}
+	if in.Cursor != "" {
+		before, ok := parseID(in.Cursor)
+		if !ok {
+			return nil, badQuery("cursor", "not a cursor returned by this API")
+		}
+		params.BeforeID = &before
+	}
+	rows, err := s.queries.JobRequestList(ctx, s.pool, params)
+	if err != nil {
+		return nil, s.problemFrom(ctx, err)
+	}
+	var execIDs []int64
+	for _, r := range rows {
+		if r.ExecutionID != nil {
+			execIDs = append(execIDs, *r.ExecutionID)
+		}
+	}
+	execs := map[int64]*queries.JobExecution{}
+	if len(execIDs) > 0 {
+		list, err := s.queries.JobExecutionListByIDs(ctx, s.pool, execIDs)
+		if err != nil {
+			return nil, s.problemFrom(ctx, err)
+		}
+		for _, e := range list {
+			execs[e.ID] = e
+		}
+	}
+	out := &RequestListOutput{}
+	out.Body.Requests = make([]*RequestView, 0, len(rows))
+	for _, r := range rows {
+		var e *queries.JobExecution
+		if r.ExecutionID != nil {
+			e = execs[*r.ExecutionID]
+		}
+		out.Body.Requests = append(out.Body.Requests, requestViewFromRow(r, e))
+	}
+	if len(rows) == int(params.MaxRows) {
+		out.Body.NextCursor = formatIDPtr(&rows[len(rows)-1].ID)
+	}
+	return out, nil
+}
+
+func badQuery(field, msg string) error {
+	return huma.Error400BadRequest(fmt.Sprintf("invalid query: %s: %s", field, msg), &huma.ErrorDetail{Location: "query." + field, Message: msg})
+}

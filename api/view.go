@@ -1,0 +1,93 @@
+package api
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/buildrisk/radar/queries"
+)
+
+// ExecutionSummary is a job's last execution in the job list.
+type ExecutionSummary struct {
+	ID          string     `json:"id"`
+	Status      string     `json:"status" enum:"STARTING,STARTED,STOPPING,STOPPED,COMPLETED,FAILED,ABANDONED"`
+	StartedAt   *time.Time `json:"startedAt"`
+	EndedAt     *time.Time `json:"endedAt"`
+	ExitMessage string     `json:"exitMessage"`
+}
+
+// ExecutionView is a request's execution with its progress.
+type ExecutionView struct {
+	ID            string     `json:"id"`
+	Status        string     `json:"status" enum:"STARTING,STARTED,STOPPING,STOPPED,COMPLETED,FAILED,ABANDONED"`
+	ChunksDone    int32      `json:"chunksDone" doc:"chunks committed for this instance, earlier executions included"`
+	ChunksTotal   int32      `json:"chunksTotal"`
+	Targets       int64      `json:"targets" doc:"items the instance must account for (-1 until known)"`
+	ItemsWritten  int64      `json:"itemsWritten"`
+	ItemsSkipped  int64      `json:"itemsSkipped"`
+	ItemsFailed   int64      `json:"itemsFailed"`
+	DomainRows    *int64     `json:"domainRows" doc:"domain rows the instance's executions wrote, counted by a query"`
+	ExternalCalls int32      `json:"externalCalls" doc:"provider calls made by this execution"`
+	StartedAt     *time.Time `json:"startedAt"`
+	EndedAt       *time.Time `json:"endedAt"`
+	LastUpdated   time.Time  `json:"lastUpdated"`
+	ExitMessage   string     `json:"exitMessage"`
+}
+
+// RequestView is one job request.
+type RequestView struct {
+	RequestID          string          `json:"requestId"`
+	Job                string          `json:"job"`
+	Source             string          `json:"source" enum:"api,schedule,cli,chain"`
+	Params             json.RawMessage `json:"params"`
+	MaxCalls           *int32          `json:"maxCalls"`
+	ConfirmPurge       bool            `json:"confirmPurge"`
+	Status             string          `json:"status" enum:"QUEUED,RUNNING,DONE,FAILED"`
+	EstimatedCalls     int32           `json:"estimatedCalls"`
+	ResumesExecutionID *string         `json:"resumesExecutionId"`
+	CreatedAt          time.Time       `json:"createdAt"`
+	ClaimedAt          *time.Time      `json:"claimedAt"`
+	FinishedAt         *time.Time      `json:"finishedAt"`
+	WorkerID           *string         `json:"workerId"`
+	Message            string          `json:"message"`
+	Execution          *ExecutionView  `json:"execution"`
+}
+
+func formatID(id int64) string { return strconv.FormatInt(id, 10) }
+
+func formatIDPtr(id *int64) *string {
+	if id == nil {
+		return nil
+	}
+	s := formatID(*id)
+	return &s
+}
+
+// parseID parses an id from a URL; ok is false for anything but a positive
+// integer.
+func parseID(s string) (int64, bool) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	return id, err == nil && id > 0
+}
+
+func executionViewFromRow(e *queries.JobExecution) *ExecutionView {
+	if e == nil {
+		return nil
+	}
+	return &ExecutionView{
+		ID: formatID(e.ID), Status: e.Status, ChunksDone: e.ChunksDone, ChunksTotal: e.ChunksTotal,
+		Targets: e.Targets, ItemsWritten: e.ItemsWritten, ItemsSkipped: e.ItemsSkipped, ItemsFailed: e.ItemsFailed,
+		DomainRows: e.DomainRows, ExternalCalls: e.ExternalCalls, StartedAt: e.StartedAt, EndedAt: e.EndedAt,
+		LastUpdated: e.LastUpdated, ExitMessage: e.ExitMessage,
+	}
+}
+
+func requestViewFromRow(r *queries.JobRequest, e *queries.JobExecution) *RequestView {
+	return &RequestView{
+		RequestID: formatID(r.ID), Job: r.Job, Source: r.Source, Params: json.RawMessage(r.Params),
+		MaxCalls: r.MaxCalls, ConfirmPurge: r.ConfirmPurge, Status: r.Status, EstimatedCalls: r.EstimatedCalls,
+		ResumesExecutionID: formatIDPtr(r.ResumesExecutionID), CreatedAt: r.CreatedAt, ClaimedAt: r.ClaimedAt,
+		FinishedAt: r.FinishedAt, WorkerID: r.WorkerID, Message: r.Message, Execution: executionViewFromRow(e),
+	}
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
+	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/jobs/upstream"
+	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+	"github.com/buildrisk/radar/sql/migrations"
+	"github.com/buildrisk/radar/sql/pglocal"
+)
+
+// devTokenFile is where `radar dev` writes the operator token it made, so
+// the README's walk-through can read it.
+const devTokenFile = ".radar/dev-token"
+
+// devFakeUpstreamAddr is where dev serves the fake upstream when the port
+// is free (a random port otherwise).
+const devFakeUpstreamAddr = "127.0.0.1:8090"
+
+// runDev runs everything in one process for a newcomer: an embedded
+// PostgreSQL when DATABASE_URL is unset, migrations, the fake upstream, the
+// API and a worker. Ctrl-C drains the worker and stops everything.
+func runDev(ctx context.Context, stdout io.Writer) error {
+	env, err := loadEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	workerID, hostname, boot := newWorkerID()
+	tel, err := newTelemetry(ctx, env, "dev", workerID, "text")
+	if err != nil {
+		return err
+	}
+	defer tel.shutdown()
+
+	databaseNote := "from DATABASE_URL"
+	if env.DatabaseURL == "" {
+		fmt.Fprintln(stdout, "starting an embedded PostgreSQL (DATABASE_URL is unset)...")
+		cluster, err := pglocal.Start(ctx, pglocal.Config{Logger: tel.logger})
+		if err != nil {
+			return fmt.Errorf("error starting embedded PostgreSQL: %w", err)
+		}
+		defer func() {
+			if err := cluster.Stop(); err != nil {
+				tel.logger.Warn("error stopping embedded PostgreSQL", slog.String("error", err.Error()))
+			}
+		}()
+		env.DatabaseURL = cluster.URL("postgres")
+		databaseNote = "embedded, deleted on exit"
+	}
+	pool, err := openPool(ctx, env.DatabaseURL, 0)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := migrations.Migrate(ctx, pool); err != nil {
+		return err
+	}
+
+	upstreamNote := "from the environment"
+	if len(env.UpstreamURLs) == 0 {
+		fake := fakeupstream.New(fakeupstream.Config{Seed: 1})
+		listener, err := net.Listen("tcp", devFakeUpstreamAddr)
+		if err != nil {
+			listener, err = net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return fmt.Errorf("error listening for the fake upstream: %w", err)
+			}
+		}
+		fakeServer := &http.Server{Handler: fake, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = fakeServer.Serve(listener) }()
+		defer fakeServer.Close()
+		base := "http://" + listener.Addr().String()
+		for _, p := range upstream.Providers {
+			env.UpstreamURLs[p] = base
+		}
+		upstreamNote = "fake; stats at " + base + "/__fake/stats"
+	}
+	for _, p := range upstream.Providers {
+		if env.Keys[p] == "" {
+			env.Keys[p] = "dev-" + strings.ToLower(string(p)) + "-key"
+		}
+	}
+	operatorToken, viewerTokenNote := "", ""
+	if !env.TokensSet && !env.InsecureNoAuth {
+		operatorToken, err = randomToken()
+		if err != nil {
+			return err
+		}
+		viewerToken, err := randomToken()
+		if err != nil {
+			return err
+		}
+		env.Tokens = map[string]api.Role{operatorToken: api.RoleOperator, viewerToken: api.RoleViewer}
+		if err := os.MkdirAll(filepath.Dir(devTokenFile), 0o700); err == nil {
+			_ = os.WriteFile(devTokenFile, []byte(operatorToken+"\n"), 0o600)
+		}
+		defer os.Remove(devTokenFile)
+		viewerTokenNote = viewerToken
+	}
+
+	w, _, err := newWorker(pool, env, tel, workerID, hostname, boot)
+	if err != nil {
+		return err
+	}
+	server, err := newAPIServer(pool, env, tel)
+	if err != nil {
+		return err
+	}
+	shutdownHTTP, err := serveHTTP(ctx, env.HTTPAddr, otelhttp.NewHandler(server.Handler(), "http.server"), tel.logger)
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+
+	apiURL := "http://localhost" + portOf(env.HTTPAddr)
+	fmt.Fprintf(stdout, "\nbuildrisk-radar dev is up\n")
+	fmt.Fprintf(stdout, "  API       %s\n", apiURL)
+	fmt.Fprintf(stdout, "  Docs      %s/docs\n", apiURL)
+	fmt.Fprintf(stdout, "  Metrics   %s/metrics\n", apiURL)
+	fmt.Fprintf(stdout, "  Upstream  %s\n", upstreamNote)
+	fmt.Fprintf(stdout, "  Database  %s (%s)\n", redactURL(env.DatabaseURL), databaseNote)
+	fmt.Fprintf(stdout, "  Worker    %s\n", workerID)
+	if operatorToken != "" {
+		fmt.Fprintf(stdout, "  Token     operator %s  (also in %s)\n", operatorToken, devTokenFile)
+		fmt.Fprintf(stdout, "            viewer   %s\n", viewerTokenNote)
+		fmt.Fprintf(stdout, "\ntry:\n  TOKEN=$(cat %s)\n  curl -s -H \"Authorization: Bearer $TOKEN\" %s/v1/jobs\n", devTokenFile, apiURL)
+	}
+	fmt.Fprintf(stdout, "\nCtrl-C drains the worker and stops everything.\n\n")
+
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "\nshutting down: draining the worker...")
+	if err := w.Drain(context.Background()); err != nil {
+		tel.logger.Warn("drain ended with an error", slog.String("error", err.Error()))
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := shutdownHTTP(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		tel.logger.Warn("error shutting down http", slog.String("error", err.Error()))
+	}
+	fmt.Fprintln(stdout, "stopped")
+	return nil
+}
+
+func randomToken() (string, error) {
+	buf := make([]byte, 16)
+	if _, err := rand.Read(buf); err != nil {
+		return "", fmt.Errorf("error making a token: %w", err)
+	}
+	return hex.EncodeToString(buf), nil
+}
+
+func portOf(addr string) string {
+	if i := strings.LastIndex(addr, ":"); i >= 0 {
+		return addr[i:]
+	}
+	return addr
+}
+
+func redactURL(url string) string {
+	if at := strings.Index(url, "@"); at >= 0 {
+		if scheme := strings.Index(url, "://"); scheme >= 0 && scheme < at {
+			user := url[scheme+3 : at]
+			if colon := strings.Index(user, ":"); colon >= 0 {
+				return url[:scheme+3] + user[:colon] + ":***" + url[at:]
+			}
+		}
+	}
+	return url
+}

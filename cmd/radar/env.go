@@ -1,0 +1,170 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/upstream"
+	"github.com/buildrisk/radar/jobs/worker"
+)
+
+// envConfig is every environment variable radar reads, read and validated
+// in this one place; a bad value fails with a message naming the variable.
+type envConfig struct {
+	DatabaseURL       string
+	HTTPAddr          string
+	AdminAddr         string
+	Tokens            map[string]api.Role
+	TokensSet         bool
+	InsecureNoAuth    bool
+	HeartbeatInterval time.Duration
+	StaleAfter        time.Duration
+	ReapInterval      time.Duration
+	DrainTimeout      time.Duration
+	FanOut            int
+	UpstreamURLs      map[upstream.Provider]string
+	Keys              map[upstream.Provider]string
+	DailyCaps         map[upstream.Provider]int
+	Location          *time.Location
+	LogFormat         string
+}
+
+// usageError marks errors that are the user's (exit code 2).
+type usageError struct{ error }
+
+func isUsage(err error) bool {
+	var u usageError
+	return errors.As(err, &u)
+}
+
+func envError(name string, format string, args ...any) error {
+	return usageError{fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...))}
+}
+
+func loadEnv(getenv func(string) string) (*envConfig, error) {
+	c := &envConfig{
+		DatabaseURL:  getenv("DATABASE_URL"),
+		HTTPAddr:     orDefault(getenv("BUILDRISK_HTTP_ADDR"), ":8080"),
+		AdminAddr:    orDefault(getenv("BUILDRISK_ADMIN_ADDR"), ":9090"),
+		UpstreamURLs: map[upstream.Provider]string{},
+		Keys:         map[upstream.Provider]string{},
+		DailyCaps:    map[upstream.Provider]int{},
+		LogFormat:    getenv("BUILDRISK_LOG_FORMAT"),
+	}
+	var err error
+	if v := getenv("BUILDRISK_API_TOKENS"); v != "" {
+		if c.Tokens, err = api.ParseTokens(v); err != nil {
+			return nil, envError("BUILDRISK_API_TOKENS", "%v (expected viewer:TOKEN,operator:TOKEN)", err)
+		}
+		c.TokensSet = true
+	}
+	switch v := getenv("BUILDRISK_INSECURE_NO_AUTH"); v {
+	case "", "0", "false":
+	case "1", "true":
+		c.InsecureNoAuth = true
+	default:
+		return nil, envError("BUILDRISK_INSECURE_NO_AUTH", "%q is not 1 or 0", v)
+	}
+	durations := []struct {
+		name string
+		dst  *time.Duration
+		def  time.Duration
+	}{
+		{"BUILDRISK_HEARTBEAT_INTERVAL", &c.HeartbeatInterval, worker.HeartbeatIntervalDefault},
+		{"BUILDRISK_STALE_AFTER", &c.StaleAfter, worker.StaleAfterDefault},
+		{"BUILDRISK_REAP_INTERVAL", &c.ReapInterval, worker.ReapIntervalDefault},
+		{"BUILDRISK_DRAIN_TIMEOUT", &c.DrainTimeout, worker.DrainTimeoutDefault},
+	}
+	for _, d := range durations {
+		*d.dst = d.def
+		if v := getenv(d.name); v != "" {
+			parsed, err := time.ParseDuration(v)
+			if err != nil || parsed <= 0 {
+				return nil, envError(d.name, "%q is not a positive Go duration such as 10s", v)
+			}
+			*d.dst = parsed
+		}
+	}
+	if c.StaleAfter <= c.HeartbeatInterval {
+		return nil, envError("BUILDRISK_STALE_AFTER", "%s must exceed BUILDRISK_HEARTBEAT_INTERVAL %s", c.StaleAfter, c.HeartbeatInterval)
+	}
+	c.FanOut = batch.FanOutDefault
+	if v := getenv("BUILDRISK_FANOUT"); v != "" {
+		if c.FanOut, err = strconv.Atoi(v); err != nil || c.FanOut < 1 || c.FanOut > 1000 {
+			return nil, envError("BUILDRISK_FANOUT", "%q is not an integer from 1 to 1000", v)
+		}
+	}
+	base := strings.TrimRight(getenv("BUILDRISK_UPSTREAM_URL"), "/")
+	for _, p := range upstream.Providers {
+		url := base
+		if v := getenv("BUILDRISK_" + string(p) + "_URL"); v != "" {
+			url = strings.TrimRight(v, "/")
+		}
+		if url != "" {
+			if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
+				return nil, envError("BUILDRISK_"+string(p)+"_URL", "%q is not an http(s) URL", url)
+			}
+			c.UpstreamURLs[p] = url
+		}
+		if v := getenv(p.KeyEnv()); v != "" {
+			c.Keys[p] = v
+		}
+		c.DailyCaps[p] = upstream.DailyCapDefaults[p]
+		name := "BUILDRISK_DAILY_CAP_" + string(p)
+		if v := getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return nil, envError(name, "%q is not a non-negative integer", v)
+			}
+			c.DailyCaps[p] = n
+		}
+	}
+	tz := orDefault(getenv("BUILDRISK_TIMEZONE"), "Asia/Seoul")
+	if c.Location, err = time.LoadLocation(tz); err != nil {
+		return nil, envError("BUILDRISK_TIMEZONE", "%q is not an IANA time zone", tz)
+	}
+	switch c.LogFormat {
+	case "", "json", "text":
+	default:
+		return nil, envError("BUILDRISK_LOG_FORMAT", "%q is not json or text", c.LogFormat)
+	}
+	return c, nil
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// configuredKeyNames returns the NAMES of the provider keys set; never values.
+func (c *envConfig) configuredKeyNames() []string {
+	var names []string
+	for _, p := range upstream.Providers {
+		if c.Keys[p] != "" {
+			names = append(names, p.KeyEnv())
+		}
+	}
+	return names
+}
+
+func (c *envConfig) capsByName() map[string]int {
+	caps := map[string]int{}
+	for p, v := range c.DailyCaps {
+		caps[string(p)] = v
+	}
+	return caps
+}
+
+func requireDatabaseURL(c *envConfig) error {
+	if c.DatabaseURL == "" {
+		return usageError{errors.New("DATABASE_URL is not set: point it at PostgreSQL (postgres://user@host:5432/db), or use `radar dev`, which starts an embedded one")}
+	}
+	return nil
+}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+)
+
+// runFakeUpstream serves the fake provider endpoints until a signal.
+func runFakeUpstream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fakeupstream", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", ":8090", "listen address")
+	latency := fs.Duration("latency", 0, "latency added to every provider call")
+	errorRate := fs.Float64("error-rate", 0, "fraction of calls answered 500")
+	seed := fs.Int64("seed", 1, "seed of all data and faults")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if *errorRate < 0 || *errorRate > 1 {
+		return usageError{fmt.Errorf("--error-rate %v is not between 0 and 1", *errorRate)}
+	}
+	server := fakeupstream.New(fakeupstream.Config{Latency: *latency, ErrorRate: *errorRate, Seed: *seed})
+	srv := &http.Server{Addr: *addr, Handler: server, ReadHeaderTimeout: 10 * time.Second}
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.ListenAndServe() }()
+	fmt.Fprintf(stdout, "fake upstream listening on %s (stats: GET /__fake/stats)\n", *addr)
+	select {
+	case err := <-errCh:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(shutdownCtx)
+}

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/buildrisk/radar/sql/migrations"
+)
+
+// runMigrate applies every pending migration; running it twice is a no-op.
+func runMigrate(ctx context.Context, stdout io.Writer) error {
+	env, err := loadEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	if err := requireDatabaseURL(env); err != nil {
+		return err
+	}
+	pool, err := openPool(ctx, env.DatabaseURL, 4)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := migrations.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "migrations applied; schema is current")
+	return nil
+}

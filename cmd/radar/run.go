@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"reflect"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/jobs/worker"
+)
+
+// paramFlags collects repeated -p key=value flags.
+type paramFlags []string
+
+func (p *paramFlags) String() string     { return strings.Join(*p, ",") }
+func (p *paramFlags) Set(v string) error { *p = append(*p, v); return nil }
+
+// runRun runs one job in the foreground under the same rules as a worker:
+// recorded as a request (source cli), deduplicated, under the advisory lock,
+// resumable, capped; Ctrl-C drains it at a chunk boundary (a second Ctrl-C
+// cancels the chunk in flight).
+func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(stderr, "usage: radar run JOB [-p key=value ...] [--params JSON] [--max-calls N] [--confirm-purge]\njobs: %s\n", strings.Join(jobs.Default().Names(), ", "))
+		return exitUsage
+	}
+	jobName := args[0]
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var kv paramFlags
+	fs.Var(&kv, "p", "param as key=value (repeatable; lists comma-separated)")
+	paramsJSON := fs.String("params", "", "params as a JSON object")
+	maxCalls := fs.Int("max-calls", 0, "cap this execution's external calls")
+	confirmPurge := fs.Bool("confirm-purge", false, "confirm a purge for this request only")
+	if err := fs.Parse(args[1:]); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "radar run: unexpected arguments %q\n", fs.Args())
+		return exitUsage
+	}
+	def, ok := jobs.Default().Lookup(jobName)
+	if !ok {
+		fmt.Fprintf(stderr, "radar run: unknown job %q; jobs: %s\n", jobName, strings.Join(jobs.Default().Names(), ", "))
+		return exitUsage
+	}
+	raw, err := buildParams(def, *paramsJSON, kv)
+	if err != nil {
+		fmt.Fprintf(stderr, "radar run: %v\n", err)
+		return exitUsage
+	}
+	var maxCallsPtr *int
+	if *maxCalls != 0 {
+		maxCallsPtr = maxCalls
+	}
+
+	env, err := loadEnv(os.Getenv)
+	if err == nil {
+		err = requireDatabaseURL(env)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "radar run: %v\n", err)
+		return exitUsage
+	}
+	code, err := runJob(ctx, env, jobName, raw, maxCallsPtr, *confirmPurge, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "radar run: %v\n", err)
+	}
+	return code
+}
+
+func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, maxCalls *int, confirmPurge bool, stdout io.Writer) (int, error) {
+	workerID, hostname, boot := newWorkerID()
+	tel, err := newTelemetry(ctx, env, "cli", workerID, "text")
+	if err != nil {
+		return exitFailed, err
+	}
+	defer tel.shutdown()
+	pool, err := openPool(ctx, env.DatabaseURL, 4)
+	if err != nil {
+		return exitFailed, err
+	}
+	defer pool.Close()
+	if err := checkSchema(ctx, pool); err != nil {
+		return exitUsage, err
+	}
+	presence, err := worker.StartPresence(ctx, pool, worker.Config{
+		ID: workerID, Hostname: hostname, PID: os.Getpid(), Boot: boot, Version: version,
+		ConfiguredKeys: env.configuredKeyNames(), HeartbeatInterval: env.HeartbeatInterval,
+	})
+	if err != nil {
+		return exitFailed, err
+	}
+	defer presence.Stop(context.Background())
+
+	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger})
+	enqueuer, err := request.NewEnqueuer(pool, nil, request.Config{
+		Catalog: jobs.Default(), DailyCaps: env.capsByName(), Instruments: tel.instruments, Logger: tel.logger,
+		Cleanup: func(ctx context.Context, tx pgx.Tx, job string) error {
+			_, err := reaper.ReapTx(ctx, tx, job)
+			return err
+		},
+	})
+	if err != nil {
+		return exitFailed, err
+	}
+	res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{
+		Job: jobName, Params: raw, MaxCalls: maxCalls, ConfirmPurge: confirmPurge,
+		Source: request.SourceCLI, RequestedBy: "cli", WorkerID: workerID,
+	})
+	var dup *request.DuplicateError
+	switch {
+	case errors.As(err, &dup):
+		return exitDuplicate, fmt.Errorf("job %s already has an active request %d", jobName, dup.ActiveRequestID)
+	case jobs.IsParamError(err):
+		return exitUsage, err
+	case err != nil:
+		return exitFailed, err
+	}
+	resumes := "a new instance"
+	if res.ResumesExecutionID != nil {
+		resumes = fmt.Sprintf("resuming execution %d", *res.ResumesExecutionID)
+	}
+	fmt.Fprintf(stdout, "request %d: %s, %d estimated calls, %s\n", res.Request.ID, jobName, res.EstimatedCalls, resumes)
+
+	up, err := newUpstream(pool, env, tel)
+	if err != nil {
+		return exitFailed, err
+	}
+	runner, err := batch.NewRunner(pool, batch.Config{
+		WorkerID: workerID, Jobs: registry(), Upstream: up, Instruments: tel.instruments, Logger: tel.logger, FanOut: env.FanOut,
+	})
+	if err != nil {
+		return exitFailed, err
+	}
+
+	// First signal: drain at the next chunk boundary. Second: cancel.
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRun()
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-runCtx.Done():
+			return
+		}
+		fmt.Fprintln(stdout, "stopping at the next chunk boundary (Ctrl-C again to cancel the chunk in flight)")
+		runner.Drain()
+		select {
+		case <-signals:
+			cancelRun()
+		case <-runCtx.Done():
+		}
+	}()
+
+	outcome, err := runner.Run(runCtx, batch.RunOpts{
+		RequestID: res.Request.ID,
+		OnChunk: func(done, total int) {
+			fmt.Fprintf(stdout, "  chunk %d/%d committed\n", done, total)
+		},
+	})
+	if err != nil {
+		return exitFailed, err
+	}
+	fmt.Fprintf(stdout, "execution %d %s: %s\n", outcome.ExecutionID, outcome.Status, outcome.Message)
+	switch outcome.Status {
+	case "COMPLETED":
+		return exitOK, nil
+	case "STOPPED":
+		return exitStopped, nil
+	default:
+		return exitFailed, nil
+	}
+}
+
+// buildParams merges --params JSON and -p key=value flags into one JSON
+// object, typing each value after the job's params struct field.
+func buildParams(def jobs.Definition, paramsJSON string, kv []string) ([]byte, error) {
+	obj := map[string]any{}
+	if paramsJSON != "" {
+		if err := json.Unmarshal([]byte(paramsJSON), &obj); err != nil {
+			return nil, fmt.Errorf("--params: not a JSON object: %w", err)
+		}
+	}
+	fields := map[string]reflect.Type{}
+	t := def.ParamsType()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		fields[name] = f.Type
+	}
+	for _, pair := range kv {
+		key, value, ok := strings.Cut(pair, "=")
+		if !ok {
+			return nil, fmt.Errorf("-p %q: expected key=value", pair)
+		}
+		typ, known := fields[key]
+		if !known {
+			return nil, fmt.Errorf("-p %s: %s has no param %q", key, def.Name(), key)
+		}
+		v, err := typedValue(typ, value)
+		if err != nil {
+			return nil, fmt.Errorf("-p %s: %w", key, err)
+		}
+		obj[key] = v
+	}
+	return json.Marshal(obj)
+}
+
+func typedValue(t reflect.Type, s string) (any, error) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Slice:
+		var list []any
+		for _, part := range strings.Split(s, ",") {
+			v, err := typedValue(t.Elem(), strings.TrimSpace(part))
+			if err != nil {
+				return nil, err
+			}
+			list = append(list, v)
+		}
+		return list, nil
+	case reflect.Bool:
+		return strconv.ParseBool(s)
+	case reflect.Int, reflect.Int32, reflect.Int64:
+		return strconv.ParseInt(s, 10, 64)
+	default:
+		return s, nil
+	}
+}

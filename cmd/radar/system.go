@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/riverqueue/rivercontrib/otelriver"
+
+	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/apttrade"
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/jobs/upstream"
+	"github.com/buildrisk/radar/jobs/worker"
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/sql/migrations"
+)
+
+// registry returns the implementation of every catalog job.
+func registry() map[string]batch.Job {
+	return map[string]batch.Job{
+		jobs.AptTrade: apttrade.Job{},
+	}
+}
+
+// telemetry is one process's providers, instruments and logger.
+type telemetry struct {
+	providers   *observability.Providers
+	instruments *observability.Instruments
+	logger      *slog.Logger
+}
+
+func newTelemetry(ctx context.Context, env *envConfig, role, workerID, defaultFormat string) (*telemetry, error) {
+	providers, err := observability.NewProviders(ctx, observability.Config{ServiceVersion: version, Role: role, WorkerID: workerID})
+	if err != nil {
+		return nil, fmt.Errorf("error starting telemetry: %w", err)
+	}
+	providers.SetGlobal()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	if err != nil {
+		return nil, fmt.Errorf("error creating instruments: %w", err)
+	}
+	providerNames := make([]string, len(upstream.Providers))
+	for i, p := range upstream.Providers {
+		providerNames[i] = string(p)
+	}
+	instruments.InitSeries(ctx, jobs.Default().Names(), providerNames)
+	logger := observability.NewLogger(os.Stderr, orDefault(env.LogFormat, defaultFormat), slog.LevelInfo).With(slog.String("role", role))
+	slog.SetDefault(logger)
+	return &telemetry{providers: providers, instruments: instruments, logger: logger}, nil
+}
+
+// shutdown flushes telemetry; it runs last, after drain.
+func (t *telemetry) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = t.providers.Shutdown(ctx)
+}
+
+func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("DATABASE_URL: %w", err)}
+	}
+	cfg.ConnConfig.Tracer = otelpgx.NewTracer()
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("error creating database pool: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("error connecting to the database: %w", err)
+	}
+	_ = otelpgx.RecordStats(pool)
+	return pool, nil
+}
+
+// checkSchema refuses to serve on a schema that is behind.
+func checkSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := migrations.Check(ctx, pool); err != nil {
+		if errors.Is(err, migrations.ErrSchemaBehind) {
+			return usageError{err}
+		}
+		return err
+	}
+	return nil
+}
+
+// newWorkerID returns pid@hostname#boot and its parts: boot is random per
+// start, because in a container the pid is always 1.
+func newWorkerID() (id, hostname, boot string) {
+	hostname, _ = os.Hostname()
+	if hostname == "" {
+		hostname = "localhost"
+	}
+	buf := make([]byte, 4)
+	_, _ = rand.Read(buf)
+	boot = hex.EncodeToString(buf)
+	return fmt.Sprintf("%d@%s#%s", os.Getpid(), hostname, boot), hostname, boot
+}
+
+func newUpstream(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*upstream.Client, error) {
+	return upstream.NewClient(pool, upstream.ClientConfig{
+		BaseURLs: env.UpstreamURLs, Keys: env.Keys, DailyCaps: env.DailyCaps, Location: env.Location,
+		Instruments: tel.instruments,
+	})
+}
+
+func riverPlugins(tel *telemetry) []rivertype.Plugin {
+	return []rivertype.Plugin{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
+		EnableTracePropagation: true,
+		MeterProvider:          tel.providers.Meter,
+		TracerProvider:         tel.providers.Tracer,
+	})}
+}
+
+// newWorker builds the worker role's parts.
+func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hostname, boot string) (*worker.Worker, *batch.Runner, error) {
+	up, err := newUpstream(pool, env, tel)
+	if err != nil {
+		return nil, nil, err
+	}
+	runner, err := batch.NewRunner(pool, batch.Config{
+		WorkerID: workerID, Jobs: registry(), Upstream: up, Instruments: tel.instruments,
+		Logger: tel.logger, FanOut: env.FanOut,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := worker.New(pool, runner, worker.Config{
+		ID: workerID, Hostname: hostname, PID: os.Getpid(), Boot: boot, Version: version,
+		ConfiguredKeys: env.configuredKeyNames(), HeartbeatInterval: env.HeartbeatInterval,
+		StaleAfter: env.StaleAfter, ReapInterval: env.ReapInterval, DrainTimeout: env.DrainTimeout,
+		Instruments: tel.instruments, Logger: tel.logger, RiverPlugins: riverPlugins(tel),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return w, runner, nil
+}
+
+// newAPIServer builds the api role's server with an insert-only River client.
+func newAPIServer(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*api.Server, error) {
+	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: tel.logger, Plugins: riverPlugins(tel)})
+	if err != nil {
+		return nil, fmt.Errorf("error creating river client: %w", err)
+	}
+	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger})
+	enqueuer, err := request.NewEnqueuer(pool, insertOnly, request.Config{
+		Catalog: jobs.Default(), DailyCaps: env.capsByName(), Instruments: tel.instruments, Logger: tel.logger,
+		Cleanup: func(ctx context.Context, tx pgx.Tx, job string) error {
+			_, err := reaper.ReapTx(ctx, tx, job)
+			return err
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return api.New(pool, api.Config{
+		Tokens: env.Tokens, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
+		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),
+		Logger: tel.logger, Version: version,
+	})
+}
+
+// serveHTTP serves handler on addr until ctx ends, then shuts down.
+func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *slog.Logger) (func(context.Context) error, error) {
+	listener, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("error listening on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("http server failed", slog.String("addr", addr), slog.String("error", err.Error()))
+		}
+	}()
+	return srv.Shutdown, nil
+}

@@ -1,0 +1,89 @@
+package jobs
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"time"
+)
+
+// AptTrade is the name of the apartment-trade job.
+const AptTrade = "aptTrade"
+
+// AptTradeMaxMonths bounds one request's month range.
+const AptTradeMaxMonths = 120
+
+var lawdCodePattern = regexp.MustCompile(`^[0-9]{5}$`)
+
+// AptTradeParams are aptTrade's params.
+type AptTradeParams struct {
+	Regions []string `json:"regions" doc:"5-digit legal-district (LAWD) codes" minItems:"1" maxItems:"500" example:"11110"`
+	From    string   `json:"from" doc:"first month, YYYY-MM" pattern:"^[0-9]{4}-[0-9]{2}$" example:"2025-01"`
+	To      string   `json:"to" doc:"last month, YYYY-MM (at most 120 months after from)" pattern:"^[0-9]{4}-[0-9]{2}$" example:"2025-03"`
+}
+
+// Months returns every month from From to To as YYYYMM. Only valid params.
+func (p *AptTradeParams) Months() []string {
+	from, _ := time.Parse("2006-01", p.From)
+	to, _ := time.Parse("2006-01", p.To)
+	var months []string
+	for m := from; !m.After(to); m = m.AddDate(0, 1, 0) {
+		months = append(months, m.Format("200601"))
+	}
+	return months
+}
+
+// AptTradeSpec defines aptTrade: MOLIT apartment trades per region×month.
+func AptTradeSpec() *Spec[AptTradeParams] {
+	return &Spec[AptTradeParams]{
+		JobName:         AptTrade,
+		Desc:            "Apartment trades from MOLIT for each region and month, upserted into apt_trade.",
+		ProviderName:    "MOLIT",
+		ChunkDesc:       "one region×month (1 call)",
+		ExampleValue:    AptTradeParams{Regions: []string{"11110", "11140"}, From: "2025-01", To: "2025-03"},
+		DefaultSchedule: "0 4 * * *",
+		Validate:        validateAptTrade,
+		Estimate: func(p *AptTradeParams) int {
+			return len(p.Regions) * len(p.Months())
+		},
+	}
+}
+
+func validateAptTrade(p *AptTradeParams) error {
+	if len(p.Regions) == 0 {
+		return &ParamError{Field: "params.regions", Message: "at least one 5-digit region code is required"}
+	}
+	for i, r := range p.Regions {
+		if !lawdCodePattern.MatchString(r) {
+			return &ParamError{Field: fmt.Sprintf("params.regions[%d]", i), Message: fmt.Sprintf("%q is not a 5-digit legal-district code", r)}
+		}
+	}
+	slices.Sort(p.Regions)
+	p.Regions = slices.Compact(p.Regions)
+	from, err := parseMonth(p.From, "params.from")
+	if err != nil {
+		return err
+	}
+	to, err := parseMonth(p.To, "params.to")
+	if err != nil {
+		return err
+	}
+	if from.After(to) {
+		return &ParamError{Field: "params.from", Message: fmt.Sprintf("from %s is after to %s", p.From, p.To)}
+	}
+	if months := (to.Year()-from.Year())*12 + int(to.Month()-from.Month()) + 1; months > AptTradeMaxMonths {
+		return &ParamError{Field: "params.to", Message: fmt.Sprintf("range is %d months; at most %d", months, AptTradeMaxMonths)}
+	}
+	return nil
+}
+
+func parseMonth(s, field string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, &ParamError{Field: field, Message: "required, format YYYY-MM"}
+	}
+	t, err := time.Parse("2006-01", s)
+	if err != nil {
+		return time.Time{}, &ParamError{Field: field, Message: fmt.Sprintf("%q is not a month in the form YYYY-MM", s)}
+	}
+	return t, nil
+}

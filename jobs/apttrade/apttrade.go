@@ -1,0 +1,125 @@
+// Package apttrade is the aptTrade job: apartment trades from MOLIT, one
+// chunk per region×month (one call), upserted idempotently into apt_trade.
+package apttrade
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/upstream"
+	"github.com/buildrisk/radar/queries"
+)
+
+// PageSize is the numOfRows asked per call; a region×month rarely has more
+// trades, so a chunk is normally exactly one call.
+const PageSize = 1000
+
+// Job implements batch.Job for aptTrade.
+type Job struct{}
+
+var _ batch.Job = (*Job)(nil)
+var _ batch.DomainRowCounter = (*Job)(nil)
+
+// Plan implements batch.Job: one chunk per region×month, keyed REGION:YYYYMM.
+func (Job) Plan(_ context.Context, run *batch.Run) (*batch.Plan, error) {
+	p, err := decode(run.Params)
+	if err != nil {
+		return nil, err
+	}
+	var chunks []string
+	for _, region := range p.Regions {
+		for _, month := range p.Months() {
+			chunks = append(chunks, region+":"+month)
+		}
+	}
+	return &batch.Plan{Chunks: chunks, Targets: batch.TargetsUnknown}, nil
+}
+
+// Process implements batch.Job: fetch every page of one region×month, then
+// hand the trades to the checkpoint transaction.
+func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	region, month, ok := strings.Cut(chunk, ":")
+	if !ok {
+		return nil, fmt.Errorf("malformed chunk key %q", chunk)
+	}
+	var trades []upstream.AptTrade
+	for page := 1; ; page++ {
+		body, err := run.Calls.Get(ctx, upstream.EndpointAptTrade, upstream.AptTradeQuery(region, month, page, PageSize))
+		if err != nil {
+			return nil, err
+		}
+		pageTrades, total, err := upstream.ParseAptTrades(region, month, body)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", upstream.EndpointAptTrade, chunk, err)
+		}
+		trades = append(trades, pageTrades...)
+		if len(pageTrades) == 0 || len(trades) >= total {
+			break
+		}
+	}
+
+	// A trade listed twice in one answer is one row: count the second as skipped.
+	seen := make(map[string]bool, len(trades))
+	unique := trades[:0:0]
+	for _, t := range trades {
+		if seen[t.Serial] {
+			continue
+		}
+		seen[t.Serial] = true
+		unique = append(unique, t)
+	}
+	res := &batch.ChunkResult{
+		Targets: int64(len(trades)),
+		Written: int64(len(unique)),
+		Skipped: int64(len(trades) - len(unique)),
+	}
+	if len(unique) > 0 {
+		res.Write = func(ctx context.Context, tx pgx.Tx) error {
+			return upsert(ctx, tx, run.ExecutionID, unique)
+		}
+	}
+	return res, nil
+}
+
+// DomainRows implements batch.DomainRowCounter.
+func (Job) DomainRows(ctx context.Context, db queries.DBTX, executionIDs []int64) (int64, error) {
+	return queries.New().AptTradeCountByExecutions(ctx, db, executionIDs)
+}
+
+func upsert(ctx context.Context, tx pgx.Tx, executionID int64, trades []upstream.AptTrade) error {
+	p := &queries.AptTradeUpsertParams{ExecutionID: executionID}
+	for _, t := range trades {
+		p.Regions = append(p.Regions, t.Region)
+		p.DealYms = append(p.DealYms, t.DealYM)
+		p.Serials = append(p.Serials, t.Serial)
+		p.AptNames = append(p.AptNames, t.AptName)
+		p.Dongs = append(p.Dongs, t.Dong)
+		p.DealDates = append(p.DealDates, t.DealDate)
+		p.Amounts = append(p.Amounts, t.AmountKRW)
+		p.Areas = append(p.Areas, t.AreaM2)
+		p.Floors = append(p.Floors, int32(t.Floor))
+		p.BuildYears = append(p.BuildYears, int32(t.BuildYear))
+	}
+	n, err := queries.New().AptTradeUpsert(ctx, tx, p)
+	if err != nil {
+		return fmt.Errorf("error upserting trades: %w", err)
+	}
+	if n != int64(len(trades)) {
+		return fmt.Errorf("upserted %d trades, expected %d", n, len(trades))
+	}
+	return nil
+}
+
+func decode(raw json.RawMessage) (*jobs.AptTradeParams, error) {
+	params, err := jobs.AptTradeSpec().Decode(raw)
+	if err != nil {
+		return nil, fmt.Errorf("error decoding params: %w", err)
+	}
+	return params.Value.(*jobs.AptTradeParams), nil
+}

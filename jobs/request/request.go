@@ -1,0 +1,260 @@
+// Package request owns the job_request record: enqueueing a request under
+// the job's advisory lock (stale cleanup, dedupe, River insert in the same
+// transaction), the restart rule that decides whether a request resumes an
+// earlier execution, and reading requests back.
+//
+// The api, the CLI, schedules and chains all enqueue through this package,
+// so a scheduled run is recorded and deduplicated exactly like a click. It
+// must not run jobs or know about HTTP.
+package request
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
+)
+
+// Request statuses.
+const (
+	StatusQueued  = "QUEUED"
+	StatusRunning = "RUNNING"
+	StatusDone    = "DONE"
+	StatusFailed  = "FAILED"
+)
+
+// Request sources.
+const (
+	SourceAPI      = "api"
+	SourceChain    = "chain"
+	SourceCLI      = "cli"
+	SourceSchedule = "schedule"
+)
+
+// ErrUnknownJob is returned for a job name the catalog does not hold.
+var ErrUnknownJob = errors.New("unknown job")
+
+// DuplicateError is returned when the job already has an active (QUEUED or
+// RUNNING) request.
+type DuplicateError struct {
+	Job             string
+	ActiveRequestID int64
+}
+
+// Error implements error.
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("job %s already has an active request %d", e.Job, e.ActiveRequestID)
+}
+
+// CleanupFunc finalizes, inside tx and under the job's advisory lock, the
+// active request of job when the worker holding it is dead, so that a dead
+// worker never blocks a job (ADR-012 item 119).
+type CleanupFunc func(ctx context.Context, tx pgx.Tx, job string) error
+
+// Config configures an Enqueuer.
+type Config struct {
+	// Catalog is the set of known jobs. Required.
+	Catalog *jobs.Catalog
+	// DailyCaps is each provider's daily call cap; an estimate above a whole
+	// day's cap is refused. A provider missing here has no cap.
+	DailyCaps map[string]int
+	// Instruments counts requests. Required.
+	Instruments *observability.Instruments
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Cleanup runs before the duplicate check; nil skips it.
+	Cleanup CleanupFunc
+}
+
+// Enqueuer inserts job requests.
+type Enqueuer struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	river   *river.Client[pgx.Tx]
+	queries *queries.Queries
+}
+
+// NewEnqueuer returns an Enqueuer. riverClient may be nil: the CLI records
+// its request without a River job because it runs the job itself.
+func NewEnqueuer(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg Config) (*Enqueuer, error) {
+	if cfg.Catalog == nil {
+		return nil, errors.New("request: Catalog is required")
+	}
+	if cfg.Instruments == nil {
+		return nil, errors.New("request: Instruments is required")
+	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	return &Enqueuer{cfg: cfg, pool: pool, river: riverClient, queries: queries.New()}, nil
+}
+
+// EnqueueParams is one request to run a job.
+type EnqueueParams struct {
+	Job          string
+	Params       []byte
+	MaxCalls     *int
+	ConfirmPurge bool
+	Source       string
+	RequestedBy  string
+	// WorkerID is set when the enqueuing process will run the request
+	// itself (the CLI): the reaper then frees it if that process dies.
+	WorkerID string
+}
+
+// EnqueueResult is an accepted request.
+type EnqueueResult struct {
+	Request            *queries.JobRequest
+	EstimatedCalls     int
+	ResumesExecutionID *int64
+}
+
+// Validate decodes and checks a request without touching the database.
+func (e *Enqueuer) Validate(p *EnqueueParams) (jobs.Definition, *jobs.Params, error) {
+	def, ok := e.cfg.Catalog.Lookup(p.Job)
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: %q", ErrUnknownJob, p.Job)
+	}
+	params, err := def.Decode(p.Params)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p.MaxCalls != nil && *p.MaxCalls < 1 {
+		return nil, nil, &jobs.ParamError{Field: "maxCalls", Message: "must be at least 1 when given"}
+	}
+	if limit, ok := e.cfg.DailyCaps[def.Provider()]; ok && params.EstimatedCalls > limit {
+		return nil, nil, &jobs.ParamError{
+			Field:   "params",
+			Message: fmt.Sprintf("estimated %d calls exceed the %s daily cap of %d; split the request", params.EstimatedCalls, def.Provider(), limit),
+		}
+	}
+	return def, params, nil
+}
+
+// Enqueue validates p and, in one transaction under the job's advisory lock,
+// runs the stale cleanup, refuses a duplicate, inserts the request and (when
+// the Enqueuer has a River client) its River job. Errors: ErrUnknownJob,
+// *jobs.ParamError, *DuplicateError, or an internal error.
+func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, error) {
+	_, params, err := e.Validate(p)
+	if err != nil {
+		if jobs.IsParamError(err) {
+			e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultInvalid)
+		}
+		return nil, err
+	}
+
+	var result *EnqueueResult
+	err = queries.InTx(ctx, e.pool, func(tx pgx.Tx) error {
+		res, err := e.enqueueTx(ctx, tx, p, params)
+		result = res
+		return err
+	})
+	var dup *DuplicateError
+	switch {
+	case errors.As(err, &dup):
+		e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultDuplicate)
+		return nil, err
+	case errors.Is(err, queries.ErrUniqueViolation):
+		// The partial unique index caught what the lock should have: still a
+		// duplicate, decided by the database.
+		e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultDuplicate)
+		active, getErr := e.queries.JobRequestGetActiveByJob(ctx, e.pool, p.Job)
+		if getErr != nil {
+			return nil, &DuplicateError{Job: p.Job}
+		}
+		return nil, &DuplicateError{Job: p.Job, ActiveRequestID: active.ID}
+	case err != nil:
+		return nil, err
+	}
+	e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultAccepted)
+	return result, nil
+}
+
+// EnqueueTx is Enqueue inside the caller's transaction (chains insert the
+// next job's request in the transaction that records a completion). The
+// params must already be valid; a duplicate returns *DuplicateError and
+// leaves tx usable only for rollback.
+func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams) (*EnqueueResult, error) {
+	_, params, err := e.Validate(p)
+	if err != nil {
+		return nil, err
+	}
+	return e.enqueueTx(ctx, tx, p, params)
+}
+
+func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *jobs.Params) (*EnqueueResult, error) {
+	if err := e.queries.AdvisoryXactLockJob(ctx, tx, p.Job); err != nil {
+		return nil, fmt.Errorf("error taking job lock: %w", err)
+	}
+	if e.cfg.Cleanup != nil {
+		if err := e.cfg.Cleanup(ctx, tx, p.Job); err != nil {
+			return nil, fmt.Errorf("error cleaning up stale requests: %w", err)
+		}
+	}
+	active, err := e.queries.JobRequestGetActiveByJob(ctx, tx, p.Job)
+	switch err := queries.Interpret(err); {
+	case err == nil:
+		return nil, &DuplicateError{Job: p.Job, ActiveRequestID: active.ID}
+	case !errors.Is(err, queries.ErrNotFound):
+		return nil, fmt.Errorf("error checking active request: %w", err)
+	}
+
+	resume, err := ResumeCandidate(ctx, tx, p.Job, jobs.ParamsHash(params.Canonical), p.ConfirmPurge)
+	if err != nil {
+		return nil, err
+	}
+	var resumesID *int64
+	if resume != nil {
+		resumesID = &resume.JobExecution.ID
+	}
+	var maxCalls *int32
+	if p.MaxCalls != nil {
+		v := int32(*p.MaxCalls)
+		maxCalls = &v
+	}
+	row, err := e.queries.JobRequestInsert(ctx, tx, &queries.JobRequestInsertParams{
+		Job:                p.Job,
+		Params:             params.Canonical,
+		MaxCalls:           maxCalls,
+		ConfirmPurge:       p.ConfirmPurge,
+		Source:             p.Source,
+		RequestedBy:        p.RequestedBy,
+		EstimatedCalls:     int32(params.EstimatedCalls),
+		ResumesExecutionID: resumesID,
+		WorkerID:           workerIDOrNil(p.WorkerID),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error inserting request: %w", queries.Interpret(err))
+	}
+	if e.river != nil {
+		res, err := e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job, RequestID: row.ID}, nil)
+		if err != nil {
+			return nil, fmt.Errorf("error inserting river job: %w", err)
+		}
+		if res.UniqueSkippedAsDuplicate {
+			// River holds an active job for this name that no active request
+			// owns: refuse, pointing at the request that job carries.
+			return nil, &DuplicateError{Job: p.Job, ActiveRequestID: riverRequestID(res.Job.EncodedArgs)}
+		}
+		if err := e.queries.JobRequestSetRiverJob(ctx, tx, &queries.JobRequestSetRiverJobParams{ID: row.ID, RiverJobID: &res.Job.ID}); err != nil {
+			return nil, fmt.Errorf("error linking river job: %w", err)
+		}
+		row.RiverJobID = &res.Job.ID
+	}
+	return &EnqueueResult{Request: row, EstimatedCalls: params.EstimatedCalls, ResumesExecutionID: resumesID}, nil
+}
+
+func workerIDOrNil(id string) *string {
+	if id == "" {
+		return nil
+	}
+	return &id
+}

@@ -1,0 +1,57 @@
+package request
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queries"
+)
+
+// Execution statuses (the job_execution state machine).
+const (
+	ExecutionStarting  = "STARTING"
+	ExecutionStarted   = "STARTED"
+	ExecutionStopping  = "STOPPING"
+	ExecutionStopped   = "STOPPED"
+	ExecutionCompleted = "COMPLETED"
+	ExecutionFailed    = "FAILED"
+	ExecutionAbandoned = "ABANDONED"
+)
+
+// ResumeCandidate applies the restart rules (ADR-012, VERIFICATION 152): it
+// returns the job's newest execution when a new request with paramsHash and
+// confirmPurge should resume it, or nil when the request starts a new
+// instance. An execution resumes only when it ended STOPPED, FAILED or
+// ABANDONED, its params equal the new ones, and neither side carries
+// confirmPurge (a confirmation is valid for its own request only).
+func ResumeCandidate(ctx context.Context, db queries.DBTX, job, paramsHash string, confirmPurge bool) (*queries.JobExecutionLastByJobRow, error) {
+	if confirmPurge {
+		return nil, nil
+	}
+	last, err := queries.New().JobExecutionLastByJob(ctx, db, job)
+	if err := queries.Interpret(err); err != nil {
+		if errors.Is(err, queries.ErrNotFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("error reading last execution: %w", err)
+	}
+	switch last.JobExecution.Status {
+	case ExecutionStopped, ExecutionFailed, ExecutionAbandoned:
+	default:
+		return nil, nil
+	}
+	if last.ParamsHash != paramsHash || last.InstanceConfirmPurge {
+		return nil, nil
+	}
+	return last, nil
+}
+
+// riverRequestID reads the request id out of a River job's encoded args.
+func riverRequestID(encoded []byte) int64 {
+	var args jobs.RunArgs
+	_ = json.Unmarshal(encoded, &args)
+	return args.RequestID
+}

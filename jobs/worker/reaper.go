@@ -1,0 +1,129 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
+)
+
+// ReaperConfig configures a Reaper.
+type ReaperConfig struct {
+	StaleAfter  time.Duration
+	Instruments *observability.Instruments
+	Logger      *slog.Logger
+}
+
+// Reaper finalizes the requests of dead workers: only those, never a live
+// worker's, whatever their age (ADR-012).
+type Reaper struct {
+	cfg     ReaperConfig
+	pool    *pgxpool.Pool
+	queries *queries.Queries
+}
+
+// NewReaper returns a Reaper.
+func NewReaper(pool *pgxpool.Pool, cfg ReaperConfig) *Reaper {
+	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, StaleAfterDefault)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	return &Reaper{cfg: cfg, pool: pool, queries: queries.New()}
+}
+
+// Reap finalizes, in its own transaction, the requests held by stale
+// workers (job "" = every job) and returns how many.
+func (r *Reaper) Reap(ctx context.Context, job string) (int, error) {
+	var n int
+	err := queries.InTx(ctx, r.pool, func(tx pgx.Tx) error {
+		var err error
+		n, err = r.ReapTx(ctx, tx, job)
+		return err
+	})
+	return n, err
+}
+
+// ReapTx is Reap inside the caller's transaction; the API runs it under the
+// job's advisory lock before its duplicate check (cleanup before enqueue).
+func (r *Reaper) ReapTx(ctx context.Context, tx pgx.Tx, job string) (int, error) {
+	var jobFilter *string
+	if job != "" {
+		jobFilter = &job
+	}
+	stale, err := r.queries.JobRequestListStale(ctx, tx, &queries.JobRequestListStaleParams{
+		Job: jobFilter, StaleSeconds: r.cfg.StaleAfter.Seconds(),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("error listing stale requests: %w", err)
+	}
+	reaped := 0
+	for _, s := range stale {
+		last := "never"
+		if s.WorkerHeartbeatAt != nil {
+			last = fmt.Sprintf("%s (%s ago)", s.WorkerHeartbeatAt.UTC().Format(time.RFC3339), time.Since(*s.WorkerHeartbeatAt).Round(time.Second))
+		}
+		msg := fmt.Sprintf("worker %s stopped heartbeating (last heartbeat %s); execution abandoned; a new request resumes from the last commit", deref(s.WorkerID), last)
+		ok, err := request.Abandon(ctx, tx, s.ID, s.ExecutionID, s.RiverJobID, msg)
+		if err != nil {
+			return reaped, err
+		}
+		if ok {
+			reaped++
+			r.cfg.Instruments.StaleHeartbeatReaped(ctx)
+			r.cfg.Logger.WarnContext(ctx, "reaped request of a stale worker",
+				slog.Int64("request_id", s.ID), slog.String("job", s.Job), slog.String("worker_id", deref(s.WorkerID)))
+		}
+	}
+	orphans, err := r.queries.JobRequestListOrphaned(ctx, tx, jobFilter)
+	if err != nil {
+		return reaped, fmt.Errorf("error listing orphaned requests: %w", err)
+	}
+	for _, o := range orphans {
+		if _, err := request.Abandon(ctx, tx, o.ID, nil, nil, "its River job ended without running it; request again"); err != nil {
+			return reaped, err
+		}
+	}
+	return reaped, nil
+}
+
+// CleanupPreviousBoots finalizes at once the requests that earlier boots of
+// this pid@hostname slot left active: the same slot restarting means those
+// boots are dead, whatever their heartbeat says.
+func (r *Reaper) CleanupPreviousBoots(ctx context.Context, hostname string, pid int, currentID string) (int, error) {
+	n := 0
+	err := queries.InTx(ctx, r.pool, func(tx pgx.Tx) error {
+		n = 0
+		rows, err := r.queries.JobRequestListPreviousBoot(ctx, tx, &queries.JobRequestListPreviousBootParams{
+			SlotPrefix: fmt.Sprintf("%d@%s#%%", pid, hostname), CurrentID: currentID,
+		})
+		if err != nil {
+			return fmt.Errorf("error listing previous boot requests: %w", err)
+		}
+		for _, row := range rows {
+			msg := fmt.Sprintf("worker %s restarted as %s; execution abandoned; a new request resumes from the last commit", deref(row.WorkerID), currentID)
+			ok, err := request.Abandon(ctx, tx, row.ID, row.ExecutionID, row.RiverJobID, msg)
+			if err != nil {
+				return err
+			}
+			if ok {
+				n++
+				r.cfg.Instruments.StaleHeartbeatReaped(ctx)
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

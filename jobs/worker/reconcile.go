@@ -1,0 +1,76 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/queries"
+)
+
+// Reconcile finalizes RUNNING requests that this worker claimed but no
+// longer holds (their result recording failed past its retry window), from
+// the execution's recorded result, and only while they are still RUNNING.
+func (w *Worker) Reconcile(ctx context.Context) (int, error) {
+	return Reconcile(ctx, w.pool, w.cfg.ID, w.runner.Held(), w.cfg.Logger)
+}
+
+// heldChecker is the part of batch.HeldSet Reconcile needs.
+type heldChecker interface{ Has(id int64) bool }
+
+// Reconcile is the reconcile loop's body for one worker id.
+func Reconcile(ctx context.Context, db queries.Beginner, workerID string, held heldChecker, logger *slog.Logger) (int, error) {
+	q := queries.New()
+	n := 0
+	err := queries.InTx(ctx, db, func(tx pgx.Tx) error {
+		n = 0
+		rows, err := q.JobRequestListRunningByWorker(ctx, tx, &workerID)
+		if err != nil {
+			return fmt.Errorf("error listing running requests: %w", err)
+		}
+		for _, req := range rows {
+			if held.Has(req.ID) || req.ExecutionID == nil {
+				continue
+			}
+			exec, err := q.JobExecutionGetByID(ctx, tx, *req.ExecutionID)
+			if err := queries.Interpret(err); err != nil {
+				if errors.Is(err, queries.ErrNotFound) {
+					continue
+				}
+				return err
+			}
+			status, message := exec.Status, exec.ExitMessage
+			switch status {
+			case request.ExecutionCompleted, request.ExecutionStopped:
+				status = request.StatusDone
+			case request.ExecutionFailed, request.ExecutionAbandoned:
+				status = request.StatusFailed
+			default:
+				// The execution itself was never finalized: it is over, since
+				// nobody holds it; record it ABANDONED.
+				message = "the worker lost its result recording; execution abandoned; a new request resumes from the last commit"
+				if _, err := q.JobExecutionAbandon(ctx, tx, &queries.JobExecutionAbandonParams{ID: exec.ID, ExitMessage: message}); err != nil {
+					return err
+				}
+				status = request.StatusFailed
+			}
+			done, err := q.JobRequestFinish(ctx, tx, &queries.JobRequestFinishParams{ID: req.ID, Status: status, Message: message})
+			if err != nil {
+				return err
+			}
+			if done > 0 && req.RiverJobID != nil {
+				if _, err := q.RiverJobFinalize(ctx, tx, *req.RiverJobID); err != nil {
+					return err
+				}
+			}
+			n += int(done)
+			logger.InfoContext(ctx, "reconciled a request this worker no longer holds", slog.Int64("request_id", req.ID), slog.String("status", status))
+		}
+		return nil
+	})
+	return n, err
+}

@@ -1,0 +1,473 @@
+package observability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// This file is THE list of buildrisk-radar's metric instruments. Add an
+// instrument here (and to MetricNames, the dashboards and the alert rules)
+// or not at all.
+//
+// How OTel names become Prometheus names (exporters/prometheus, default
+// UnderscoreEscapingWithSuffixes): dots become underscores; a unit "s" adds
+// "_seconds"; a unit in braces such as "{call}" is an annotation and adds
+// nothing (unit "1" would add "_ratio" to gauges, so it is never used here);
+// a monotonic counter adds "_total"; an UpDownCounter is a gauge and adds
+// nothing. TestInstrumentsScrapedNames proves the result.
+
+// ScopeName is the instrumentation scope of every instrument. It shows up
+// as the otel_scope_name label on every buildrisk_* series.
+const ScopeName = "github.com/buildrisk/radar/observability"
+
+// ValueOther replaces an enumerated attribute value (result, source, status,
+// outcome, reason) that is not one of the documented constants. A typo then
+// shows up as a single "other" series on the dashboards instead of creating
+// an unbounded number of new series.
+const ValueOther = "other"
+
+// Values of the source attribute of buildrisk_requests_total: who asked for
+// the run.
+const (
+	SourceAPI      = "api"
+	SourceChain    = "chain"
+	SourceCLI      = "cli"
+	SourceSchedule = "schedule"
+)
+
+// Values of the result attribute of buildrisk_requests_total: what became of
+// a request to run a job.
+const (
+	// ResultAccepted is a request that was enqueued (202).
+	ResultAccepted = "accepted"
+	// ResultDuplicate is a request refused because the job already has a
+	// QUEUED or RUNNING request (409).
+	ResultDuplicate = "duplicate"
+	// ResultInvalid is a request refused for bad params or an estimate over
+	// the cap (400).
+	ResultInvalid = "invalid"
+)
+
+// Values of the status attribute of buildrisk_executions_total: an
+// execution's final status.
+const (
+	StatusAbandoned = "ABANDONED"
+	StatusCompleted = "COMPLETED"
+	StatusFailed    = "FAILED"
+	StatusStopped   = "STOPPED"
+)
+
+// Values of the outcome attribute of buildrisk_items_total: what became of
+// the items a chunked job declared as its targets.
+const (
+	OutcomeFailed  = "failed"
+	OutcomeSkipped = "skipped"
+	// OutcomeUnaccounted counts targets that are neither written, skipped nor
+	// failed when an execution ends: items lost without a trace, which make
+	// the execution FAILED and page someone.
+	OutcomeUnaccounted = "unaccounted"
+	OutcomeWritten     = "written"
+)
+
+// Values of the outcome attribute of buildrisk_external_calls_total.
+const (
+	// CallCapped is a call not made because the provider's daily cap was
+	// reached.
+	CallCapped = "capped"
+	// CallError is a call made that failed.
+	CallError = "error"
+	// CallOK is a call made that succeeded.
+	CallOK = "ok"
+)
+
+// Values of the reason attribute of buildrisk_fanout_rejections_total: why
+// an item was refused by a job's fan-out pool instead of being processed.
+// With backpressure before submit none of these should ever be counted; any
+// increase pages.
+const (
+	// ReasonClosed is an item submitted after the pool was shut down.
+	ReasonClosed = "closed"
+	// ReasonQueueFull is an item refused because a bounded queue was full:
+	// the post-mortem's failure, which backpressure is meant to make
+	// impossible.
+	ReasonQueueFull = "queue_full"
+	// ReasonSubmitFailed is an item whose submit failed after a slot was
+	// acquired (the slot is returned).
+	ReasonSubmitFailed = "submit_failed"
+	// ReasonProvider429 is a provider refusing a call with 429 Too Many
+	// Requests (the call is retried after Retry-After).
+	ReasonProvider429 = "provider_429"
+	// ReasonCap is a call refused because the provider's daily cap or the
+	// execution's maxCalls was reached (the job stops, resumable).
+	ReasonCap = "cap"
+)
+
+// Prometheus names, as scraped, of every instrument in [Instruments].
+const (
+	MetricChunkDuration          = "buildrisk_chunk_duration_seconds"
+	MetricExecutions             = "buildrisk_executions_total"
+	MetricExternalCalls          = "buildrisk_external_calls_total"
+	MetricFanoutCapacity         = "buildrisk_fanout_capacity"
+	MetricFanoutInflight         = "buildrisk_fanout_inflight"
+	MetricFanoutRejections       = "buildrisk_fanout_rejections_total"
+	MetricItems                  = "buildrisk_items_total"
+	MetricProviderCallsRemaining = "buildrisk_provider_calls_remaining"
+	MetricProviderDailyCap       = "buildrisk_provider_daily_cap"
+	MetricQueueOldestAge         = "buildrisk_queue_oldest_age_seconds"
+	MetricRequestStartLatency    = "buildrisk_request_start_latency_seconds"
+	MetricRequests               = "buildrisk_requests_total"
+	MetricWorkerStaleHeartbeats  = "buildrisk_worker_stale_heartbeats_total"
+	MetricWorkersAlive           = "buildrisk_workers_alive"
+)
+
+// MetricNames lists the Prometheus names, as scraped, of every instrument in
+// [Instruments], in alphabetical order. Histograms are listed by their base
+// name (their series add _bucket, _sum and _count). Alert rules, dashboards
+// and tests in other packages compare against it. Don't modify it.
+var MetricNames = []string{
+	MetricChunkDuration,
+	MetricExecutions,
+	MetricExternalCalls,
+	MetricFanoutCapacity,
+	MetricFanoutInflight,
+	MetricFanoutRejections,
+	MetricItems,
+	MetricProviderCallsRemaining,
+	MetricProviderDailyCap,
+	MetricQueueOldestAge,
+	MetricRequestStartLatency,
+	MetricRequests,
+	MetricWorkerStaleHeartbeats,
+	MetricWorkersAlive,
+}
+
+// Bucket boundaries of the histograms, in seconds. OTel's default buckets
+// (0 … 10000) are meant for milliseconds and would put every chunk in the
+// first few buckets.
+var (
+	chunkDurationBuckets       = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	requestStartLatencyBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800, 3600}
+)
+
+// Attribute keys. They are the label names on /metrics.
+const (
+	attrJob      = attribute.Key("job")
+	attrOutcome  = attribute.Key("outcome")
+	attrProvider = attribute.Key("provider")
+	attrReason   = attribute.Key("reason")
+	attrResult   = attribute.Key("result")
+	attrSource   = attribute.Key("source")
+	attrStatus   = attribute.Key("status")
+)
+
+// Instruments is the one set of metric instruments of buildrisk-radar. Every
+// package records through its methods, which fix each instrument's name,
+// unit and attributes, so names can't be misspelled and no unbounded
+// attribute can be attached.
+//
+// Attribute values and their bounds:
+//   - job: a job name from the catalog (aptTrade, corpCodeSync, filingParse,
+//     stockPrice, creditEval, metrics, rules).
+//   - provider: an upstream provider (DART, MOLIT, KRX, CREDIT).
+//   - source, result, status, outcome, reason: the constants of this
+//     package; any other value is recorded as [ValueOther].
+//
+// Never pass request ids, execution ids or worker ids: they belong in logs
+// and spans. Create one Instruments per process with [NewInstruments] and
+// share it; its methods are safe for concurrent use.
+type Instruments struct {
+	chunkDuration          metric.Float64Histogram
+	executions             metric.Int64Counter
+	externalCalls          metric.Int64Counter
+	fanoutCapacity         metric.Int64Gauge
+	fanoutInflight         metric.Int64UpDownCounter
+	fanoutRejections       metric.Int64Counter
+	items                  metric.Int64Counter
+	providerCallsRemaining metric.Int64Gauge
+	providerDailyCap       metric.Int64Gauge
+	queueOldestAge         metric.Float64Gauge
+	requestStartLatency    metric.Float64Histogram
+	requests               metric.Int64Counter
+	workerStaleHeartbeats  metric.Int64Counter
+	workersAlive           metric.Int64Gauge
+}
+
+// NewInstruments creates every instrument on a meter of mp named
+// [ScopeName]. It also sets buildrisk_worker_stale_heartbeats_total, which
+// has no attributes, to 0 so that the first stale worker is an increase an
+// alert can see. Returns an error if the meter refuses an instrument.
+func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
+	meter := mp.Meter(ScopeName)
+	var (
+		i    Instruments
+		errs []error
+	)
+	check := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	// buildrisk_fanout_rejections_total{job,reason}: items a fan-out pool
+	// refused instead of processing. reason: ReasonClosed,
+	// ReasonQueueFull, ReasonSubmitFailed.
+	var err error
+	i.fanoutRejections, err = meter.Int64Counter("buildrisk.fanout.rejections",
+		metric.WithDescription("Items a job's fan-out pool refused instead of processing; should always be 0."),
+		metric.WithUnit("{item}"))
+	check(err)
+
+	// buildrisk_worker_stale_heartbeats_total: workers the reaper found
+	// silent for longer than the stale threshold. No attributes.
+	i.workerStaleHeartbeats, err = meter.Int64Counter("buildrisk.worker.stale_heartbeats",
+		metric.WithDescription("Workers reaped because their heartbeat went stale."),
+		metric.WithUnit("{worker}"))
+	check(err)
+
+	// buildrisk_requests_total{job,source,result}: requests to run a job.
+	i.requests, err = meter.Int64Counter("buildrisk.requests",
+		metric.WithDescription("Requests to run a job, by source and result (accepted, duplicate, invalid)."),
+		metric.WithUnit("{request}"))
+	check(err)
+
+	// buildrisk_executions_total{job,status}: executions that ended, by
+	// final status (COMPLETED, STOPPED, FAILED, ABANDONED).
+	i.executions, err = meter.Int64Counter("buildrisk.executions",
+		metric.WithDescription("Job executions that ended, by final status."),
+		metric.WithUnit("{execution}"))
+	check(err)
+
+	// buildrisk_items_total{job,outcome}: target items by outcome (written,
+	// skipped, failed, unaccounted).
+	i.items, err = meter.Int64Counter("buildrisk.items",
+		metric.WithDescription("Target items of chunked jobs, by outcome; unaccounted items fail the execution."),
+		metric.WithUnit("{item}"))
+	check(err)
+
+	// buildrisk_external_calls_total{provider,outcome}: upstream calls by
+	// outcome (ok, error, capped).
+	i.externalCalls, err = meter.Int64Counter("buildrisk.external_calls",
+		metric.WithDescription("Calls to upstream providers, by outcome; capped calls were not made."),
+		metric.WithUnit("{call}"))
+	check(err)
+
+	// buildrisk_chunk_duration_seconds{job}: wall time of one chunk (read,
+	// process, write + checkpoint).
+	i.chunkDuration, err = meter.Float64Histogram("buildrisk.chunk.duration",
+		metric.WithDescription("Duration of one chunk: read, process and the write + checkpoint transaction."),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(chunkDurationBuckets...))
+	check(err)
+
+	// buildrisk_fanout_inflight{job}: items currently holding a fan-out slot.
+	i.fanoutInflight, err = meter.Int64UpDownCounter("buildrisk.fanout.inflight",
+		metric.WithDescription("Items currently holding a slot of a job's fan-out pool."),
+		metric.WithUnit("{item}"))
+	check(err)
+
+	// buildrisk_fanout_capacity{job}: the fan-out pool's size.
+	i.fanoutCapacity, err = meter.Int64Gauge("buildrisk.fanout.capacity",
+		metric.WithDescription("Slots of a job's fan-out pool."),
+		metric.WithUnit("{slot}"))
+	check(err)
+
+	// buildrisk_provider_calls_remaining{provider}: calls left today under
+	// the provider's daily cap, shared by all workers.
+	i.providerCallsRemaining, err = meter.Int64Gauge("buildrisk.provider.calls_remaining",
+		metric.WithDescription("Calls left today under the provider's daily cap."),
+		metric.WithUnit("{call}"))
+	check(err)
+
+	// buildrisk_provider_daily_cap{provider}: the provider's daily cap, so
+	// alerts can compare calls_remaining against it.
+	i.providerDailyCap, err = meter.Int64Gauge("buildrisk.provider.daily_cap",
+		metric.WithDescription("The provider's daily call cap."),
+		metric.WithUnit("{call}"))
+	check(err)
+
+	// buildrisk_workers_alive: workers whose heartbeat is fresh.
+	i.workersAlive, err = meter.Int64Gauge("buildrisk.workers.alive",
+		metric.WithDescription("Workers whose heartbeat is fresh, as seen in the worker registry."),
+		metric.WithUnit("{worker}"))
+	check(err)
+
+	// buildrisk_queue_oldest_age_seconds{job}: age of the oldest QUEUED
+	// request of the job; 0 when none is queued.
+	i.queueOldestAge, err = meter.Float64Gauge("buildrisk.queue.oldest_age",
+		metric.WithDescription("Age of the job's oldest QUEUED request; 0 when none is queued."),
+		metric.WithUnit("s"))
+	check(err)
+
+	// buildrisk_request_start_latency_seconds{job}: time from enqueue to
+	// start of a request.
+	i.requestStartLatency, err = meter.Float64Histogram("buildrisk.request.start_latency",
+		metric.WithDescription("Time from a request's enqueue to its start on a worker."),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(requestStartLatencyBuckets...))
+	check(err)
+
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("error creating instruments: %w", errors.Join(errs...))
+	}
+
+	i.workerStaleHeartbeats.Add(context.Background(), 0)
+	return &i, nil
+}
+
+// InitSeries records 0 on every counter series that jobs and providers can
+// produce, so each series exists before its first real event.
+//
+// Why: a counter series appears on /metrics with its first increment, so
+// Prometheus's increase() sees it go from 1 to 1 and the very first fan-out
+// rejection or unaccounted item would never alert. Call it once at startup
+// with the catalog's job names and the provider names. It is idempotent and
+// adds a few hundred series at most (7 jobs × the enumerated values).
+func (i *Instruments) InitSeries(ctx context.Context, jobs, providers []string) {
+	for _, job := range jobs {
+		for _, reason := range []string{ReasonCap, ReasonClosed, ReasonProvider429, ReasonQueueFull, ReasonSubmitFailed} {
+			i.fanoutRejections.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrReason.String(reason)))
+		}
+		for _, source := range []string{SourceAPI, SourceChain, SourceCLI, SourceSchedule} {
+			for _, result := range []string{ResultAccepted, ResultDuplicate, ResultInvalid} {
+				i.requests.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrSource.String(source), attrResult.String(result)))
+			}
+		}
+		for _, status := range []string{StatusAbandoned, StatusCompleted, StatusFailed, StatusStopped} {
+			i.executions.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrStatus.String(status)))
+		}
+		for _, outcome := range []string{OutcomeFailed, OutcomeSkipped, OutcomeUnaccounted, OutcomeWritten} {
+			i.items.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrOutcome.String(outcome)))
+		}
+	}
+	for _, provider := range providers {
+		for _, outcome := range []string{CallCapped, CallError, CallOK} {
+			i.externalCalls.Add(ctx, 0, metric.WithAttributes(attrProvider.String(provider), attrOutcome.String(outcome)))
+		}
+	}
+	i.workerStaleHeartbeats.Add(ctx, 0)
+}
+
+// FanoutRejected counts one item that job's fan-out pool refused for reason
+// (ReasonClosed, ReasonQueueFull or ReasonSubmitFailed). It feeds the
+// critical alert BuildriskFanoutRejections.
+func (i *Instruments) FanoutRejected(ctx context.Context, job, reason string) {
+	i.fanoutRejections.Add(ctx, 1, metric.WithAttributes(
+		attrJob.String(job),
+		attrReason.String(oneOf(reason, ReasonCap, ReasonClosed, ReasonProvider429, ReasonQueueFull, ReasonSubmitFailed)),
+	))
+}
+
+// StaleHeartbeatReaped counts one worker the reaper found stale and whose
+// requests it failed.
+func (i *Instruments) StaleHeartbeatReaped(ctx context.Context) {
+	i.workerStaleHeartbeats.Add(ctx, 1)
+}
+
+// RequestRecorded counts one request to run job from source (SourceAPI,
+// SourceSchedule, SourceCLI, SourceChain) with its result (ResultAccepted,
+// ResultDuplicate, ResultInvalid).
+func (i *Instruments) RequestRecorded(ctx context.Context, job, source, result string) {
+	i.requests.Add(ctx, 1, metric.WithAttributes(
+		attrJob.String(job),
+		attrSource.String(oneOf(source, SourceAPI, SourceChain, SourceCLI, SourceSchedule)),
+		attrResult.String(oneOf(result, ResultAccepted, ResultDuplicate, ResultInvalid)),
+	))
+}
+
+// ExecutionFinished counts one execution of job that ended with the final
+// status (StatusCompleted, StatusStopped, StatusFailed, StatusAbandoned).
+func (i *Instruments) ExecutionFinished(ctx context.Context, job, status string) {
+	i.executions.Add(ctx, 1, metric.WithAttributes(
+		attrJob.String(job),
+		attrStatus.String(oneOf(status, StatusAbandoned, StatusCompleted, StatusFailed, StatusStopped)),
+	))
+}
+
+// ItemsCounted adds n target items of job with outcome (OutcomeWritten,
+// OutcomeSkipped, OutcomeFailed, OutcomeUnaccounted). n <= 0 records
+// nothing. Unaccounted items feed the critical alert
+// BuildriskUnaccountedItems.
+func (i *Instruments) ItemsCounted(ctx context.Context, job, outcome string, n int64) {
+	if n <= 0 {
+		return
+	}
+	i.items.Add(ctx, n, metric.WithAttributes(
+		attrJob.String(job),
+		attrOutcome.String(oneOf(outcome, OutcomeFailed, OutcomeSkipped, OutcomeUnaccounted, OutcomeWritten)),
+	))
+}
+
+// ExternalCall counts one call to provider with outcome (CallOK, CallError,
+// CallCapped; a capped call is one refused by the daily cap and not made).
+func (i *Instruments) ExternalCall(ctx context.Context, provider, outcome string) {
+	i.externalCalls.Add(ctx, 1, metric.WithAttributes(
+		attrProvider.String(provider),
+		attrOutcome.String(oneOf(outcome, CallCapped, CallError, CallOK)),
+	))
+}
+
+// ChunkDuration records how long one chunk of job took.
+func (i *Instruments) ChunkDuration(ctx context.Context, job string, d time.Duration) {
+	i.chunkDuration.Record(ctx, d.Seconds(), metric.WithAttributes(attrJob.String(job)))
+}
+
+// FanoutInflightAdd moves the number of job's items holding a fan-out slot
+// by delta: +1 when a slot is acquired, -1 when it is released (in the same
+// defer that releases the slot, so the gauge can't leak).
+func (i *Instruments) FanoutInflightAdd(ctx context.Context, job string, delta int64) {
+	i.fanoutInflight.Add(ctx, delta, metric.WithAttributes(attrJob.String(job)))
+}
+
+// FanoutCapacitySet records the size n of job's fan-out pool.
+func (i *Instruments) FanoutCapacitySet(ctx context.Context, job string, n int64) {
+	i.fanoutCapacity.Record(ctx, n, metric.WithAttributes(attrJob.String(job)))
+}
+
+// ProviderCallsRemainingSet records the n calls left today under provider's
+// daily cap.
+func (i *Instruments) ProviderCallsRemainingSet(ctx context.Context, provider string, n int64) {
+	i.providerCallsRemaining.Record(ctx, n, metric.WithAttributes(attrProvider.String(provider)))
+}
+
+// ProviderDailyCapSet records provider's daily cap n. Record it whenever the
+// remaining calls are recorded so alert BuildriskProviderBudgetLow can
+// compute the fraction left.
+func (i *Instruments) ProviderDailyCapSet(ctx context.Context, provider string, n int64) {
+	i.providerDailyCap.Record(ctx, n, metric.WithAttributes(attrProvider.String(provider)))
+}
+
+// WorkersAliveSet records n, the number of workers whose heartbeat is fresh.
+func (i *Instruments) WorkersAliveSet(ctx context.Context, n int64) {
+	i.workersAlive.Record(ctx, n)
+}
+
+// QueueOldestAgeSet records the age in seconds of job's oldest QUEUED
+// request. Record 0 when nothing is queued: a gauge keeps its last value, so
+// not recording would leave a stale age on the dashboard. Negative values
+// (clock skew) are recorded as 0.
+func (i *Instruments) QueueOldestAgeSet(ctx context.Context, job string, seconds float64) {
+	i.queueOldestAge.Record(ctx, max(seconds, 0), metric.WithAttributes(attrJob.String(job)))
+}
+
+// RequestStartLatency records d, the time between a request of job being
+// enqueued and its execution starting. Negative durations (clock skew
+// between hosts) are recorded as 0.
+func (i *Instruments) RequestStartLatency(ctx context.Context, job string, d time.Duration) {
+	i.requestStartLatency.Record(ctx, max(d, 0).Seconds(), metric.WithAttributes(attrJob.String(job)))
+}
+
+// oneOf returns v if it is one of allowed and ValueOther otherwise, bounding
+// the values an enumerated attribute can take.
+func oneOf(v string, allowed ...string) string {
+	for _, a := range allowed {
+		if v == a {
+			return v
+		}
+	}
+	return ValueOther
+}

@@ -1,0 +1,330 @@
+package observability
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+)
+
+// scrape GETs handler's /metrics like Prometheus does and parses the text
+// exposition format.
+func scrape(t *testing.T, handler http.Handler) map[string]*dto.MetricFamily {
+	t.Helper()
+
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/metrics", nil)
+	require.NoError(t, err)
+	// The Accept header Prometheus 2.x sends for the text format.
+	req.Header.Set("Accept", "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	require.NoError(t, err, "scrape output:\n%s", body)
+	return families
+}
+
+// labelNames returns m's label names without the otel_scope_* labels the
+// exporter adds to every series.
+func labelNames(m *dto.Metric) []string {
+	var names []string
+	for _, l := range m.GetLabel() {
+		if !strings.HasPrefix(l.GetName(), "otel_scope_") {
+			names = append(names, l.GetName())
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+type instrumentsTestBundle struct {
+	inst      *Instruments
+	providers *Providers
+}
+
+func setupInstruments(t *testing.T) *instrumentsTestBundle {
+	t.Helper()
+
+	providers, _ := NewTestProviders()
+	t.Cleanup(func() { require.NoError(t, providers.Shutdown(context.WithoutCancel(t.Context()))) })
+
+	inst, err := NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	return &instrumentsTestBundle{inst: inst, providers: providers}
+}
+
+// recordOneOfEach calls every method of Instruments once.
+func recordOneOfEach(ctx context.Context, inst *Instruments) {
+	inst.FanoutRejected(ctx, "creditEval", ReasonQueueFull)
+	inst.StaleHeartbeatReaped(ctx)
+	inst.RequestRecorded(ctx, "aptTrade", SourceAPI, ResultAccepted)
+	inst.ExecutionFinished(ctx, "aptTrade", StatusCompleted)
+	inst.ItemsCounted(ctx, "aptTrade", OutcomeWritten, 72)
+	inst.ExternalCall(ctx, "MOLIT", CallOK)
+	inst.ChunkDuration(ctx, "aptTrade", 1500*time.Millisecond)
+	inst.FanoutInflightAdd(ctx, "creditEval", 3)
+	inst.FanoutCapacitySet(ctx, "creditEval", 5)
+	inst.ProviderCallsRemainingSet(ctx, "MOLIT", 9928)
+	inst.ProviderDailyCapSet(ctx, "MOLIT", 10000)
+	inst.WorkersAliveSet(ctx, 2)
+	inst.QueueOldestAgeSet(ctx, "stockPrice", 42.5)
+	inst.RequestStartLatency(ctx, "aptTrade", 250*time.Millisecond)
+}
+
+func TestInstrumentsScrapedNames(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+
+	// The production wiring, Go and process collectors included.
+	providers, err := NewProviders(ctx, Config{Role: "worker", ServiceVersion: "test", WorkerID: "1@host#boot"})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, providers.Shutdown(context.WithoutCancel(ctx))) })
+
+	inst, err := NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	recordOneOfEach(ctx, inst)
+
+	families := scrape(t, providers.MetricsHandler())
+
+	want := map[string]struct {
+		labels []string
+		typ    dto.MetricType
+	}{
+		"buildrisk_chunk_duration_seconds":        {[]string{"job"}, dto.MetricType_HISTOGRAM},
+		"buildrisk_executions_total":              {[]string{"job", "status"}, dto.MetricType_COUNTER},
+		"buildrisk_external_calls_total":          {[]string{"outcome", "provider"}, dto.MetricType_COUNTER},
+		"buildrisk_fanout_capacity":               {[]string{"job"}, dto.MetricType_GAUGE},
+		"buildrisk_fanout_inflight":               {[]string{"job"}, dto.MetricType_GAUGE},
+		"buildrisk_fanout_rejections_total":       {[]string{"job", "reason"}, dto.MetricType_COUNTER},
+		"buildrisk_items_total":                   {[]string{"job", "outcome"}, dto.MetricType_COUNTER},
+		"buildrisk_provider_calls_remaining":      {[]string{"provider"}, dto.MetricType_GAUGE},
+		"buildrisk_provider_daily_cap":            {[]string{"provider"}, dto.MetricType_GAUGE},
+		"buildrisk_queue_oldest_age_seconds":      {[]string{"job"}, dto.MetricType_GAUGE},
+		"buildrisk_request_start_latency_seconds": {[]string{"job"}, dto.MetricType_HISTOGRAM},
+		"buildrisk_requests_total":                {[]string{"job", "result", "source"}, dto.MetricType_COUNTER},
+		"buildrisk_worker_stale_heartbeats_total": {nil, dto.MetricType_COUNTER},
+		"buildrisk_workers_alive":                 {nil, dto.MetricType_GAUGE},
+	}
+
+	// MetricNames is exactly the list above, sorted.
+	wantNames := make([]string, 0, len(want))
+	for name := range want {
+		wantNames = append(wantNames, name)
+	}
+	sort.Strings(wantNames)
+	require.Equal(t, wantNames, MetricNames)
+	require.True(t, slices.IsSorted(MetricNames))
+
+	var scraped []string
+	for name := range families {
+		if strings.HasPrefix(name, "buildrisk_") {
+			scraped = append(scraped, name)
+		}
+	}
+	sort.Strings(scraped)
+	require.Equal(t, MetricNames, scraped, "scraped buildrisk_* names differ from MetricNames")
+
+	for name, w := range want {
+		family := families[name]
+		require.Equal(t, w.typ, family.GetType(), "type of %s", name)
+		require.NotEmpty(t, family.GetMetric(), name)
+		for _, m := range family.GetMetric() {
+			require.Equal(t, w.labels, labelNames(m), "labels of %s", name)
+
+			// The scope labels the exporter adds are there and don't clash
+			// with ours.
+			var scope string
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "otel_scope_name" {
+					scope = l.GetValue()
+				}
+			}
+			require.Equal(t, ScopeName, scope, "otel_scope_name of %s", name)
+		}
+	}
+
+	// The process is described by target_info, not by metric labels.
+	targetInfo := families["target_info"]
+	require.NotNil(t, targetInfo)
+	labels := map[string]string{}
+	for _, l := range targetInfo.GetMetric()[0].GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	require.Equal(t, ServiceName, labels["service_name"])
+	require.Equal(t, "worker", labels["buildrisk_role"])
+	require.Equal(t, "1@host#boot", labels["service_instance_id"])
+	require.Equal(t, "test", labels["service_version"])
+
+	// The Go and process collectors are registered.
+	require.Contains(t, families, "go_goroutines")
+	require.Contains(t, families, "process_cpu_seconds_total")
+}
+
+func TestInstrumentsValues(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	bundle := setupInstruments(t)
+	recordOneOfEach(ctx, bundle.inst)
+	bundle.inst.FanoutInflightAdd(ctx, "creditEval", -1)
+	bundle.inst.ChunkDuration(ctx, "aptTrade", 500*time.Millisecond)
+	bundle.inst.ItemsCounted(ctx, "aptTrade", OutcomeUnaccounted, 3)
+	bundle.inst.ItemsCounted(ctx, "aptTrade", OutcomeSkipped, 0) // records nothing
+	bundle.inst.QueueOldestAgeSet(ctx, "rules", -5)              // clock skew: 0
+	bundle.inst.RequestStartLatency(ctx, "rules", -time.Second)  // clock skew: 0
+
+	for _, tt := range []struct {
+		labels map[string]string
+		name   string
+		want   float64
+	}{
+		{map[string]string{"job": "creditEval", "reason": "queue_full"}, "buildrisk_fanout_rejections_total", 1},
+		{nil, "buildrisk_worker_stale_heartbeats_total", 1},
+		{map[string]string{"job": "aptTrade", "source": "api", "result": "accepted"}, "buildrisk_requests_total", 1},
+		{map[string]string{"job": "aptTrade", "status": "COMPLETED"}, "buildrisk_executions_total", 1},
+		{map[string]string{"job": "aptTrade", "outcome": "written"}, "buildrisk_items_total", 72},
+		{map[string]string{"job": "aptTrade", "outcome": "unaccounted"}, "buildrisk_items_total", 3},
+		{map[string]string{"job": "aptTrade", "outcome": "skipped"}, "buildrisk_items_total", 0},
+		{map[string]string{"provider": "MOLIT", "outcome": "ok"}, "buildrisk_external_calls_total", 1},
+		{map[string]string{"job": "aptTrade"}, "buildrisk_chunk_duration_seconds_count", 2},
+		{map[string]string{"job": "aptTrade"}, "buildrisk_chunk_duration_seconds_sum", 2},
+		{map[string]string{"job": "aptTrade"}, "buildrisk_chunk_duration_seconds", 2},
+		{map[string]string{"job": "creditEval"}, "buildrisk_fanout_inflight", 2},
+		{map[string]string{"job": "creditEval"}, "buildrisk_fanout_capacity", 5},
+		{map[string]string{"provider": "MOLIT"}, "buildrisk_provider_calls_remaining", 9928},
+		{map[string]string{"provider": "MOLIT"}, "buildrisk_provider_daily_cap", 10000},
+		{nil, "buildrisk_workers_alive", 2},
+		{map[string]string{"job": "stockPrice"}, "buildrisk_queue_oldest_age_seconds", 42.5},
+		{map[string]string{"job": "rules"}, "buildrisk_queue_oldest_age_seconds", 0},
+		{map[string]string{"job": "aptTrade"}, "buildrisk_request_start_latency_seconds_sum", 0.25},
+		{map[string]string{"job": "rules"}, "buildrisk_request_start_latency_seconds_count", 1},
+		{map[string]string{"job": "rules"}, "buildrisk_request_start_latency_seconds_sum", 0},
+	} {
+		got, err := bundle.providers.MetricValue(tt.name, tt.labels)
+		require.NoError(t, err, tt.name)
+		require.InDelta(t, tt.want, got, 1e-9, "%s%v", tt.name, tt.labels)
+	}
+
+	// Seconds, not milliseconds: 1.5 s lands in the (1, 2.5] bucket.
+	families, err := bundle.providers.Registry.Gather()
+	require.NoError(t, err)
+	for _, family := range families {
+		if family.GetName() != "buildrisk_chunk_duration_seconds" {
+			continue
+		}
+		buckets := family.GetMetric()[0].GetHistogram().GetBucket()
+		counts := map[float64]uint64{}
+		for _, b := range buckets {
+			counts[b.GetUpperBound()] = b.GetCumulativeCount()
+		}
+		require.Equal(t, uint64(0), counts[0.25])
+		require.Equal(t, uint64(1), counts[1])
+		require.Equal(t, uint64(2), counts[2.5])
+	}
+}
+
+func TestInstrumentsOtherValue(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	bundle := setupInstruments(t)
+
+	bundle.inst.RequestRecorded(ctx, "aptTrade", "cron", "Accepted")
+	bundle.inst.ExecutionFinished(ctx, "aptTrade", "RUNNING")
+	bundle.inst.ItemsCounted(ctx, "aptTrade", "lost", 1)
+	bundle.inst.ExternalCall(ctx, "DART", "timeout")
+	bundle.inst.FanoutRejected(ctx, "creditEval", "RejectedExecutionException")
+
+	for _, tt := range []struct {
+		labels map[string]string
+		name   string
+	}{
+		{map[string]string{"source": ValueOther, "result": ValueOther}, MetricRequests},
+		{map[string]string{"status": ValueOther}, MetricExecutions},
+		{map[string]string{"outcome": ValueOther}, MetricItems},
+		{map[string]string{"outcome": ValueOther}, MetricExternalCalls},
+		{map[string]string{"reason": ValueOther}, MetricFanoutRejections},
+	} {
+		got, err := bundle.providers.MetricValue(tt.name, tt.labels)
+		require.NoError(t, err)
+		require.InDelta(t, 1, got, 0, tt.name)
+	}
+}
+
+func TestInstrumentsInitSeries(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	bundle := setupInstruments(t)
+
+	// The stale-heartbeat counter exists at 0 right after NewInstruments.
+	families := scrape(t, bundle.providers.MetricsHandler())
+	require.Contains(t, families, MetricWorkerStaleHeartbeats)
+	require.Zero(t, families[MetricWorkerStaleHeartbeats].GetMetric()[0].GetCounter().GetValue())
+
+	bundle.inst.InitSeries(ctx, []string{"aptTrade", "creditEval"}, []string{"DART", "MOLIT"})
+	bundle.inst.InitSeries(ctx, []string{"aptTrade", "creditEval"}, []string{"DART", "MOLIT"}) // idempotent
+
+	families = scrape(t, bundle.providers.MetricsHandler())
+	for name, wantSeries := range map[string]int{
+		MetricFanoutRejections:      2 * 3,
+		MetricRequests:              2 * 4 * 3,
+		MetricExecutions:            2 * 4,
+		MetricItems:                 2 * 4,
+		MetricExternalCalls:         2 * 3,
+		MetricWorkerStaleHeartbeats: 1,
+	} {
+		require.Contains(t, families, name)
+		require.Len(t, families[name].GetMetric(), wantSeries, name)
+		for _, m := range families[name].GetMetric() {
+			require.Zero(t, m.GetCounter().GetValue(), name)
+		}
+	}
+
+	// A real event on a pre-initialised series is an increase from 0.
+	bundle.inst.ItemsCounted(ctx, "aptTrade", OutcomeUnaccounted, 2)
+	got, err := bundle.providers.MetricValue(MetricItems, map[string]string{"job": "aptTrade", "outcome": OutcomeUnaccounted})
+	require.NoError(t, err)
+	require.InDelta(t, 2, got, 0)
+}
+
+func TestProvidersMetricValue(t *testing.T) {
+	t.Parallel()
+
+	bundle := setupInstruments(t)
+
+	t.Run("KnownButNotRecorded", func(t *testing.T) {
+		t.Parallel()
+
+		got, err := bundle.providers.MetricValue(MetricRequestStartLatency+"_count", nil)
+		require.NoError(t, err)
+		require.Zero(t, got)
+	})
+
+	t.Run("Unknown", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := bundle.providers.MetricValue("buildrisk_request_total", nil)
+		require.ErrorIs(t, err, ErrMetricUnknown)
+	})
+}

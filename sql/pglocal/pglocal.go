@@ -1,0 +1,659 @@
+// Package pglocal runs a private, throwaway PostgreSQL cluster from the
+// server binaries installed on this machine. It backs `radar dev` and the
+// pgtest harness, so that neither needs a server to be set up by hand nor
+// ever touches one that happens to be running already.
+//
+// A cluster lives in its own temporary directory (data directory, Unix
+// socket, server log and an owner file), listens on 127.0.0.1 only, trusts
+// every local connection and trades durability for speed (fsync off). It is
+// removed by Cluster.Stop. When the owning process dies without calling Stop,
+// the kernel kills the postmaster through the parent-death signal, and the
+// next Start in any process sweeps the directory (and, should the server
+// somehow have survived, kills it), so a crashed run never leaves a server
+// that gets in the way of the next one.
+//
+// PostgreSQL refuses to run as root: when the calling process is root, initdb
+// and postgres run as the `postgres` system user instead.
+package pglocal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrBinariesNotFound is returned (wrapped) by Start when the PostgreSQL
+// server binaries initdb and postgres cannot be found.
+var ErrBinariesNotFound = errors.New("postgresql server binaries (initdb, postgres) not found in $PATH, `pg_config --bindir` or /usr/lib/postgresql/*/bin: " +
+	"install them with `apt-get install postgresql` (Debian/Ubuntu) or set DATABASE_URL to use an existing server")
+
+const (
+	// dirPattern names every cluster directory; SweepStale relies on it.
+	dirPattern = "buildrisk-pglocal-*"
+
+	// ownerFileName is the file in a cluster directory holding the pid (and
+	// process start time) of the process that owns the cluster.
+	ownerFileName = "owner.pid"
+
+	// dataDirName, logFileName name the data directory and the server log
+	// inside a cluster directory. The Unix socket lives in the cluster
+	// directory itself.
+	dataDirName = "data"
+	logFileName = "postgres.log"
+
+	// superuser is the database superuser created by initdb.
+	superuser = "postgres"
+
+	// systemUser is the operating system user initdb and postgres run as when
+	// the calling process is root.
+	systemUser = "postgres"
+
+	// StartTimeoutDefault is the default of Config.StartTimeout.
+	StartTimeoutDefault = 30 * time.Second
+
+	// stopTimeout is how long Stop waits for a fast shutdown before it kills
+	// the postmaster.
+	stopTimeout = 10 * time.Second
+
+	// maxSocketPathLen is the longest Unix socket path Linux accepts
+	// (sizeof(sun_path) minus the terminating NUL).
+	maxSocketPathLen = 107
+
+	// logTailBytes is how much of the server log an error message quotes.
+	logTailBytes = 4 << 10
+
+	// freshDirGrace protects a cluster directory that has no owner file yet
+	// because another process is still creating it.
+	freshDirGrace = time.Minute
+)
+
+// Config configures Start. The zero value is valid: every field has a
+// default, applied together with validation by Config.withDefaults.
+type Config struct {
+	// BinDir is the directory holding initdb and postgres. When empty, it is
+	// discovered: first $PATH (a directory holding both), then the output of
+	// `pg_config --bindir`, then the newest /usr/lib/postgresql/*/bin.
+	BinDir string
+
+	// Port is the TCP port the server listens on, on 127.0.0.1. When zero, a
+	// free port is picked, and Start retries with another one should it be
+	// taken before the server binds it.
+	Port int
+
+	// Logger receives progress and sweep messages. When nil, they are
+	// discarded.
+	Logger *slog.Logger
+
+	// StartTimeout bounds how long Start waits for the server to accept
+	// connections once it has been launched. Defaults to StartTimeoutDefault.
+	StartTimeout time.Duration
+}
+
+// withDefaults returns a copy of the configuration with every default applied,
+// or an error when a field is invalid. It is the only place defaults and
+// validation live.
+func (c Config) withDefaults() (Config, error) {
+	if c.Port < 0 || c.Port > 65535 {
+		return c, fmt.Errorf("invalid port %d: must be between 0 and 65535", c.Port)
+	}
+	if c.StartTimeout < 0 {
+		return c, fmt.Errorf("invalid start timeout %s: must not be negative", c.StartTimeout)
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = StartTimeoutDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.BinDir == "" {
+		binDir, err := findBinDir()
+		if err != nil {
+			return c, err
+		}
+		c.BinDir = binDir
+	} else if !hasServerBinaries(c.BinDir) {
+		return c, fmt.Errorf("bin dir %q does not hold both initdb and postgres: %w", c.BinDir, ErrBinariesNotFound)
+	}
+	return c, nil
+}
+
+// Cluster is a running throwaway PostgreSQL cluster started by Start. Its
+// methods are safe for concurrent use.
+type Cluster struct {
+	dir    string // cluster directory, removed by Stop
+	port   int
+	logger *slog.Logger
+
+	cmd    *exec.Cmd     // the postmaster
+	exited chan struct{} // closed once the postmaster has been reaped
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start creates a cluster in a fresh temporary directory, launches its
+// postmaster and waits until it accepts connections. Before that, it sweeps
+// clusters left behind by processes that died (see SweepStale). ctx bounds
+// the whole start-up; once Start has returned, the cluster lives until Stop
+// (or until this process dies).
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	return start(ctx, cfg, os.TempDir())
+}
+
+// start is Start with the directory clusters are created in (and swept from)
+// made explicit, so tests can keep theirs apart.
+func start(ctx context.Context, cfg Config, root string) (*Cluster, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("error configuring local postgres: %w", err)
+	}
+	sweepStale(cfg.Logger, root)
+
+	cred, err := childCredential()
+	if err != nil {
+		return nil, err
+	}
+
+	dir, err := os.MkdirTemp(root, dirPattern)
+	if err != nil {
+		return nil, fmt.Errorf("error creating cluster directory: %w", err)
+	}
+	cluster, err := startIn(ctx, cfg, dir, cred)
+	if err != nil {
+		if removeErr := removeDir(dir); removeErr != nil {
+			cfg.Logger.Warn("pglocal: error removing cluster directory", "dir", dir, "error", removeErr)
+		}
+		return nil, err
+	}
+	return cluster, nil
+}
+
+// startIn initializes a cluster in dir and launches it. On error, the caller
+// removes dir; any process started here is dead by then.
+func startIn(ctx context.Context, cfg Config, dir string, cred *syscall.Credential) (*Cluster, error) {
+	// The owner file goes first, so a concurrent sweep never mistakes this
+	// directory for an abandoned one.
+	if err := writeOwnerFile(dir); err != nil {
+		return nil, err
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			return nil, fmt.Errorf("error handing cluster directory to the %s user: %w", systemUser, err)
+		}
+	}
+
+	dataDir := filepath.Join(dir, dataDirName)
+	begin := time.Now()
+	initdb := exec.CommandContext(ctx, filepath.Join(cfg.BinDir, "initdb"),
+		"-D", dataDir,
+		"-U", superuser,
+		"--auth=trust",
+		"-E", "UTF8",
+		"--locale=C",
+		"--no-sync",
+	)
+	initdb.Dir = dir
+	initdb.Env = childEnv()
+	initdb.SysProcAttr = sysProcAttr(cred)
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("error running initdb: %w\n%s", err, bytes.TrimSpace(out))
+	}
+	cfg.Logger.Debug("pglocal: initdb done", "dir", dir, "duration", time.Since(begin))
+
+	// The socket directory must be short enough for a Unix socket path; when
+	// $TMPDIR is too deep, Unix sockets are turned off, TCP is all we use.
+	socketDir := dir
+	if len(filepath.Join(dir, ".s.PGSQL.65535")) > maxSocketPathLen {
+		socketDir = ""
+	}
+
+	// With an automatically picked port, another process may take the port
+	// between picking and binding it; the server then exits at once, and we
+	// try again with a fresh port.
+	const maxAttempts = 3
+	for attempt := 1; ; attempt++ {
+		port := cfg.Port
+		if port == 0 {
+			var err error
+			if port, err = freePort(); err != nil {
+				return nil, err
+			}
+		}
+		cluster, err := launch(ctx, cfg, dir, socketDir, port, cred)
+		if err == nil {
+			cfg.Logger.Info("pglocal: postgres started", "dir", dir, "port", port, "duration", time.Since(begin))
+			return cluster, nil
+		}
+		if cfg.Port != 0 || attempt == maxAttempts || !errors.Is(err, errPortInUse) {
+			return nil, err
+		}
+		cfg.Logger.Debug("pglocal: port taken, retrying", "port", port)
+	}
+}
+
+// errPortInUse marks a launch that failed because the port was taken.
+var errPortInUse = errors.New("port already in use")
+
+// launch runs the postmaster on port and waits until it accepts connections.
+// On error, the postmaster is dead and reaped.
+func launch(ctx context.Context, cfg Config, dir, socketDir string, port int, cred *syscall.Credential) (*Cluster, error) {
+	logPath := filepath.Join(dir, logFileName)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("error creating server log: %w", err)
+	}
+	// The child keeps its own descriptor; ours is not needed past Start.
+	defer logFile.Close()
+
+	// Not exec.CommandContext: the server must outlive ctx.
+	cmd := exec.Command(filepath.Join(cfg.BinDir, "postgres"),
+		"-D", filepath.Join(dir, dataDirName),
+		"-p", strconv.Itoa(port),
+		"-k", socketDir,
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "fsync=off",
+		"-c", "synchronous_commit=off",
+		"-c", "full_page_writes=off",
+		"-c", "max_connections=200",
+		"-c", "shared_buffers=32MB",
+	)
+	cmd.Dir = dir
+	cmd.Env = childEnv()
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	attr := sysProcAttr(cred)
+	// Our own process group keeps a terminal's Ctrl-C away from the server,
+	// so `radar dev` can still use the database while it shuts down; Stop
+	// (or the parent-death signal) ends it.
+	attr.Setpgid = true
+	cmd.SysProcAttr = attr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("error starting postgres: %w", err)
+	}
+
+	c := &Cluster{
+		dir:    dir,
+		port:   port,
+		logger: cfg.Logger,
+		cmd:    cmd,
+		exited: make(chan struct{}),
+	}
+	go func() {
+		_ = cmd.Wait()
+		close(c.exited)
+	}()
+
+	if err := c.waitReady(ctx, cfg.StartTimeout); err != nil {
+		c.kill()
+		tail := logTail(logPath)
+		if strings.Contains(tail, "Address already in use") {
+			err = fmt.Errorf("%w: %w", errPortInUse, err)
+		}
+		return nil, fmt.Errorf("error starting postgres on port %d: %w\nserver log (%s):\n%s", port, err, logPath, tail)
+	}
+	return c, nil
+}
+
+// waitReady polls the server until a connection succeeds, the postmaster
+// exits, ctx ends or timeout elapses.
+func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	connConfig, err := pgx.ParseConfig(c.URL("postgres"))
+	if err != nil {
+		return fmt.Errorf("error parsing connection url: %w", err)
+	}
+	connConfig.ConnectTimeout = time.Second
+
+	var lastErr error
+	for {
+		lastErr = c.ping(ctx, connConfig)
+		if lastErr == nil {
+			return nil
+		}
+		select {
+		case <-c.exited:
+			return fmt.Errorf("postgres exited during start-up (%s)", c.cmd.ProcessState)
+		case <-ctx.Done():
+			return fmt.Errorf("postgres not accepting connections: %w (last error: %w)", ctx.Err(), lastErr)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// ping connects to the server and checks that it is this cluster's: until
+// our postmaster has bound the port, another server may answer there.
+func (c *Cluster) ping(ctx context.Context, connConfig *pgx.ConnConfig) error {
+	conn, err := pgx.ConnectConfig(ctx, connConfig)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	var dataDir string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dataDir); err != nil {
+		return fmt.Errorf("error querying data directory: %w", err)
+	}
+	if want := filepath.Join(c.dir, dataDirName); dataDir != want {
+		return fmt.Errorf("another server answers on port %d (data directory %s)", c.port, dataDir)
+	}
+	return nil
+}
+
+// URL returns a connection URL for database on this cluster, as the trusted
+// superuser over TCP.
+func (c *Cluster) URL(database string) string {
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", superuser, c.port, database)
+}
+
+// Port returns the TCP port the cluster listens on, on 127.0.0.1.
+func (c *Cluster) Port() int {
+	return c.port
+}
+
+// Stop shuts the cluster down (fast shutdown: open transactions are rolled
+// back, connections are closed), kills it if it has not exited within ten
+// seconds, and removes its directory. It is idempotent and safe to call
+// concurrently, for instance from a signal handler and a deferred call; every
+// call returns once the cluster is gone, with the same result.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() {
+		c.stopErr = c.stop()
+	})
+	return c.stopErr
+}
+
+func (c *Cluster) stop() error {
+	var errs []error
+	// SIGINT asks the postmaster for a fast shutdown.
+	if err := c.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		errs = append(errs, fmt.Errorf("error signalling postgres: %w", err))
+	}
+	select {
+	case <-c.exited:
+	case <-time.After(stopTimeout):
+		c.logger.Warn("pglocal: postgres did not shut down in time, killing it", "pid", c.cmd.Process.Pid, "timeout", stopTimeout)
+		c.kill()
+	}
+	if err := removeDir(c.dir); err != nil {
+		errs = append(errs, fmt.Errorf("error removing cluster directory: %w", err))
+	}
+	c.logger.Info("pglocal: postgres stopped", "dir", c.dir, "port", c.port)
+	return errors.Join(errs...)
+}
+
+// kill sends SIGKILL to the postmaster and waits until it has been reaped.
+// Backends notice the postmaster's death and exit on their own.
+func (c *Cluster) kill() {
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.exited
+}
+
+// SweepStale removes the clusters in the temporary directory whose owning
+// process is gone: it kills a postmaster still running there (SIGKILL) and
+// removes the directory. Clusters of live processes are left alone. Start
+// calls it; errors are logged to logger (which may be nil), not returned,
+// since a sweep is best effort.
+func SweepStale(logger *slog.Logger) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	sweepStale(logger, os.TempDir())
+}
+
+func sweepStale(logger *slog.Logger, root string) {
+	dirs, err := filepath.Glob(filepath.Join(root, dirPattern))
+	if err != nil {
+		logger.Warn("pglocal: error listing stale clusters", "error", err)
+		return
+	}
+	for _, dir := range dirs {
+		if err := sweepDir(logger, dir); err != nil {
+			logger.Warn("pglocal: error sweeping stale cluster", "dir", dir, "error", err)
+		}
+	}
+}
+
+// sweepDir removes dir if its owner is dead, killing its postmaster first.
+func sweepDir(logger *slog.Logger, dir string) error {
+	info, err := os.Lstat(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // swept by someone else meanwhile
+		}
+		return err
+	}
+	if !info.IsDir() {
+		return nil
+	}
+	owner, err := readOwnerFile(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		// Either still being created by another process, or abandoned before
+		// the owner file was written (in which case nothing ever ran there).
+		if time.Since(info.ModTime()) < freshDirGrace {
+			return nil
+		}
+	case errors.Is(err, os.ErrPermission):
+		return nil // another user's cluster: not ours to judge
+	case err != nil:
+		return err
+	case owner.alive():
+		return nil
+	}
+
+	if pid, ok := postmasterPID(filepath.Join(dir, dataDirName)); ok {
+		logger.Warn("pglocal: killing postgres of a dead process", "dir", dir, "pid", pid)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("error killing stale postgres %d: %w", pid, err)
+		}
+		waitGone(pid, 5*time.Second)
+	}
+	logger.Info("pglocal: removing stale cluster", "dir", dir)
+	return removeDir(dir)
+}
+
+// owner identifies the process owning a cluster. The start time guards
+// against the pid having been reused since.
+type owner struct {
+	pid       int
+	startTime string // empty when unknown
+}
+
+func writeOwnerFile(dir string) error {
+	pid := os.Getpid()
+	content := strconv.Itoa(pid) + "\n" + processStartTime(pid) + "\n"
+	if err := os.WriteFile(filepath.Join(dir, ownerFileName), []byte(content), 0o644); err != nil {
+		return fmt.Errorf("error writing owner file: %w", err)
+	}
+	return nil
+}
+
+func readOwnerFile(dir string) (owner, error) {
+	data, err := os.ReadFile(filepath.Join(dir, ownerFileName))
+	if err != nil {
+		return owner{}, err
+	}
+	lines := strings.Split(string(data), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(lines[0]))
+	if err != nil || pid <= 0 {
+		// A torn or garbled owner file cannot name a live owner.
+		return owner{}, nil
+	}
+	o := owner{pid: pid}
+	if len(lines) > 1 {
+		o.startTime = strings.TrimSpace(lines[1])
+	}
+	return o, nil
+}
+
+// alive reports whether the owning process still runs.
+func (o owner) alive() bool {
+	if o.pid <= 0 || !processAlive(o.pid) {
+		return false
+	}
+	if o.startTime == "" {
+		return true
+	}
+	// A different start time means the pid now belongs to someone else.
+	current := processStartTime(o.pid)
+	return current == "" || current == o.startTime
+}
+
+// postmasterPID returns the pid of the postmaster running on dataDir, read
+// from its postmaster.pid, if that process is alive and is indeed that
+// postmaster.
+func postmasterPID(dataDir string) (int, bool) {
+	data, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0, false
+	}
+	first, _, _ := strings.Cut(string(data), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || pid <= 0 || !processAlive(pid) {
+		return 0, false
+	}
+	return pid, isPostmasterOf(pid, dataDir)
+}
+
+// waitGone waits until pid has exited, at most timeout.
+func waitGone(pid int, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for processAlive(pid) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// removeDir removes dir and everything in it, retrying briefly: backends of a
+// killed postmaster may still be writing there for a moment.
+func removeDir(dir string) error {
+	var err error
+	for range 20 {
+		if err = os.RemoveAll(dir); err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return err
+}
+
+// childCredential returns the credential initdb and postgres must run with:
+// nil (this process's own) normally, the postgres system user's when running
+// as root.
+func childCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup(systemUser)
+	if err != nil {
+		return nil, fmt.Errorf("postgresql refuses to run as root and there is no %q system user to run it as "+
+			"(create one with `useradd -r %s`, or run as a normal user): %w", systemUser, systemUser, err)
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("error parsing uid of user %s: %w", systemUser, err)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("error parsing gid of user %s: %w", systemUser, err)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
+}
+
+// childEnv returns the environment for initdb and postgres: ours, without the
+// libpq and server variables that could redirect them elsewhere.
+func childEnv() []string {
+	env := make([]string, 0, len(os.Environ()))
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "PG") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("error picking a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// logTail returns the end of the server log at path.
+func logTail(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("(server log unavailable: %v)", err)
+	}
+	defer f.Close()
+	if info, err := f.Stat(); err == nil && info.Size() > logTailBytes {
+		_, _ = f.Seek(-logTailBytes, io.SeekEnd)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return fmt.Sprintf("(error reading server log: %v)", err)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// findBinDir locates the directory holding initdb and postgres.
+func findBinDir() (string, error) {
+	if initdb, err := exec.LookPath("initdb"); err == nil {
+		if dir := filepath.Dir(initdb); hasServerBinaries(dir) {
+			return dir, nil
+		}
+	}
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		if dir := strings.TrimSpace(string(out)); dir != "" && hasServerBinaries(dir) {
+			return dir, nil
+		}
+	}
+	candidates, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	// Newest major version first: "9.6" < "10" < "17".
+	sort.Slice(candidates, func(i, j int) bool {
+		return versionKey(candidates[i]) > versionKey(candidates[j])
+	})
+	for _, dir := range candidates {
+		if hasServerBinaries(dir) {
+			return dir, nil
+		}
+	}
+	return "", ErrBinariesNotFound
+}
+
+// versionKey orders /usr/lib/postgresql/<version>/bin paths by version.
+func versionKey(binDir string) float64 {
+	v, _ := strconv.ParseFloat(filepath.Base(filepath.Dir(binDir)), 64)
+	return v
+}
+
+// hasServerBinaries reports whether dir holds executable initdb and postgres.
+func hasServerBinaries(dir string) bool {
+	for _, name := range []string{"initdb", "postgres"} {
+		info, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || info.IsDir() || info.Mode()&0o111 == 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,313 @@
+package pglocal
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// crashChildEnv, when set, turns the test binary into the crash helper of
+// TestStaleCluster: it starts a cluster under the directory the variable
+// names, reports it on stdout and blocks until it is killed.
+const crashChildEnv = "PGLOCAL_TEST_CRASH_CHILD_ROOT"
+
+// childReport is what the crash helper reports about its cluster.
+type childReport struct {
+	Dir  string `json:"dir"`
+	Port int    `json:"port"`
+	PID  int    `json:"pid"`
+}
+
+func TestMain(m *testing.M) {
+	if root := os.Getenv(crashChildEnv); root != "" {
+		runCrashChild(root)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func runCrashChild(root string) {
+	cluster, err := start(context.Background(), Config{}, root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	report := childReport{Dir: cluster.dir, Port: cluster.Port(), PID: cluster.cmd.Process.Pid}
+	if err := json.NewEncoder(os.Stdout).Encode(report); err != nil {
+		os.Exit(1)
+	}
+	select {} // until killed
+}
+
+func TestStart(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	cluster, err := Start(ctx, Config{Logger: testLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cluster.Stop() })
+
+	require.DirExists(t, cluster.dir)
+	require.Equal(t, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", cluster.Port()), cluster.URL("postgres"))
+
+	conn, err := pgx.Connect(ctx, cluster.URL("postgres"))
+	require.NoError(t, err)
+	var one int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT 1").Scan(&one))
+	require.Equal(t, 1, one)
+
+	// The server must be ours: trusted superuser, our settings, our directory.
+	var fsync, dataDir string
+	require.NoError(t, conn.QueryRow(ctx, "SELECT current_setting('fsync'), current_setting('data_directory')").Scan(&fsync, &dataDir))
+	require.Equal(t, "off", fsync)
+	require.Equal(t, filepath.Join(cluster.dir, dataDirName), dataDir)
+
+	// Stop with a connection still open: a fast shutdown ends it.
+	require.NoError(t, cluster.Stop())
+	require.NoError(t, cluster.Stop(), "stop must be idempotent")
+	require.NoDirExists(t, cluster.dir)
+	requirePortFree(t, cluster.Port())
+	require.Error(t, conn.Ping(ctx))
+	_ = conn.Close(ctx)
+}
+
+func TestStartConcurrentClusters(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	clusters := make(chan *Cluster, 3)
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() {
+			cluster, err := Start(ctx, Config{})
+			clusters <- cluster
+			errs <- err
+		}()
+	}
+	ports := make(map[int]bool)
+	for range 3 {
+		cluster, err := <-clusters, <-errs
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, cluster.Stop()) })
+		ports[cluster.Port()] = true
+	}
+	require.Len(t, ports, 3)
+}
+
+func TestStopConcurrent(t *testing.T) {
+	t.Parallel()
+
+	cluster, err := Start(context.Background(), Config{})
+	require.NoError(t, err)
+
+	// As from a signal handler and a deferred call at the same time.
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- cluster.Stop() }()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	require.NoDirExists(t, cluster.dir)
+}
+
+func TestStartFixedPort(t *testing.T) {
+	t.Parallel()
+
+	port, err := freePort()
+	require.NoError(t, err)
+	cluster, err := Start(context.Background(), Config{Port: port})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, cluster.Stop()) })
+	require.Equal(t, port, cluster.Port())
+
+	// A second cluster on the same port fails, quoting the server log, and
+	// leaves nothing behind.
+	root := testRoot(t)
+	_, err = start(context.Background(), Config{Port: port}, root)
+	require.ErrorContains(t, err, "server log")
+	require.ErrorContains(t, err, "Address already in use")
+	leftovers, _ := filepath.Glob(filepath.Join(root, dirPattern))
+	require.Empty(t, leftovers)
+}
+
+func TestConfigWithDefaults(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Defaults", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := Config{}.withDefaults()
+		require.NoError(t, err)
+		require.True(t, hasServerBinaries(cfg.BinDir))
+		require.Equal(t, StartTimeoutDefault, cfg.StartTimeout)
+		require.NotNil(t, cfg.Logger)
+	})
+
+	t.Run("InvalidPort", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := Config{Port: 70000}.withDefaults()
+		require.ErrorContains(t, err, "invalid port")
+	})
+
+	t.Run("NegativeTimeout", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := Config{StartTimeout: -time.Second}.withDefaults()
+		require.ErrorContains(t, err, "invalid start timeout")
+	})
+
+	t.Run("BinDirWithoutBinaries", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := Config{BinDir: t.TempDir()}.withDefaults()
+		require.ErrorIs(t, err, ErrBinariesNotFound)
+		require.ErrorContains(t, err, "apt-get install postgresql")
+		require.ErrorContains(t, err, "DATABASE_URL")
+	})
+}
+
+// TestStaleCluster kills a process that owns a running cluster, the way a
+// crash or `kill -9` would, and shows that nothing is left in the way.
+func TestStaleCluster(t *testing.T) {
+	t.Parallel()
+
+	root := testRoot(t)
+
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), crashChildEnv+"="+root)
+	child.Stderr = os.Stderr
+	stdout, err := child.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, child.Start())
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+
+	var report childReport
+	require.NoError(t, json.NewDecoder(bufio.NewReader(stdout)).Decode(&report))
+	require.DirExists(t, report.Dir)
+	require.True(t, processAlive(report.PID))
+
+	require.NoError(t, child.Process.Signal(syscall.SIGKILL))
+	_ = child.Wait()
+
+	// The parent-death signal takes the server down with its owner.
+	require.Eventually(t, func() bool { return !processAlive(report.PID) }, 10*time.Second, 20*time.Millisecond)
+	requirePortFree(t, report.Port)
+
+	// The directory stays until the next Start sweeps it.
+	require.DirExists(t, report.Dir)
+	cluster, err := start(context.Background(), Config{Logger: testLogger(t)}, root)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, cluster.Stop()) })
+	require.NoDirExists(t, report.Dir)
+	require.DirExists(t, cluster.dir, "the sweep must spare a live owner's cluster")
+}
+
+// TestSweepKillsSurvivor covers a server that outlived its owner anyway (for
+// instance on a platform without a parent-death signal): the sweep kills it.
+func TestSweepKillsSurvivor(t *testing.T) {
+	t.Parallel()
+
+	root := testRoot(t)
+	cluster, err := start(context.Background(), Config{}, root)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, cluster.Stop()) })
+
+	// Hand the cluster to a process that has exited.
+	dead := exec.Command("true")
+	require.NoError(t, dead.Run())
+	ownerFile := filepath.Join(cluster.dir, ownerFileName)
+	require.NoError(t, os.WriteFile(ownerFile, []byte(strconv.Itoa(dead.Process.Pid)+"\n"), 0o644))
+
+	sweepStale(testLogger(t), root)
+
+	require.NoDirExists(t, cluster.dir)
+	select {
+	case <-cluster.exited:
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "sweep did not kill the postmaster")
+	}
+	requirePortFree(t, cluster.Port())
+}
+
+func TestSweepSparesFreshDirWithoutOwner(t *testing.T) {
+	t.Parallel()
+
+	root := testRoot(t)
+	fresh, err := os.MkdirTemp(root, dirPattern)
+	require.NoError(t, err)
+	old, err := os.MkdirTemp(root, dirPattern)
+	require.NoError(t, err)
+	longAgo := time.Now().Add(-2 * freshDirGrace)
+	require.NoError(t, os.Chtimes(old, longAgo, longAgo))
+
+	sweepStale(testLogger(t), root)
+
+	require.DirExists(t, fresh, "another process may still be creating it")
+	require.NoDirExists(t, old)
+}
+
+func TestOwnerAlive(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+	require.NoError(t, writeOwnerFile(dir))
+	self, err := readOwnerFile(dir)
+	require.NoError(t, err)
+	require.Equal(t, os.Getpid(), self.pid)
+	require.True(t, self.alive())
+
+	// Same pid, different start time: the pid was reused, the owner is gone.
+	reused := owner{pid: self.pid, startTime: "1"}
+	require.False(t, reused.alive())
+
+	require.False(t, owner{}.alive())
+}
+
+// testRoot returns a directory of the test's own to create clusters in, so
+// that sweeps of concurrent tests (and test binaries) never see them. It is
+// traversable by the postgres user, which runs the servers when we are root.
+func testRoot(t *testing.T) string {
+	t.Helper()
+
+	root, err := os.MkdirTemp("", "pglocal-test-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(root, 0o755))
+	t.Cleanup(func() { require.NoError(t, os.RemoveAll(root)) })
+	return root
+}
+
+// requirePortFree asserts that nothing listens on port on 127.0.0.1 anymore.
+func requirePortFree(t *testing.T, port int) {
+	t.Helper()
+
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	require.NoError(t, err, "port %d still in use", port)
+	require.NoError(t, l.Close())
+}
+
+// testLogger returns a logger writing to the test log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
