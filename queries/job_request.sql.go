@@ -46,7 +46,7 @@ const jobRequestClaim = `-- name: JobRequestClaim :one
 UPDATE job_request
 SET status = 'RUNNING', claimed_at = now(), worker_id = $1
 WHERE id = $2 AND status = 'QUEUED'
-RETURNING id, job, params, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at
+RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at
 `
 
 type JobRequestClaimParams struct {
@@ -63,6 +63,7 @@ func (q *Queries) JobRequestClaim(ctx context.Context, db DBTX, arg *JobRequestC
 		&i.ID,
 		&i.Job,
 		&i.Params,
+		&i.ParamsHash,
 		&i.MaxCalls,
 		&i.ConfirmPurge,
 		&i.Source,
@@ -104,7 +105,7 @@ func (q *Queries) JobRequestFinish(ctx context.Context, db DBTX, arg *JobRequest
 }
 
 const jobRequestGetActiveByJob = `-- name: JobRequestGetActiveByJob :one
-SELECT id, job, params, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE job = $1 AND status IN ('QUEUED', 'RUNNING')
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE job = $1 AND status IN ('QUEUED', 'RUNNING')
 `
 
 func (q *Queries) JobRequestGetActiveByJob(ctx context.Context, db DBTX, job string) (*JobRequest, error) {
@@ -114,6 +115,7 @@ func (q *Queries) JobRequestGetActiveByJob(ctx context.Context, db DBTX, job str
 		&i.ID,
 		&i.Job,
 		&i.Params,
+		&i.ParamsHash,
 		&i.MaxCalls,
 		&i.ConfirmPurge,
 		&i.Source,
@@ -133,7 +135,7 @@ func (q *Queries) JobRequestGetActiveByJob(ctx context.Context, db DBTX, job str
 }
 
 const jobRequestGetByID = `-- name: JobRequestGetByID :one
-SELECT id, job, params, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE id = $1
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE id = $1
 `
 
 func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*JobRequest, error) {
@@ -143,6 +145,7 @@ func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*Jo
 		&i.ID,
 		&i.Job,
 		&i.Params,
+		&i.ParamsHash,
 		&i.MaxCalls,
 		&i.ConfirmPurge,
 		&i.Source,
@@ -162,14 +165,15 @@ func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*Jo
 }
 
 const jobRequestInsert = `-- name: JobRequestInsert :one
-INSERT INTO job_request (job, params, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-RETURNING id, job, params, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at
+INSERT INTO job_request (job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at
 `
 
 type JobRequestInsertParams struct {
 	Job                string
 	Params             []byte
+	ParamsHash         string
 	MaxCalls           *int32
 	ConfirmPurge       bool
 	Source             string
@@ -183,6 +187,7 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 	row := db.QueryRow(ctx, jobRequestInsert,
 		arg.Job,
 		arg.Params,
+		arg.ParamsHash,
 		arg.MaxCalls,
 		arg.ConfirmPurge,
 		arg.Source,
@@ -196,6 +201,7 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 		&i.ID,
 		&i.Job,
 		&i.Params,
+		&i.ParamsHash,
 		&i.MaxCalls,
 		&i.ConfirmPurge,
 		&i.Source,
@@ -215,7 +221,7 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 }
 
 const jobRequestList = `-- name: JobRequestList :many
-SELECT id, job, params, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request
 WHERE ($1::text IS NULL OR job = $1)
   AND ($2::text IS NULL OR status = $2)
   AND ($3::bigint IS NULL OR id < $3)
@@ -248,6 +254,7 @@ func (q *Queries) JobRequestList(ctx context.Context, db DBTX, arg *JobRequestLi
 			&i.ID,
 			&i.Job,
 			&i.Params,
+			&i.ParamsHash,
 			&i.MaxCalls,
 			&i.ConfirmPurge,
 			&i.Source,
@@ -367,7 +374,7 @@ func (q *Queries) JobRequestListPreviousBoot(ctx context.Context, db DBTX, arg *
 }
 
 const jobRequestListQueued = `-- name: JobRequestListQueued :many
-SELECT id, job, params, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE status = 'QUEUED' ORDER BY id
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE status = 'QUEUED' ORDER BY id
 `
 
 func (q *Queries) JobRequestListQueued(ctx context.Context, db DBTX) ([]*JobRequest, error) {
@@ -383,6 +390,7 @@ func (q *Queries) JobRequestListQueued(ctx context.Context, db DBTX) ([]*JobRequ
 			&i.ID,
 			&i.Job,
 			&i.Params,
+			&i.ParamsHash,
 			&i.MaxCalls,
 			&i.ConfirmPurge,
 			&i.Source,
@@ -409,7 +417,7 @@ func (q *Queries) JobRequestListQueued(ctx context.Context, db DBTX) ([]*JobRequ
 }
 
 const jobRequestListRunningByWorker = `-- name: JobRequestListRunningByWorker :many
-SELECT id, job, params, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE status = 'RUNNING' AND worker_id = $1 ORDER BY id
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE status = 'RUNNING' AND worker_id = $1 ORDER BY id
 `
 
 func (q *Queries) JobRequestListRunningByWorker(ctx context.Context, db DBTX, workerID *string) ([]*JobRequest, error) {
@@ -425,6 +433,7 @@ func (q *Queries) JobRequestListRunningByWorker(ctx context.Context, db DBTX, wo
 			&i.ID,
 			&i.Job,
 			&i.Params,
+			&i.ParamsHash,
 			&i.MaxCalls,
 			&i.ConfirmPurge,
 			&i.Source,

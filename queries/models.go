@@ -120,6 +120,7 @@ type JobRequest struct {
 	ID                 int64
 	Job                string
 	Params             []byte
+	ParamsHash         string
 	MaxCalls           *int32
 	ConfirmPurge       bool
 	Source             string

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/jobs/upstream"
 	"github.com/buildrisk/radar/observability"
@@ -263,7 +262,7 @@ func (r *Runner) start(ctx context.Context, requestID int64) (*started, error) {
 		} else if !errors.Is(err, queries.ErrNotFound) {
 			return fmt.Errorf("error checking running executions: %w", err)
 		}
-		resume, err := request.ResumeCandidate(ctx, tx, req.Job, jobs.ParamsHash(req.Params), req.ConfirmPurge)
+		resume, err := request.ResumeCandidate(ctx, tx, req.Job, req.ParamsHash, req.ConfirmPurge)
 		if err != nil {
 			return err
 		}
@@ -274,7 +273,7 @@ func (r *Runner) start(ctx context.Context, requestID int64) (*started, error) {
 			st.resumed = true
 		} else {
 			inst, err := r.queries.JobInstanceInsert(ctx, tx, &queries.JobInstanceInsertParams{
-				Job: req.Job, Params: req.Params, ParamsHash: jobs.ParamsHash(req.Params), ConfirmPurge: req.ConfirmPurge,
+				Job: req.Job, Params: req.Params, ParamsHash: req.ParamsHash, ConfirmPurge: req.ConfirmPurge,
 			})
 			if err != nil {
 				return fmt.Errorf("error creating instance: %w", err)

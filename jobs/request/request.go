@@ -223,6 +223,7 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 	row, err := e.queries.JobRequestInsert(ctx, tx, &queries.JobRequestInsertParams{
 		Job:                p.Job,
 		Params:             params.Canonical,
+		ParamsHash:         jobs.ParamsHash(params.Canonical),
 		MaxCalls:           maxCalls,
 		ConfirmPurge:       p.ConfirmPurge,
 		Source:             p.Source,

@@ -6,6 +6,7 @@ CREATE TABLE job_request (
     id                   bigserial PRIMARY KEY,
     job                  text        NOT NULL,
     params               jsonb       NOT NULL DEFAULT '{}',
+    params_hash          text        NOT NULL DEFAULT '',
     max_calls            integer,
     confirm_purge        boolean     NOT NULL DEFAULT false,
     source               text        NOT NULL CHECK (source IN ('api', 'schedule', 'cli', 'chain')),
