@@ -86,26 +86,37 @@ const (
 )
 
 // Values of the reason attribute of buildrisk_fanout_rejections_total: why
-// an item was refused by a job's fan-out pool instead of being processed.
-// With backpressure before submit none of these should ever be counted; any
-// increase pages.
+// an item of a job's fan-out was refused instead of being processed.
+//
+// Two kinds. ReasonClosed, ReasonQueueFull and ReasonSubmitFailed mean the
+// item was dropped: with backpressure before submit they should never be
+// counted, and any increase pages (alert BuildriskFanoutRejections, severity
+// critical). ReasonCap and ReasonProvider429 mean upstream pushed back: the
+// item is not lost (a 429 is retried; a cap stops the job, resumable), so
+// they are shown on the dashboard but excluded from that alert; the same
+// calls are also counted by buildrisk_external_calls_total.
 const (
-	// ReasonClosed is an item submitted after the pool was shut down.
+	// ReasonCap is a call refused because the provider's daily cap or the
+	// execution's maxCalls was reached (the job stops, resumable). Not a
+	// loss.
+	ReasonCap = "cap"
+	// ReasonClosed is an item submitted after the pool was shut down. A
+	// loss.
 	ReasonClosed = "closed"
+	// ReasonProvider429 is a provider refusing a call with 429 Too Many
+	// Requests (the call is retried after Retry-After). Not a loss.
+	ReasonProvider429 = "provider_429"
 	// ReasonQueueFull is an item refused because a bounded queue was full:
 	// the post-mortem's failure, which backpressure is meant to make
-	// impossible.
+	// impossible. A loss.
 	ReasonQueueFull = "queue_full"
 	// ReasonSubmitFailed is an item whose submit failed after a slot was
-	// acquired (the slot is returned).
+	// acquired (the slot is returned). A loss.
 	ReasonSubmitFailed = "submit_failed"
-	// ReasonProvider429 is a provider refusing a call with 429 Too Many
-	// Requests (the call is retried after Retry-After).
-	ReasonProvider429 = "provider_429"
-	// ReasonCap is a call refused because the provider's daily cap or the
-	// execution's maxCalls was reached (the job stops, resumable).
-	ReasonCap = "cap"
 )
+
+// fanoutReasons lists every allowed value of the reason attribute.
+var fanoutReasons = []string{ReasonCap, ReasonClosed, ReasonProvider429, ReasonQueueFull, ReasonSubmitFailed}
 
 // Prometheus names, as scraped, of every instrument in [Instruments].
 const (
@@ -213,12 +224,11 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 		}
 	}
 
-	// buildrisk_fanout_rejections_total{job,reason}: items a fan-out pool
-	// refused instead of processing. reason: ReasonClosed,
-	// ReasonQueueFull, ReasonSubmitFailed.
+	// buildrisk_fanout_rejections_total{job,reason}: items of a fan-out
+	// refused instead of processed. reason: one of fanoutReasons.
 	var err error
 	i.fanoutRejections, err = meter.Int64Counter("buildrisk.fanout.rejections",
-		metric.WithDescription("Items a job's fan-out pool refused instead of processing; should always be 0."),
+		metric.WithDescription("Items of a job's fan-out refused instead of processed, by reason; closed, queue_full and submit_failed are losses and should always be 0."),
 		metric.WithUnit("{item}"))
 	check(err)
 
@@ -329,7 +339,7 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 // adds a few hundred series at most (7 jobs × the enumerated values).
 func (i *Instruments) InitSeries(ctx context.Context, jobs, providers []string) {
 	for _, job := range jobs {
-		for _, reason := range []string{ReasonCap, ReasonClosed, ReasonProvider429, ReasonQueueFull, ReasonSubmitFailed} {
+		for _, reason := range fanoutReasons {
 			i.fanoutRejections.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrReason.String(reason)))
 		}
 		for _, source := range []string{SourceAPI, SourceChain, SourceCLI, SourceSchedule} {
@@ -352,13 +362,15 @@ func (i *Instruments) InitSeries(ctx context.Context, jobs, providers []string) 
 	i.workerStaleHeartbeats.Add(ctx, 0)
 }
 
-// FanoutRejected counts one item that job's fan-out pool refused for reason
-// (ReasonClosed, ReasonQueueFull or ReasonSubmitFailed). It feeds the
-// critical alert BuildriskFanoutRejections.
+// FanoutRejected counts one item of job's fan-out refused for reason (one
+// of the Reason constants). The loss reasons (ReasonClosed,
+// ReasonQueueFull, ReasonSubmitFailed) feed the critical alert
+// BuildriskFanoutRejections; ReasonCap and ReasonProvider429 are shown on
+// the dashboard only.
 func (i *Instruments) FanoutRejected(ctx context.Context, job, reason string) {
 	i.fanoutRejections.Add(ctx, 1, metric.WithAttributes(
 		attrJob.String(job),
-		attrReason.String(oneOf(reason, ReasonCap, ReasonClosed, ReasonProvider429, ReasonQueueFull, ReasonSubmitFailed)),
+		attrReason.String(oneOf(reason, fanoutReasons...)),
 	))
 }
 

@@ -287,7 +287,7 @@ func TestInstrumentsInitSeries(t *testing.T) {
 
 	families = scrape(t, bundle.providers.MetricsHandler())
 	for name, wantSeries := range map[string]int{
-		MetricFanoutRejections:      2 * 3,
+		MetricFanoutRejections:      2 * 5,
 		MetricRequests:              2 * 4 * 3,
 		MetricExecutions:            2 * 4,
 		MetricItems:                 2 * 4,

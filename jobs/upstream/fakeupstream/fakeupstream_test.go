@@ -640,3 +640,35 @@ func TestConcurrentCalls(t *testing.T) {
 	require.Equal(t, st.Total, sum)
 	require.Len(t, st.Calls[EndpointCreditLookup], 37)
 }
+
+// BenchmarkProviderCalls measures the fake's own cost per call (no latency,
+// no network), endpoint by endpoint, with parallel callers.
+func BenchmarkProviderCalls(b *testing.B) {
+	fake := New(Config{})
+	company := fake.Companies()[0]
+	listed := fake.Companies()[slices.IndexFunc(fake.Companies(), func(c Company) bool { return c.StockCode != "" })]
+	for _, bc := range []struct {
+		name string
+		path string
+		q    url.Values
+	}{
+		{"aptTrade", pathAptTrade, aptTradeQ("11680", "202503")},
+		{"filingList", pathFilingList, filingQ(company.CorpCode, "20250101", "20250331")},
+		{"stockPrice", pathStockPrice, stockQ(listed.StockCode, "20261127")},
+		{"creditLookup", pathCreditLookup, creditQ(company.CorpCode)},
+		{"corpCode", pathCorpCode, url.Values{"crtfc_key": {"k"}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			target := bc.path + "?" + bc.q.Encode()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					rec := httptest.NewRecorder()
+					fake.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
+					if rec.Code != http.StatusOK {
+						b.Fatalf("status %d", rec.Code)
+					}
+				}
+			})
+		})
+	}
+}

@@ -82,13 +82,13 @@ func aptTrades(seed int64, region string, year int, month time.Month) []aptTrade
 
 	trades := make([]aptTrade, n)
 	for i := range trades {
-		complexNo := rng.IntN(12)
-		complexHash := regionHash.num(int64(complexNo))
-		complexRng := newRand(complexHash)
+		// A region has 12 complexes, whose name, dong and age are fixed.
+		complexHash := regionHash.num(int64(rng.IntN(12)))
+		pickOf := func(field int64, n int) int { return int(complexHash.num(field).sum() % uint64(n)) }
 		t := aptTrade{
-			aptName:   complexPrefixes[complexRng.IntN(len(complexPrefixes))] + complexSuffixes[complexRng.IntN(len(complexSuffixes))],
-			dong:      dongNames[complexRng.IntN(len(dongNames))],
-			buildYear: 1985 + complexRng.IntN(39),
+			aptName:   complexPrefixes[pickOf(1, len(complexPrefixes))] + complexSuffixes[pickOf(2, len(complexSuffixes))],
+			dong:      dongNames[pickOf(3, len(dongNames))],
+			buildYear: 1985 + pickOf(4, 39),
 			day:       1 + rng.IntN(daysInMonth),
 			area:      unitAreas[rng.IntN(len(unitAreas))],
 			floor:     1 + rng.IntN(30),

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The README's walk-through: 2 regions × 3 months → 6 calls, 6 chunks.
+func TestRequestPath_Walkthrough(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	s.startWorker()
+
+	status, out := s.post("/v1/jobs/aptTrade/requests", aptTradeBody([]string{"11110", "11140"}, "2025-01", "2025-03"))
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	require.Equal(t, float64(6), out["estimatedCalls"])
+	require.Equal(t, "QUEUED", out["status"])
+	require.Nil(t, out["resumesExecutionId"])
+
+	done := s.waitRequest(out["requestId"].(string), "DONE", "FAILED")
+	require.Equal(t, "DONE", done["status"], "%v", done)
+	require.NotEmpty(t, done["workerId"])
+	require.NotNil(t, done["claimedAt"])
+	exec := execution(t, done)
+	require.Equal(t, "COMPLETED", exec["status"])
+	require.Equal(t, float64(6), exec["chunksDone"])
+	require.Equal(t, float64(6), exec["chunksTotal"])
+	require.Equal(t, float64(6), exec["externalCalls"])
+	require.Equal(t, exec["itemsWritten"], exec["domainRows"], "counters and rows agree")
+	require.Equal(t, int64(6), s.fake.Stats().Total)
+	require.Equal(t, int(exec["itemsWritten"].(float64)), s.count("SELECT count(*) FROM apt_trade"))
+}
+
+// 50 concurrent POSTs for one job: exactly one 202, 49 × 409 with the same
+// activeRequestId, decided by the database; after the run, a new POST is 202.
+func TestRequestPath_ConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	body := aptTradeBody([]string{"11110"}, "2025-01", "2025-02")
+
+	const posts = 50
+	start := make(chan struct{})
+	type answer struct {
+		status int
+		out    map[string]any
+	}
+	answers := make(chan answer, posts)
+	var wg sync.WaitGroup
+	for range posts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			status, out := s.post("/v1/jobs/aptTrade/requests", body)
+			answers <- answer{status, out}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(answers)
+
+	var accepted []string
+	active := map[any]int{}
+	for a := range answers {
+		switch a.status {
+		case http.StatusAccepted:
+			accepted = append(accepted, a.out["requestId"].(string))
+		case http.StatusConflict:
+			active[a.out["activeRequestId"]]++
+		default:
+			t.Fatalf("unexpected answer %d: %v", a.status, a.out)
+		}
+	}
+	require.Len(t, accepted, 1)
+	require.Equal(t, map[any]int{accepted[0]: posts - 1}, active)
+	require.Equal(t, 1, s.count("SELECT count(*) FROM job_request"))
+	require.Equal(t, 1, s.count("SELECT count(*) FROM river_job"))
+
+	s.startWorker()
+	s.waitRequest(accepted[0], "DONE")
+	again := s.requestAptTrade(body)
+	require.NotEqual(t, accepted[0], again)
+}
+
+// Bad input: a 400 naming the field (or 404), never a 500, and nothing written.
+func TestRequestPath_BadInput(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_DAILY_CAP_MOLIT": "10"}})
+
+	cases := []struct {
+		name, path, body string
+		status           int
+		location         string
+	}{
+		{"UnknownJob", "/v1/jobs/nope/requests", `{"params":{}}`, 404, ""},
+		{"WrongRegion", "/v1/jobs/aptTrade/requests", aptTradeBody([]string{"11110", "1111"}, "2025-01", "2025-02"), 400, "body.params.regions[1]"},
+		{"FromAfterTo", "/v1/jobs/aptTrade/requests", aptTradeBody([]string{"11110"}, "2025-05", "2025-02"), 400, "body.params.from"},
+		{"BadMonth", "/v1/jobs/aptTrade/requests", aptTradeBody([]string{"11110"}, "2025-13", "2025-02"), 400, "body.params.from"},
+		{"TooManyMonths", "/v1/jobs/aptTrade/requests", aptTradeBody([]string{"11110"}, "2000-01", "2010-01"), 400, "body.params.to"},
+		{"UnknownParam", "/v1/jobs/aptTrade/requests", `{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01","region":"x"}}`, 400, "body.params.region"},
+		{"UnknownBodyField", "/v1/jobs/aptTrade/requests", `{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01"},"max_calls":3}`, 400, "body.max_calls"},
+		{"WrongType", "/v1/jobs/aptTrade/requests", `{"params":{"regions":"11110","from":"2025-01","to":"2025-01"}}`, 400, "body.params.regions"},
+		{"WrongTypeMaxCalls", "/v1/jobs/aptTrade/requests", `{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01"},"maxCalls":"ten"}`, 400, "body.maxCalls"},
+		{"ZeroMaxCalls", "/v1/jobs/aptTrade/requests", `{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01"},"maxCalls":0}`, 400, "body.maxCalls"},
+		{"MissingParams", "/v1/jobs/aptTrade/requests", `{}`, 400, "body.params.regions"},
+		{"EstimateOverDailyCap", "/v1/jobs/aptTrade/requests", aptTradeBody([]string{"11110", "11140"}, "2025-01", "2025-06"), 400, "body.params"},
+		{"MalformedJSON", "/v1/jobs/aptTrade/requests", `{"params":{`, 400, "body"},
+		{"NotAnObject", "/v1/jobs/aptTrade/requests", `[1,2]`, 400, "body"},
+		{"TrailingData", "/v1/jobs/aptTrade/requests", `{"params":{}} {}`, 400, "body"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, out := s.post(tc.path, tc.body)
+			require.Equal(t, tc.status, status, "%v", out)
+			require.NotEmpty(t, out["detail"])
+			if tc.location != "" {
+				errs, ok := out["errors"].([]any)
+				require.True(t, ok, "%v", out)
+				require.Equal(t, tc.location, errs[0].(map[string]any)["location"], "%v", out)
+			}
+		})
+	}
+	require.Equal(t, 0, s.count("SELECT count(*) FROM job_request"))
+	require.Equal(t, 0, s.count("SELECT count(*) FROM river_job"))
+
+	status, out := s.get("/v1/requests?status=DONE2")
+	require.Equal(t, 400, status, "%v", out)
+	status, _ = s.get("/v1/requests?limit=0")
+	require.Equal(t, 400, status)
+	status, _ = s.get("/v1/requests?cursor=abc")
+	require.Equal(t, 400, status)
+	status, _ = s.get("/v1/requests/12345")
+	require.Equal(t, 404, status)
+	status, _ = s.get("/v1/requests/abc")
+	require.Equal(t, 404, status)
+	status, _ = s.get("/v1/jobs/nope")
+	require.Equal(t, 404, status)
+}
+
+func TestRequestPath_Auth(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	body := aptTradeBody([]string{"11110"}, "2025-01", "2025-01")
+
+	status, _ := s.do(http.MethodPost, "/v1/jobs/aptTrade/requests", "", body)
+	require.Equal(t, http.StatusUnauthorized, status)
+	status, _ = s.do(http.MethodGet, "/v1/jobs", "wrong-token", "")
+	require.Equal(t, http.StatusUnauthorized, status)
+	status, _ = s.do(http.MethodPost, "/v1/jobs/aptTrade/requests", testViewerToken, body)
+	require.Equal(t, http.StatusForbidden, status)
+	status, _ = s.do(http.MethodGet, "/v1/jobs", testViewerToken, "")
+	require.Equal(t, http.StatusOK, status)
+	status, _ = s.do(http.MethodGet, "/v1/requests", testOperatorToken, "")
+	require.Equal(t, http.StatusOK, status)
+	for _, open := range []string{"/healthz", "/readyz", "/openapi.json"} {
+		status, _ = s.do(http.MethodGet, open, "", "")
+		require.Equal(t, http.StatusOK, status, open)
+	}
+	require.Equal(t, 0, s.count("SELECT count(*) FROM job_request"))
+}
+
+// GET /v1/requests pages newest first with an opaque cursor.
+func TestRequestPath_ListPaging(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	for i := range 5 {
+		_, err := s.pool.Exec(t.Context(),
+			`INSERT INTO job_request (job, params, source, status) VALUES ('aptTrade', '{}', 'api', $1)`,
+			map[bool]string{true: "DONE", false: "FAILED"}[i%2 == 0])
+		require.NoError(t, err)
+	}
+	status, page1 := s.get("/v1/requests?limit=2")
+	require.Equal(t, 200, status)
+	ids := func(page map[string]any) []string {
+		var out []string
+		for _, r := range page["requests"].([]any) {
+			out = append(out, r.(map[string]any)["requestId"].(string))
+		}
+		return out
+	}
+	require.Equal(t, []string{"5", "4"}, ids(page1))
+	_, page2 := s.get("/v1/requests?limit=2&cursor=" + page1["nextCursor"].(string))
+	require.Equal(t, []string{"3", "2"}, ids(page2))
+	_, page3 := s.get("/v1/requests?limit=2&cursor=" + page2["nextCursor"].(string))
+	require.Equal(t, []string{"1"}, ids(page3))
+	require.Nil(t, page3["nextCursor"])
+	_, failed := s.get("/v1/requests?status=FAILED&job=aptTrade")
+	require.Equal(t, []string{"4", "2"}, ids(failed))
+}
+
+// Every job is in the OpenAPI document with its params schema and an example.
+func TestRequestPath_OpenAPI(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	status, doc := s.do(http.MethodGet, "/openapi.json", "", "")
+	require.Equal(t, 200, status)
+	paths := doc["paths"].(map[string]any)
+	for _, name := range []string{"aptTrade"} {
+		post := paths["/v1/jobs/"+name+"/requests"].(map[string]any)["post"].(map[string]any)
+		content := post["requestBody"].(map[string]any)["content"].(map[string]any)["application/json"].(map[string]any)
+		require.NotNil(t, content["schema"], name)
+		require.NotNil(t, content["example"], name)
+	}
+	resp, err := http.Get(s.api.URL + "/docs")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+}

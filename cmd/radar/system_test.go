@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+	"github.com/buildrisk/radar/jobs/worker"
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/sql/pgtest"
+)
+
+const (
+	testOperatorToken = "op-token"
+	testViewerToken   = "view-token"
+)
+
+// testSystem is the whole service in one test: a private database, the fake
+// upstream over real HTTP, the API over real HTTP, and workers on demand.
+type testSystem struct {
+	t       *testing.T
+	pool    *pgxpool.Pool
+	env     *envConfig
+	tel     *telemetry
+	fake    *fakeupstream.Server
+	fakeURL string
+	api     *httptest.Server
+}
+
+type testSystemOpts struct {
+	// env overrides environment variables (BUILDRISK_DAILY_CAP_MOLIT=5 ...).
+	env map[string]string
+	// fake configures the fake upstream.
+	fake fakeupstream.Config
+}
+
+func newTestSystem(t *testing.T, opts *testSystemOpts) *testSystem {
+	t.Helper()
+	if opts == nil {
+		opts = &testSystemOpts{}
+	}
+	s := &testSystem{t: t, pool: pgtest.NewPool(t)}
+	s.fake = fakeupstream.New(opts.fake)
+	fakeServer := httptest.NewServer(s.fake)
+	t.Cleanup(fakeServer.Close)
+	s.fakeURL = fakeServer.URL
+
+	vars := map[string]string{
+		"DATABASE_URL":                 "unused-in-process",
+		"BUILDRISK_API_TOKENS":         "operator:" + testOperatorToken + ",viewer:" + testViewerToken,
+		"BUILDRISK_UPSTREAM_URL":       fakeServer.URL,
+		"BUILDRISK_KEY_MOLIT":          "test-molit-key",
+		"BUILDRISK_KEY_DART":           "test-dart-key",
+		"BUILDRISK_KEY_KRX":            "test-krx-key",
+		"BUILDRISK_KEY_CREDIT":         "test-credit-key",
+		"BUILDRISK_HEARTBEAT_INTERVAL": "200ms",
+		"BUILDRISK_STALE_AFTER":        "2s",
+		"BUILDRISK_REAP_INTERVAL":      "500ms",
+		"BUILDRISK_DRAIN_TIMEOUT":      "10s",
+	}
+	for k, v := range opts.env {
+		vars[k] = v
+	}
+	env, err := loadEnv(func(k string) string { return vars[k] })
+	require.NoError(t, err)
+	s.env = env
+
+	providers, _ := observability.NewTestProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	s.tel = &telemetry{providers: providers, instruments: instruments, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+
+	server, err := newAPIServer(s.pool, env, s.tel)
+	require.NoError(t, err)
+	s.api = httptest.NewServer(server.Handler())
+	t.Cleanup(s.api.Close)
+	return s
+}
+
+// startWorker starts one in-process worker; it is drained at cleanup.
+func (s *testSystem) startWorker() (*worker.Worker, *batch.Runner) {
+	s.t.Helper()
+	id, hostname, boot := newWorkerID()
+	w, runner, err := newWorker(s.pool, s.env, s.tel, id, hostname, boot)
+	require.NoError(s.t, err)
+	require.NoError(s.t, w.Start(context.Background()))
+	s.t.Cleanup(func() { _ = w.Drain(context.Background()) })
+	return w, runner
+}
+
+// do sends a request with the given token and decodes the JSON answer.
+func (s *testSystem) do(method, path, token, body string) (int, map[string]any) {
+	s.t.Helper()
+	req, err := http.NewRequest(method, s.api.URL+path, strings.NewReader(body))
+	require.NoError(s.t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(s.t, err)
+	var out map[string]any
+	if len(bytes.TrimSpace(raw)) > 0 {
+		require.NoError(s.t, json.Unmarshal(raw, &out), "body: %s", raw)
+	}
+	return resp.StatusCode, out
+}
+
+func (s *testSystem) post(path, body string) (int, map[string]any) {
+	return s.do(http.MethodPost, path, testOperatorToken, body)
+}
+
+func (s *testSystem) get(path string) (int, map[string]any) {
+	return s.do(http.MethodGet, path, testViewerToken, "")
+}
+
+// requestAptTrade posts an aptTrade request and returns its id.
+func (s *testSystem) requestAptTrade(body string) string {
+	s.t.Helper()
+	status, out := s.post("/v1/jobs/aptTrade/requests", body)
+	require.Equal(s.t, http.StatusAccepted, status, "%v", out)
+	return out["requestId"].(string)
+}
+
+// waitRequest polls GET /v1/requests/{id} until its status is one of want.
+func (s *testSystem) waitRequest(id string, want ...string) map[string]any {
+	s.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		status, out := s.get("/v1/requests/" + id)
+		require.Equal(s.t, http.StatusOK, status)
+		for _, w := range want {
+			if out["status"] == w {
+				return out
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("request %s still %v, want %v: %v", id, out["status"], want, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitExecution polls the request until its execution has status want.
+func (s *testSystem) waitExecution(id string, want string) map[string]any {
+	s.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, out := s.get("/v1/requests/" + id)
+		if exec, ok := out["execution"].(map[string]any); ok && exec["status"] == want {
+			return out
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("request %s execution never reached %s: %v", id, want, out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *testSystem) count(query string, args ...any) int {
+	s.t.Helper()
+	var n int
+	require.NoError(s.t, s.pool.QueryRow(context.Background(), query, args...).Scan(&n))
+	return n
+}
+
+func aptTradeBody(regions []string, from, to string) string {
+	quoted := make([]string, len(regions))
+	for i, r := range regions {
+		quoted[i] = fmt.Sprintf("%q", r)
+	}
+	return fmt.Sprintf(`{"params":{"regions":[%s],"from":%q,"to":%q}}`, strings.Join(quoted, ","), from, to)
+}
+
+func execution(t *testing.T, request map[string]any) map[string]any {
+	t.Helper()
+	exec, ok := request["execution"].(map[string]any)
+	require.True(t, ok, "request has no execution: %v", request)
+	return exec
+}
