@@ -32,6 +32,9 @@ type envConfig struct {
 	DailyCaps         map[upstream.Provider]int
 	Location          *time.Location
 	LogFormat         string
+	// Now is the clock of call budgets; nil is time.Now. Not an environment
+	// variable: tests set it to cross a day boundary.
+	Now func() time.Time
 }
 
 // usageError marks errors that are the user's (exit code 2).

@@ -122,7 +122,7 @@ func newWorkerID() (id, hostname, boot string) {
 func newUpstream(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*upstream.Client, error) {
 	return upstream.NewClient(pool, upstream.ClientConfig{
 		BaseURLs: env.UpstreamURLs, Keys: env.Keys, DailyCaps: env.DailyCaps, Location: env.Location,
-		Instruments: tel.instruments,
+		Now: env.Now, Instruments: tel.instruments,
 	})
 }
 

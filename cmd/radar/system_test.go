@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,6 +39,65 @@ type testSystem struct {
 	fake    *fakeupstream.Server
 	fakeURL string
 	api     *httptest.Server
+	// gate can hold provider calls to make a chunk boundary deterministic.
+	gate *callGate
+}
+
+// callGate lets the first `allow` provider calls through and holds the next
+// ones until release is closed; blocked is closed when the first call is
+// held. With allow < 0 (the zero state after newTestSystem) nothing is held.
+type callGate struct {
+	mu      sync.Mutex
+	allow   int
+	calls   int
+	armed   bool
+	blocked chan struct{}
+	release chan struct{}
+}
+
+// arm holds every provider call after the next allow ones.
+func (g *callGate) arm(allow int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.allow, g.calls, g.armed = allow, 0, true
+	g.blocked, g.release = make(chan struct{}), make(chan struct{})
+}
+
+// open releases held calls and disarms the gate.
+func (g *callGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.armed {
+		g.armed = false
+		close(g.release)
+	}
+}
+
+func (g *callGate) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/__fake/") {
+			g.mu.Lock()
+			var wait chan struct{}
+			if g.armed {
+				g.calls++
+				if g.calls > g.allow {
+					if g.calls == g.allow+1 {
+						close(g.blocked)
+					}
+					wait = g.release
+				}
+			}
+			g.mu.Unlock()
+			if wait != nil {
+				select {
+				case <-wait:
+				case <-r.Context().Done():
+					return
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 type testSystemOpts struct {
@@ -45,6 +105,8 @@ type testSystemOpts struct {
 	env map[string]string
 	// fake configures the fake upstream.
 	fake fakeupstream.Config
+	// now is the call-budget clock (nil: time.Now).
+	now func() time.Time
 }
 
 func newTestSystem(t *testing.T, opts *testSystemOpts) *testSystem {
@@ -54,7 +116,8 @@ func newTestSystem(t *testing.T, opts *testSystemOpts) *testSystem {
 	}
 	s := &testSystem{t: t, pool: pgtest.NewPool(t)}
 	s.fake = fakeupstream.New(opts.fake)
-	fakeServer := httptest.NewServer(s.fake)
+	s.gate = &callGate{}
+	fakeServer := httptest.NewServer(s.gate.wrap(s.fake))
 	t.Cleanup(fakeServer.Close)
 	s.fakeURL = fakeServer.URL
 
@@ -76,6 +139,7 @@ func newTestSystem(t *testing.T, opts *testSystemOpts) *testSystem {
 	}
 	env, err := loadEnv(func(k string) string { return vars[k] })
 	require.NoError(t, err)
+	env.Now = opts.now
 	s.env = env
 
 	providers, _ := observability.NewTestProviders()
@@ -194,3 +258,18 @@ func execution(t *testing.T, request map[string]any) map[string]any {
 	require.True(t, ok, "request has no execution: %v", request)
 	return exec
 }
+
+// metric reads one series of the system's metrics.
+func (s *testSystem) metric(name string, labels map[string]string) float64 {
+	s.t.Helper()
+	v, err := s.tel.providers.MetricValue(name, labels)
+	require.NoError(s.t, err)
+	return v
+}
+
+// callsPerKey returns the fake upstream's counts for one endpoint.
+func (s *testSystem) callsPerKey(endpoint string) map[string]int64 {
+	return s.fake.Stats().Calls[endpoint]
+}
+
+func fmtInt(n int) string { return fmt.Sprint(n) }

@@ -125,15 +125,31 @@ func (s *Server) serveAptTrade(w http.ResponseWriter, c *call) {
 
 	var b bytes.Buffer
 	b.WriteString(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?><response><header><resultCode>000</resultCode><resultMsg>OK</resultMsg></header><body><items>`)
+	var num []byte
+	element := func(name, value string) {
+		b.WriteString("<" + name + ">")
+		_ = xml.EscapeText(&b, []byte(value))
+		b.WriteString("</" + name + ">")
+	}
+	intElement := func(name string, n int) {
+		num = strconv.AppendInt(num[:0], int64(n), 10)
+		element(name, string(num))
+	}
 	for _, t := range page {
-		b.WriteString("<item><aptNm>")
-		_ = xml.EscapeText(&b, []byte(t.aptName))
-		fmt.Fprintf(&b, "</aptNm><aptSeq>%s</aptSeq><buildYear>%d</buildYear><dealAmount>%s</dealAmount>"+
-			"<dealDay>%d</dealDay><dealMonth>%d</dealMonth><dealYear>%d</dealYear><dealingGbn>중개거래</dealingGbn>"+
-			"<excluUseAr>%.2f</excluUseAr><floor>%d</floor><sggCd>%s</sggCd><umdNm>",
-			t.serial, t.buildYear, groupThousands(t.amount), t.day, month, year, t.area, t.floor, region)
-		_ = xml.EscapeText(&b, []byte(t.dong))
-		b.WriteString("</umdNm></item>")
+		b.WriteString("<item>")
+		element("aptNm", t.aptName)
+		element("aptSeq", t.serial)
+		intElement("buildYear", t.buildYear)
+		element("dealAmount", groupThousands(t.amount))
+		intElement("dealDay", t.day)
+		intElement("dealMonth", month)
+		intElement("dealYear", year)
+		element("dealingGbn", "중개거래")
+		element("excluUseAr", strconv.FormatFloat(t.area, 'f', 2, 64))
+		intElement("floor", t.floor)
+		element("sggCd", region)
+		element("umdNm", t.dong)
+		b.WriteString("</item>")
 	}
 	fmt.Fprintf(&b, "</items><numOfRows>%d</numOfRows><pageNo>%d</pageNo><totalCount>%d</totalCount></body></response>",
 		numOfRows, pageNo, len(trades))

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+)
+
+var sixRegions = []string{"11110", "11140", "11170", "11200", "11215", "11230"}
+
+// requireEachKeyOnce asserts the fake upstream saw every aptTrade
+// combination exactly once: no committed chunk was fetched again.
+func requireEachKeyOnce(t *testing.T, s *testSystem, want int) {
+	t.Helper()
+	calls := s.callsPerKey("aptTrade")
+	require.Len(t, calls, want)
+	for key, n := range calls {
+		require.Equal(t, int64(1), n, "combination %s fetched %d times", key, n)
+	}
+}
+
+// Stop via the API: STOPPING has no end time and still counts as running
+// (409 for a new request); the job stops at the chunk boundary; only then
+// is it STOPPED, and a new request resumes it without repeating a call.
+func TestLifecycle_StopAtChunkBoundary(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	s.startWorker()
+	body := aptTradeBody([]string{"11110", "11140"}, "2025-01", "2025-06")
+
+	s.gate.arm(5)
+	id := s.requestAptTrade(body)
+	<-s.gate.blocked // chunk 6 is in flight, 5 are committed
+
+	status, stop := s.post("/v1/jobs/aptTrade/stop", "")
+	require.Equal(t, http.StatusAccepted, status, "%v", stop)
+	require.Equal(t, "STOPPING", stop["status"])
+
+	_, req := s.get("/v1/requests/" + id)
+	require.Equal(t, "RUNNING", req["status"])
+	exec := execution(t, req)
+	require.Equal(t, "STOPPING", exec["status"])
+	require.Nil(t, exec["endedAt"], "STOPPING has no end time")
+	status, dup := s.post("/v1/jobs/aptTrade/requests", body)
+	require.Equal(t, http.StatusConflict, status, "a STOPPING job still counts as running")
+	require.Equal(t, id, dup["activeRequestId"])
+	_, list := s.get("/v1/jobs")
+	require.Equal(t, true, list["jobs"].([]any)[0].(map[string]any)["running"])
+
+	s.gate.open()
+	done := s.waitRequest(id, "DONE", "FAILED")
+	require.Equal(t, "DONE", done["status"])
+	exec = execution(t, done)
+	require.Equal(t, "STOPPED", exec["status"])
+	require.Equal(t, float64(6), exec["chunksDone"], "the chunk in flight finished and committed")
+	require.Equal(t, batch.MessageStopRequested, exec["exitMessage"])
+	require.NotNil(t, exec["endedAt"])
+
+	status, again := s.post("/v1/jobs/aptTrade/requests", body)
+	require.Equal(t, http.StatusAccepted, status)
+	require.Equal(t, exec["id"], again["resumesExecutionId"])
+	resumed := s.waitRequest(again["requestId"].(string), "DONE", "FAILED")
+	resumedExec := execution(t, resumed)
+	require.Equal(t, "COMPLETED", resumedExec["status"], "%v", resumed)
+	require.Equal(t, float64(12), resumedExec["chunksDone"])
+	require.Equal(t, float64(6), resumedExec["externalCalls"])
+	requireEachKeyOnce(t, s, 12)
+
+	status, _ = s.post("/v1/jobs/aptTrade/stop", "")
+	require.Equal(t, http.StatusConflict, status, "nothing runs")
+}
+
+// Restart rules: equal params resume; different params start a new instance
+// from scratch; an execution that carried confirmPurge is never resumed.
+func TestLifecycle_RestartRules(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	s.startWorker()
+
+	stopped := func(body string) string {
+		id := s.requestAptTrade(body)
+		out := s.waitRequest(id, "DONE", "FAILED")
+		exec := execution(t, out)
+		require.Equal(t, "STOPPED", exec["status"], "%v", out)
+		return exec["id"].(string)
+	}
+	withMax := func(params string, maxCalls int, extra string) string {
+		return `{"params":` + params + `,"maxCalls":` + itoa(maxCalls) + extra + `}`
+	}
+	paramsA := `{"regions":["11110"],"from":"2025-01","to":"2025-04"}`
+	paramsB := `{"regions":["11110"],"from":"2025-01","to":"2025-05"}`
+
+	// maxCalls stops after exactly that many calls, resumable.
+	first := stopped(withMax(paramsA, 2, ""))
+	require.Equal(t, int64(2), s.fake.Stats().Total)
+
+	// Different params: a new instance, all its chunks fetched.
+	status, out := s.post("/v1/jobs/aptTrade/requests", `{"params":`+paramsB+`}`)
+	require.Equal(t, http.StatusAccepted, status)
+	require.Nil(t, out["resumesExecutionId"])
+	fresh := s.waitRequest(out["requestId"].(string), "DONE")
+	require.Equal(t, float64(5), execution(t, fresh)["externalCalls"])
+	require.Equal(t, float64(5), execution(t, fresh)["chunksDone"])
+
+	// A completed execution is not resumed either: equal params run again.
+	status, out = s.post("/v1/jobs/aptTrade/requests", `{"params":`+paramsB+`}`)
+	require.Equal(t, http.StatusAccepted, status)
+	require.Nil(t, out["resumesExecutionId"])
+	s.waitRequest(out["requestId"].(string), "DONE")
+
+	// confirmPurge: that execution is never resumed, and a new confirmPurge
+	// does not resume an earlier execution.
+	purged := stopped(withMax(paramsA, 1, `,"confirmPurge":true`))
+	status, out = s.post("/v1/jobs/aptTrade/requests", `{"params":`+paramsA+`,"maxCalls":1}`)
+	require.Equal(t, http.StatusAccepted, status)
+	require.Nil(t, out["resumesExecutionId"], "execution %s carried confirmPurge", purged)
+	plain := s.waitRequest(out["requestId"].(string), "DONE")
+	plainExec := execution(t, plain)
+	require.Equal(t, "STOPPED", plainExec["status"])
+	status, out = s.post("/v1/jobs/aptTrade/requests", `{"params":`+paramsA+`,"confirmPurge":true}`)
+	require.Equal(t, http.StatusAccepted, status)
+	require.Nil(t, out["resumesExecutionId"], "a new confirmation starts fresh")
+	s.waitRequest(out["requestId"].(string), "DONE")
+
+	// Equal params without confirmPurge resume the newest STOPPED execution.
+	stoppedAgain := stopped(withMax(paramsA, 1, ""))
+	status, out = s.post("/v1/jobs/aptTrade/requests", `{"params":`+paramsA+`}`)
+	require.Equal(t, http.StatusAccepted, status)
+	require.Equal(t, stoppedAgain, out["resumesExecutionId"])
+	resumed := s.waitRequest(out["requestId"].(string), "DONE")
+	require.Equal(t, float64(3), execution(t, resumed)["externalCalls"], "3 of 4 chunks left")
+	require.NotEqual(t, first, stoppedAgain)
+}
+
+// Daily cap: enforced at call time in PostgreSQL; reaching it stops the job
+// (STOPPED, resumable) after exactly cap calls; the next day resumes it.
+func TestLifecycle_DailyCap(t *testing.T) {
+	t.Parallel()
+	var day atomic.Int64
+	base := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	s := newTestSystem(t, &testSystemOpts{now: func() time.Time { return base.Add(time.Duration(day.Load()) * 24 * time.Hour) }})
+	// The API plans against a whole day's cap (10,000); the worker's cap is
+	// 10 calls, as if the day's budget were nearly spent.
+	s.env.DailyCaps["MOLIT"] = 10
+	s.startWorker()
+
+	body := aptTradeBody(sixRegions, "2025-01", "2025-12")
+	id := s.requestAptTrade(body)
+	out := s.waitRequest(id, "DONE", "FAILED")
+	exec := execution(t, out)
+	require.Equal(t, "STOPPED", exec["status"], "%v", out)
+	require.Equal(t, "daily cap of MOLIT reached; resumes from the last commit", exec["exitMessage"])
+	require.Equal(t, float64(10), exec["chunksDone"])
+	require.Equal(t, int64(10), s.fake.Stats().Total, "exactly cap calls")
+	require.Equal(t, float64(1), s.metric("buildrisk_external_calls_total", map[string]string{"provider": "MOLIT", "outcome": "capped"}))
+
+	// Same day: still capped, nothing called; the refusal is counted.
+	again := s.requestAptTrade(body)
+	againExec := execution(t, s.waitRequest(again, "DONE"))
+	require.Equal(t, "STOPPED", againExec["status"])
+	require.Equal(t, exec["id"], mustResumes(t, s, again))
+	require.Equal(t, int64(10), s.fake.Stats().Total)
+	require.Equal(t, float64(2), s.metric("buildrisk_external_calls_total", map[string]string{"provider": "MOLIT", "outcome": "capped"}))
+
+	// Next day: a new request resumes at chunk 11 and makes the day's 10.
+	day.Store(1)
+	status, next := s.post("/v1/jobs/aptTrade/requests", body)
+	require.Equal(t, http.StatusAccepted, status)
+	require.Equal(t, againExec["id"], next["resumesExecutionId"])
+	nextExec := execution(t, s.waitRequest(next["requestId"].(string), "DONE"))
+	require.Equal(t, "STOPPED", nextExec["status"])
+	require.Equal(t, float64(20), nextExec["chunksDone"])
+	require.Equal(t, float64(10), nextExec["externalCalls"])
+	requireEachKeyOnce(t, s, 20)
+	first := map[string]bool{}
+	for _, region := range sixRegions[:1] {
+		for m := 1; m <= 12; m++ {
+			first[region+":2025"+twoDigits(m)] = true
+		}
+	}
+	// Chunks run in plan order: region 11110's 12 months come first.
+	require.Subset(t, keys(s.callsPerKey("aptTrade")), keys(first))
+}
+
+func mustResumes(t *testing.T, s *testSystem, requestID string) any {
+	t.Helper()
+	_, out := s.get("/v1/requests/" + requestID)
+	return out["resumesExecutionId"]
+}
+
+func twoDigits(n int) string {
+	if n < 10 {
+		return "0" + itoa(n)
+	}
+	return itoa(n)
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// A provider failing one combination fails the execution with a message
+// naming provider, call and status; nothing committed is lost, and after the
+// fault is fixed a new request resumes without repeating a committed call.
+func TestLifecycle_UpstreamFailure(t *testing.T) {
+	t.Parallel()
+	broken := fakeupstream.Config{FailKeys: map[string][]string{"aptTrade": {"11140:202502"}}}
+	s := newTestSystem(t, &testSystemOpts{fake: broken})
+	s.startWorker()
+
+	body := aptTradeBody([]string{"11110", "11140"}, "2025-01", "2025-03")
+	out := s.waitRequest(s.requestAptTrade(body), "DONE", "FAILED")
+	require.Equal(t, "FAILED", out["status"])
+	exec := execution(t, out)
+	require.Equal(t, "FAILED", exec["status"])
+	require.Contains(t, exec["exitMessage"], "MOLIT aptTrade 11140:202502: HTTP 500 after 3 attempts")
+	require.Equal(t, float64(4), exec["chunksDone"], "the chunks before the failure stay committed")
+
+	s.fake.SetConfig(fakeupstream.Config{})
+	status, again := s.post("/v1/jobs/aptTrade/requests", body)
+	require.Equal(t, http.StatusAccepted, status)
+	require.Equal(t, exec["id"], again["resumesExecutionId"])
+	done := s.waitRequest(again["requestId"].(string), "DONE")
+	require.Equal(t, "COMPLETED", execution(t, done)["status"])
+	calls := s.callsPerKey("aptTrade")
+	require.Equal(t, int64(4), calls["11140:202502"], "3 failed attempts, then 1 good call")
+	delete(calls, "11140:202502")
+	for key, n := range calls {
+		require.Equal(t, int64(1), n, key)
+	}
+}
+
+// Past the drain timeout the chunk in flight is cancelled and rolls back;
+// the execution is still recorded STOPPED, the request DONE, and the River
+// job is finalized instead of being handed to another worker.
+func TestLifecycle_DrainTimeout(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_DRAIN_TIMEOUT": "300ms"}})
+	w, _ := s.startWorker()
+	s.gate.arm(2)
+	id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
+	<-s.gate.blocked
+
+	require.NoError(t, w.Drain(context.Background()))
+	out := s.waitRequest(id, "DONE", "FAILED")
+	require.Equal(t, "DONE", out["status"])
+	exec := execution(t, out)
+	require.Equal(t, "STOPPED", exec["status"])
+	require.Equal(t, batch.MessageDrainTimeout, exec["exitMessage"])
+	require.Equal(t, float64(2), exec["chunksDone"], "the cancelled chunk rolled back")
+	require.Equal(t, 2, s.count("SELECT count(*) FROM job_checkpoint"))
+	require.Equal(t, 1, s.count("SELECT count(*) FROM river_job WHERE state = 'completed'"))
+	s.gate.open()
+}
+
+// A soft drain stops at the next chunk boundary: the chunk in flight
+// finishes and commits, then the execution is STOPPED and the request DONE.
+func TestLifecycle_DrainAtChunkBoundary(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	w, _ := s.startWorker()
+	s.gate.arm(3)
+	id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
+	<-s.gate.blocked
+
+	drained := make(chan error, 1)
+	go func() { drained <- w.Drain(context.Background()) }()
+	for w.Status() != "draining" {
+		time.Sleep(time.Millisecond)
+	}
+	s.gate.open()
+	require.NoError(t, <-drained)
+	out := s.waitRequest(id, "DONE", "FAILED")
+	exec := execution(t, out)
+	require.Equal(t, "STOPPED", exec["status"])
+	require.Equal(t, batch.MessageDrained, exec["exitMessage"])
+	require.Equal(t, float64(4), exec["chunksDone"])
+}
+
+func itoa(n int) string { return fmtInt(n) }

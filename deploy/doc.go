@@ -1,0 +1,18 @@
+// Package deploy holds buildrisk-radar's deployment files and the tests that
+// keep them honest; it has no Go code of its own.
+//
+//   - Dockerfile: one image for every role (BUILDRISK_ROLE or a subcommand).
+//   - compose.yaml: PostgreSQL, migrate, api, two workers (stop_grace_period
+//     60s for the drain), the fake upstream, Prometheus and Grafana.
+//   - k8s/: api and worker Deployments, Services, the migrate Job, ConfigMap
+//     and Secrets (provider keys only for the worker).
+//   - prometheus/: the scrape config, the alert rules and their promtool
+//     unit tests.
+//   - grafana/: the provisioned datasource, dashboard and alert rules.
+//
+// deploy_test.go runs promtool on the rules when it is on PATH (and fails
+// without it when BUILDRISK_REQUIRE_PROMTOOL=1), checks the fields Grafana's
+// provisioning loader requires, and checks that every metric name used by a
+// rule, alert or panel is one of observability.MetricNames, so renaming an
+// instrument can't silently blind an alert.
+package deploy
