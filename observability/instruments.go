@@ -157,6 +157,13 @@ var MetricNames = []string{
 	MetricWorkersAlive,
 }
 
+// HistogramNames lists the names in [MetricNames] that are histograms: their
+// series are name_bucket, name_sum and name_count. Don't modify it.
+var HistogramNames = []string{
+	MetricChunkDuration,
+	MetricRequestStartLatency,
+}
+
 // Bucket boundaries of the histograms, in seconds. OTel's default buckets
 // (0 … 10000) are meant for milliseconds and would put every chunk in the
 // first few buckets.

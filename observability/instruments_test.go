@@ -147,6 +147,7 @@ func TestInstrumentsScrapedNames(t *testing.T) {
 	for name, w := range want {
 		family := families[name]
 		require.Equal(t, w.typ, family.GetType(), "type of %s", name)
+		require.Equal(t, w.typ == dto.MetricType_HISTOGRAM, slices.Contains(HistogramNames, name), "HistogramNames and %s", name)
 		require.NotEmpty(t, family.GetMetric(), name)
 		for _, m := range family.GetMetric() {
 			require.Equal(t, w.labels, labelNames(m), "labels of %s", name)

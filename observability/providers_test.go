@@ -116,8 +116,8 @@ func TestNewProvidersOTLPPush(t *testing.T) {
 	require.Positive(t, paths["/v1/traces"], "paths seen: %v", paths)
 }
 
-// TestNewProvidersPropagator checks the global propagator carries W3C trace
-// context and baggage. Not parallel with anything that replaces it.
+// TestNewProvidersPropagator checks that NewProviders installs a global
+// propagator carrying W3C trace context and baggage.
 func TestNewProvidersPropagator(t *testing.T) {
 	t.Parallel()
 

@@ -40,11 +40,11 @@ func runAPI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	shutdown, err := serveHTTP(ctx, env.HTTPAddr, otelhttp.NewHandler(server.Handler(), "http.server"), tel.logger)
+	shutdown, addr, err := serveHTTP(ctx, env.HTTPAddr, otelhttp.NewHandler(server.Handler(), "http.server"), tel.logger)
 	if err != nil {
 		return err
 	}
-	tel.logger.Info("api listening", slog.String("addr", env.HTTPAddr))
+	tel.logger.Info("api listening", slog.String("addr", addr))
 	<-ctx.Done()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

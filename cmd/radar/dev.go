@@ -121,7 +121,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	shutdownHTTP, err := serveHTTP(ctx, env.HTTPAddr, otelhttp.NewHandler(server.Handler(), "http.server"), tel.logger)
+	shutdownHTTP, httpAddr, err := serveHTTP(ctx, env.HTTPAddr, otelhttp.NewHandler(server.Handler(), "http.server"), tel.logger)
 	if err != nil {
 		return err
 	}
@@ -129,7 +129,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 
-	apiURL := "http://localhost" + portOf(env.HTTPAddr)
+	apiURL := "http://localhost" + portOf(httpAddr)
 	fmt.Fprintf(stdout, "\nbuildrisk-radar dev is up\n")
 	fmt.Fprintf(stdout, "  API       %s\n", apiURL)
 	fmt.Fprintf(stdout, "  Docs      %s/docs\n", apiURL)

@@ -183,11 +183,12 @@ func newAPIServer(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*api.Serv
 	})
 }
 
-// serveHTTP serves handler on addr until ctx ends, then shuts down.
-func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *slog.Logger) (func(context.Context) error, error) {
+// serveHTTP serves handler on addr in the background and returns the
+// shutdown function and the address it really listens on (addr may say :0).
+func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *slog.Logger) (func(context.Context) error, string, error) {
 	listener, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("error listening on %s: %w", addr, err)
+		return nil, "", fmt.Errorf("error listening on %s: %w", addr, err)
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -195,5 +196,5 @@ func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *s
 			logger.Error("http server failed", slog.String("addr", addr), slog.String("error", err.Error()))
 		}
 	}()
-	return srv.Shutdown, nil
+	return srv.Shutdown, listener.Addr().String(), nil
 }

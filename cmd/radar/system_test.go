@@ -33,12 +33,15 @@ const (
 // upstream over real HTTP, the API over real HTTP, and workers on demand.
 type testSystem struct {
 	t       *testing.T
+	dbURL   string
 	pool    *pgxpool.Pool
 	env     *envConfig
 	tel     *telemetry
 	fake    *fakeupstream.Server
 	fakeURL string
 	api     *httptest.Server
+	// vars is the environment the system was built from.
+	vars map[string]string
 	// gate can hold provider calls to make a chunk boundary deterministic.
 	gate *callGate
 }
@@ -114,7 +117,11 @@ func newTestSystem(t *testing.T, opts *testSystemOpts) *testSystem {
 	if opts == nil {
 		opts = &testSystemOpts{}
 	}
-	s := &testSystem{t: t, pool: pgtest.NewPool(t)}
+	s := &testSystem{t: t, dbURL: pgtest.NewDatabase(t)}
+	pool, err := pgxpool.New(context.Background(), s.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s.pool = pool
 	s.fake = fakeupstream.New(opts.fake)
 	s.gate = &callGate{}
 	fakeServer := httptest.NewServer(s.gate.wrap(s.fake))
@@ -137,6 +144,7 @@ func newTestSystem(t *testing.T, opts *testSystemOpts) *testSystem {
 	for k, v := range opts.env {
 		vars[k] = v
 	}
+	s.vars = vars
 	env, err := loadEnv(func(k string) string { return vars[k] })
 	require.NoError(t, err)
 	env.Now = opts.now

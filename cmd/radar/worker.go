@@ -55,12 +55,12 @@ func runWorker(ctx context.Context) error {
 		writeJSON(rw, http.StatusOK, map[string]string{"status": "ready", "workerId": workerID})
 	})
 	admin.Handle("GET /metrics", tel.providers.MetricsHandler())
-	shutdownAdmin, err := serveHTTP(ctx, env.AdminAddr, admin, tel.logger)
+	shutdownAdmin, adminAddr, err := serveHTTP(ctx, env.AdminAddr, admin, tel.logger)
 	if err != nil {
 		_ = w.Drain(context.Background())
 		return err
 	}
-	tel.logger.Info("worker running", slog.String("worker_id", workerID), slog.String("admin_addr", env.AdminAddr))
+	tel.logger.Info("worker running", slog.String("worker_id", workerID), slog.String("admin_addr", adminAddr))
 
 	<-ctx.Done()
 	tel.logger.Info("shutdown signal received; draining", slog.Duration("drain_timeout", env.DrainTimeout))

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+)
+
+// buildRadar builds the radar binary into the test's temp dir.
+func buildRadar(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "radar")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	return bin
+}
+
+// radarProcess is a radar child process with its output captured.
+type radarProcess struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	output bytes.Buffer
+	lines  chan string
+	done   chan struct{}
+}
+
+func startRadar(t *testing.T, bin string, env map[string]string, args ...string) *radarProcess {
+	t.Helper()
+	p := &radarProcess{cmd: exec.Command(bin, args...), lines: make(chan string, 1000), done: make(chan struct{})}
+	p.cmd.Env = os.Environ()
+	for k, v := range env {
+		p.cmd.Env = append(p.cmd.Env, k+"="+v)
+	}
+	stdout, err := p.cmd.StdoutPipe()
+	require.NoError(t, err)
+	p.cmd.Stderr = p.cmd.Stdout
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		defer close(p.done)
+		scanner := bufio.NewScanner(stdout)
+		for scanner.Scan() {
+			p.mu.Lock()
+			p.output.WriteString(scanner.Text() + "\n")
+			p.mu.Unlock()
+			select {
+			case p.lines <- scanner.Text():
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("radar %v output:\n%s", args, p.Output())
+		}
+	})
+	return p
+}
+
+func (p *radarProcess) Output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.output.String()
+}
+
+// waitLine waits for an output line matching re.
+func (p *radarProcess) waitLine(t *testing.T, re *regexp.Regexp) []string {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case line := <-p.lines:
+			if m := re.FindStringSubmatch(line); m != nil {
+				return m
+			}
+		case <-p.done:
+			t.Fatalf("process ended before printing %s:\n%s", re, p.Output())
+		case <-timeout:
+			t.Fatalf("timed out waiting for %s:\n%s", re, p.Output())
+		}
+	}
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *radarProcess) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	exited := make(chan error, 1)
+	go func() { <-p.done; exited <- p.cmd.Wait() }()
+	select {
+	case <-exited:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(timeout):
+		t.Fatalf("process did not exit within %s:\n%s", timeout, p.Output())
+		return -1
+	}
+}
+
+func (s *testSystem) processEnv(extra map[string]string) map[string]string {
+	env := map[string]string{}
+	for k, v := range s.vars {
+		env[k] = v
+	}
+	env["DATABASE_URL"] = s.dbURL
+	env["BUILDRISK_ADMIN_ADDR"] = "127.0.0.1:0"
+	env["BUILDRISK_LOG_FORMAT"] = "text"
+	env["BUILDRISK_UPSTREAM_URL"] = s.fakeURL
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env
+}
+
+// AptTradeJobIT: 6 regions × 12 months with latency; a worker process gets
+// SIGTERM mid-run, exits 0 within the drain timeout with the execution
+// STOPPED and the request DONE; a new request resumes and completes; the
+// fake upstream saw exactly 72 calls, no combination twice.
+func TestProcess_WorkerDrainOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	bin := buildRadar(t)
+	s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Latency: 20 * time.Millisecond}})
+	drainTimeout := 20 * time.Second
+	worker := startRadar(t, bin, s.processEnv(map[string]string{"BUILDRISK_DRAIN_TIMEOUT": drainTimeout.String()}), "worker")
+	worker.waitLine(t, regexp.MustCompile(`worker running`))
+
+	body := aptTradeBody(sixRegions, "2025-01", "2025-12")
+	id := s.requestAptTrade(body)
+	for {
+		_, out := s.get("/v1/requests/" + id)
+		if exec, ok := out["execution"].(map[string]any); ok && exec["chunksDone"].(float64) >= 10 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	signalled := time.Now()
+	require.NoError(t, worker.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, worker.wait(t, drainTimeout+10*time.Second), "the worker exits 0 after draining")
+	require.Less(t, time.Since(signalled), drainTimeout)
+	require.Contains(t, worker.Output(), "worker stopped")
+
+	out := s.waitRequest(id, "DONE", "FAILED")
+	require.Equal(t, "DONE", out["status"])
+	exec := execution(t, out)
+	require.Equal(t, "STOPPED", exec["status"])
+	require.Equal(t, batch.MessageDrained, exec["exitMessage"])
+	require.Less(t, exec["chunksDone"].(float64), float64(72))
+
+	s.startWorker()
+	status, again := s.post("/v1/jobs/aptTrade/requests", body)
+	require.Equal(t, http.StatusAccepted, status)
+	require.Equal(t, exec["id"], again["resumesExecutionId"])
+	done := s.waitRequest(again["requestId"].(string), "DONE", "FAILED")
+	require.Equal(t, "COMPLETED", execution(t, done)["status"], "%v", done)
+	require.Equal(t, int64(72), s.fake.Stats().Total)
+	requireEachKeyOnce(t, s, 72)
+}
+
+// A CLI run and a worker racing on the same job: exactly one runs, the other
+// gets 409 or exit code 4; executions never overlap (20 repetitions). In the
+// first ten the winner is held inside its first call, so the loser must be
+// refused (each side wins in turn); the last ten start both at once.
+func TestProcess_CLIAndWorkerRace(t *testing.T) {
+	t.Parallel()
+	bin := buildRadar(t)
+	s := newTestSystem(t, nil)
+	s.startWorker()
+	env := s.processEnv(nil)
+	body := aptTradeBody([]string{"11110"}, "2025-01", "2025-02")
+	requestLine := regexp.MustCompile(`^request (\d+): aptTrade`)
+	cliArgs := []string{"run", "aptTrade", "-p", "regions=11110", "-p", "from=2025-01", "-p", "to=2025-02"}
+
+	for rep := range 20 {
+		held := rep < 10
+		if held {
+			s.gate.arm(0)
+		}
+		var cli *radarProcess
+		var status int
+		var out map[string]any
+		switch {
+		case held && rep%2 == 0: // the worker wins
+			status, out = s.post("/v1/jobs/aptTrade/requests", body)
+			require.Equal(t, http.StatusAccepted, status)
+			<-s.gate.blocked
+			cli = startRadar(t, bin, env, cliArgs...)
+			require.Equal(t, exitDuplicate, cli.wait(t, 60*time.Second), "rep %d:\n%s", rep, cli.Output())
+		case held: // the CLI wins
+			cli = startRadar(t, bin, env, cliArgs...)
+			cli.waitLine(t, requestLine)
+			<-s.gate.blocked
+			status, out = s.post("/v1/jobs/aptTrade/requests", body)
+			require.Equal(t, http.StatusConflict, status, "rep %d: %v", rep, out)
+		default: // both at once
+			cli = startRadar(t, bin, env, cliArgs...)
+			status, out = s.post("/v1/jobs/aptTrade/requests", body)
+		}
+		s.gate.open()
+		code := cli.wait(t, 60*time.Second)
+		if status == http.StatusAccepted {
+			s.waitRequest(out["requestId"].(string), "DONE")
+		}
+		require.Contains(t, []int{exitOK, exitDuplicate}, code, "rep %d:\n%s", rep, cli.Output())
+		require.Contains(t, []int{http.StatusAccepted, http.StatusConflict}, status, "rep %d: %v", rep, out)
+		require.False(t, code == exitDuplicate && status == http.StatusConflict, "rep %d: both refused", rep)
+	}
+	require.Equal(t, 0, s.count(`SELECT count(*) FROM job_execution a JOIN job_execution b ON a.id < b.id
+		WHERE a.started_at < b.ended_at AND b.started_at < a.ended_at`), "no two executions overlapped")
+	require.Equal(t, 0, s.count("SELECT count(*) FROM job_execution WHERE status <> 'COMPLETED'"))
+	require.GreaterOrEqual(t, s.count("SELECT count(*) FROM job_request WHERE source = 'cli' AND status = 'DONE'"), 5)
+	require.GreaterOrEqual(t, s.count("SELECT count(*) FROM job_request WHERE source = 'api' AND status = 'DONE'"), 5)
+}
+
+// The CLI: usage errors exit 2, Ctrl-C drains to STOPPED (exit 3), a run to
+// the end exits 0.
+func TestProcess_CLIExitCodes(t *testing.T) {
+	t.Parallel()
+	bin := buildRadar(t)
+	s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Latency: 30 * time.Millisecond}})
+	env := s.processEnv(nil)
+
+	require.Equal(t, exitUsage, startRadar(t, bin, env, "run").wait(t, 30*time.Second))
+	require.Equal(t, exitUsage, startRadar(t, bin, env, "run", "nope").wait(t, 30*time.Second))
+	bad := startRadar(t, bin, env, "run", "aptTrade", "-p", "regions=1111", "-p", "from=2025-01", "-p", "to=2025-02")
+	require.Equal(t, exitUsage, bad.wait(t, 30*time.Second))
+	require.Contains(t, bad.Output(), "params.regions[0]")
+	require.Equal(t, 0, s.count("SELECT count(*) FROM job_request"))
+
+	cli := startRadar(t, bin, env, "run", "aptTrade", "--params", `{"regions":["11110","11140"],"from":"2025-01","to":"2025-12"}`)
+	cli.waitLine(t, regexp.MustCompile(`chunk 3/24 committed`))
+	require.NoError(t, cli.cmd.Process.Signal(syscall.SIGINT))
+	require.Equal(t, exitStopped, cli.wait(t, 30*time.Second))
+	require.Contains(t, cli.Output(), "STOPPED")
+
+	resume := startRadar(t, bin, env, "run", "aptTrade", "--params", `{"regions":["11110","11140"],"from":"2025-01","to":"2025-12"}`)
+	require.Equal(t, exitOK, resume.wait(t, 60*time.Second), resume.Output())
+	require.Contains(t, resume.Output(), "resuming execution")
+	requireEachKeyOnce(t, s, 24)
+}
+
+// Ctrl-C on `radar dev` leaves no PostgreSQL behind, and kill -9 does not
+// block the next start either.
+func TestProcess_DevLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	bin := buildRadar(t)
+	env := map[string]string{
+		"DATABASE_URL": "", "BUILDRISK_HTTP_ADDR": "127.0.0.1:0", "BUILDRISK_LOG_FORMAT": "text",
+		"BUILDRISK_API_TOKENS": "operator:t", "BUILDRISK_UPSTREAM_URL": "",
+	}
+	started := regexp.MustCompile(`pglocal: postgres started.*dir=(\S+) port=(\d+)`)
+
+	dev := startRadar(t, bin, env, "dev")
+	m := dev.waitLine(t, started)
+	dev.waitLine(t, regexp.MustCompile(`buildrisk-radar dev is up`))
+	require.NoError(t, dev.cmd.Process.Signal(syscall.SIGINT))
+	require.Equal(t, 0, dev.wait(t, 60*time.Second))
+	requireClusterGone(t, m[1], m[2])
+
+	killed := startRadar(t, bin, env, "dev")
+	m = killed.waitLine(t, started)
+	killed.waitLine(t, regexp.MustCompile(`buildrisk-radar dev is up`))
+	require.NoError(t, killed.cmd.Process.Kill())
+	killed.wait(t, 30*time.Second)
+	deadline := time.Now().Add(30 * time.Second)
+	for portOpen(m[2]) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond) // the postmaster dies with its parent (Pdeathsig)
+	}
+	require.False(t, portOpen(m[2]), "postgres outlived a kill -9 of radar dev")
+
+	again := startRadar(t, bin, env, "dev")
+	again.waitLine(t, regexp.MustCompile(`buildrisk-radar dev is up`))
+	_, err := os.Stat(m[1])
+	require.True(t, os.IsNotExist(err), "the next start swept the dead run's directory %s", m[1])
+	require.NoError(t, again.cmd.Process.Signal(syscall.SIGINT))
+	require.Equal(t, 0, again.wait(t, 60*time.Second))
+}
+
+func requireClusterGone(t *testing.T, dir, port string) {
+	t.Helper()
+	_, err := os.Stat(dir)
+	require.True(t, os.IsNotExist(err), "cluster dir %s still exists", dir)
+	require.False(t, portOpen(port), "postgres still listens on %s", port)
+}
+
+func portOpen(port string) bool {
+	conn, err := net.DialTimeout("tcp", "127.0.0.1:"+port, 200*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+var _ = fmt.Sprint
+var _ = strings.Contains
