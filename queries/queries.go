@@ -69,8 +69,15 @@ func InTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
 // InTxRetries is InTx with an explicit retry count (0 disables retries; the
 // tests use it to show the conflict the retry absorbs).
 func InTxRetries(ctx context.Context, db Beginner, retries int, fn func(tx pgx.Tx) error) error {
+	return InTxOpts(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, retries, fn)
+}
+
+// InTxOpts is InTxRetries with explicit transaction options. Metadata
+// transactions use READ COMMITTED: the seed's SERIALIZABLE default made two
+// different jobs started together fail (ADR-012, 2026-09-25).
+func InTxOpts(ctx context.Context, db Beginner, opts pgx.TxOptions, retries int, fn func(tx pgx.Tx) error) error {
 	for attempt := 0; ; attempt++ {
-		err := inTxOnce(ctx, db, fn)
+		err := inTxOnce(ctx, db, opts, fn)
 		if err == nil || !IsRetryable(err) || attempt >= retries {
 			return err
 		}
@@ -83,8 +90,8 @@ func InTxRetries(ctx context.Context, db Beginner, retries int, fn func(tx pgx.T
 	}
 }
 
-func inTxOnce(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
-	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+func inTxOnce(ctx context.Context, db Beginner, opts pgx.TxOptions, fn func(tx pgx.Tx) error) error {
+	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("error beginning transaction: %w", err)
 	}

@@ -444,7 +444,7 @@ func sweepDir(logger *slog.Logger, dir string) error {
 	}
 	owner, err := readOwnerFile(dir)
 	switch {
-	case errors.Is(err, os.ErrNotExist):
+	case errors.Is(err, os.ErrNotExist), errors.Is(err, errOwnerGarbled):
 		// Either still being created by another process, or abandoned before
 		// the owner file was written (in which case nothing ever ran there).
 		if time.Since(info.ModTime()) < freshDirGrace {
@@ -476,15 +476,27 @@ type owner struct {
 	startTime string // empty when unknown
 }
 
+// errOwnerGarbled is returned by readOwnerFile when the owner file does not
+// hold a pid.
+var errOwnerGarbled = errors.New("owner file holds no pid")
+
+// writeOwnerFile records this process as the owner of the cluster in dir. The
+// file appears complete or not at all, so a concurrent sweep never reads a
+// half-written one.
 func writeOwnerFile(dir string) error {
 	pid := os.Getpid()
 	content := strconv.Itoa(pid) + "\n" + processStartTime(pid) + "\n"
-	if err := os.WriteFile(filepath.Join(dir, ownerFileName), []byte(content), 0o644); err != nil {
+	tmp := filepath.Join(dir, ownerFileName+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return fmt.Errorf("error writing owner file: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, ownerFileName)); err != nil {
 		return fmt.Errorf("error writing owner file: %w", err)
 	}
 	return nil
 }
 
+// readOwnerFile reads the owner of the cluster in dir.
 func readOwnerFile(dir string) (owner, error) {
 	data, err := os.ReadFile(filepath.Join(dir, ownerFileName))
 	if err != nil {
@@ -493,8 +505,7 @@ func readOwnerFile(dir string) (owner, error) {
 	lines := strings.Split(string(data), "\n")
 	pid, err := strconv.Atoi(strings.TrimSpace(lines[0]))
 	if err != nil || pid <= 0 {
-		// A torn or garbled owner file cannot name a live owner.
-		return owner{}, nil
+		return owner{}, errOwnerGarbled
 	}
 	o := owner{pid: pid}
 	if len(lines) > 1 {

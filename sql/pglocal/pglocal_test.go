@@ -296,10 +296,6 @@ func requirePortFree(t *testing.T, port int) {
 	t.Helper()
 
 	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		out, _ := exec.Command("sh", "-c", fmt.Sprintf("ss -tanp | grep :%d; ps -ef | grep postgres", port)).CombinedOutput()
-		t.Logf("DEBUG %s", out)
-	}
 	require.NoError(t, err, "port %d still in use", port)
 	require.NoError(t, l.Close())
 }

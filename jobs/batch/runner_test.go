@@ -1,0 +1,155 @@
+package batch_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/jobs/upstream"
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/sql/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type noParams struct{}
+
+// itemsJob has `chunks` chunks of `perChunk` targets each; lose drops items
+// from each chunk's accounting (the post-mortem's silent loss).
+type itemsJob struct {
+	chunks, perChunk int64
+	lose             int64
+	declare          bool
+}
+
+func (j *itemsJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	plan := &batch.Plan{Targets: batch.TargetsUnknown}
+	if j.declare {
+		plan.Targets = j.chunks * j.perChunk
+	}
+	for i := range j.chunks {
+		plan.Chunks = append(plan.Chunks, fmt.Sprintf("c%02d", i))
+	}
+	return plan, nil
+}
+
+func (j *itemsJob) Process(context.Context, *batch.Run, string) (*batch.ChunkResult, error) {
+	targets := j.perChunk
+	if !j.declare {
+		return &batch.ChunkResult{Targets: targets, Written: targets - j.lose}, nil
+	}
+	return &batch.ChunkResult{Targets: targets - j.lose, Written: targets - j.lose}, nil
+}
+
+type testBundle struct {
+	pool      *pgxpool.Pool
+	providers *observability.Providers
+	enqueuer  *request.Enqueuer
+	runner    *batch.Runner
+}
+
+func setup(t *testing.T, registry map[string]batch.Job) *testBundle {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	providers, _ := observability.NewTestProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	var defs []jobs.Definition
+	for name := range registry {
+		defs = append(defs, &jobs.Spec[noParams]{JobName: name, Desc: "test job"})
+	}
+	enqueuer, err := request.NewEnqueuer(pool, nil, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: instruments})
+	require.NoError(t, err)
+	up, err := upstream.NewClient(pool, upstream.ClientConfig{Instruments: instruments})
+	require.NoError(t, err)
+	runner, err := batch.NewRunner(pool, batch.Config{WorkerID: "1@test#boot", Jobs: registry, Upstream: up, Instruments: instruments})
+	require.NoError(t, err)
+	return &testBundle{pool: pool, providers: providers, enqueuer: enqueuer, runner: runner}
+}
+
+func (b *testBundle) enqueue(t *testing.T, job string) int64 {
+	t.Helper()
+	res, err := b.enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: job, Source: request.SourceCLI, Params: []byte("{}")})
+	require.NoError(t, err)
+	return res.Request.ID
+}
+
+// JobRequestQueueIT: two different jobs started at the same instant both
+// run, every time (5 repetitions).
+func TestRunner_DifferentJobsStartTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]batch.Job{
+		"filingParse": &itemsJob{chunks: 3, perChunk: 2},
+		"stockPrice":  &itemsJob{chunks: 3, perChunk: 2},
+	})
+	for rep := range 5 {
+		ids := []int64{b.enqueue(t, "filingParse"), b.enqueue(t, "stockPrice")}
+		start := make(chan struct{})
+		outcomes := make([]*batch.Outcome, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				outcomes[i], errs[i] = b.runner.Run(context.Background(), batch.RunOpts{RequestID: id})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i := range ids {
+			require.NoError(t, errs[i], "rep %d", rep)
+			require.Equal(t, "COMPLETED", outcomes[i].Status, "rep %d: %s", rep, outcomes[i].Message)
+		}
+	}
+}
+
+// No silent success: an execution whose items do not add up to its targets
+// ends FAILED with "unaccounted", and the counter moves.
+func TestRunner_UnaccountedItemsFail(t *testing.T) {
+	t.Parallel()
+	for _, declare := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DeclaredTargets_%v", declare), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, map[string]batch.Job{"creditEval": &itemsJob{chunks: 4, perChunk: 10, lose: 1, declare: declare}})
+			out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
+			require.NoError(t, err)
+			require.Equal(t, "FAILED", out.Status)
+			require.Contains(t, out.Message, "unaccounted: 4 of 40")
+			require.Equal(t, request.StatusFailed, out.RequestStatus)
+			v, err := b.providers.MetricValue("buildrisk_items_total", map[string]string{"job": "creditEval", "outcome": "unaccounted"})
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, v, float64(4))
+		})
+	}
+	t.Run("Control_AllAccounted", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, map[string]batch.Job{"creditEval": &itemsJob{chunks: 4, perChunk: 10, declare: true}})
+		out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
+		require.NoError(t, err)
+		require.Equal(t, "COMPLETED", out.Status, out.Message)
+	})
+}
+
+// A request that is no longer QUEUED (reaped meanwhile) is not run.
+func TestRunner_NotQueued(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]batch.Job{"metrics": &itemsJob{chunks: 1, perChunk: 1}})
+	id := b.enqueue(t, "metrics")
+	_, err := b.pool.Exec(context.Background(), `UPDATE job_request SET status = 'FAILED' WHERE id = $1`, id)
+	require.NoError(t, err)
+	_, err = b.runner.Run(context.Background(), batch.RunOpts{RequestID: id, FinishTx: func(context.Context, pgx.Tx) error { return nil }})
+	require.ErrorIs(t, err, batch.ErrNotQueued)
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM job_execution").Scan(&n))
+	require.Equal(t, 0, n)
+}

@@ -1,0 +1,165 @@
+package upstream_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs/upstream"
+	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/sql/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func newClient(t *testing.T, pool *pgxpool.Pool, baseURL string, caps map[upstream.Provider]int) (*upstream.Client, *observability.Providers) {
+	t.Helper()
+	providers, _ := observability.NewTestProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	client, err := upstream.NewClient(pool, upstream.ClientConfig{
+		BaseURLs:    map[upstream.Provider]string{upstream.ProviderMOLIT: baseURL},
+		Keys:        map[upstream.Provider]string{upstream.ProviderMOLIT: "secret-key-value"},
+		DailyCaps:   caps,
+		Backoff:     10 * time.Millisecond,
+		Instruments: instruments,
+	})
+	require.NoError(t, err)
+	return client, providers
+}
+
+// A 429 is retried after the Retry-After the provider asked for.
+func TestClient_RetryAfter(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	var firstAt, secondAt time.Time
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			firstAt = time.Now()
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		secondAt = time.Now()
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer server.Close()
+	client, providers := newClient(t, pgtest.NewPool(t), server.URL, nil)
+
+	caller := client.NewCaller("aptTrade", 0)
+	body, err := caller.Get(context.Background(), upstream.EndpointAptTrade, upstream.AptTradeQuery("11110", "202501", 1, 10))
+	require.NoError(t, err)
+	require.Equal(t, "ok", string(body))
+	require.Equal(t, int32(2), calls.Load())
+	require.GreaterOrEqual(t, secondAt.Sub(firstAt), time.Second, "waited the Retry-After, not the 10ms backoff")
+	v, err := providers.MetricValue("buildrisk_fanout_rejections_total", map[string]string{"job": "aptTrade", "reason": "provider_429"})
+	require.NoError(t, err)
+	require.Equal(t, float64(1), v)
+}
+
+// A call that keeps failing names provider, endpoint, call and status, and
+// never leaks the key; a 4xx is not retried.
+func TestClient_FailureMessage(t *testing.T) {
+	t.Parallel()
+	fake := fakeupstream.New(fakeupstream.Config{FailKeys: map[string][]string{"aptTrade": {"11110:202501"}}})
+	server := httptest.NewServer(fake)
+	defer server.Close()
+	client, _ := newClient(t, pgtest.NewPool(t), server.URL, nil)
+
+	_, err := client.NewCaller("aptTrade", 0).Get(context.Background(), upstream.EndpointAptTrade, upstream.AptTradeQuery("11110", "202501", 1, 10))
+	var callErr *upstream.CallError
+	require.ErrorAs(t, err, &callErr)
+	require.Equal(t, "MOLIT aptTrade 11110:202501: HTTP 500 after 3 attempts", err.Error())
+	require.NotContains(t, err.Error(), "secret-key-value")
+	require.Equal(t, int64(3), fake.Stats().Calls["aptTrade"]["11110:202501"])
+
+	notFound := httptest.NewServer(http.NotFoundHandler())
+	defer notFound.Close()
+	client, _ = newClient(t, pgtest.NewPool(t), notFound.URL, nil)
+	_, err = client.NewCaller("aptTrade", 0).Get(context.Background(), upstream.EndpointAptTrade, upstream.AptTradeQuery("11110", "202501", 1, 10))
+	require.Contains(t, err.Error(), "HTTP 404 after 1 attempts")
+
+	closed := httptest.NewServer(http.NotFoundHandler())
+	url := closed.URL
+	closed.Close()
+	client, _ = newClient(t, pgtest.NewPool(t), url, nil)
+	_, err = client.NewCaller("aptTrade", 0).Get(context.Background(), upstream.EndpointAptTrade, upstream.AptTradeQuery("11110", "202501", 1, 10))
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "secret-key-value")
+}
+
+// The daily cap is shared in PostgreSQL: many callers at once never exceed
+// it, and the refusal is ErrCapped, counted as capped.
+func TestClient_DailyCapShared(t *testing.T) {
+	t.Parallel()
+	var served atomic.Int32
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer server.Close()
+	pool := pgtest.NewPool(t)
+	client, providers := newClient(t, pool, server.URL, map[upstream.Provider]int{upstream.ProviderMOLIT: 25})
+	other, _ := newClient(t, pool, server.URL, map[upstream.Provider]int{upstream.ProviderMOLIT: 25})
+
+	var wg sync.WaitGroup
+	var ok, capped atomic.Int32
+	for i := range 40 {
+		c := client
+		if i%2 == 1 {
+			c = other // a second worker process sharing the database
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.NewCaller("aptTrade", 0).Get(context.Background(), upstream.EndpointAptTrade, upstream.AptTradeQuery("11110", "202501", 1, 10))
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case errors.Is(err, upstream.ErrCapped):
+				capped.Add(1)
+				require.True(t, strings.Contains(err.Error(), "MOLIT"))
+			default:
+				t.Errorf("unexpected error: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int32(25), ok.Load())
+	require.Equal(t, int32(15), capped.Load())
+	require.Equal(t, int32(25), served.Load())
+	remaining, err := client.Remaining(context.Background(), upstream.ProviderMOLIT)
+	require.NoError(t, err)
+	require.Equal(t, 0, remaining)
+	v, err := providers.MetricValue("buildrisk_external_calls_total", map[string]string{"provider": "MOLIT", "outcome": "capped"})
+	require.NoError(t, err)
+	require.Greater(t, v, float64(0))
+}
+
+// maxCalls caps one execution only.
+func TestClient_MaxCalls(t *testing.T) {
+	t.Parallel()
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	defer server.Close()
+	client, _ := newClient(t, pgtest.NewPool(t), server.URL, nil)
+	caller := client.NewCaller("aptTrade", 2)
+	q := upstream.AptTradeQuery("11110", "202501", 1, 10)
+	for range 2 {
+		_, err := caller.Get(context.Background(), upstream.EndpointAptTrade, q)
+		require.NoError(t, err)
+	}
+	_, err := caller.Get(context.Background(), upstream.EndpointAptTrade, q)
+	require.ErrorIs(t, err, upstream.ErrMaxCalls)
+	_, err = client.NewCaller("aptTrade", 2).Get(context.Background(), upstream.EndpointAptTrade, q)
+	require.NoError(t, err, "a new execution has its own maxCalls")
+}
