@@ -60,8 +60,15 @@ func (e *DuplicateError) Error() string {
 // worker never blocks a job (ADR-012 item 119).
 type CleanupFunc func(ctx context.Context, tx pgx.Tx, job string) error
 
+// EstimateFunc estimates a run's external calls when the params alone do
+// not tell (creditEval's calls depend on the exposure ledger). It reads the
+// database but never writes it.
+type EstimateFunc func(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, error)
+
 // Config configures an Enqueuer.
 type Config struct {
+	// Estimators override the catalog's estimate for the named jobs.
+	Estimators map[string]EstimateFunc
 	// Catalog is the set of known jobs. Required.
 	Catalog *jobs.Catalog
 	// DailyCaps is each provider's daily call cap; an estimate above a whole
@@ -116,8 +123,9 @@ type EnqueueResult struct {
 	ResumesExecutionID *int64
 }
 
-// Validate decodes and checks a request without touching the database.
-func (e *Enqueuer) Validate(p *EnqueueParams) (jobs.Definition, *jobs.Params, error) {
+// Validate decodes and checks a request, estimating its calls; it reads the
+// database only through an Estimators entry, and writes nothing.
+func (e *Enqueuer) Validate(ctx context.Context, db queries.DBTX, p *EnqueueParams) (jobs.Definition, *jobs.Params, error) {
 	def, ok := e.cfg.Catalog.Lookup(p.Job)
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: %q", ErrUnknownJob, p.Job)
@@ -125,6 +133,11 @@ func (e *Enqueuer) Validate(p *EnqueueParams) (jobs.Definition, *jobs.Params, er
 	params, err := def.Decode(p.Params)
 	if err != nil {
 		return nil, nil, err
+	}
+	if estimate, ok := e.cfg.Estimators[p.Job]; ok {
+		if params.EstimatedCalls, err = estimate(ctx, db, params); err != nil {
+			return nil, nil, fmt.Errorf("error estimating calls: %w", err)
+		}
 	}
 	if p.MaxCalls != nil && *p.MaxCalls < 1 {
 		return nil, nil, &jobs.ParamError{Field: "maxCalls", Message: "must be at least 1 when given"}
@@ -143,7 +156,7 @@ func (e *Enqueuer) Validate(p *EnqueueParams) (jobs.Definition, *jobs.Params, er
 // the Enqueuer has a River client) its River job. Errors: ErrUnknownJob,
 // *jobs.ParamError, *DuplicateError, or an internal error.
 func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, error) {
-	_, params, err := e.Validate(p)
+	_, params, err := e.Validate(ctx, e.pool, p)
 	if err != nil {
 		if jobs.IsParamError(err) {
 			e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultInvalid)
@@ -183,7 +196,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 // params must already be valid; a duplicate returns *DuplicateError and
 // leaves tx usable only for rollback.
 func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams) (*EnqueueResult, error) {
-	_, params, err := e.Validate(p)
+	_, params, err := e.Validate(ctx, tx, p)
 	if err != nil {
 		return nil, err
 	}
