@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
@@ -106,14 +108,17 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 	}
 	defer presence.Stop(context.Background())
 
-	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger})
-	enqueuer, err := request.NewEnqueuer(pool, nil, request.Config{
-		Catalog: jobs.Default(), DailyCaps: env.capsByName(), Instruments: tel.instruments, Logger: tel.logger,
-		Cleanup: func(ctx context.Context, tx pgx.Tx, job string) error {
-			_, err := reaper.ReapTx(ctx, tx, job)
-			return err
-		},
-	})
+	// The CLI's own request has no River job (the CLI runs it); the request
+	// a completed run chains to does, so that a worker picks it up.
+	enqueuer, err := newEnqueuer(pool, nil, env, tel, true)
+	if err != nil {
+		return exitFailed, err
+	}
+	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: tel.logger})
+	if err != nil {
+		return exitFailed, fmt.Errorf("error creating river client: %w", err)
+	}
+	chain, err := newEnqueuer(pool, insertOnly, env, tel, false)
 	if err != nil {
 		return exitFailed, err
 	}
@@ -142,6 +147,10 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 	}
 	runner, err := batch.NewRunner(pool, batch.Config{
 		WorkerID: workerID, Jobs: registry(), Upstream: up, Instruments: tel.instruments, Logger: tel.logger, FanOut: env.FanOut,
+		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
+			_, err := chain.EnqueueNext(ctx, tx, finished.Job, finished.Params)
+			return err
+		},
 	})
 	if err != nil {
 		return exitFailed, err

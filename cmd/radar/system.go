@@ -38,6 +38,29 @@ func registry() map[string]batch.Job {
 	}
 }
 
+// estimators returns the call estimates that need the database.
+func estimators() map[string]request.EstimateFunc {
+	return map[string]request.EstimateFunc{}
+}
+
+// newEnqueuer returns the one way requests are inserted (api, CLI, chains,
+// schedules). riverClient nil records requests the caller runs itself.
+// withCleanup runs the stale-worker cleanup under the job's lock first.
+func newEnqueuer(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *envConfig, tel *telemetry, withCleanup bool) (*request.Enqueuer, error) {
+	cfg := request.Config{
+		Catalog: jobs.Default(), DailyCaps: env.capsByName(), Estimators: estimators(),
+		Instruments: tel.instruments, Logger: tel.logger,
+	}
+	if withCleanup {
+		reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger})
+		cfg.Cleanup = func(ctx context.Context, tx pgx.Tx, job string) error {
+			_, err := reaper.ReapTx(ctx, tx, job)
+			return err
+		}
+	}
+	return request.NewEnqueuer(pool, riverClient, cfg)
+}
+
 // telemetry is one process's providers, instruments and logger.
 type telemetry struct {
 	providers   *observability.Providers
@@ -140,9 +163,15 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 	if err != nil {
 		return nil, nil, err
 	}
+	// The chain enqueuer needs the worker's River client, made below.
+	var chain *request.Enqueuer
 	runner, err := batch.NewRunner(pool, batch.Config{
 		WorkerID: workerID, Jobs: registry(), Upstream: up, Instruments: tel.instruments,
 		Logger: tel.logger, FanOut: env.FanOut,
+		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
+			_, err := chain.EnqueueNext(ctx, tx, finished.Job, finished.Params)
+			return err
+		},
 	})
 	if err != nil {
 		return nil, nil, err
@@ -156,6 +185,9 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 	if err != nil {
 		return nil, nil, err
 	}
+	if chain, err = newEnqueuer(pool, w.River(), env, tel, false); err != nil {
+		return nil, nil, err
+	}
 	return w, runner, nil
 }
 
@@ -165,14 +197,7 @@ func newAPIServer(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*api.Serv
 	if err != nil {
 		return nil, fmt.Errorf("error creating river client: %w", err)
 	}
-	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger})
-	enqueuer, err := request.NewEnqueuer(pool, insertOnly, request.Config{
-		Catalog: jobs.Default(), DailyCaps: env.capsByName(), Instruments: tel.instruments, Logger: tel.logger,
-		Cleanup: func(ctx context.Context, tx pgx.Tx, job string) error {
-			_, err := reaper.ReapTx(ctx, tx, job)
-			return err
-		},
-	})
+	enqueuer, err := newEnqueuer(pool, insertOnly, env, tel, true)
 	if err != nil {
 		return nil, err
 	}

@@ -103,6 +103,22 @@ type Config struct {
 	RecordRetryWindow time.Duration
 	// Held tracks the requests this process holds (for the reconcile loop).
 	Held *HeldSet
+	// Chain runs inside the transaction that records a COMPLETED execution:
+	// it inserts the next job's request there, so there is never a moment
+	// where a job is done and its successor missing. An error rolls the
+	// completion back (and recording retries).
+	Chain ChainFunc
+}
+
+// ChainFunc inserts the request that follows a completed execution.
+type ChainFunc func(ctx context.Context, tx pgx.Tx, finished *Finished) error
+
+// Finished describes a COMPLETED execution to a ChainFunc.
+type Finished struct {
+	Job         string
+	RequestID   int64
+	ExecutionID int64
+	Params      json.RawMessage
 }
 
 func (c Config) withDefaults() Config {
@@ -479,6 +495,13 @@ func (r *Runner) record(ctx context.Context, st *started, outcome *Outcome, doma
 				ID: st.request.ID, Status: outcome.RequestStatus, Message: outcome.Message,
 			}); err != nil {
 				return fmt.Errorf("error finishing request: %w", err)
+			}
+			if outcome.Status == request.ExecutionCompleted && r.cfg.Chain != nil {
+				if err := r.cfg.Chain(recordCtx, tx, &Finished{
+					Job: st.request.Job, RequestID: st.request.ID, ExecutionID: st.exec.ID, Params: st.request.Params,
+				}); err != nil {
+					return fmt.Errorf("error chaining the next job: %w", err)
+				}
 			}
 			if finishTx != nil {
 				return finishTx(recordCtx, tx)
