@@ -13,3 +13,7 @@ SELECT * FROM worker WHERE id = @id;
 
 -- name: WorkerList :many
 SELECT * FROM worker ORDER BY started_at DESC, id;
+
+-- name: WorkerCountAlive :one
+SELECT count(*) FROM worker
+WHERE status <> 'stopped' AND heartbeat_at >= now() - make_interval(secs => @stale_seconds::float8);

@@ -9,6 +9,18 @@ import (
 	"context"
 )
 
+const workerCountAlive = `-- name: WorkerCountAlive :one
+SELECT count(*) FROM worker
+WHERE status <> 'stopped' AND heartbeat_at >= now() - make_interval(secs => $1::float8)
+`
+
+func (q *Queries) WorkerCountAlive(ctx context.Context, db DBTX, staleSeconds float64) (int64, error) {
+	row := db.QueryRow(ctx, workerCountAlive, staleSeconds)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const workerGetByID = `-- name: WorkerGetByID :one
 SELECT id, hostname, pid, boot, started_at, heartbeat_at, status, configured_keys, version FROM worker WHERE id = $1
 `

@@ -113,7 +113,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 		viewerTokenNote = viewerToken
 	}
 
-	w, _, err := newWorker(pool, env, tel, workerID, hostname, boot)
+	w, _, err := newWorker(pool, env, tel, workerID, hostname, boot, nil)
 	if err != nil {
 		return err
 	}

@@ -157,31 +157,41 @@ func riverPlugins(tel *telemetry) []rivertype.Plugin {
 	})}
 }
 
+// tuneFunc adjusts the worker's and runner's configs before they are built
+// (tests shorten intervals or disable the reaper); nil changes nothing.
+type tuneFunc func(*worker.Config, *batch.Config)
+
 // newWorker builds the worker role's parts.
-func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hostname, boot string) (*worker.Worker, *batch.Runner, error) {
+func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hostname, boot string, tune tuneFunc) (*worker.Worker, *batch.Runner, error) {
 	up, err := newUpstream(pool, env, tel)
 	if err != nil {
 		return nil, nil, err
 	}
 	// The chain enqueuer needs the worker's River client, made below.
 	var chain *request.Enqueuer
-	runner, err := batch.NewRunner(pool, batch.Config{
+	runnerConfig := batch.Config{
 		WorkerID: workerID, Jobs: registry(), Upstream: up, Instruments: tel.instruments,
 		Logger: tel.logger, FanOut: env.FanOut,
 		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
 			_, err := chain.EnqueueNext(ctx, tx, finished.Job, finished.Params)
 			return err
 		},
-	})
-	if err != nil {
-		return nil, nil, err
 	}
-	w, err := worker.New(pool, runner, worker.Config{
+	workerConfig := worker.Config{
 		ID: workerID, Hostname: hostname, PID: os.Getpid(), Boot: boot, Version: version,
 		ConfiguredKeys: env.configuredKeyNames(), HeartbeatInterval: env.HeartbeatInterval,
 		StaleAfter: env.StaleAfter, ReapInterval: env.ReapInterval, DrainTimeout: env.DrainTimeout,
 		Instruments: tel.instruments, Logger: tel.logger, RiverPlugins: riverPlugins(tel),
-	})
+		Gauges: &worker.Gauges{Pool: pool, Jobs: jobs.Default().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.instruments},
+	}
+	if tune != nil {
+		tune(&workerConfig, &runnerConfig)
+	}
+	runner, err := batch.NewRunner(pool, runnerConfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := worker.New(pool, runner, workerConfig)
 	if err != nil {
 		return nil, nil, err
 	}

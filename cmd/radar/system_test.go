@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
 	"github.com/buildrisk/radar/jobs/worker"
 	"github.com/buildrisk/radar/observability"
@@ -165,8 +166,14 @@ func newTestSystem(t *testing.T, opts *testSystemOpts) *testSystem {
 // startWorker starts one in-process worker; it is drained at cleanup.
 func (s *testSystem) startWorker() (*worker.Worker, *batch.Runner) {
 	s.t.Helper()
+	return s.startWorkerWith(s.pool, nil)
+}
+
+// startWorkerWith starts a worker on its own pool with tuned configs.
+func (s *testSystem) startWorkerWith(pool *pgxpool.Pool, tune tuneFunc) (*worker.Worker, *batch.Runner) {
+	s.t.Helper()
 	id, hostname, boot := newWorkerID()
-	w, runner, err := newWorker(s.pool, s.env, s.tel, id, hostname, boot)
+	w, runner, err := newWorker(pool, s.env, s.tel, id, hostname, boot, tune)
 	require.NoError(s.t, err)
 	require.NoError(s.t, w.Start(context.Background()))
 	s.t.Cleanup(func() { _ = w.Drain(context.Background()) })
@@ -281,3 +288,20 @@ func (s *testSystem) callsPerKey(endpoint string) map[string]int64 {
 }
 
 func fmtInt(n int) string { return fmt.Sprint(n) }
+
+type requestEnqueuer = request.Enqueuer
+
+func decodeJobs(t *testing.T, body []byte) map[string]any {
+	t.Helper()
+	var out struct {
+		Jobs []map[string]any `json:"jobs"`
+	}
+	require.NoError(t, json.Unmarshal(body, &out))
+	for _, j := range out.Jobs {
+		if j["name"] == "aptTrade" {
+			return j
+		}
+	}
+	t.Fatalf("aptTrade not in %s", body)
+	return nil
+}

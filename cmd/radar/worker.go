@@ -34,7 +34,7 @@ func runWorker(ctx context.Context) error {
 	if err := checkSchema(ctx, pool); err != nil {
 		return err
 	}
-	w, _, err := newWorker(pool, env, tel, workerID, hostname, boot)
+	w, _, err := newWorker(pool, env, tel, workerID, hostname, boot, nil)
 	if err != nil {
 		return err
 	}

@@ -103,6 +103,9 @@ type Config struct {
 	RecordRetryWindow time.Duration
 	// Held tracks the requests this process holds (for the reconcile loop).
 	Held *HeldSet
+	// RecordHook, when set, runs between recording the execution's outcome
+	// and the request's; tests cut the database there.
+	RecordHook func()
 	// Chain runs inside the transaction that records a COMPLETED execution:
 	// it inserts the next job's request there, so there is never a moment
 	// where a job is done and its successor missing. An error rolls the
@@ -477,24 +480,21 @@ func (r *Runner) executionIDs(ctx context.Context, instanceID int64) ([]int64, e
 	return r.queries.JobExecutionIDsByInstance(ctx, r.pool, instanceID)
 }
 
-// record writes the outcome: execution, request and (through finishTx) the
-// River job in one transaction, retried for RecordRetryWindow so that a
-// short database outage does not leave the request RUNNING.
+// record writes the outcome in two steps, each retried until
+// RecordRetryWindow has passed, so a short database outage does not leave
+// the request RUNNING: first the execution's result (with the chained
+// request, so a completion and its successor commit together), then the
+// request and, through finishTx, its River job. If the second step cannot be
+// recorded, the reconcile loop finalizes the request from the first.
 func (r *Runner) record(ctx context.Context, st *started, outcome *Outcome, domainRows *int64, finishTx func(context.Context, pgx.Tx) error) error {
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RecordRetryWindow)
 	defer cancel()
-	backoff := 250 * time.Millisecond
-	for {
-		err := queries.InTx(recordCtx, r.pool, func(tx pgx.Tx) error {
+	err := retryUntilDone(recordCtx, func() error {
+		return queries.InTx(recordCtx, r.pool, func(tx pgx.Tx) error {
 			if _, err := r.queries.JobExecutionFinish(recordCtx, tx, &queries.JobExecutionFinishParams{
 				ID: st.exec.ID, Status: outcome.Status, ExitMessage: outcome.Message, DomainRows: domainRows,
 			}); err != nil {
 				return fmt.Errorf("error finishing execution: %w", err)
-			}
-			if _, err := r.queries.JobRequestFinish(recordCtx, tx, &queries.JobRequestFinishParams{
-				ID: st.request.ID, Status: outcome.RequestStatus, Message: outcome.Message,
-			}); err != nil {
-				return fmt.Errorf("error finishing request: %w", err)
 			}
 			if outcome.Status == request.ExecutionCompleted && r.cfg.Chain != nil {
 				if err := r.cfg.Chain(recordCtx, tx, &Finished{
@@ -503,17 +503,45 @@ func (r *Runner) record(ctx context.Context, st *started, outcome *Outcome, doma
 					return fmt.Errorf("error chaining the next job: %w", err)
 				}
 			}
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("error recording the execution's outcome: %w", err)
+	}
+	if r.cfg.RecordHook != nil {
+		r.cfg.RecordHook()
+	}
+	err = retryUntilDone(recordCtx, func() error {
+		return queries.InTx(recordCtx, r.pool, func(tx pgx.Tx) error {
+			if _, err := r.queries.JobRequestFinish(recordCtx, tx, &queries.JobRequestFinishParams{
+				ID: st.request.ID, Status: outcome.RequestStatus, Message: outcome.Message,
+			}); err != nil {
+				return fmt.Errorf("error finishing request: %w", err)
+			}
 			if finishTx != nil {
 				return finishTx(recordCtx, tx)
 			}
 			return nil
 		})
+	})
+	if err != nil {
+		return fmt.Errorf("error recording the request's outcome: %w", err)
+	}
+	return nil
+}
+
+// retryUntilDone calls fn until it succeeds or ctx ends, backing off.
+func retryUntilDone(ctx context.Context, fn func() error) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := fn()
 		if err == nil {
 			return nil
 		}
 		select {
-		case <-recordCtx.Done():
-			return fmt.Errorf("error recording outcome: %w", err)
+		case <-ctx.Done():
+			return err
 		case <-time.After(backoff):
 			backoff = min(backoff*2, 5*time.Second)
 		}

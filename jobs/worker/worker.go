@@ -75,6 +75,8 @@ type Config struct {
 	RiverPlugins []rivertype.Plugin
 	// PeriodicJobs are River periodic jobs (schedules) run by the leader.
 	PeriodicJobs []*river.PeriodicJob
+	// Gauges, when set, are recorded on every heartbeat.
+	Gauges *Gauges
 }
 
 func (c Config) withDefaults() Config {
@@ -204,6 +206,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Unlock()
 
 	w.loop(loopCtx, w.cfg.HeartbeatInterval, "heartbeat", w.heartbeat)
+	if w.cfg.Gauges != nil {
+		_ = w.cfg.Gauges.Record(ctx)
+		w.loop(loopCtx, w.cfg.HeartbeatInterval, "gauges", w.cfg.Gauges.Record)
+	}
 	if !w.cfg.DisableReaper {
 		w.loop(loopCtx, w.cfg.ReapInterval, "reap", func(ctx context.Context) error {
 			_, err := w.reaper.Reap(ctx, "")
