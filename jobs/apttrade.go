@@ -15,6 +15,14 @@ const AptTradeMaxMonths = 120
 
 var lawdCodePattern = regexp.MustCompile(`^[0-9]{5}$`)
 
+// SeoulDistricts are the LAWD codes of Seoul's 25 districts, the default
+// regions of a scheduled aptTrade run.
+var SeoulDistricts = []string{
+	"11110", "11140", "11170", "11200", "11215", "11230", "11260", "11290", "11305", "11320",
+	"11350", "11380", "11410", "11440", "11470", "11500", "11530", "11545", "11560", "11590",
+	"11620", "11650", "11680", "11710", "11740",
+}
+
 // AptTradeParams are aptTrade's params.
 type AptTradeParams struct {
 	Regions []string `json:"regions" doc:"5-digit legal-district (LAWD) codes" minItems:"1" maxItems:"500" example:"11110"`
@@ -42,7 +50,12 @@ func AptTradeSpec() *Spec[AptTradeParams] {
 		ChunkDesc:       "one region×month (1 call)",
 		ExampleValue:    AptTradeParams{Regions: []string{"11110", "11140"}, From: "2025-01", To: "2025-03"},
 		DefaultSchedule: "0 4 * * *",
-		Validate:        validateAptTrade,
+		// A scheduled run refreshes last month for Seoul's districts.
+		Scheduled: func(now time.Time) AptTradeParams {
+			month := now.AddDate(0, -1, 0).Format("2006-01")
+			return AptTradeParams{Regions: slices.Clone(SeoulDistricts), From: month, To: month}
+		},
+		Validate: validateAptTrade,
 		Estimate: func(p *AptTradeParams) int {
 			return len(p.Regions) * len(p.Months())
 		},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"time"
 )
 
 // Params is a request's params after decoding and validation.
@@ -42,6 +43,8 @@ type Definition interface {
 	Next() string
 	// Schedule is the default cron schedule ("" when none).
 	Schedule() string
+	// ScheduledParams are the params of a request a schedule makes at now.
+	ScheduledParams(now time.Time) json.RawMessage
 }
 
 // Spec is the generic Definition every catalog job is made of.
@@ -58,6 +61,9 @@ type Spec[P any] struct {
 	Validate func(p *P) error
 	// Estimate returns the external calls of a run with valid params.
 	Estimate func(p *P) int
+	// Scheduled returns the params of a scheduled request at now; nil
+	// means the zero params ({}).
+	Scheduled func(now time.Time) P
 }
 
 // Name implements Definition.
@@ -91,6 +97,19 @@ func (s *Spec[P]) Next() string { return s.NextJob }
 
 // Schedule implements Definition.
 func (s *Spec[P]) Schedule() string { return s.DefaultSchedule }
+
+// ScheduledParams implements Definition.
+func (s *Spec[P]) ScheduledParams(now time.Time) json.RawMessage {
+	var p P
+	if s.Scheduled != nil {
+		p = s.Scheduled(now)
+	}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return json.RawMessage("{}")
+	}
+	return raw
+}
 
 // Decode implements Definition.
 func (s *Spec[P]) Decode(raw json.RawMessage) (*Params, error) {

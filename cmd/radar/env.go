@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/upstream"
 	"github.com/buildrisk/radar/jobs/worker"
@@ -32,6 +33,9 @@ type envConfig struct {
 	DailyCaps         map[upstream.Provider]int
 	Location          *time.Location
 	LogFormat         string
+	// Schedules maps job names to their schedule spec (catalog default,
+	// or BUILDRISK_SCHEDULE_<JOB>); jobs whose schedule is off are absent.
+	Schedules map[string]string
 	// Now is the clock of call budgets; nil is time.Now. Not an environment
 	// variable: tests set it to cross a day boundary.
 	Now func() time.Time
@@ -130,6 +134,21 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 	tz := orDefault(getenv("BUILDRISK_TIMEZONE"), "Asia/Seoul")
 	if c.Location, err = time.LoadLocation(tz); err != nil {
 		return nil, envError("BUILDRISK_TIMEZONE", "%q is not an IANA time zone", tz)
+	}
+	c.Schedules = map[string]string{}
+	for _, def := range jobs.Default().All() {
+		name := "BUILDRISK_SCHEDULE_" + strings.ToUpper(def.Name())
+		spec := def.Schedule()
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			spec = v
+		}
+		if spec == "" || spec == worker.ScheduleOff {
+			continue
+		}
+		if _, err := worker.ParseSchedule(spec, c.Location); err != nil {
+			return nil, envError(name, "%v (a cron expression, @every DURATION, or off)", err)
+		}
+		c.Schedules[def.Name()] = spec
 	}
 	switch c.LogFormat {
 	case "", "json", "text":

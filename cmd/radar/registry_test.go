@@ -364,7 +364,9 @@ type recorder struct {
 	status int
 }
 
-func newRecorder(body *bytes.Buffer) *recorder { return &recorder{header: http.Header{}, body: body, status: 200} }
+func newRecorder(body *bytes.Buffer) *recorder {
+	return &recorder{header: http.Header{}, body: body, status: 200}
+}
 func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) Write(p []byte) (int, error) { return r.body.Write(p) }
 func (r *recorder) WriteHeader(status int)      { r.status = status }

@@ -157,6 +157,39 @@ func riverPlugins(tel *telemetry) []rivertype.Plugin {
 	})}
 }
 
+// schedules builds the periodic requests from the validated specs.
+func schedules(env *envConfig) []worker.Schedule {
+	var out []worker.Schedule
+	for _, def := range jobs.Default().All() {
+		spec, ok := env.Schedules[def.Name()]
+		if !ok {
+			continue
+		}
+		next, _ := worker.ParseSchedule(spec, env.Location) // validated in loadEnv
+		out = append(out, worker.Schedule{
+			Job: def.Name(), Spec: spec, Next: next,
+			Params: func(now time.Time) []byte { return def.ScheduledParams(now.In(env.Location)) },
+		})
+	}
+	return out
+}
+
+// scheduleInfo tells the API a job's schedule and its next run.
+func scheduleInfo(env *envConfig) func(job string) (string, *time.Time) {
+	byJob := map[string]worker.Schedule{}
+	for _, s := range schedules(env) {
+		byJob[s.Job] = s
+	}
+	return func(job string) (string, *time.Time) {
+		s, ok := byJob[job]
+		if !ok {
+			return "", nil
+		}
+		next := s.Next.Next(time.Now()).In(env.Location)
+		return s.Spec, &next
+	}
+}
+
 // tuneFunc adjusts the worker's and runner's configs before they are built
 // (tests shorten intervals or disable the reaper); nil changes nothing.
 type tuneFunc func(*worker.Config, *batch.Config)
@@ -167,8 +200,8 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 	if err != nil {
 		return nil, nil, err
 	}
-	// The chain enqueuer needs the worker's River client, made below.
-	var chain *request.Enqueuer
+	// The chain and schedule enqueuers need the worker's River client, made below.
+	var chain, scheduled *request.Enqueuer
 	runnerConfig := batch.Config{
 		WorkerID: workerID, Jobs: registry(), Upstream: up, Instruments: tel.instruments,
 		Logger: tel.logger, FanOut: env.FanOut,
@@ -182,7 +215,11 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 		ConfiguredKeys: env.configuredKeyNames(), HeartbeatInterval: env.HeartbeatInterval,
 		StaleAfter: env.StaleAfter, ReapInterval: env.ReapInterval, DrainTimeout: env.DrainTimeout,
 		Instruments: tel.instruments, Logger: tel.logger, RiverPlugins: riverPlugins(tel),
-		Gauges: &worker.Gauges{Pool: pool, Jobs: jobs.Default().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.instruments},
+		Gauges:    &worker.Gauges{Pool: pool, Jobs: jobs.Default().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.instruments},
+		Schedules: schedules(env),
+		ScheduleEnqueue: func(ctx context.Context, p *request.EnqueueParams) (*request.EnqueueResult, error) {
+			return scheduled.Enqueue(ctx, p)
+		},
 	}
 	if tune != nil {
 		tune(&workerConfig, &runnerConfig)
@@ -196,6 +233,9 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 		return nil, nil, err
 	}
 	if chain, err = newEnqueuer(pool, w.River(), env, tel, false); err != nil {
+		return nil, nil, err
+	}
+	if scheduled, err = newEnqueuer(pool, w.River(), env, tel, true); err != nil {
 		return nil, nil, err
 	}
 	return w, runner, nil
@@ -214,7 +254,7 @@ func newAPIServer(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*api.Serv
 	return api.New(pool, api.Config{
 		Tokens: env.Tokens, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),
-		Logger: tel.logger, Version: version,
+		Logger: tel.logger, Version: version, Schedules: scheduleInfo(env),
 	})
 }
 

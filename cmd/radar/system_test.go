@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
@@ -141,6 +142,11 @@ func newTestSystem(t *testing.T, opts *testSystemOpts) *testSystem {
 		"BUILDRISK_STALE_AFTER":        "2s",
 		"BUILDRISK_REAP_INTERVAL":      "500ms",
 		"BUILDRISK_DRAIN_TIMEOUT":      "10s",
+	}
+	// Schedules are off unless a test turns one on: a cron tick must never
+	// land in the middle of an unrelated test.
+	for _, name := range jobs.Default().Names() {
+		vars["BUILDRISK_SCHEDULE_"+strings.ToUpper(name)] = "off"
 	}
 	for k, v := range opts.env {
 		vars[k] = v

@@ -73,8 +73,11 @@ type Config struct {
 	Logger      *slog.Logger
 	// RiverPlugins are added to the River client (otelriver).
 	RiverPlugins []rivertype.Plugin
-	// PeriodicJobs are River periodic jobs (schedules) run by the leader.
-	PeriodicJobs []*river.PeriodicJob
+	// Schedules are the jobs requested periodically; only River's elected
+	// leader inserts their ticks, so one tick is one request cluster-wide.
+	Schedules []Schedule
+	// ScheduleEnqueue inserts a tick's request (required with Schedules).
+	ScheduleEnqueue ScheduleEnqueueFunc
 	// Gauges, when set, are recorded on every heartbeat.
 	Gauges *Gauges
 }
@@ -114,6 +117,8 @@ type Worker struct {
 	queries *queries.Queries
 	reaper  *Reaper
 
+	schedules map[string]Schedule
+
 	mu         sync.Mutex
 	status     string
 	cancel     context.CancelFunc
@@ -132,9 +137,16 @@ func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) 
 	w := &Worker{cfg: cfg, pool: pool, runner: runner, queries: queries.New(), status: StatusRunning, drained: make(chan struct{})}
 	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger})
 
+	w.schedules = map[string]Schedule{}
+	for _, sched := range cfg.Schedules {
+		w.schedules[sched.Job] = sched
+	}
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &runWorker{w: w}); err != nil {
 		return nil, fmt.Errorf("error registering river worker: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &scheduleWorker{w: w}); err != nil {
+		return nil, fmt.Errorf("error registering schedule worker: %w", err)
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		ID:                  cfg.ID,
@@ -146,7 +158,7 @@ func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) 
 		JobTimeout:          -1, // a job runs as long as its chunks; dead workers are handled by the reaper
 		Logger:              cfg.Logger,
 		Plugins:             cfg.RiverPlugins,
-		PeriodicJobs:        cfg.PeriodicJobs,
+		PeriodicJobs:        periodicJobs(cfg.Schedules),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error creating river client: %w", err)
