@@ -15,3 +15,12 @@ SELECT count(*) FROM apt_trade WHERE execution_id = ANY(@execution_ids::bigint[]
 
 -- name: AptTradeCountByRegionMonth :one
 SELECT count(*) FROM apt_trade WHERE region = @region AND deal_ym = @deal_ym;
+
+-- name: AptTradeStatsByRegions :one
+-- AptTradeStatsByRegions counts the trades in regions dealt from from_date
+-- through to_date and their median price per m² (0 without trades); the
+-- metrics job compares two such windows.
+SELECT count(*)::bigint AS trades,
+       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY (deal_amount_krw / area_m2)::float8), 0)::float8 AS median_price_per_m2
+FROM apt_trade
+WHERE region = ANY(@regions::text[]) AND deal_date BETWEEN @from_date::date AND @to_date::date;

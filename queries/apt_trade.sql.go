@@ -37,6 +37,34 @@ func (q *Queries) AptTradeCountByRegionMonth(ctx context.Context, db DBTX, arg *
 	return count, err
 }
 
+const aptTradeStatsByRegions = `-- name: AptTradeStatsByRegions :one
+SELECT count(*)::bigint AS trades,
+       coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY (deal_amount_krw / area_m2)::float8), 0)::float8 AS median_price_per_m2
+FROM apt_trade
+WHERE region = ANY($1::text[]) AND deal_date BETWEEN $2::date AND $3::date
+`
+
+type AptTradeStatsByRegionsParams struct {
+	Regions  []string
+	FromDate time.Time
+	ToDate   time.Time
+}
+
+type AptTradeStatsByRegionsRow struct {
+	Trades           int64
+	MedianPricePerM2 float64
+}
+
+// AptTradeStatsByRegions counts the trades in regions dealt from from_date
+// through to_date and their median price per m² (0 without trades); the
+// metrics job compares two such windows.
+func (q *Queries) AptTradeStatsByRegions(ctx context.Context, db DBTX, arg *AptTradeStatsByRegionsParams) (*AptTradeStatsByRegionsRow, error) {
+	row := db.QueryRow(ctx, aptTradeStatsByRegions, arg.Regions, arg.FromDate, arg.ToDate)
+	var i AptTradeStatsByRegionsRow
+	err := row.Scan(&i.Trades, &i.MedianPricePerM2)
+	return &i, err
+}
+
 const aptTradeUpsert = `-- name: AptTradeUpsert :execrows
 INSERT INTO apt_trade (region, deal_ym, serial, apt_name, dong, deal_date, deal_amount_krw, area_m2, floor, build_year, execution_id, updated_at)
 SELECT unnest($1::text[]), unnest($2::text[]), unnest($3::text[]), unnest($4::text[]),

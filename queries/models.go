@@ -8,6 +8,8 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type RiverJobState string
@@ -71,6 +73,45 @@ type AptTrade struct {
 	BuildYear     int32
 	ExecutionID   int64
 	UpdatedAt     time.Time
+}
+
+type Company struct {
+	CorpCode    string
+	Name        string
+	EngName     string
+	StockCode   *string
+	ModifyDate  pgtype.Date
+	Tracked     bool
+	ExecutionID int64
+	UpdatedAt   time.Time
+}
+
+type CompanyRegion struct {
+	CorpCode string
+	Region   string
+}
+
+type CorpCodeDownload struct {
+	InstanceID   int64
+	Path         string
+	Sha256       string
+	SizeBytes    int64
+	Companies    int32
+	DownloadedAt time.Time
+}
+
+type Filing struct {
+	RceptNo     string
+	CorpCode    string
+	CorpName    string
+	ReportNm    string
+	RceptDt     time.Time
+	FlrNm       string
+	Rm          string
+	RiskFlag    bool
+	RiskReason  string
+	ExecutionID int64
+	UpdatedAt   time.Time
 }
 
 type JobCheckpoint struct {
@@ -143,6 +184,29 @@ type ProviderCallBudget struct {
 	CallsUsed int32
 }
 
+type RiskAlert struct {
+	ID          int64
+	CorpCode    string
+	AlertDate   time.Time
+	Rule        string
+	Severity    string
+	Values      []byte
+	ExecutionID int64
+	CreatedAt   time.Time
+}
+
+type RiskMetric struct {
+	CorpCode           string
+	MetricDate         time.Time
+	Drawdown20d        pgtype.Numeric
+	RiskFilings90d     int32
+	GradeChangeNotches *int32
+	AptVolumeChange    pgtype.Numeric
+	AptPriceChange     pgtype.Numeric
+	ExecutionID        int64
+	UpdatedAt          time.Time
+}
+
 type RiverJob struct {
 	ID          int64
 	State       RiverJobState
@@ -155,6 +219,20 @@ type RiverJob struct {
 	Kind        string
 	Args        []byte
 	Metadata    []byte
+}
+
+type StockPrice struct {
+	ShortCode   string
+	TradeDate   time.Time
+	CorpCode    string
+	Close       int64
+	Open        int64
+	High        int64
+	Low         int64
+	Volume      int64
+	MarketCap   int64
+	ExecutionID int64
+	UpdatedAt   time.Time
 }
 
 type Worker struct {

@@ -19,6 +19,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/jobs"
@@ -146,6 +147,11 @@ func newUpstream(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*upstream.
 	return upstream.NewClient(pool, upstream.ClientConfig{
 		BaseURLs: env.UpstreamURLs, Keys: env.Keys, DailyCaps: env.DailyCaps, Location: env.Location,
 		Now: env.Now, Instruments: tel.instruments,
+		// Provider calls are client spans.
+		HTTPClient: &http.Client{
+			Timeout:   upstream.RequestTimeoutDefault,
+			Transport: otelhttp.NewTransport(http.DefaultTransport, otelhttp.WithTracerProvider(tel.providers.Tracer)),
+		},
 	})
 }
 
@@ -204,7 +210,7 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 	var chain, scheduled *request.Enqueuer
 	runnerConfig := batch.Config{
 		WorkerID: workerID, Jobs: registry(), Upstream: up, Instruments: tel.instruments,
-		Logger: tel.logger, FanOut: env.FanOut,
+		Logger: tel.logger, FanOut: env.FanOut, Tracer: tel.providers.Tracer.Tracer("github.com/buildrisk/radar/jobs/batch"),
 		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
 			_, err := chain.EnqueueNext(ctx, tx, finished.Job, finished.Params)
 			return err

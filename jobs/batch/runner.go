@@ -12,6 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/jobs/upstream"
@@ -103,6 +107,8 @@ type Config struct {
 	RecordRetryWindow time.Duration
 	// Held tracks the requests this process holds (for the reconcile loop).
 	Held *HeldSet
+	// Tracer makes the execution and chunk spans; nil is a no-op tracer.
+	Tracer trace.Tracer
 	// RecordHook, when set, runs between recording the execution's outcome
 	// and the request's; tests cut the database there.
 	RecordHook func()
@@ -130,6 +136,9 @@ func (c Config) withDefaults() Config {
 	c.RecordRetryWindow = cmp.Or(c.RecordRetryWindow, RecordRetryWindowDefault)
 	if c.Held == nil {
 		c.Held = NewHeldSet()
+	}
+	if c.Tracer == nil {
+		c.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 	return c
 }
@@ -220,6 +229,12 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 		}
 		return nil, err
 	}
+	ctx, span := r.cfg.Tracer.Start(ctx, "buildrisk.execution", trace.WithAttributes(
+		attribute.String("buildrisk.job", st.request.Job),
+		attribute.Int64("buildrisk.request_id", st.request.ID),
+		attribute.Int64("buildrisk.execution_id", st.exec.ID),
+	))
+	defer span.End()
 	logger := r.cfg.Logger.With(
 		slog.Int64("request_id", st.request.ID),
 		slog.Int64("execution_id", st.exec.ID),
@@ -232,6 +247,10 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	logger.InfoContext(ctx, "execution started", slog.Bool("resumed", st.resumed))
 
 	status, message, domainRows := r.execute(ctx, st, logger, opts)
+	span.SetAttributes(attribute.String("buildrisk.status", status))
+	if status == request.ExecutionFailed {
+		span.SetStatus(codes.Error, message)
+	}
 	outcome := &Outcome{ExecutionID: st.exec.ID, Status: status, Message: message, RequestStatus: requestStatusFor(status)}
 	if err := r.record(ctx, st, outcome, domainRows, opts.FinishTx); err != nil {
 		logger.ErrorContext(ctx, "could not record the outcome; the reconcile loop will finalize it", slog.String("error", err.Error()))
@@ -393,11 +412,19 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 
 		began := time.Now()
 		callsBefore := run.Calls.Calls()
-		res, err := job.Process(ctx, run, chunk)
+		chunkCtx, chunkSpan := r.cfg.Tracer.Start(ctx, "buildrisk.chunk", trace.WithAttributes(attribute.String("buildrisk.chunk", chunk)))
+		res, err := job.Process(chunkCtx, run, chunk)
 		if err != nil {
+			chunkSpan.SetStatus(codes.Error, err.Error())
+			chunkSpan.End()
 			flushCalls()
 			return r.classify(ctx, err, "chunk "+chunk)
 		}
+		chunkSpan.SetAttributes(
+			attribute.Int64("buildrisk.targets", res.Targets), attribute.Int64("buildrisk.written", res.Written),
+			attribute.Int64("buildrisk.skipped", res.Skipped), attribute.Int64("buildrisk.failed", res.Failed),
+			attribute.Int64("buildrisk.external_calls", run.Calls.Calls()-callsBefore),
+		)
 		chunkCalls := run.Calls.Calls() - callsBefore
 		if res.Targets != res.Written+res.Skipped+res.Failed {
 			r.cfg.Instruments.ItemsCounted(ctx, run.Job, observability.OutcomeUnaccounted, abs(res.Targets-(res.Written+res.Skipped+res.Failed)))
@@ -420,6 +447,7 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 			})
 			return err
 		})
+		chunkSpan.End()
 		if err != nil {
 			flushCalls()
 			return r.classify(ctx, err, "commit of chunk "+chunk)

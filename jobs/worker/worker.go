@@ -9,6 +9,7 @@ package worker
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
@@ -343,6 +346,11 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 		}
 		return err
 	}
+	// Continue the trace of the request's insert (the API's POST): the run's
+	// spans become its children, so one trace shows enqueue → run.
+	if parent := enqueueSpanContext(job.Metadata); parent.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
+	}
 	_, err := rw.w.runner.Run(ctx, batch.RunOpts{RequestID: job.Args.RequestID, FinishTx: finishTx})
 	if errors.Is(err, batch.ErrNotQueued) {
 		return nil
@@ -353,4 +361,20 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 		return river.JobCancel(err)
 	}
 	return nil
+}
+
+// enqueueSpanContext reads the W3C trace context otelriver stored in the
+// job's metadata when it was inserted.
+func enqueueSpanContext(metadata []byte) trace.SpanContext {
+	var meta map[string]any
+	if err := json.Unmarshal(metadata, &meta); err != nil {
+		return trace.SpanContext{}
+	}
+	carrier := propagation.MapCarrier{}
+	for k, v := range meta {
+		if s, ok := v.(string); ok {
+			carrier[k] = s
+		}
+	}
+	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier))
 }

@@ -1,0 +1,26 @@
+package jobs
+
+// CorpCodeSync is the name of the DART corp-code job.
+const CorpCodeSync = "corpCodeSync"
+
+// CorpCodeSyncChunkSize is how many companies of the archive one chunk loads.
+const CorpCodeSyncChunkSize = 1000
+
+// CorpCodeSyncParams are corpCodeSync's params: it has none.
+type CorpCodeSyncParams struct{}
+
+// CorpCodeSyncSpec defines corpCodeSync: DART's corp-code archive (one
+// download) loaded into company in chunks of 1,000.
+func CorpCodeSyncSpec() *Spec[CorpCodeSyncParams] {
+	return &Spec[CorpCodeSyncParams]{
+		JobName: CorpCodeSync,
+		Desc: "Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into " +
+			"company, marking construction companies as tracked. A resumed run reuses the file while it exists and " +
+			"downloads it again, reading it from the start, when it is gone.",
+		ProviderName:    "DART",
+		ChunkDesc:       "1,000 companies of the archive (the download is the only call)",
+		ExampleValue:    CorpCodeSyncParams{},
+		DefaultSchedule: "0 6 * * *",
+		Estimate:        func(*CorpCodeSyncParams) int { return 1 },
+	}
+}

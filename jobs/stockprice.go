@@ -1,0 +1,53 @@
+package jobs
+
+import "time"
+
+// StockPrice is the name of the KRX daily price job.
+const StockPrice = "stockPrice"
+
+// StockPriceChunkSize is how many listed companies one chunk prices.
+const StockPriceChunkSize = 100
+
+// StockPriceParams are stockPrice's params.
+type StockPriceParams struct {
+	Date string `json:"date" doc:"trading date, YYYY-MM-DD; weekends and holidays are skipped, not failed" pattern:"^[0-9]{4}-[0-9]{2}-[0-9]{2}$" example:"2025-03-14"`
+}
+
+// Day returns Date as a date. Only valid params.
+func (p *StockPriceParams) Day() time.Time {
+	d, _ := time.Parse(time.DateOnly, p.Date)
+	return d
+}
+
+// Weekend reports whether Date falls on a Saturday or Sunday, when KRX never
+// trades: a run on such a date calls nothing and skips every company.
+func (p *StockPriceParams) Weekend() bool {
+	wd := p.Day().Weekday()
+	return wd == time.Saturday || wd == time.Sunday
+}
+
+// StockPriceSpec defines stockPrice: one day's KRX prices of the listed
+// tracked companies.
+//
+// Estimate: one call per listed tracked company, none on a weekend. Only the
+// database knows the companies: the catalog answers 0 and the api's
+// estimator (stockprice.Estimate) counts them.
+func StockPriceSpec() *Spec[StockPriceParams] {
+	return &Spec[StockPriceParams]{
+		JobName: StockPrice,
+		Desc: "Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. " +
+			"A day without trading (weekend, holiday) skips the companies with that reason instead of failing.",
+		ProviderName:    "KRX",
+		ChunkDesc:       "100 listed companies (one call each)",
+		ExampleValue:    StockPriceParams{Date: "2025-03-14"},
+		DefaultSchedule: "0 18 * * 1-5",
+		Scheduled: func(now time.Time) StockPriceParams {
+			return StockPriceParams{Date: now.Format(time.DateOnly)}
+		},
+		Validate: func(p *StockPriceParams) error {
+			_, err := parseDate(p.Date, "params.date")
+			return err
+		},
+		Estimate: func(*StockPriceParams) int { return 0 },
+	}
+}
