@@ -153,7 +153,15 @@ func NewCatalog(defs ...Definition) *Catalog {
 
 // Default returns every job that buildrisk-radar can run.
 func Default() *Catalog {
-	return NewCatalog(AptTradeSpec())
+	return NewCatalog(
+		CorpCodeSyncSpec(),
+		FilingParseSpec(),
+		StockPriceSpec(),
+		AptTradeSpec(),
+		// creditEval goes here: CreditEvalSpec(),
+		MetricsSpec(),
+		RulesSpec(),
+	)
 }
 
 // All returns the definitions in catalog order.

@@ -1,0 +1,383 @@
+package batch
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/buildrisk/radar/observability"
+)
+
+// This file is the bounded fan-out of DESIGN item 16, the post-mortem's fix
+// made a framework guarantee. Per-item external work inside a chunk runs on
+// at most Size goroutines. A slot is acquired *before* an item is handed
+// over; when every slot is busy the producer waits, and the items not yet
+// handed over stay where they are (in the chunk's list, read from the
+// database) — there is no queue in front of the workers, so there is nothing
+// that can overflow and drop. Pool size sets speed, never safety.
+
+// ErrFanOutClosed is returned by FanOut.Submit once the pool is closed: the
+// item was not handed over (and is counted as a rejection, because a caller
+// that submits to a closed pool has lost track of its items).
+var ErrFanOutClosed = errors.New("fan-out pool is closed")
+
+// PanicError is a handed-over function that panicked. The pool recovers it
+// so that one bad item neither kills the worker process nor leaks its slot;
+// the item counts as failed. The stack is deliberately not kept: a failure
+// per item is counted, not logged with a trace (the post-mortem's 18 million
+// lines).
+type PanicError struct {
+	// Value is what the function panicked with.
+	Value any
+}
+
+// Error implements error.
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// Keys of the fan-out's summary line (observability.Summary): how many items
+// were handed over and how they ended, how often the producer had to wait
+// for a slot (backpressure at work, not a problem), and refusals by reason.
+const (
+	summarySubmitted       = "submitted"
+	summarySucceeded       = "succeeded"
+	summaryFailed          = "failed"
+	summaryPanicked        = "panicked"
+	summaryWaitedForSlot   = "waited_for_slot"
+	summaryNotHandedOver   = "not_handed_over"
+	summaryRejectedClosed  = "rejected_" + observability.ReasonClosed
+	summaryRejectedSubmitF = "rejected_" + observability.ReasonSubmitFailed
+)
+
+// FanOutConfig configures a FanOut.
+type FanOutConfig struct {
+	// Job names the job in metrics and logs. Required.
+	Job string
+	// Size is the number of slots (BUILDRISK_FANOUT); below 1 means
+	// FanOutDefault.
+	Size int
+	// Instruments records the pool's gauges and rejections. Required.
+	Instruments *observability.Instruments
+	// Logger receives the summary line; defaults to slog.Default().
+	Logger *slog.Logger
+	// SummaryInterval is how often a long-lived pool logs its summary
+	// line; defaults to observability.SummaryIntervalDefault. A pool also
+	// logs one when it is closed.
+	SummaryInterval time.Duration
+}
+
+func (c FanOutConfig) withDefaults() FanOutConfig {
+	if c.Size < 1 {
+		c.Size = FanOutDefault
+	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.SummaryInterval = cmp.Or(c.SummaryInterval, observability.SummaryIntervalDefault)
+	return c
+}
+
+func (c FanOutConfig) validate() error {
+	switch {
+	case c.Job == "":
+		return errors.New("batch: FanOutConfig.Job is required")
+	case c.Instruments == nil:
+		return errors.New("batch: FanOutConfig.Instruments is required")
+	}
+	return nil
+}
+
+// FanOut is a bounded pool of goroutines for per-item work. Submit acquires
+// a slot first and blocks while none is free; the slot is released in a
+// defer when the item's function returns (or panics), and on the path where
+// handing over fails. Close stops accepting items and waits for the ones in
+// flight. The gauges buildrisk_fanout_inflight and buildrisk_fanout_capacity
+// show its state; refusals count buildrisk_fanout_rejections_total.
+//
+// A FanOut holds no database connection: the functions it runs must not
+// either while they wait on the network (see DESIGN item 5).
+type FanOut struct {
+	cfg   FanOutConfig
+	slots chan struct{} // a token per busy slot; never more than Size
+
+	mu     sync.Mutex // guards closed and the WaitGroup's Add against Close's Wait
+	closed bool
+	wg     sync.WaitGroup
+
+	inflight atomic.Int64
+	peak     atomic.Int64
+	waiting  atomic.Int64
+
+	firstPanic atomic.Pointer[PanicError]
+
+	summary       *observability.Summary
+	stopSummary   context.CancelFunc
+	summaryDone   chan struct{}
+	closeOnce     sync.Once
+	beforeHandout func() // test hook: runs after a slot is acquired, before the hand-over
+}
+
+// NewFanOut returns a pool with cfg.Size slots and records its capacity.
+// Close it when done: that waits for the items in flight and logs the
+// summary line.
+func NewFanOut(cfg FanOutConfig) (*FanOut, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger.With(slog.String("job", cfg.Job), slog.Int("capacity", cfg.Size))
+	p := &FanOut{
+		cfg:         cfg,
+		slots:       make(chan struct{}, cfg.Size),
+		summary:     observability.NewSummary(logger, cfg.SummaryInterval, "fan-out summary"),
+		summaryDone: make(chan struct{}),
+	}
+	var ctx context.Context
+	ctx, p.stopSummary = context.WithCancel(context.Background())
+	go func() {
+		defer close(p.summaryDone)
+		p.summary.Run(ctx)
+	}()
+	cfg.Instruments.FanoutCapacitySet(context.Background(), cfg.Job, int64(cfg.Size))
+	return p, nil
+}
+
+// Size returns the number of slots.
+func (p *FanOut) Size() int { return p.cfg.Size }
+
+// InFlight returns how many items hold a slot now; never more than Size.
+func (p *FanOut) InFlight() int { return int(p.inflight.Load()) }
+
+// Peak returns the most items that held a slot at once.
+func (p *FanOut) Peak() int { return int(p.peak.Load()) }
+
+// Waiting returns how many producers are blocked in Submit waiting for a
+// slot (backpressure at work).
+func (p *FanOut) Waiting() int { return int(p.waiting.Load()) }
+
+// Submit hands fn over to a free slot, waiting for one while all are busy.
+// fn runs on its own goroutine with ctx. Submit returns nil once fn is
+// handed over; ctx's error when ctx ended before a slot was free (the item
+// was not handed over and stays with the caller); ErrFanOutClosed when the
+// pool is closed. An error fn returns only feeds the summary line: callers
+// that need results collect them in fn (see FanOutEach).
+func (p *FanOut) Submit(ctx context.Context, fn func(context.Context) error) error {
+	if p.isClosed() {
+		p.reject(ctx, observability.ReasonClosed, summaryRejectedClosed)
+		return ErrFanOutClosed
+	}
+	if err := p.acquire(ctx); err != nil {
+		return err
+	}
+	if p.beforeHandout != nil {
+		p.beforeHandout()
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		// Handing over failed after the slot was taken: give it back.
+		p.release(ctx)
+		p.reject(ctx, observability.ReasonSubmitFailed, summaryRejectedSubmitF)
+		return ErrFanOutClosed
+	}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	p.summary.Add(summarySubmitted, 1)
+	go p.run(ctx, fn)
+	return nil
+}
+
+// acquire takes a slot, waiting while all are busy or until ctx is done.
+func (p *FanOut) acquire(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case p.slots <- struct{}{}:
+	default:
+		p.summary.Add(summaryWaitedForSlot, 1)
+		p.waiting.Add(1)
+		select {
+		case p.slots <- struct{}{}:
+			p.waiting.Add(-1)
+		case <-ctx.Done():
+			p.waiting.Add(-1)
+			return ctx.Err()
+		}
+	}
+	n := p.inflight.Add(1)
+	for {
+		peak := p.peak.Load()
+		if n <= peak || p.peak.CompareAndSwap(peak, n) {
+			break
+		}
+	}
+	p.cfg.Instruments.FanoutInflightAdd(context.WithoutCancel(ctx), p.cfg.Job, 1)
+	return nil
+}
+
+// release gives a slot back.
+func (p *FanOut) release(ctx context.Context) {
+	p.inflight.Add(-1)
+	p.cfg.Instruments.FanoutInflightAdd(context.WithoutCancel(ctx), p.cfg.Job, -1)
+	<-p.slots
+}
+
+// run runs one handed-over item; the slot is released whatever happens.
+func (p *FanOut) run(ctx context.Context, fn func(context.Context) error) {
+	defer p.wg.Done()
+	defer p.release(ctx)
+	err := callRecovering(ctx, fn)
+	var panicErr *PanicError
+	switch {
+	case errors.As(err, &panicErr):
+		p.summary.Add(summaryPanicked, 1)
+		p.firstPanic.CompareAndSwap(nil, panicErr)
+	case err != nil:
+		p.summary.Add(summaryFailed, 1)
+	default:
+		p.summary.Add(summarySucceeded, 1)
+	}
+}
+
+// callRecovering calls fn, turning a panic into a *PanicError.
+func callRecovering(ctx context.Context, fn func(context.Context) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r}
+		}
+	}()
+	return fn(ctx)
+}
+
+func (p *FanOut) reject(ctx context.Context, reason, key string) {
+	p.cfg.Instruments.FanoutRejected(context.WithoutCancel(ctx), p.cfg.Job, reason)
+	p.summary.Add(key, 1)
+}
+
+func (p *FanOut) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+// Close stops accepting items, waits for every item in flight, logs the
+// summary line and returns the first *PanicError of a handed-over function,
+// if any. It is safe to call more than once.
+func (p *FanOut) Close() error {
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		p.wg.Wait()
+		p.stopSummary()
+		<-p.summaryDone
+	})
+	if pe := p.firstPanic.Load(); pe != nil {
+		return pe
+	}
+	return nil
+}
+
+// haltError marks an item's error as one that must stop the fan-out.
+type haltError struct{ err error }
+
+func (e *haltError) Error() string { return e.err.Error() }
+func (e *haltError) Unwrap() error { return e.err }
+
+// Halt wraps err so that FanOutEach stops handing over items when an item
+// returns it: the items in flight finish, the rest are not processed, and
+// FanOutEach returns err. Use it for errors that make every further item
+// pointless (a provider's daily cap, the execution's maxCalls, a missing
+// key). Halt(nil) is nil.
+func Halt(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &haltError{err: err}
+}
+
+// ItemResult is what became of one item given to FanOutEach.
+type ItemResult[R any] struct {
+	// Value is what the item's function returned.
+	Value R
+	// Err is the item's error (a *PanicError when its function panicked);
+	// a Halt wrapper is removed.
+	Err error
+	// Done reports that the item was handed over and its function returned.
+	// False means the fan-out stopped before the item's turn: it was not
+	// processed at all and stays where it came from.
+	Done bool
+}
+
+// FanOutEach runs fn for every item on a bounded pool of run.FanOut slots
+// and returns one result per item, in the items' order. Items are handed
+// over one at a time, each only when a slot is free.
+//
+// It stops handing over when ctx ends (stop, drain past its timeout) or when
+// an item returns a Halt error; either way it waits for the items in flight
+// before it returns, and it returns ctx's error or the halting error. Items
+// never handed over have Done false: the caller must treat them as not
+// processed (a chunk should then write nothing and return the error, so its
+// targets stay in the database for the resume).
+func FanOutEach[T, R any](ctx context.Context, run *Run, items []T, fn func(context.Context, T) (R, error)) ([]ItemResult[R], error) {
+	pool, err := NewFanOut(FanOutConfig{Job: run.Job, Size: run.FanOut, Instruments: run.Instruments, Logger: run.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return fanOutEach(ctx, pool, items, fn)
+}
+
+// fanOutEach is FanOutEach on a given pool, which it closes.
+func fanOutEach[T, R any](ctx context.Context, pool *FanOut, items []T, fn func(context.Context, T) (R, error)) ([]ItemResult[R], error) {
+	results := make([]ItemResult[R], len(items))
+	// handCtx ends handing over; the items themselves run with ctx, so a
+	// halt does not cancel the ones already in flight.
+	handCtx, stopHanding := context.WithCancel(ctx)
+	defer stopHanding()
+	var halted atomic.Pointer[haltError]
+	handedOver := 0
+	for i, item := range items {
+		if handCtx.Err() != nil {
+			break
+		}
+		err := pool.Submit(handCtx, func(context.Context) error {
+			value, err := callItem(ctx, item, fn)
+			if h, ok := errors.AsType[*haltError](err); ok {
+				halted.CompareAndSwap(nil, h)
+				stopHanding()
+				err = h.err
+			}
+			results[i] = ItemResult[R]{Value: value, Err: err, Done: true}
+			return err
+		})
+		if err != nil {
+			break // ctx ended or an item halted while waiting for a slot
+		}
+		handedOver++
+	}
+	pool.summary.Add(summaryNotHandedOver, int64(len(items)-handedOver))
+	_ = pool.Close() // waits for the items in flight; panics are in results
+	switch h := halted.Load(); {
+	case h != nil:
+		return results, h.err
+	case ctx.Err() != nil:
+		return results, ctx.Err()
+	case handedOver < len(items):
+		return results, fmt.Errorf("fan-out: %d of %d items not handed over", len(items)-handedOver, len(items))
+	}
+	return results, nil
+}
+
+// callItem calls fn for item, turning a panic into a *PanicError so that
+// the result records it.
+func callItem[T, R any](ctx context.Context, item T, fn func(context.Context, T) (R, error)) (value R, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r}
+		}
+	}()
+	return fn(ctx, item)
+}
