@@ -207,6 +207,12 @@ func (p *FanOut) acquire(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		// ctx ended while the slot came free (select picks at random when
+		// both are ready): do not hand over after a stop.
+		<-p.slots
+		return err
+	}
 	n := p.inflight.Add(1)
 	for {
 		peak := p.peak.Load()

@@ -50,10 +50,12 @@ func (j *itemsJob) Process(context.Context, *batch.Run, string) (*batch.ChunkRes
 }
 
 type testBundle struct {
-	pool      *pgxpool.Pool
-	providers *observability.Providers
-	enqueuer  *request.Enqueuer
-	runner    *batch.Runner
+	pool        *pgxpool.Pool
+	providers   *observability.Providers
+	instruments *observability.Instruments
+	upstream    *upstream.Client
+	enqueuer    *request.Enqueuer
+	runner      *batch.Runner
 }
 
 func setup(t *testing.T, registry map[string]batch.Job) *testBundle {
@@ -72,7 +74,7 @@ func setup(t *testing.T, registry map[string]batch.Job) *testBundle {
 	require.NoError(t, err)
 	runner, err := batch.NewRunner(pool, batch.Config{WorkerID: "1@test#boot", Jobs: registry, Upstream: up, Instruments: instruments})
 	require.NoError(t, err)
-	return &testBundle{pool: pool, providers: providers, enqueuer: enqueuer, runner: runner}
+	return &testBundle{pool: pool, providers: providers, instruments: instruments, upstream: up, enqueuer: enqueuer, runner: runner}
 }
 
 func (b *testBundle) enqueue(t *testing.T, job string) int64 {
@@ -152,4 +154,41 @@ func TestRunner_NotQueued(t *testing.T) {
 	var n int
 	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM job_execution").Scan(&n))
 	require.Equal(t, 0, n)
+}
+
+// A completion and the request it chains to commit together: when inserting
+// the chained request fails, the completion rolls back (the execution is not
+// COMPLETED meanwhile) and recording retries until both commit.
+func TestRunner_ChainCommitsWithCompletion(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]batch.Job{"metrics": &itemsJob{chunks: 2, perChunk: 1}})
+	attempts := 0
+	var statusSeenByOthers []string
+	chainedRequests := 0
+	runner, err := batch.NewRunner(b.pool, batch.Config{
+		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"metrics": &itemsJob{chunks: 2, perChunk: 1}},
+		Upstream: b.upstream, Instruments: b.instruments,
+		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
+			attempts++
+			var status string
+			// Another connection does not see the completion before it commits.
+			require.NoError(t, b.pool.QueryRow(ctx, "SELECT status FROM job_execution WHERE id = $1", finished.ExecutionID).Scan(&status))
+			statusSeenByOthers = append(statusSeenByOthers, status)
+			if attempts < 3 {
+				return fmt.Errorf("injected chain failure %d", attempts)
+			}
+			chainedRequests++
+			_, err := tx.Exec(ctx, `INSERT INTO job_request (job, params, source) VALUES ('rules', '{}', 'chain')`)
+			return err
+		},
+	})
+	require.NoError(t, err)
+	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "metrics")})
+	require.NoError(t, err)
+	require.Equal(t, "COMPLETED", out.Status)
+	require.Equal(t, 3, attempts)
+	require.Equal(t, []string{"STARTED", "STARTED", "STARTED"}, statusSeenByOthers, "the failed attempts rolled the completion back")
+	var rules int
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM job_request WHERE job = 'rules' AND source = 'chain'").Scan(&rules))
+	require.Equal(t, 1, rules)
 }
