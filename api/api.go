@@ -137,6 +137,7 @@ func (s *Server) Register(api huma.API) {
 	s.registerRequests(api)
 	s.registerWorkers(api)
 	s.registerExecutions(api)
+	s.registerAlerts(api)
 }
 
 // conflictError is a 409 that carries the active request's id.

@@ -158,7 +158,7 @@ func Default() *Catalog {
 		FilingParseSpec(),
 		StockPriceSpec(),
 		AptTradeSpec(),
-		// creditEval goes here: CreditEvalSpec(),
+		CreditEvalSpec(),
 		MetricsSpec(),
 		RulesSpec(),
 	)

@@ -27,8 +27,10 @@ const (
 	// RuleAptPriceDrop fires when the median price per m² there fell by at
 	// least the threshold (a fraction).
 	RuleAptPriceDrop = "APT_PRICE_DROP"
-	// RuleCompound fires when at least the threshold of the rules above fired
-	// for the same company and date.
+	// RuleCompound fires when at least the threshold of independent signals
+	// fired for the same company and date: each rule above is one signal,
+	// except that the two apartment rules (the same regional market) are one
+	// together.
 	RuleCompound = "COMPOUND"
 )
 
@@ -71,7 +73,7 @@ var RuleSet = []RuleDef{
 	{RuleGradeDowngrade, SeverityMedium, RuleGradeDowngradeDefault, true, "latest credit grade at least threshold notches below the previous one"},
 	{RuleAptVolumeDrop, SeverityLow, RuleAptVolumeDropDefault, false, "apartment trades in the main regions down at least threshold (fraction), last 3 months vs the 3 before"},
 	{RuleAptPriceDrop, SeverityMedium, RuleAptPriceDropDefault, false, "median apartment price per m² in the main regions down at least threshold (fraction), same windows"},
-	{RuleCompound, SeverityCritical, RuleCompoundDefault, true, "at least threshold of the other rules fired for the company on the date"},
+	{RuleCompound, SeverityCritical, RuleCompoundDefault, true, "at least threshold independent signals fired for the company on the date (the two apartment rules count as one)"},
 }
 
 // RuleThresholds maps rule names to thresholds.

@@ -100,6 +100,22 @@ type CorpCodeDownload struct {
 	DownloadedAt time.Time
 }
 
+type CreditGrade struct {
+	CorpCode    string
+	EvalDate    time.Time
+	Grade       string
+	Outlook     *string
+	Source      string
+	ExecutionID int64
+	UpdatedAt   time.Time
+}
+
+type Exposure struct {
+	CorpCode       string
+	OutstandingKrw int64
+	UpdatedAt      *time.Time
+}
+
 type Filing struct {
 	RceptNo     string
 	CorpCode    string

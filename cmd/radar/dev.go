@@ -15,11 +15,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/jobs/upstream"
 	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/sql/migrations"
 	"github.com/buildrisk/radar/sql/pglocal"
 )
@@ -74,6 +76,16 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 	upstreamNote := "from the environment"
 	if len(env.UpstreamURLs) == 0 {
 		fake := fakeupstream.New(fakeupstream.Config{Seed: 1})
+		if n, err := seedExposure(ctx, pool, fake.Companies()); err != nil {
+			return err
+		} else if n > 0 {
+			fmt.Fprintf(stdout, "seeded the exposure ledger with %d of the fake upstream's companies (creditEval's targets)\n", n)
+		}
+		if n, err := seedCompanyRegions(ctx, pool, fake.Companies()); err != nil {
+			return err
+		} else if n > 0 {
+			fmt.Fprintf(stdout, "seeded company_region with %d company→region pairs of the fake upstream (metrics' main regions)\n", n)
+		}
 		listener, err := net.Listen("tcp", devFakeUpstreamAddr)
 		if err != nil {
 			listener, err = net.Listen("tcp", "127.0.0.1:0")
@@ -183,4 +195,25 @@ func redactURL(url string) string {
 		}
 	}
 	return url
+}
+
+// seedCompanyRegions gives metrics the fake upstream's main regions of every
+// construction company (company_region; corpCodeSync leaves it alone). Pairs
+// already there are kept; it returns how many it added.
+func seedCompanyRegions(ctx context.Context, pool *pgxpool.Pool, companies []fakeupstream.Company) (int, error) {
+	p := &queries.CompanyRegionInsertParams{}
+	for _, c := range companies {
+		if !c.Construction {
+			continue
+		}
+		for _, r := range c.MainRegions {
+			p.CorpCodes = append(p.CorpCodes, c.CorpCode)
+			p.Regions = append(p.Regions, r)
+		}
+	}
+	n, err := queries.New().CompanyRegionInsert(ctx, pool, p)
+	if err != nil {
+		return 0, fmt.Errorf("error seeding company regions: %w", err)
+	}
+	return int(n), nil
 }

@@ -36,6 +36,9 @@ type envConfig struct {
 	// Schedules maps job names to their schedule spec (catalog default,
 	// or BUILDRISK_SCHEDULE_<JOB>); jobs whose schedule is off are absent.
 	Schedules map[string]string
+	// RuleThresholds are the rules' thresholds: the catalog's defaults, or
+	// BUILDRISK_RULE_<NAME>.
+	RuleThresholds jobs.RuleThresholds
 	// Now is the clock of call budgets; nil is time.Now. Not an environment
 	// variable: tests set it to cross a day boundary.
 	Now func() time.Time
@@ -149,6 +152,20 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 			return nil, envError(name, "%v (a cron expression, @every DURATION, or off)", err)
 		}
 		c.Schedules[def.Name()] = spec
+	}
+	c.RuleThresholds = jobs.RuleThresholdDefaults()
+	for _, r := range jobs.RuleSet {
+		name := jobs.RuleEnv(r.Name)
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				err = jobs.ValidateRuleThreshold(r, f)
+			}
+			if err != nil {
+				return nil, envError(name, "%q: %v", v, err)
+			}
+			c.RuleThresholds[r.Name] = f
+		}
 	}
 	switch c.LogFormat {
 	case "", "json", "text":

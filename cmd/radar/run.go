@@ -146,7 +146,7 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 		return exitFailed, err
 	}
 	runner, err := batch.NewRunner(pool, batch.Config{
-		WorkerID: workerID, Jobs: registry(), Upstream: up, Instruments: tel.instruments, Logger: tel.logger, FanOut: env.FanOut,
+		WorkerID: workerID, Jobs: registry(env), Upstream: up, Instruments: tel.instruments, Logger: tel.logger, FanOut: env.FanOut,
 		Tracer: tel.providers.Tracer.Tracer("github.com/buildrisk/radar/jobs/batch"),
 		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
 			_, err := chain.EnqueueNext(ctx, tx, finished.Job, finished.Params)

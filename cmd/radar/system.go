@@ -25,7 +25,13 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/corpcode"
+	"github.com/buildrisk/radar/jobs/credit"
+	"github.com/buildrisk/radar/jobs/filing"
 	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/jobs/riskmetric"
+	"github.com/buildrisk/radar/jobs/riskrule"
+	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/jobs/upstream"
 	"github.com/buildrisk/radar/jobs/worker"
 	"github.com/buildrisk/radar/observability"
@@ -33,15 +39,33 @@ import (
 )
 
 // registry returns the implementation of every catalog job.
-func registry() map[string]batch.Job {
+func registry(env *envConfig) map[string]batch.Job {
 	return map[string]batch.Job{
-		jobs.AptTrade: apttrade.Job{},
+		jobs.CorpCodeSync: corpcode.Job{},
+		jobs.FilingParse:  filing.Job{},
+		jobs.StockPrice:   stockprice.Job{},
+		jobs.AptTrade:     apttrade.Job{},
+		jobs.CreditEval:   credit.New(),
+		jobs.Metrics:      riskmetric.Job{},
+		jobs.Rules:        riskrule.Job{Thresholds: env.RuleThresholds},
 	}
 }
 
-// estimators returns the call estimates that need the database.
-func estimators() map[string]request.EstimateFunc {
-	return map[string]request.EstimateFunc{}
+// estimators returns the call estimates that need the database. "Today"
+// follows the configured clock and BUILDRISK_TIMEZONE, like the call budget.
+func estimators(env *envConfig) map[string]request.EstimateFunc {
+	today := func() time.Time {
+		now := time.Now
+		if env.Now != nil {
+			now = env.Now
+		}
+		return credit.Day(now(), env.Location)
+	}
+	return map[string]request.EstimateFunc{
+		jobs.CreditEval:  credit.Estimator(today),
+		jobs.FilingParse: filing.Estimate,
+		jobs.StockPrice:  stockprice.Estimate,
+	}
 }
 
 // newEnqueuer returns the one way requests are inserted (api, CLI, chains,
@@ -49,7 +73,7 @@ func estimators() map[string]request.EstimateFunc {
 // withCleanup runs the stale-worker cleanup under the job's lock first.
 func newEnqueuer(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *envConfig, tel *telemetry, withCleanup bool) (*request.Enqueuer, error) {
 	cfg := request.Config{
-		Catalog: jobs.Default(), DailyCaps: env.capsByName(), Estimators: estimators(),
+		Catalog: jobs.Default(), DailyCaps: env.capsByName(), Estimators: estimators(env),
 		Instruments: tel.instruments, Logger: tel.logger,
 	}
 	if withCleanup {
@@ -209,7 +233,7 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 	// The chain and schedule enqueuers need the worker's River client, made below.
 	var chain, scheduled *request.Enqueuer
 	runnerConfig := batch.Config{
-		WorkerID: workerID, Jobs: registry(), Upstream: up, Instruments: tel.instruments,
+		WorkerID: workerID, Jobs: registry(env), Upstream: up, Instruments: tel.instruments,
 		Logger: tel.logger, FanOut: env.FanOut, Tracer: tel.providers.Tracer.Tracer("github.com/buildrisk/radar/jobs/batch"),
 		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
 			_, err := chain.EnqueueNext(ctx, tx, finished.Job, finished.Params)

@@ -34,7 +34,7 @@ const (
 // testSystem is the whole service in one test: a private database, the fake
 // upstream over real HTTP, the API over real HTTP, and workers on demand.
 type testSystem struct {
-	t       *testing.T
+	t       testing.TB
 	dbURL   string
 	pool    *pgxpool.Pool
 	env     *envConfig
@@ -114,7 +114,7 @@ type testSystemOpts struct {
 	now func() time.Time
 }
 
-func newTestSystem(t *testing.T, opts *testSystemOpts) *testSystem {
+func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	t.Helper()
 	if opts == nil {
 		opts = &testSystemOpts{}

@@ -144,16 +144,18 @@ func saturate(t *testing.T, b *fanOutBundle, ex executor, workers, extra int) sa
 	}
 	// Saturated: every worker is held. Wait until the producer is either
 	// blocked for a slot (backpressure) or has pushed everything (none).
-	deadline := time.Now().Add(30 * time.Second)
-	for ex.Waiting() == 0 {
+	finished := func() bool {
 		select {
 		case <-producerDone:
+			return true
 		default:
-			require.True(t, time.Now().Before(deadline), "producer neither blocked nor finished")
-			time.Sleep(time.Millisecond) // polling a condition, with a deadline
-			continue
+			return false
 		}
-		break
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for ex.Waiting() == 0 && !finished() {
+		require.True(t, time.Now().Before(deadline), "producer neither blocked nor finished")
+		time.Sleep(time.Millisecond) // polling a condition, with a deadline
 	}
 	out := saturation{inflightAtPeak: b.metric(t, observability.MetricFanoutInflight, map[string]string{"job": fanOutTestJob})}
 	close(latch)
@@ -245,7 +247,9 @@ func TestFanOut_SubmitWaitEndsWithContext(t *testing.T) {
 	require.NoError(t, pool.Submit(context.Background(), func(context.Context) error { <-latch; return nil }))
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- pool.Submit(ctx, func(context.Context) error { t.Error("handed over after cancel"); return nil }) }()
+	go func() {
+		errc <- pool.Submit(ctx, func(context.Context) error { t.Error("handed over after cancel"); return nil })
+	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for pool.Waiting() == 0 {
 		require.True(t, time.Now().Before(deadline))

@@ -160,6 +160,11 @@ func (c *Client) Day(t time.Time) time.Time {
 	return time.Date(local.Year(), local.Month(), local.Day(), 0, 0, 0, 0, time.UTC)
 }
 
+// Today returns the budget day of the client's clock (ClientConfig.Now)
+// in the configured time zone: the day a job stamps its results with, so
+// that tests crossing a day boundary move it too.
+func (c *Client) Today() time.Time { return c.Day(c.cfg.Now()) }
+
 // Remaining returns how many calls of the provider's cap are left today.
 func (c *Client) Remaining(ctx context.Context, p Provider) (int, error) {
 	used, err := c.queries.ProviderCallBudgetGet(ctx, c.pool, &queries.ProviderCallBudgetGetParams{Provider: string(p), Day: c.Day(c.cfg.Now())})
@@ -183,6 +188,10 @@ type Caller struct {
 func (c *Client) NewCaller(job string, maxCalls int) *Caller {
 	return &Caller{client: c, job: job, maxCalls: maxCalls}
 }
+
+// Today returns the client's Today: the execution's day in
+// BUILDRISK_TIMEZONE from the injected clock.
+func (cl *Caller) Today() time.Time { return cl.client.Today() }
 
 // Calls returns the HTTP calls made so far (retries included).
 func (cl *Caller) Calls() int64 { return cl.calls.Load() }

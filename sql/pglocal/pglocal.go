@@ -64,9 +64,6 @@ const (
 	// the calling process is root.
 	systemUser = "postgres"
 
-	// StartTimeoutDefault is the default of Config.StartTimeout.
-	StartTimeoutDefault = 30 * time.Second
-
 	// stopTimeout is how long Stop waits for a fast shutdown before it kills
 	// the postmaster.
 	stopTimeout = 10 * time.Second
@@ -82,6 +79,9 @@ const (
 	// because another process is still creating it.
 	freshDirGrace = time.Minute
 )
+
+// StartTimeoutDefault is the default of Config.StartTimeout.
+const StartTimeoutDefault = 30 * time.Second
 
 // Config configures Start. The zero value is valid: every field has a
 // default, applied together with validation by Config.withDefaults.
@@ -254,7 +254,7 @@ var errPortInUse = errors.New("port already in use")
 // On error, the postmaster is dead and reaped.
 func launch(ctx context.Context, cfg Config, dir, socketDir string, port int, cred *syscall.Credential) (*Cluster, error) {
 	logPath := filepath.Join(dir, logFileName)
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("error creating server log: %w", err)
 	}

@@ -244,12 +244,15 @@ func TestSweepKillsSurvivor(t *testing.T) {
 	requirePortFree(t, cluster.Port())
 }
 
-func TestSweepSparesFreshDirWithoutOwner(t *testing.T) {
+func TestSweepSparesFreshDirsWithoutOwner(t *testing.T) {
 	t.Parallel()
 
 	root := testRoot(t)
 	fresh, err := os.MkdirTemp(root, dirPattern)
 	require.NoError(t, err)
+	freshGarbled, err := os.MkdirTemp(root, dirPattern)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(freshGarbled, ownerFileName), nil, 0o644))
 	old, err := os.MkdirTemp(root, dirPattern)
 	require.NoError(t, err)
 	longAgo := time.Now().Add(-2 * freshDirGrace)
@@ -258,6 +261,7 @@ func TestSweepSparesFreshDirWithoutOwner(t *testing.T) {
 	sweepStale(testLogger(t), root)
 
 	require.DirExists(t, fresh, "another process may still be creating it")
+	require.DirExists(t, freshGarbled, "another process may still be creating it")
 	require.NoDirExists(t, old)
 }
 
@@ -291,13 +295,24 @@ func testRoot(t *testing.T) string {
 	return root
 }
 
-// requirePortFree asserts that nothing listens on port on 127.0.0.1 anymore.
+// requirePortFree asserts that the port on 127.0.0.1 can be listened on
+// again. It retries briefly: the port comes from the ephemeral range, so a
+// short-lived outgoing connection of a concurrent test may hold it a moment.
 func requirePortFree(t *testing.T, port int) {
 	t.Helper()
 
-	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	require.NoError(t, err, "port %d still in use", port)
-	require.NoError(t, l.Close())
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			require.NoError(t, l.Close())
+			return
+		}
+		if time.Now().After(deadline) {
+			require.NoError(t, err, "port %d still in use", port)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // testLogger returns a logger writing to the test log.

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/jobs/worker"
+)
+
+// noopJob is one empty chunk: what the service adds around River is all
+// that is measured.
+type noopJob struct{}
+
+func (noopJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	return &batch.Plan{Chunks: []string{"only"}, Targets: batch.TargetsUnknown}, nil
+}
+
+func (noopJob) Process(context.Context, *batch.Run, string) (*batch.ChunkResult, error) {
+	return &batch.ChunkResult{Targets: 1, Written: 1}, nil
+}
+
+type rawNoopArgs struct {
+	Lane int `json:"lane"`
+}
+
+func (rawNoopArgs) Kind() string { return "bench_noop" }
+
+type rawNoopWorker struct {
+	river.WorkerDefaults[rawNoopArgs]
+}
+
+func (rawNoopWorker) Work(context.Context, *river.Job[rawNoopArgs]) error { return nil }
+
+// completions routes River's completed events to whoever waits on a job id.
+type completions struct {
+	mu      sync.Mutex
+	waiters map[int64]chan struct{}
+	done    map[int64]bool
+}
+
+func newCompletions(events <-chan *river.Event) *completions {
+	c := &completions{waiters: map[int64]chan struct{}{}, done: map[int64]bool{}}
+	go func() {
+		for e := range events {
+			c.mu.Lock()
+			if ch, ok := c.waiters[e.Job.ID]; ok {
+				close(ch)
+				delete(c.waiters, e.Job.ID)
+			} else {
+				c.done[e.Job.ID] = true
+			}
+			c.mu.Unlock()
+		}
+	}()
+	return c
+}
+
+func (c *completions) wait(id int64) {
+	c.mu.Lock()
+	if c.done[id] {
+		c.mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	c.waiters[id] = ch
+	c.mu.Unlock()
+	<-ch
+}
+
+// lanes runs `lanes` goroutines each doing perLane sequential round trips.
+func lanes(b *testing.B, count, perLane int, roundTrip func(lane int)) time.Duration {
+	b.Helper()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for lane := range count {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range perLane {
+				roundTrip(lane)
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// BenchmarkServiceVsRiver runs the same workload through the service
+// (enqueue under the advisory lock with dedupe → claim → execution → one
+// chunk commit → record outcome + River completion) and through raw River
+// (insert → no-op work → completion) on the same database, and reports both
+// rates and their ratio. Each lane is one job name: the service allows one
+// active request per job, so a lane waits for its request to finish.
+func BenchmarkServiceVsRiver(b *testing.B) {
+	const laneCount, perLane = 10, 20
+	s := newTestSystem(b, nil)
+	ctx := context.Background()
+
+	names := make([]string, laneCount)
+	registry := map[string]batch.Job{}
+	var defs []jobs.Definition
+	for i := range names {
+		names[i] = fmt.Sprintf("bench%d", i)
+		registry[names[i]] = noopJob{}
+		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
+	}
+	w, _ := s.startWorkerWith(s.pool, func(wc *worker.Config, rc *batch.Config) { rc.Jobs = registry })
+	enqueuer, err := request.NewEnqueuer(s.pool, w.River(), request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.tel.instruments})
+	require.NoError(b, err)
+	serviceEvents, cancelService := w.River().Subscribe(river.EventKindJobCompleted)
+	defer cancelService()
+	serviceDone := newCompletions(serviceEvents)
+
+	workers := river.NewWorkers()
+	river.AddWorker(workers, rawNoopWorker{})
+	raw, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{
+		Queues: map[string]river.QueueConfig{"bench": {MaxWorkers: 10}}, Workers: workers,
+		FetchCooldown: 50 * time.Millisecond, FetchPollInterval: 500 * time.Millisecond,
+	})
+	require.NoError(b, err)
+	require.NoError(b, raw.Start(ctx))
+	defer func() { _ = raw.Stop(ctx) }()
+	rawEvents, cancelRaw := raw.Subscribe(river.EventKindJobCompleted)
+	defer cancelRaw()
+	rawDone := newCompletions(rawEvents)
+
+	var serviceElapsed, rawElapsed time.Duration
+	for b.Loop() {
+		serviceElapsed += lanes(b, laneCount, perLane, func(lane int) {
+			res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: names[lane], Source: request.SourceAPI})
+			require.NoError(b, err)
+			serviceDone.wait(*res.Request.RiverJobID)
+		})
+		rawElapsed += lanes(b, laneCount, perLane, func(lane int) {
+			res, err := raw.Insert(ctx, rawNoopArgs{Lane: lane}, &river.InsertOpts{Queue: "bench"})
+			require.NoError(b, err)
+			rawDone.wait(res.Job.ID)
+		})
+	}
+	total := float64(laneCount * perLane * b.N)
+	serviceRate := total / serviceElapsed.Seconds()
+	rawRate := total / rawElapsed.Seconds()
+	b.ReportMetric(serviceRate, "service_req/s")
+	b.ReportMetric(rawRate, "river_jobs/s")
+	b.ReportMetric(serviceRate/rawRate, "service/river")
+	b.ReportMetric(0, "ns/op")
+	
+}

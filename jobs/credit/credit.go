@@ -1,0 +1,375 @@
+// Package credit is the creditEval job: a credit grade, once a day, for
+// every company with outstanding exposure — the post-mortem's batch, built
+// so that its failure mode cannot recur silently.
+//
+// Targets are the exposure ledger's companies with outstanding_krw > 0, in
+// corp code order, cut into chunks of jobs.CreditEvalChunkSize. In a chunk
+// every target gets one CREDIT lookup and, when the lookup answers with an
+// empty grade, one call to the fallback crawl. The calls run on the
+// bounded fan-out (batch.FanOutEach, BUILDRISK_FANOUT slots), with no
+// transaction and no database connection held; the grades are then upserted
+// on (corp_code, eval_date) in the chunk's checkpoint transaction, so a
+// company is written exactly once per day however often the job is stopped,
+// killed and resumed.
+//
+// Every target is accounted: written, or failed when its calls still failed
+// after the client's retries. More failures than FailureTolerance fail the
+// execution, naming the first errors; a daily cap, maxCalls or a missing or
+// rejected key stops handing over at once and ends the chunk without writing
+// anything (STOPPED or FAILED, resumable). The package must not open a
+// transaction of its own, nor call a provider while one is open.
+package credit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/upstream"
+	"github.com/buildrisk/radar/queries"
+)
+
+// Values of credit_grade.source: which endpoint gave the grade.
+const (
+	SourceLookup   = "lookup"
+	SourceFallback = "fallback"
+)
+
+// Failure tolerance: an execution fails as soon as more of its targets have
+// failed than 1% of them or 50, whichever is smaller (so a small run
+// tolerates none). Failed targets below it are counted (itemsFailed) and
+// repaired by a backfill request.
+const (
+	FailureTolerancePercent = 1
+	FailureToleranceMax     = 50
+)
+
+// FailureTolerance returns how many failed targets an instance of targets
+// targets tolerates.
+func FailureTolerance(targets int64) int64 {
+	return min(FailureToleranceMax, targets*FailureTolerancePercent/100)
+}
+
+// firstErrorsNamed is how many item errors a failure message names.
+const firstErrorsNamed = 3
+
+// Job implements batch.Job for creditEval. Create it with New; one value
+// serves every execution of a process (only one creditEval execution runs
+// at a time in the cluster).
+type Job struct {
+	mu   sync.Mutex
+	plan *frozenPlan
+}
+
+// frozenPlan is one execution's plan: each chunk's targets as read at the
+// start, so that a chunk's target count never drifts from the declared
+// total when the ledger changes during the run.
+type frozenPlan struct {
+	executionID int64
+	targets     int64
+	chunks      map[string][]string
+}
+
+var (
+	_ batch.Job              = (*Job)(nil)
+	_ batch.DomainRowCounter = (*Job)(nil)
+)
+
+// New returns the creditEval job.
+func New() *Job { return &Job{} }
+
+// Plan implements batch.Job. It reads the ordered targets (for a backfill,
+// those without a grade for today), leaves out those inside the ranges of
+// chunks this instance has already committed (a resume), and cuts the rest
+// into chunks keyed "FIRST-LAST" by corp code. It declares as targets the
+// committed chunks' targets plus the rest, so the runner's accounting covers
+// the whole instance.
+func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
+	p, err := decode(run.Params)
+	if err != nil {
+		return nil, err
+	}
+	q := queries.New()
+	var targets []string
+	if p.Backfill {
+		targets, err = q.ExposureTargetsWithoutGrade(ctx, run.DB, run.Calls.Today())
+	} else {
+		targets, err = q.ExposureTargets(ctx, run.DB)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error reading targets: %w", err)
+	}
+	committed, err := q.JobCheckpointListChunks(ctx, run.DB, run.InstanceID)
+	if err != nil {
+		return nil, fmt.Errorf("error reading checkpoints: %w", err)
+	}
+	totals, err := q.JobCheckpointTotals(ctx, run.DB, run.InstanceID)
+	if err != nil {
+		return nil, fmt.Errorf("error reading checkpoint totals: %w", err)
+	}
+
+	var done []keyRange
+	for _, key := range committed {
+		if r, ok := parseKey(key); ok {
+			done = append(done, r)
+		}
+	}
+	remaining := targets[:0:0]
+	for _, code := range targets {
+		if !slices.ContainsFunc(done, func(r keyRange) bool { return r.contains(code) }) {
+			remaining = append(remaining, code)
+		}
+	}
+
+	frozen := &frozenPlan{executionID: run.ExecutionID, chunks: map[string][]string{}}
+	keys := slices.Clone(committed)
+	for chunk := range slices.Chunk(remaining, jobs.CreditEvalChunkSize) {
+		key := keyRange{first: chunk[0], last: chunk[len(chunk)-1]}.String()
+		frozen.chunks[key] = chunk
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	frozen.targets = totals.Targets + int64(len(remaining))
+
+	j.mu.Lock()
+	j.plan = frozen
+	j.mu.Unlock()
+	return &batch.Plan{Chunks: keys, Targets: frozen.targets}, nil
+}
+
+// chunk returns the targets of chunk in the execution's frozen plan.
+func (j *Job) chunk(executionID int64, chunk string) (targets []string, declared int64, ok bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.plan == nil || j.plan.executionID != executionID {
+		return nil, 0, false
+	}
+	targets, ok = j.plan.chunks[chunk]
+	return targets, j.plan.targets, ok
+}
+
+// Process implements batch.Job: it evaluates the chunk's targets on the
+// fan-out, then hands the grades to the checkpoint transaction.
+func (j *Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	targets, declared, ok := j.chunk(run.ExecutionID, chunk)
+	if !ok {
+		return nil, fmt.Errorf("chunk %s is not in the plan of execution %d", chunk, run.ExecutionID)
+	}
+	day := run.Calls.Today()
+	results, err := batch.FanOutEach(ctx, run, targets, func(ctx context.Context, corpCode string) (Evaluation, error) {
+		return Evaluate(ctx, run.Calls, corpCode, day)
+	})
+	if err != nil {
+		// Stopped handing over (cap, maxCalls, key, stop or drain): nothing
+		// of this chunk is written; its targets stay for the resume.
+		return nil, err
+	}
+
+	grades := make([]Evaluation, 0, len(results))
+	var failures []error
+	for i, r := range results {
+		if r.Err != nil {
+			failures = append(failures, fmt.Errorf("%s: %w", targets[i], r.Err))
+			continue
+		}
+		grades = append(grades, r.Value)
+	}
+	if len(failures) > 0 {
+		totals, err := queries.New().JobCheckpointTotals(ctx, run.DB, run.InstanceID)
+		if err != nil {
+			return nil, fmt.Errorf("error reading checkpoint totals: %w", err)
+		}
+		failed := totals.Failed + int64(len(failures))
+		if tolerance := FailureTolerance(declared); failed > tolerance {
+			return nil, &FailuresError{Failed: failed, Targets: declared, Tolerance: tolerance, First: failures[:min(firstErrorsNamed, len(failures))]}
+		}
+		// One line per chunk, not one per item.
+		run.Logger.WarnContext(ctx, "credit evaluations failed in chunk; counted as failed, repair with a backfill request",
+			slog.String("chunk", chunk), slog.Int("failed", len(failures)), slog.String("first_error", failures[0].Error()))
+	}
+
+	res := &batch.ChunkResult{
+		Targets: int64(len(targets)),
+		Written: int64(len(grades)),
+		Failed:  int64(len(failures)),
+	}
+	if len(grades) > 0 {
+		res.Write = func(ctx context.Context, tx pgx.Tx) error {
+			return upsert(ctx, tx, run.ExecutionID, day, grades)
+		}
+	}
+	return res, nil
+}
+
+// DomainRows implements batch.DomainRowCounter: the credit_grade rows the
+// executions wrote, counted by a query — the second, independent count.
+func (j *Job) DomainRows(ctx context.Context, db queries.DBTX, executionIDs []int64) (int64, error) {
+	return queries.New().CreditGradeCountByExecutions(ctx, db, executionIDs)
+}
+
+// FailuresError fails an execution whose failed targets exceed the
+// tolerance; it names the first errors.
+type FailuresError struct {
+	Failed, Targets, Tolerance int64
+	First                      []error
+}
+
+// Error implements error.
+func (e *FailuresError) Error() string {
+	first := make([]string, len(e.First))
+	for i, err := range e.First {
+		first[i] = err.Error()
+	}
+	return fmt.Sprintf("%d of %d targets failed, more than the %d tolerated (%d%% or %d at most); first errors: %s",
+		e.Failed, e.Targets, e.Tolerance, FailureTolerancePercent, FailureToleranceMax, strings.Join(first, "; "))
+}
+
+// Evaluation is one company's grade for a day.
+type Evaluation struct {
+	CorpCode string
+	Grade    string
+	Outlook  string
+	// Source is SourceLookup or SourceFallback.
+	Source string
+}
+
+// Evaluate asks the lookup for corpCode's grade as of day and, when it
+// answers with an empty grade, the fallback crawl. Errors that make every
+// further call pointless (daily cap, maxCalls, missing or rejected key) are
+// wrapped with batch.Halt.
+func Evaluate(ctx context.Context, calls *upstream.Caller, corpCode string, day time.Time) (Evaluation, error) {
+	g, err := ask(ctx, calls, upstream.EndpointCreditLookup, withDate(upstream.CreditLookupQuery(corpCode), day), corpCode)
+	if err != nil {
+		return Evaluation{}, err
+	}
+	if g.Grade != "" {
+		return Evaluation{CorpCode: corpCode, Grade: g.Grade, Outlook: g.Outlook, Source: SourceLookup}, nil
+	}
+	g, err = ask(ctx, calls, upstream.EndpointCreditFallback, withDate(upstream.CreditFallbackQuery(corpCode), day), corpCode)
+	if err != nil {
+		return Evaluation{}, err
+	}
+	if g.Grade == "" {
+		return Evaluation{}, fmt.Errorf("%s: corp code %s: answer without a grade", upstream.EndpointCreditFallback, corpCode)
+	}
+	return Evaluation{CorpCode: corpCode, Grade: g.Grade, Outlook: g.Outlook, Source: SourceFallback}, nil
+}
+
+// withDate asks for the grade as of day (the provider's optional date).
+func withDate(q url.Values, day time.Time) url.Values {
+	q.Set("date", day.Format("20060102"))
+	return q
+}
+
+func ask(ctx context.Context, calls *upstream.Caller, ep upstream.Endpoint, q url.Values, corpCode string) (upstream.CreditGrade, error) {
+	body, err := calls.Get(ctx, ep, q)
+	if err != nil {
+		if halts(err) {
+			return upstream.CreditGrade{}, batch.Halt(err)
+		}
+		return upstream.CreditGrade{}, err
+	}
+	g, err := upstream.ParseCreditGrade(body)
+	if err != nil {
+		return upstream.CreditGrade{}, err
+	}
+	if g.CorpCode != corpCode {
+		return upstream.CreditGrade{}, fmt.Errorf("%s: asked for corp code %s, answered for %s", ep, corpCode, g.CorpCode)
+	}
+	return g, nil
+}
+
+// halts reports whether err makes every further call of the run pointless.
+func halts(err error) bool {
+	if errors.Is(err, upstream.ErrCapped) || errors.Is(err, upstream.ErrMaxCalls) || errors.Is(err, upstream.ErrNoKey) {
+		return true
+	}
+	var callErr *upstream.CallError
+	return errors.As(err, &callErr) && (callErr.Status == http.StatusUnauthorized || callErr.Status == http.StatusForbidden)
+}
+
+func upsert(ctx context.Context, tx pgx.Tx, executionID int64, day time.Time, grades []Evaluation) error {
+	p := &queries.CreditGradeUpsertParams{EvalDate: day, ExecutionID: executionID}
+	for _, g := range grades {
+		p.CorpCodes = append(p.CorpCodes, g.CorpCode)
+		p.Grades = append(p.Grades, g.Grade)
+		p.Outlooks = append(p.Outlooks, g.Outlook)
+		p.Sources = append(p.Sources, g.Source)
+	}
+	n, err := queries.New().CreditGradeUpsert(ctx, tx, p)
+	if err != nil {
+		return fmt.Errorf("error upserting credit grades: %w", err)
+	}
+	if n != int64(len(grades)) {
+		return fmt.Errorf("upserted %d credit grades, expected %d", n, len(grades))
+	}
+	return nil
+}
+
+// Day returns the evaluation day of t in loc: its calendar date there, as
+// midnight UTC (how a date column reads back) — upstream.Client.Day's rule.
+func Day(t time.Time, loc *time.Location) time.Time {
+	local := t.In(loc)
+	return time.Date(local.Year(), local.Month(), local.Day(), 0, 0, 0, 0, time.UTC)
+}
+
+// Estimator returns creditEval's call estimate (a request.EstimateFunc):
+// jobs.CreditEvalEstimate of the targets a run would evaluate now — every
+// company with outstanding exposure, or for a backfill those without a
+// grade for today (the day of today()).
+func Estimator(today func() time.Time) func(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, error) {
+	return func(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, error) {
+		p, ok := params.Value.(*jobs.CreditEvalParams)
+		if !ok {
+			return 0, fmt.Errorf("creditEval estimate: unexpected params %T", params.Value)
+		}
+		q := queries.New()
+		var n int64
+		var err error
+		if p.Backfill {
+			n, err = q.ExposureTargetCountWithoutGrade(ctx, db, today())
+		} else {
+			n, err = q.ExposureTargetCount(ctx, db)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("error counting targets: %w", err)
+		}
+		return jobs.CreditEvalEstimate(int(n)), nil
+	}
+}
+
+// keyRange is a chunk's range of corp codes, both ends included.
+type keyRange struct{ first, last string }
+
+func (r keyRange) String() string { return r.first + "-" + r.last }
+
+func (r keyRange) contains(code string) bool { return r.first <= code && code <= r.last }
+
+// parseKey reads a chunk key "FIRST-LAST".
+func parseKey(key string) (keyRange, bool) {
+	first, last, ok := strings.Cut(key, "-")
+	if !ok || len(first) != 8 || len(last) != 8 || first > last {
+		return keyRange{}, false
+	}
+	return keyRange{first: first, last: last}, true
+}
+
+func decode(raw json.RawMessage) (*jobs.CreditEvalParams, error) {
+	params, err := jobs.CreditEvalSpec().Decode(raw)
+	if err != nil {
+		return nil, fmt.Errorf("error decoding params: %w", err)
+	}
+	return params.Value.(*jobs.CreditEvalParams), nil
+}

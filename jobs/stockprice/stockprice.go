@@ -1,0 +1,199 @@
+// Package stockprice is the stockPrice job: one trading day's prices (KRX)
+// of the listed tracked companies, in chunks of jobs.StockPriceChunkSize
+// companies with one call each on the bounded fan-out pool, upserted
+// idempotently into stock_price.
+//
+// A day without trading is not a failure: on a weekend nothing is called
+// and every company is skipped; on a holiday KRX answers every company with
+// no items and they are skipped. The reason is logged once per chunk.
+package stockprice
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/upstream"
+	"github.com/buildrisk/radar/queries"
+)
+
+// ErrNoCompanies fails a run before any listed company is tracked.
+var ErrNoCompanies = errors.New("no listed tracked companies: run corpCodeSync first")
+
+// Job implements batch.Job for stockPrice.
+type Job struct{}
+
+var _ batch.Job = (*Job)(nil)
+var _ batch.DomainRowCounter = (*Job)(nil)
+
+// Plan implements batch.Job: the listed tracked companies in stock-code
+// order, in chunks keyed FIRST-LAST (their first and last stock codes), so
+// a resume skips exactly the ranges already committed.
+func (Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
+	if _, err := decode(run.Params); err != nil {
+		return nil, err
+	}
+	rows, err := queries.New().CompanyTrackedListedList(ctx, run.DB)
+	if err != nil {
+		return nil, fmt.Errorf("error listing listed tracked companies: %w", err)
+	}
+	if len(rows) == 0 {
+		return nil, ErrNoCompanies
+	}
+	var chunks []string
+	for i := 0; i < len(rows); i += jobs.StockPriceChunkSize {
+		last := min(i+jobs.StockPriceChunkSize, len(rows)) - 1
+		chunks = append(chunks, rows[i].StockCode+"-"+rows[last].StockCode)
+	}
+	return &batch.Plan{Chunks: chunks, Targets: batch.TargetsUnknown}, nil
+}
+
+// price is one company's outcome.
+type price struct {
+	corpCode string
+	price    *upstream.StockPrice // nil: no trading that day
+	bad      error                // an answer that could not be used
+}
+
+// Process implements batch.Job: one call per company of the chunk, on the
+// fan-out pool. An item is one company: written with its price, skipped
+// when KRX reports no trading that day, failed when its answer is
+// unusable. A call that fails after the client's retries (or hits a cap)
+// stops the chunk, which then writes nothing and is redone on resume.
+func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	p, err := decode(run.Params)
+	if err != nil {
+		return nil, err
+	}
+	first, last, ok := strings.Cut(chunk, "-")
+	if !ok {
+		return nil, fmt.Errorf("malformed chunk key %q", chunk)
+	}
+	companies, err := queries.New().CompanyTrackedListedRange(ctx, run.DB, &queries.CompanyTrackedListedRangeParams{FirstCode: first, LastCode: last})
+	if err != nil {
+		return nil, fmt.Errorf("error listing the chunk's companies: %w", err)
+	}
+	res := &batch.ChunkResult{Targets: int64(len(companies))}
+	if p.Weekend() {
+		res.Skipped = res.Targets
+		run.Logger.InfoContext(ctx, "stock prices skipped", slog.String("chunk", chunk), slog.Int64("skipped", res.Skipped),
+			slog.String("reason", fmt.Sprintf("%s is a %s: KRX does not trade", p.Date, p.Day().Weekday())))
+		return res, nil
+	}
+
+	day := p.Day()
+	results, err := batch.FanOutEach(ctx, run, companies, func(ctx context.Context, c *queries.CompanyTrackedListedRangeRow) (price, error) {
+		body, err := run.Calls.Get(ctx, upstream.EndpointStockPrice, upstream.StockPriceQuery(c.StockCode, day))
+		if err != nil {
+			return price{}, batch.Halt(err)
+		}
+		out := price{corpCode: c.CorpCode}
+		prices, err := upstream.ParseStockPrice(body)
+		if err != nil {
+			var apiErr *upstream.APIError
+			if errors.As(err, &apiErr) {
+				return price{}, batch.Halt(err) // a refusal (key, quota): every further call would get it too
+			}
+			out.bad = err
+			return out, nil
+		}
+		for i := range prices {
+			if prices[i].ShortCode == c.StockCode && prices[i].Date.Equal(day) {
+				out.price = &prices[i]
+			}
+		}
+		return out, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	q := &queries.StockPriceUpsertParams{ExecutionID: run.ExecutionID}
+	var firstBad error
+	for _, r := range results {
+		switch v := r.Value; {
+		case r.Err != nil: // a panic: recorded by the pool, counted here
+			res.Failed++
+			firstBad = cmpErr(firstBad, r.Err)
+		case v.bad != nil:
+			res.Failed++
+			firstBad = cmpErr(firstBad, v.bad)
+		case v.price == nil:
+			res.Skipped++
+		default:
+			q.ShortCodes = append(q.ShortCodes, v.price.ShortCode)
+			q.TradeDates = append(q.TradeDates, v.price.Date)
+			q.CorpCodes = append(q.CorpCodes, v.corpCode)
+			q.Closes = append(q.Closes, v.price.Close)
+			q.Opens = append(q.Opens, v.price.Open)
+			q.Highs = append(q.Highs, v.price.High)
+			q.Lows = append(q.Lows, v.price.Low)
+			q.Volumes = append(q.Volumes, v.price.Volume)
+			q.MarketCaps = append(q.MarketCaps, v.price.MarketCap)
+		}
+	}
+	res.Written = int64(len(q.ShortCodes))
+	if res.Skipped > 0 {
+		reason := "KRX reports no trading for these stocks that day (suspended or not yet traded)"
+		if res.Written == 0 && res.Failed == 0 {
+			reason = fmt.Sprintf("KRX reports no trading on %s (a holiday)", p.Date)
+		}
+		run.Logger.InfoContext(ctx, "stock prices skipped", slog.String("chunk", chunk), slog.Int64("skipped", res.Skipped), slog.String("reason", reason))
+	}
+	if res.Failed > 0 {
+		run.Logger.WarnContext(ctx, "stock prices failed", slog.String("chunk", chunk), slog.Int64("failed", res.Failed), slog.String("first_error", firstBad.Error()))
+	}
+	if res.Written > 0 {
+		res.Write = func(ctx context.Context, tx pgx.Tx) error {
+			n, err := queries.New().StockPriceUpsert(ctx, tx, q)
+			if err != nil {
+				return fmt.Errorf("error upserting stock prices: %w", err)
+			}
+			if n != res.Written {
+				return fmt.Errorf("upserted %d stock prices, expected %d", n, res.Written)
+			}
+			return nil
+		}
+	}
+	return res, nil
+}
+
+// DomainRows implements batch.DomainRowCounter.
+func (Job) DomainRows(ctx context.Context, db queries.DBTX, executionIDs []int64) (int64, error) {
+	return queries.New().StockPriceCountByExecutions(ctx, db, executionIDs)
+}
+
+// Estimate is stockPrice's call estimate for the api (request.EstimateFunc):
+// one call per listed tracked company, none on a weekend.
+func Estimate(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, error) {
+	if params.Value.(*jobs.StockPriceParams).Weekend() {
+		return 0, nil
+	}
+	n, err := queries.New().CompanyTrackedListedCount(ctx, db)
+	if err != nil {
+		return 0, fmt.Errorf("error counting listed tracked companies: %w", err)
+	}
+	return int(n), nil
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+func decode(raw json.RawMessage) (*jobs.StockPriceParams, error) {
+	params, err := jobs.StockPriceSpec().Decode(raw)
+	if err != nil {
+		return nil, fmt.Errorf("error decoding params: %w", err)
+	}
+	return params.Value.(*jobs.StockPriceParams), nil
+}
