@@ -154,5 +154,5 @@ func BenchmarkServiceVsRiver(b *testing.B) {
 	b.ReportMetric(rawRate, "river_jobs/s")
 	b.ReportMetric(serviceRate/rawRate, "service/river")
 	b.ReportMetric(0, "ns/op")
-	
+
 }
