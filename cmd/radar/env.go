@@ -28,6 +28,9 @@ type envConfig struct {
 	ReapInterval      time.Duration
 	DrainTimeout      time.Duration
 	FanOut            int
+	// WorkerConcurrency is how many requests one worker process runs at
+	// once (BUILDRISK_WORKER_CONCURRENCY, an addition to the contract).
+	WorkerConcurrency int
 	UpstreamURLs      map[upstream.Provider]string
 	Keys              map[upstream.Provider]string
 	DailyCaps         map[upstream.Provider]int
@@ -102,6 +105,12 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 	}
 	if c.StaleAfter <= c.HeartbeatInterval {
 		return nil, envError("BUILDRISK_STALE_AFTER", "%s must exceed BUILDRISK_HEARTBEAT_INTERVAL %s", c.StaleAfter, c.HeartbeatInterval)
+	}
+	c.WorkerConcurrency = worker.MaxConcurrentJobsDefault
+	if v := getenv("BUILDRISK_WORKER_CONCURRENCY"); v != "" {
+		if c.WorkerConcurrency, err = strconv.Atoi(v); err != nil || c.WorkerConcurrency < 1 || c.WorkerConcurrency > 1000 {
+			return nil, envError("BUILDRISK_WORKER_CONCURRENCY", "%q is not an integer from 1 to 1000", v)
+		}
 	}
 	c.FanOut = batch.FanOutDefault
 	if v := getenv("BUILDRISK_FANOUT"); v != "" {

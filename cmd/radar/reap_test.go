@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+	"github.com/buildrisk/radar/jobs/worker"
+)
+
+var adminAddrLine = regexp.MustCompile(`worker running.*admin_addr=(\S+)`)
+
+// seedExposure puts n companies of the fake universe in the exposure ledger.
+func (s *testSystem) seedExposure(n int) {
+	s.t.Helper()
+	for i, c := range s.fake.Companies()[:n] {
+		_, err := s.pool.Exec(context.Background(), `INSERT INTO exposure (corp_code, outstanding_krw) VALUES ($1, $2)`, c.CorpCode, 1_000_000+i)
+		require.NoError(s.t, err)
+	}
+}
+
+// waitHeldBy waits until request id is RUNNING and returns its worker id.
+func (s *testSystem) waitHeldBy(id string) string {
+	s.t.Helper()
+	out := s.waitRequest(id, "RUNNING")
+	return out["workerId"].(string)
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
+}
+
+// metricLine returns the value of the first sample of name with all the
+// given label pairs in a Prometheus text exposition.
+func metricLine(exposition, name string, labels ...string) (float64, bool) {
+	for _, line := range strings.Split(exposition, "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		match := true
+		for _, l := range labels {
+			match = match && strings.Contains(line, l)
+		}
+		if !match {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		return v, err == nil
+	}
+	return 0, false
+}
+
+// Two worker processes run a job each; kill -9 one: within STALE_AFTER +
+// REAP_INTERVAL its request is FAILED naming the worker and its last
+// heartbeat, its execution ABANDONED, its River job finalized and the stale
+// counter moves; the other worker's run is untouched and completes; a new
+// request for the killed job is accepted and resumes from its last commit.
+func TestReap_KillNineFreesOnlyTheDeadWorkersJob(t *testing.T) {
+	t.Parallel()
+	bin := buildRadar(t)
+	s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Latency: 25 * time.Millisecond}})
+	s.seedExposure(600)
+	env := s.processEnv(map[string]string{"BUILDRISK_WORKER_CONCURRENCY": "1", "BUILDRISK_FANOUT": "2"})
+
+	victim := startRadar(t, bin, env, "worker")
+	victim.waitLine(t, adminAddrLine)
+	aptTrade := s.requestAptTrade(aptTradeBody(sixRegions, "2025-01", "2025-12"))
+	victimID := s.waitHeldBy(aptTrade)
+
+	survivor := startRadar(t, bin, env, "worker")
+	survivorAdmin := survivor.waitLine(t, adminAddrLine)[1]
+	status, out := s.post("/v1/jobs/creditEval/requests", `{"params":{}}`)
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	credit := out["requestId"].(string)
+	survivorID := s.waitHeldBy(credit)
+	require.NotEqual(t, victimID, survivorID)
+
+	for {
+		_, out := s.get("/v1/requests/" + aptTrade)
+		if exec, ok := out["execution"].(map[string]any); ok && exec["chunksDone"].(float64) >= 5 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	killedAt := time.Now()
+	require.NoError(t, victim.cmd.Process.Kill())
+	victim.wait(t, 10*time.Second)
+
+	reaped := s.waitRequest(aptTrade, "FAILED", "DONE")
+	require.Less(t, time.Since(killedAt), 2*time.Second+500*time.Millisecond+3*time.Second, "within STALE_AFTER + REAP_INTERVAL (+ margin)")
+	require.Equal(t, "FAILED", reaped["status"])
+	require.Contains(t, reaped["message"], victimID)
+	require.Contains(t, reaped["message"], "last heartbeat")
+	reapedExec := execution(t, reaped)
+	require.Equal(t, "ABANDONED", reapedExec["status"])
+	require.Equal(t, 1, s.count("SELECT count(*) FROM river_job j JOIN job_request r ON r.river_job_id = j.id WHERE r.id = $1 AND j.state = 'cancelled'", aptTrade))
+	_, creditNow := s.get("/v1/requests/" + credit)
+	require.Equal(t, "RUNNING", creditNow["status"], "the live worker's run is never touched")
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if v, ok := metricLine(scrape(t, survivorAdmin), "buildrisk_worker_stale_heartbeats_total"); ok && v == 1 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "stale counter never reached 1 on the reaping worker")
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	creditDone := s.waitRequest(credit, "DONE", "FAILED")
+	require.Equal(t, "COMPLETED", execution(t, creditDone)["status"], "%v", creditDone)
+	require.Equal(t, survivorID, creditDone["workerId"])
+
+	status, again := s.post("/v1/jobs/aptTrade/requests", aptTradeBody(sixRegions, "2025-01", "2025-12"))
+	require.Equal(t, http.StatusAccepted, status, "%v", again)
+	require.Equal(t, reapedExec["id"], again["resumesExecutionId"])
+	done := s.waitRequest(again["requestId"].(string), "DONE", "FAILED")
+	require.Equal(t, "COMPLETED", execution(t, done)["status"], "%v", done)
+	committedBefore := int64(reapedExec["chunksDone"].(float64))
+	var refetched int
+	for _, n := range s.callsPerKey("aptTrade") {
+		if n > 1 {
+			refetched++
+		}
+	}
+	require.LessOrEqual(t, refetched, 1, "only the chunk in flight at the kill is fetched again")
+	require.Len(t, s.callsPerKey("aptTrade"), 72)
+	_ = committedBefore
+}
+
+// Same, with no reaper on the survivors: the API's cleanup before enqueue,
+// under the job's advisory lock, alone frees the job (202, not 409).
+func TestReap_CleanupBeforeEnqueueAlone(t *testing.T) {
+	t.Parallel()
+	bin := buildRadar(t)
+	s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Latency: 25 * time.Millisecond}})
+	victim := startRadar(t, bin, s.processEnv(nil), "worker")
+	victim.waitLine(t, adminAddrLine)
+	body := aptTradeBody(sixRegions[:2], "2025-01", "2025-12")
+	id := s.requestAptTrade(body)
+	victimID := s.waitHeldBy(id)
+	require.NoError(t, victim.cmd.Process.Kill())
+	victim.wait(t, 10*time.Second)
+
+	s.startWorkerWith(s.pool, func(wc *worker.Config, _ *batch.Config) { wc.DisableReaper = true })
+	var status int
+	var out map[string]any
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		status, out = s.post("/v1/jobs/aptTrade/requests", body)
+		if status != http.StatusConflict {
+			break
+		}
+		require.Equal(t, id, out["activeRequestId"], "409 only while the dead worker is within its stale window")
+		require.True(t, time.Now().Before(deadline), "the job stayed blocked")
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	require.NotNil(t, out["resumesExecutionId"])
+	_, old := s.get("/v1/requests/" + id)
+	require.Equal(t, "FAILED", old["status"])
+	require.Contains(t, old["message"], victimID)
+	require.Equal(t, "COMPLETED", execution(t, s.waitRequest(out["requestId"].(string), "DONE"))["status"])
+	require.Equal(t, float64(1), s.metric("buildrisk_worker_stale_heartbeats_total", nil))
+	_ = fmt.Sprint
+}
