@@ -241,12 +241,23 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 		},
 	}
 	workerConfig := worker.Config{
-		ID: workerID, Hostname: hostname, PID: os.Getpid(), Boot: boot, Version: version,
-		ConfiguredKeys: env.configuredKeyNames(), HeartbeatInterval: env.HeartbeatInterval,
-		StaleAfter: env.StaleAfter, ReapInterval: env.ReapInterval, DrainTimeout: env.DrainTimeout,
+		ID:                workerID,
+		Hostname:          hostname,
+		PID:               os.Getpid(),
+		Boot:              boot,
+		Version:           version,
+		ConfiguredKeys:    env.configuredKeyNames(),
+		HeartbeatInterval: env.HeartbeatInterval,
+		StaleAfter:        env.StaleAfter,
+		ReapInterval:      env.ReapInterval,
+		DrainTimeout:      env.DrainTimeout,
 		MaxConcurrentJobs: env.WorkerConcurrency,
-		Instruments: tel.instruments, Logger: tel.logger, RiverPlugins: riverPlugins(tel),
-		Gauges:    &worker.Gauges{Pool: pool, Jobs: jobs.Default().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.instruments},
+		Instruments:       tel.instruments,
+		Logger:            tel.logger,
+		RiverPlugins:      riverPlugins(tel),
+		Gauges: &worker.Gauges{
+			Pool: pool, Jobs: jobs.Default().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.instruments,
+		},
 		Schedules: schedules(env),
 		ScheduleEnqueue: func(ctx context.Context, p *request.EnqueueParams) (*request.EnqueueResult, error) {
 			return scheduled.Enqueue(ctx, p)
