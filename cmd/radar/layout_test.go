@@ -1,0 +1,73 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/buildrisk/radar/"
+
+// allowedImports is STYLE.md's package map: which of this module's packages
+// each package may import (non-test code). Imports point down only.
+var allowedImports = map[string][]string{
+	"api":                        {"jobs/request", "jobs", "queries", "observability"},
+	"jobs/worker":                {"jobs/batch", "jobs/request", "jobs/upstream", "jobs", "queries", "observability"},
+	"jobs/batch":                 {"jobs/upstream", "jobs/request", "jobs", "queries", "observability"},
+	"jobs/request":               {"jobs", "queries", "observability"},
+	"jobs/upstream":              {"queries", "observability"},
+	"jobs/upstream/fakeupstream": {},
+	"jobs":                       {},
+	"queries":                    {},
+	"sql/migrations":             {},
+	"sql/pglocal":                {},
+	"sql/pgtest":                 {"sql/migrations", "sql/pglocal"},
+	"observability":              {},
+	"deploy":                     {},
+	"jobs/apttrade":              jobPackageImports,
+	"jobs/corpcode":              jobPackageImports,
+	"jobs/credit":                jobPackageImports,
+	"jobs/filing":                jobPackageImports,
+	"jobs/riskmetric":            jobPackageImports,
+	"jobs/riskrule":              jobPackageImports,
+	"jobs/stockprice":            jobPackageImports,
+}
+
+var jobPackageImports = []string{"jobs/batch", "jobs/upstream", "jobs", "queries", "observability"}
+
+// forbiddenThirdParty keeps HTTP out of the jobs and River's worker side
+// out of the api.
+var forbiddenThirdParty = map[string][]string{
+	"api":  {"github.com/riverqueue/river"},
+	"jobs": {"github.com/danielgtaylor/huma"},
+}
+
+func TestLayout_ImportsPointDown(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"...").CombinedOutput()
+	require.NoError(t, err, string(out))
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(fields[0], module)
+		if pkg == "cmd/radar" {
+			continue // wiring imports everything
+		}
+		allowed, known := allowedImports[pkg]
+		require.True(t, known, "package %s is not in the layout map (STYLE.md §2)", pkg)
+		for _, imp := range fields[1:] {
+			if strings.HasPrefix(imp, module) {
+				require.Contains(t, allowed, strings.TrimPrefix(imp, module), "%s must not import %s", pkg, imp)
+			}
+			for prefix, banned := range forbiddenThirdParty {
+				if pkg != prefix && !strings.HasPrefix(pkg, prefix+"/") {
+					continue
+				}
+				for _, b := range banned {
+					require.False(t, strings.HasPrefix(imp, b), "%s must not import %s", pkg, imp)
+				}
+			}
+		}
+	}
+}
