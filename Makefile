@@ -6,8 +6,8 @@ TEST_FLAGS ?= -race -count=1 -timeout 12m
 .PHONY: run test bench build generate check-generated fmt vet promtool-test ci
 
 ## run: everything in one process (embedded PostgreSQL, migrations, fake upstream, api + worker)
-run:
-	$(GO) run ./cmd/radar dev
+run: build
+	./bin/radar dev
 
 ## test: the whole suite against private PostgreSQL clusters and the fake upstream
 test:
