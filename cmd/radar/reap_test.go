@@ -90,6 +90,12 @@ func TestReap_KillNineFreesOnlyTheDeadWorkersJob(t *testing.T) {
 	credit := out["requestId"].(string)
 	survivorID := s.waitHeldBy(credit)
 	require.NotEqual(t, victimID, survivorID)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://" + survivorAdmin + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+	}
 
 	for {
 		_, out := s.get("/v1/requests/" + aptTrade)
