@@ -51,8 +51,8 @@ func TestLifecycle_StopAtChunkBoundary(t *testing.T) {
 	status, dup := s.post("/v1/jobs/aptTrade/requests", body)
 	require.Equal(t, http.StatusConflict, status, "a STOPPING job still counts as running")
 	require.Equal(t, id, dup["activeRequestId"])
-	_, list := s.get("/v1/jobs")
-	require.Equal(t, true, list["jobs"].([]any)[0].(map[string]any)["running"])
+	_, aptTrade := s.get("/v1/jobs/aptTrade")
+	require.Equal(t, true, aptTrade["running"])
 
 	s.gate.open()
 	done := s.waitRequest(id, "DONE", "FAILED")
@@ -279,6 +279,7 @@ func TestLifecycle_DrainAtChunkBoundary(t *testing.T) {
 	for w.Status() != "draining" {
 		time.Sleep(time.Millisecond)
 	}
+	require.ErrorContains(t, w.Ready(context.Background()), "draining", "/readyz fails while draining")
 	s.gate.open()
 	require.NoError(t, <-drained)
 	out := s.waitRequest(id, "DONE", "FAILED")
