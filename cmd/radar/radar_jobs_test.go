@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,7 +16,9 @@ import (
 	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/corpcode"
 	"github.com/buildrisk/radar/jobs/filing"
+	"github.com/buildrisk/radar/jobs/riskmetric"
 	"github.com/buildrisk/radar/jobs/riskrule"
+	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
 	"github.com/buildrisk/radar/jobs/worker"
 )
@@ -38,6 +41,14 @@ func (s *testSystem) runJob(job, body string) (accepted, done map[string]any) {
 	require.True(s.t, ok, "%s: no execution: %v", job, done)
 	require.Equal(s.t, "COMPLETED", exec["status"], "%s: %v", job, done)
 	return accepted, done
+}
+
+// startRadarWorker starts a worker whose corpCodeSync downloads into the
+// test's temporary directory (nothing left behind in the system's).
+func (s *testSystem) startRadarWorker() {
+	s.t.Helper()
+	dir := s.t.TempDir()
+	s.startWorkerWith(s.pool, func(_ *worker.Config, rc *batch.Config) { rc.Jobs[jobs.CorpCodeSync] = corpcode.Job{Dir: dir} })
 }
 
 // fakeCounts returns what the fake universe says about tracking: tracked
@@ -204,7 +215,7 @@ func TestRadar_CorpCodeSyncRedownload(t *testing.T) {
 func TestRadar_FilingParse(t *testing.T) {
 	t.Parallel()
 	s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Companies: 300}})
-	s.startWorker()
+	s.startRadarWorker()
 
 	status, out := s.post("/v1/jobs/filingParse/requests", `{"params":{"from":"2025-01-01","to":"2025-06-30"}}`)
 	require.Equal(t, http.StatusAccepted, status, "%v", out)
@@ -281,7 +292,7 @@ func TestRadar_FilingParse(t *testing.T) {
 func TestRadar_StockPrice(t *testing.T) {
 	t.Parallel()
 	s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Companies: 1500}})
-	s.startWorker()
+	s.startRadarWorker()
 	s.runJob(jobs.CorpCodeSync, `{}`)
 	_, listed := fakeCounts(s)
 	require.Greater(t, listed, 100, "more than one chunk")
@@ -350,4 +361,67 @@ func TestRadar_RuleThresholdEnv(t *testing.T) {
 	require.Equal(t, 0.35, env.RuleThresholds[jobs.RulePriceDrawdown])
 	require.Equal(t, float64(jobs.RuleRiskFilingsDefault), env.RuleThresholds[jobs.RuleRiskFilings])
 	require.Equal(t, env.RuleThresholds, registry(env)[jobs.Rules].(riskrule.Job).Thresholds)
+}
+
+// Every radar job's params are documented in the OpenAPI document (schema
+// properties and an example that is valid), and so is GET /v1/alerts.
+func TestRadar_OpenAPI(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	status, doc := s.do(http.MethodGet, "/openapi.json", "", "")
+	require.Equal(t, http.StatusOK, status)
+	schemas := doc["components"].(map[string]any)["schemas"].(map[string]any)
+	resolve := func(schema map[string]any) map[string]any {
+		if ref, ok := schema["$ref"].(string); ok {
+			return schemas[strings.TrimPrefix(ref, "#/components/schemas/")].(map[string]any)
+		}
+		return schema
+	}
+	paths := doc["paths"].(map[string]any)
+	for job, props := range map[string][]string{
+		jobs.CorpCodeSync: {},
+		jobs.FilingParse:  {"from", "to", "corpCodes"},
+		jobs.StockPrice:   {"date"},
+		jobs.Metrics:      {"date"},
+		jobs.Rules:        {"date"},
+	} {
+		post := paths["/v1/jobs/"+job+"/requests"].(map[string]any)["post"].(map[string]any)
+		content := post["requestBody"].(map[string]any)["content"].(map[string]any)["application/json"].(map[string]any)
+		body := resolve(content["schema"].(map[string]any))
+		params := resolve(body["properties"].(map[string]any)["params"].(map[string]any))
+		properties, _ := params["properties"].(map[string]any)
+		for _, p := range props {
+			require.Contains(t, properties, p, job)
+		}
+		example, err := json.Marshal(content["example"].(map[string]any)["params"])
+		require.NoError(t, err)
+		def, _ := jobs.Default().Lookup(job)
+		_, err = def.Decode(example)
+		require.NoError(t, err, "%s's example is valid: %s", job, example)
+	}
+	alerts := paths["/v1/alerts"].(map[string]any)["get"].(map[string]any)
+	var names []string
+	for _, p := range alerts["parameters"].([]any) {
+		names = append(names, p.(map[string]any)["name"].(string))
+	}
+	require.ElementsMatch(t, []string{"date", "company"}, names)
+	require.Contains(t, alerts["description"], jobs.RuleCompound)
+}
+
+// Jobs that read what corpCodeSync or metrics write fail, with a message
+// saying what to run, instead of succeeding with nothing done.
+func TestRadar_NothingToDoFails(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	s.startRadarWorker()
+	for _, tc := range []struct{ job, body, message string }{
+		{jobs.StockPrice, `{"params":{"date":"2025-03-14"}}`, stockprice.ErrNoCompanies.Error()},
+		{jobs.Metrics, `{"params":{"date":"2025-03-14"}}`, riskmetric.ErrNoCompanies.Error()},
+		{jobs.Rules, `{"params":{"date":"2025-03-14"}}`, riskrule.ErrNoMetrics.Error()},
+	} {
+		out := s.waitRequest(s.requestJob(tc.job, tc.body)["requestId"].(string), "DONE", "FAILED")
+		require.Equal(t, "FAILED", out["status"], tc.job)
+		require.Contains(t, execution(t, out)["exitMessage"], tc.message, tc.job)
+	}
+	require.Zero(t, s.count(`SELECT count(*) FROM job_request WHERE job = 'rules' AND source = 'chain'`), "a failed metrics run does not chain")
 }

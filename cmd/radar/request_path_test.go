@@ -198,7 +198,7 @@ func TestRequestPath_OpenAPI(t *testing.T) {
 	status, doc := s.do(http.MethodGet, "/openapi.json", "", "")
 	require.Equal(t, 200, status)
 	paths := doc["paths"].(map[string]any)
-	for _, name := range []string{"aptTrade"} {
+	for _, name := range []string{"corpCodeSync", "filingParse", "stockPrice", "aptTrade", "creditEval", "metrics", "rules"} {
 		post := paths["/v1/jobs/"+name+"/requests"].(map[string]any)["post"].(map[string]any)
 		content := post["requestBody"].(map[string]any)["content"].(map[string]any)["application/json"].(map[string]any)
 		require.NotNil(t, content["schema"], name)

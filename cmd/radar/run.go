@@ -163,9 +163,15 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(signals)
+	// Every signal reaches this channel (and main's context): the first one
+	// drains, a second one cancels the chunk in flight. A signal that came
+	// before the channel existed has already cancelled ctx.
+	if ctx.Err() != nil {
+		runner.Drain()
+	}
 	go func() {
 		select {
-		case <-ctx.Done():
+		case <-signals:
 		case <-runCtx.Done():
 			return
 		}

@@ -66,7 +66,7 @@ func (j Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	j.removeOtherArchives(ctx, run)
+	j.removeOtherArchives(ctx, run, a.path)
 	n := (a.companies + jobs.CorpCodeSyncChunkSize - 1) / jobs.CorpCodeSyncChunkSize
 	chunks := make([]string, n)
 	for i := range chunks {
@@ -232,10 +232,24 @@ func (j Job) download(ctx context.Context, run *batch.Run) (*archive, error) {
 	return a, nil
 }
 
+// StaleArchiveAge is the age after which Plan deletes any archive file in
+// Dir that is not the current one, whoever left it (an instance whose
+// database is gone, another deployment on the host): deleting one is always
+// safe, since an instance whose file is gone downloads again.
+const StaleArchiveAge = 24 * time.Hour
+
 // removeOtherArchives deletes the files of other instances: only the newest
 // instance of a job can be resumed, and only one corpCodeSync runs at a
-// time, so they are garbage. Failures are logged, never fatal.
-func (j Job) removeOtherArchives(ctx context.Context, run *batch.Run) {
+// time, so they are garbage. It also sweeps files older than
+// StaleArchiveAge. Failures are logged, never fatal.
+func (j Job) removeOtherArchives(ctx context.Context, run *batch.Run, current string) {
+	if stale, err := filepath.Glob(filepath.Join(j.dir(), "corpcode-*.zip")); err == nil {
+		for _, path := range stale {
+			if info, err := os.Stat(path); err == nil && path != current && time.Since(info.ModTime()) > StaleArchiveAge {
+				_ = os.Remove(path)
+			}
+		}
+	}
 	q := queries.New()
 	others, err := q.CorpCodeDownloadListOthers(ctx, run.DB, run.InstanceID)
 	if err != nil {

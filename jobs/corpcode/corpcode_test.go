@@ -39,6 +39,7 @@ func TestTracked_Names(t *testing.T) {
 		{"삼성물산", "SAMSUNG C&T CONSTRUCTION", true},
 		{"한국주택금융공사", "Korea Housing Finance Corporation", false},
 		{"건설공제조합", "Construction Guarantee", false},
+		{"주택도시보증공사", "Korea Housing & Urban Guarantee Corporation", false},
 		{"삼성전자", "SAMSUNG ELECTRONICS", false},
 		{"한일시멘트", "HANIL CEMENT", false},
 	} {

@@ -9,10 +9,12 @@ import "strings"
 // Korean name contains none of untrackedKeywords. The keywords are the
 // suffixes Korean builders and housing developers carry (건설 construction,
 // 토건 civil works, 건영, 산업개발 industrial development, 이앤씨 / E&C,
-// 엔지니어링 engineering, 주택 housing); the exclusions keep out financial
-// institutions named after what they finance (주택금융, 건설공제조합's
-// 보증 and the like). The rule is by name only: the exposure ledger is a
-// list of companies the bank lends to, not of builders.
+// 엔지니어링 engineering, 주택 housing, and in English E&C or
+// Construction); the exclusions keep out financial institutions named after
+// what they finance or guarantee (한국주택금융공사, 건설공제조합, 주택도시보증공사
+// and the like). The rule is by name only: the exposure ledger lists the
+// companies the bank lends to, builders or not, so it does not say who is a
+// construction company.
 var (
 	trackedKeywords    = []string{"건설", "토건", "건영", "산업개발", "이앤씨", "엔지니어링", "주택"}
 	trackedEngKeywords = []string{"E&C", "CONSTRUCTION"}

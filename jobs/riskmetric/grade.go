@@ -32,16 +32,17 @@ func gradeChange(ctx context.Context, db queries.DBTX, corpCode string, day time
 	}
 	windowStart := day.AddDate(0, 0, -jobs.MetricsRiskFilingDays)
 	previous, err := q.CreditGradeAsOf(ctx, db, &queries.CreditGradeAsOfParams{CorpCode: corpCode, AsOf: windowStart})
-	if err := queries.Interpret(err); errors.Is(err, queries.ErrNotFound) {
-		var oldest *queries.CreditGradeOldestInRangeRow
-		oldest, err = q.CreditGradeOldestInRange(ctx, db, &queries.CreditGradeOldestInRangeParams{
+	switch err := queries.Interpret(err); {
+	case errors.Is(err, queries.ErrNotFound):
+		// First evaluated inside the window (so the latest is in it too).
+		oldest, err := q.CreditGradeOldestInRange(ctx, db, &queries.CreditGradeOldestInRangeParams{
 			CorpCode: corpCode, FromDate: windowStart.AddDate(0, 0, 1), ToDate: day,
 		})
-		if err == nil {
-			previous = &queries.CreditGradeAsOfRow{EvalDate: oldest.EvalDate, Grade: oldest.Grade}
+		if err != nil {
+			return nil, fmt.Errorf("error reading the oldest grade of the window: %w", err)
 		}
-	}
-	if err != nil {
+		previous = &queries.CreditGradeAsOfRow{EvalDate: oldest.EvalDate, Grade: oldest.Grade}
+	case err != nil:
 		return nil, fmt.Errorf("error reading the previous grade: %w", err)
 	}
 	if !previous.EvalDate.Before(latest.EvalDate) {
