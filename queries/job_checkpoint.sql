@@ -1,6 +1,6 @@
 -- name: JobCheckpointInsert :exec
-INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed, external_calls)
-VALUES (@instance_id, @chunk, @execution_id, @targets, @written, @skipped, @failed, @external_calls);
+INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed, skip_reason, external_calls)
+VALUES (@instance_id, @chunk, @execution_id, @targets, @written, @skipped, @failed, @skip_reason, @external_calls);
 
 -- name: JobCheckpointListChunks :many
 SELECT chunk FROM job_checkpoint WHERE instance_id = @instance_id;
@@ -12,3 +12,10 @@ SELECT count(*)::bigint AS chunks,
        coalesce(sum(skipped), 0)::bigint AS skipped,
        coalesce(sum(failed), 0)::bigint AS failed
 FROM job_checkpoint WHERE instance_id = @instance_id;
+
+-- name: JobCheckpointSkipReasons :many
+SELECT skip_reason, sum(skipped)::bigint AS skipped
+FROM job_checkpoint
+WHERE instance_id = @instance_id AND skipped > 0
+GROUP BY skip_reason
+ORDER BY skip_reason;

@@ -10,8 +10,8 @@ import (
 )
 
 const jobCheckpointInsert = `-- name: JobCheckpointInsert :exec
-INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed, external_calls)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed, skip_reason, external_calls)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 `
 
 type JobCheckpointInsertParams struct {
@@ -22,6 +22,7 @@ type JobCheckpointInsertParams struct {
 	Written       int64
 	Skipped       int64
 	Failed        int64
+	SkipReason    string
 	ExternalCalls int32
 }
 
@@ -34,6 +35,7 @@ func (q *Queries) JobCheckpointInsert(ctx context.Context, db DBTX, arg *JobChec
 		arg.Written,
 		arg.Skipped,
 		arg.Failed,
+		arg.SkipReason,
 		arg.ExternalCalls,
 	)
 	return err
@@ -56,6 +58,39 @@ func (q *Queries) JobCheckpointListChunks(ctx context.Context, db DBTX, instance
 			return nil, err
 		}
 		items = append(items, chunk)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobCheckpointSkipReasons = `-- name: JobCheckpointSkipReasons :many
+SELECT skip_reason, sum(skipped)::bigint AS skipped
+FROM job_checkpoint
+WHERE instance_id = $1 AND skipped > 0
+GROUP BY skip_reason
+ORDER BY skip_reason
+`
+
+type JobCheckpointSkipReasonsRow struct {
+	SkipReason string
+	Skipped    int64
+}
+
+func (q *Queries) JobCheckpointSkipReasons(ctx context.Context, db DBTX, instanceID int64) ([]*JobCheckpointSkipReasonsRow, error) {
+	rows, err := db.Query(ctx, jobCheckpointSkipReasons, instanceID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*JobCheckpointSkipReasonsRow
+	for rows.Next() {
+		var i JobCheckpointSkipReasonsRow
+		if err := rows.Scan(&i.SkipReason, &i.Skipped); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

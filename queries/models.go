@@ -138,6 +138,7 @@ type JobCheckpoint struct {
 	Written       int64
 	Skipped       int64
 	Failed        int64
+	SkipReason    string
 	ExternalCalls int32
 	CommittedAt   time.Time
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -316,6 +317,7 @@ func TestRadar_StockPrice(t *testing.T) {
 	require.Equal(t, float64(0), exec["externalCalls"])
 	require.Equal(t, float64(listed), exec["itemsSkipped"])
 	require.Equal(t, float64(0), exec["itemsFailed"])
+	require.Contains(t, exec["exitMessage"], fmt.Sprintf("skipped %d (weekend: %d)", listed, listed), "skipped items carry their reason")
 
 	// Children's Day, a Monday: KRX answers no items; skipped, not failed.
 	_, done = s.runJob(jobs.StockPrice, `{"params":{"date":"2025-05-05"}}`)
@@ -323,6 +325,7 @@ func TestRadar_StockPrice(t *testing.T) {
 	require.Equal(t, float64(listed), exec["externalCalls"])
 	require.Equal(t, float64(listed), exec["itemsSkipped"])
 	require.Equal(t, float64(0), exec["itemsWritten"])
+	require.Contains(t, exec["exitMessage"], "no price for the day (holiday or not traded)")
 	require.Zero(t, s.count(`SELECT count(*) FROM stock_price WHERE trade_date IN ('2025-03-15', '2025-05-05')`))
 
 	// The same day again: idempotent.

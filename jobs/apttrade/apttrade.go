@@ -79,6 +79,9 @@ func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.Ch
 		Written: int64(len(unique)),
 		Skipped: int64(len(trades) - len(unique)),
 	}
+	if res.Skipped > 0 {
+		res.SkipReason = "trade listed twice in one answer"
+	}
 	if len(unique) > 0 {
 		res.Write = func(ctx context.Context, tx pgx.Tx) error {
 			return upsert(ctx, tx, run.ExecutionID, unique)

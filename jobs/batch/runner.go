@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +72,9 @@ type ChunkResult struct {
 	// Targets is how many items the chunk was responsible for; every one of
 	// them must be written, skipped or failed.
 	Targets, Written, Skipped, Failed int64
+	// SkipReason says why the chunk's items were skipped ("holiday");
+	// the execution's final message totals skipped items by reason.
+	SkipReason string
 	// Write runs in the checkpoint transaction. It may be nil.
 	Write func(ctx context.Context, tx pgx.Tx) error
 }
@@ -438,7 +442,7 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 			if err := r.queries.JobCheckpointInsert(ctx, tx, &queries.JobCheckpointInsertParams{
 				InstanceID: st.exec.InstanceID, Chunk: chunk, ExecutionID: st.exec.ID,
 				Targets: res.Targets, Written: res.Written, Skipped: res.Skipped, Failed: res.Failed,
-				ExternalCalls: int32(chunkCalls),
+				SkipReason: res.SkipReason, ExternalCalls: int32(chunkCalls),
 			}); err != nil {
 				return fmt.Errorf("error writing checkpoint: %w", err)
 			}
@@ -485,8 +489,25 @@ func (r *Runner) account(ctx context.Context, st *started, plan *Plan, job strin
 		return request.ExecutionFailed, fmt.Sprintf("unaccounted: %d of %d targets (written %d, skipped %d, failed %d)",
 			unaccounted, targets, totals.Written, totals.Skipped, totals.Failed), nil
 	}
-	return request.ExecutionCompleted, fmt.Sprintf("completed: %d targets (written %d, skipped %d, failed %d)",
-		targets, totals.Written, totals.Skipped, totals.Failed), nil
+	return request.ExecutionCompleted, fmt.Sprintf("completed: %d targets (written %d, skipped %d%s, failed %d)",
+		targets, totals.Written, totals.Skipped, r.skipReasons(ctx, st.exec.InstanceID), totals.Failed), nil
+}
+
+// skipReasons renders skipped items by reason: " (holiday: 100)".
+func (r *Runner) skipReasons(ctx context.Context, instanceID int64) string {
+	rows, err := r.queries.JobCheckpointSkipReasons(ctx, r.pool, instanceID)
+	if err != nil || len(rows) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(rows))
+	for _, row := range rows {
+		reason := row.SkipReason
+		if reason == "" {
+			reason = "unspecified"
+		}
+		parts = append(parts, fmt.Sprintf("%s: %d", reason, row.Skipped))
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // classify turns a chunk's error into the execution's final status.

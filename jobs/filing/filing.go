@@ -84,6 +84,7 @@ func (Job) Process(ctx context.Context, run *batch.Run, corpCode string) (*batch
 	for _, f := range filings {
 		if seen[f.ReceiptNo] {
 			res.Skipped++ // listed twice (pages shifted by a new filing): one row
+			res.SkipReason = "filing listed twice across pages"
 			continue
 		}
 		seen[f.ReceiptNo] = true

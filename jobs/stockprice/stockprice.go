@@ -83,6 +83,7 @@ func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.Ch
 	res := &batch.ChunkResult{Targets: int64(len(companies))}
 	if p.Weekend() {
 		res.Skipped = res.Targets
+		res.SkipReason = "weekend"
 		run.Logger.InfoContext(ctx, "stock prices skipped", slog.String("chunk", chunk), slog.Int64("skipped", res.Skipped),
 			slog.String("reason", fmt.Sprintf("%s is a %s: KRX does not trade", p.Date, p.Day().Weekday())))
 		return res, nil
@@ -127,6 +128,7 @@ func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.Ch
 			firstBad = cmpErr(firstBad, v.bad)
 		case v.price == nil:
 			res.Skipped++
+			res.SkipReason = "no price for the day (holiday or not traded)"
 		default:
 			q.ShortCodes = append(q.ShortCodes, v.price.ShortCode)
 			q.TradeDates = append(q.TradeDates, v.price.Date)

@@ -76,6 +76,7 @@ CREATE TABLE job_checkpoint (
     written        bigint      NOT NULL DEFAULT 0,
     skipped        bigint      NOT NULL DEFAULT 0,
     failed         bigint      NOT NULL DEFAULT 0,
+    skip_reason    text        NOT NULL DEFAULT '',
     external_calls integer     NOT NULL DEFAULT 0,
     committed_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (instance_id, chunk)
