@@ -174,9 +174,17 @@ func newUpstream(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*upstream.
 		// Provider calls are client spans.
 		HTTPClient: &http.Client{
 			Timeout:   upstream.RequestTimeoutDefault,
-			Transport: otelhttp.NewTransport(http.DefaultTransport, otelhttp.WithTracerProvider(tel.providers.Tracer)),
+			Transport: otelhttp.NewTransport(providerTransport(env.FanOut), otelhttp.WithTracerProvider(tel.providers.Tracer)),
 		},
 	})
+}
+
+// providerTransport keeps as many idle connections per provider as the
+// fan-out has slots, so pooled calls reuse connections instead of dialling.
+func providerTransport(fanOut int) http.RoundTripper {
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = max(fanOut, 8)
+	return transport
 }
 
 func riverPlugins(tel *telemetry) []rivertype.Plugin {

@@ -62,7 +62,8 @@ type FanOutConfig struct {
 	Size int
 	// Instruments records the pool's gauges and rejections. Required.
 	Instruments *observability.Instruments
-	// Logger receives the summary line; defaults to slog.Default().
+	// Logger receives the summary line; defaults to slog.Default(). It
+	// should carry the job and execution (a Run's Logger does).
 	Logger *slog.Logger
 	// SummaryInterval is how often a long-lived pool logs its summary
 	// line; defaults to observability.SummaryIntervalDefault. A pool also
@@ -127,7 +128,7 @@ func NewFanOut(cfg FanOutConfig) (*FanOut, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	logger := cfg.Logger.With(slog.String("job", cfg.Job), slog.Int("capacity", cfg.Size))
+	logger := cfg.Logger.With(slog.Int("capacity", cfg.Size))
 	p := &FanOut{
 		cfg:         cfg,
 		slots:       make(chan struct{}, cfg.Size),

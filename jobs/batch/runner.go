@@ -485,7 +485,12 @@ func (r *Runner) account(ctx context.Context, st *started, plan *Plan, job strin
 	}
 	accounted := totals.Written + totals.Skipped + totals.Failed
 	if unaccounted := abs(targets - accounted); unaccounted != 0 {
-		r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, unaccounted)
+		// Chunks whose own items did not add up were counted as they
+		// committed; count here only the gap between the declared targets
+		// and what the chunks took on.
+		if gap := abs(targets - totals.Targets); gap != 0 {
+			r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, gap)
+		}
 		return request.ExecutionFailed, fmt.Sprintf("unaccounted: %d of %d targets (written %d, skipped %d, failed %d)",
 			unaccounted, targets, totals.Written, totals.Skipped, totals.Failed), nil
 	}

@@ -180,6 +180,11 @@ func (j *Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch
 	grades := make([]Evaluation, 0, len(results))
 	var failures []error
 	for i, r := range results {
+		if !r.Done {
+			// FanOutEach hands every item over or returns an error; an item
+			// neither processed nor failed must never pass as written.
+			return nil, fmt.Errorf("target %s was not processed", targets[i])
+		}
 		if r.Err != nil {
 			failures = append(failures, fmt.Errorf("%s: %w", targets[i], r.Err))
 			continue

@@ -37,13 +37,14 @@ var seoul = func() *time.Location {
 }()
 
 type testBundle struct {
-	pool      *pgxpool.Pool
-	fake      *fakeupstream.Server
-	fakeURL   string
-	providers *observability.Providers
-	enqueuer  *request.Enqueuer
-	runner    *batch.Runner
-	client    *upstream.Client
+	pool        *pgxpool.Pool
+	fake        *fakeupstream.Server
+	fakeURL     string
+	providers   *observability.Providers
+	instruments *observability.Instruments
+	enqueuer    *request.Enqueuer
+	runner      *batch.Runner
+	client      *upstream.Client
 	// targets are the seeded companies with exposure > 0, sorted.
 	targets []string
 	now     atomic.Pointer[time.Time]
@@ -76,6 +77,7 @@ func setup(tb testing.TB, opts setupOpts) *testBundle {
 	b.providers = providers
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(tb, err)
+	b.instruments = instruments
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	urls := map[upstream.Provider]string{}
@@ -361,4 +363,36 @@ func TestCreditEval_ParamsAndEstimate(t *testing.T) {
 	require.Equal(t, int64(20), credit.FailureTolerance(2000))
 	require.Equal(t, int64(50), credit.FailureTolerance(40000))
 	require.Equal(t, time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC), credit.Day(time.Date(2026, 1, 1, 15, 0, 0, 0, time.UTC), seoul), "midnight in Seoul is 15:00 UTC")
+}
+
+// lossyJob injects the post-mortem's fault: each chunk drops one target
+// silently (its result vanishes; nothing says it failed).
+type lossyJob struct{ *credit.Job }
+
+func (j lossyJob) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	res, err := j.Job.Process(ctx, run, chunk)
+	if err == nil {
+		res.Written--
+	}
+	return res, err
+}
+
+// No silent success: a creditEval whose items vanish ends FAILED with
+// "unaccounted" and counts them, however well the rest went.
+func TestCreditEval_SilentLossFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{targets: 1200, fanOut: 4})
+	runner, err := batch.NewRunner(b.pool, batch.Config{
+		WorkerID: "3@test#boot", Jobs: map[string]batch.Job{jobs.CreditEval: lossyJob{credit.New()}},
+		Upstream: b.client, Instruments: b.instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	id, _ := b.request(t, `{}`, nil)
+	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: id})
+	require.NoError(t, err)
+	require.Equal(t, "FAILED", out.Status)
+	require.Contains(t, out.Message, "unaccounted: 2 of 1200 targets")
+	// ≥: the runner counts a chunk's unaccounted items when the chunk
+	// commits and again when the execution is accounted (reported).
+	require.GreaterOrEqual(t, b.metric(t, observability.MetricItems, map[string]string{"job": jobs.CreditEval, "outcome": observability.OutcomeUnaccounted}), float64(2))
 }
