@@ -53,7 +53,7 @@ type Config struct {
 	Catalog *jobs.Catalog
 	// Enqueuer inserts requests. Required.
 	Enqueuer *request.Enqueuer
-	// Cleanup frees the requests of dead workers (abandon, stop checks).
+	// StaleAfter tells live workers from dead ones (job list keys, abandon).
 	StaleAfter time.Duration
 	// Instruments count API events. Required.
 	Instruments *observability.Instruments

@@ -3,14 +3,12 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -307,6 +305,3 @@ func portOpen(port string) bool {
 	conn.Close()
 	return true
 }
-
-var _ = fmt.Sprint
-var _ = strings.Contains

@@ -35,7 +35,7 @@ func TestRegistry_PreviousBootCleanup(t *testing.T) {
 		hostname = "localhost"
 	}
 	previous := fmt.Sprintf("%d@%s#0ldb00t", os.Getpid(), hostname)
-	requestID, executionID := s.insertRunning(previous, time.Now())
+	requestID, _ := s.insertRunning(previous, time.Now())
 
 	s.startWorker()
 	var status, message, execStatus string
@@ -46,7 +46,6 @@ func TestRegistry_PreviousBootCleanup(t *testing.T) {
 	require.Contains(t, message, previous)
 	require.Equal(t, "ABANDONED", execStatus)
 	require.Equal(t, float64(1), s.metric("buildrisk_worker_stale_heartbeats_total", nil))
-	_ = executionID
 }
 
 // insertRunning records an aptTrade request RUNNING on workerID with a
@@ -211,7 +210,7 @@ func TestRegistry_ResultRecordingOutage(t *testing.T) {
 
 			cut := make(chan struct{})
 			var once sync.Once
-			w, _ := s.startWorkerWith(workerPool, func(wc *worker.Config, rc *batch.Config) {
+			s.startWorkerWith(workerPool, func(wc *worker.Config, rc *batch.Config) {
 				wc.ReconcileInterval = 200 * time.Millisecond
 				rc.RecordRetryWindow = tc.recordWindow
 				rc.RecordHook = func() {
@@ -232,7 +231,6 @@ func TestRegistry_ResultRecordingOutage(t *testing.T) {
 			require.Equal(t, "DONE", done["status"])
 			require.Contains(t, done["message"], tc.wantMessage)
 			require.Equal(t, 0, s.count("SELECT count(*) FROM river_job WHERE state = 'running'"))
-			_ = w
 		})
 	}
 }

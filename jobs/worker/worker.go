@@ -127,7 +127,6 @@ type Worker struct {
 	cancel     context.CancelFunc
 	loops      sync.WaitGroup
 	drained    chan struct{}
-	started    bool
 	registered bool
 }
 
@@ -216,7 +215,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.mu.Lock()
 	w.cancel = cancel
-	w.started = true
 	w.registered = true
 	w.mu.Unlock()
 
