@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -14,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+	"github.com/buildrisk/radar/sql/pgtest"
 )
 
 // buildRadar builds the radar binary into the test's temp dir.
@@ -304,4 +308,40 @@ func portOpen(port string) bool {
 	}
 	conn.Close()
 	return true
+}
+
+// api and worker refuse a schema that is behind, saying to run `radar
+// migrate`; `radar migrate` is idempotent; afterwards the api serves.
+func TestProcess_MigrateAndSchemaCheck(t *testing.T) {
+	t.Parallel()
+	bin := buildRadar(t)
+	admin, err := pgx.Connect(context.Background(), pgtest.AdminURL(t))
+	require.NoError(t, err)
+	defer admin.Close(context.Background())
+	name := fmt.Sprintf("radar_empty_%d", time.Now().UnixNano())
+	_, err = admin.Exec(context.Background(), "CREATE DATABASE "+name)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)") })
+	cfg, err := pgx.ParseConfig(pgtest.AdminURL(t))
+	require.NoError(t, err)
+	url := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
+	env := map[string]string{
+		"DATABASE_URL": url, "BUILDRISK_API_TOKENS": "operator:t", "BUILDRISK_HTTP_ADDR": "127.0.0.1:0",
+		"BUILDRISK_ADMIN_ADDR": "127.0.0.1:0", "BUILDRISK_LOG_FORMAT": "text",
+	}
+
+	for _, role := range []string{"api", "worker"} {
+		p := startRadar(t, bin, env, role)
+		require.Equal(t, exitUsage, p.wait(t, 30*time.Second), role)
+		require.Contains(t, p.Output(), "run `radar migrate`", role)
+	}
+	for range 2 {
+		m := startRadar(t, bin, env, "migrate")
+		require.Equal(t, exitOK, m.wait(t, 60*time.Second), m.Output())
+		require.Contains(t, m.Output(), "schema is current")
+	}
+	api := startRadar(t, bin, env, "api")
+	api.waitLine(t, regexp.MustCompile(`api listening`))
+	require.NoError(t, api.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, exitOK, api.wait(t, 30*time.Second))
 }
