@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"time"
 
@@ -26,10 +27,14 @@ func runFakeUpstream(ctx context.Context, args []string, stdout, stderr io.Write
 		return usageError{fmt.Errorf("--error-rate %v is not between 0 and 1", *errorRate)}
 	}
 	server := fakeupstream.New(fakeupstream.Config{Latency: *latency, ErrorRate: *errorRate, Seed: *seed})
-	srv := &http.Server{Addr: *addr, Handler: server, ReadHeaderTimeout: 10 * time.Second}
+	listener, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("error listening on %s: %w", *addr, err)
+	}
+	srv := &http.Server{Handler: server, ReadHeaderTimeout: 10 * time.Second}
 	errCh := make(chan error, 1)
-	go func() { errCh <- srv.ListenAndServe() }()
-	fmt.Fprintf(stdout, "fake upstream listening on %s (stats: GET /__fake/stats)\n", *addr)
+	go func() { errCh <- srv.Serve(listener) }()
+	fmt.Fprintf(stdout, "fake upstream listening on %s (stats: GET /__fake/stats)\n", listener.Addr())
 	select {
 	case err := <-errCh:
 		return err

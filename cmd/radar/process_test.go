@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -344,4 +346,48 @@ func TestProcess_MigrateAndSchemaCheck(t *testing.T) {
 	api.waitLine(t, regexp.MustCompile(`api listening`))
 	require.NoError(t, api.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, exitOK, api.wait(t, 30*time.Second))
+}
+
+// `radar fakeupstream` serves the providers and its admin endpoints.
+func TestProcess_FakeUpstream(t *testing.T) {
+	t.Parallel()
+	bin := buildRadar(t)
+	fake := startRadar(t, bin, nil, "fakeupstream", "--addr", "127.0.0.1:0", "--latency", "1ms", "--seed", "7")
+	base := "http://" + fake.waitLine(t, regexp.MustCompile(`listening on (\S+)`))[1]
+
+	resp, err := http.Get(base + "/1613000/RTMSDataSvcAptTrade/getRTMSDataSvcAptTrade?serviceKey=k&LAWD_CD=11110&DEAL_YMD=202501&pageNo=1&numOfRows=10")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var stats struct {
+		Total int64                       `json:"total"`
+		Calls map[string]map[string]int64 `json:"calls"`
+	}
+	getJSON := func() {
+		resp, err := http.Get(base + "/__fake/stats")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&stats))
+	}
+	getJSON()
+	require.Equal(t, int64(1), stats.Total)
+	require.Equal(t, int64(1), stats.Calls["aptTrade"]["11110:202501"])
+
+	resp, err = http.Post(base+"/__fake/config", "application/json", strings.NewReader(`{"latency":"2ms","errorRate":0.05,"rate429":0,"emptyRate":0}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, err = http.Post(base+"/__fake/config", "application/json", strings.NewReader(`{"latency":"soon"}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	resp, err = http.Post(base+"/__fake/reset", "application/json", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	getJSON()
+	require.Equal(t, int64(0), stats.Total)
+
+	require.Equal(t, exitUsage, startRadar(t, bin, nil, "fakeupstream", "--error-rate", "2").wait(t, 10*time.Second))
+	require.NoError(t, fake.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, exitOK, fake.wait(t, 10*time.Second))
 }
