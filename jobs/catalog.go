@@ -133,6 +133,16 @@ func (s *Spec[P]) Decode(raw json.RawMessage) (*Params, error) {
 	return &Params{Value: p, Canonical: canonical, EstimatedCalls: estimate}, nil
 }
 
+// Params decodes and validates raw params into the job's params type; job
+// packages call it on the canonical params a run carries.
+func (s *Spec[P]) Params(raw json.RawMessage) (*P, error) {
+	params, err := s.Decode(raw)
+	if err != nil {
+		return nil, fmt.Errorf("error decoding %s params: %w", s.JobName, err)
+	}
+	return params.Value.(*P), nil
+}
+
 // Catalog is the set of jobs a process knows.
 type Catalog struct {
 	defs []Definition

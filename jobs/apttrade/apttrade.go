@@ -120,9 +120,5 @@ func upsert(ctx context.Context, tx pgx.Tx, executionID int64, trades []upstream
 }
 
 func decode(raw json.RawMessage) (*jobs.AptTradeParams, error) {
-	params, err := jobs.AptTradeSpec().Decode(raw)
-	if err != nil {
-		return nil, fmt.Errorf("error decoding params: %w", err)
-	}
-	return params.Value.(*jobs.AptTradeParams), nil
+	return jobs.AptTradeSpec().Params(raw)
 }

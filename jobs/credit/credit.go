@@ -372,9 +372,5 @@ func parseKey(key string) (keyRange, bool) {
 }
 
 func decode(raw json.RawMessage) (*jobs.CreditEvalParams, error) {
-	params, err := jobs.CreditEvalSpec().Decode(raw)
-	if err != nil {
-		return nil, fmt.Errorf("error decoding params: %w", err)
-	}
-	return params.Value.(*jobs.CreditEvalParams), nil
+	return jobs.CreditEvalSpec().Params(raw)
 }

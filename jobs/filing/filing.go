@@ -136,9 +136,5 @@ func Estimate(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, e
 }
 
 func decode(raw json.RawMessage) (*jobs.FilingParseParams, error) {
-	params, err := jobs.FilingParseSpec().Decode(raw)
-	if err != nil {
-		return nil, fmt.Errorf("error decoding params: %w", err)
-	}
-	return params.Value.(*jobs.FilingParseParams), nil
+	return jobs.FilingParseSpec().Params(raw)
 }

@@ -165,9 +165,5 @@ func float8(v *float64) pgtype.Float8 {
 }
 
 func decode(raw json.RawMessage) (*jobs.MetricsParams, error) {
-	params, err := jobs.MetricsSpec().Decode(raw)
-	if err != nil {
-		return nil, fmt.Errorf("error decoding params: %w", err)
-	}
-	return params.Value.(*jobs.MetricsParams), nil
+	return jobs.MetricsSpec().Params(raw)
 }

@@ -141,9 +141,5 @@ func numeric(n pgtype.Numeric) *float64 {
 }
 
 func decode(raw json.RawMessage) (*jobs.RulesParams, error) {
-	params, err := jobs.RulesSpec().Decode(raw)
-	if err != nil {
-		return nil, fmt.Errorf("error decoding params: %w", err)
-	}
-	return params.Value.(*jobs.RulesParams), nil
+	return jobs.RulesSpec().Params(raw)
 }

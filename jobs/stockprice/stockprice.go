@@ -193,9 +193,5 @@ func cmpErr(first, err error) error {
 }
 
 func decode(raw json.RawMessage) (*jobs.StockPriceParams, error) {
-	params, err := jobs.StockPriceSpec().Decode(raw)
-	if err != nil {
-		return nil, fmt.Errorf("error decoding params: %w", err)
-	}
-	return params.Value.(*jobs.StockPriceParams), nil
+	return jobs.StockPriceSpec().Params(raw)
 }
