@@ -77,15 +77,23 @@ ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED;
 
 -- name: JobRequestListOrphaned :many
--- JobRequestListOrphaned returns QUEUED requests whose River job ended (or
--- vanished) without running them, so they would block their job forever.
+-- JobRequestListOrphaned returns QUEUED requests that nobody will run and
+-- that would block their job forever: their River job ended (or vanished)
+-- without running them, or a worker fetched it and died before claiming the
+-- request (River names the fetching client, which is our worker id, last in
+-- attempted_by).
 SELECT r.id, r.job, r.river_job_id
 FROM job_request r
 LEFT JOIN river_job j ON j.id = r.river_job_id
+LEFT JOIN worker w ON w.id = j.attempted_by[array_length(j.attempted_by, 1)]
 WHERE r.status = 'QUEUED'
   AND r.river_job_id IS NOT NULL
   AND (sqlc.narg('job')::text IS NULL OR r.job = sqlc.narg('job'))
-  AND (j.id IS NULL OR j.state IN ('cancelled', 'discarded', 'completed'))
+  AND (
+    j.id IS NULL
+    OR j.state IN ('cancelled', 'discarded', 'completed')
+    OR (j.state = 'running' AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => @stale_seconds::float8)))
+  )
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED;
 

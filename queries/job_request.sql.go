@@ -284,13 +284,23 @@ const jobRequestListOrphaned = `-- name: JobRequestListOrphaned :many
 SELECT r.id, r.job, r.river_job_id
 FROM job_request r
 LEFT JOIN river_job j ON j.id = r.river_job_id
+LEFT JOIN worker w ON w.id = j.attempted_by[array_length(j.attempted_by, 1)]
 WHERE r.status = 'QUEUED'
   AND r.river_job_id IS NOT NULL
   AND ($1::text IS NULL OR r.job = $1)
-  AND (j.id IS NULL OR j.state IN ('cancelled', 'discarded', 'completed'))
+  AND (
+    j.id IS NULL
+    OR j.state IN ('cancelled', 'discarded', 'completed')
+    OR (j.state = 'running' AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => $2::float8)))
+  )
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED
 `
+
+type JobRequestListOrphanedParams struct {
+	Job          *string
+	StaleSeconds float64
+}
 
 type JobRequestListOrphanedRow struct {
 	ID         int64
@@ -298,10 +308,13 @@ type JobRequestListOrphanedRow struct {
 	RiverJobID *int64
 }
 
-// JobRequestListOrphaned returns QUEUED requests whose River job ended (or
-// vanished) without running them, so they would block their job forever.
-func (q *Queries) JobRequestListOrphaned(ctx context.Context, db DBTX, job *string) ([]*JobRequestListOrphanedRow, error) {
-	rows, err := db.Query(ctx, jobRequestListOrphaned, job)
+// JobRequestListOrphaned returns QUEUED requests that nobody will run and
+// that would block their job forever: their River job ended (or vanished)
+// without running them, or a worker fetched it and died before claiming the
+// request (River names the fetching client, which is our worker id, last in
+// attempted_by).
+func (q *Queries) JobRequestListOrphaned(ctx context.Context, db DBTX, arg *JobRequestListOrphanedParams) ([]*JobRequestListOrphanedRow, error) {
+	rows, err := db.Query(ctx, jobRequestListOrphaned, arg.Job, arg.StaleSeconds)
 	if err != nil {
 		return nil, err
 	}

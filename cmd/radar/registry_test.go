@@ -368,3 +368,31 @@ func newRecorder(body *bytes.Buffer) *recorder {
 func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) Write(p []byte) (int, error) { return r.body.Write(p) }
 func (r *recorder) WriteHeader(status int)      { r.status = status }
+
+// A worker that died after River handed it the job but before it claimed
+// the request leaves a QUEUED request behind a running River job; a River
+// job that ended without running leaves one too. Neither blocks the job.
+func TestRegistry_OrphanedQueuedRequests(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	body := aptTradeBody([]string{"11110"}, "2025-01", "2025-01")
+	for _, orphaning := range []string{
+		`UPDATE river_job SET state = 'running', attempted_at = now(), attempted_by = '{9@dead-host#b00t}'`,
+		`UPDATE river_job SET state = 'discarded', finalized_at = now()`,
+	} {
+		first := s.requestAptTrade(body)
+		_, err := s.pool.Exec(context.Background(), orphaning+` WHERE id = (SELECT river_job_id FROM job_request WHERE id = $1)`, first)
+		require.NoError(t, err)
+		second := s.requestAptTrade(body) // 202: the cleanup under the lock freed the job
+		require.NotEqual(t, first, second)
+		_, old := s.get("/v1/requests/" + first)
+		require.Equal(t, "FAILED", old["status"])
+		require.Contains(t, old["message"], "no worker will run it")
+		_, err = s.pool.Exec(context.Background(), `UPDATE job_request SET status = 'DONE' WHERE id = $1`, second)
+		require.NoError(t, err)
+		_, err = s.pool.Exec(context.Background(), `UPDATE river_job SET state = 'completed', finalized_at = now()
+			WHERE id = (SELECT river_job_id FROM job_request WHERE id = $1)`, second)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 0, s.count(`SELECT count(*) FROM river_job WHERE state = 'running'`))
+}

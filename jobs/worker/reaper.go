@@ -80,12 +80,14 @@ func (r *Reaper) ReapTx(ctx context.Context, tx pgx.Tx, job string) (int, error)
 				slog.Int64("request_id", s.ID), slog.String("job", s.Job), slog.String("worker_id", deref(s.WorkerID)))
 		}
 	}
-	orphans, err := r.queries.JobRequestListOrphaned(ctx, tx, jobFilter)
+	orphans, err := r.queries.JobRequestListOrphaned(ctx, tx, &queries.JobRequestListOrphanedParams{
+		Job: jobFilter, StaleSeconds: r.cfg.StaleAfter.Seconds(),
+	})
 	if err != nil {
 		return reaped, fmt.Errorf("error listing orphaned requests: %w", err)
 	}
 	for _, o := range orphans {
-		if _, err := request.Abandon(ctx, tx, o.ID, nil, nil, "its River job ended without running it; request again"); err != nil {
+		if _, err := request.Abandon(ctx, tx, o.ID, nil, o.RiverJobID, "no worker will run it (its River job ended, or its worker died before starting it); request again"); err != nil {
 			return reaped, err
 		}
 	}
