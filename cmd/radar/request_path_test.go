@@ -204,8 +204,10 @@ func TestRequestPath_OpenAPI(t *testing.T) {
 		require.NotNil(t, content["schema"], name)
 		require.NotNil(t, content["example"], name)
 	}
-	resp, err := http.Get(s.api.URL + "/docs")
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, 200, resp.StatusCode)
+	for _, path := range []string{"/docs", "/openapi.yaml", "/healthz", "/readyz", "/metrics"} {
+		resp, err := http.Get(s.api.URL + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode, path)
+	}
 }
