@@ -253,6 +253,10 @@ func TestProcess_CLIExitCodes(t *testing.T) {
 	require.Equal(t, exitStopped, cli.wait(t, 30*time.Second))
 	require.Contains(t, cli.Output(), "STOPPED")
 
+	capped := startRadar(t, bin, env, "run", "aptTrade", "--params", `{"regions":["11110","11140"],"from":"2025-01","to":"2025-12"}`, "--max-calls", "2")
+	require.Equal(t, exitStopped, capped.wait(t, 60*time.Second), capped.Output())
+	require.Contains(t, capped.Output(), "maxCalls")
+
 	resume := startRadar(t, bin, env, "run", "aptTrade", "--params", `{"regions":["11110","11140"],"from":"2025-01","to":"2025-12"}`)
 	require.Equal(t, exitOK, resume.wait(t, 60*time.Second), resume.Output())
 	require.Contains(t, resume.Output(), "resuming execution")
