@@ -40,6 +40,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
 
 	"github.com/buildrisk/radar/sql/migrations"
 	"github.com/buildrisk/radar/sql/pglocal"
@@ -136,6 +137,17 @@ func Main(m *testing.M) {
 	if err := teardown(); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 		if code == 0 {
+			code = 1
+		}
+	}
+	// Like River's test mains: a goroutine still running after every test
+	// and its cleanups is a leak (an unstopped worker, pool or server).
+	if code == 0 {
+		if err := goleak.Find(
+			goleak.IgnoreTopFunction("github.com/buildrisk/radar/sql/pgtest.Main.func1"),
+			goleak.IgnoreTopFunction("os/signal.signal_recv"),
+		); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: goroutines leaked by the tests: %v\n", err)
 			code = 1
 		}
 	}
