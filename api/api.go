@@ -167,9 +167,7 @@ func (s *Server) problemFrom(ctx context.Context, err error) error {
 	var dupErr *request.DuplicateError
 	switch {
 	case errors.As(err, &paramErr):
-		return huma.Error400BadRequest(fmt.Sprintf("invalid request: %s: %s", paramErr.Field, paramErr.Message), &huma.ErrorDetail{
-			Location: "body." + paramErr.Field, Message: paramErr.Message,
-		})
+		return badInput("request", paramErr.Field, "body."+paramErr.Field, paramErr.Message)
 	case errors.As(err, &dupErr):
 		return newConflict(fmt.Sprintf("job %s already has an active request %d", dupErr.Job, dupErr.ActiveRequestID), dupErr.ActiveRequestID)
 	case errors.Is(err, request.ErrUnknownJob):

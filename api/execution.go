@@ -63,12 +63,10 @@ func (s *Server) abandonExecution(ctx context.Context, in *executionInput) (*Exe
 		w, err := s.queries.WorkerGetByID(ctx, tx, exec.WorkerID)
 		if err := queries.Interpret(err); err != nil && !errors.Is(err, queries.ErrNotFound) {
 			return err
-		} else if err == nil {
-			age := time.Since(w.HeartbeatAt)
-			if w.Status != "stopped" && age < s.cfg.StaleAfter {
-				conflict = newConflict(fmt.Sprintf("worker %s is alive (last heartbeat %s ago); abandoning its run would let a resume overlap it", w.ID, age.Round(time.Second)), 0)
-				return nil
-			}
+		} else if err == nil && s.alive(w) {
+			age := time.Since(w.HeartbeatAt).Round(time.Second)
+			conflict = newConflict(fmt.Sprintf("worker %s is alive (last heartbeat %s ago); abandoning its run would let a resume overlap it", w.ID, age), 0)
+			return nil
 		}
 		req, err := s.queries.JobRequestGetByID(ctx, tx, exec.RequestID)
 		if err != nil {

@@ -145,7 +145,7 @@ func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*Re
 	if err := jobs.DecodeStrict(raw, &body, "body"); err != nil {
 		var pe *jobs.ParamError
 		if errors.As(err, &pe) {
-			return nil, huma.Error400BadRequest(fmt.Sprintf("invalid request: %s: %s", pe.Field, pe.Message), &huma.ErrorDetail{Location: pe.Field, Message: pe.Message})
+			return nil, badInput("request", pe.Field, pe.Field, pe.Message) // already body.<field>
 		}
 		return nil, s.problemFrom(ctx, err)
 	}
@@ -253,5 +253,11 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 }
 
 func badQuery(field, msg string) error {
-	return huma.Error400BadRequest(fmt.Sprintf("invalid query: %s: %s", field, msg), &huma.ErrorDetail{Location: "query." + field, Message: msg})
+	return badInput("query", field, "query."+field, msg)
+}
+
+// badInput is the 400 for every user mistake: the detail and the error's
+// location name the field (body.params.from, query.limit).
+func badInput(what, field, location, msg string) error {
+	return huma.Error400BadRequest(fmt.Sprintf("invalid %s: %s: %s", what, field, msg), &huma.ErrorDetail{Location: location, Message: msg})
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/buildrisk/radar/queries"
 )
 
 // WorkerView is one registered worker.
@@ -27,6 +29,12 @@ type WorkerListOutput struct {
 	Body struct {
 		Workers []*WorkerView `json:"workers"`
 	}
+}
+
+// alive is the registry's rule for a live worker: not stopped, and a
+// heartbeat within the stale window (the reaper's SQL uses the same rule).
+func (s *Server) alive(w *queries.Worker) bool {
+	return w.Status != "stopped" && time.Since(w.HeartbeatAt) < s.cfg.StaleAfter
 }
 
 func (s *Server) registerWorkers(api huma.API) {
@@ -61,7 +69,7 @@ func (s *Server) registerWorkers(api huma.API) {
 			}
 			out.Body.Workers = append(out.Body.Workers, &WorkerView{
 				ID: w.ID, Hostname: w.Hostname, PID: w.Pid, StartedAt: w.StartedAt, HeartbeatAt: w.HeartbeatAt,
-				Alive:  w.Status != "stopped" && time.Since(w.HeartbeatAt) < s.cfg.StaleAfter,
+				Alive:  s.alive(w),
 				Status: w.Status, Version: w.Version, ConfiguredKeys: w.ConfiguredKeys, ActiveRequestIDs: ids,
 			})
 		}

@@ -22,11 +22,15 @@ WHERE job = @job AND status IN ('STARTING', 'STARTED', 'STOPPING')
 ORDER BY id DESC
 LIMIT 1;
 
--- name: JobExecutionStart :exec
+-- name: JobExecutionStart :one
+-- JobExecutionStart records the plan and moves STARTING to STARTED; it
+-- returns the status, which is STOPPING when a stop came in meanwhile.
 UPDATE job_execution
-SET status = 'STARTED', started_at = now(), last_updated = now(),
+SET status = CASE WHEN status = 'STARTING' THEN 'STARTED' ELSE status END,
+    started_at = now(), last_updated = now(),
     chunks_total = @chunks_total, chunks_done = @chunks_done, targets = @targets
-WHERE id = @id AND status = 'STARTING';
+WHERE id = @id
+RETURNING status;
 
 -- name: JobExecutionChunkCommitted :one
 -- JobExecutionChunkCommitted moves the execution's counts at a chunk commit
@@ -44,9 +48,6 @@ RETURNING status;
 
 -- name: JobExecutionAddCalls :exec
 UPDATE job_execution SET external_calls = external_calls + @external_calls, last_updated = now() WHERE id = @id;
-
--- name: JobExecutionStatus :one
-SELECT status FROM job_execution WHERE id = @id;
 
 -- name: JobExecutionRequestStop :one
 -- JobExecutionRequestStop marks the job's running execution STOPPING without

@@ -372,11 +372,13 @@ func (q *Queries) JobExecutionRunningByJob(ctx context.Context, db DBTX, job str
 	return &i, err
 }
 
-const jobExecutionStart = `-- name: JobExecutionStart :exec
+const jobExecutionStart = `-- name: JobExecutionStart :one
 UPDATE job_execution
-SET status = 'STARTED', started_at = now(), last_updated = now(),
+SET status = CASE WHEN status = 'STARTING' THEN 'STARTED' ELSE status END,
+    started_at = now(), last_updated = now(),
     chunks_total = $1, chunks_done = $2, targets = $3
-WHERE id = $4 AND status = 'STARTING'
+WHERE id = $4
+RETURNING status
 `
 
 type JobExecutionStartParams struct {
@@ -386,22 +388,15 @@ type JobExecutionStartParams struct {
 	ID          int64
 }
 
-func (q *Queries) JobExecutionStart(ctx context.Context, db DBTX, arg *JobExecutionStartParams) error {
-	_, err := db.Exec(ctx, jobExecutionStart,
+// JobExecutionStart records the plan and moves STARTING to STARTED; it
+// returns the status, which is STOPPING when a stop came in meanwhile.
+func (q *Queries) JobExecutionStart(ctx context.Context, db DBTX, arg *JobExecutionStartParams) (string, error) {
+	row := db.QueryRow(ctx, jobExecutionStart,
 		arg.ChunksTotal,
 		arg.ChunksDone,
 		arg.Targets,
 		arg.ID,
 	)
-	return err
-}
-
-const jobExecutionStatus = `-- name: JobExecutionStatus :one
-SELECT status FROM job_execution WHERE id = $1
-`
-
-func (q *Queries) JobExecutionStatus(ctx context.Context, db DBTX, id int64) (string, error) {
-	row := db.QueryRow(ctx, jobExecutionStatus, id)
 	var status string
 	err := row.Scan(&status)
 	return status, err

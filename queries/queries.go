@@ -63,18 +63,14 @@ func IsRetryable(err error) bool {
 // TxRetryAttempts more times with a short jittered backoff; any other error
 // rolls back and is returned.
 func InTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
-	return InTxRetries(ctx, db, TxRetryAttempts, fn)
+	return InTxOpts(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, TxRetryAttempts, fn)
 }
 
-// InTxRetries is InTx with an explicit retry count (0 disables retries; the
-// tests use it to show the conflict the retry absorbs).
-func InTxRetries(ctx context.Context, db Beginner, retries int, fn func(tx pgx.Tx) error) error {
-	return InTxOpts(ctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, retries, fn)
-}
-
-// InTxOpts is InTxRetries with explicit transaction options. Metadata
-// transactions use READ COMMITTED: the seed's SERIALIZABLE default made two
-// different jobs started together fail (ADR-012, 2026-09-25).
+// InTxOpts is InTx with explicit transaction options and retry count (0
+// disables retries; the tests use it to show the conflict the retry
+// absorbs). Metadata transactions use READ COMMITTED: the seed's
+// SERIALIZABLE default made two different jobs started together fail
+// (ADR-012, 2026-09-25).
 func InTxOpts(ctx context.Context, db Beginner, opts pgx.TxOptions, retries int, fn func(tx pgx.Tx) error) error {
 	for attempt := 0; ; attempt++ {
 		err := inTxOnce(ctx, db, opts, fn)

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/credit"
+	"github.com/buildrisk/radar/jobs/upstream"
 	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
 	"github.com/buildrisk/radar/observability"
 )
@@ -44,7 +44,7 @@ func (s *testSystem) requestCreditEval(params string) map[string]any {
 
 // creditToday is the evaluation day of the in-process system right now.
 func (s *testSystem) creditToday() time.Time {
-	return credit.Day(time.Now(), s.env.Location)
+	return upstream.Day(time.Now(), s.env.Location)
 }
 
 // The post-mortem's batch, end to end over HTTP: a few thousand targets,

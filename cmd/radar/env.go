@@ -36,9 +36,9 @@ type envConfig struct {
 	DailyCaps         map[upstream.Provider]int
 	Location          *time.Location
 	LogFormat         string
-	// Schedules maps job names to their schedule spec (catalog default,
-	// or BUILDRISK_SCHEDULE_<JOB>); jobs whose schedule is off are absent.
-	Schedules map[string]string
+	// Schedules are the periodic requests (catalog default, or
+	// BUILDRISK_SCHEDULE_<JOB>), parsed; jobs whose schedule is off are absent.
+	Schedules []worker.Schedule
 	// RuleThresholds are the rules' thresholds: the catalog's defaults, or
 	// BUILDRISK_RULE_<NAME>.
 	RuleThresholds jobs.RuleThresholds
@@ -147,7 +147,6 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 	if c.Location, err = time.LoadLocation(tz); err != nil {
 		return nil, envError("BUILDRISK_TIMEZONE", "%q is not an IANA time zone", tz)
 	}
-	c.Schedules = map[string]string{}
 	for _, def := range jobs.Default().All() {
 		name := "BUILDRISK_SCHEDULE_" + strings.ToUpper(def.Name())
 		spec := def.Schedule()
@@ -157,10 +156,15 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		if spec == "" || spec == worker.ScheduleOff {
 			continue
 		}
-		if _, err := worker.ParseSchedule(spec, c.Location); err != nil {
+		next, err := worker.ParseSchedule(spec, c.Location)
+		if err != nil {
 			return nil, envError(name, "%v (a cron expression, @every DURATION, or off)", err)
 		}
-		c.Schedules[def.Name()] = spec
+		loc := c.Location
+		c.Schedules = append(c.Schedules, worker.Schedule{
+			Job: def.Name(), Spec: spec, Next: next,
+			Params: func(now time.Time) []byte { return def.ScheduledParams(now.In(loc)) },
+		})
 	}
 	c.RuleThresholds = jobs.RuleThresholdDefaults()
 	for _, r := range jobs.RuleSet {

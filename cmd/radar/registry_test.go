@@ -322,7 +322,7 @@ func (c countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQuery
 
 func mustEnqueuer(t *testing.T, s *testSystem) *requestEnqueuer {
 	t.Helper()
-	e, err := newEnqueuer(s.pool, nil, s.env, s.tel, false)
+	e, err := newEnqueuer(s.pool, nil, s.env, s.tel)
 	require.NoError(t, err)
 	return e
 }

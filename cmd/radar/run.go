@@ -15,8 +15,6 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
@@ -110,15 +108,15 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 
 	// The CLI's own request has no River job (the CLI runs it); the request
 	// a completed run chains to does, so that a worker picks it up.
-	enqueuer, err := newEnqueuer(pool, nil, env, tel, true)
+	enqueuer, err := newEnqueuer(pool, nil, env, tel)
 	if err != nil {
 		return exitFailed, err
 	}
-	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: tel.logger})
+	insertOnly, err := newInsertOnlyRiver(pool, tel)
 	if err != nil {
-		return exitFailed, fmt.Errorf("error creating river client: %w", err)
+		return exitFailed, err
 	}
-	chain, err := newEnqueuer(pool, insertOnly, env, tel, false)
+	chain, err := newEnqueuer(pool, insertOnly, env, tel)
 	if err != nil {
 		return exitFailed, err
 	}

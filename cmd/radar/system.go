@@ -59,7 +59,7 @@ func estimators(env *envConfig) map[string]request.EstimateFunc {
 		if env.Now != nil {
 			now = env.Now
 		}
-		return credit.Day(now(), env.Location)
+		return upstream.Day(now(), env.Location)
 	}
 	return map[string]request.EstimateFunc{
 		jobs.CreditEval:  credit.Estimator(today),
@@ -69,21 +69,18 @@ func estimators(env *envConfig) map[string]request.EstimateFunc {
 }
 
 // newEnqueuer returns the one way requests are inserted (api, CLI, chains,
-// schedules). riverClient nil records requests the caller runs itself.
-// withCleanup runs the stale-worker cleanup under the job's lock first.
-func newEnqueuer(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *envConfig, tel *telemetry, withCleanup bool) (*request.Enqueuer, error) {
-	cfg := request.Config{
+// schedules): stale-worker cleanup, then dedupe, under the job's lock.
+// riverClient nil records requests the caller runs itself.
+func newEnqueuer(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *envConfig, tel *telemetry) (*request.Enqueuer, error) {
+	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger})
+	return request.NewEnqueuer(pool, riverClient, request.Config{
 		Catalog: jobs.Default(), DailyCaps: env.capsByName(), Estimators: estimators(env),
 		Instruments: tel.instruments, Logger: tel.logger,
-	}
-	if withCleanup {
-		reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger})
-		cfg.Cleanup = func(ctx context.Context, tx pgx.Tx, job string) error {
+		Cleanup: func(ctx context.Context, tx pgx.Tx, job string) error {
 			_, err := reaper.ReapTx(ctx, tx, job)
 			return err
-		}
-	}
-	return request.NewEnqueuer(pool, riverClient, cfg)
+		},
+	})
 }
 
 // telemetry is one process's providers, instruments and logger.
@@ -195,27 +192,10 @@ func riverPlugins(tel *telemetry) []rivertype.Plugin {
 	})}
 }
 
-// schedules builds the periodic requests from the validated specs.
-func schedules(env *envConfig) []worker.Schedule {
-	var out []worker.Schedule
-	for _, def := range jobs.Default().All() {
-		spec, ok := env.Schedules[def.Name()]
-		if !ok {
-			continue
-		}
-		next, _ := worker.ParseSchedule(spec, env.Location) // validated in loadEnv
-		out = append(out, worker.Schedule{
-			Job: def.Name(), Spec: spec, Next: next,
-			Params: func(now time.Time) []byte { return def.ScheduledParams(now.In(env.Location)) },
-		})
-	}
-	return out
-}
-
 // scheduleInfo tells the API a job's schedule and its next run.
 func scheduleInfo(env *envConfig) func(job string) (string, *time.Time) {
 	byJob := map[string]worker.Schedule{}
-	for _, s := range schedules(env) {
+	for _, s := range env.Schedules {
 		byJob[s.Job] = s
 	}
 	return func(job string) (string, *time.Time) {
@@ -228,6 +208,16 @@ func scheduleInfo(env *envConfig) func(job string) (string, *time.Time) {
 	}
 }
 
+// newInsertOnlyRiver returns a River client that only inserts (no queues,
+// no workers), with the trace propagation of every insert.
+func newInsertOnlyRiver(pool *pgxpool.Pool, tel *telemetry) (*river.Client[pgx.Tx], error) {
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: tel.logger, Plugins: riverPlugins(tel)})
+	if err != nil {
+		return nil, fmt.Errorf("error creating river client: %w", err)
+	}
+	return client, nil
+}
+
 // tuneFunc adjusts the worker's and runner's configs before they are built
 // (tests shorten intervals or disable the reaper); nil changes nothing.
 type tuneFunc func(*worker.Config, *batch.Config)
@@ -238,13 +228,14 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 	if err != nil {
 		return nil, nil, err
 	}
-	// The chain and schedule enqueuers need the worker's River client, made below.
-	var chain, scheduled *request.Enqueuer
+	// Chains and schedules enqueue through the same path as the API (cleanup,
+	// lock, dedupe); the enqueuer needs the worker's River client, made below.
+	var enqueuer *request.Enqueuer
 	runnerConfig := batch.Config{
 		WorkerID: workerID, Jobs: registry(env), Upstream: up, Instruments: tel.instruments,
 		Logger: tel.logger, FanOut: env.FanOut, Tracer: tel.providers.Tracer.Tracer("github.com/buildrisk/radar/jobs/batch"),
 		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
-			_, err := chain.EnqueueNext(ctx, tx, finished.Job, finished.Params)
+			_, err := enqueuer.EnqueueNext(ctx, tx, finished.Job, finished.Params)
 			return err
 		},
 	}
@@ -266,9 +257,9 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 		Gauges: &worker.Gauges{
 			Pool: pool, Jobs: jobs.Default().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.instruments,
 		},
-		Schedules: schedules(env),
+		Schedules: env.Schedules,
 		ScheduleEnqueue: func(ctx context.Context, p *request.EnqueueParams) (*request.EnqueueResult, error) {
-			return scheduled.Enqueue(ctx, p)
+			return enqueuer.Enqueue(ctx, p)
 		},
 	}
 	if tune != nil {
@@ -282,10 +273,7 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 	if err != nil {
 		return nil, nil, err
 	}
-	if chain, err = newEnqueuer(pool, w.River(), env, tel, false); err != nil {
-		return nil, nil, err
-	}
-	if scheduled, err = newEnqueuer(pool, w.River(), env, tel, true); err != nil {
+	if enqueuer, err = newEnqueuer(pool, w.River(), env, tel); err != nil {
 		return nil, nil, err
 	}
 	return w, runner, nil
@@ -293,11 +281,11 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 
 // newAPIServer builds the api role's server with an insert-only River client.
 func newAPIServer(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*api.Server, error) {
-	insertOnly, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: tel.logger, Plugins: riverPlugins(tel)})
+	insertOnly, err := newInsertOnlyRiver(pool, tel)
 	if err != nil {
-		return nil, fmt.Errorf("error creating river client: %w", err)
+		return nil, err
 	}
-	enqueuer, err := newEnqueuer(pool, insertOnly, env, tel, true)
+	enqueuer, err := newEnqueuer(pool, insertOnly, env, tel)
 	if err != nil {
 		return nil, err
 	}

@@ -255,7 +255,7 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	if status == request.ExecutionFailed {
 		span.SetStatus(codes.Error, message)
 	}
-	outcome := &Outcome{ExecutionID: st.exec.ID, Status: status, Message: message, RequestStatus: requestStatusFor(status)}
+	outcome := &Outcome{ExecutionID: st.exec.ID, Status: status, Message: message, RequestStatus: request.StatusForExecution(status)}
 	if err := r.record(ctx, st, outcome, domainRows, opts.FinishTx); err != nil {
 		logger.ErrorContext(ctx, "could not record the outcome; the reconcile loop will finalize it", slog.String("error", err.Error()))
 		return outcome, err
@@ -263,15 +263,6 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	r.cfg.Instruments.ExecutionFinished(ctx, st.request.Job, status)
 	logger.InfoContext(ctx, "execution finished", slog.String("status", status), slog.String("message", message))
 	return outcome, nil
-}
-
-func requestStatusFor(executionStatus string) string {
-	switch executionStatus {
-	case request.ExecutionCompleted, request.ExecutionStopped:
-		return request.StatusDone
-	default:
-		return request.StatusFailed
-	}
 }
 
 // start claims the request and creates the execution in one transaction
@@ -363,7 +354,7 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 	}
 	defer func() {
 		if counter, ok := job.(DomainRowCounter); ok {
-			ids, err := r.executionIDs(context.WithoutCancel(ctx), st.exec.InstanceID)
+			ids, err := r.queries.JobExecutionIDsByInstance(context.WithoutCancel(ctx), r.pool, st.exec.InstanceID)
 			if err == nil {
 				if n, err := counter.DomainRows(context.WithoutCancel(ctx), r.pool, ids); err == nil {
 					domainRows = &n
@@ -391,15 +382,11 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 			chunksDone++
 		}
 	}
-	if err := r.queries.JobExecutionStart(ctx, r.pool, &queries.JobExecutionStartParams{
+	execStatus, err := r.queries.JobExecutionStart(ctx, r.pool, &queries.JobExecutionStartParams{
 		ID: st.exec.ID, ChunksTotal: int32(len(plan.Chunks)), ChunksDone: int32(chunksDone), Targets: plan.Targets,
-	}); err != nil {
-		return r.classify(ctx, err, "start")
-	}
-
-	execStatus, err := r.queries.JobExecutionStatus(ctx, r.pool, st.exec.ID)
+	})
 	if err != nil {
-		return r.classify(ctx, err, "status")
+		return r.classify(ctx, err, "start")
 	}
 	for _, chunk := range plan.Chunks {
 		if committed[chunk] {
@@ -528,10 +515,6 @@ func (r *Runner) classify(ctx context.Context, err error, where string) (string,
 	default:
 		return request.ExecutionFailed, fmt.Sprintf("%s: %v", where, err), nil
 	}
-}
-
-func (r *Runner) executionIDs(ctx context.Context, instanceID int64) ([]int64, error) {
-	return r.queries.JobExecutionIDsByInstance(ctx, r.pool, instanceID)
 }
 
 // record writes the outcome in two steps, each retried until

@@ -323,13 +323,6 @@ func upsert(ctx context.Context, tx pgx.Tx, executionID int64, day time.Time, gr
 	return nil
 }
 
-// Day returns the evaluation day of t in loc: its calendar date there, as
-// midnight UTC (how a date column reads back) — upstream.Client.Day's rule.
-func Day(t time.Time, loc *time.Location) time.Time {
-	local := t.In(loc)
-	return time.Date(local.Year(), local.Month(), local.Day(), 0, 0, 0, 0, time.UTC)
-}
-
 // Estimator returns creditEval's call estimate (a request.EstimateFunc):
 // jobs.CreditEvalEstimate of the targets a run would evaluate now — every
 // company with outstanding exposure, or for a backfill those without a

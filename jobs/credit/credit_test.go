@@ -362,7 +362,7 @@ func TestCreditEval_ParamsAndEstimate(t *testing.T) {
 	require.Equal(t, int64(0), credit.FailureTolerance(99))
 	require.Equal(t, int64(20), credit.FailureTolerance(2000))
 	require.Equal(t, int64(50), credit.FailureTolerance(40000))
-	require.Equal(t, time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC), credit.Day(time.Date(2026, 1, 1, 15, 0, 0, 0, time.UTC), seoul), "midnight in Seoul is 15:00 UTC")
+	require.Equal(t, time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC), upstream.Day(time.Date(2026, 1, 1, 15, 0, 0, 0, time.UTC), seoul), "midnight in Seoul is 15:00 UTC")
 }
 
 // lossyJob injects the post-mortem's fault: each chunk drops one target

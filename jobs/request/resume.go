@@ -21,6 +21,18 @@ const (
 	ExecutionAbandoned = "ABANDONED"
 )
 
+// StatusForExecution is the request status that goes with an execution's
+// final status: DONE for COMPLETED or STOPPED (a stop is a clean end a new
+// request resumes), FAILED for FAILED or ABANDONED.
+func StatusForExecution(executionStatus string) string {
+	switch executionStatus {
+	case ExecutionCompleted, ExecutionStopped:
+		return StatusDone
+	default:
+		return StatusFailed
+	}
+}
+
 // ResumeCandidate applies the restart rules (ADR-012, VERIFICATION 152): it
 // returns the job's newest execution when a new request with paramsHash and
 // confirmPurge should resume it, or nil when the request starts a new

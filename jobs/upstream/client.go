@@ -154,11 +154,15 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*Client, error) {
 // DailyCap returns the provider's daily cap.
 func (c *Client) DailyCap(p Provider) int { return c.cfg.DailyCaps[p] }
 
-// Day returns the budget day of t in the configured time zone.
-func (c *Client) Day(t time.Time) time.Time {
-	local := t.In(c.cfg.Location)
+// Day returns the calendar date of t in loc as midnight UTC (how a date
+// column reads back): the day of call budgets and of a job's results.
+func Day(t time.Time, loc *time.Location) time.Time {
+	local := t.In(loc)
 	return time.Date(local.Year(), local.Month(), local.Day(), 0, 0, 0, 0, time.UTC)
 }
+
+// Day returns the budget day of t in the configured time zone.
+func (c *Client) Day(t time.Time) time.Time { return Day(t, c.cfg.Location) }
 
 // Today returns the budget day of the client's clock (ClientConfig.Now)
 // in the configured time zone: the day a job stamps its results with, so
@@ -167,7 +171,7 @@ func (c *Client) Today() time.Time { return c.Day(c.cfg.Now()) }
 
 // Remaining returns how many calls of the provider's cap are left today.
 func (c *Client) Remaining(ctx context.Context, p Provider) (int, error) {
-	used, err := c.queries.ProviderCallBudgetGet(ctx, c.pool, &queries.ProviderCallBudgetGetParams{Provider: string(p), Day: c.Day(c.cfg.Now())})
+	used, err := c.queries.ProviderCallBudgetGet(ctx, c.pool, &queries.ProviderCallBudgetGetParams{Provider: string(p), Day: c.Today()})
 	if err := queries.Interpret(err); err != nil && !errors.Is(err, queries.ErrNotFound) {
 		return 0, fmt.Errorf("error reading call budget: %w", err)
 	}
@@ -272,7 +276,7 @@ func (c *Client) spend(ctx context.Context, p Provider) error {
 		return &CapError{Provider: p, Cap: limit}
 	}
 	used, err := c.queries.ProviderCallBudgetTake(ctx, c.pool, &queries.ProviderCallBudgetTakeParams{
-		Provider: string(p), Day: c.Day(c.cfg.Now()), DailyCap: int32(limit),
+		Provider: string(p), Day: c.Today(), DailyCap: int32(limit),
 	})
 	if err := queries.Interpret(err); err != nil {
 		if errors.Is(err, queries.ErrNotFound) {

@@ -43,21 +43,18 @@ func Reconcile(ctx context.Context, db queries.Beginner, workerID string, held h
 				}
 				return err
 			}
-			status, message := exec.Status, exec.ExitMessage
-			switch status {
-			case request.ExecutionCompleted, request.ExecutionStopped:
-				status = request.StatusDone
-			case request.ExecutionFailed, request.ExecutionAbandoned:
-				status = request.StatusFailed
-			default:
+			executionStatus, message := exec.Status, exec.ExitMessage
+			switch executionStatus {
+			case request.ExecutionStarting, request.ExecutionStarted, request.ExecutionStopping:
 				// The execution itself was never finalized: it is over, since
 				// nobody holds it; record it ABANDONED.
+				executionStatus = request.ExecutionAbandoned
 				message = "the worker lost its result recording; execution abandoned; a new request resumes from the last commit"
 				if _, err := q.JobExecutionAbandon(ctx, tx, &queries.JobExecutionAbandonParams{ID: exec.ID, ExitMessage: message}); err != nil {
 					return err
 				}
-				status = request.StatusFailed
 			}
+			status := request.StatusForExecution(executionStatus)
 			done, err := q.JobRequestFinish(ctx, tx, &queries.JobRequestFinishParams{ID: req.ID, Status: status, Message: message})
 			if err != nil {
 				return err

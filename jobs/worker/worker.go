@@ -27,7 +27,6 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/observability"
-	"github.com/buildrisk/radar/queries"
 )
 
 // Defaults of Config (the contract's values).
@@ -113,21 +112,18 @@ func (c Config) validate() error {
 
 // Worker is one worker process's machinery.
 type Worker struct {
-	cfg     Config
-	pool    *pgxpool.Pool
-	runner  *batch.Runner
-	river   *river.Client[pgx.Tx]
-	queries *queries.Queries
-	reaper  *Reaper
+	cfg    Config
+	pool   *pgxpool.Pool
+	runner *batch.Runner
+	river  *river.Client[pgx.Tx]
+	reaper *Reaper
 
 	schedules map[string]Schedule
 
-	mu         sync.Mutex
-	status     string
-	cancel     context.CancelFunc
-	loops      sync.WaitGroup
-	drained    chan struct{}
-	registered bool
+	mu       sync.Mutex
+	presence *Presence // nil until Start registers the worker
+	cancel   context.CancelFunc
+	loops    sync.WaitGroup
 }
 
 // New returns a Worker that runs requests with runner.
@@ -136,7 +132,7 @@ func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) 
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, pool: pool, runner: runner, queries: queries.New(), status: StatusRunning, drained: make(chan struct{})}
+	w := &Worker{cfg: cfg, pool: pool, runner: runner}
 	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger})
 
 	w.schedules = map[string]Schedule{}
@@ -175,23 +171,28 @@ func (w *Worker) River() *river.Client[pgx.Tx] { return w.river }
 // ID returns the worker id.
 func (w *Worker) ID() string { return w.cfg.ID }
 
-// Status returns running, draining or stopped.
+// Status returns running, draining or stopped (running before Start).
 func (w *Worker) Status() string {
+	if p := w.registration(); p != nil {
+		return p.Status()
+	}
+	return StatusRunning
+}
+
+func (w *Worker) registration() *Presence {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.status
+	return w.presence
 }
 
 // Ready reports whether the worker is registered, not draining, and its
 // database answers.
 func (w *Worker) Ready(ctx context.Context) error {
-	w.mu.Lock()
-	status, registered := w.status, w.registered
-	w.mu.Unlock()
-	if !registered {
+	p := w.registration()
+	if p == nil {
 		return errors.New("not registered yet")
 	}
-	if status != StatusRunning {
+	if status := p.Status(); status != StatusRunning {
 		return fmt.Errorf("worker is %s", status)
 	}
 	if err := w.pool.Ping(ctx); err != nil {
@@ -204,10 +205,12 @@ func (w *Worker) Ready(ctx context.Context) error {
 // slot left RUNNING, and starts claiming requests, heartbeating, reaping
 // and reconciling. ctx bounds the background loops.
 func (w *Worker) Start(ctx context.Context) error {
-	if err := w.register(ctx); err != nil {
+	presence, err := StartPresence(ctx, w.pool, w.cfg)
+	if err != nil {
 		return err
 	}
 	if n, err := w.reaper.CleanupPreviousBoots(ctx, w.cfg.Hostname, w.cfg.PID, w.cfg.ID); err != nil {
+		presence.Stop(context.WithoutCancel(ctx))
 		return fmt.Errorf("error cleaning up previous boots: %w", err)
 	} else if n > 0 {
 		w.cfg.Logger.InfoContext(ctx, "finalized requests of a previous boot of this slot", slog.Int("requests", n))
@@ -215,10 +218,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.mu.Lock()
 	w.cancel = cancel
-	w.registered = true
+	w.presence = presence
 	w.mu.Unlock()
 
-	w.loop(loopCtx, w.cfg.HeartbeatInterval, "heartbeat", w.heartbeat)
 	if w.cfg.Gauges != nil {
 		_ = w.cfg.Gauges.Record(ctx)
 		w.loop(loopCtx, w.cfg.HeartbeatInterval, "gauges", w.cfg.Gauges.Record)
@@ -237,6 +239,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	// client explicitly, so a cancelled ctx must not hard-cancel jobs.
 	if err := w.river.Start(context.WithoutCancel(ctx)); err != nil {
 		cancel()
+		w.loops.Wait()
+		presence.Stop(context.WithoutCancel(ctx))
 		return fmt.Errorf("error starting river client: %w", err)
 	}
 	w.cfg.Logger.InfoContext(ctx, "worker started", slog.String("worker_id", w.cfg.ID), slog.Any("configured_keys", w.cfg.ConfiguredKeys))
@@ -248,7 +252,10 @@ func (w *Worker) Start(ctx context.Context) error {
 // chunk in flight rolls back, the execution is still recorded STOPPED).
 // Pools, caches and telemetry must be closed only after Drain returns.
 func (w *Worker) Drain(ctx context.Context) error {
-	w.setStatus(ctx, StatusDraining)
+	presence := w.registration()
+	if presence != nil {
+		presence.SetStatus(ctx, StatusDraining)
+	}
 	w.runner.Drain()
 	softCtx, cancel := context.WithTimeout(ctx, w.cfg.DrainTimeout)
 	defer cancel()
@@ -266,40 +273,11 @@ func (w *Worker) Drain(ctx context.Context) error {
 		cancelLoops()
 	}
 	w.loops.Wait()
-	w.setStatus(context.WithoutCancel(ctx), StatusStopped)
+	if presence != nil {
+		presence.Stop(context.WithoutCancel(ctx))
+	}
 	if err != nil {
 		return fmt.Errorf("error stopping river client: %w", err)
-	}
-	return nil
-}
-
-func (w *Worker) setStatus(ctx context.Context, status string) {
-	w.mu.Lock()
-	w.status = status
-	w.mu.Unlock()
-	if _, err := w.queries.WorkerHeartbeat(ctx, w.pool, &queries.WorkerHeartbeatParams{ID: w.cfg.ID, Status: status}); err != nil {
-		w.cfg.Logger.WarnContext(ctx, "could not report worker status", slog.String("status", status), slog.String("error", err.Error()))
-	}
-}
-
-func (w *Worker) register(ctx context.Context) error {
-	err := w.queries.WorkerUpsert(ctx, w.pool, &queries.WorkerUpsertParams{
-		ID: w.cfg.ID, Hostname: w.cfg.Hostname, Pid: int32(w.cfg.PID), Boot: w.cfg.Boot,
-		Status: StatusRunning, ConfiguredKeys: w.cfg.ConfiguredKeys, Version: w.cfg.Version,
-	})
-	if err != nil {
-		return fmt.Errorf("error registering worker: %w", err)
-	}
-	return nil
-}
-
-func (w *Worker) heartbeat(ctx context.Context) error {
-	n, err := w.queries.WorkerHeartbeat(ctx, w.pool, &queries.WorkerHeartbeatParams{ID: w.cfg.ID, Status: w.Status()})
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return w.register(ctx)
 	}
 	return nil
 }
