@@ -1184,7 +1184,13 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 	require.Len(t, froms, 2, "multi-stage: build and runtime")
-	require.True(t, strings.HasPrefix(froms[0], "FROM golang:1.26"), froms[0])
+	// The build stage uses the Go that go.mod names, so the image is built with
+	// the same toolchain (and the same standard-library fixes) as CI.
+	goMod, err := os.ReadFile("../go.mod")
+	require.NoError(t, err)
+	goLine := regexp.MustCompile(`(?m)^go (\S+)$`).FindStringSubmatch(string(goMod))
+	require.NotNil(t, goLine, "go.mod has a go line")
+	require.True(t, strings.HasPrefix(froms[0], "FROM golang:"+goLine[1]+"-"), "%s does not use go %s", froms[0], goLine[1])
 	require.Contains(t, text, "./cmd/radar")
 	require.Contains(t, text, "-X main.version=")
 	require.Contains(t, text, `ENTRYPOINT ["radar"]`)

@@ -242,22 +242,6 @@ func (s *testSystem) waitRequest(id string, want ...string) map[string]any {
 	}
 }
 
-// waitExecution polls the request until its execution has status want.
-func (s *testSystem) waitExecution(id string, want string) map[string]any {
-	s.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		_, out := s.get("/v1/requests/" + id)
-		if exec, ok := out["execution"].(map[string]any); ok && exec["status"] == want {
-			return out
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("request %s execution never reached %s: %v", id, want, out)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func (s *testSystem) count(query string, args ...any) int {
 	s.t.Helper()
 	var n int
