@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -392,4 +393,48 @@ func TestInRange(t *testing.T) {
 	require.False(t, inRange("00100000-00200000", "00200001"))
 	require.False(t, inRange("00100000-00200000", ""))
 	require.False(t, inRange("00100000", "00100000"))
+}
+
+// The table names every fault (with the reason for one not injected) and
+// every invariant, and a breach or a run that never quiesced fails it.
+func TestReport(t *testing.T) {
+	t.Parallel()
+	rep := &report{
+		seed: 7, quiesced: true, faultCounts: map[string]int{"worker-kill9": 2},
+		faults: []faultRow{{fault: faults[0]}, {fault: Fault{Name: "day-rollover", Description: "d"}, reason: "no clock"}},
+		results: []result{
+			{inv: Invariant{Name: "a", Description: "held one"}},
+			{inv: Invariant{Name: "b", Description: "breached one"}, breaches: []string{"x1", "x2"}},
+		},
+	}
+	var out strings.Builder
+	rep.print(&out)
+	require.Contains(t, out.String(), "| worker-kill9 | 2 |")
+	require.Contains(t, out.String(), "| day-rollover | not injected | d: no clock |")
+	require.Contains(t, out.String(), "| a | held |")
+	require.Contains(t, out.String(), "| b | BREACHED (2) |")
+	require.Contains(t, out.String(), "  - x2")
+	require.True(t, rep.breached())
+
+	rep.results = rep.results[:1]
+	require.False(t, rep.breached())
+	rep.quiesced = false
+	require.True(t, rep.breached(), "a run that never quiesced fails")
+}
+
+func TestParseFlags(t *testing.T) {
+	t.Parallel()
+	cfg, err := parseFlags([]string{"-duration", "1m", "-seed", "5", "-env", "BUILDRISK_X=1"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), cfg.seed)
+	require.Equal(t, "1", cfg.env["BUILDRISK_X"])
+	cfg, err = parseFlags(nil, io.Discard)
+	require.NoError(t, err)
+	require.NotZero(t, cfg.seed, "a random seed is picked and printed")
+	_, err = parseFlags([]string{"-workers", "1"}, io.Discard)
+	require.ErrorContains(t, err, "-workers")
+	_, err = parseFlags([]string{"-stale-after", "1s", "-heartbeat", "2s"}, io.Discard)
+	require.ErrorContains(t, err, "-stale-after")
+	_, err = parseFlags([]string{"-env", "novalue"}, io.Discard)
+	require.Error(t, err)
 }

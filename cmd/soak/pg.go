@@ -64,7 +64,9 @@ func (s *pgServer) configure(ctx context.Context) error {
 	for _, set := range []string{
 		"port = " + strconv.Itoa(s.cluster.Port()),
 		"listen_addresses = '127.0.0.1'",
-		"unix_socket_directories = ''",
+		// The cluster directory, where pglocal puts the socket (an empty
+		// setting does not turn sockets off here).
+		"unix_socket_directories = '" + filepath.Dir(s.dataDir) + "'",
 		"fsync = off", "synchronous_commit = off", "full_page_writes = off",
 		"max_connections = 300", "shared_buffers = '32MB'",
 	} {
