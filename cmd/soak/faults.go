@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -15,7 +16,11 @@ import (
 // fault that found nothing to act on (no job running to stop) is not
 // counted. To add a fault, add an entry to faults below.
 type Fault struct {
-	Name        string
+	Name string
+	// Upstream says the fault acts on the fake upstream: those faults run
+	// in their own stream, alongside the process and database faults, so
+	// that a slow or failing provider meets an outage or a kill.
+	Upstream    bool
 	Description string
 	Inject      func(ctx context.Context, f *faulter) (bool, error)
 	// NotInjected, when set, says why the soak cannot inject this fault
@@ -25,10 +30,28 @@ type Fault struct {
 
 // faulter injects faults at random moments and counts them.
 type faulter struct {
-	s      *system
-	rng    *rand.Rand
+	s     *system
+	rng   *rand.Rand
+	tally *faultTally
+}
+
+// faultTally counts the faults injected (and the attempts that failed); the
+// fault streams share it.
+type faultTally struct {
+	mu     sync.Mutex
 	counts map[string]int
 	errors map[string]int
+}
+
+func (t *faultTally) add(name string, injected bool, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		t.errors[name]++
+	}
+	if injected {
+		t.counts[name]++
+	}
 }
 
 // upstreamWindow is how long an upstream fault lasts.
@@ -108,11 +131,11 @@ var faults = []Fault{
 		sleep(context.WithoutCancel(ctx), f.s.cfg.lockHold)
 		return true, nil
 	}},
-	{Name: "upstream-latency", Description: "provider latency spike (300 ms a call)", Inject: upstreamFault(map[string]any{"latency": "300ms"})},
-	{Name: "upstream-500", Description: "30% of provider calls answer 500", Inject: upstreamFault(map[string]any{"errorRate": 0.3})},
-	{Name: "upstream-429", Description: "30% of provider calls answer 429", Inject: upstreamFault(map[string]any{"rate429": 0.3})},
-	{Name: "upstream-empty", Description: "30% of credit lookups answer an empty grade", Inject: upstreamFault(map[string]any{"emptyRate": 0.3})},
-	{Name: "upstream-short-page", Description: "pages shorter than the provider's declared total", Inject: upstreamFault(map[string]any{shortPageField: 0.3})},
+	{Name: "upstream-latency", Upstream: true, Description: "provider latency spike (300 ms a call)", Inject: upstreamFault(map[string]any{"latency": "300ms"})},
+	{Name: "upstream-500", Upstream: true, Description: "30% of provider calls answer 500", Inject: upstreamFault(map[string]any{"errorRate": 0.3})},
+	{Name: "upstream-429", Upstream: true, Description: "30% of provider calls answer 429", Inject: upstreamFault(map[string]any{"rate429": 0.3})},
+	{Name: "upstream-empty", Upstream: true, Description: "30% of credit lookups answer an empty grade", Inject: upstreamFault(map[string]any{"emptyRate": 0.3})},
+	{Name: "upstream-short-page", Upstream: true, Description: "pages shorter than the provider's declared total", Inject: upstreamFault(map[string]any{shortPageField: 0.3})},
 	{Name: "day-rollover", Description: "the call caps' day rolls over mid-run (injected clock)",
 		NotInjected: "radar has no clock a process can be given (the budget clock is injectable only in-process, in tests)"},
 }
@@ -130,29 +153,30 @@ func (f *faulter) killWorker(ctx context.Context, sig syscall.Signal) (bool, err
 	}
 	w := live[f.rng.IntN(len(live))]
 	if f.s.killWorker(w, sig) {
-		f.counts["worker-sigterm-escalated-to-kill9"]++
+		f.tally.add("worker-sigterm-escalated-to-kill9", true, nil)
 	}
 	sleep(context.WithoutCancel(ctx), 500*time.Millisecond+time.Duration(f.rng.Int64N(int64(2*time.Second))))
 	return true, f.s.startWorker(context.WithoutCancel(ctx), w)
 }
 
-// run injects a random enabled fault every gap until ctx ends; a fault in
+// run injects the enabled faults until ctx ends, one at a time with a
+// random gap before each, in rounds: each round is a random order of every
+// fault, so that even a short soak injects each of them. A fault in
 // progress finishes (and undoes itself) first.
 func (f *faulter) run(ctx context.Context, enabled []Fault) {
 	for {
-		gap := f.s.cfg.faultGap/2 + time.Duration(f.rng.Int64N(int64(f.s.cfg.faultGap)))
-		if !sleep(ctx, gap) {
-			return
-		}
-		fault := enabled[f.rng.IntN(len(enabled))]
-		f.s.logger.Info("fault", "name", fault.Name)
-		ok, err := fault.Inject(ctx, f)
-		if err != nil {
-			f.errors[fault.Name]++
-			f.s.logger.Warn("fault failed", "name", fault.Name, "error", err)
-		}
-		if ok {
-			f.counts[fault.Name]++
+		for _, i := range f.rng.Perm(len(enabled)) {
+			gap := f.s.cfg.faultGap/2 + time.Duration(f.rng.Int64N(int64(f.s.cfg.faultGap)))
+			if !sleep(ctx, gap) {
+				return
+			}
+			fault := enabled[i]
+			f.s.logger.Info("fault", "name", fault.Name)
+			ok, err := fault.Inject(ctx, f)
+			if err != nil {
+				f.s.logger.Warn("fault failed", "name", fault.Name, "error", err)
+			}
+			f.tally.add(fault.Name, ok, err)
 		}
 	}
 }

@@ -27,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // config is the soak's configuration, from its flags.
@@ -85,7 +87,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.lockHold, "lock-hold", 8*time.Second, "how long the table-lock fault holds its lock (past the api's lock timeout)")
 	fs.DurationVar(&c.quiesce, "quiesce", 3*time.Minute, "how long to wait for every request to finish after the load")
 	fs.DurationVar(&c.requestGap, "request-gap", 400*time.Millisecond, "mean gap between the load's requests")
-	fs.DurationVar(&c.faultGap, "fault-gap", 5*time.Second, "mean gap between faults")
+	fs.DurationVar(&c.faultGap, "fault-gap", 3*time.Second, "mean gap between faults")
 	fs.DurationVar(&c.upstreamLatency, "upstream-latency", 10*time.Millisecond, "the fake upstream's baseline latency per call")
 	fs.IntVar(&c.companies, "companies", 1000, "companies in the fake upstream's universe")
 	fs.IntVar(&c.exposures, "exposures", 400, "companies with exposure (creditEval's targets)")
@@ -186,23 +188,37 @@ func soak(ctx context.Context, cfg *config, stderr io.Writer) (*report, error) {
 	if l.tracked, err = s.trackedCompanies(ctx); err != nil {
 		return nil, err
 	}
-	f := &faulter{s: s, rng: rand.New(rand.NewPCG(uint64(cfg.seed), 2)), counts: rep.faultCounts, errors: map[string]int{}}
+	// Two fault streams, each with its own random source: the fake
+	// upstream's faults, and the processes' and the database's.
+	var upstreamFaults, systemFaults []Fault
+	for _, fault := range enabled {
+		if fault.Upstream {
+			upstreamFaults = append(upstreamFaults, fault)
+		} else {
+			systemFaults = append(systemFaults, fault)
+		}
+	}
+	tally := &faultTally{counts: rep.faultCounts, errors: map[string]int{}}
 	loadDone := make(chan struct{})
 	go func() { defer close(loadDone); l.run(runCtx) }()
-	faultsDone := make(chan struct{})
-	go func() {
-		defer close(faultsDone)
-		if len(enabled) > 0 {
-			f.run(runCtx, enabled)
-		}
-	}()
+	faultsDone := make(chan struct{}, 2)
+	for i, list := range [][]Fault{systemFaults, upstreamFaults} {
+		f := &faulter{s: s, rng: rand.New(rand.NewPCG(uint64(cfg.seed), uint64(2+i))), tally: tally}
+		go func() {
+			defer func() { faultsDone <- struct{}{} }()
+			if len(list) > 0 {
+				f.run(runCtx, list)
+			}
+		}()
+	}
 	<-loadDone
+	<-faultsDone
 	<-faultsDone
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	rep.requests = l.counts
-	rep.faultErrors = f.errors
+	rep.faultErrors = tally.errors
 
 	// Everything back to normal, then quiescence.
 	if err := s.pg.startServer(); err != nil {
@@ -319,6 +335,15 @@ func (s *system) figures(ctx context.Context) []string {
 	_ = s.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'DONE'), count(*) FILTER (WHERE status = 'FAILED') FROM job_request`).Scan(&requests, &done, &failed)
 	_ = s.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'COMPLETED'), count(*) FILTER (WHERE status = 'ABANDONED') FROM job_execution`).Scan(&execs, &completed, &abandoned)
 	out = append(out, fmt.Sprintf("requests in the database: %d (DONE %d, FAILED %d); executions: %d (COMPLETED %d, ABANDONED %d)", requests, done, failed, execs, completed, abandoned))
+	if rows, err := s.db.Query(ctx, `SELECT job, left(regexp_replace(message, '[0-9]+', 'N', 'g'), 140) AS m, count(*)
+		FROM job_request WHERE status = 'FAILED' GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2 LIMIT 10`); err == nil {
+		var job, message string
+		var n int
+		_, _ = pgx.ForEachRow(rows, []any{&job, &message, &n}, func() error {
+			out = append(out, fmt.Sprintf("FAILED %dx %s: %s", n, job, message))
+			return nil
+		})
+	}
 	s.ev.mu.Lock()
 	calls := len(s.ev.Calls)
 	ok := 0
