@@ -108,6 +108,36 @@ var faults = []Fault{
 		sleep(context.WithoutCancel(ctx), f.s.cfg.staleAfter+2*time.Second)
 		return true, f.s.pg.startServer()
 	}},
+	{Name: "pg-outage-slow-call", Description: "PostgreSQL down for STALE_AFTER + 2 s while a worker waits on a provider call that outlasts the outage and the reap", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		stall := 2*f.s.cfg.staleAfter + 2*f.s.cfg.reapInterval + 4*time.Second
+		if err := f.s.admin.configure(map[string]any{"latency": stall.String()}); err != nil {
+			return false, err
+		}
+		defer f.s.restoreUpstream() //nolint:errcheck // the next upstream fault or the end of the run restores it again
+		// Calls made from now on stall; after a second, a call still in
+		// flight is a stalled one (baseline calls take milliseconds).
+		for range 5 {
+			if !sleep(ctx, time.Second) {
+				return false, nil
+			}
+			if f.s.recorder.inflight.Load() > 0 {
+				break
+			}
+		}
+		if f.s.recorder.inflight.Load() == 0 {
+			return false, nil // no run was calling the provider
+		}
+		if err := f.s.pg.stopServer(); err != nil {
+			return false, err
+		}
+		sleep(context.WithoutCancel(ctx), f.s.cfg.staleAfter+2*time.Second)
+		if err := f.s.pg.startServer(); err != nil {
+			return false, err
+		}
+		// The stalled call is still in flight: let the reapers run first.
+		sleep(context.WithoutCancel(ctx), 2*f.s.cfg.reapInterval)
+		return true, nil
+	}},
 	{Name: "pg-terminate-backend", Description: "pg_terminate_backend on every connection of a random worker", Inject: func(ctx context.Context, f *faulter) (bool, error) {
 		live := f.s.liveWorkers()
 		if len(live) == 0 {

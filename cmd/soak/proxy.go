@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,10 +36,15 @@ type recordingProxy struct {
 	target string
 	ev     *Evidence
 	client *http.Client
+
+	// inflight counts the calls forwarded and not yet answered.
+	inflight atomic.Int64
 }
 
 func (p *recordingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
+	p.inflight.Add(1)
+	defer p.inflight.Add(-1)
 	endpoint, ok := providerPaths[r.URL.Path]
 	if !ok {
 		http.Error(w, "soak proxy: unknown provider path "+r.URL.Path, http.StatusNotFound)

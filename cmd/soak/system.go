@@ -51,6 +51,7 @@ type system struct {
 	fake     *proc
 	admin    *fakeAdmin
 	proxy    *http.Server
+	recorder *recordingProxy
 	proxyURL string
 
 	api    *proc
@@ -149,7 +150,8 @@ func (s *system) start(ctx context.Context) error {
 		return err
 	}
 	s.proxyURL = "http://" + listener.Addr().String()
-	s.proxy = &http.Server{Handler: &recordingProxy{target: fakeURL, ev: s.ev, client: &http.Client{Timeout: 5 * time.Minute}}, ReadHeaderTimeout: 10 * time.Second}
+	s.recorder = &recordingProxy{target: fakeURL, ev: s.ev, client: &http.Client{Timeout: 5 * time.Minute}}
+	s.proxy = &http.Server{Handler: s.recorder, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.proxy.Serve(listener) }()
 
 	// The api.
