@@ -310,8 +310,8 @@ func (s *system) trackedCompanies(ctx context.Context) ([]string, error) {
 	return out, rows.Err()
 }
 
-// waitQuiescent waits until no request is QUEUED or RUNNING and no
-// execution is running, at most cfg.quiesce.
+// waitQuiescent waits until no request is QUEUED or RUNNING, no execution
+// is running and no provider call is in flight, at most cfg.quiesce.
 func (s *system) waitQuiescent(ctx context.Context) (bool, time.Duration) {
 	began := time.Now()
 	deadline := began.Add(s.cfg.quiesce)
@@ -319,7 +319,9 @@ func (s *system) waitQuiescent(ctx context.Context) (bool, time.Duration) {
 		var active int
 		err := s.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM job_request WHERE status IN ('QUEUED', 'RUNNING'))
 			+ (SELECT count(*) FROM job_execution WHERE status IN ('STARTING', 'STARTED', 'STOPPING'))`).Scan(&active)
-		if err == nil && active == 0 {
+		// A provider call still in flight belongs to a run that is still
+		// working: quiet means the proxy is idle too.
+		if err == nil && active == 0 && s.recorder.inflight.Load() == 0 {
 			return true, time.Since(began)
 		}
 		if time.Now().After(deadline) || !sleep(ctx, 500*time.Millisecond) {

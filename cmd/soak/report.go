@@ -50,7 +50,7 @@ func (r *report) print(w io.Writer) {
 		r.seed, r.duration, r.requests[KindValid], r.requests[KindDuplicate], r.requests[KindInvalid])
 	quiet := fmt.Sprintf("quiescent after %s", r.quiesceTime.Round(time.Second))
 	if !r.quiesced {
-		quiet = fmt.Sprintf("NOT quiescent after %s (requests or executions still active)", r.quiesceTime.Round(time.Second))
+		quiet = fmt.Sprintf("NOT quiescent after %s (requests, executions or provider calls still active)", r.quiesceTime.Round(time.Second))
 	}
 	fmt.Fprintln(w, quiet)
 
