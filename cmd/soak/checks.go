@@ -268,14 +268,27 @@ func checkNoCallAfterCommit(ctx context.Context, db querier, ev *Evidence) ([]st
 	var out []string
 	for i, call := range ev.Calls {
 		ep := endpointJob[call.Endpoint]
+		// When executions of several instances overlapped (itself a
+		// breach), the call may be any of theirs: it is a repeat only if
+		// every one of them had committed the item.
+		var first string
+		repeat := len(instances[i]) > 0
 		for _, inst := range instances[i] {
+			found := false
 			for _, c := range commits[inst] {
 				if c.at.Before(call.At) && ep.covers(c.chunk, call.Params) {
-					out = append(out, fmt.Sprintf("%s %s at %s: instance %d had committed it in chunk %s at %s",
-						call.Endpoint, sortedParams(call.Params), clock(call.At), inst, c.chunk, clock(c.at)))
+					found = true
+					if first == "" {
+						first = fmt.Sprintf("%s %s at %s: instance %d had committed it in chunk %s at %s",
+							call.Endpoint, sortedParams(call.Params), clock(call.At), inst, c.chunk, clock(c.at))
+					}
 					break
 				}
 			}
+			repeat = repeat && found
+		}
+		if repeat {
+			out = append(out, first)
 		}
 	}
 	return out, nil

@@ -438,3 +438,28 @@ func TestParseFlags(t *testing.T) {
 	_, err = parseFlags([]string{"-env", "novalue"}, io.Discard)
 	require.Error(t, err)
 }
+
+// A call made while executions of two instances overlapped may be either's:
+// it is a repeat only when both had committed the item.
+func TestNoCallAfterCommit_Ambiguous(t *testing.T) {
+	t.Parallel()
+	d := newAuditedDB(t)
+	a, b := d.as("soak-worker-1.1"), d.as("soak-worker-2.1")
+	zombie, inst := startExecution(t, a, "creditEval", "wA", 0)
+	sqlRow(t, b, `UPDATE job_request SET status = 'FAILED', message = 'x' WHERE id = 1`)
+	resumed, _ := startExecution(t, b, "creditEval", "wB", inst)
+	commitChunk(t, b, resumed, inst, "00100000-00200000", 1, 1, 0, 0)
+	finish(t, b, resumed, "COMPLETED")
+	fresh, freshInst := startExecution(t, b, "creditEval", "wB", 0)
+	during := time.Now() // the zombie and the new instance both run
+	commitChunk(t, a, zombie, inst, "00300000-00400000", 1, 1, 0, 0)
+	commitChunk(t, b, fresh, freshInst, "00100000-00200000", 1, 1, 0, 0)
+	finish(t, b, fresh, "COMPLETED")
+	after := time.Now()
+
+	lookup := func(at time.Time) UpstreamCall {
+		return UpstreamCall{At: at, Endpoint: "creditLookup", Params: map[string]string{"corpCode": "00150000"}, Status: 200}
+	}
+	requireBreaches(t, check(t, "no-call-after-commit", d.pool, &Evidence{Calls: []UpstreamCall{lookup(during), lookup(after)}}),
+		"creditLookup corpCode=00150000 at "+clock(after)+": instance 2 had committed it")
+}
