@@ -113,7 +113,9 @@ var faults = []Fault{
 		if err := f.s.admin.configure(map[string]any{"latency": stall.String()}); err != nil {
 			return false, err
 		}
-		defer f.s.restoreUpstream() //nolint:errcheck // the next upstream fault or the end of the run restores it again
+		// Restored on every return; should it fail, the next upstream fault
+		// or the end of the run restores it again.
+		defer func() { _ = f.s.restoreUpstream() }()
 		// Calls made from now on stall; after a second, a call still in
 		// flight is a stalled one (baseline calls take milliseconds).
 		for range 5 {
@@ -154,7 +156,8 @@ var faults = []Fault{
 		if err != nil {
 			return false, err
 		}
-		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // rolling back is the point
+		// Rolling back releases the lock; there is nothing to keep.
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 		if _, err := tx.Exec(ctx, "LOCK TABLE job_request IN ACCESS EXCLUSIVE MODE"); err != nil {
 			return false, err
 		}
