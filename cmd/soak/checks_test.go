@@ -340,17 +340,21 @@ func TestCounters(t *testing.T) {
 		}
 		return m
 	}
+	req := func(kind RequestKind, status int) Answer {
+		return Answer{Kind: kind, Method: "POST", Path: "/v1/jobs/aptTrade/requests", Status: status}
+	}
 	api := func(result string) map[string]string {
 		return map[string]string{"job": "aptTrade", "source": "api", "result": result}
 	}
 	ev := &Evidence{
 		Answers: []Answer{
-			{Kind: KindValid, Status: 202}, {Kind: KindValid, Status: 202}, {Kind: KindDuplicate, Status: 409},
-			{Kind: KindValid, Status: 0, Err: "timeout"}, // may have been accepted
-			{Kind: KindInvalid, Status: 400}, {Kind: KindInvalid, Status: 404}, {Kind: KindInvalid, Status: 400},
-			{Kind: KindControl, Status: 202},
+			req(KindValid, 202), req(KindControl, 202), req(KindDuplicate, 409),
+			req(KindValid, 0), // no answer: may have been accepted
+			req(KindInvalid, 400), req(KindInvalid, 404), req(KindInvalid, 400),
+			{Kind: KindControl, Method: "POST", Path: "/v1/jobs/aptTrade/stop", Status: 202}, // not a request
+			{Kind: KindControl, Method: "GET", Path: "/v1/jobs", Status: 200},
 		},
-		APIMetrics: metrics(metricRequests, api("accepted"), 3.0, metricRequests, api("duplicate"), 1.0, metricRequests, api("invalid"), 2.0,
+		APIMetrics: metrics(metricRequests, api("accepted"), 2.0, metricRequests, api("duplicate"), 1.0, metricRequests, api("invalid"), 2.0,
 			metricRequests, map[string]string{"job": "aptTrade", "source": "schedule", "result": "invalid"}, 5.0),
 		WorkerMetrics: map[string]Metrics{"soak-worker-1.2": metrics(
 			metricExecutions, map[string]string{"job": "aptTrade", "status": "COMPLETED"}, 1.0,

@@ -142,7 +142,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if report.breached() {
-		fmt.Fprintf(stdout, "\nBREACHED. Replay: go run ./cmd/soak -duration %s -seed %d   (logs: %s)\n", cfg.duration, cfg.seed, cfg.dir)
+		fmt.Fprintf(stdout, "\nBREACHED. Replay: make soak SOAK_DURATION=%s SOAK_SEED=%d   (logs: %s)\n", cfg.duration, cfg.seed, cfg.dir)
 		return 1
 	}
 	fmt.Fprintf(stdout, "\nevery invariant held (seed %d)\n", cfg.seed)
