@@ -11,8 +11,13 @@ GOVULNCHECK = $(GO) tool -modfile=tools/go.mod govulncheck
 VULNDB_VERSION = $(shell awk '$$1 == "golang.org/x/vulndb" { print $$2 }' tools/vulndb/go.mod)
 VULNDB_DIR = $(CURDIR)/.cache/vulndb/$(VULNDB_VERSION)
 TEST_FLAGS ?= -race -count=1 -timeout 12m
+# The chaos soak (see RELIABILITY.md): how long it loads and injects faults,
+# and its seed (random: a new one each run, printed for a replay).
+SOAK_DURATION ?= 10m
+SOAK_SEED ?= random
+SOAK_CI_SEED = 20261130
 
-.PHONY: run test bench build generate check-generated fmt vet lint vuln promtool-test ci
+.PHONY: run test bench build soak soak-ci generate check-generated fmt vet lint vuln promtool-test ci
 
 ## run: everything in one process (embedded PostgreSQL, migrations, fake upstream, api + worker)
 run: build
@@ -28,6 +33,16 @@ bench:
 
 build:
 	$(GO) build -o bin/radar ./cmd/radar
+
+## soak: the chaos soak against bin/radar (SOAK_DURATION, SOAK_SEED); exits 1 on a breached invariant
+soak: build
+	$(GO) build -o bin/soak ./cmd/soak
+	./bin/soak -bin bin/radar -duration $(SOAK_DURATION) $(if $(filter random,$(SOAK_SEED)),,-seed $(SOAK_SEED))
+
+## soak-ci: the soak for CI, 60 s with a fixed seed
+soak-ci: build
+	$(GO) build -o bin/soak ./cmd/soak
+	./bin/soak -bin bin/radar -duration 60s -seed $(SOAK_CI_SEED)
 
 ## generate: regenerate sqlc code from queries/*.sql
 generate:

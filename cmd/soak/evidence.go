@@ -1,0 +1,160 @@
+package main
+
+import (
+	"strings"
+	"sync"
+	"time"
+)
+
+// Evidence is what the harness saw for itself during a soak, next to what
+// the database holds: the processes it ran and killed, every API answer, and
+// every provider call that passed its recording proxy. The invariant checks
+// read it together with the database.
+type Evidence struct {
+	mu sync.Mutex
+
+	// Workers are every worker process the harness started, in start order.
+	Workers []*ProcessRecord
+
+	// Answers are the API's answers to the load's requests.
+	Answers []Answer
+
+	// Calls are the provider calls the proxy forwarded.
+	Calls []UpstreamCall
+
+	// FakeTotal is the fake upstream's own call count (GET /__fake/stats),
+	// read after quiescence; -1 when it could not be read.
+	FakeTotal int64
+
+	// APIMetrics is the api's /metrics after quiescence.
+	APIMetrics Metrics
+
+	// WorkerMetrics is each worker's /metrics after quiescence, by
+	// application name; only workers alive then.
+	WorkerMetrics map[string]Metrics
+
+	// APITimeout is the load's client timeout: an API call without an answer
+	// by then counts as hung.
+	APITimeout time.Duration
+}
+
+// ProcessRecord is one worker process: its identity in the database and when
+// it lived.
+type ProcessRecord struct {
+	// AppName is the application_name its connections carry (PGAPPNAME).
+	AppName string
+	// PID is its process id.
+	PID int
+	// WorkerID is the id it registered under (read from its log).
+	WorkerID string
+	// Started is when it was started; Ended when it was killed or exited
+	// (zero while it runs).
+	Started, Ended time.Time
+	// Killed says it ended by SIGKILL.
+	Killed bool
+}
+
+// aliveAt reports whether the process ran at t.
+func (p *ProcessRecord) aliveAt(t time.Time) bool {
+	return !t.Before(p.Started) && (p.Ended.IsZero() || t.Before(p.Ended))
+}
+
+// RequestKind is what the load meant a request to be.
+type RequestKind string
+
+// Kinds of requests the load makes.
+const (
+	KindValid     RequestKind = "valid"
+	KindDuplicate RequestKind = "duplicate"
+	KindInvalid   RequestKind = "invalid"
+	// KindControl is a call the harness makes for its faults or for
+	// observation (stop, job list); it is not part of the request counts.
+	KindControl RequestKind = "control"
+)
+
+// Answer is one API call and its answer.
+type Answer struct {
+	At      time.Time
+	Kind    RequestKind
+	Method  string
+	Path    string
+	Job     string
+	Status  int // 0 when no answer came (Err says why)
+	Err     string
+	Latency time.Duration
+	Body    string // the start of the answer, for the report
+}
+
+// UpstreamCall is one provider call the proxy forwarded.
+type UpstreamCall struct {
+	At       time.Time
+	Endpoint string
+	// Params are the call's query parameters, the key removed.
+	Params map[string]string
+	Status int
+}
+
+func (e *Evidence) addAnswer(a Answer) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.Answers = append(e.Answers, a)
+}
+
+func (e *Evidence) addCall(c UpstreamCall) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.Calls = append(e.Calls, c)
+}
+
+func (e *Evidence) addWorker(p *ProcessRecord) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.Workers = append(e.Workers, p)
+}
+
+// workerByID returns the process that registered as id.
+func (e *Evidence) workerByID(id string) *ProcessRecord {
+	for _, p := range e.Workers {
+		if p.WorkerID == id {
+			return p
+		}
+	}
+	return nil
+}
+
+// workerByAppName returns the process whose connections carry name.
+func (e *Evidence) workerByAppName(name string) *ProcessRecord {
+	for _, p := range e.Workers {
+		if p.AppName == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Metrics are the samples of one /metrics scrape: metric name → samples.
+type Metrics map[string][]Sample
+
+// Sample is one sample of a metric.
+type Sample struct {
+	Labels map[string]string
+	Value  float64
+}
+
+// Sum adds the samples of name whose labels include every pair of match.
+func (m Metrics) Sum(name string, match map[string]string) float64 {
+	var total float64
+	for _, s := range m[name] {
+		ok := true
+		for k, v := range match {
+			if !strings.EqualFold(s.Labels[k], v) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			total += s.Value
+		}
+	}
+	return total
+}

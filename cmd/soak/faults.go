@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Fault is one kind of fault the soak injects. Inject does it once (and
+// undoes it: a killed worker is restarted, a stopped database started, the
+// fake upstream's baseline restored) and says whether it took effect; a
+// fault that found nothing to act on (no job running to stop) is not
+// counted. To add a fault, add an entry to faults below.
+type Fault struct {
+	Name string
+	// Upstream says the fault acts on the fake upstream: those faults run
+	// in their own stream, alongside the process and database faults, so
+	// that a slow or failing provider meets an outage or a kill.
+	Upstream    bool
+	Description string
+	Inject      func(ctx context.Context, f *faulter) (bool, error)
+	// NotInjected, when set, says why the soak cannot inject this fault
+	// against the binary under test; it is listed in the table with 0.
+	NotInjected string
+}
+
+// faulter injects faults at random moments and counts them.
+type faulter struct {
+	s     *system
+	rng   *rand.Rand
+	tally *faultTally
+}
+
+// faultTally counts the faults injected (and the attempts that failed); the
+// fault streams share it.
+type faultTally struct {
+	mu     sync.Mutex
+	counts map[string]int
+	errors map[string]int
+}
+
+func (t *faultTally) add(name string, injected bool, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		t.errors[name]++
+	}
+	if injected {
+		t.counts[name]++
+	}
+}
+
+// upstreamWindow is how long an upstream fault lasts.
+func (f *faulter) upstreamWindow() time.Duration {
+	return 2*time.Second + time.Duration(f.rng.Int64N(int64(6*time.Second)))
+}
+
+// upstreamFault applies patch to the fake upstream for a window, then
+// restores the baseline.
+func upstreamFault(patch map[string]any) func(ctx context.Context, f *faulter) (bool, error) {
+	return func(ctx context.Context, f *faulter) (bool, error) {
+		if err := f.s.admin.configure(patch); err != nil {
+			return false, err
+		}
+		sleep(ctx, f.upstreamWindow())
+		return true, f.s.restoreUpstream()
+	}
+}
+
+// faults is every fault the soak knows, in table order.
+var faults = []Fault{
+	{Name: "worker-kill9", Description: "kill -9 of a random worker, restarted after", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		return f.killWorker(ctx, syscall.SIGKILL)
+	}},
+	{Name: "worker-sigterm", Description: "SIGTERM of a random worker (drain), restarted after", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		return f.killWorker(ctx, syscall.SIGTERM)
+	}},
+	{Name: "api-stop", Description: "POST /v1/jobs/{job}/stop of a running job", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		status, out, err := f.s.apiJSON(ctx, http.MethodGet, "/v1/jobs", "")
+		if err != nil || status != http.StatusOK {
+			return false, err
+		}
+		var running []string
+		list, _ := out["jobs"].([]any)
+		for _, j := range list {
+			if m, ok := j.(map[string]any); ok && m["running"] == true {
+				running = append(running, fmt.Sprint(m["name"]))
+			}
+		}
+		if len(running) == 0 {
+			return false, nil
+		}
+		job := running[f.rng.IntN(len(running))]
+		status, _, err = f.s.apiJSON(ctx, http.MethodPost, "/v1/jobs/"+job+"/stop", "")
+		return status == http.StatusAccepted, err
+	}},
+	{Name: "pg-restart", Description: "PostgreSQL fast restart (pg_ctl restart -m fast)", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		return true, f.s.pg.restart()
+	}},
+	{Name: "pg-outage", Description: "PostgreSQL down for STALE_AFTER + 2 s", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		if err := f.s.pg.stopServer(); err != nil {
+			return false, err
+		}
+		sleep(context.WithoutCancel(ctx), f.s.cfg.staleAfter+2*time.Second)
+		return true, f.s.pg.startServer()
+	}},
+	{Name: "pg-outage-slow-call", Description: "PostgreSQL down for STALE_AFTER + 2 s while a worker waits on a provider call that outlasts the outage and the reap", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		stall := 2*f.s.cfg.staleAfter + 2*f.s.cfg.reapInterval + 4*time.Second
+		if err := f.s.admin.configure(map[string]any{"latency": stall.String()}); err != nil {
+			return false, err
+		}
+		// Restored on every return; should it fail, the next upstream fault
+		// or the end of the run restores it again.
+		defer func() { _ = f.s.restoreUpstream() }()
+		// Calls made from now on stall; after a second, a call still in
+		// flight is a stalled one (baseline calls take milliseconds).
+		for range 5 {
+			if !sleep(ctx, time.Second) {
+				return false, nil
+			}
+			if f.s.recorder.inflight.Load() > 0 {
+				break
+			}
+		}
+		if f.s.recorder.inflight.Load() == 0 {
+			return false, nil // no run was calling the provider
+		}
+		if err := f.s.pg.stopServer(); err != nil {
+			return false, err
+		}
+		sleep(context.WithoutCancel(ctx), f.s.cfg.staleAfter+2*time.Second)
+		if err := f.s.pg.startServer(); err != nil {
+			return false, err
+		}
+		// The stalled call is still in flight: let the reapers run first.
+		sleep(context.WithoutCancel(ctx), 2*f.s.cfg.reapInterval)
+		return true, nil
+	}},
+	{Name: "pg-terminate-backend", Description: "pg_terminate_backend on every connection of a random worker", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		live := f.s.liveWorkers()
+		if len(live) == 0 {
+			return false, nil
+		}
+		w := live[f.rng.IntN(len(live))]
+		var n int
+		err := f.s.db.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE application_name = $1 AND pid <> pg_backend_pid()) t`, w.record.AppName).Scan(&n)
+		return n > 0, err
+	}},
+	{Name: "table-lock", Description: "ACCESS EXCLUSIVE lock on job_request held for -lock-hold", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		tx, err := f.s.db.Begin(ctx)
+		if err != nil {
+			return false, err
+		}
+		// Rolling back releases the lock; there is nothing to keep.
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		if _, err := tx.Exec(ctx, "LOCK TABLE job_request IN ACCESS EXCLUSIVE MODE"); err != nil {
+			return false, err
+		}
+		sleep(context.WithoutCancel(ctx), f.s.cfg.lockHold)
+		return true, nil
+	}},
+	{Name: "upstream-latency", Upstream: true, Description: "provider latency spike (300 ms a call)", Inject: upstreamFault(map[string]any{"latency": "300ms"})},
+	{Name: "upstream-500", Upstream: true, Description: "30% of provider calls answer 500", Inject: upstreamFault(map[string]any{"errorRate": 0.3})},
+	{Name: "upstream-429", Upstream: true, Description: "30% of provider calls answer 429", Inject: upstreamFault(map[string]any{"rate429": 0.3})},
+	{Name: "upstream-empty", Upstream: true, Description: "30% of credit lookups answer an empty grade", Inject: upstreamFault(map[string]any{"emptyRate": 0.3})},
+	{Name: "upstream-short-page", Upstream: true, Description: "pages shorter than the provider's declared total", Inject: upstreamFault(map[string]any{shortPageField: 0.3})},
+	{Name: "day-rollover", Description: "the call caps' day rolls over mid-run (injected clock)",
+		NotInjected: "radar has no clock a process can be given (the budget clock is injectable only in-process, in tests)"},
+}
+
+// shortPageField is the fake upstream's configuration field for short
+// pages; the soak probes whether the fake knows it.
+const shortPageField = "shortPageRate"
+
+// killWorker kills a random live worker with sig and starts its slot's
+// next generation after a pause.
+func (f *faulter) killWorker(ctx context.Context, sig syscall.Signal) (bool, error) {
+	live := f.s.liveWorkers()
+	if len(live) == 0 {
+		return false, nil
+	}
+	w := live[f.rng.IntN(len(live))]
+	if f.s.killWorker(w, sig) {
+		f.tally.add("worker-sigterm-escalated-to-kill9", true, nil)
+	}
+	sleep(context.WithoutCancel(ctx), 500*time.Millisecond+time.Duration(f.rng.Int64N(int64(2*time.Second))))
+	return true, f.s.startWorker(context.WithoutCancel(ctx), w)
+}
+
+// run injects the enabled faults until ctx ends, one at a time with a
+// random gap before each, in rounds: each round is a random order of every
+// fault, so that even a short soak injects each of them. A fault in
+// progress finishes (and undoes itself) first.
+func (f *faulter) run(ctx context.Context, enabled []Fault) {
+	for {
+		for _, i := range f.rng.Perm(len(enabled)) {
+			gap := f.s.cfg.faultGap/2 + time.Duration(f.rng.Int64N(int64(f.s.cfg.faultGap)))
+			if !sleep(ctx, gap) {
+				return
+			}
+			fault := enabled[i]
+			f.s.logger.Info("fault", "name", fault.Name)
+			ok, err := fault.Inject(ctx, f)
+			if err != nil {
+				f.s.logger.Warn("fault failed", "name", fault.Name, "error", err)
+			}
+			f.tally.add(fault.Name, ok, err)
+		}
+	}
+}
+
+// restoreUpstream sets the fake upstream back to the run's baseline.
+func (s *system) restoreUpstream() error {
+	patch := map[string]any{"latency": s.cfg.upstreamLatency.String(), "errorRate": 0, "rate429": 0, "emptyRate": 0}
+	if s.shortPages {
+		patch[shortPageField] = 0
+	}
+	return s.admin.configure(patch)
+}
+
+// sleep waits d or until ctx ends; it reports whether it waited it all.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/buildrisk/radar/sql/pglocal"
+)
+
+// pgServer is the soak's own PostgreSQL: a pglocal cluster, which the
+// harness restarts and stops with pg_ctl to inject database faults.
+//
+// pglocal starts the postmaster as its child; the first pg_ctl restart
+// replaces it with one pg_ctl starts. So that a plain `pg_ctl start` after a
+// stop brings the same server back, the settings pglocal passes on the
+// command line are also written with ALTER SYSTEM.
+type pgServer struct {
+	cluster *pglocal.Cluster
+	binDir  string
+	dataDir string
+	logPath string
+	cred    *syscall.Credential
+
+	mu   sync.Mutex
+	down bool // stopped by stopServer, not yet started again
+	ctl  bool // the postmaster now running was started by pg_ctl
+}
+
+func startPG(ctx context.Context, logger *slog.Logger) (*pgServer, error) {
+	cluster, err := pglocal.Start(ctx, pglocal.Config{Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	s := &pgServer{cluster: cluster}
+	if err := s.configure(ctx); err != nil {
+		_ = cluster.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *pgServer) configure(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, s.cluster.URL("postgres"))
+	if err != nil {
+		return fmt.Errorf("error connecting to the soak's postgres: %w", err)
+	}
+	defer conn.Close(ctx)
+	if err := conn.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&s.dataDir); err != nil {
+		return err
+	}
+	if err := conn.QueryRow(ctx, "SELECT setting FROM pg_config WHERE name = 'BINDIR'").Scan(&s.binDir); err != nil {
+		return err
+	}
+	for _, set := range []string{
+		"port = " + strconv.Itoa(s.cluster.Port()),
+		"listen_addresses = '127.0.0.1'",
+		// The cluster directory, where pglocal puts the socket (an empty
+		// setting does not turn sockets off here).
+		"unix_socket_directories = '" + filepath.Dir(s.dataDir) + "'",
+		"fsync = off", "synchronous_commit = off", "full_page_writes = off",
+		"max_connections = 300", "shared_buffers = '32MB'",
+	} {
+		if _, err := conn.Exec(ctx, "ALTER SYSTEM SET "+set); err != nil {
+			return fmt.Errorf("error setting %s: %w", set, err)
+		}
+	}
+	s.logPath = filepath.Join(s.dataDir, "soak-pg_ctl.log")
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return fmt.Errorf("pg_ctl must run as the postgres user: %w", err)
+		}
+		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}
+	}
+	return nil
+}
+
+// URL returns the URL of database on the server.
+func (s *pgServer) URL(database string) string { return s.cluster.URL(database) }
+
+// pgctl runs pg_ctl on the data directory.
+func (s *pgServer) pgctl(args ...string) error {
+	cmd := exec.Command(filepath.Join(s.binDir, "pg_ctl"), append([]string{"-D", s.dataDir}, args...)...)
+	cmd.Env = cleanEnv()
+	cmd.Dir = s.dataDir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: s.cred}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pg_ctl %v: %w: %s", args, err, out)
+	}
+	return nil
+}
+
+// restart is a fast restart: sessions are closed, the server is back when it
+// returns.
+func (s *pgServer) restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ctl = true
+	return s.pgctl("restart", "-m", "fast", "-w", "-t", "60", "-l", s.logPath)
+}
+
+// stopServer takes the server down (fast shutdown) until startServer.
+func (s *pgServer) stopServer() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = true
+	return s.pgctl("stop", "-m", "fast", "-w", "-t", "60")
+}
+
+// startServer brings a stopped server back.
+func (s *pgServer) startServer() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.down {
+		return nil
+	}
+	s.ctl = true
+	if err := s.pgctl("start", "-w", "-t", "60", "-l", s.logPath); err != nil {
+		return err
+	}
+	s.down = false
+	return nil
+}
+
+// close stops the server and removes the cluster.
+func (s *pgServer) close() error {
+	s.mu.Lock()
+	if s.ctl && !s.down {
+		_ = s.pgctl("stop", "-m", "immediate", "-w", "-t", "30")
+	}
+	s.mu.Unlock()
+	return s.cluster.Stop()
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// providerPaths names the provider endpoints by their request paths (the
+// contract's provider paths, which the fake upstream serves and counts under
+// these names).
+var providerPaths = map[string]string{
+	"/1613000/RTMSDataSvcAptTrade/getRTMSDataSvcAptTrade": "aptTrade",
+	"/api/corpCode.xml": "corpCode",
+	"/api/list.json":    "filingList",
+	"/1160100/service/GetStockSecuritiesInfoService/getStockPriceInfo": "stockPrice",
+	"/credit/v1/grades": "creditLookup",
+	"/credit/v1/crawl":  "creditFallback",
+}
+
+// keyParams are the query parameters that carry provider keys; the proxy
+// leaves them out of what it records.
+var keyParams = map[string]bool{"serviceKey": true, "crtfc_key": true, "apiKey": true}
+
+// recordingProxy forwards the workers' provider calls to the fake upstream
+// and records each one (when it arrived, what it asked, what came back).
+// Every call is forwarded to the end even when the caller goes away (a
+// killed worker), so the proxy's record and the fake's own counts agree.
+type recordingProxy struct {
+	target string
+	ev     *Evidence
+	client *http.Client
+
+	// inflight counts the calls forwarded and not yet answered.
+	inflight atomic.Int64
+}
+
+func (p *recordingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	at := time.Now()
+	p.inflight.Add(1)
+	defer p.inflight.Add(-1)
+	endpoint, ok := providerPaths[r.URL.Path]
+	if !ok {
+		http.Error(w, "soak proxy: unknown provider path "+r.URL.Path, http.StatusNotFound)
+		return
+	}
+	params := map[string]string{}
+	for k, v := range r.URL.Query() {
+		if !keyParams[k] && len(v) > 0 {
+			params[k] = v[0]
+		}
+	}
+	out, err := http.NewRequestWithContext(context.WithoutCancel(r.Context()), r.Method, p.target+r.URL.RequestURI(), nil)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	resp, err := p.client.Do(out)
+	call := UpstreamCall{At: at, Endpoint: endpoint, Params: params}
+	if err != nil {
+		p.ev.addCall(call)
+		http.Error(w, "soak proxy: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	call.Status = resp.StatusCode
+	p.ev.addCall(call)
+	if err != nil {
+		http.Error(w, "soak proxy: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(body)
+}
+
+// fakeAdmin talks to the fake upstream's /__fake/ endpoints.
+type fakeAdmin struct {
+	base   string
+	client *http.Client
+}
+
+// configure posts a partial configuration; the fake answers 400 to a field
+// it does not know.
+func (f *fakeAdmin) configure(patch map[string]any) error {
+	body, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	resp, err := f.client.Post(f.base+"/__fake/config", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("fake upstream refused %s: %d %s", body, resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	return nil
+}
+
+// total returns the fake's own count of provider calls.
+func (f *fakeAdmin) total() (int64, error) {
+	resp, err := f.client.Get(f.base + "/__fake/stats")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var stats struct {
+		Total int64 `json:"total"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&stats); err != nil {
+		return 0, err
+	}
+	return stats.Total, nil
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
