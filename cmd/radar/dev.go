@@ -129,7 +129,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	server, err := newAPIServer(pool, env, tel)
+	server, err := newAPIServer(ctx, pool, env, tel)
 	if err != nil {
 		return err
 	}
