@@ -173,4 +173,3 @@ func setSessionCookie(w http.ResponseWriter, r *http.Request, value string, maxA
 func servedOverTLS(r *http.Request) bool {
 	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
-
