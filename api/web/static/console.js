@@ -371,10 +371,12 @@
       const hint = prop.description || "";
       const ex = example[name];
       const req = required.has(name);
-      if (prop.type === "boolean") {
+      // A Go slice is "nullable": its type is ["array", "null"].
+      const type = Array.isArray(prop.type) ? prop.type.find((x) => x !== "null") : prop.type;
+      if (type === "boolean") {
         return el("label", { class: "check" }, el("input", { type: "checkbox", id, name, dataset: { kind: "boolean" }, checked: ex === true }), " " + name, el("small", {}, " " + hint));
       }
-      const kind = prop.type === "array" ? "array" : (prop.type === "integer" || prop.type === "number" ? "number" : "string");
+      const kind = type === "array" ? "array" : (type === "integer" || type === "number" ? "number" : "string");
       const value = Array.isArray(ex) ? ex.join(", ") : (ex === undefined ? "" : String(ex));
       const input = el("input", {
         type: kind === "number" ? "number" : "text", id, name, value, required: req,
