@@ -133,7 +133,7 @@ func (b *browser) waitFor(what, expression string) {
 	deadline := time.Now().Add(browserWait)
 	var lastErr error
 	for {
-		ok, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool]("Boolean(" + expression + ")"))
+		ok, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool]("Boolean("+expression+")"))
 		if err == nil && ok {
 			return
 		}
@@ -273,6 +273,7 @@ func TestConsole_Browser(t *testing.T) {
 		t.Fatal("the run never reached its second call")
 	}
 	b.waitFor("the stop button", `document.querySelector('button[data-action="stop"][data-job="aptTrade"]') !== null`)
+	b.waitFor("the worker running it", fmt.Sprintf(`document.querySelector("#workers tbody").innerText.includes("aptTrade request %s")`, running))
 	require.False(t, eval[bool](b, `document.querySelector('[data-action="abandon"]') !== null`),
 		"no abandon button: the worker is alive, so the API would refuse")
 

@@ -28,17 +28,22 @@
       else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
       else node.setAttribute(k, v === true ? "" : v);
     }
-    for (const c of children.flat()) {
+    for (const c of children.flat(Infinity)) {
       if (c === undefined || c === null || c === false) continue;
       node.append(c instanceof Node ? c : document.createTextNode(String(c)));
     }
     return node;
   }
 
+  // fillTable replaces a table's rows. Each cell gets its column's name in
+  // data-label, which the phone layout shows in front of the value.
   function fillTable(id, rows, empty) {
     const body = document.querySelector("#" + id + " tbody");
-    const cols = document.querySelectorAll("#" + id + " thead th").length;
-    body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: cols, class: "empty" }, empty))]));
+    const labels = Array.from(document.querySelectorAll("#" + id + " thead th"), (th) => th.textContent);
+    for (const row of rows) {
+      Array.from(row.children).forEach((td, i) => { td.dataset.label = labels[i] || ""; });
+    }
+    body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: labels.length, class: "empty" }, empty))]));
   }
 
   function num(n) { return n === null || n === undefined ? "—" : Number(n).toLocaleString("en-US"); }
@@ -114,7 +119,8 @@
   // showError puts an API error on the page in words. A 409 that names the
   // active request links to it; a 401 links to the login page.
   function errorNode(context, err) {
-    const parts = [el("strong", {}, context + " failed. "), err.message || String(err)];
+    const text = err.message || String(err);
+    const parts = [el("strong", {}, context + " failed. "), /[.!?)]$/.test(text) ? text : text + "."];
     const p = err.problem || {};
     if (p.activeRequestId) parts.push(" The active one is ", requestLink(p.activeRequestId), "; wait for it or stop it.");
     if (err.status === 401) parts.push(" ", el("a", { href: "/login" }, "Log in again"), ".");
