@@ -323,3 +323,34 @@ func TestConsole_Browser(t *testing.T) {
 
 	require.Empty(t, b.scriptErrors(), "the page's console has no script error")
 }
+
+// The abandon button appears only where the API would accept it: on a
+// running execution whose worker stopped heartbeating. Pressing it abandons
+// the execution and frees the job.
+func TestConsole_BrowserAbandon(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil) // no worker: nothing reaps the dead one's run
+	_, executionID := s.insertRunning("1@dead#a", time.Now().Add(-time.Hour))
+	b := newBrowser(t, s.api.URL)
+
+	b.login(testOperatorToken)
+	button := fmt.Sprintf(`button[data-action="abandon"][data-execution="%d"]`, executionID)
+	b.waitFor("the abandon button", fmt.Sprintf("document.querySelector(%q) !== null", button))
+	require.Contains(t, b.text(`#workers tbody`), "dead")
+	b.screenshot("abandonable")
+	b.click(button)
+	b.waitFor("the abandon notice", `document.querySelector("#errors").innerText.includes("ABANDONED")`)
+	b.waitFor("the job no longer running", `document.querySelector('#job-aptTrade .running').innerText.startsWith("idle")`)
+	require.Contains(t, b.text("#job-aptTrade .last-exec"), "ABANDONED")
+	require.False(t, eval[bool](b, `document.querySelector('[data-action="abandon"]') !== null`), "nothing left to abandon")
+	require.Equal(t, "ABANDONED", s.executionStatus(executionID))
+	b.screenshot("abandoned")
+	require.Empty(t, b.scriptErrors(), "the page's console has no script error")
+}
+
+func (s *testSystem) executionStatus(id int64) string {
+	s.t.Helper()
+	var status string
+	require.NoError(s.t, s.pool.QueryRow(context.Background(), `SELECT status FROM job_execution WHERE id = $1`, id).Scan(&status))
+	return status
+}
