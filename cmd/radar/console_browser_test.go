@@ -331,9 +331,16 @@ func TestConsole_BrowserAbandon(t *testing.T) {
 	t.Parallel()
 	s := newTestSystem(t, nil) // no worker: nothing reaps the dead one's run
 	_, executionID := s.insertRunning("1@dead#a", time.Now().Add(-time.Hour))
+	_, err := s.pool.Exec(context.Background(), `INSERT INTO risk_alert (corp_code, alert_date, rule, severity, "values", execution_id)
+		VALUES ('00126380', '2025-03-14', 'PRICE_DRAWDOWN', 'high', '{"drawdownPct": 31.5, "threshold": 30}', 1)`)
+	require.NoError(t, err)
 	b := newBrowser(t, s.api.URL)
 
 	b.login(testOperatorToken)
+	// The rules job's alerts are listed with the values that fired them.
+	b.waitFor("the alert", `document.querySelector("#alerts tbody").innerText.includes("PRICE_DRAWDOWN")`)
+	require.Equal(t, "of 2025-03-14", b.text("#alerts-date"))
+	require.Contains(t, b.text("#alerts tbody"), `"drawdownPct":31.5`)
 	button := fmt.Sprintf(`button[data-action="abandon"][data-execution="%d"]`, executionID)
 	b.waitFor("the abandon button", fmt.Sprintf("document.querySelector(%q) !== null", button))
 	require.Contains(t, b.text(`#workers tbody`), "dead")
@@ -346,6 +353,12 @@ func TestConsole_BrowserAbandon(t *testing.T) {
 	require.Equal(t, "ABANDONED", s.executionStatus(executionID))
 	b.screenshot("abandoned")
 	require.Empty(t, b.scriptErrors(), "the page's console has no script error")
+
+	// River UI, linked from the console, renders with the session cookie.
+	b.click("#riverui-link")
+	// Its job list loaded through its own API (no River job runs here).
+	b.waitFor("River UI", `location.pathname.startsWith("/riverui/") && document.body.innerText.includes("No jobs found")`)
+	b.screenshot("riverui")
 }
 
 func (s *testSystem) executionStatus(id int64) string {

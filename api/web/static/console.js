@@ -297,7 +297,7 @@
     document.getElementById("alerts-date").textContent = out.date ? "of " + out.date : "";
     fillTable("alerts", out.alerts.map((a) => el("tr", {},
       el("td", {}, el("span", { class: "severity sev-" + a.severity }, a.severity)),
-      el("td", {}, a.companyName || a.corpCode, el("div", { class: "hint" }, a.corpCode)),
+      el("td", {}, a.companyName || a.corpCode, a.companyName ? el("div", { class: "hint" }, a.corpCode) : null),
       el("td", {}, a.rule),
       el("td", {}, el("code", {}, JSON.stringify(a.values))))), "no alerts: the rules job has not written any");
   }
