@@ -191,6 +191,28 @@ func TestConsole_SecureCookieAndCrossOriginLogin(t *testing.T) {
 		map[string]string{"Sec-Fetch-Site": "cross-site"})
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
 	require.Empty(t, resp.Cookies())
+
+	// Behind a proxy that terminates TLS and says so.
+	resp, _ = plain.send(http.MethodPost, "/login", "application/x-www-form-urlencoded", url.Values{"token": {testOperatorToken}}.Encode(),
+		map[string]string{"X-Forwarded-Proto": "https"})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.True(t, sessionCookie(t, resp).Secure)
+}
+
+// With auth off (BUILDRISK_INSECURE_NO_AUTH=1) the console needs no login
+// and acts as an operator, like the API.
+func TestConsole_InsecureNoAuth(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_INSECURE_NO_AUTH": "1"}})
+	c := newConsoleClient(t, s.api)
+	resp, body := c.send(http.MethodGet, "/", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, body, `data-role="operator"`)
+	require.NotContains(t, body, `action="/logout"`, "nothing to log out of")
+	resp, _ = c.send(http.MethodGet, "/login", "", "", nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "no login page either")
+	resp, _ = c.send(http.MethodGet, "/riverui/", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 }
 
 // POST /v1/jobs/{job}/estimate validates like a request and answers the
