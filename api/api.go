@@ -1,6 +1,8 @@
 // Package api is buildrisk-radar's HTTP API (Huma v2, OpenAPI 3.1): it
 // validates and enqueues job requests and reports on requests, jobs,
 // executions and workers. It never runs a job and holds no provider keys.
+// It also serves the batch console at / (console.go, session.go), a page
+// that calls this same API with a session cookie instead of a bearer token.
 //
 // Every domain error becomes an HTTP status in exactly one place
 // (problemFrom); a handler never returns a raw error, so a user's mistake is
