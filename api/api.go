@@ -1,6 +1,8 @@
 // Package api is buildrisk-radar's HTTP API (Huma v2, OpenAPI 3.1): it
 // validates and enqueues job requests and reports on requests, jobs,
 // executions and workers. It never runs a job and holds no provider keys.
+// It also serves the batch console at / (console.go, session.go), a page
+// that calls this same API with a session cookie instead of a bearer token.
 //
 // Every domain error becomes an HTTP status in exactly one place
 // (problemFrom); a handler never returns a raw error, so a user's mistake is
@@ -65,15 +67,30 @@ type Config struct {
 	Version string
 	// Schedules returns a job's schedule and next run; nil = none.
 	Schedules func(job string) (schedule string, next *time.Time)
+	// DailyCaps is each provider's daily call cap, for GET /v1/providers.
+	// A provider missing here has no cap.
+	DailyCaps map[string]int
+	// Today returns the call budget's current day (midnight UTC of the
+	// date in the budget's time zone); nil uses today's UTC date.
+	Today func() time.Time
+	// RiverUI, when set, is served under /riverui/ to operators only (a
+	// console session or an operator bearer token) and linked from the
+	// console. It is an opaque handler: the api knows nothing of River's
+	// internals.
+	RiverUI http.Handler
 }
 
 // Server is the API.
 type Server struct {
-	cfg     Config
-	pool    *pgxpool.Pool
-	queries *queries.Queries
-	api     huma.API
-	mux     *http.ServeMux
+	cfg      Config
+	pool     *pgxpool.Pool
+	queries  *queries.Queries
+	api      huma.API
+	mux      *http.ServeMux
+	sessions *sessionSigner
+	// crossOrigin rejects unsafe requests a browser marks as coming from
+	// another origin (Sec-Fetch-Site, Origin); see authenticate.
+	crossOrigin *http.CrossOriginProtection
 }
 
 // New returns a Server with every operation registered.
@@ -89,7 +106,13 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, StaleAfterDefault)
 	cfg.Version = cmp.Or(cfg.Version, "dev")
-	s := &Server{cfg: cfg, pool: pool, queries: queries.New(), mux: http.NewServeMux()}
+	if cfg.Today == nil {
+		cfg.Today = func() time.Time { return time.Now().UTC().Truncate(24 * time.Hour) }
+	}
+	s := &Server{
+		cfg: cfg, pool: pool, queries: queries.New(), mux: http.NewServeMux(),
+		sessions: newSessionSigner(cfg.Tokens, time.Now), crossOrigin: http.NewCrossOriginProtection(),
+	}
 
 	humaConfig := huma.DefaultConfig("buildrisk-radar", cfg.Version)
 	humaConfig.Info.Description = "Enqueue and observe buildrisk-radar's batch jobs. GETs need a viewer or operator token, POSTs an operator token."
@@ -107,13 +130,16 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	if cfg.MetricsHandler != nil {
 		s.mux.Handle("GET /metrics", cfg.MetricsHandler)
 	}
-	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/docs", http.StatusFound)
-	})
+	s.registerConsole()
+	if cfg.RiverUI != nil {
+		s.mux.Handle(riverUIPrefix+"/", cfg.RiverUI)
+		s.mux.Handle(riverUIPrefix, http.RedirectHandler(riverUIPrefix+"/", http.StatusMovedPermanently))
+	}
 	return s, nil
 }
 
-// Handler returns the HTTP handler: the API behind bearer-token auth.
+// Handler returns the HTTP handler: the API behind bearer-token (or console
+// session) auth, the console, and River UI when configured.
 func (s *Server) Handler() http.Handler { return s.authenticate(s.mux) }
 
 // OpenAPI returns the API's OpenAPI document.
@@ -138,6 +164,7 @@ func (s *Server) Register(api huma.API) {
 	s.registerWorkers(api)
 	s.registerExecutions(api)
 	s.registerAlerts(api)
+	s.registerProviders(api)
 }
 
 // conflictError is a 409 that carries the active request's id.

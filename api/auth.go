@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -42,28 +43,122 @@ func ParseTokens(s string) (map[string]Role, error) {
 	return tokens, nil
 }
 
-// authenticate guards /v1: GETs need a viewer or operator token, anything
-// else an operator token. Health, metrics and the OpenAPI docs are open.
-func (s *Server) authenticate(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.Insecure || !strings.HasPrefix(r.URL.Path, "/v1/") {
-			next.ServeHTTP(w, r)
-			return
-		}
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+// riverUIPrefix is where River UI is mounted when configured.
+const riverUIPrefix = "/riverui"
+
+// caller is who sent a request: a bearer token or a console session.
+type caller struct {
+	role Role
+	// session is set when the caller was identified by the session cookie;
+	// nil for a bearer token.
+	session *session
+}
+
+// identify returns the request's caller. An Authorization header decides
+// alone (a wrong token is refused even with a valid cookie), so bearer
+// clients behave exactly as before the console existed.
+func (s *Server) identify(r *http.Request) (*caller, bool) {
+	if header := r.Header.Get("Authorization"); header != "" {
+		token, ok := strings.CutPrefix(header, "Bearer ")
 		role, known := s.lookupToken(strings.TrimSpace(token))
 		if !ok || !known {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="buildrisk-radar"`)
-			writeProblem(w, http.StatusUnauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)")
-			return
+			return nil, false
 		}
-		readOnly := r.Method == http.MethodGet || r.Method == http.MethodHead
-		if !readOnly && role != RoleOperator {
-			writeProblem(w, http.StatusForbidden, fmt.Sprintf("%s requires an operator token; this token is %s", r.Method, role))
-			return
+		return &caller{role: role}, true
+	}
+	if sess, ok := s.sessionFrom(r); ok {
+		return &caller{role: sess.Role, session: sess}, true
+	}
+	return nil, false
+}
+
+// authenticate guards /v1 and River UI. /v1: GETs need a viewer or an
+// operator, anything else an operator. River UI: operators only, whatever
+// the method. Health, metrics, the OpenAPI docs and the console's own pages
+// (which check their session themselves) are open.
+//
+// A call authenticated by the session cookie is one a browser may send on
+// its own, so an unsafe method must also prove it comes from the console:
+//   - the request must not be cross-origin by the browser's own account
+//     (http.CrossOriginProtection: Sec-Fetch-Site, else Origin vs Host);
+//   - a /v1 call must carry the session's CSRF token in X-CSRF-Token, which
+//     only a page served to this session can know.
+//
+// SameSite=Strict alone is not enough: "same site" is not "same origin"
+// (a page on a sibling host of the same registrable domain, or an HTTP page
+// on the same host, is same-site and its requests carry the cookie), and
+// browsers that ignore SameSite still exist. River UI's own pages cannot
+// send the token; for them the cross-origin check stands in, which every
+// browser that sends the cookie with SameSite semantics also supports.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path := r.URL.Path
+		switch {
+		case s.cfg.Insecure:
+		case strings.HasPrefix(path, "/v1/"):
+			if !s.authorizeAPI(w, r) {
+				return
+			}
+		case path == riverUIPrefix || strings.HasPrefix(path, riverUIPrefix+"/"):
+			if !s.authorizeRiverUI(w, r) {
+				return
+			}
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+func (s *Server) authorizeAPI(w http.ResponseWriter, r *http.Request) bool {
+	c, ok := s.identify(r)
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="buildrisk-radar"`)
+		writeProblem(w, http.StatusUnauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)")
+		return false
+	}
+	readOnly := isReadOnly(r)
+	if !readOnly && c.role != RoleOperator {
+		writeProblem(w, http.StatusForbidden, fmt.Sprintf("%s requires an operator token; this token is %s", r.Method, c.role))
+		return false
+	}
+	if c.session != nil && !readOnly {
+		if err := s.crossOrigin.Check(r); err != nil {
+			writeProblem(w, http.StatusForbidden, "cross-origin request refused")
+			return false
+		}
+		if !s.sessions.checkCSRF(c.session, r.Header.Get(csrfHeader)) {
+			writeProblem(w, http.StatusForbidden, "missing or wrong "+csrfHeader+" header; reload the console")
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) authorizeRiverUI(w http.ResponseWriter, r *http.Request) bool {
+	c, ok := s.identify(r)
+	switch {
+	case !ok && r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html"):
+		// A browser: send it to the login page and back.
+		http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+		return false
+	case !ok:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="buildrisk-radar"`)
+		writeProblem(w, http.StatusUnauthorized, "River UI needs an operator: log in to the console or send an operator bearer token")
+		return false
+	case c.role != RoleOperator:
+		writeProblem(w, http.StatusForbidden, "River UI needs an operator; this login is "+string(c.role))
+		return false
+	}
+	if c.session != nil && !isReadOnly(r) {
+		if err := s.crossOrigin.Check(r); err != nil {
+			writeProblem(w, http.StatusForbidden, "cross-origin request refused")
+			return false
+		}
+	}
+	return true
+}
+
+func isReadOnly(r *http.Request) bool {
+	return r.Method == http.MethodGet || r.Method == http.MethodHead
 }
 
 // lookupToken compares in constant time so tokens cannot be guessed by timing.

@@ -33,6 +33,14 @@ type RequestCreateOutput struct {
 	}
 }
 
+// RequestEstimateOutput is POST /v1/jobs/{job}/estimate.
+type RequestEstimateOutput struct {
+	Body struct {
+		Job            string `json:"job"`
+		EstimatedCalls int    `json:"estimatedCalls" doc:"external calls the whole run would make"`
+	}
+}
+
 // requestCreateBody is the POST body: params are decoded per job.
 type requestCreateBody struct {
 	Params       json.RawMessage `json:"params"`
@@ -118,6 +126,17 @@ func (s *Server) registerRequests(api huma.API) {
 		return s.createRequest(ctx, in.Job, in.RawBody)
 	})
 	huma.Register(api, huma.Operation{
+		OperationID: "request-estimate",
+		Method:      http.MethodPost,
+		Path:        "/v1/jobs/{job}/estimate",
+		Summary:     "Estimate a run's external calls without requesting it",
+		Description: "Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, " +
+			"including an estimate above the provider's daily cap) and answers the call estimate. Writes nothing.",
+		Tags:     []string{"requests"},
+		Security: []map[string][]string{{"bearer": {}}},
+		Errors:   []int{http.StatusBadRequest, http.StatusNotFound},
+	}, s.estimateRequest)
+	huma.Register(api, huma.Operation{
 		OperationID: "request-get",
 		Method:      http.MethodGet,
 		Path:        "/v1/requests/{id}",
@@ -137,7 +156,9 @@ func (s *Server) registerRequests(api huma.API) {
 	}, s.listRequests)
 }
 
-func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*RequestCreateOutput, error) {
+// decodeRequestBody decodes a request (or estimate) body for job: 404 for an
+// unknown job, 400 naming the field for a malformed body.
+func (s *Server) decodeRequestBody(ctx context.Context, job string, raw []byte) (*request.EnqueueParams, error) {
 	if _, ok := s.cfg.Catalog.Lookup(job); !ok {
 		return nil, huma.Error404NotFound(fmt.Sprintf("job %q not found; GET /v1/jobs lists them", job))
 	}
@@ -149,10 +170,18 @@ func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*Re
 		}
 		return nil, s.problemFrom(ctx, err)
 	}
-	res, err := s.cfg.Enqueuer.Enqueue(ctx, &request.EnqueueParams{
+	return &request.EnqueueParams{
 		Job: job, Params: body.Params, MaxCalls: body.MaxCalls, ConfirmPurge: body.ConfirmPurge,
 		Source: request.SourceAPI, RequestedBy: "api",
-	})
+	}, nil
+}
+
+func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*RequestCreateOutput, error) {
+	params, err := s.decodeRequestBody(ctx, job, raw)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.cfg.Enqueuer.Enqueue(ctx, params)
 	if err != nil {
 		return nil, s.problemFrom(ctx, err)
 	}
@@ -162,6 +191,23 @@ func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*Re
 	out.Body.Status = res.Request.Status
 	out.Body.EstimatedCalls = res.EstimatedCalls
 	out.Body.ResumesExecutionID = formatIDPtr(res.ResumesExecutionID)
+	return out, nil
+}
+
+// estimateRequest is the dry run of createRequest: the same decoding and
+// validation, then the estimate; no row is written.
+func (s *Server) estimateRequest(ctx context.Context, in *requestCreateInput) (*RequestEstimateOutput, error) {
+	params, err := s.decodeRequestBody(ctx, in.Job, in.RawBody)
+	if err != nil {
+		return nil, err
+	}
+	_, decoded, err := s.cfg.Enqueuer.Validate(ctx, s.pool, params)
+	if err != nil {
+		return nil, s.problemFrom(ctx, err)
+	}
+	out := &RequestEstimateOutput{}
+	out.Body.Job = in.Job
+	out.Body.EstimatedCalls = decoded.EstimatedCalls
 	return out, nil
 }
 

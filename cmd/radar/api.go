@@ -36,7 +36,7 @@ func runAPI(ctx context.Context) error {
 	if err := checkSchema(ctx, pool); err != nil {
 		return err
 	}
-	server, err := newAPIServer(pool, env, tel)
+	server, err := newAPIServer(ctx, pool, env, tel)
 	if err != nil {
 		return err
 	}

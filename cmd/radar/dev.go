@@ -129,7 +129,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	server, err := newAPIServer(pool, env, tel)
+	server, err := newAPIServer(ctx, pool, env, tel)
 	if err != nil {
 		return err
 	}
@@ -143,6 +143,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 
 	apiURL := "http://localhost" + portOf(httpAddr)
 	fmt.Fprintf(stdout, "\nbuildrisk-radar dev is up\n")
+	fmt.Fprintf(stdout, "  Console   %s/  (log in with a token below)\n", apiURL)
 	fmt.Fprintf(stdout, "  API       %s\n", apiURL)
 	fmt.Fprintf(stdout, "  Docs      %s/docs\n", apiURL)
 	fmt.Fprintf(stdout, "  Metrics   %s/metrics\n", apiURL)

@@ -20,6 +20,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"riverqueue.com/riverui"
 
 	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/jobs"
@@ -54,17 +55,23 @@ func registry(env *envConfig) map[string]batch.Job {
 // estimators returns the call estimates that need the database. "Today"
 // follows the configured clock and BUILDRISK_TIMEZONE, like the call budget.
 func estimators(env *envConfig) map[string]request.EstimateFunc {
-	today := func() time.Time {
+	today := budgetDay(env)
+	return map[string]request.EstimateFunc{
+		jobs.CreditEval:  credit.Estimator(today),
+		jobs.FilingParse: filing.Estimate,
+		jobs.StockPrice:  stockprice.Estimate,
+	}
+}
+
+// budgetDay returns the call budget's current day: the configured clock's
+// date in BUILDRISK_TIMEZONE.
+func budgetDay(env *envConfig) func() time.Time {
+	return func() time.Time {
 		now := time.Now
 		if env.Now != nil {
 			now = env.Now
 		}
 		return upstream.Day(now(), env.Location)
-	}
-	return map[string]request.EstimateFunc{
-		jobs.CreditEval:  credit.Estimator(today),
-		jobs.FilingParse: filing.Estimate,
-		jobs.StockPrice:  stockprice.Estimate,
 	}
 }
 
@@ -279,8 +286,10 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 	return w, runner, nil
 }
 
-// newAPIServer builds the api role's server with an insert-only River client.
-func newAPIServer(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*api.Server, error) {
+// newAPIServer builds the api role's server with an insert-only River client,
+// and River UI on that client (the api authenticates it; see api.Config).
+// River UI's background services run until ctx is done.
+func newAPIServer(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*api.Server, error) {
 	insertOnly, err := newInsertOnlyRiver(pool, tel)
 	if err != nil {
 		return nil, err
@@ -289,11 +298,35 @@ func newAPIServer(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*api.Serv
 	if err != nil {
 		return nil, err
 	}
+	riverUI, err := newRiverUI(ctx, insertOnly, tel)
+	if err != nil {
+		return nil, err
+	}
 	return api.New(pool, api.Config{
 		Tokens: env.Tokens, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),
 		Logger: tel.logger, Version: version, Schedules: scheduleInfo(env),
+		DailyCaps: env.capsByName(), Today: budgetDay(env), RiverUI: riverUI,
 	})
+}
+
+// newRiverUI returns River UI (riverqueue.com/riverui) for job-level
+// inspection, served under /riverui/. It reads River's tables through the
+// client's driver; its buttons (cancel, retry, delete) act on River jobs,
+// which is why only operators reach it.
+func newRiverUI(ctx context.Context, client *river.Client[pgx.Tx], tel *telemetry) (*riverui.Handler, error) {
+	handler, err := riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(client, nil),
+		Logger:    tel.logger,
+		Prefix:    "/riverui",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error creating river ui: %w", err)
+	}
+	if err := handler.Start(ctx); err != nil {
+		return nil, fmt.Errorf("error starting river ui: %w", err)
+	}
+	return handler, nil
 }
 
 // serveHTTP serves handler on addr in the background and returns the

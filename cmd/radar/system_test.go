@@ -162,7 +162,7 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	require.NoError(t, err)
 	s.tel = &telemetry{providers: providers, instruments: instruments, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 
-	server, err := newAPIServer(s.pool, env, s.tel)
+	server, err := newAPIServer(t.Context(), s.pool, env, s.tel)
 	require.NoError(t, err)
 	s.api = httptest.NewServer(server.Handler())
 	t.Cleanup(s.api.Close)

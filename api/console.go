@@ -1,0 +1,135 @@
+package api
+
+import (
+	"bytes"
+	"embed"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strings"
+)
+
+// The batch console: one server-rendered page at / whose small script
+// (web/console.js, no build step, no CDN) polls the /v1 JSON API with the
+// session cookie and renders jobs, workers, requests with their progress,
+// provider budgets and alerts. Operators also get the request form (built
+// from the job's params schema, showing the call estimate first), stop and
+// abandon buttons; viewers get none of them. The role is decided here, on
+// the server, and the API refuses a viewer's POST anyway.
+
+//go:embed web
+var webFiles embed.FS
+
+var consoleTemplates = template.Must(template.ParseFS(webFiles, "web/*.html"))
+
+// consolePage is the data of web/console.html.
+type consolePage struct {
+	Role     Role
+	Operator bool
+	CSRF     string
+	RiverUI  bool
+	Insecure bool
+	Version  string
+}
+
+// loginPage is the data of web/login.html.
+type loginPage struct {
+	Next  string
+	Error string
+}
+
+func (s *Server) registerConsole() {
+	static, _ := fs.Sub(webFiles, "web/static")
+	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	s.mux.HandleFunc("GET /{$}", s.consoleHome)
+	s.mux.HandleFunc("GET /login", s.loginForm)
+	s.mux.HandleFunc("POST /login", s.login)
+	s.mux.HandleFunc("POST /logout", s.logout)
+}
+
+// consoleHome renders the console for a logged-in user (anyone when auth is
+// off), and sends everyone else to the login page.
+func (s *Server) consoleHome(w http.ResponseWriter, r *http.Request) {
+	page := consolePage{Role: RoleOperator, Insecure: s.cfg.Insecure, RiverUI: s.cfg.RiverUI != nil, Version: s.cfg.Version}
+	if !s.cfg.Insecure {
+		sess, ok := s.sessionFrom(r)
+		if !ok {
+			http.Redirect(w, r, "/login", http.StatusSeeOther)
+			return
+		}
+		page.Role, page.CSRF = sess.Role, s.sessions.csrfToken(sess)
+	}
+	page.Operator = page.Role == RoleOperator
+	page.RiverUI = page.RiverUI && page.Operator
+	s.render(w, http.StatusOK, "console.html", page)
+}
+
+func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.sessionFrom(r); ok || s.cfg.Insecure {
+		http.Redirect(w, r, localPath(r.URL.Query().Get("next")), http.StatusSeeOther)
+		return
+	}
+	s.render(w, http.StatusOK, "login.html", loginPage{Next: localPath(r.URL.Query().Get("next"))})
+}
+
+// login exchanges an API token for a session cookie. The token is checked
+// like a bearer token; the cookie carries only the role.
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	if err := s.crossOrigin.Check(r); err != nil {
+		http.Error(w, "cross-origin login refused", http.StatusForbidden)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+	next := localPath(r.PostFormValue("next"))
+	role, ok := s.lookupToken(strings.TrimSpace(r.PostFormValue("token")))
+	if !ok {
+		s.render(w, http.StatusUnauthorized, "login.html", loginPage{Next: next, Error: "That token is not valid. Use a viewer or operator token from BUILDRISK_API_TOKENS."})
+		return
+	}
+	setSessionCookie(w, r, s.sessions.encode(s.sessions.newSession(role)), int(SessionTTL.Seconds()))
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// logout deletes the session cookie. It is a POST carrying the CSRF token,
+// so another site cannot sign a user out.
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	if err := s.crossOrigin.Check(r); err != nil {
+		http.Error(w, "cross-origin logout refused", http.StatusForbidden)
+		return
+	}
+	if sess, ok := s.sessionFrom(r); ok && !s.sessions.checkCSRF(sess, r.PostFormValue("csrf")) {
+		http.Error(w, "missing or wrong CSRF token; reload the console", http.StatusForbidden)
+		return
+	}
+	setSessionCookie(w, r, "", -1)
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// render writes a console template with headers that keep the page to its
+// own scripts and out of other sites' frames.
+func (s *Server) render(w http.ResponseWriter, status int, name string, data any) {
+	var buf bytes.Buffer
+	if err := consoleTemplates.ExecuteTemplate(&buf, name, data); err != nil {
+		s.cfg.Logger.Error("error rendering console page", "page", name, "error", err.Error())
+		http.Error(w, "internal error; see the server log", http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
+		"connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = buf.WriteTo(w)
+}
+
+// localPath keeps a redirect target on this site: a path, never a URL or a
+// protocol-relative //host.
+func localPath(p string) string {
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") {
+		return "/"
+	}
+	return p
+}

@@ -1,0 +1,175 @@
+package api
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Console sessions.
+//
+// Logging in to the console with an API token sets a session cookie instead
+// of keeping the token in the browser. The cookie is signed, not stored:
+// its value is the role, an expiry and a random session id, followed by an
+// HMAC-SHA256 of those. The HMAC key is derived from the configured tokens,
+// so
+//   - every api replica configured with the same tokens accepts the
+//     cookies the others set: the api stays stateless behind a load
+//     balancer, with no session table and no shared secret to distribute;
+//   - changing BUILDRISK_API_TOKENS (revoking a token) signs every session
+//     out at once, because the key changes with them;
+//   - a cookie cannot be forged without knowing every token, and knowing an
+//     operator token already grants operator rights.
+//
+// Logout deletes the cookie from the browser. A copied cookie stays valid
+// until it expires (SessionTTL); rotating the tokens is the way to end every
+// session at once.
+
+// SessionCookieName is the console's session cookie.
+const SessionCookieName = "radar_session"
+
+// SessionTTL is how long a console login lasts.
+const SessionTTL = 12 * time.Hour
+
+// csrfHeader carries the session's CSRF token on the console's POSTs.
+const csrfHeader = "X-CSRF-Token"
+
+// session is one console login.
+type session struct {
+	Role    Role
+	Expires time.Time
+	// ID is random per login; the CSRF token is derived from it.
+	ID string
+}
+
+// sessionSigner signs and checks session cookies.
+type sessionSigner struct {
+	key []byte
+	now func() time.Time
+}
+
+// newSessionSigner derives the signing key from the tokens (see above). With
+// no tokens (BUILDRISK_INSECURE_NO_AUTH) it uses a random key: nobody can log
+// in then, and nobody needs to.
+func newSessionSigner(tokens map[string]Role, now func() time.Time) *sessionSigner {
+	entries := make([]string, 0, len(tokens))
+	for token, role := range tokens {
+		entries = append(entries, string(role)+":"+token)
+	}
+	slices.Sort(entries)
+	h := sha256.New()
+	h.Write([]byte("buildrisk-radar console session v1\x00"))
+	if len(entries) == 0 {
+		random := make([]byte, 32)
+		_, _ = rand.Read(random)
+		h.Write(random)
+	}
+	for _, e := range entries {
+		h.Write([]byte(e))
+		h.Write([]byte{0})
+	}
+	return &sessionSigner{key: h.Sum(nil), now: now}
+}
+
+// newSession starts a session for role.
+func (s *sessionSigner) newSession(role Role) *session {
+	id := make([]byte, 16)
+	_, _ = rand.Read(id)
+	return &session{Role: role, Expires: s.now().Add(SessionTTL).Truncate(time.Second), ID: hex.EncodeToString(id)}
+}
+
+// encode returns the cookie value of sess.
+func (s *sessionSigner) encode(sess *session) string {
+	payload := strings.Join([]string{"v1", string(sess.Role), strconv.FormatInt(sess.Expires.Unix(), 10), sess.ID}, "|")
+	enc := base64.RawURLEncoding.EncodeToString([]byte(payload))
+	return enc + "." + base64.RawURLEncoding.EncodeToString(s.mac("cookie", payload))
+}
+
+// decode checks a cookie value's signature and expiry.
+func (s *sessionSigner) decode(value string) (*session, bool) {
+	encPayload, encMAC, ok := strings.Cut(value, ".")
+	if !ok {
+		return nil, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(encPayload)
+	if err != nil {
+		return nil, false
+	}
+	mac, err := base64.RawURLEncoding.DecodeString(encMAC)
+	if err != nil || !hmac.Equal(mac, s.mac("cookie", string(payload))) {
+		return nil, false
+	}
+	parts := strings.Split(string(payload), "|")
+	if len(parts) != 4 || parts[0] != "v1" {
+		return nil, false
+	}
+	role := Role(parts[1])
+	if role != RoleViewer && role != RoleOperator {
+		return nil, false
+	}
+	unix, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil {
+		return nil, false
+	}
+	sess := &session{Role: role, Expires: time.Unix(unix, 0), ID: parts[3]}
+	if !s.now().Before(sess.Expires) {
+		return nil, false
+	}
+	return sess, true
+}
+
+// csrfToken is the session's CSRF token: the page embeds it and its script
+// sends it in X-CSRF-Token; a page on another origin can read neither the
+// cookie nor the page, so it cannot send the token.
+func (s *sessionSigner) csrfToken(sess *session) string {
+	return base64.RawURLEncoding.EncodeToString(s.mac("csrf", sess.ID))
+}
+
+// checkCSRF reports whether token is sess's CSRF token.
+func (s *sessionSigner) checkCSRF(sess *session, token string) bool {
+	return token != "" && hmac.Equal([]byte(token), []byte(s.csrfToken(sess)))
+}
+
+func (s *sessionSigner) mac(purpose, msg string) []byte {
+	h := hmac.New(sha256.New, s.key)
+	h.Write([]byte(purpose))
+	h.Write([]byte{0})
+	h.Write([]byte(msg))
+	return h.Sum(nil)
+}
+
+// sessionFrom returns the request's console session, if it carries a valid
+// one.
+func (s *Server) sessionFrom(r *http.Request) (*session, bool) {
+	c, err := r.Cookie(SessionCookieName)
+	if err != nil {
+		return nil, false
+	}
+	return s.sessions.decode(c.Value)
+}
+
+// setSessionCookie sets the session cookie: HttpOnly (scripts cannot read
+// it), SameSite=Strict (no other site's page sends it), and Secure when the
+// request came over TLS, directly or through a proxy that says so.
+func setSessionCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{
+		Name:     SessionCookieName,
+		Value:    value,
+		Path:     "/",
+		MaxAge:   maxAge,
+		HttpOnly: true,
+		Secure:   servedOverTLS(r),
+		SameSite: http.SameSiteStrictMode,
+	})
+}
+
+func servedOverTLS(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+}

@@ -1,0 +1,331 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/api"
+)
+
+// consoleClient is a browser-like client of the console: it keeps cookies
+// and does not follow redirects, so a test sees each answer.
+type consoleClient struct {
+	t    *testing.T
+	base string
+	http *http.Client
+	csrf string
+}
+
+func newConsoleClient(t *testing.T, server *httptest.Server) *consoleClient {
+	t.Helper()
+	client := server.Client()
+	client.Jar = newJar(t)
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &consoleClient{t: t, base: server.URL, http: client}
+}
+
+func newJar(t *testing.T) http.CookieJar {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return jar
+}
+
+// send sends a request with the given headers; body is sent as is.
+func (c *consoleClient) send(method, path, contentType, body string, header map[string]string) (*http.Response, string) {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.base+path, strings.NewReader(body))
+	require.NoError(c.t, err)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.http.Do(req)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(c.t, err)
+	return resp, string(raw)
+}
+
+// login posts the login form and returns the answer.
+func (c *consoleClient) login(token string) *http.Response {
+	c.t.Helper()
+	resp, _ := c.send(http.MethodPost, "/login", "application/x-www-form-urlencoded", url.Values{"token": {token}}.Encode(), nil)
+	return resp
+}
+
+var csrfMeta = regexp.MustCompile(`<meta name="csrf-token" content="([^"]+)">`)
+
+// page loads the console and remembers its CSRF token.
+func (c *consoleClient) page() string {
+	c.t.Helper()
+	resp, body := c.send(http.MethodGet, "/", "", "", nil)
+	require.Equal(c.t, http.StatusOK, resp.StatusCode, body)
+	m := csrfMeta.FindStringSubmatch(body)
+	require.NotNil(c.t, m, "the page carries the CSRF token")
+	c.csrf = m[1]
+	return body
+}
+
+func sessionCookie(t *testing.T, resp *http.Response) *http.Cookie {
+	t.Helper()
+	for _, c := range resp.Cookies() {
+		if c.Name == api.SessionCookieName {
+			return c
+		}
+	}
+	t.Fatalf("no %s cookie in %v", api.SessionCookieName, resp.Header.Values("Set-Cookie"))
+	return nil
+}
+
+// Login with a token sets an HttpOnly, SameSite=Strict session cookie (not
+// Secure over plain HTTP); the cookie then authenticates the API, and its
+// POSTs need the page's CSRF token and a same-origin browser.
+func TestConsole_Session(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	c := newConsoleClient(t, s.api)
+
+	resp, _ := c.send(http.MethodGet, "/", "", "", nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "no session: to the login page")
+	require.Equal(t, "/login", resp.Header.Get("Location"))
+	resp, body := c.send(http.MethodGet, "/login", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, body, `name="token"`)
+
+	resp = c.login("wrong-token")
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	require.Empty(t, resp.Cookies())
+	resp, _ = c.send(http.MethodGet, "/v1/jobs", "", "", nil)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+
+	resp = c.login(testOperatorToken)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/", resp.Header.Get("Location"))
+	cookie := sessionCookie(t, resp)
+	require.True(t, cookie.HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, cookie.SameSite)
+	require.False(t, cookie.Secure, "plain HTTP")
+	require.NotContains(t, cookie.Value, testOperatorToken, "the cookie never carries the token")
+
+	body = c.page()
+	require.Contains(t, body, `data-role="operator"`)
+	require.Contains(t, body, `id="request-form"`)
+	require.Contains(t, body, `href="/riverui/"`)
+
+	resp, _ = c.send(http.MethodGet, "/v1/jobs", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the cookie authenticates GETs")
+
+	stop := "/v1/jobs/aptTrade/stop"
+	resp, body = c.send(http.MethodPost, stop, "application/json", "", nil)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "no CSRF token")
+	require.Contains(t, body, "X-CSRF-Token")
+	resp, _ = c.send(http.MethodPost, stop, "application/json", "", map[string]string{"X-CSRF-Token": c.csrf + "x"})
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "wrong CSRF token")
+	resp, _ = c.send(http.MethodPost, stop, "application/json", "", map[string]string{"X-CSRF-Token": c.csrf, "Sec-Fetch-Site": "cross-site"})
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "a cross-site request is refused even with the token")
+	resp, _ = c.send(http.MethodPost, stop, "application/json", "", map[string]string{"X-CSRF-Token": c.csrf, "Origin": "http://evil.example"})
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "another origin is refused")
+	resp, body = c.send(http.MethodPost, stop, "application/json", "", map[string]string{"X-CSRF-Token": c.csrf, "Sec-Fetch-Site": "same-origin"})
+	require.Equal(t, http.StatusConflict, resp.StatusCode, "past auth: nothing runs, %s", body)
+
+	// Bearer auth is unchanged: a wrong bearer token is refused even with a
+	// valid session cookie, and a bearer POST needs no CSRF token.
+	resp, _ = c.send(http.MethodGet, "/v1/jobs", "", "", map[string]string{"Authorization": "Bearer wrong"})
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	resp, _ = c.send(http.MethodPost, stop, "application/json", "", map[string]string{"Authorization": "Bearer " + testOperatorToken})
+	require.Equal(t, http.StatusConflict, resp.StatusCode)
+
+	// Logout needs the CSRF token, then deletes the cookie.
+	resp, _ = c.send(http.MethodPost, "/logout", "application/x-www-form-urlencoded", "csrf=wrong", nil)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	resp, _ = c.send(http.MethodPost, "/logout", "application/x-www-form-urlencoded", url.Values{"csrf": {c.csrf}}.Encode(), nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Less(t, sessionCookie(t, resp).MaxAge, 0, "the cookie is deleted")
+	resp, _ = c.send(http.MethodGet, "/v1/jobs", "", "", nil)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+}
+
+// A viewer's console has no form and no River UI link, and the API refuses
+// its POSTs even with the CSRF token.
+func TestConsole_Viewer(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	c := newConsoleClient(t, s.api)
+	require.Equal(t, http.StatusSeeOther, c.login(testViewerToken).StatusCode)
+	body := c.page()
+	require.Contains(t, body, `data-role="viewer"`)
+	require.NotContains(t, body, `id="request-form"`)
+	require.NotContains(t, body, "/riverui/")
+	resp, _ := c.send(http.MethodPost, "/v1/jobs/aptTrade/requests", "application/json", aptTradeBody([]string{"11110"}, "2025-01", "2025-01"),
+		map[string]string{"X-CSRF-Token": c.csrf})
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	require.Equal(t, 0, s.count("SELECT count(*) FROM job_request"))
+}
+
+// Over TLS the session cookie is Secure; a login from another origin is
+// refused.
+func TestConsole_SecureCookieAndCrossOriginLogin(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	tlsServer := httptest.NewTLSServer(s.api.Config.Handler)
+	t.Cleanup(tlsServer.Close)
+	c := newConsoleClient(t, tlsServer)
+	resp := c.login(testOperatorToken)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.True(t, sessionCookie(t, resp).Secure)
+
+	plain := newConsoleClient(t, s.api)
+	resp, _ = plain.send(http.MethodPost, "/login", "application/x-www-form-urlencoded", url.Values{"token": {testOperatorToken}}.Encode(),
+		map[string]string{"Sec-Fetch-Site": "cross-site"})
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	require.Empty(t, resp.Cookies())
+
+	// Behind a proxy that terminates TLS and says so.
+	resp, _ = plain.send(http.MethodPost, "/login", "application/x-www-form-urlencoded", url.Values{"token": {testOperatorToken}}.Encode(),
+		map[string]string{"X-Forwarded-Proto": "https"})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.True(t, sessionCookie(t, resp).Secure)
+}
+
+// With auth off (BUILDRISK_INSECURE_NO_AUTH=1) the console needs no login
+// and acts as an operator, like the API.
+func TestConsole_InsecureNoAuth(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_INSECURE_NO_AUTH": "1"}})
+	c := newConsoleClient(t, s.api)
+	resp, body := c.send(http.MethodGet, "/", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, body, `data-role="operator"`)
+	require.NotContains(t, body, `action="/logout"`, "nothing to log out of")
+	resp, _ = c.send(http.MethodGet, "/login", "", "", nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "no login page either")
+	resp, _ = c.send(http.MethodGet, "/riverui/", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// POST /v1/jobs/{job}/estimate validates like a request and answers the
+// estimate, writing no row.
+func TestConsole_Estimate(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_DAILY_CAP_MOLIT": "10"}})
+
+	status, out := s.post("/v1/jobs/aptTrade/estimate", aptTradeBody([]string{"11110", "11140"}, "2025-01", "2025-03"))
+	require.Equal(t, http.StatusOK, status, "%v", out)
+	require.Equal(t, map[string]any{"job": "aptTrade", "estimatedCalls": float64(6)}, withoutSchema(out))
+
+	status, out = s.post("/v1/jobs/aptTrade/estimate", aptTradeBody([]string{"11110"}, "2025-13", "2025-03"))
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, out["detail"], "params.from")
+	require.Equal(t, "body.params.from", out["errors"].([]any)[0].(map[string]any)["location"])
+
+	status, out = s.post("/v1/jobs/aptTrade/estimate", `{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01"},"maxCalls":0}`)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, out["detail"], "maxCalls")
+
+	status, out = s.post("/v1/jobs/aptTrade/estimate", `{"params":{},"bogus":1}`)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, out["detail"], "bogus")
+
+	status, out = s.post("/v1/jobs/aptTrade/estimate", aptTradeBody([]string{"11110", "11140"}, "2025-01", "2025-06"))
+	require.Equal(t, http.StatusBadRequest, status, "12 calls exceed the cap of 10")
+	require.Contains(t, out["detail"], "daily cap")
+
+	status, _ = s.post("/v1/jobs/nope/estimate", `{"params":{}}`)
+	require.Equal(t, http.StatusNotFound, status)
+	status, _ = s.do(http.MethodPost, "/v1/jobs/aptTrade/estimate", testViewerToken, aptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
+	require.Equal(t, http.StatusForbidden, status)
+
+	require.Equal(t, 0, s.count("SELECT count(*) FROM job_request"), "an estimate writes no request")
+	require.Equal(t, 0, s.count("SELECT count(*) FROM river_job"), "nor a River job")
+
+	// The same body as a request: the same estimate.
+	status, out = s.post("/v1/jobs/aptTrade/requests", aptTradeBody([]string{"11110", "11140"}, "2025-01", "2025-03"))
+	require.Equal(t, http.StatusAccepted, status)
+	require.Equal(t, float64(6), out["estimatedCalls"])
+}
+
+// withoutSchema drops Huma's $schema link from an answer.
+func withoutSchema(out map[string]any) map[string]any {
+	delete(out, "$schema")
+	return out
+}
+
+// GET /v1/providers shows each provider's cap, today's use and what is left.
+func TestConsole_Providers(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_DAILY_CAP_MOLIT": "100"}})
+	s.startWorker()
+	done := s.waitRequest(s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-03")), "DONE", "FAILED")
+	require.Equal(t, "DONE", done["status"])
+
+	status, out := s.get("/v1/providers")
+	require.Equal(t, http.StatusOK, status)
+	byName := map[string]map[string]any{}
+	for _, p := range out["providers"].([]any) {
+		byName[p.(map[string]any)["provider"].(string)] = p.(map[string]any)
+	}
+	require.ElementsMatch(t, []string{"CREDIT", "DART", "KRX", "MOLIT"}, keys(byName))
+	molit := byName["MOLIT"]
+	require.Equal(t, float64(3), molit["usedToday"])
+	require.Equal(t, float64(100), molit["dailyCap"])
+	require.Equal(t, float64(97), molit["remaining"])
+	require.Equal(t, []any{"aptTrade"}, molit["jobs"])
+	require.Equal(t, float64(0), byName["DART"]["usedToday"])
+}
+
+// /riverui/ answers 401 (a browser: a redirect to the login page) without an
+// operator, 403 to a viewer, and the UI to an operator, by bearer token or
+// console session.
+func TestConsole_RiverUI(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	anon := newConsoleClient(t, s.api)
+
+	resp, _ := anon.send(http.MethodGet, "/riverui/", "", "", nil)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	resp, _ = anon.send(http.MethodGet, "/riverui/api/jobs?state=available", "", "", nil)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "River UI's API too")
+	resp, _ = anon.send(http.MethodGet, "/riverui/", "", "", map[string]string{"Accept": "text/html"})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/login?next="+url.QueryEscape("/riverui/"), resp.Header.Get("Location"))
+
+	resp, _ = anon.send(http.MethodGet, "/riverui/", "", "", map[string]string{"Authorization": "Bearer " + testViewerToken})
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+
+	resp, body := anon.send(http.MethodGet, "/riverui/", "", "", map[string]string{"Authorization": "Bearer " + testOperatorToken})
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, body, "River")
+	require.Contains(t, body, "/riverui/assets/", "the SPA's assets under the prefix")
+
+	viewer := newConsoleClient(t, s.api)
+	viewer.login(testViewerToken)
+	resp, _ = viewer.send(http.MethodGet, "/riverui/", "", "", nil)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+
+	op := newConsoleClient(t, s.api)
+	require.Equal(t, http.StatusSeeOther, op.login(testOperatorToken).StatusCode)
+	resp, _ = op.send(http.MethodGet, "/riverui/", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
+	resp, body = op.send(http.MethodGet, "/riverui/api/jobs?state=available", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, `"kind":"buildrisk_run"`, "River UI lists the request's River job")
+
+	// Login from River UI's redirect comes back to it.
+	back := newConsoleClient(t, s.api)
+	resp, _ = back.send(http.MethodPost, "/login", "application/x-www-form-urlencoded",
+		url.Values{"token": {testOperatorToken}, "next": {"/riverui/"}}.Encode(), nil)
+	require.Equal(t, "/riverui/", resp.Header.Get("Location"))
+}
