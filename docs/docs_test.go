@@ -350,3 +350,36 @@ func TestAlertsLinkToRunbook(t *testing.T) {
 		}
 	}
 }
+
+// testNameRE finds test names the documents cite: `TestSomething`.
+var testNameRE = regexp.MustCompile("`(Test[A-Za-z0-9_]+)`")
+
+// Every test a document cites as proof of a guarantee exists, so a renamed
+// or deleted test can't leave a claim without its proof.
+func TestCitedTestsExist(t *testing.T) {
+	t.Parallel()
+
+	defined := map[string]bool{}
+	funcRE := regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]+)\(`)
+	files := trackedFiles(t)
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			for _, m := range funcRE.FindAllStringSubmatch(readRepoFile(t, name), -1) {
+				defined[m[1]] = true
+			}
+		}
+	}
+	cited := 0
+	for _, name := range files {
+		if !strings.HasPrefix(name, "docs/") || !strings.HasSuffix(name, ".md") {
+			continue
+		}
+		for _, m := range testNameRE.FindAllStringSubmatch(readRepoFile(t, name), -1) {
+			cited++
+			if !defined[m[1]] {
+				t.Errorf("%s cites %s, which no test file defines", name, m[1])
+			}
+		}
+	}
+	require.NotZero(t, cited, "docs/architecture.md cites the tests behind its guarantees")
+}
