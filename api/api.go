@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
+	"strconv"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -114,12 +116,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 		sessions: newSessionSigner(cfg.Tokens, time.Now), crossOrigin: http.NewCrossOriginProtection(),
 	}
 
-	humaConfig := huma.DefaultConfig("buildrisk-radar", cfg.Version)
-	humaConfig.Info.Description = "Enqueue and observe buildrisk-radar's batch jobs. GETs need a viewer or operator token, POSTs an operator token."
-	humaConfig.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
-		"bearer": {Type: "http", Scheme: "bearer"},
-	}
-	s.api = humago.New(s.mux, humaConfig)
+	s.api = humago.New(s.mux, openAPIConfig(cfg.Version))
 	s.Register(s.api)
 
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -136,6 +133,87 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 		s.mux.Handle(riverUIPrefix, http.RedirectHandler(riverUIPrefix+"/", http.StatusMovedPermanently))
 	}
 	return s, nil
+}
+
+// openAPIConfig is the API's Huma configuration: the OpenAPI document's
+// info, servers, tags and security scheme, and the hook that documents the
+// errors every operation can answer, so that a client generated from the
+// document knows every status it will see.
+func openAPIConfig(version string) huma.Config {
+	c := huma.DefaultConfig("buildrisk-radar", version)
+	c.Info.Description = "Enqueue and observe buildrisk-radar's batch jobs. GETs need a viewer or operator token, POSTs an operator token. Errors are RFC 9457 problem+json; bad input is a 400 naming the field."
+	c.Info.Contact = &huma.Contact{Name: "buildrisk-radar operators"}
+	c.Info.License = &huma.License{Name: "Proprietary", Identifier: "LicenseRef-Proprietary"}
+	// "/" is the api that serves the document, wherever it is deployed; the
+	// second entry is for clients generated from a saved copy.
+	c.Servers = []*huma.Server{
+		{URL: "/", Description: "the api that serves this document"},
+		{
+			URL:         "{scheme}://{host}",
+			Description: "an api role (radar api; radar dev serves http on localhost:8080)",
+			Variables: map[string]*huma.ServerVariable{
+				"scheme": {Default: "https", Enum: []string{"http", "https"}, Description: "https behind a TLS-terminating proxy"},
+				"host":   {Default: "localhost:8080", Description: "host and port of the api (BUILDRISK_HTTP_ADDR)"},
+			},
+		},
+	}
+	// No $schema member in response bodies (Huma's default link
+	// transformer): the bodies are exactly the documented shapes, and no
+	// body carries a URL built from a Host header a proxy may have changed.
+	c.CreateHooks = nil
+	c.Tags = []*huma.Tag{
+		{Name: "jobs", Description: "The job catalog: each job's params, last execution, schedule and whether its provider keys are configured; stopping a run."},
+		{Name: "requests", Description: "Requesting a run (202 at once, 409 while the job has an active request) and following its progress."},
+		{Name: "executions", Description: "Executions of a job: abandoning one whose worker is dead."},
+		{Name: "workers", Description: "The worker registry: heartbeats, configured key names and the requests each worker holds."},
+		{Name: "alerts", Description: "The risk alerts the rules job wrote, with the values that fired them."},
+	}
+	c.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		"bearer": {Type: "http", Scheme: "bearer", Description: "A viewer or operator token of BUILDRISK_API_TOKENS."},
+	}
+	c.OnAddOperation = append(c.OnAddOperation, documentErrors)
+	return c
+}
+
+// documentErrors adds to op the errors that happen outside its handler:
+// 401 for an operation that needs a token, 403 for one that needs an
+// operator's (every POST); and it documents Huma's schema-validation
+// failures as the 400 this API answers them with (see init), not as 422.
+func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
+	if op.Responses == nil {
+		op.Responses = map[string]*huma.Response{}
+	}
+	errorResponse := func(status int) *huma.Response {
+		schema := oapi.Components.Schemas.Schema(reflect.TypeFor[huma.ErrorModel](), true, "ErrorModel")
+		return &huma.Response{
+			Description: http.StatusText(status),
+			Content:     map[string]*huma.MediaType{"application/problem+json": {Schema: schema}},
+		}
+	}
+	add := func(status int) {
+		if key := strconv.Itoa(status); op.Responses[key] == nil {
+			op.Responses[key] = errorResponse(status)
+		}
+	}
+	if r, ok := op.Responses["422"]; ok {
+		delete(op.Responses, "422")
+		if op.Responses["400"] == nil {
+			r.Description = http.StatusText(http.StatusBadRequest)
+			op.Responses["400"] = r
+		}
+	}
+	if len(op.Security) > 0 {
+		add(http.StatusUnauthorized)
+		if op.Method != http.MethodGet {
+			add(http.StatusForbidden)
+		}
+	}
+	if _, ok := op.Responses["default"]; ok && len(op.Responses) > 2 {
+		// Huma's catch-all for an operation without declared errors: now
+		// that its errors are listed, list the 500 instead.
+		delete(op.Responses, "default")
+		add(http.StatusInternalServerError)
+	}
 }
 
 // Handler returns the HTTP handler: the API behind bearer-token (or console

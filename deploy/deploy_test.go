@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/buildrisk/radar/docs"
 	"github.com/buildrisk/radar/observability"
 )
 
@@ -865,25 +866,36 @@ func loadCompose(t *testing.T) composeFile {
 	return c
 }
 
-// Environment variables of DESIGN.md's Environment table, plus BUILDRISK_ROLE
-// (role selection), BUILDRISK_INSECURE_NO_AUTH and BUILDRISK_LOG_FORMAT (read
-// by cmd/radar).
-var (
-	allowedEnv = []string{
-		"BUILDRISK_ADMIN_ADDR", "BUILDRISK_API_TOKENS", "BUILDRISK_DRAIN_TIMEOUT", "BUILDRISK_FANOUT",
-		"BUILDRISK_HEARTBEAT_INTERVAL", "BUILDRISK_HTTP_ADDR", "BUILDRISK_INSECURE_NO_AUTH", "BUILDRISK_LOG_FORMAT",
-		"BUILDRISK_REAP_INTERVAL", "BUILDRISK_ROLE", "BUILDRISK_STALE_AFTER", "BUILDRISK_TIMEZONE",
-		"BUILDRISK_UPSTREAM_URL", "DATABASE_URL",
-	}
-	allowedEnvRE  = regexp.MustCompile(`^(BUILDRISK_(KEY|DAILY_CAP)_(DART|MOLIT|KRX|CREDIT)|BUILDRISK_(DART|MOLIT|KRX|CREDIT)_URL|OTEL_[A-Z_]+)$`)
-	providerKeyRE = regexp.MustCompile(`^BUILDRISK_KEY_`)
-)
+// providerKeyRE matches the provider keys, which only workers may hold.
+var providerKeyRE = regexp.MustCompile(`^BUILDRISK_KEY_`)
 
+// documentedEnv returns a pattern per variable (or family of variables) of
+// docs/configuration.md's tables.
+func documentedEnv(t *testing.T) []*regexp.Regexp {
+	t.Helper()
+
+	data, err := os.ReadFile(filepath.Join("..", "docs", "configuration.md"))
+	require.NoError(t, err)
+	vars := docs.Variables(string(data))
+	require.NotEmpty(t, vars)
+	patterns := make([]*regexp.Regexp, len(vars))
+	for i, v := range vars {
+		patterns[i] = docs.Pattern(v.Name)
+	}
+	return patterns
+}
+
+// requireAllowedEnv fails unless name is a variable docs/configuration.md
+// documents: a deploy file never sets a variable radar does not read.
 func requireAllowedEnv(t *testing.T, where, name string) {
 	t.Helper()
 
-	require.True(t, slices.Contains(allowedEnv, name) || allowedEnvRE.MatchString(name),
-		"%s: %s is not a variable of DESIGN.md's Environment table", where, name)
+	for _, re := range documentedEnv(t) {
+		if re.MatchString(name) {
+			return
+		}
+	}
+	t.Fatalf("%s: %s is not a variable of docs/configuration.md", where, name)
 }
 
 func TestCompose(t *testing.T) {
@@ -909,7 +921,7 @@ func TestCompose(t *testing.T) {
 	cond, _ = api.dependsOnCondition("migrate")
 	require.Equal(t, "service_completed_successfully", cond)
 	for name := range api.Environment {
-		require.NotRegexp(t, providerKeyRE, name, "the api must hold no provider keys (ADR-012)")
+		require.NotRegexp(t, providerKeyRE, name, "the api must hold no provider keys (it never calls a provider)")
 	}
 
 	worker := c.Services["worker"]
@@ -1151,7 +1163,7 @@ func TestKubernetes(t *testing.T) {
 	require.Equal(t, ":8080", apiEnv["BUILDRISK_HTTP_ADDR"])
 	require.NotEmpty(t, apiEnv["BUILDRISK_API_TOKENS"])
 	for name := range apiEnv {
-		require.NotRegexp(t, providerKeyRE, name, "the api must hold no provider keys (ADR-012)")
+		require.NotRegexp(t, providerKeyRE, name, "the api must hold no provider keys (it never calls a provider)")
 	}
 	ac := api.Spec.Template.Spec.Containers[0]
 	require.NotNil(t, ac.ReadinessProbe)
@@ -1195,4 +1207,83 @@ func TestDockerfile(t *testing.T) {
 	require.Contains(t, text, "-X main.version=")
 	require.Contains(t, text, `ENTRYPOINT ["radar"]`)
 	require.FileExists(t, "Dockerfile.dockerignore")
+}
+
+// shellWords splits s the way a shell splits a command line of plain words
+// and double-quoted strings (all the Makefile and Dockerfile use).
+func shellWords(s string) []string {
+	var words []string
+	var cur strings.Builder
+	inWord, quoted := false, false
+	for _, r := range s {
+		switch {
+		case r == '"':
+			quoted = !quoted
+			inWord = true
+		case !quoted && (r == ' ' || r == '\t'):
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words
+}
+
+// makeVariable returns the value of a `NAME = value` line of the Makefile.
+func makeVariable(t *testing.T, makefile, name string) string {
+	t.Helper()
+
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s*[:?]?=\s*(.*)$`).FindStringSubmatch(makefile)
+	require.NotNil(t, m, "the Makefile sets no %s", name)
+	return strings.TrimSpace(m[1])
+}
+
+// The image is built with the flags CI builds with: the Dockerfile's build
+// environment and `go build` flags equal the Makefile's BUILD_ENV and
+// BUILD_FLAGS, which `make build` (run by .ci/run) uses.
+func TestDockerfileBuildsLikeMakefile(t *testing.T) {
+	t.Parallel()
+
+	mk, err := os.ReadFile("../Makefile")
+	require.NoError(t, err)
+	makefile := string(mk)
+	require.Regexp(t, `(?m)^build:\n\t\$\(BUILD_ENV\) \$\(GO\) build \$\(BUILD_FLAGS\) -o bin/radar \./cmd/radar$`, makefile,
+		"make build uses BUILD_ENV and BUILD_FLAGS")
+	wantEnv := shellWords(makeVariable(t, makefile, "BUILD_ENV"))
+	wantFlags := shellWords(makeVariable(t, makefile, "BUILD_FLAGS"))
+
+	df, err := os.ReadFile("Dockerfile")
+	require.NoError(t, err)
+	// Join continuation lines, then read the build stage's ENV and go build.
+	dockerfile := strings.ReplaceAll(string(df), "\\\n", " ")
+	var gotEnv, gotFlags []string
+	for line := range strings.SplitSeq(dockerfile, "\n") {
+		if rest, ok := strings.CutPrefix(line, "ENV "); ok {
+			gotEnv = append(gotEnv, shellWords(rest)...)
+		}
+		if _, build, ok := strings.Cut(line, " go build "); ok {
+			require.Nil(t, gotFlags, "one go build in the Dockerfile")
+			flags, _, ok := strings.Cut(build, " -o ")
+			require.True(t, ok, "go build ... -o OUT")
+			gotFlags = shellWords(strings.ReplaceAll(flags, "${VERSION}", "$(VERSION)"))
+		}
+	}
+	require.NotNil(t, gotFlags, "the Dockerfile runs go build")
+	require.ElementsMatch(t, wantEnv, gotEnv, "the Dockerfile's ENV and the Makefile's BUILD_ENV")
+	require.Equal(t, wantFlags, gotFlags, "the Dockerfile's go build flags and the Makefile's BUILD_FLAGS")
+}
+
+func TestShellWords(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, []string{"-trimpath", "-ldflags", "-s -w -X main.version=$(VERSION)", "x"},
+		shellWords(` -trimpath  -ldflags "-s -w -X main.version=$(VERSION)" x`))
 }

@@ -5,7 +5,8 @@
 //   - compose.yaml: PostgreSQL, migrate, api, two workers (stop_grace_period
 //     60s for the drain), the fake upstream, Prometheus and Grafana.
 //   - k8s/: api and worker Deployments, Services, the migrate Job, ConfigMap
-//     and Secrets (provider keys only for the worker).
+//     and Secrets (provider keys only for the worker), and the workers'
+//     PodDisruptionBudget.
 //   - prometheus/: the scrape config, the alert rules and their promtool
 //     unit tests.
 //   - grafana/: the provisioned datasource, dashboard and alert rules.
@@ -14,5 +15,12 @@
 // without it when BUILDRISK_REQUIRE_PROMTOOL=1), checks the fields Grafana's
 // provisioning loader requires, and checks that every metric name used by a
 // rule, alert or panel is one of observability.MetricNames, so renaming an
-// instrument can't silently blind an alert.
+// instrument can't silently blind an alert. It also checks that the deploy
+// files set only variables docs/configuration.md lists, and that the
+// Dockerfile builds with the Makefile's BUILD_ENV and BUILD_FLAGS (what CI
+// builds with).
+//
+// validate/ is a Go module of its own: it builds k8s/ with kustomize's
+// library, decodes every object strictly into the Kubernetes API types, and
+// loads compose.yaml with the Compose Specification's loader.
 package deploy

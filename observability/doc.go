@@ -16,7 +16,7 @@
 //
 // # Count, don't spam
 //
-// The post-mortem behind this service lost events for 13 days while its logs
+// The batch this service replaces lost events for 13 days while its logs
 // held millions of identical stack traces. Repeated events are counted with
 // an instrument and summarised once per interval with [Summary]; they are
 // never logged one line per item.

@@ -107,7 +107,7 @@ const (
 	// Requests (the call is retried after Retry-After). Not a loss.
 	ReasonProvider429 = "provider_429"
 	// ReasonQueueFull is an item refused because a bounded queue was full:
-	// the post-mortem's failure, which backpressure is meant to make
+	// the lost-events incident's failure, which backpressure is meant to make
 	// impossible. A loss.
 	ReasonQueueFull = "queue_full"
 	// ReasonSubmitFailed is an item whose submit failed after a slot was

@@ -158,7 +158,7 @@ func contextLogAttrs(ctx context.Context) []slog.Attr {
 
 // Summary counts repeated events by key and logs them as one line per
 // interval instead of one line (or one stack trace) per event: the
-// post-mortem's lesson is to count, not spam. Pair it with a counter of
+// lesson of the lost-events incident is to count, not spam. Pair it with a counter of
 // [Instruments] for alerting; the summary line tells a reader of the logs
 // what happened in that interval.
 //

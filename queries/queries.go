@@ -1,7 +1,7 @@
 // Package queries holds the SQL of buildrisk-radar's own tables: one
 // <table>.sql file per table, the code sqlc generates from them (committed,
 // never edited by hand), and this small hand-written file that translates
-// driver errors and runs transactions with the retry rules the seeds demand.
+// driver errors and runs metadata transactions with their retry rules.
 //
 // Nothing else in the module writes SQL.
 package queries
@@ -26,8 +26,8 @@ var ErrNotFound = errors.New("not found")
 var ErrUniqueViolation = errors.New("unique violation")
 
 // TxRetryAttempts is how many times a metadata transaction is retried after a
-// serialization failure or a deadlock (ADR-012: two different jobs started
-// together must both run).
+// serialization failure or a deadlock: two different jobs started together
+// must both run, and a conflict between them is transient.
 const TxRetryAttempts = 3
 
 // Interpret maps driver errors to this package's sentinels, keeping the
@@ -68,9 +68,9 @@ func InTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
 
 // InTxOpts is InTx with explicit transaction options and retry count (0
 // disables retries; the tests use it to show the conflict the retry
-// absorbs). Metadata transactions use READ COMMITTED: the seed's
-// SERIALIZABLE default made two different jobs started together fail
-// (ADR-012, 2026-09-25).
+// absorbs). Metadata transactions use READ COMMITTED: under SERIALIZABLE,
+// two different jobs started together read each other's execution tables
+// and one of them failed to start with a serialization error.
 func InTxOpts(ctx context.Context, db Beginner, opts pgx.TxOptions, retries int, fn func(tx pgx.Tx) error) error {
 	for attempt := 0; ; attempt++ {
 		err := inTxOnce(ctx, db, opts, fn)

@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // startTwoJobs runs, for two different jobs at once, what creating an
 // execution does: read the job's executions, then insert one. A barrier
 // makes both transactions read before either writes, the interleaving
-// that failed in production under SERIALIZABLE (ADR-012, 2026-09-25).
+// that makes SERIALIZABLE fail one of the two starts.
 func startTwoJobs(t *testing.T, pool *pgxpool.Pool, opts pgx.TxOptions, retries int) []error {
 	t.Helper()
 	ctx := context.Background()
@@ -60,7 +60,7 @@ func TestInTx_DifferentJobsStartTogether(t *testing.T) {
 	t.Parallel()
 
 	t.Run("SerializableWithoutRetry_Fails", func(t *testing.T) {
-		// The negative control: the seed's configuration loses one start.
+		// The negative control: SERIALIZABLE without a retry loses one start.
 		t.Parallel()
 		errs := startTwoJobs(t, pgtest.NewPool(t), pgx.TxOptions{IsoLevel: pgx.Serializable}, 0)
 		failed := 0

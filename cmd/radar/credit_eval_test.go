@@ -47,11 +47,11 @@ func (s *testSystem) creditToday() time.Time {
 	return upstream.Day(time.Now(), s.env.Location)
 }
 
-// The post-mortem's batch, end to end over HTTP: a few thousand targets,
-// latency and 5% empty lookups. COMPLETED; targets = written + skipped +
-// failed; the domain-row count agrees; no rejection; one fallback call per
-// empty lookup. Then a backfill after rows went missing re-evaluates only
-// those.
+// The lost-events incident's batch (docs/architecture.md), end to end over
+// HTTP: a few thousand targets, latency and 5% empty lookups. COMPLETED;
+// targets = written + skipped + failed; the domain-row count agrees; no
+// rejection; one fallback call per empty lookup. Then a backfill after rows
+// went missing re-evaluates only those.
 func TestCreditEval_EndToEndAndBackfill(t *testing.T) {
 	t.Parallel()
 	s := newTestSystem(t, &testSystemOpts{

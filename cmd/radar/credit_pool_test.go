@@ -52,7 +52,8 @@ func (j *dbJob) Process(ctx context.Context, run *batch.Run, chunk string) (*bat
 	}}, nil
 }
 
-// Connection discipline (the post-mortem's second incident): a database
+// Connection discipline (a request that needs a second connection while it
+// holds one can deadlock a small pool against itself): a database
 // pool of 4 connections, a fan-out of 16 against a slow upstream, and two
 // other jobs running at the same time. Nothing waits forever for a
 // connection, everything completes, and the pool never shows more than 4

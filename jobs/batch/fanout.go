@@ -13,8 +13,8 @@ import (
 	"github.com/buildrisk/radar/observability"
 )
 
-// This file is the bounded fan-out of DESIGN item 16, the post-mortem's fix
-// made a framework guarantee. Per-item external work inside a chunk runs on
+// This file is the bounded fan-out: the fix for the lost-events incident
+// (docs/architecture.md, "Zero-loss fan-out") made a framework guarantee. Per-item external work inside a chunk runs on
 // at most Size goroutines. A slot is acquired *before* an item is handed
 // over; when every slot is busy the producer waits, and the items not yet
 // handed over stay where they are (in the chunk's list, read from the
@@ -29,8 +29,8 @@ var ErrFanOutClosed = errors.New("fan-out pool is closed")
 // PanicError is a handed-over function that panicked. The pool recovers it
 // so that one bad item neither kills the worker process nor leaks its slot;
 // the item counts as failed. The stack is deliberately not kept: a failure
-// per item is counted, not logged with a trace (the post-mortem's 18 million
-// lines).
+// per item is counted, not logged with a trace (a stack trace per refused
+// item once buried a real loss under 18 million log lines).
 type PanicError struct {
 	// Value is what the function panicked with.
 	Value any
@@ -98,7 +98,8 @@ func (c FanOutConfig) validate() error {
 // show its state; refusals count buildrisk_fanout_rejections_total.
 //
 // A FanOut holds no database connection: the functions it runs must not
-// either while they wait on the network (see DESIGN item 5).
+// either while they wait on the network (a chunk's external calls run with
+// no transaction open, so a slow provider never pins a pool connection).
 type FanOut struct {
 	cfg   FanOutConfig
 	slots chan struct{} // a token per busy slot; never more than Size

@@ -52,7 +52,7 @@ func (b *fanOutBundle) run(size int) *batch.Run {
 }
 
 // executor is what the saturation scenario drives: the bounded fan-out, or
-// the naive executor of the post-mortem.
+// the naive executor that lost items in the lost-events incident.
 type executor interface {
 	Submit(ctx context.Context, fn func(context.Context) error) error
 	Waiting() int
@@ -61,7 +61,7 @@ type executor interface {
 
 var errQueueFull = errors.New("queue full: item rejected")
 
-// naiveExecutor is the post-mortem's executor, kept as the negative
+// naiveExecutor is the lost-events incident's executor, kept as the negative
 // control: `workers` goroutines behind a bounded queue that drops an item
 // when it is full (Java's ThreadPoolExecutor with its default
 // AbortPolicy, and a poll loop that moves on after the exception).
@@ -108,7 +108,7 @@ type saturation struct {
 	inflightAtPeak float64
 }
 
-// saturate is the post-mortem's latch test, with no sleeps: `workers`
+// saturate is the latch-based saturation test, with no sleeps: `workers`
 // workers are all held on a latch, workers+extra items are pushed, then the
 // latch is released and every item that was accepted runs.
 func saturate(t *testing.T, b *fanOutBundle, ex executor, workers, extra int) saturation {
@@ -129,7 +129,7 @@ func saturate(t *testing.T, b *fanOutBundle, ex executor, workers, extra int) sa
 				return nil
 			})
 			if err != nil {
-				rejected++ // the post-mortem's poll loop: logged, then gone
+				rejected++ // a poll loop that logs the refusal and moves on: gone
 			}
 		}
 	}()
@@ -165,7 +165,7 @@ func saturate(t *testing.T, b *fanOutBundle, ex executor, workers, extra int) sa
 	return out
 }
 
-// The post-mortem's saturation test: pool N, all N workers held on a
+// The saturation test: pool N, all N workers held on a
 // latch, N+20 items pushed, latch released → every item processed, no
 // rejection; the same scenario on the naive bounded-queue executor loses
 // items, so the test can fail.
@@ -190,7 +190,7 @@ func TestFanOut_Saturation(t *testing.T) {
 	t.Run("NegativeControl_NaiveBoundedQueue", func(t *testing.T) {
 		t.Parallel()
 		b := fanOutSetup(t)
-		const queueSize = 10 // the post-mortem's 3,000, scaled to the test
+		const queueSize = 10 // the incident's 3,000 slots, scaled to the test
 		got := saturate(t, b, newNaiveExecutor(b, workers, queueSize), workers, extra)
 		require.Less(t, got.processed, workers+extra, "the naive executor loses items")
 		require.GreaterOrEqual(t, got.rejected, extra-queueSize)

@@ -50,8 +50,9 @@ type Job interface {
 }
 
 // DomainRowCounter is implemented by jobs that can count, with a query, the
-// domain rows their executions wrote: the second, independent count the
-// post-mortem needed to prove a loss.
+// domain rows their executions wrote: a second count, independent of the
+// runner's own, so that a loss can be proved from the data and not only
+// from the counters.
 type DomainRowCounter interface {
 	DomainRows(ctx context.Context, db queries.DBTX, executionIDs []int64) (int64, error)
 }

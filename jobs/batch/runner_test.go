@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type noParams struct{}
 
 // itemsJob has `chunks` chunks of `perChunk` targets each; lose drops items
-// from each chunk's accounting (the post-mortem's silent loss).
+// from each chunk's accounting (a silent loss: nothing says they failed).
 type itemsJob struct {
 	chunks, perChunk int64
 	lose             int64

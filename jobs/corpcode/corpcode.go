@@ -3,8 +3,8 @@
 // temporary file and upserts the companies into company in chunks of
 // jobs.CorpCodeSyncChunkSize, marking construction companies as tracked.
 //
-// Restart rule (ADR-012, VERIFICATION 182): the archive lives on a tmpfs
-// that a new container does not have. Plan runs on every execution,
+// Restart rule: the archive lives on a tmpfs that a new container does not
+// have, so a restarted run must not assume the file is still there. Plan runs on every execution,
 // resumed ones included: it reuses the instance's file while it is still
 // there, unchanged, and downloads it again when it is gone. A chunk key
 // embeds the file's SHA-256, so the chunks of a re-downloaded file (whose

@@ -1,6 +1,7 @@
 // Package credit is the creditEval job: a credit grade, once a day, for
-// every company with outstanding exposure — the post-mortem's batch, built
-// so that its failure mode cannot recur silently.
+// every company with outstanding exposure — the batch of the lost-events
+// incident (docs/architecture.md), built so that its failure mode cannot
+// recur silently.
 //
 // Targets are the exposure ledger's companies with outstanding_krw > 0, in
 // corp code order, cut into chunks of jobs.CreditEvalChunkSize. In a chunk

@@ -365,7 +365,7 @@ func TestCreditEval_ParamsAndEstimate(t *testing.T) {
 	require.Equal(t, time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC), upstream.Day(time.Date(2026, 1, 1, 15, 0, 0, 0, time.UTC), seoul), "midnight in Seoul is 15:00 UTC")
 }
 
-// lossyJob injects the post-mortem's fault: each chunk drops one target
+// lossyJob injects the lost-events fault: each chunk drops one target
 // silently (its result vanishes; nothing says it failed).
 type lossyJob struct{ *credit.Job }
 

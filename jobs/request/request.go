@@ -57,7 +57,8 @@ func (e *DuplicateError) Error() string {
 
 // CleanupFunc finalizes, inside tx and under the job's advisory lock, the
 // active request of job when the worker holding it is dead, so that a dead
-// worker never blocks a job (ADR-012 item 119).
+// worker never blocks a job: without it, a request held by a crashed worker
+// would answer every new request with 409 until the reaper's next pass.
 type CleanupFunc func(ctx context.Context, tx pgx.Tx, job string) error
 
 // EstimateFunc estimates a run's external calls when the params alone do

@@ -33,7 +33,7 @@ func StatusForExecution(executionStatus string) string {
 	}
 }
 
-// ResumeCandidate applies the restart rules (ADR-012, VERIFICATION 152): it
+// ResumeCandidate applies the restart rules (docs/architecture.md): it
 // returns the job's newest execution when a new request with paramsHash and
 // confirmPurge should resume it, or nil when the request starts a new
 // instance. An execution resumes only when it ended STOPPED, FAILED or

@@ -23,7 +23,8 @@ type ReaperConfig struct {
 }
 
 // Reaper finalizes the requests of dead workers: only those, never a live
-// worker's, whatever their age (ADR-012).
+// worker's, whatever their age: a long run on a live worker is slow, not
+// dead, and finalizing it would let a second run of the same job start.
 type Reaper struct {
 	cfg     ReaperConfig
 	pool    *pgxpool.Pool

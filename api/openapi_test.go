@@ -1,0 +1,145 @@
+package api
+
+import (
+	"encoding/json"
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/observability"
+)
+
+// openAPIOut makes TestOpenAPIDocument write the served document to a file:
+// `make openapi-lint` lints that file with Redocly's CLI.
+var openAPIOut = flag.String("openapi.out", "", "write the served OpenAPI document (JSON) to this file")
+
+// servedOpenAPI returns the document the API serves at /openapi.json. No
+// database is needed: building the document touches none.
+func servedOpenAPI(t *testing.T) []byte {
+	t.Helper()
+
+	instruments, err := observability.NewInstruments(noop.NewMeterProvider())
+	require.NoError(t, err)
+	catalog := jobs.Default()
+	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: catalog, Instruments: instruments})
+	require.NoError(t, err)
+	server, err := New(nil, Config{Catalog: catalog, Enqueuer: enqueuer, Instruments: instruments, Version: "test"})
+	require.NoError(t, err)
+
+	rec := httptest.NewRecorder()
+	server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.json", nil))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	return rec.Body.Bytes()
+}
+
+// openAPIDoc is the part of an OpenAPI document the test reads.
+type openAPIDoc struct {
+	Info struct {
+		License *struct {
+			Name       string `json:"name"`
+			Identifier string `json:"identifier"`
+			URL        string `json:"url"`
+		} `json:"license"`
+		Contact *struct {
+			Name string `json:"name"`
+		} `json:"contact"`
+	} `json:"info"`
+	Servers []struct {
+		URL string `json:"url"`
+	} `json:"servers"`
+	Paths map[string]map[string]struct {
+		OperationID string                     `json:"operationId"`
+		Security    []map[string][]string      `json:"security"`
+		Responses   map[string]json.RawMessage `json:"responses"`
+	} `json:"paths"`
+}
+
+// The served document has what generated clients and linters look for:
+// servers, a license and a contact, and on every operation at least one
+// 4xx; an operation that needs a token documents 401, a POST also 403;
+// and no operation documents Huma's 422, which this API answers as 400.
+func TestOpenAPIDocument(t *testing.T) {
+	t.Parallel()
+
+	data := servedOpenAPI(t)
+	var doc openAPIDoc
+	require.NoError(t, json.Unmarshal(data, &doc))
+
+	require.NotEmpty(t, doc.Servers, "servers")
+	for _, s := range doc.Servers {
+		require.NotEmpty(t, s.URL)
+	}
+	require.NotNil(t, doc.Info.License, "info.license")
+	require.NotEmpty(t, doc.Info.License.Name)
+	require.True(t, doc.Info.License.Identifier != "" || doc.Info.License.URL != "", "a license has an identifier or a URL")
+	require.NotNil(t, doc.Info.Contact, "info.contact")
+	require.NotEmpty(t, doc.Info.Contact.Name)
+
+	require.NotEmpty(t, doc.Paths)
+	for path, item := range doc.Paths {
+		for method, op := range item {
+			where := method + " " + path
+			has4xx := false
+			for code := range op.Responses {
+				n, err := strconv.Atoi(code)
+				has4xx = has4xx || err == nil && n >= 400 && n < 500
+			}
+			require.True(t, has4xx, "%s documents no 4xx response", where)
+			require.NotContains(t, op.Responses, "422", "%s: the API answers schema violations with 400", where)
+			if len(op.Security) > 0 {
+				require.Contains(t, op.Responses, "401", where)
+				if method != "get" {
+					require.Contains(t, op.Responses, "403", where)
+				}
+			}
+		}
+	}
+
+	if *openAPIOut != "" {
+		require.NoError(t, os.WriteFile(*openAPIOut, data, 0o644))
+	}
+}
+
+// The documented errors are real: an operation that needs a token answers
+// 401 without one and a viewer's POST 403, before any handler (or database)
+// is reached; and the bodies Huma writes carry no undocumented member.
+func TestOpenAPIDocument_ErrorsAreServed(t *testing.T) {
+	t.Parallel()
+
+	instruments, err := observability.NewInstruments(noop.NewMeterProvider())
+	require.NoError(t, err)
+	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: jobs.Default(), Instruments: instruments})
+	require.NoError(t, err)
+	server, err := New(nil, Config{Catalog: jobs.Default(), Enqueuer: enqueuer, Instruments: instruments,
+		Tokens: map[string]Role{"v": RoleViewer}})
+	require.NoError(t, err)
+	for _, r := range []*http.Request{
+		httptest.NewRequest(http.MethodGet, "/v1/jobs", nil),
+		httptest.NewRequest(http.MethodPost, "/v1/jobs/aptTrade/stop", nil),
+	} {
+		rec := httptest.NewRecorder()
+		server.Handler().ServeHTTP(rec, r)
+		require.Equal(t, http.StatusUnauthorized, rec.Code, r.URL.Path)
+	}
+	rec := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/v1/jobs/aptTrade/stop", nil)
+	r.Header.Set("Authorization", "Bearer v")
+	server.Handler().ServeHTTP(rec, r)
+	require.Equal(t, http.StatusForbidden, rec.Code, "a viewer's POST")
+
+	// A body Huma writes is exactly the documented shape: no $schema link.
+	rec = httptest.NewRecorder()
+	r = httptest.NewRequest(http.MethodGet, "/v1/jobs/noSuchJob", nil)
+	r.Header.Set("Authorization", "Bearer v")
+	server.Handler().ServeHTTP(rec, r)
+	require.Equal(t, http.StatusNotFound, rec.Code, rec.Body.String())
+	require.NotContains(t, rec.Body.String(), "$schema")
+}
