@@ -417,8 +417,11 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 			attribute.Int64("buildrisk.external_calls", run.Calls.Calls()-callsBefore),
 		)
 		chunkCalls := run.Calls.Calls() - callsBefore
-		if res.Targets != res.Written+res.Skipped+res.Failed {
-			r.cfg.Instruments.ItemsCounted(ctx, run.Job, observability.OutcomeUnaccounted, abs(res.Targets-(res.Written+res.Skipped+res.Failed)))
+		if err := r.checkChunk(ctx, run.Job, chunk, res); err != nil {
+			chunkSpan.SetStatus(codes.Error, err.Error())
+			chunkSpan.End()
+			flushCalls()
+			return request.ExecutionFailed, err.Error(), nil
 		}
 		err = queries.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 			if res.Write != nil {
@@ -472,12 +475,9 @@ func (r *Runner) account(ctx context.Context, st *started, plan *Plan, job strin
 	}
 	accounted := totals.Written + totals.Skipped + totals.Failed
 	if unaccounted := abs(targets - accounted); unaccounted != 0 {
-		// Chunks whose own items did not add up were counted as they
-		// committed; count here only the gap between the declared targets
-		// and what the chunks took on.
-		if gap := abs(targets - totals.Targets); gap != 0 {
-			r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, gap)
-		}
+		// Every committed chunk added up (checkChunk), so the gap is
+		// between the declared targets and what the chunks took on.
+		r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, unaccounted)
 		return request.ExecutionFailed, fmt.Sprintf("unaccounted: %d of %d targets (written %d, skipped %d, failed %d)",
 			unaccounted, targets, totals.Written, totals.Skipped, totals.Failed), nil
 	}
