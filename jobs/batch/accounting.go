@@ -2,9 +2,12 @@ package batch
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
 )
 
 // UnaccountedError fails a chunk whose figures do not add up: its targets
@@ -50,4 +53,21 @@ type ItemFailures interface {
 	error
 	// FailedItems is how many of the chunk's items failed.
 	FailedItems() int64
+}
+
+// countItemFailures counts the failed items of a chunk that ended with an
+// ItemFailures error: buildrisk_items_total{outcome="failed"} and the
+// execution's items_failed. A write error is logged: the execution's
+// message names the failures anyway.
+func (r *Runner) countItemFailures(ctx context.Context, st *started, err error) {
+	failures, ok := errors.AsType[ItemFailures](err)
+	if !ok || failures.FailedItems() <= 0 {
+		return
+	}
+	n := failures.FailedItems()
+	r.cfg.Instruments.ItemsCounted(context.WithoutCancel(ctx), st.request.Job, observability.OutcomeFailed, n)
+	if err := r.queries.JobExecutionItemsFailed(context.WithoutCancel(ctx), r.pool, &queries.JobExecutionItemsFailedParams{ID: st.exec.ID, Failed: n}); err != nil {
+		r.cfg.Logger.ErrorContext(ctx, "could not count the failed items on the execution",
+			slog.Int64("execution_id", st.exec.ID), slog.Int64("failed", n), slog.String("error", err.Error()))
+	}
 }

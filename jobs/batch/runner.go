@@ -91,6 +91,9 @@ type Run struct {
 	Logger      *slog.Logger
 	FanOut      int
 	Instruments *observability.Instruments
+
+	// parts commits the finished items of a fan-out chunk (FanOutCommit).
+	parts *partCommitter
 }
 
 // Config configures a Runner.
@@ -184,8 +187,10 @@ func NewRunner(pool *pgxpool.Pool, cfg Config) (*Runner, error) {
 // Held returns the set of requests this runner holds.
 func (r *Runner) Held() *HeldSet { return r.cfg.Held }
 
-// Drain asks every running execution to stop at its next chunk boundary.
-// It returns at once; Run returns when the execution has really stopped.
+// Drain asks every running execution to stop at its next chunk boundary; a
+// fan-out chunk (FanOutCommit) stops handing out items at once and commits
+// the ones in flight. It returns at once; Run returns when the execution
+// has really stopped.
 func (r *Runner) Drain() { r.drainOnce.Do(func() { close(r.drain) }) }
 
 // RunOpts are one Run's options.
@@ -345,6 +350,7 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 		FanOut:      r.cfg.FanOut,
 		Instruments: r.cfg.Instruments,
 	}
+	run.parts = r.partCommitter(st)
 	callsRecorded := int64(0)
 	flushCalls := func() {
 		if n := run.Calls.Calls() - callsRecorded; n > 0 {
@@ -409,6 +415,7 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 			chunkSpan.SetStatus(codes.Error, err.Error())
 			chunkSpan.End()
 			flushCalls()
+			r.countItemFailures(ctx, st, err)
 			return r.classify(ctx, err, "chunk "+chunk)
 		}
 		chunkSpan.SetAttributes(
@@ -508,6 +515,10 @@ func (r *Runner) classify(ctx context.Context, err error, where string) (string,
 	switch {
 	case ctx.Err() != nil:
 		return request.ExecutionStopped, MessageDrainTimeout, nil
+	case errors.Is(err, ErrDrained):
+		return request.ExecutionStopped, MessageDrainedInChunk, nil
+	case errors.Is(err, ErrStopRequested):
+		return request.ExecutionStopped, MessageStopRequestedInChunk, nil
 	case errors.As(err, &capErr):
 		return request.ExecutionStopped, fmt.Sprintf("daily cap of %s reached; resumes from the last commit", capErr.Provider), nil
 	case errors.Is(err, upstream.ErrMaxCalls):
