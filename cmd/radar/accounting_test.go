@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -73,5 +74,55 @@ func TestAccounting_ShortPageNeverCompletes(t *testing.T) {
 			require.Equal(t, float64(stored), exec["itemsWritten"])
 			require.Equal(t, float64(stored), s.metric(observability.MetricItems, map[string]string{"job": tc.job, "outcome": observability.OutcomeWritten}))
 		})
+	}
+}
+
+// GET /v1/requests/{id} shows the execution's figures and its instance's
+// side by side: a creditEval stopped by maxCalls mid-chunk, then resumed,
+// reads consistently — the resumed execution shows what it did, the
+// instance what is done, and the instance adds up to its targets.
+func TestAccounting_InstanceFiguresAcrossResume(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_FANOUT": "4"}})
+	targets := s.seedCreditTargets()
+	require.Greater(t, len(targets), 1500, "more than one chunk")
+	s.startWorker()
+
+	status, out := s.post("/v1/jobs/creditEval/requests", `{"params":{},"maxCalls":1500}`)
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	first := s.waitRequest(out["requestId"].(string), "DONE", "FAILED")
+	exec := execution(t, first)
+	require.Equal(t, "STOPPED", exec["status"], "%v", first)
+	inst, ok := first["instance"].(map[string]any)
+	require.True(t, ok, "no instance: %v", first)
+	paid := float64(s.count(`SELECT count(*) FROM credit_grade`))
+	require.GreaterOrEqual(t, paid, float64(1500), "the first chunk and the grades of the second that came back")
+	require.Equal(t, map[string]any{
+		"id": inst["id"], "executions": float64(1), "chunksDone": float64(1),
+		"targets": paid, "itemsWritten": paid, "itemsSkipped": float64(0), "itemsFailed": float64(0),
+		"externalCalls": exec["externalCalls"],
+	}, inst)
+	require.Equal(t, paid, exec["itemsWritten"])
+
+	resumed := s.requestCreditEval(`{}`)
+	require.Equal(t, exec["id"], resumed["resumesExecutionId"])
+	done := s.waitRequest(resumed["requestId"].(string), "DONE", "FAILED")
+	exec2 := execution(t, done)
+	require.Equal(t, "COMPLETED", exec2["status"], "%v", done)
+	inst2 := done["instance"].(map[string]any)
+	require.Equal(t, inst["id"], inst2["id"], "the same instance")
+	n := float64(len(targets))
+	require.Equal(t, n, exec2["targets"])
+	require.Equal(t, n-paid, exec2["itemsWritten"], "the execution: what this run did")
+	require.Equal(t, map[string]any{
+		"id": inst["id"], "executions": float64(2), "chunksDone": exec2["chunksTotal"],
+		"targets": n, "itemsWritten": n, "itemsSkipped": float64(0), "itemsFailed": float64(0),
+		"externalCalls": exec["externalCalls"].(float64) + exec2["externalCalls"].(float64),
+	}, inst2, "the instance: what is done, adding up to the targets")
+
+	// The list leaves the instance out (one query for a page of requests).
+	_, list := s.get("/v1/requests?job=creditEval")
+	for _, r := range list["requests"].([]any) {
+		require.Nil(t, r.(map[string]any)["instance"])
 	}
 }
