@@ -126,3 +126,36 @@ func TestAccounting_InstanceFiguresAcrossResume(t *testing.T) {
 		require.Nil(t, r.(map[string]any)["instance"])
 	}
 }
+
+// stockPrice keeps what was paid for too: maxCalls stops it in its second
+// chunk, whose prices already fetched are committed; the resume calls only
+// the companies without a price, so no company is ever called twice.
+func TestAccounting_StockPriceKeepsPaidPrices(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Companies: 1500}})
+	s.startRadarWorker()
+	s.runJob(jobs.CorpCodeSync, `{}`)
+	_, listed := fakeCounts(s)
+	require.Greater(t, listed, 140, "more than one chunk")
+
+	status, out := s.post("/v1/jobs/stockPrice/requests", `{"params":{"date":"2025-03-14"},"maxCalls":130}`)
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	stopped := s.waitRequest(out["requestId"].(string), "DONE", "FAILED")
+	exec := execution(t, stopped)
+	require.Equal(t, "STOPPED", exec["status"], "%v", stopped)
+	paid := len(s.callsPerKey(fakeupstream.EndpointStockPrice))
+	require.GreaterOrEqual(t, paid, 130)
+	require.Equal(t, paid, s.count(`SELECT count(*) FROM stock_price`), "every price paid for is committed, the second chunk's included")
+	require.Equal(t, float64(paid), exec["itemsWritten"])
+
+	_, done := s.runJob(jobs.StockPrice, `{"params":{"date":"2025-03-14"}}`)
+	exec = execution(t, done)
+	require.Equal(t, float64(listed-paid), exec["itemsWritten"])
+	require.Equal(t, float64(listed), exec["targets"])
+	require.Equal(t, float64(listed), exec["domainRows"])
+	calls := s.callsPerKey(fakeupstream.EndpointStockPrice)
+	require.Len(t, calls, listed)
+	for key, n := range calls {
+		require.Equal(t, int64(1), n, "%s called again", key)
+	}
+}

@@ -66,6 +66,9 @@ func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string,
 		if err := write(ctx, tx); err != nil {
 			return fmt.Errorf("error writing items: %w", err)
 		}
+		if c.executionID == 0 {
+			return nil // no execution (see FanOutCommit)
+		}
 		if err := c.queries.JobCheckpointPartInsert(ctx, tx, &queries.JobCheckpointPartInsertParams{
 			InstanceID: c.instanceID, Chunk: chunk, ExecutionID: c.executionID, Items: keys,
 		}); err != nil {
@@ -78,7 +81,9 @@ func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string,
 	if err != nil {
 		return "", fmt.Errorf("commit of %d finished items of chunk %s: %w", len(keys), chunk, err)
 	}
-	c.instruments.ItemsCounted(context.WithoutCancel(ctx), c.job, observability.OutcomeWritten, int64(len(keys)))
+	if c.instruments != nil {
+		c.instruments.ItemsCounted(context.WithoutCancel(ctx), c.job, observability.OutcomeWritten, int64(len(keys)))
+	}
 	return status, nil
 }
 
@@ -129,12 +134,24 @@ func (g *groupCommit[R]) add(key string, value R) error {
 	return <-done
 }
 
+// Committer says how FanOutCommit commits the items' values.
+type Committer[T, R any] struct {
+	// Key names an item in a checkpoint part (a resume skips the items
+	// named there); unique within the instance. Required.
+	Key func(T) string
+	// Write stores the values of one part in the part's transaction.
+	// Required.
+	Write func(ctx context.Context, tx pgx.Tx, values []R) error
+	// Keep reports whether a value is committed in a part. Values it
+	// refuses (an item skipped, or with an unusable answer) are left to the
+	// chunk's own commit, which accounts for them. Nil keeps every value.
+	Keep func(R) bool
+}
+
 // FanOutCommit runs fn for every item on a bounded pool of run.FanOut slots,
-// like FanOutEach, and commits each item whose fn succeeds before its slot
-// is released: write stores the values of one part in the part's
-// transaction, and key names an item in the checkpoint part (a resume skips
-// the items named there). ItemResult.Committed tells which items were
-// committed.
+// like FanOutEach, and commits each item whose fn succeeds (and that
+// c.Keep keeps) before its slot is released, in a checkpoint part written
+// by c.Write. ItemResult.Committed tells which items were committed.
 //
 // It stops handing over items when ctx ends, an item returns a Halt error,
 // the worker drains (ErrDrained), a part commit finds the execution
@@ -143,9 +160,16 @@ func (g *groupCommit[R]) add(key string, value R) error {
 // successful ones are committed. A chunk that gets an error should write
 // nothing more and return it: its committed items are kept, the others stay
 // targets for the resume.
-func FanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items []T, key func(T) string, fn func(context.Context, T) (R, error), write func(ctx context.Context, tx pgx.Tx, values []R) error) ([]ItemResult[R], error) {
-	if run.parts == nil {
-		return nil, errors.New("batch: FanOutCommit needs a Run given by the runner")
+func FanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items []T, fn func(context.Context, T) (R, error), c Committer[T, R]) ([]ItemResult[R], error) {
+	if c.Key == nil || c.Write == nil {
+		return nil, errors.New("batch: Committer.Key and Committer.Write are required")
+	}
+	parts := run.parts
+	if parts == nil {
+		// A Run the runner did not give (a test running a job's Process on
+		// its own) has no execution to account parts to: the values are
+		// only written.
+		parts = &partCommitter{pool: run.DB}
 	}
 	pool, err := NewFanOut(FanOutConfig{Job: run.Job, Size: run.FanOut, Instruments: run.Instruments, Logger: run.Logger})
 	if err != nil {
@@ -155,7 +179,7 @@ func FanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items [
 	defer h.stop()
 	go func() {
 		select {
-		case <-run.parts.drain:
+		case <-parts.drain:
 			h.halt(ErrDrained)
 		case <-h.ctx.Done():
 		}
@@ -164,7 +188,7 @@ func FanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items [
 	// Parts commit even when ctx has ended: their calls were paid for.
 	commitCtx := context.WithoutCancel(ctx)
 	group := &groupCommit[R]{turn: make(chan struct{}, 1), commit: func(keys []string, values []R) error {
-		status, err := run.parts.commit(commitCtx, chunk, keys, func(ctx context.Context, tx pgx.Tx) error { return write(ctx, tx, values) })
+		status, err := parts.commit(commitCtx, chunk, keys, func(ctx context.Context, tx pgx.Tx) error { return c.Write(ctx, tx, values) })
 		switch {
 		case err != nil:
 			h.halt(err)
@@ -179,10 +203,10 @@ func FanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items [
 	}
 	results, err := fanOutWith(ctx, h, pool, items, func(ctx context.Context, item T) (committed, error) {
 		value, err := fn(ctx, item)
-		if err != nil {
+		if err != nil || (c.Keep != nil && !c.Keep(value)) {
 			return committed{value: value}, err
 		}
-		if err := group.add(key(item), value); err != nil {
+		if err := group.add(c.Key(item), value); err != nil {
 			return committed{value: value}, nil // succeeded, not committed: the halt says why
 		}
 		return committed{value: value, ok: true}, nil
@@ -200,4 +224,19 @@ func (r *Runner) partCommitter(st *started) *partCommitter {
 		pool: r.pool, queries: r.queries, instruments: r.cfg.Instruments, job: st.request.Job,
 		executionID: st.exec.ID, instanceID: st.exec.InstanceID, drain: r.drain,
 	}
+}
+
+// CommittedItems returns the keys of the items of run's instance committed
+// in checkpoint parts: a job's Plan or Process leaves them out, so a resume
+// processes only items with no committed result.
+func CommittedItems(ctx context.Context, run *Run) (map[string]bool, error) {
+	keys, err := queries.New().JobCheckpointPartItems(ctx, run.DB, run.InstanceID)
+	if err != nil {
+		return nil, fmt.Errorf("error reading checkpoint parts: %w", err)
+	}
+	set := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		set[k] = true
+	}
+	return set, nil
 }

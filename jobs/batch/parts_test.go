@@ -32,16 +32,19 @@ func (j *partsJob) Process(ctx context.Context, run *batch.Run, chunk string) (*
 		items[i] = fmt.Sprintf("i%03d", i)
 	}
 	calls := make(chan string, len(items))
-	results, err := batch.FanOutCommit(ctx, run, chunk, items, func(s string) string { return s },
+	results, err := batch.FanOutCommit(ctx, run, chunk, items,
 		func(_ context.Context, item string) (string, error) {
 			calls <- item
 			return item, nil
 		},
-		func(_ context.Context, _ pgx.Tx, values []string) error {
-			if slices.Contains(values, j.badItem) {
-				return errors.New("disk full")
-			}
-			return nil
+		batch.Committer[string, string]{
+			Key: func(s string) string { return s },
+			Write: func(_ context.Context, _ pgx.Tx, values []string) error {
+				if slices.Contains(values, j.badItem) {
+					return errors.New("disk full")
+				}
+				return nil
+			},
 		})
 	close(calls)
 	for item := range calls {

@@ -122,13 +122,9 @@ func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("error reading checkpoint totals: %w", err)
 	}
-	parts, err := q.JobCheckpointPartItems(ctx, run.DB, run.InstanceID)
+	inPart, err := batch.CommittedItems(ctx, run)
 	if err != nil {
-		return nil, fmt.Errorf("error reading checkpoint parts: %w", err)
-	}
-	inPart := make(map[string]bool, len(parts))
-	for _, code := range parts {
-		inPart[code] = true
+		return nil, err
 	}
 
 	var done []keyRange
@@ -180,12 +176,14 @@ func (j *Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch
 	}
 	day := run.Calls.Today()
 	results, err := batch.FanOutCommit(ctx, run, chunk, targets,
-		func(corpCode string) string { return corpCode },
 		func(ctx context.Context, corpCode string) (Evaluation, error) {
 			return Evaluate(ctx, run.Calls, corpCode, day)
 		},
-		func(ctx context.Context, tx pgx.Tx, grades []Evaluation) error {
-			return upsert(ctx, tx, run.ExecutionID, day, grades)
+		batch.Committer[string, Evaluation]{
+			Key: func(corpCode string) string { return corpCode },
+			Write: func(ctx context.Context, tx pgx.Tx, grades []Evaluation) error {
+				return upsert(ctx, tx, run.ExecutionID, day, grades)
+			},
 		})
 	if err != nil {
 		// Stopped handing over (cap, maxCalls, key, stop or drain): the
