@@ -3,12 +3,16 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
 	"github.com/buildrisk/radar/observability"
 )
@@ -157,5 +161,60 @@ func TestAccounting_StockPriceKeepsPaidPrices(t *testing.T) {
 	require.Len(t, calls, listed)
 	for key, n := range calls {
 		require.Equal(t, int64(1), n, "%s called again", key)
+	}
+}
+
+// SIGTERM to a real worker in the middle of creditEval's first 1,000-item
+// chunk at 250 ms a call: the worker stops handing out items, waits for the
+// calls in flight, commits them and exits 0 — within one call plus one
+// commit, not the 50 s the chunk would take. Every call made is committed,
+// and the resume calls none of them again. The exit time is logged as a
+// figure, not asserted.
+func TestProcess_CreditEvalDrainMidChunk(t *testing.T) {
+	t.Parallel()
+	const fanOut = 5
+	bin := buildRadar(t)
+	s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Latency: 250 * time.Millisecond}})
+	targets := s.seedCreditTargets()
+	require.Greater(t, len(targets), 1000, "a full first chunk")
+	worker := startRadar(t, bin, s.processEnv(map[string]string{"BUILDRISK_FANOUT": fmt.Sprint(fanOut), "BUILDRISK_DRAIN_TIMEOUT": "45s"}), "worker")
+	worker.waitLine(t, regexp.MustCompile(`worker running`))
+
+	id := s.requestCreditEval(`{}`)["requestId"].(string)
+	deadline := time.Now().Add(60 * time.Second)
+	for s.count(`SELECT count(*) FROM credit_grade`) < 2*fanOut {
+		require.True(t, time.Now().Before(deadline), "no grade committed in 60s")
+		time.Sleep(10 * time.Millisecond)
+	}
+	callsAtSignal := s.fake.Stats().Total
+	signalled := time.Now()
+	require.NoError(t, worker.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, worker.wait(t, 60*time.Second), "the worker exits 0 after draining")
+	t.Logf("SIGTERM to exit: %v (one call is 250 ms; the chunk would take 50 s)", time.Since(signalled))
+
+	out := s.waitRequest(id, "DONE", "FAILED")
+	exec := execution(t, out)
+	require.Equal(t, "STOPPED", exec["status"], "%v", out)
+	require.Equal(t, batch.MessageDrainedInChunk, exec["exitMessage"])
+	require.Equal(t, float64(0), exec["chunksDone"], "stopped inside the first chunk")
+	called := s.callsPerKey(fakeupstream.EndpointCreditLookup)
+	require.LessOrEqual(t, s.fake.Stats().Total-callsAtSignal, int64(fanOut), "no item handed out after the drain beyond those in flight")
+	committed := s.count(`SELECT count(*) FROM credit_grade`)
+	require.Equal(t, len(called), committed, "every call made was committed, those in flight at the drain included")
+	require.Equal(t, float64(committed), exec["itemsWritten"])
+	require.Equal(t, float64(committed), out["instance"].(map[string]any)["itemsWritten"])
+
+	cfg := s.fake.Config()
+	cfg.Latency = 0
+	s.fake.SetConfig(cfg)
+	s.startWorker()
+	again := s.requestCreditEval(`{}`)
+	require.Equal(t, exec["id"], again["resumesExecutionId"])
+	done := s.waitRequest(again["requestId"].(string), "DONE", "FAILED")
+	require.Equal(t, "COMPLETED", execution(t, done)["status"], "%v", done)
+	lookups := s.callsPerKey(fakeupstream.EndpointCreditLookup)
+	require.Len(t, lookups, len(targets))
+	for code, n := range lookups {
+		require.Equal(t, int64(1), n, "%s called again after the drain", code)
 	}
 }
