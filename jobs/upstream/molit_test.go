@@ -257,3 +257,18 @@ func TestFetchPagesShortPage(t *testing.T) {
 	require.ErrorAs(t, err, &pageErr)
 	require.Equal(t, "MOLIT/aptTrade k: the pages held 2 items but the last one declared 1 (the listing changed while it was read)", err.Error())
 }
+
+// ParseAptTrades returns MOLIT's declared totalCount as it is, never the
+// page's length: a short page must stay tellable from the last one.
+func TestParseAptTradesDeclaredTotal(t *testing.T) {
+	t.Parallel()
+
+	body := []byte(`<response><header><resultCode>000</resultCode><resultMsg>OK</resultMsg></header><body><items></items><numOfRows>10</numOfRows><pageNo>1</pageNo><totalCount>25</totalCount></body></response>`)
+	trades, total, err := upstream.ParseAptTrades("11110", "202501", body)
+	require.NoError(t, err)
+	require.Empty(t, trades)
+	require.Equal(t, 25, total, "an empty page declaring 25")
+
+	_, _, err = upstream.ParseAptTrades("11110", "202501", []byte(`<response><header><resultCode>000</resultCode></header><body><items></items></body></response>`))
+	require.ErrorContains(t, err, "response has no totalCount")
+}
