@@ -230,7 +230,26 @@ func (s *Server) getRequest(ctx context.Context, in *requestGetInput) (*RequestG
 			return nil, s.problemFrom(ctx, err)
 		}
 	}
-	return &RequestGetOutput{Body: requestViewFromRow(row, exec)}, nil
+	view := requestViewFromRow(row, exec)
+	if exec != nil {
+		if view.Instance, err = s.instanceView(ctx, exec.InstanceID); err != nil {
+			return nil, s.problemFrom(ctx, err)
+		}
+	}
+	return &RequestGetOutput{Body: view}, nil
+}
+
+// instanceView reads an instance's figures across its executions.
+func (s *Server) instanceView(ctx context.Context, instanceID int64) (*InstanceView, error) {
+	commits, err := s.queries.JobCheckpointTotals(ctx, s.pool, instanceID)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the instance's commits: %w", err)
+	}
+	execs, err := s.queries.JobInstanceExecutionTotals(ctx, s.pool, instanceID)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the instance's executions: %w", err)
+	}
+	return instanceViewFromRows(instanceID, commits, execs), nil
 }
 
 func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*RequestListOutput, error) {

@@ -35,6 +35,22 @@ type ExecutionView struct {
 	ExitMessage   string     `json:"exitMessage"`
 }
 
+// InstanceView is the instance a request's execution belongs to, with its
+// figures across all its executions: what its commits hold (chunks, and
+// items committed in parts of chunks) and the provider calls made. Next to
+// the execution's own figures it makes a resumed run read consistently:
+// the execution shows what this run did, the instance what is done.
+type InstanceView struct {
+	ID            string `json:"id"`
+	Executions    int32  `json:"executions" doc:"executions of this instance so far, this one included"`
+	ChunksDone    int64  `json:"chunksDone" doc:"chunks committed by any of its executions"`
+	Targets       int64  `json:"targets" doc:"targets its commits account for: itemsWritten + itemsSkipped + itemsFailed"`
+	ItemsWritten  int64  `json:"itemsWritten"`
+	ItemsSkipped  int64  `json:"itemsSkipped"`
+	ItemsFailed   int64  `json:"itemsFailed" doc:"failed items committed (a chunk over its failure tolerance commits none; its execution counts them)"`
+	ExternalCalls int64  `json:"externalCalls" doc:"provider calls made by all its executions"`
+}
+
 // RequestView is one job request.
 type RequestView struct {
 	RequestID          string          `json:"requestId"`
@@ -52,6 +68,7 @@ type RequestView struct {
 	WorkerID           *string         `json:"workerId"`
 	Message            string          `json:"message"`
 	Execution          *ExecutionView  `json:"execution"`
+	Instance           *InstanceView   `json:"instance" doc:"the execution's instance across all its executions; only GET /v1/requests/{id} fills it, null before an execution exists"`
 }
 
 func formatID(id int64) string { return strconv.FormatInt(id, 10) }
@@ -89,5 +106,13 @@ func requestViewFromRow(r *queries.JobRequest, e *queries.JobExecution) *Request
 		MaxCalls: r.MaxCalls, ConfirmPurge: r.ConfirmPurge, Status: r.Status, EstimatedCalls: r.EstimatedCalls,
 		ResumesExecutionID: formatIDPtr(r.ResumesExecutionID), CreatedAt: r.CreatedAt, ClaimedAt: r.ClaimedAt,
 		FinishedAt: r.FinishedAt, WorkerID: r.WorkerID, Message: r.Message, Execution: executionViewFromRow(e),
+	}
+}
+
+func instanceViewFromRows(instanceID int64, commits *queries.JobCheckpointTotalsRow, execs *queries.JobInstanceExecutionTotalsRow) *InstanceView {
+	return &InstanceView{
+		ID: formatID(instanceID), Executions: execs.Executions, ChunksDone: commits.Chunks,
+		Targets: commits.Written + commits.Skipped + commits.Failed, ItemsWritten: commits.Written,
+		ItemsSkipped: commits.Skipped, ItemsFailed: commits.Failed, ExternalCalls: execs.ExternalCalls,
 	}
 }

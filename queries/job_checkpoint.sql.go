@@ -99,12 +99,17 @@ func (q *Queries) JobCheckpointSkipReasons(ctx context.Context, db DBTX, instanc
 }
 
 const jobCheckpointTotals = `-- name: JobCheckpointTotals :one
-SELECT count(*)::bigint AS chunks,
-       coalesce(sum(targets), 0)::bigint AS targets,
-       coalesce(sum(written), 0)::bigint AS written,
-       coalesce(sum(skipped), 0)::bigint AS skipped,
-       coalesce(sum(failed), 0)::bigint AS failed
-FROM job_checkpoint WHERE instance_id = $1
+SELECT count(c.chunk)::bigint AS chunks,
+       (coalesce(sum(c.targets), 0) + p.items)::bigint AS targets,
+       (coalesce(sum(c.written), 0) + p.items)::bigint AS written,
+       coalesce(sum(c.skipped), 0)::bigint AS skipped,
+       coalesce(sum(c.failed), 0)::bigint AS failed
+FROM (
+    SELECT coalesce(sum(cardinality(jp.items)), 0)::bigint AS items
+    FROM job_checkpoint_part jp WHERE jp.instance_id = $1
+) p
+LEFT JOIN job_checkpoint c ON c.instance_id = $1
+GROUP BY p.items
 `
 
 type JobCheckpointTotalsRow struct {
@@ -115,6 +120,8 @@ type JobCheckpointTotalsRow struct {
 	Failed  int64
 }
 
+// JobCheckpointTotals adds up the instance's committed chunks and the items
+// committed in parts of chunks (each a target, written).
 func (q *Queries) JobCheckpointTotals(ctx context.Context, db DBTX, instanceID int64) (*JobCheckpointTotalsRow, error) {
 	row := db.QueryRow(ctx, jobCheckpointTotals, instanceID)
 	var i JobCheckpointTotalsRow

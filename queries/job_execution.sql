@@ -65,8 +65,9 @@ RETURNING *;
 UPDATE job_execution
 SET status = @status, exit_message = @exit_message, ended_at = now(), last_updated = now(),
     domain_rows = sqlc.narg('domain_rows'),
-    targets = CASE WHEN targets < 0 THEN (SELECT coalesce(sum(c.targets), 0) FROM job_checkpoint c WHERE c.instance_id = job_execution.instance_id) ELSE targets END
-WHERE id = @id AND status IN ('STARTING', 'STARTED', 'STOPPING');
+    targets = CASE WHEN targets < 0 THEN (SELECT coalesce(sum(c.targets), 0) FROM job_checkpoint c WHERE c.instance_id = job_execution.instance_id)
+        + (SELECT coalesce(sum(cardinality(p.items)), 0) FROM job_checkpoint_part p WHERE p.instance_id = job_execution.instance_id) ELSE targets END
+WHERE job_execution.id = @id AND status IN ('STARTING', 'STARTED', 'STOPPING');
 
 -- name: JobExecutionIDsByInstance :many
 SELECT id FROM job_execution WHERE instance_id = @instance_id ORDER BY id;

@@ -84,8 +84,9 @@ const jobExecutionFinish = `-- name: JobExecutionFinish :execrows
 UPDATE job_execution
 SET status = $1, exit_message = $2, ended_at = now(), last_updated = now(),
     domain_rows = $3,
-    targets = CASE WHEN targets < 0 THEN (SELECT coalesce(sum(c.targets), 0) FROM job_checkpoint c WHERE c.instance_id = job_execution.instance_id) ELSE targets END
-WHERE id = $4 AND status IN ('STARTING', 'STARTED', 'STOPPING')
+    targets = CASE WHEN targets < 0 THEN (SELECT coalesce(sum(c.targets), 0) FROM job_checkpoint c WHERE c.instance_id = job_execution.instance_id)
+        + (SELECT coalesce(sum(cardinality(p.items)), 0) FROM job_checkpoint_part p WHERE p.instance_id = job_execution.instance_id) ELSE targets END
+WHERE job_execution.id = $4 AND status IN ('STARTING', 'STARTED', 'STOPPING')
 `
 
 type JobExecutionFinishParams struct {

@@ -9,6 +9,26 @@ import (
 	"context"
 )
 
+const jobInstanceExecutionTotals = `-- name: JobInstanceExecutionTotals :one
+SELECT count(*)::integer AS executions,
+       coalesce(sum(external_calls), 0)::bigint AS external_calls
+FROM job_execution WHERE instance_id = $1
+`
+
+type JobInstanceExecutionTotalsRow struct {
+	Executions    int32
+	ExternalCalls int64
+}
+
+// JobInstanceExecutionTotals adds up the executions of an instance: how
+// many there were and the provider calls they made.
+func (q *Queries) JobInstanceExecutionTotals(ctx context.Context, db DBTX, instanceID int64) (*JobInstanceExecutionTotalsRow, error) {
+	row := db.QueryRow(ctx, jobInstanceExecutionTotals, instanceID)
+	var i JobInstanceExecutionTotalsRow
+	err := row.Scan(&i.Executions, &i.ExternalCalls)
+	return &i, err
+}
+
 const jobInstanceGetByID = `-- name: JobInstanceGetByID :one
 SELECT id, job, params, params_hash, confirm_purge, created_at FROM job_instance WHERE id = $1
 `

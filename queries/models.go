@@ -143,6 +143,15 @@ type JobCheckpoint struct {
 	CommittedAt   time.Time
 }
 
+type JobCheckpointPart struct {
+	ID          int64
+	InstanceID  int64
+	Chunk       string
+	ExecutionID int64
+	Items       []string
+	CommittedAt time.Time
+}
+
 type JobExecution struct {
 	ID            int64
 	InstanceID    int64

@@ -18,14 +18,17 @@ import (
 // kill -9 of a worker in the middle of creditEval, then a new request: the
 // API's cleanup (or the reaper; BUILDRISK_STALE_AFTER is 2s here) frees the
 // job, an in-process worker resumes it, and every target ends with exactly
-// one grade for the day — no duplicate, none missing. The ledger is loaded
-// with the real `radar import exposure`, from a file with bad lines.
+// one grade for the day — no duplicate, none missing — and at most
+// BUILDRISK_FANOUT calls are repeated (the fake's per-key counts). The
+// ledger is loaded with the real `radar import exposure`, from a file with
+// bad lines.
 func TestCreditEval_KillNineThenResume(t *testing.T) {
 	t.Parallel()
+	const fanOut = 6
 	bin := buildRadar(t)
 	s := newTestSystem(t, &testSystemOpts{
 		fake: fakeupstream.Config{Latency: 5 * time.Millisecond, EmptyRate: 0.05},
-		env:  map[string]string{"BUILDRISK_FANOUT": "6"},
+		env:  map[string]string{"BUILDRISK_FANOUT": fmt.Sprint(fanOut)},
 	})
 	env := s.processEnv(nil)
 
@@ -100,12 +103,14 @@ func TestCreditEval_KillNineThenResume(t *testing.T) {
 	require.Equal(t, len(companies), s.count(`SELECT count(*) FROM credit_grade`), "no duplicate")
 	require.Zero(t, s.count(`SELECT count(*) FROM exposure e WHERE outstanding_krw > 0
 		AND NOT EXISTS (SELECT 1 FROM credit_grade g WHERE g.corp_code = e.corp_code)`), "none missing")
-	// Only the chunk in flight at the kill is called again.
+	// Only the evaluations in flight at the kill are called again: every
+	// grade that came back was committed before its slot was freed.
 	lookups := s.callsPerKey(fakeupstream.EndpointCreditLookup)
 	require.Len(t, lookups, len(companies))
 	repeated := 0
 	for _, n := range lookups {
 		repeated += int(n) - 1
 	}
-	require.LessOrEqual(t, repeated, 1000, "at most one chunk was repeated")
+	t.Logf("lookups repeated after kill -9: %d", repeated)
+	require.LessOrEqual(t, repeated, fanOut, "at most BUILDRISK_FANOUT calls repeated")
 }

@@ -42,26 +42,29 @@ func (Job) Plan(_ context.Context, run *batch.Run) (*batch.Plan, error) {
 }
 
 // Process implements batch.Job: fetch every page of one region×month, then
-// hand the trades to the checkpoint transaction.
+// hand the trades to the checkpoint transaction. The chunk's targets are
+// the trades MOLIT declares (totalCount), not the trades that happened to
+// arrive: a page shorter than the total implies is asked for again and then
+// fails the chunk, naming the page (upstream.FetchPages).
 func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
 	region, month, ok := strings.Cut(chunk, ":")
 	if !ok {
 		return nil, fmt.Errorf("malformed chunk key %q", chunk)
 	}
-	var trades []upstream.AptTrade
-	for page := 1; ; page++ {
-		body, err := run.Calls.Get(ctx, upstream.EndpointAptTrade, upstream.AptTradeQuery(region, month, page, PageSize))
-		if err != nil {
-			return nil, err
-		}
-		pageTrades, total, err := upstream.ParseAptTrades(region, month, body)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", upstream.EndpointAptTrade, chunk, err)
-		}
-		trades = append(trades, pageTrades...)
-		if len(pageTrades) == 0 || len(trades) >= total {
-			break
-		}
+	trades, total, err := upstream.FetchPages(ctx, upstream.EndpointAptTrade, chunk, PageSize, upstream.PageAttemptsDefault,
+		func(ctx context.Context, page int) ([]upstream.AptTrade, int, error) {
+			body, err := run.Calls.Get(ctx, upstream.EndpointAptTrade, upstream.AptTradeQuery(region, month, page, PageSize))
+			if err != nil {
+				return nil, 0, err
+			}
+			trades, total, err := upstream.ParseAptTrades(region, month, body)
+			if err != nil {
+				return nil, 0, fmt.Errorf("%s %s: %w", upstream.EndpointAptTrade, chunk, err)
+			}
+			return trades, total, nil
+		})
+	if err != nil {
+		return nil, err
 	}
 
 	// A trade listed twice in one answer is one row: count the second as skipped.
@@ -75,7 +78,7 @@ func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.Ch
 		unique = append(unique, t)
 	}
 	res := &batch.ChunkResult{
-		Targets: int64(len(trades)),
+		Targets: int64(total), // MOLIT's totalCount, which FetchPages held every page to
 		Written: int64(len(unique)),
 		Skipped: int64(len(trades) - len(unique)),
 	}

@@ -4,7 +4,11 @@
 // one short transaction. The runner owns the execution records and their
 // state machine (STARTING → STARTED → (STOPPING →) STOPPED | COMPLETED |
 // FAILED), the restart rules, stop and drain at chunk boundaries, call caps,
-// the accounting that refuses a silent success, and bounded fan-out.
+// the accounting that refuses a silent success (every chunk's targets =
+// written + skipped + failed before it commits, and the instance's declared
+// targets at the end), and bounded fan-out. A fan-out chunk commits each
+// item paid for as it comes back, in checkpoint parts (FanOutCommit), so a
+// stop, drain, cap or kill inside a chunk loses at most the calls in flight.
 //
 // A job implements Job and knows nothing of HTTP or River: the worker and
 // the CLI both call Runner.Run.

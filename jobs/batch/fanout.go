@@ -318,6 +318,9 @@ type ItemResult[R any] struct {
 	// False means the fan-out stopped before the item's turn: it was not
 	// processed at all and stays where it came from.
 	Done bool
+	// Committed reports that FanOutCommit committed the item's value in a
+	// checkpoint part. FanOutEach never sets it.
+	Committed bool
 }
 
 // FanOutEach runs fn for every item on a bounded pool of run.FanOut slots
@@ -340,23 +343,48 @@ func FanOutEach[T, R any](ctx context.Context, run *Run, items []T, fn func(cont
 
 // fanOutEach is FanOutEach on a given pool, which it closes.
 func fanOutEach[T, R any](ctx context.Context, pool *FanOut, items []T, fn func(context.Context, T) (R, error)) ([]ItemResult[R], error) {
+	h := newHandout(ctx)
+	defer h.stop()
+	return fanOutWith(ctx, h, pool, items, fn)
+}
+
+// handout decides when a fan-out stops handing over items: when its parent
+// context ends, or when something halts it (an item's Halt error, a drain,
+// a stop request). The items in flight run on regardless.
+type handout struct {
+	ctx    context.Context // ends when handing over must stop
+	stop   context.CancelFunc
+	halted atomic.Pointer[haltError]
+}
+
+func newHandout(parent context.Context) *handout {
+	h := &handout{}
+	h.ctx, h.stop = context.WithCancel(parent)
+	return h
+}
+
+// halt stops handing over; the first halting error is what the fan-out
+// returns.
+func (h *handout) halt(err error) {
+	h.halted.CompareAndSwap(nil, &haltError{err: err})
+	h.stop()
+}
+
+// fanOutWith is fanOutEach with its handout given; it closes the pool.
+func fanOutWith[T, R any](ctx context.Context, h *handout, pool *FanOut, items []T, fn func(context.Context, T) (R, error)) ([]ItemResult[R], error) {
 	results := make([]ItemResult[R], len(items))
-	// handCtx ends handing over; the items themselves run with ctx, so a
+	// h.ctx ends handing over; the items themselves run with ctx, so a
 	// halt does not cancel the ones already in flight.
-	handCtx, stopHanding := context.WithCancel(ctx)
-	defer stopHanding()
-	var halted atomic.Pointer[haltError]
 	handedOver := 0
 	for i, item := range items {
-		if handCtx.Err() != nil {
+		if h.ctx.Err() != nil {
 			break
 		}
-		err := pool.Submit(handCtx, func(context.Context) error {
+		err := pool.Submit(h.ctx, func(context.Context) error {
 			value, err := callItem(ctx, item, fn)
-			if h, ok := errors.AsType[*haltError](err); ok {
-				halted.CompareAndSwap(nil, h)
-				stopHanding()
-				err = h.err
+			if he, ok := errors.AsType[*haltError](err); ok {
+				h.halt(he.err)
+				err = he.err
 			}
 			results[i] = ItemResult[R]{Value: value, Err: err, Done: true}
 			return err
@@ -368,9 +396,9 @@ func fanOutEach[T, R any](ctx context.Context, pool *FanOut, items []T, fn func(
 	}
 	pool.summary.Add(summaryNotHandedOver, int64(len(items)-handedOver))
 	_ = pool.Close() // waits for the items in flight; panics are in results
-	switch h := halted.Load(); {
-	case h != nil:
-		return results, h.err
+	switch halted := h.halted.Load(); {
+	case halted != nil:
+		return results, halted.err
 	case ctx.Err() != nil:
 		return results, ctx.Err()
 	case handedOver < len(items):

@@ -92,6 +92,9 @@ type Run struct {
 	Logger      *slog.Logger
 	FanOut      int
 	Instruments *observability.Instruments
+
+	// parts commits the finished items of a fan-out chunk (FanOutCommit).
+	parts *partCommitter
 }
 
 // Config configures a Runner.
@@ -185,8 +188,10 @@ func NewRunner(pool *pgxpool.Pool, cfg Config) (*Runner, error) {
 // Held returns the set of requests this runner holds.
 func (r *Runner) Held() *HeldSet { return r.cfg.Held }
 
-// Drain asks every running execution to stop at its next chunk boundary.
-// It returns at once; Run returns when the execution has really stopped.
+// Drain asks every running execution to stop at its next chunk boundary; a
+// fan-out chunk (FanOutCommit) stops handing out items at once and commits
+// the ones in flight. It returns at once; Run returns when the execution
+// has really stopped.
 func (r *Runner) Drain() { r.drainOnce.Do(func() { close(r.drain) }) }
 
 // RunOpts are one Run's options.
@@ -346,6 +351,7 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 		FanOut:      r.cfg.FanOut,
 		Instruments: r.cfg.Instruments,
 	}
+	run.parts = r.partCommitter(st)
 	callsRecorded := int64(0)
 	flushCalls := func() {
 		if n := run.Calls.Calls() - callsRecorded; n > 0 {
@@ -410,6 +416,7 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 			chunkSpan.SetStatus(codes.Error, err.Error())
 			chunkSpan.End()
 			flushCalls()
+			r.countItemFailures(ctx, st, err)
 			return r.classify(ctx, err, "chunk "+chunk)
 		}
 		chunkSpan.SetAttributes(
@@ -418,8 +425,11 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 			attribute.Int64("buildrisk.external_calls", run.Calls.Calls()-callsBefore),
 		)
 		chunkCalls := run.Calls.Calls() - callsBefore
-		if res.Targets != res.Written+res.Skipped+res.Failed {
-			r.cfg.Instruments.ItemsCounted(ctx, run.Job, observability.OutcomeUnaccounted, abs(res.Targets-(res.Written+res.Skipped+res.Failed)))
+		if err := r.checkChunk(ctx, run.Job, chunk, res); err != nil {
+			chunkSpan.SetStatus(codes.Error, err.Error())
+			chunkSpan.End()
+			flushCalls()
+			return request.ExecutionFailed, err.Error(), nil
 		}
 		err = queries.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 			if res.Write != nil {
@@ -473,12 +483,9 @@ func (r *Runner) account(ctx context.Context, st *started, plan *Plan, job strin
 	}
 	accounted := totals.Written + totals.Skipped + totals.Failed
 	if unaccounted := abs(targets - accounted); unaccounted != 0 {
-		// Chunks whose own items did not add up were counted as they
-		// committed; count here only the gap between the declared targets
-		// and what the chunks took on.
-		if gap := abs(targets - totals.Targets); gap != 0 {
-			r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, gap)
-		}
+		// Every committed chunk added up (checkChunk), so the gap is
+		// between the declared targets and what the chunks took on.
+		r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, unaccounted)
 		return request.ExecutionFailed, fmt.Sprintf("unaccounted: %d of %d targets (written %d, skipped %d, failed %d)",
 			unaccounted, targets, totals.Written, totals.Skipped, totals.Failed), nil
 	}
@@ -509,6 +516,10 @@ func (r *Runner) classify(ctx context.Context, err error, where string) (string,
 	switch {
 	case ctx.Err() != nil:
 		return request.ExecutionStopped, MessageDrainTimeout, nil
+	case errors.Is(err, ErrDrained):
+		return request.ExecutionStopped, MessageDrainedInChunk, nil
+	case errors.Is(err, ErrStopRequested):
+		return request.ExecutionStopped, MessageStopRequestedInChunk, nil
 	case errors.As(err, &capErr):
 		return request.ExecutionStopped, fmt.Sprintf("daily cap of %s reached; resumes from the last commit", capErr.Provider), nil
 	case errors.Is(err, upstream.ErrMaxCalls):

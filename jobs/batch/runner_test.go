@@ -126,11 +126,18 @@ func TestRunner_UnaccountedItemsFail(t *testing.T) {
 			out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
 			require.NoError(t, err)
 			require.Equal(t, "FAILED", out.Status)
-			require.Contains(t, out.Message, "unaccounted: 4 of 40")
+			// Undeclared targets: the first chunk that loses an item fails
+			// at its commit. Declared: every chunk adds up, the instance's
+			// total does not.
+			want, lost := "chunk c00: unaccounted: 1 of 10", float64(1)
+			if declare {
+				want, lost = "unaccounted: 4 of 40", 4
+			}
+			require.Contains(t, out.Message, want)
 			require.Equal(t, request.StatusFailed, out.RequestStatus)
 			v, err := b.providers.MetricValue("buildrisk_items_total", map[string]string{"job": "creditEval", "outcome": "unaccounted"})
 			require.NoError(t, err)
-			require.Equal(t, float64(4), v, "each lost item counted once")
+			require.Equal(t, lost, v, "each lost item counted once")
 		})
 	}
 	t.Run("Control_AllAccounted", func(t *testing.T) {

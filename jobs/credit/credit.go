@@ -7,18 +7,20 @@
 // corp code order, cut into chunks of jobs.CreditEvalChunkSize. In a chunk
 // every target gets one CREDIT lookup and, when the lookup answers with an
 // empty grade, one call to the fallback crawl. The calls run on the
-// bounded fan-out (batch.FanOutEach, BUILDRISK_FANOUT slots), with no
-// transaction and no database connection held; the grades are then upserted
-// on (corp_code, eval_date) in the chunk's checkpoint transaction, so a
-// company is written exactly once per day however often the job is stopped,
-// killed and resumed.
+// bounded fan-out (batch.FanOutCommit, BUILDRISK_FANOUT slots), with no
+// transaction and no database connection held; each grade is upserted on
+// (corp_code, eval_date) in a checkpoint part before its slot is freed, so
+// a company is written exactly once per day however often the job is
+// stopped, killed and resumed, and a resume calls only the targets without
+// a committed grade: a kill repeats at most BUILDRISK_FANOUT evaluations.
 //
 // Every target is accounted: written, or failed when its calls still failed
 // after the client's retries. More failures than FailureTolerance fail the
-// execution, naming the first errors; a daily cap, maxCalls or a missing or
-// rejected key stops handing over at once and ends the chunk without writing
-// anything (STOPPED or FAILED, resumable). The package must not open a
-// transaction of its own, nor call a provider while one is open.
+// execution, naming the first errors, and keep the grades already
+// committed; a daily cap, maxCalls, a missing or rejected key, a stop or a
+// drain stops handing over at once and ends the chunk with the grades in
+// flight committed (STOPPED or FAILED, resumable). The package must not
+// open a transaction of its own, nor call a provider while one is open.
 package credit
 
 import (
@@ -94,9 +96,10 @@ func New() *Job { return &Job{} }
 // Plan implements batch.Job. It reads the ordered targets (for a backfill,
 // those without a grade for today), leaves out those inside the ranges of
 // chunks this instance has already committed (a resume), and cuts the rest
-// into chunks keyed "FIRST-LAST" by corp code. It declares as targets the
-// committed chunks' targets plus the rest, so the runner's accounting covers
-// the whole instance.
+// into chunks keyed "FIRST-LAST" by corp code; targets already committed in
+// a checkpoint part are left out too. It declares as targets the committed
+// chunks' and parts' targets plus the rest, so the runner's accounting
+// covers the whole instance.
 func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 	p, err := decode(run.Params)
 	if err != nil {
@@ -120,6 +123,10 @@ func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("error reading checkpoint totals: %w", err)
 	}
+	inPart, err := batch.CommittedItems(ctx, run)
+	if err != nil {
+		return nil, err
+	}
 
 	var done []keyRange
 	for _, key := range committed {
@@ -129,7 +136,7 @@ func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 	}
 	remaining := targets[:0:0]
 	for _, code := range targets {
-		if !slices.ContainsFunc(done, func(r keyRange) bool { return r.contains(code) }) {
+		if !inPart[code] && !slices.ContainsFunc(done, func(r keyRange) bool { return r.contains(code) }) {
 			remaining = append(remaining, code)
 		}
 	}
@@ -169,28 +176,40 @@ func (j *Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch
 		return nil, fmt.Errorf("chunk %s is not in the plan of execution %d", chunk, run.ExecutionID)
 	}
 	day := run.Calls.Today()
-	results, err := batch.FanOutEach(ctx, run, targets, func(ctx context.Context, corpCode string) (Evaluation, error) {
-		return Evaluate(ctx, run.Calls, corpCode, day)
-	})
+	results, err := batch.FanOutCommit(ctx, run, chunk, targets,
+		func(ctx context.Context, corpCode string) (Evaluation, error) {
+			return Evaluate(ctx, run.Calls, corpCode, day)
+		},
+		batch.Committer[string, Evaluation]{
+			Key: func(corpCode string) string { return corpCode },
+			Write: func(ctx context.Context, tx pgx.Tx, grades []Evaluation) error {
+				return upsert(ctx, tx, run.ExecutionID, day, grades)
+			},
+		})
 	if err != nil {
-		// Stopped handing over (cap, maxCalls, key, stop or drain): nothing
-		// of this chunk is written; its targets stay for the resume.
+		// Stopped handing over (cap, maxCalls, key, stop or drain): the
+		// grades committed so far are kept, the other targets stay for the
+		// resume.
 		return nil, err
 	}
 
-	grades := make([]Evaluation, 0, len(results))
 	var failures []error
+	uncommitted := 0
 	for i, r := range results {
-		if !r.Done {
-			// FanOutEach hands every item over or returns an error; an item
-			// neither processed nor failed must never pass as written.
+		switch {
+		case !r.Done:
+			// FanOutCommit hands every item over or returns an error; an
+			// item neither processed nor failed must never pass as written.
 			return nil, fmt.Errorf("target %s was not processed", targets[i])
-		}
-		if r.Err != nil {
+		case r.Err != nil:
 			failures = append(failures, fmt.Errorf("%s: %w", targets[i], r.Err))
-			continue
+		case !r.Committed:
+			uncommitted++
 		}
-		grades = append(grades, r.Value)
+	}
+	if uncommitted > 0 {
+		// FanOutCommit returns an error when a grade did not commit.
+		return nil, fmt.Errorf("%d grades of chunk %s were not committed", uncommitted, chunk)
 	}
 	if len(failures) > 0 {
 		totals, err := queries.New().JobCheckpointTotals(ctx, run.DB, run.InstanceID)
@@ -199,24 +218,16 @@ func (j *Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch
 		}
 		failed := totals.Failed + int64(len(failures))
 		if tolerance := FailureTolerance(declared); failed > tolerance {
-			return nil, &FailuresError{Failed: failed, Targets: declared, Tolerance: tolerance, First: failures[:min(firstErrorsNamed, len(failures))]}
+			return nil, &FailuresError{Failed: failed, Targets: declared, Tolerance: tolerance, InChunk: int64(len(failures)), First: failures[:min(firstErrorsNamed, len(failures))]}
 		}
 		// One line per chunk, not one per item.
 		run.Logger.WarnContext(ctx, "credit evaluations failed in chunk; counted as failed, repair with a backfill request",
 			slog.String("chunk", chunk), slog.Int("failed", len(failures)), slog.String("first_error", failures[0].Error()))
 	}
 
-	res := &batch.ChunkResult{
-		Targets: int64(len(targets)),
-		Written: int64(len(grades)),
-		Failed:  int64(len(failures)),
-	}
-	if len(grades) > 0 {
-		res.Write = func(ctx context.Context, tx pgx.Tx) error {
-			return upsert(ctx, tx, run.ExecutionID, day, grades)
-		}
-	}
-	return res, nil
+	// Every grade is committed in a part already; the chunk's checkpoint
+	// holds its failed targets.
+	return &batch.ChunkResult{Targets: int64(len(failures)), Failed: int64(len(failures))}, nil
 }
 
 // DomainRows implements batch.DomainRowCounter: the credit_grade rows the
@@ -226,11 +237,19 @@ func (j *Job) DomainRows(ctx context.Context, db queries.DBTX, executionIDs []in
 }
 
 // FailuresError fails an execution whose failed targets exceed the
-// tolerance; it names the first errors.
+// tolerance; it names the first errors. It is a batch.ItemFailures: the
+// runner counts the chunk's failed targets.
 type FailuresError struct {
 	Failed, Targets, Tolerance int64
-	First                      []error
+	// InChunk is how many of the failed targets failed in this chunk.
+	InChunk int64
+	First   []error
 }
+
+var _ batch.ItemFailures = (*FailuresError)(nil)
+
+// FailedItems implements batch.ItemFailures.
+func (e *FailuresError) FailedItems() int64 { return e.InChunk }
 
 // Error implements error.
 func (e *FailuresError) Error() string {

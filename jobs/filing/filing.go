@@ -55,30 +55,33 @@ func (Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 }
 
 // Process implements batch.Job: every page of one company's filings, then
-// the upsert with their risk flags. An item is one listed filing.
+// the upsert with their risk flags. An item is one listed filing; the
+// chunk's targets are the filings DART declares (total_count), and a page
+// shorter than that total implies is asked for again and then fails the
+// chunk, naming the page (upstream.FetchPages).
 func (Job) Process(ctx context.Context, run *batch.Run, corpCode string) (*batch.ChunkResult, error) {
 	p, err := decode(run.Params)
 	if err != nil {
 		return nil, err
 	}
 	from, to := p.Range()
-	var filings []upstream.Filing
-	for page := 1; ; page++ {
-		body, err := run.Calls.Get(ctx, upstream.EndpointFilingList, upstream.FilingListQuery(corpCode, from, to, page, PageSize))
-		if err != nil {
-			return nil, err
-		}
-		pageFilings, totalPages, err := upstream.ParseFilingList(body)
-		if err != nil {
-			return nil, fmt.Errorf("company %s page %d: %w", corpCode, page, err)
-		}
-		filings = append(filings, pageFilings...)
-		if len(pageFilings) == 0 || page >= totalPages {
-			break
-		}
+	filings, total, err := upstream.FetchPages(ctx, upstream.EndpointFilingList, corpCode, PageSize, upstream.PageAttemptsDefault,
+		func(ctx context.Context, page int) ([]upstream.Filing, int, error) {
+			body, err := run.Calls.Get(ctx, upstream.EndpointFilingList, upstream.FilingListQuery(corpCode, from, to, page, PageSize))
+			if err != nil {
+				return nil, 0, err
+			}
+			p, err := upstream.ParseFilingPage(body)
+			if err != nil {
+				return nil, 0, fmt.Errorf("company %s page %d: %w", corpCode, page, err)
+			}
+			return p.Filings, p.TotalCount, nil
+		})
+	if err != nil {
+		return nil, err
 	}
 
-	res := &batch.ChunkResult{Targets: int64(len(filings))}
+	res := &batch.ChunkResult{Targets: int64(total)} // DART's total_count, which FetchPages held every page to
 	q := &queries.FilingUpsertParams{ExecutionID: run.ExecutionID}
 	seen := make(map[string]bool, len(filings))
 	for _, f := range filings {

@@ -3,6 +3,9 @@
 // companies with one call each on the bounded fan-out pool, upserted
 // idempotently into stock_price.
 //
+// Each price is committed as soon as it comes back (batch.FanOutCommit), so
+// a chunk that ends early keeps the prices already paid for.
+//
 // A day without trading is not a failure: on a weekend nothing is called
 // and every company is skipped; on a holiday KRX answers every company with
 // no items and they are skipped. The reason is logged once per chunk.
@@ -14,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -65,8 +69,11 @@ type price struct {
 // Process implements batch.Job: one call per company of the chunk, on the
 // fan-out pool. An item is one company: written with its price, skipped
 // when KRX reports no trading that day, failed when its answer is
-// unusable. A call that fails after the client's retries (or hits a cap)
-// stops the chunk, which then writes nothing and is redone on resume.
+// unusable. Each price is committed as soon as it comes back (a checkpoint
+// part, batch.FanOutCommit), so a call that fails after the client's
+// retries (or hits a cap), a stop or a drain ends the chunk with the prices
+// already paid for kept; a resume calls only the companies without one.
+// The chunk's own checkpoint accounts for the skipped and failed companies.
 func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
 	p, err := decode(run.Params)
 	if err != nil {
@@ -76,10 +83,15 @@ func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.Ch
 	if !ok {
 		return nil, fmt.Errorf("malformed chunk key %q", chunk)
 	}
-	companies, err := queries.New().CompanyTrackedListedRange(ctx, run.DB, &queries.CompanyTrackedListedRangeParams{FirstCode: first, LastCode: last})
+	listed, err := queries.New().CompanyTrackedListedRange(ctx, run.DB, &queries.CompanyTrackedListedRangeParams{FirstCode: first, LastCode: last})
 	if err != nil {
 		return nil, fmt.Errorf("error listing the chunk's companies: %w", err)
 	}
+	committed, err := batch.CommittedItems(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	companies := slices.DeleteFunc(listed, func(c *queries.CompanyTrackedListedRangeRow) bool { return committed[c.CorpCode] })
 	res := &batch.ChunkResult{Targets: int64(len(companies))}
 	if p.Weekend() {
 		res.Skipped = res.Targets
@@ -90,7 +102,7 @@ func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.Ch
 	}
 
 	day := p.Day()
-	results, err := batch.FanOutEach(ctx, run, companies, func(ctx context.Context, c *queries.CompanyTrackedListedRangeRow) (price, error) {
+	results, err := batch.FanOutCommit(ctx, run, chunk, companies, func(ctx context.Context, c *queries.CompanyTrackedListedRangeRow) (price, error) {
 		body, err := run.Calls.Get(ctx, upstream.EndpointStockPrice, upstream.StockPriceQuery(c.StockCode, day))
 		if err != nil {
 			return price{}, batch.Halt(err)
@@ -111,13 +123,19 @@ func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.Ch
 			}
 		}
 		return out, nil
+	}, batch.Committer[*queries.CompanyTrackedListedRangeRow, price]{
+		Key: func(c *queries.CompanyTrackedListedRangeRow) string { return c.CorpCode },
+		Write: func(ctx context.Context, tx pgx.Tx, prices []price) error {
+			return upsert(ctx, tx, run.ExecutionID, prices)
+		},
+		Keep: func(v price) bool { return v.bad == nil && v.price != nil },
 	})
 	if err != nil {
 		return nil, err
 	}
 
-	q := &queries.StockPriceUpsertParams{ExecutionID: run.ExecutionID}
 	var firstBad error
+	written := 0
 	for _, r := range results {
 		switch v := r.Value; {
 		case r.Err != nil: // a panic: recorded by the pool, counted here
@@ -129,22 +147,17 @@ func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.Ch
 		case v.price == nil:
 			res.Skipped++
 			res.SkipReason = "no price for the day (holiday or not traded)"
+		case r.Committed:
+			res.Targets-- // accounted for by its checkpoint part
+			written++
 		default:
-			q.ShortCodes = append(q.ShortCodes, v.price.ShortCode)
-			q.TradeDates = append(q.TradeDates, v.price.Date)
-			q.CorpCodes = append(q.CorpCodes, v.corpCode)
-			q.Closes = append(q.Closes, v.price.Close)
-			q.Opens = append(q.Opens, v.price.Open)
-			q.Highs = append(q.Highs, v.price.High)
-			q.Lows = append(q.Lows, v.price.Low)
-			q.Volumes = append(q.Volumes, v.price.Volume)
-			q.MarketCaps = append(q.MarketCaps, v.price.MarketCap)
+			// FanOutCommit returns an error when a kept value did not commit.
+			return nil, fmt.Errorf("the price of %s was not committed", v.corpCode)
 		}
 	}
-	res.Written = int64(len(q.ShortCodes))
 	if res.Skipped > 0 {
 		reason := "KRX reports no trading for these stocks that day (suspended or not yet traded)"
-		if res.Written == 0 && res.Failed == 0 {
+		if written == 0 && res.Failed == 0 {
 			reason = fmt.Sprintf("KRX reports no trading on %s (a holiday)", p.Date)
 		}
 		run.Logger.InfoContext(ctx, "stock prices skipped", slog.String("chunk", chunk), slog.Int64("skipped", res.Skipped), slog.String("reason", reason))
@@ -152,19 +165,31 @@ func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.Ch
 	if res.Failed > 0 {
 		run.Logger.WarnContext(ctx, "stock prices failed", slog.String("chunk", chunk), slog.Int64("failed", res.Failed), slog.String("first_error", firstBad.Error()))
 	}
-	if res.Written > 0 {
-		res.Write = func(ctx context.Context, tx pgx.Tx) error {
-			n, err := queries.New().StockPriceUpsert(ctx, tx, q)
-			if err != nil {
-				return fmt.Errorf("error upserting stock prices: %w", err)
-			}
-			if n != res.Written {
-				return fmt.Errorf("upserted %d stock prices, expected %d", n, res.Written)
-			}
-			return nil
-		}
-	}
 	return res, nil
+}
+
+// upsert writes one checkpoint part's prices.
+func upsert(ctx context.Context, tx pgx.Tx, executionID int64, prices []price) error {
+	q := &queries.StockPriceUpsertParams{ExecutionID: executionID}
+	for _, v := range prices {
+		q.ShortCodes = append(q.ShortCodes, v.price.ShortCode)
+		q.TradeDates = append(q.TradeDates, v.price.Date)
+		q.CorpCodes = append(q.CorpCodes, v.corpCode)
+		q.Closes = append(q.Closes, v.price.Close)
+		q.Opens = append(q.Opens, v.price.Open)
+		q.Highs = append(q.Highs, v.price.High)
+		q.Lows = append(q.Lows, v.price.Low)
+		q.Volumes = append(q.Volumes, v.price.Volume)
+		q.MarketCaps = append(q.MarketCaps, v.price.MarketCap)
+	}
+	n, err := queries.New().StockPriceUpsert(ctx, tx, q)
+	if err != nil {
+		return fmt.Errorf("error upserting stock prices: %w", err)
+	}
+	if n != int64(len(prices)) {
+		return fmt.Errorf("upserted %d stock prices, expected %d", n, len(prices))
+	}
+	return nil
 }
 
 // DomainRows implements batch.DomainRowCounter.

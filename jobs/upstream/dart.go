@@ -284,27 +284,60 @@ type filingListResponse struct {
 	} `json:"list"`
 }
 
+// FilingPage is one page of EndpointFilingList's answer.
+type FilingPage struct {
+	Filings []Filing
+	// TotalCount is the number of filings over all pages as DART declares
+	// it (total_count), TotalPages the number of pages (total_page).
+	TotalCount, TotalPages int
+}
+
 // ParseFilingList decodes one page of EndpointFilingList's answer into the
 // filings on it and the number of pages. Status "013" (nothing found) is an
 // empty answer, not an error; any other status but "000" is returned as an
 // *APIError.
 func ParseFilingList(body []byte) (filings []Filing, totalPages int, err error) {
+	filings, totalPages, _, err = parseFilingPage(body)
+	return filings, totalPages, err
+}
+
+// ParseFilingPage is ParseFilingList with DART's declared total_count, which
+// a paged reader needs to tell a short page from the last one (see
+// FetchPages). A page of status "000" without total_count is an error.
+func ParseFilingPage(body []byte) (FilingPage, error) {
+	filings, totalPages, totalCount, err := parseFilingPage(body)
+	if err == nil && totalCount < 0 {
+		err = fmt.Errorf("%s: response has no total_count", EndpointFilingList)
+	}
+	return FilingPage{Filings: filings, TotalCount: totalCount, TotalPages: totalPages}, err
+}
+
+// parseFilingPage decodes one page; totalCount is -1 when the answer has
+// none.
+
+func parseFilingPage(body []byte) (filings []Filing, totalPages, totalCount int, err error) {
 	ep := EndpointFilingList
 	var resp filingListResponse
 	if err := json.Unmarshal(body, &resp); err != nil {
-		return nil, 0, fmt.Errorf("%s: decode response: %w", ep, err)
+		return nil, 0, 0, fmt.Errorf("%s: decode response: %w", ep, err)
 	}
 	switch resp.Status {
 	case dartOK:
 	case dartNoData:
-		return nil, 0, nil
+		return nil, 0, 0, nil
 	case "":
-		return nil, 0, fmt.Errorf("%s: response has no status", ep)
+		return nil, 0, 0, fmt.Errorf("%s: response has no status", ep)
 	default:
-		return nil, 0, dartError(ep, resp.Status, resp.Message)
+		return nil, 0, 0, dartError(ep, resp.Status, resp.Message)
 	}
 	if totalPages, err = resp.TotalPage.int(); err != nil {
-		return nil, 0, fmt.Errorf("%s: bad total_page: %w", ep, err)
+		return nil, 0, 0, fmt.Errorf("%s: bad total_page: %w", ep, err)
+	}
+	countGiven := len(resp.TotalCount) > 0
+	if countGiven {
+		if totalCount, err = resp.TotalCount.int(); err != nil {
+			return nil, 0, 0, fmt.Errorf("%s: bad total_count: %w", ep, err)
+		}
 	}
 	filings = make([]Filing, 0, len(resp.List))
 	for _, it := range resp.List {
@@ -320,14 +353,17 @@ func ParseFilingList(body []byte) (filings []Filing, totalPages int, err error) 
 			Remark:      strings.TrimSpace(it.Rm),
 		}
 		if f.ReceiptNo == "" {
-			return nil, 0, fmt.Errorf("%s: filing without rcept_no (report_nm %q)", ep, f.ReportName)
+			return nil, 0, 0, fmt.Errorf("%s: filing without rcept_no (report_nm %q)", ep, f.ReportName)
 		}
 		if _, err := f.ReceivedAt(); err != nil {
-			return nil, 0, fmt.Errorf("%s: %w", ep, err)
+			return nil, 0, 0, fmt.Errorf("%s: %w", ep, err)
 		}
 		filings = append(filings, f)
 	}
-	return filings, totalPages, nil
+	if !countGiven {
+		totalCount = -1
+	}
+	return filings, totalPages, totalCount, nil
 }
 
 // flexString is a JSON value sent sometimes as a string and sometimes as a

@@ -274,3 +274,24 @@ func TestFilingListRoundTrip(t *testing.T) {
 	_, _, err = upstream.ParseFilingList(body)
 	require.ErrorIs(t, err, upstream.ErrKeyRejected)
 }
+
+// ParseFilingPage returns DART's declared total_count, which a paged reader
+// holds each page to; a page without it cannot be checked and is an error.
+func TestParseFilingPage(t *testing.T) {
+	t.Parallel()
+
+	p, err := upstream.ParseFilingPage([]byte(`{"status":"000","message":"정상","page_no":2,"page_count":100,"total_count":"101","total_page":2,"list":[
+		{"corp_code":"00126380","corp_name":"삼성전자","report_nm":"분기보고서 (2024.09)","rcept_no":"20241114000123","flr_nm":"삼성전자","rcept_dt":"20241114"}]}`))
+	require.NoError(t, err)
+	require.Equal(t, 101, p.TotalCount)
+	require.Equal(t, 2, p.TotalPages)
+	require.Len(t, p.Filings, 1)
+	require.Equal(t, 1, upstream.PageLen(p.TotalCount, 2, 100), "the last page of 101 holds one")
+
+	p, err = upstream.ParseFilingPage([]byte(`{"status":"013","message":"조회된 데이타가 없습니다."}`))
+	require.NoError(t, err, "no data declares nothing")
+	require.Zero(t, p.TotalCount)
+
+	_, err = upstream.ParseFilingPage([]byte(`{"status":"000","message":"정상","total_page":1,"list":[]}`))
+	require.ErrorContains(t, err, "response has no total_count")
+}

@@ -317,7 +317,9 @@ type aptTradeItem struct {
 
 // ParseAptTrades decodes one page of EndpointAptTrade's answer for region
 // and dealYM. It returns the trades on the page and the total number of
-// trades over all pages. A refusal (for example result code "30" for an
+// trades over all pages as the provider declares it (totalCount; "no data"
+// declares 0), never a number derived from the page, so that a short page
+// can be told from the last one (see FetchPages). A refusal (for example result code "30" for an
 // unregistered key or "10" for a bad parameter) is returned as an *APIError.
 func ParseAptTrades(region, dealYM string, body []byte) (trades []AptTrade, totalCount int, err error) {
 	ep := EndpointAptTrade
@@ -338,11 +340,6 @@ func ParseAptTrades(region, dealYM string, body []byte) (trades []AptTrade, tota
 	if err := dataGoKrError(ep, code, resp.Header.ResultMsg); err != nil {
 		return nil, 0, err
 	}
-	if s := strings.TrimSpace(resp.Body.TotalCount); s != "" {
-		if totalCount, err = strconv.Atoi(s); err != nil {
-			return nil, 0, fmt.Errorf("%s: bad totalCount %q: %w", ep, s, err)
-		}
-	}
 	trades = make([]AptTrade, 0, len(resp.Body.Items.Item))
 	for i, it := range resp.Body.Items.Item {
 		t, err := it.trade(region, dealYM)
@@ -351,7 +348,14 @@ func ParseAptTrades(region, dealYM string, body []byte) (trades []AptTrade, tota
 		}
 		trades = append(trades, t)
 	}
-	return trades, max(totalCount, len(trades)), nil
+	s := strings.TrimSpace(resp.Body.TotalCount)
+	if s == "" {
+		return nil, 0, fmt.Errorf("%s: response has no totalCount", ep)
+	}
+	if totalCount, err = strconv.Atoi(s); err != nil || totalCount < 0 {
+		return nil, 0, fmt.Errorf("%s: bad totalCount %q", ep, s)
+	}
+	return trades, totalCount, nil
 }
 
 // trade converts the item into an AptTrade.

@@ -1,7 +1,9 @@
 package upstream_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -204,4 +206,69 @@ func TestAptTradeRoundTrip(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	_, _, err = upstream.ParseAptTrades("1168", "202501", body)
 	require.ErrorIs(t, err, upstream.ErrInvalidRequest)
+}
+
+// shortRate 1 makes every page short of what its declared total implies;
+// FetchPages asks again and then names the page. With whole pages, it
+// returns exactly the declared total.
+func TestFetchPagesShortPage(t *testing.T) {
+	t.Parallel()
+
+	fake, srv := startFake(t, fakeupstream.Config{Companies: 50})
+	ep := upstream.EndpointAptTrade
+	fetch := func(ctx context.Context, page int) ([]upstream.AptTrade, int, error) {
+		_, body := call(t, fake, srv, ep, upstream.AptTradeQuery("11680", "202501", page, 7), "k")
+		return upstream.ParseAptTrades("11680", "202501", body)
+	}
+	trades, total, err := upstream.FetchPages(context.Background(), ep, "11680:202501", 7, 3, fetch)
+	require.NoError(t, err)
+	require.Greater(t, total, 7, "several pages")
+	require.Len(t, trades, total)
+
+	fake.SetConfig(fakeupstream.Config{Companies: 50, ShortRate: 1})
+	fake.Reset()
+	_, _, err = upstream.FetchPages(context.Background(), ep, "11680:202501", 7, 3, fetch)
+	var pageErr *upstream.PageError
+	require.ErrorAs(t, err, &pageErr)
+	require.Equal(t, upstream.PageError{Endpoint: ep, Key: "11680:202501", Page: 1, Got: 3, Want: 7, Total: total, Attempts: 3}, *pageErr)
+	require.Equal(t, fmt.Sprintf("MOLIT/aptTrade 11680:202501 page 1: 3 items where the declared total of %d implies 7, after 3 attempts", total), err.Error())
+	require.Equal(t, int64(3), fake.Stats().Total)
+
+	// Half the pages short: each is asked again until whole (the draws are
+	// fixed by the seed and the call count), and the result is exact.
+	fake.SetConfig(fakeupstream.Config{Companies: 50, ShortRate: 0.5})
+	fake.Reset()
+	again, n, err := upstream.FetchPages(context.Background(), ep, "11680:202501", 7, 10, fetch)
+	require.NoError(t, err)
+	require.Equal(t, total, n)
+	require.Equal(t, trades, again)
+	require.Greater(t, fake.Stats().Total, int64((total+6)/7), "some pages were asked again")
+
+	// Pages that add up to another count than the last declared total: the
+	// listing changed while it was read.
+	calls := 0
+	_, _, err = upstream.FetchPages(context.Background(), ep, "k", 2, 1, func(context.Context, int) ([]int, int, error) {
+		calls++
+		if calls == 1 {
+			return []int{1, 2}, 4, nil
+		}
+		return []int{}, 1, nil // two filings withdrawn meanwhile
+	})
+	require.ErrorAs(t, err, &pageErr)
+	require.Equal(t, "MOLIT/aptTrade k: the pages held 2 items but the last one declared 1 (the listing changed while it was read)", err.Error())
+}
+
+// ParseAptTrades returns MOLIT's declared totalCount as it is, never the
+// page's length: a short page must stay tellable from the last one.
+func TestParseAptTradesDeclaredTotal(t *testing.T) {
+	t.Parallel()
+
+	body := []byte(`<response><header><resultCode>000</resultCode><resultMsg>OK</resultMsg></header><body><items></items><numOfRows>10</numOfRows><pageNo>1</pageNo><totalCount>25</totalCount></body></response>`)
+	trades, total, err := upstream.ParseAptTrades("11110", "202501", body)
+	require.NoError(t, err)
+	require.Empty(t, trades)
+	require.Equal(t, 25, total, "an empty page declaring 25")
+
+	_, _, err = upstream.ParseAptTrades("11110", "202501", []byte(`<response><header><resultCode>000</resultCode></header><body><items></items></body></response>`))
+	require.ErrorContains(t, err, "response has no totalCount")
 }

@@ -236,7 +236,7 @@ func (s *Server) serveFilingList(w http.ResponseWriter, c *call) {
 		writeJSON(w, http.StatusOK, dartStatus{Status: "013", Message: dartMsgNoData})
 		return
 	}
-	page := pageOf(filings, pageNo, pageCount)
+	page := shorten(c, pageOf(filings, pageNo, pageCount))
 	if page == nil {
 		page = []filing{}
 	}

@@ -12,8 +12,10 @@
 //
 // Faults are injected per call: Config.ErrorRate and Config.Rate429 answer a
 // fraction of calls with 500 and 429, Config.FailKeys answers chosen calls
-// with 500 every time, and Config.EmptyRate makes a fraction of credit
-// lookups come back with an empty grade. Random choices hash the seed, the
+// with 500 every time, Config.EmptyRate makes a fraction of credit
+// lookups come back with an empty grade, and Config.ShortRate makes a
+// fraction of apartment-trade and filing-list pages come back short of what
+// their declared totals promise. Random choices hash the seed, the
 // endpoint, the call key and how many times that key was called, so they do
 // not depend on how concurrent calls interleave: the n-th call of a key
 // always gets the same answer for the same seed.
@@ -25,7 +27,7 @@
 //	GET  /__fake/stats   {"total":N,"calls":{"ENDPOINT":{"KEY":count}}}
 //	GET  /__fake/config  the current configuration
 //	POST /__fake/config  a partial configuration, for example
-//	                     {"latency":"20ms","errorRate":0.05,"failKeys":{"aptTrade":["11110:202501"]}}
+//	                     {"latency":"20ms","errorRate":0.05,"shortRate":0.1,"failKeys":{"aptTrade":["11110:202501"]}}
 //	POST /__fake/reset   zero the counts
 package fakeupstream
 
@@ -94,6 +96,12 @@ type Config struct {
 	// grade, which forces the job to call the fallback.
 	EmptyRate float64 `json:"emptyRate"`
 
+	// ShortRate is the fraction of aptTrade and filingList pages answered
+	// short: the second half of the page's items (at least one) is left
+	// out while totalCount / total_count still count them, the way a
+	// provider under load truncates an answer.
+	ShortRate float64 `json:"shortRate"`
+
 	// Seed determines all data and all random fault choices. 0 means
 	// SeedDefault.
 	Seed int64 `json:"seed"`
@@ -113,6 +121,7 @@ type configJSON struct {
 	ErrorRate float64             `json:"errorRate"`
 	Rate429   float64             `json:"rate429"`
 	EmptyRate float64             `json:"emptyRate"`
+	ShortRate float64             `json:"shortRate"`
 	Seed      int64               `json:"seed"`
 	Companies int                 `json:"companies"`
 	FailKeys  map[string][]string `json:"failKeys"`
@@ -130,6 +139,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		ErrorRate: c.ErrorRate,
 		Rate429:   c.Rate429,
 		EmptyRate: c.EmptyRate,
+		ShortRate: c.ShortRate,
 		Seed:      c.Seed,
 		Companies: c.Companies,
 		FailKeys:  failKeys,
@@ -147,6 +157,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		ErrorRate *float64        `json:"errorRate"`
 		Rate429   *float64        `json:"rate429"`
 		EmptyRate *float64        `json:"emptyRate"`
+		ShortRate *float64        `json:"shortRate"`
 		Seed      *int64          `json:"seed"`
 		Companies *int            `json:"companies"`
 		FailKeys  json.RawMessage `json:"failKeys"`
@@ -176,6 +187,9 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	if patch.EmptyRate != nil {
 		next.EmptyRate = *patch.EmptyRate
 	}
+	if patch.ShortRate != nil {
+		next.ShortRate = *patch.ShortRate
+	}
 	if patch.Seed != nil {
 		next.Seed = *patch.Seed
 	}
@@ -203,7 +217,7 @@ func (c Config) Validate() error {
 	for _, r := range []struct {
 		name string
 		val  float64
-	}{{"errorRate", c.ErrorRate}, {"rate429", c.Rate429}, {"emptyRate", c.EmptyRate}} {
+	}{{"errorRate", c.ErrorRate}, {"rate429", c.Rate429}, {"emptyRate", c.EmptyRate}, {"shortRate", c.ShortRate}} {
 		if !(r.val >= 0 && r.val <= 1) {
 			return fmt.Errorf("%s %v is outside [0, 1]", r.name, r.val)
 		}
@@ -242,6 +256,7 @@ func (c Config) normalized() Config {
 	c.ErrorRate = clamp(c.ErrorRate)
 	c.Rate429 = min(clamp(c.Rate429), 1-c.ErrorRate)
 	c.EmptyRate = clamp(c.EmptyRate)
+	c.ShortRate = clamp(c.ShortRate)
 	if c.FailKeys != nil {
 		failKeys := make(map[string][]string, len(c.FailKeys))
 		for ep, keys := range c.FailKeys {

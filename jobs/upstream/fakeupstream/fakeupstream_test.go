@@ -210,6 +210,7 @@ func TestConfigEndpoint(t *testing.T) {
 		`{"errorRate":1.5}`,
 		`{"errorRate":0.6,"rate429":0.6}`,
 		`{"emptyRate":-0.1}`,
+		`{"shortRate":1.1}`,
 		`{"companies":-1}`,
 		`{"failKeys":{"nope":["x"]}}`,
 		`{"errorRat":0.1}`,
@@ -234,7 +235,7 @@ func TestConfigEndpoint(t *testing.T) {
 	require.Equal(t, int64(1), cfg.Seed)
 
 	_, body = get(t, srv, "/__fake/config", nil)
-	require.JSONEq(t, `{"latency":"2ms","errorRate":0.05,"rate429":0.1,"emptyRate":0,"seed":1,"companies":50,"failKeys":{"aptTrade":["11110:202501"]}}`, string(body))
+	require.JSONEq(t, `{"latency":"2ms","errorRate":0.05,"rate429":0.1,"emptyRate":0,"shortRate":0,"seed":1,"companies":50,"failKeys":{"aptTrade":["11110:202501"]}}`, string(body))
 
 	resp, _ = post(t, srv, "/__fake/config", `{"failKeys":null,"latency":"0s"}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode)

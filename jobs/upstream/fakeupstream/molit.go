@@ -121,7 +121,7 @@ func (s *Server) serveAptTrade(w http.ResponseWriter, c *call) {
 		return
 	}
 	trades := aptTrades(c.st.cfg.Seed, region, year, time.Month(month))
-	page := pageOf(trades, pageNo, numOfRows)
+	page := shorten(c, pageOf(trades, pageNo, numOfRows))
 
 	var b bytes.Buffer
 	b.WriteString(`<?xml version="1.0" encoding="UTF-8" standalone="yes"?><response><header><resultCode>000</resultCode><resultMsg>OK</resultMsg></header><body><items>`)
@@ -163,6 +163,16 @@ func pageOf[T any](items []T, pageNo, numOfRows int) []T {
 		return nil
 	}
 	return items[start:min(start+numOfRows, len(items))]
+}
+
+// shorten applies Config.ShortRate to one page: drawn per call, a short
+// page loses its second half (at least one item) while the caller still
+// declares the full total.
+func shorten[T any](c *call, page []T) []T {
+	if rate := c.st.cfg.ShortRate; rate > 0 && len(page) > 0 && c.draw("short") < rate {
+		return page[:len(page)/2]
+	}
+	return page
 }
 
 // positiveParam parses a positive integer parameter, def when empty, and

@@ -1,0 +1,73 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
+)
+
+// UnaccountedError fails a chunk whose figures do not add up: its targets
+// are not exactly its written, skipped and failed items (or a figure is
+// negative). The runner checks every chunk before it commits, so one
+// chunk's surplus can never cancel another's loss in the instance's totals.
+type UnaccountedError struct {
+	Chunk                             string
+	Targets, Written, Skipped, Failed int64
+}
+
+// Error implements error.
+func (e *UnaccountedError) Error() string {
+	return fmt.Sprintf("chunk %s: unaccounted: %d of %d targets (written %d, skipped %d, failed %d)",
+		e.Chunk, e.Unaccounted(), e.Targets, e.Written, e.Skipped, e.Failed)
+}
+
+// Unaccounted is how many items the chunk's figures miss (or exceed) by.
+func (e *UnaccountedError) Unaccounted() int64 {
+	return max(abs(e.Targets-(e.Written+e.Skipped+e.Failed)), 1)
+}
+
+// checkChunk holds a processed chunk to targets = written + skipped +
+// failed, every figure >= 0. A chunk that breaks it is counted as
+// unaccounted items and returned as an *UnaccountedError; it must not
+// commit.
+func (r *Runner) checkChunk(ctx context.Context, job, chunk string, res *ChunkResult) error {
+	if res.Targets == res.Written+res.Skipped+res.Failed && res.Targets >= 0 && res.Written >= 0 && res.Skipped >= 0 && res.Failed >= 0 {
+		return nil
+	}
+	err := &UnaccountedError{Chunk: chunk, Targets: res.Targets, Written: res.Written, Skipped: res.Skipped, Failed: res.Failed}
+	r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, err.Unaccounted())
+	return err
+}
+
+// ItemFailures is implemented by a chunk's error when items of the chunk
+// failed and the chunk does not commit (a creditEval chunk over its failure
+// tolerance). The runner counts them as failed items — in
+// buildrisk_items_total{outcome="failed"} and the execution's items_failed —
+// although no checkpoint holds them: a run that fails because of failed
+// items shows them. The items stay targets of the instance, for a resume.
+type ItemFailures interface {
+	error
+	// FailedItems is how many of the chunk's items failed.
+	FailedItems() int64
+}
+
+// countItemFailures counts the failed items of a chunk that ended with an
+// ItemFailures error: buildrisk_items_total{outcome="failed"} and the
+// execution's items_failed. A write error is logged: the execution's
+// message names the failures anyway.
+func (r *Runner) countItemFailures(ctx context.Context, st *started, err error) {
+	failures, ok := errors.AsType[ItemFailures](err)
+	if !ok || failures.FailedItems() <= 0 {
+		return
+	}
+	n := failures.FailedItems()
+	r.cfg.Instruments.ItemsCounted(context.WithoutCancel(ctx), st.request.Job, observability.OutcomeFailed, n)
+	if err := r.queries.JobExecutionItemsFailed(context.WithoutCancel(ctx), r.pool, &queries.JobExecutionItemsFailedParams{ID: st.exec.ID, Failed: n}); err != nil {
+		r.cfg.Logger.ErrorContext(ctx, "could not count the failed items on the execution",
+			slog.Int64("execution_id", st.exec.ID), slog.Int64("failed", n), slog.String("error", err.Error()))
+	}
+}

@@ -1,0 +1,93 @@
+package batch_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/queries"
+)
+
+// partsJob is one chunk of 100 items on FanOutCommit; writing item badItem
+// fails, so its part does not commit.
+type partsJob struct {
+	badItem string
+	called  []string // items whose function ran, in no particular order
+	results chan []batch.ItemResult[string]
+}
+
+func (j *partsJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	return &batch.Plan{Chunks: []string{"c"}, Targets: 100}, nil
+}
+
+func (j *partsJob) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	items := make([]string, 100)
+	for i := range items {
+		items[i] = fmt.Sprintf("i%03d", i)
+	}
+	calls := make(chan string, len(items))
+	results, err := batch.FanOutCommit(ctx, run, chunk, items,
+		func(_ context.Context, item string) (string, error) {
+			calls <- item
+			return item, nil
+		},
+		batch.Committer[string, string]{
+			Key: func(s string) string { return s },
+			Write: func(_ context.Context, _ pgx.Tx, values []string) error {
+				if slices.Contains(values, j.badItem) {
+					return errors.New("disk full")
+				}
+				return nil
+			},
+		})
+	close(calls)
+	for item := range calls {
+		j.called = append(j.called, item)
+	}
+	j.results <- results
+	if err != nil {
+		return nil, err
+	}
+	return &batch.ChunkResult{}, nil
+}
+
+// A part that fails to commit stops the chunk: no item is handed out after
+// it, the execution fails naming the commit, and exactly the items whose
+// part committed are kept and reported Committed (the resume's skip list).
+func TestFanOutCommit_CommitFailureStopsAndKeepsCommitted(t *testing.T) {
+	t.Parallel()
+	job := &partsJob{badItem: "i040", results: make(chan []batch.ItemResult[string], 1)}
+	b := setup(t, map[string]batch.Job{"creditEval": job})
+	out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
+	require.NoError(t, err)
+	require.Equal(t, "FAILED", out.Status)
+	require.Regexp(t, `^chunk c: commit of \d+ finished items of chunk c: error writing items: disk full$`, out.Message)
+
+	results := <-job.results
+	var committed []string
+	for _, r := range results {
+		if r.Committed {
+			require.True(t, r.Done)
+			committed = append(committed, r.Value)
+		}
+	}
+	require.NotContains(t, committed, "i040")
+	require.Less(t, len(job.called), 100, "handing out stopped at the failed commit")
+	exec, err := queries.New().JobExecutionGetByID(context.Background(), b.pool, out.ExecutionID)
+	require.NoError(t, err)
+	parts, err := queries.New().JobCheckpointPartItems(context.Background(), b.pool, exec.InstanceID)
+	require.NoError(t, err)
+	require.ElementsMatch(t, committed, parts, "the parts list exactly the committed items")
+	require.Equal(t, int64(len(committed)), exec.ItemsWritten)
+	totals, err := queries.New().JobCheckpointTotals(context.Background(), b.pool, exec.InstanceID)
+	require.NoError(t, err)
+	require.Equal(t, int64(len(committed)), totals.Targets)
+	require.Equal(t, int64(len(committed)), totals.Written)
+	require.Zero(t, totals.Chunks)
+}

@@ -1,0 +1,27 @@
+-- name: JobCheckpointPartInsert :exec
+INSERT INTO job_checkpoint_part (instance_id, chunk, execution_id, items)
+VALUES (@instance_id, @chunk, @execution_id, @items::text[]);
+
+-- name: JobCheckpointPartItems :many
+-- JobCheckpointPartItems lists the items of the instance committed in parts
+-- of chunks: a resume does not process them again.
+SELECT unnest(items)::text AS item FROM job_checkpoint_part WHERE instance_id = @instance_id;
+
+-- name: JobExecutionPartCommitted :one
+-- JobExecutionPartCommitted moves the execution's written count at a part
+-- commit (the chunk still runs: chunks_done stays) and returns its status,
+-- which is how a fan-out chunk learns of a stop (STOPPING) between parts.
+UPDATE job_execution
+SET last_updated = now(),
+    items_written = items_written + @written
+WHERE id = @id
+RETURNING status;
+
+-- name: JobExecutionItemsFailed :exec
+-- JobExecutionItemsFailed counts failed items of a chunk that did not
+-- commit (over its failure tolerance): they are this execution's outcome
+-- although no checkpoint holds them, and stay targets of the instance.
+UPDATE job_execution
+SET last_updated = now(),
+    items_failed = items_failed + @failed
+WHERE id = @id;
