@@ -5,3 +5,9 @@ RETURNING *;
 
 -- name: JobInstanceGetByID :one
 SELECT * FROM job_instance WHERE id = @id;
+
+-- name: JobInstanceTakeLease :one
+-- JobInstanceTakeLease gives a starting execution the instance's next lease
+-- epoch; from then on, writes of any earlier execution of the instance find
+-- the epoch moved and write nothing.
+UPDATE job_instance SET lease_epoch = lease_epoch + 1 WHERE id = @id RETURNING lease_epoch;
