@@ -8,7 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/jobs/worker"
 	"github.com/buildrisk/radar/queries"
 )
 
@@ -61,4 +63,21 @@ func TestFencing_CLIOwnershipLost(t *testing.T) {
 	require.Equal(t, 1, s.count(`SELECT count(*) FROM job_execution WHERE status = 'ABANDONED' AND chunks_done = 2 AND exit_message = 'abandoned by the test'`))
 	require.Equal(t, 1, s.count(`SELECT count(*) FROM job_request WHERE status = 'FAILED' AND message = 'abandoned by the test'`))
 	require.Equal(t, 0, s.count(`SELECT count(*) FROM job_request WHERE source = 'chain'`))
+}
+
+// A run that cannot start keeps its real error: a worker of a rolling
+// deploy that does not know the job fails the request with that error
+// (counted as start_failed), instead of leaving it QUEUED for the reaper
+// to call orphaned.
+func TestWorker_StartFailureKeepsItsError(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	s.startWorkerWith(s.pool, func(_ *worker.Config, rc *batch.Config) { delete(rc.Jobs, "aptTrade") })
+	id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
+	out := s.waitRequest(id, "FAILED", "DONE")
+	require.Equal(t, "FAILED", out["status"])
+	require.Contains(t, out["message"], "the run could not start")
+	require.Contains(t, out["message"], `job "aptTrade" is not registered in this process`)
+	require.Equal(t, float64(1), s.metric("buildrisk_requests_failed_total", map[string]string{"job": "aptTrade", "reason": "start_failed"}))
+	require.Equal(t, 1, s.count(`SELECT count(*) FROM river_job WHERE state = 'cancelled'`))
 }

@@ -31,6 +31,11 @@ func privateCluster(t *testing.T) (*pglocal.Cluster, string) {
 	return cluster, url
 }
 
+// fenceDeadline bounds the wait for a fenced worker to give up its call in
+// flight: well past the 1 s fencing threshold of the test environment, and
+// well before the provider call's own 30 s timeout could end it instead.
+const fenceDeadline = 20 * time.Second
+
 // onceSignal returns a channel closed by the first call of fire.
 func onceSignal() (ch chan struct{}, fire func()) {
 	ch = make(chan struct{})
@@ -111,7 +116,7 @@ func TestOutage_LongerThanStaleDuringSlowCall(t *testing.T) {
 	within(t, time.Minute, s.gate.blocked, "the third provider call")
 
 	require.NoError(t, cluster.Halt())
-	within(t, time.Minute, s.gate.abandoned, "the fenced worker to cancel the call in flight")
+	within(t, fenceDeadline, s.gate.abandoned, "the fenced worker to cancel the call in flight")
 	require.ErrorContains(t, w.Ready(context.Background()), "fenced")
 	// The outage lasts past STALE_AFTER (2 s): the worker's heartbeat is
 	// stale when the database comes back.
@@ -161,7 +166,7 @@ func TestOutage_PartitionedWorkerIsReapedAndWritesNothing(t *testing.T) {
 	require.Equal(t, a.ID(), s.waitHeldBy(id))
 
 	proxy.cut()
-	within(t, time.Minute, s.gate.abandoned, "the fenced worker to cancel the call in flight")
+	within(t, fenceDeadline, s.gate.abandoned, "the fenced worker to cancel the call in flight")
 	require.ErrorContains(t, a.Ready(context.Background()), "fenced")
 	waitUntil(t, time.Minute, "worker A to be stale by the database's clock", func() bool {
 		return s.count(`SELECT count(*) FROM worker WHERE id = $1 AND heartbeat_at < now() - make_interval(secs => $2)`, a.ID(), s.env.StaleAfter.Seconds()) == 1

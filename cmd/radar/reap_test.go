@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -180,4 +181,30 @@ func TestReap_CleanupBeforeEnqueueAlone(t *testing.T) {
 	require.Contains(t, old["message"], victimID)
 	require.Equal(t, "COMPLETED", execution(t, s.waitRequest(out["requestId"].(string), "DONE"))["status"])
 	require.Equal(t, float64(1), s.metric("buildrisk_worker_stale_heartbeats_total", nil))
+}
+
+// With no live worker at all, `radar api` reaps by itself: a request held
+// by a dead worker reads FAILED within STALE_AFTER + REAP_INTERVAL, though
+// nobody posts a request that would clean it up.
+func TestReap_APIReapsWithNoWorker(t *testing.T) {
+	t.Parallel()
+	bin := buildRadar(t)
+	s := newTestSystem(t, nil)
+	var id int64
+	require.NoError(t, s.pool.QueryRow(context.Background(), `WITH w AS (
+			INSERT INTO worker (id, hostname, pid, boot, heartbeat_at) VALUES ('9@dead-host#b00t', 'dead-host', 9, 'b00t', now() - interval '1 hour')
+		)
+		INSERT INTO job_request (job, source, status, worker_id, claimed_at) VALUES ('aptTrade', 'api', 'RUNNING', '9@dead-host#b00t', now())
+		RETURNING id`).Scan(&id))
+
+	api := startRadar(t, bin, s.processEnv(map[string]string{"BUILDRISK_HTTP_ADDR": "127.0.0.1:0"}), "api")
+	api.waitLine(t, regexp.MustCompile(`api listening`))
+	waitUntil(t, time.Minute, "the api to reap the dead worker's request", func() bool {
+		return s.count(`SELECT count(*) FROM job_request WHERE id = $1 AND status = 'FAILED'`, id) == 1
+	})
+	_, out := s.get("/v1/requests/" + fmtInt(int(id)))
+	require.Equal(t, "FAILED", out["status"])
+	require.Contains(t, out["message"], "9@dead-host#b00t stopped heartbeating")
+	require.NoError(t, api.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, exitOK, api.wait(t, 30*time.Second))
 }

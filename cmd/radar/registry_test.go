@@ -395,4 +395,6 @@ func TestRegistry_OrphanedQueuedRequests(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, 0, s.count(`SELECT count(*) FROM river_job WHERE state = 'running'`))
+	require.Equal(t, float64(2), s.metric("buildrisk_requests_failed_total", map[string]string{"job": "aptTrade", "reason": "orphaned"}),
+		"each orphaned request failed is counted")
 }

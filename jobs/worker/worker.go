@@ -413,7 +413,8 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 }
 
 // failStart records a request whose run could not start as FAILED with the
-// start's error, counts it and logs one line.
+// start's error, and cancels its River job in the same transaction; it
+// counts the failure and logs one line.
 func (w *Worker) failStart(ctx context.Context, job *river.Job[jobs.RunArgs], startErr error) {
 	ctx = context.WithoutCancel(ctx)
 	msg := fmt.Sprintf("the run could not start on worker %s: %v", w.cfg.ID, startErr)
@@ -424,7 +425,7 @@ func (w *Worker) failStart(ctx context.Context, job *river.Job[jobs.RunArgs], st
 			return fmt.Errorf("error reading request: %w", err)
 		}
 		jobName = req.Job
-		_, err = request.Abandon(ctx, tx, req.ID, nil, nil, msg)
+		_, err = request.Abandon(ctx, tx, req.ID, nil, &job.ID, msg)
 		return err
 	})
 	logger := w.cfg.Logger.With(slog.Int64("request_id", job.Args.RequestID), slog.String("job", jobName))
