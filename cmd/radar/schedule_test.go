@@ -59,3 +59,21 @@ func TestSchedule_JobList(t *testing.T) {
 	})
 	require.ErrorContains(t, err, "BUILDRISK_SCHEDULE_APTTRADE")
 }
+
+// A schedule tick's River job has a finite timeout, so River's rescuer
+// frees one whose worker died while it was running (with the client's -1
+// it would stay running forever).
+func TestSchedule_StuckTickIsRescued(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	var id int64
+	require.NoError(t, s.pool.QueryRow(context.Background(), `INSERT INTO river_job
+		(state, attempt, max_attempts, attempted_at, attempted_by, kind, args, queue, priority, scheduled_at)
+		VALUES ('running', 1, 1, now() - interval '2 hours', '{9@dead-host#b00t}', 'buildrisk_schedule', '{"job":"aptTrade"}', 'default', 1, now() - interval '2 hours')
+		RETURNING id`).Scan(&id))
+	s.startWorker() // the only worker: River's leader, which runs the rescuer
+	waitUntil(t, 2*time.Minute, "River's rescuer to free the stuck tick", func() bool {
+		return s.count(`SELECT count(*) FROM river_job WHERE id = $1 AND state <> 'running'`, id) == 1
+	})
+	require.Equal(t, 1, s.count(`SELECT count(*) FROM river_job WHERE id = $1 AND state = 'discarded'`, id))
+}
