@@ -258,6 +258,23 @@ func (s *testSystem) waitRequest(id string, want ...string) map[string]any {
 	}
 }
 
+// waitChunksDone polls the request until its execution has committed at
+// least n chunks, failing the test after a minute.
+func (s *testSystem) waitChunksDone(id string, n int) {
+	s.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, out := s.get("/v1/requests/" + id)
+		if exec, ok := out["execution"].(map[string]any); ok && exec["chunksDone"].(float64) >= float64(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("request %s: fewer than %d chunks committed after a minute: %v", id, n, out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (s *testSystem) count(query string, args ...any) int {
 	s.t.Helper()
 	var n int
