@@ -13,7 +13,9 @@ import (
 	"github.com/buildrisk/radar/jobs/worker"
 	"github.com/buildrisk/radar/sql/migrations"
 	"github.com/buildrisk/radar/sql/pglocal"
+	"github.com/buildrisk/radar/sql/pgtest"
 )
+
 
 // privateCluster starts a PostgreSQL cluster of the test's own, which it
 // may halt and resume, and returns it with the URL of a migrated database.
@@ -199,4 +201,27 @@ func TestOutage_PartitionedWorkerIsReapedAndWritesNothing(t *testing.T) {
 	require.Equal(t, float64(2), firstExec["chunksDone"])
 	s.noOverlap(t)
 	requireEachKeyOnce(t, s, 6)
+}
+
+// The worker's and the CLI's connections carry BUILDRISK_DB_STATEMENT_TIMEOUT
+// as their statement_timeout (so a lock wait cannot hold a heartbeat or a
+// commit past the fencing window); a pool opened without one keeps the
+// server's default.
+func TestOpenPool_StatementTimeout(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	for timeout, want := range map[time.Duration]string{1500 * time.Millisecond: "1500ms", 0: "0"} {
+		pool, err := openPool(ctx, url, 2, timeout)
+		require.NoError(t, err)
+		var got string
+		require.NoError(t, pool.QueryRow(ctx, "SHOW statement_timeout").Scan(&got))
+		pool.Close()
+		require.Equal(t, want, got)
+	}
+	pool, err := openPool(ctx, url, 2, 200*time.Millisecond)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = pool.Exec(ctx, "SELECT pg_sleep(5)")
+	require.ErrorContains(t, err, "57014", "a statement past the timeout is cancelled by the server")
 }

@@ -120,7 +120,8 @@ func (t *telemetry) shutdown() {
 
 // openPool connects to url. statementTimeout, when set, becomes the
 // connections' statement_timeout, so no statement of the process (a lock
-// wait included) can outlast it, whatever its caller does.
+// wait included) can outlast it, whatever its caller does, and bounds the
+// time to open a connection.
 func openPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -132,6 +133,11 @@ func openPool(ctx context.Context, url string, maxConns int32, statementTimeout 
 	}
 	if statementTimeout > 0 {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(statementTimeout.Milliseconds(), 10)
+		// A database that does not answer at all (a dropped network) must
+		// not hold a new connection longer than a statement either.
+		if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > statementTimeout {
+			cfg.ConnConfig.ConnectTimeout = statementTimeout
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
