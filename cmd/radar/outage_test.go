@@ -16,7 +16,6 @@ import (
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
-
 // privateCluster starts a PostgreSQL cluster of the test's own, which it
 // may halt and resume, and returns it with the URL of a migrated database.
 func privateCluster(t *testing.T) (*pglocal.Cluster, string) {
