@@ -45,7 +45,10 @@ SELECT * FROM job_request WHERE status = 'RUNNING' AND worker_id = @worker_id OR
 SELECT * FROM job_request WHERE status = 'QUEUED' ORDER BY id;
 
 -- name: JobRequestOldestQueuedByJob :many
-SELECT job, min(created_at)::timestamptz AS oldest_created_at, count(*) AS queued
+-- JobRequestOldestQueuedByJob returns each job's oldest QUEUED request and
+-- its age by the database's clock.
+SELECT job, min(created_at)::timestamptz AS oldest_created_at, count(*) AS queued,
+       extract(epoch FROM now() - min(created_at))::float8 AS oldest_age_seconds
 FROM job_request WHERE status = 'QUEUED'
 GROUP BY job;
 

@@ -537,17 +537,21 @@ func (q *Queries) JobRequestListStale(ctx context.Context, db DBTX, arg *JobRequ
 }
 
 const jobRequestOldestQueuedByJob = `-- name: JobRequestOldestQueuedByJob :many
-SELECT job, min(created_at)::timestamptz AS oldest_created_at, count(*) AS queued
+SELECT job, min(created_at)::timestamptz AS oldest_created_at, count(*) AS queued,
+       extract(epoch FROM now() - min(created_at))::float8 AS oldest_age_seconds
 FROM job_request WHERE status = 'QUEUED'
 GROUP BY job
 `
 
 type JobRequestOldestQueuedByJobRow struct {
-	Job             string
-	OldestCreatedAt time.Time
-	Queued          int64
+	Job              string
+	OldestCreatedAt  time.Time
+	Queued           int64
+	OldestAgeSeconds float64
 }
 
+// JobRequestOldestQueuedByJob returns each job's oldest QUEUED request and
+// its age by the database's clock.
 func (q *Queries) JobRequestOldestQueuedByJob(ctx context.Context, db DBTX) ([]*JobRequestOldestQueuedByJobRow, error) {
 	rows, err := db.Query(ctx, jobRequestOldestQueuedByJob)
 	if err != nil {
@@ -557,7 +561,12 @@ func (q *Queries) JobRequestOldestQueuedByJob(ctx context.Context, db DBTX) ([]*
 	var items []*JobRequestOldestQueuedByJobRow
 	for rows.Next() {
 		var i JobRequestOldestQueuedByJobRow
-		if err := rows.Scan(&i.Job, &i.OldestCreatedAt, &i.Queued); err != nil {
+		if err := rows.Scan(
+			&i.Job,
+			&i.OldestCreatedAt,
+			&i.Queued,
+			&i.OldestAgeSeconds,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)
