@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -56,6 +57,26 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// waitRequestAfterOutage is waitRequest for a database that was just
+// restarted: until the API's pool has replaced its broken connections, an
+// answer may be a 5xx (what the API answers during an outage is another
+// test's subject), so those are polled past too.
+func (s *testSystem) waitRequestAfterOutage(id string, want ...string) map[string]any {
+	s.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		status, out := s.get("/v1/requests/" + id)
+		if status == 200 && slices.Contains(want, out["status"].(string)) {
+			return out
+		}
+		require.True(s.t, status == 200 || status >= 500, "GET /v1/requests/%s: %d %v", id, status, out)
+		if time.Now().After(deadline) {
+			s.t.Fatalf("request %s: %d %v, want %v", id, status, out, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // noOverlap asserts the invariants of ownership: no two executions of the
 // job overlapped in time, and no checkpoint landed in an execution after it
 // had ended.
@@ -74,8 +95,10 @@ func (s *testSystem) noOverlap(t *testing.T) {
 func TestOutage_RestartMidRunCompletes(t *testing.T) {
 	t.Parallel()
 	cluster, url := privateCluster(t)
+	// A fencing window (15 s) far longer than a restart, even on a loaded
+	// machine: the restart must cost a pause, never the run.
 	s := newTestSystem(t, &testSystemOpts{dbURL: url, env: map[string]string{
-		"BUILDRISK_HEARTBEAT_INTERVAL": "500ms", "BUILDRISK_STALE_AFTER": "10s",
+		"BUILDRISK_HEARTBEAT_INTERVAL": "500ms", "BUILDRISK_STALE_AFTER": "30s",
 	}})
 	transient, fire := onceSignal()
 	s.startWorkerWith(s.pool, func(_ *worker.Config, rc *batch.Config) {
@@ -89,10 +112,11 @@ func TestOutage_RestartMidRunCompletes(t *testing.T) {
 	require.NoError(t, cluster.Halt())
 	s.gate.open() // chunk 4's call returns; its commit meets the restart
 	within(t, time.Minute, transient, "the commit to meet the outage")
+	time.Sleep(time.Until(halted.Add(time.Second))) // the restart lasts a second, heartbeats fail meanwhile
 	require.NoError(t, cluster.Resume(context.Background()))
 	t.Logf("postgres was down for %s", time.Since(halted).Round(time.Millisecond))
 
-	done := s.waitRequest(id, "DONE", "FAILED")
+	done := s.waitRequestAfterOutage(id, "DONE", "FAILED")
 	exec := execution(t, done)
 	require.Equal(t, "COMPLETED", exec["status"], "%v", done)
 	require.Equal(t, float64(12), exec["chunksDone"])
@@ -125,7 +149,7 @@ func TestOutage_LongerThanStaleDuringSlowCall(t *testing.T) {
 	s.gate.open()
 	require.NoError(t, cluster.Resume(context.Background()))
 
-	first := s.waitRequest(id, "FAILED", "DONE")
+	first := s.waitRequestAfterOutage(id, "FAILED", "DONE")
 	require.Equal(t, "FAILED", first["status"], "%v", first)
 	firstExec := execution(t, first)
 	t.Logf("first execution: %s: %s", firstExec["status"], firstExec["exitMessage"])
