@@ -269,7 +269,7 @@ func TestLifecycle_DrainTimeout(t *testing.T) {
 func TestLifecycle_DrainAtChunkBoundary(t *testing.T) {
 	t.Parallel()
 	s := newTestSystem(t, nil)
-	w, runner := s.startWorker()
+	w, _ := s.startWorker()
 	s.gate.arm(3)
 	id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
 	within(t, time.Minute, s.gate.blocked, "the fourth provider call")
@@ -278,10 +278,8 @@ func TestLifecycle_DrainAtChunkBoundary(t *testing.T) {
 	go func() { drained <- w.Drain(context.Background()) }()
 	waitUntil(t, time.Minute, "the worker to report draining", func() bool { return w.Status() == "draining" })
 	require.ErrorContains(t, w.Ready(context.Background()), "draining", "/readyz fails while draining")
-	// Drain reports draining before it tells the runner; the runner must be
-	// told before the chunk in flight ends, or a fifth chunk could start.
-	// Drain is idempotent: telling it here fixes the order.
-	runner.Drain()
+	// Drain tells the runner before it reports draining: the chunk in
+	// flight is the last one, whenever it ends.
 	s.gate.open()
 	require.NoError(t, <-drained)
 	out := s.waitRequest(id, "DONE", "FAILED")

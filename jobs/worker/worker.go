@@ -305,11 +305,13 @@ func (w *Worker) Start(ctx context.Context) error {
 // chunk in flight rolls back, the execution is still recorded STOPPED).
 // Pools, caches and telemetry must be closed only after Drain returns.
 func (w *Worker) Drain(ctx context.Context) error {
+	// The runner first: once the worker reads draining, no run starts
+	// another chunk.
+	w.runner.Drain()
 	presence := w.registration()
 	if presence != nil {
 		presence.SetStatus(ctx, StatusDraining)
 	}
-	w.runner.Drain()
 	softCtx, cancel := context.WithTimeout(ctx, w.cfg.DrainTimeout)
 	defer cancel()
 	err := w.river.Stop(softCtx)
