@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs/batch"
@@ -199,4 +200,77 @@ func countRows(t *testing.T, b *testBundle, query string) int {
 	var n int
 	require.NoError(t, b.pool.QueryRow(context.Background(), query).Scan(&n))
 	return n
+}
+
+// flakyWriteJob's chunk writes fail with err the first `fail` times (fail
+// < 0: always).
+type flakyWriteJob struct {
+	chunks int
+	fail   int
+	err    error
+	writes int
+}
+
+func (j *flakyWriteJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	plan := &batch.Plan{Targets: int64(j.chunks)}
+	for i := range j.chunks {
+		plan.Chunks = append(plan.Chunks, fmt.Sprintf("c%02d", i))
+	}
+	return plan, nil
+}
+
+func (j *flakyWriteJob) Process(context.Context, *batch.Run, string) (*batch.ChunkResult, error) {
+	return &batch.ChunkResult{Targets: 1, Written: 1, Write: func(context.Context, pgx.Tx) error {
+		j.writes++
+		if j.fail < 0 || j.writes <= j.fail {
+			return j.err
+		}
+		return nil
+	}}, nil
+}
+
+// A transient database error at a chunk's commit is retried (the chunk
+// counted once); one that never clears ends the run FAILED after
+// RecordRetryWindow, naming the error, instead of retrying forever while
+// the database is otherwise up; a non-transient one fails at once.
+func TestRunner_TransientCommitErrors(t *testing.T) {
+	t.Parallel()
+	statementTimeout := &pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"}
+	for name, tc := range map[string]struct {
+		job        *flakyWriteJob
+		wantStatus string
+		wantMsg    string
+		wantWrites int
+	}{
+		"RetriedThenCommitted": {&flakyWriteJob{chunks: 3, fail: 2, err: statementTimeout}, "COMPLETED", "completed: 3 targets", 5},
+		"NeverClears":          {&flakyWriteJob{chunks: 3, fail: -1, err: statementTimeout}, "FAILED", "retried in vain", 0},
+		"NotTransient":         {&flakyWriteJob{chunks: 3, fail: -1, err: &pgconn.PgError{Code: "23514"}}, "FAILED", "SQLSTATE 23514", 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, map[string]batch.Job{"metrics": tc.job})
+			var transient int
+			runner, err := batch.NewRunner(b.pool, batch.Config{
+				WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"metrics": tc.job}, Upstream: b.upstream, Instruments: b.instruments,
+				RecordRetryWindow: 300 * time.Millisecond, OnTransient: func(error) { transient++ },
+			})
+			require.NoError(t, err)
+			out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "metrics")})
+			require.NoError(t, err)
+			require.Equal(t, tc.wantStatus, out.Status, out.Message)
+			require.Contains(t, out.Message, tc.wantMsg)
+			var chunksDone, written int
+			require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT chunks_done, items_written FROM job_execution WHERE id = $1`, out.ExecutionID).Scan(&chunksDone, &written))
+			require.Equal(t, countRows(t, b, `SELECT count(*) FROM job_checkpoint`), chunksDone, "each committed chunk counted once")
+			require.Equal(t, chunksDone, written)
+			if tc.wantWrites > 0 {
+				require.Equal(t, tc.wantWrites, tc.job.writes)
+			}
+			if name == "NotTransient" {
+				require.Zero(t, transient)
+			} else {
+				require.Positive(t, transient)
+			}
+		})
+	}
 }

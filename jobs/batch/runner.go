@@ -906,16 +906,14 @@ func (r *Runner) recorded(ctx context.Context, tx pgx.Tx, st *started, outcome *
 // succeeds or fails with an error that is not a transient database error
 // (queries.IsTransient). Transient errors are retried with a capped
 // backoff while the run keeps its window: until fenced closes (the process
-// fenced itself: the error then wraps ErrFenced), or, without a fence,
-// until RecordRetryWindow has passed. rs, when set, keeps the last error
-// for the run's message and logs the outage once.
+// fenced itself: the error then wraps ErrFenced). RecordRetryWindow bounds
+// the retries too: without a fence it is the window, and with one it stops
+// a statement that times out every time while the database is otherwise
+// up (heartbeats succeed, the fence never fires) from being retried
+// forever. rs, when set, keeps the last error for the run's message and
+// logs the outage once.
 func (r *Runner) retryTransient(ctx context.Context, fenced <-chan struct{}, rs *runState, fn func(ctx context.Context) error) error {
-	var window <-chan time.Time
-	if fenced == nil {
-		timer := time.NewTimer(r.cfg.RecordRetryWindow)
-		defer timer.Stop()
-		window = timer.C
-	}
+	var window <-chan time.Time // from the first transient error on
 	backoff := 50 * time.Millisecond
 	for {
 		callCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
@@ -930,13 +928,18 @@ func (r *Runner) retryTransient(ctx context.Context, fenced <-chan struct{}, rs 
 		if r.cfg.OnTransient != nil {
 			r.cfg.OnTransient(err)
 		}
+		if window == nil {
+			timer := time.NewTimer(r.cfg.RecordRetryWindow)
+			defer timer.Stop()
+			window = timer.C
+		}
 		select {
 		case <-ctx.Done():
 			return err
 		case <-fenced:
 			return fmt.Errorf("%w: %w", ErrFenced, err)
 		case <-window:
-			return fmt.Errorf("database unavailable for %s: %w", r.cfg.RecordRetryWindow, err)
+			return fmt.Errorf("database errors for %s, retried in vain: %w", r.cfg.RecordRetryWindow, err)
 		case <-time.After(backoff):
 			backoff = min(backoff*2, time.Second)
 		}
