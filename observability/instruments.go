@@ -74,6 +74,22 @@ const (
 	OutcomeWritten     = "written"
 )
 
+// Values of the reason attribute of buildrisk_requests_failed_total: why a
+// request was failed without its job running to an outcome of its own.
+const (
+	// ReasonOrphaned is a QUEUED request nobody will run (its River job
+	// ended, or its worker died before starting it), failed by the reaper.
+	ReasonOrphaned = "orphaned"
+	// ReasonStartFailed is a request whose run could not start (its job is
+	// not registered in the process that took it, another execution of the
+	// job is still active, the start failed): failed with that error.
+	ReasonStartFailed = "start_failed"
+)
+
+// requestFailedReasons lists every allowed value of the reason attribute of
+// buildrisk_requests_failed_total.
+var requestFailedReasons = []string{ReasonOrphaned, ReasonStartFailed}
+
 // Values of the outcome attribute of buildrisk_external_calls_total.
 const (
 	// CallCapped is a call not made because the provider's daily cap was
@@ -127,11 +143,13 @@ const (
 	MetricFanoutInflight         = "buildrisk_fanout_inflight"
 	MetricFanoutRejections       = "buildrisk_fanout_rejections_total"
 	MetricItems                  = "buildrisk_items_total"
+	MetricOwnershipLost          = "buildrisk_ownership_lost_total"
 	MetricProviderCallsRemaining = "buildrisk_provider_calls_remaining"
 	MetricProviderDailyCap       = "buildrisk_provider_daily_cap"
 	MetricQueueOldestAge         = "buildrisk_queue_oldest_age_seconds"
 	MetricRequestStartLatency    = "buildrisk_request_start_latency_seconds"
 	MetricRequests               = "buildrisk_requests_total"
+	MetricRequestsFailed         = "buildrisk_requests_failed_total"
 	MetricWorkerStaleHeartbeats  = "buildrisk_worker_stale_heartbeats_total"
 	MetricWorkersAlive           = "buildrisk_workers_alive"
 )
@@ -148,10 +166,12 @@ var MetricNames = []string{
 	MetricFanoutInflight,
 	MetricFanoutRejections,
 	MetricItems,
+	MetricOwnershipLost,
 	MetricProviderCallsRemaining,
 	MetricProviderDailyCap,
 	MetricQueueOldestAge,
 	MetricRequestStartLatency,
+	MetricRequestsFailed,
 	MetricRequests,
 	MetricWorkerStaleHeartbeats,
 	MetricWorkersAlive,
@@ -206,11 +226,13 @@ type Instruments struct {
 	fanoutInflight         metric.Int64UpDownCounter
 	fanoutRejections       metric.Int64Counter
 	items                  metric.Int64Counter
+	ownershipLost          metric.Int64Counter
 	providerCallsRemaining metric.Int64Gauge
 	providerDailyCap       metric.Int64Gauge
 	queueOldestAge         metric.Float64Gauge
 	requestStartLatency    metric.Float64Histogram
 	requests               metric.Int64Counter
+	requestsFailed         metric.Int64Counter
 	workerStaleHeartbeats  metric.Int64Counter
 	workersAlive           metric.Int64Gauge
 }
@@ -250,6 +272,21 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 	i.requests, err = meter.Int64Counter("buildrisk.requests",
 		metric.WithDescription("Requests to run a job, by source and result (accepted, duplicate, invalid)."),
 		metric.WithUnit("{request}"))
+	check(err)
+
+	// buildrisk_requests_failed_total{job,reason}: requests failed without
+	// an outcome of their own run (orphaned, start_failed).
+	i.requestsFailed, err = meter.Int64Counter("buildrisk.requests.failed",
+		metric.WithDescription("Requests failed without an outcome of their own run, by reason (orphaned, start_failed)."),
+		metric.WithUnit("{request}"))
+	check(err)
+
+	// buildrisk_ownership_lost_total{job}: runs that found their execution
+	// no longer theirs (abandoned, or taken over by a newer lease epoch) and
+	// stopped without writing.
+	i.ownershipLost, err = meter.Int64Counter("buildrisk.ownership_lost",
+		metric.WithDescription("Runs that lost the ownership of their execution (abandoned or taken over) and stopped without writing."),
+		metric.WithUnit("{execution}"))
 	check(err)
 
 	// buildrisk_executions_total{job,status}: executions that ended, by
@@ -360,6 +397,10 @@ func (i *Instruments) InitSeries(ctx context.Context, jobs, providers []string) 
 		for _, outcome := range []string{OutcomeFailed, OutcomeSkipped, OutcomeUnaccounted, OutcomeWritten} {
 			i.items.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrOutcome.String(outcome)))
 		}
+		i.ownershipLost.Add(ctx, 0, metric.WithAttributes(attrJob.String(job)))
+		for _, reason := range requestFailedReasons {
+			i.requestsFailed.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrReason.String(reason)))
+		}
 	}
 	for _, provider := range providers {
 		for _, outcome := range []string{CallCapped, CallError, CallOK} {
@@ -395,6 +436,23 @@ func (i *Instruments) RequestRecorded(ctx context.Context, job, source, result s
 		attrJob.String(job),
 		attrSource.String(oneOf(source, SourceAPI, SourceChain, SourceCLI, SourceSchedule)),
 		attrResult.String(oneOf(result, ResultAccepted, ResultDuplicate, ResultInvalid)),
+	))
+}
+
+// OwnershipLost counts one run of job that found its execution no longer
+// its own and stopped without writing. Any increase means a worker was
+// taken for dead while it was alive (a database outage past the stale
+// window, a paused process): alert BuildriskOwnershipLost.
+func (i *Instruments) OwnershipLost(ctx context.Context, job string) {
+	i.ownershipLost.Add(ctx, 1, metric.WithAttributes(attrJob.String(job)))
+}
+
+// RequestFailed counts one request of job failed for reason
+// (ReasonOrphaned, ReasonStartFailed) without an outcome of its own run.
+func (i *Instruments) RequestFailed(ctx context.Context, job, reason string) {
+	i.requestsFailed.Add(ctx, 1, metric.WithAttributes(
+		attrJob.String(job),
+		attrReason.String(oneOf(reason, requestFailedReasons...)),
 	))
 }
 

@@ -78,6 +78,8 @@ func recordOneOfEach(ctx context.Context, inst *Instruments) {
 	inst.StaleHeartbeatReaped(ctx)
 	inst.RequestRecorded(ctx, "aptTrade", SourceAPI, ResultAccepted)
 	inst.ExecutionFinished(ctx, "aptTrade", StatusCompleted)
+	inst.OwnershipLost(ctx, "aptTrade")
+	inst.RequestFailed(ctx, "aptTrade", ReasonOrphaned)
 	inst.ItemsCounted(ctx, "aptTrade", OutcomeWritten, 72)
 	inst.ExternalCall(ctx, "MOLIT", CallOK)
 	inst.ChunkDuration(ctx, "aptTrade", 1500*time.Millisecond)
@@ -117,11 +119,13 @@ func TestInstrumentsScrapedNames(t *testing.T) {
 		"buildrisk_fanout_inflight":               {[]string{"job"}, dto.MetricType_GAUGE},
 		"buildrisk_fanout_rejections_total":       {[]string{"job", "reason"}, dto.MetricType_COUNTER},
 		"buildrisk_items_total":                   {[]string{"job", "outcome"}, dto.MetricType_COUNTER},
+		"buildrisk_ownership_lost_total":          {[]string{"job"}, dto.MetricType_COUNTER},
 		"buildrisk_provider_calls_remaining":      {[]string{"provider"}, dto.MetricType_GAUGE},
 		"buildrisk_provider_daily_cap":            {[]string{"provider"}, dto.MetricType_GAUGE},
 		"buildrisk_queue_oldest_age_seconds":      {[]string{"job"}, dto.MetricType_GAUGE},
 		"buildrisk_request_start_latency_seconds": {[]string{"job"}, dto.MetricType_HISTOGRAM},
 		"buildrisk_requests_total":                {[]string{"job", "result", "source"}, dto.MetricType_COUNTER},
+		"buildrisk_requests_failed_total":         {[]string{"job", "reason"}, dto.MetricType_COUNTER},
 		"buildrisk_worker_stale_heartbeats_total": {nil, dto.MetricType_COUNTER},
 		"buildrisk_workers_alive":                 {nil, dto.MetricType_GAUGE},
 	}

@@ -26,3 +26,7 @@ FROM job_checkpoint
 WHERE instance_id = @instance_id AND skipped > 0
 GROUP BY skip_reason
 ORDER BY skip_reason;
+
+-- name: JobCheckpointOwner :one
+-- JobCheckpointOwner returns the execution that committed a chunk.
+SELECT execution_id FROM job_checkpoint WHERE instance_id = @instance_id AND chunk = @chunk;

@@ -65,6 +65,23 @@ func (q *Queries) JobCheckpointListChunks(ctx context.Context, db DBTX, instance
 	return items, nil
 }
 
+const jobCheckpointOwner = `-- name: JobCheckpointOwner :one
+SELECT execution_id FROM job_checkpoint WHERE instance_id = $1 AND chunk = $2
+`
+
+type JobCheckpointOwnerParams struct {
+	InstanceID int64
+	Chunk      string
+}
+
+// JobCheckpointOwner returns the execution that committed a chunk.
+func (q *Queries) JobCheckpointOwner(ctx context.Context, db DBTX, arg *JobCheckpointOwnerParams) (int64, error) {
+	row := db.QueryRow(ctx, jobCheckpointOwner, arg.InstanceID, arg.Chunk)
+	var execution_id int64
+	err := row.Scan(&execution_id)
+	return execution_id, err
+}
+
 const jobCheckpointSkipReasons = `-- name: JobCheckpointSkipReasons :many
 SELECT skip_reason, sum(skipped)::bigint AS skipped
 FROM job_checkpoint

@@ -11,17 +11,29 @@ SELECT unnest(items)::text AS item FROM job_checkpoint_part WHERE instance_id = 
 -- JobExecutionPartCommitted moves the execution's written count at a part
 -- commit (the chunk still runs: chunks_done stays) and returns its status,
 -- which is how a fan-out chunk learns of a stop (STOPPING) between parts.
+-- Fenced like every write of a run: no row unless the execution is still
+-- active under this worker and lease epoch (it also locks the row, so a
+-- reaper waits for the part's commit).
 UPDATE job_execution
 SET last_updated = now(),
     items_written = items_written + @written
-WHERE id = @id
+WHERE job_execution.id = @id
+  AND job_execution.worker_id = @worker_id
+  AND job_execution.lease_epoch = @lease_epoch
+  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
 RETURNING status;
 
--- name: JobExecutionItemsFailed :exec
+-- name: JobExecutionItemsFailed :execrows
 -- JobExecutionItemsFailed counts failed items of a chunk that did not
 -- commit (over its failure tolerance): they are this execution's outcome
 -- although no checkpoint holds them, and stay targets of the instance.
+-- Fenced like every write of a run.
 UPDATE job_execution
 SET last_updated = now(),
     items_failed = items_failed + @failed
-WHERE id = @id;
+WHERE job_execution.id = @id
+  AND job_execution.worker_id = @worker_id
+  AND job_execution.lease_epoch = @lease_epoch
+  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id);

@@ -57,44 +57,73 @@ func (q *Queries) JobCheckpointPartItems(ctx context.Context, db DBTX, instanceI
 	return items, nil
 }
 
-const jobExecutionItemsFailed = `-- name: JobExecutionItemsFailed :exec
+const jobExecutionItemsFailed = `-- name: JobExecutionItemsFailed :execrows
 UPDATE job_execution
 SET last_updated = now(),
     items_failed = items_failed + $1
-WHERE id = $2
+WHERE job_execution.id = $2
+  AND job_execution.worker_id = $3
+  AND job_execution.lease_epoch = $4
+  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
 `
 
 type JobExecutionItemsFailedParams struct {
-	Failed int64
-	ID     int64
+	Failed     int64
+	ID         int64
+	WorkerID   string
+	LeaseEpoch int64
 }
 
 // JobExecutionItemsFailed counts failed items of a chunk that did not
 // commit (over its failure tolerance): they are this execution's outcome
 // although no checkpoint holds them, and stay targets of the instance.
-func (q *Queries) JobExecutionItemsFailed(ctx context.Context, db DBTX, arg *JobExecutionItemsFailedParams) error {
-	_, err := db.Exec(ctx, jobExecutionItemsFailed, arg.Failed, arg.ID)
-	return err
+// Fenced like every write of a run.
+func (q *Queries) JobExecutionItemsFailed(ctx context.Context, db DBTX, arg *JobExecutionItemsFailedParams) (int64, error) {
+	result, err := db.Exec(ctx, jobExecutionItemsFailed,
+		arg.Failed,
+		arg.ID,
+		arg.WorkerID,
+		arg.LeaseEpoch,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const jobExecutionPartCommitted = `-- name: JobExecutionPartCommitted :one
 UPDATE job_execution
 SET last_updated = now(),
     items_written = items_written + $1
-WHERE id = $2
+WHERE job_execution.id = $2
+  AND job_execution.worker_id = $3
+  AND job_execution.lease_epoch = $4
+  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
 RETURNING status
 `
 
 type JobExecutionPartCommittedParams struct {
-	Written int64
-	ID      int64
+	Written    int64
+	ID         int64
+	WorkerID   string
+	LeaseEpoch int64
 }
 
 // JobExecutionPartCommitted moves the execution's written count at a part
 // commit (the chunk still runs: chunks_done stays) and returns its status,
 // which is how a fan-out chunk learns of a stop (STOPPING) between parts.
+// Fenced like every write of a run: no row unless the execution is still
+// active under this worker and lease epoch (it also locks the row, so a
+// reaper waits for the part's commit).
 func (q *Queries) JobExecutionPartCommitted(ctx context.Context, db DBTX, arg *JobExecutionPartCommittedParams) (string, error) {
-	row := db.QueryRow(ctx, jobExecutionPartCommitted, arg.Written, arg.ID)
+	row := db.QueryRow(ctx, jobExecutionPartCommitted,
+		arg.Written,
+		arg.ID,
+		arg.WorkerID,
+		arg.LeaseEpoch,
+	)
 	var status string
 	err := row.Scan(&status)
 	return status, err

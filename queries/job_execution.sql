@@ -1,6 +1,8 @@
 -- name: JobExecutionInsert :one
-INSERT INTO job_execution (instance_id, job, request_id, status, worker_id)
-VALUES (@instance_id, @job, @request_id, 'STARTING', @worker_id)
+-- JobExecutionInsert creates an execution owned by worker_id under
+-- lease_epoch, the epoch JobInstanceTakeLease just gave it.
+INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, lease_epoch)
+VALUES (@instance_id, @job, @request_id, 'STARTING', @worker_id, @lease_epoch)
 RETURNING *;
 
 -- name: JobExecutionGetByID :one
@@ -24,18 +26,27 @@ LIMIT 1;
 
 -- name: JobExecutionStart :one
 -- JobExecutionStart records the plan and moves STARTING to STARTED; it
--- returns the status, which is STOPPING when a stop came in meanwhile.
+-- returns the status, which is STOPPING when a stop came in meanwhile. Like
+-- every write of a run it is fenced: no row when the execution is no longer
+-- active under this worker and lease epoch.
 UPDATE job_execution
 SET status = CASE WHEN status = 'STARTING' THEN 'STARTED' ELSE status END,
     started_at = now(), last_updated = now(),
     chunks_total = @chunks_total, chunks_done = @chunks_done, targets = @targets
-WHERE id = @id
+WHERE job_execution.id = @id
+  AND job_execution.worker_id = @worker_id
+  AND job_execution.lease_epoch = @lease_epoch
+  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
 RETURNING status;
 
 -- name: JobExecutionChunkCommitted :one
 -- JobExecutionChunkCommitted moves the execution's counts at a chunk commit
 -- and returns its status, which is how a running job learns it was asked to
--- stop (STOPPING) at a chunk boundary.
+-- stop (STOPPING) at a chunk boundary. It is the first statement of the
+-- chunk's transaction: fenced (no row when the run lost its ownership), and
+-- it locks the execution row, so a reaper abandoning the execution waits
+-- for the chunk's commit or sees it rolled back.
 UPDATE job_execution
 SET last_updated = now(),
     chunks_done = chunks_done + 1,
@@ -43,11 +54,33 @@ SET last_updated = now(),
     items_skipped = items_skipped + @skipped,
     items_failed = items_failed + @failed,
     external_calls = external_calls + @external_calls
-WHERE id = @id
+WHERE job_execution.id = @id
+  AND job_execution.worker_id = @worker_id
+  AND job_execution.lease_epoch = @lease_epoch
+  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
 RETURNING status;
 
--- name: JobExecutionAddCalls :exec
-UPDATE job_execution SET external_calls = external_calls + @external_calls, last_updated = now() WHERE id = @id;
+-- name: JobExecutionAddCalls :execrows
+-- JobExecutionAddCalls records calls made outside a chunk commit (a failed
+-- chunk's); fenced, 0 rows when the run lost its ownership.
+UPDATE job_execution SET external_calls = external_calls + @external_calls, last_updated = now()
+WHERE job_execution.id = @id
+  AND job_execution.worker_id = @worker_id
+  AND job_execution.lease_epoch = @lease_epoch
+  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id);
+
+-- name: JobExecutionOwned :one
+-- JobExecutionOwned returns the execution's status while it is active under
+-- this worker and lease epoch, and no row once the run has lost it: the
+-- runner's lease check between commits.
+SELECT status FROM job_execution
+WHERE job_execution.id = @id
+  AND job_execution.worker_id = @worker_id
+  AND job_execution.lease_epoch = @lease_epoch
+  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id);
 
 -- name: JobExecutionRequestStop :one
 -- JobExecutionRequestStop marks the job's running execution STOPPING without
@@ -62,12 +95,18 @@ WHERE id = (
 RETURNING *;
 
 -- name: JobExecutionFinish :execrows
+-- JobExecutionFinish records a run's outcome; fenced, 0 rows when the run
+-- lost its ownership (its outcome is then not the execution's).
 UPDATE job_execution
 SET status = @status, exit_message = @exit_message, ended_at = now(), last_updated = now(),
     domain_rows = sqlc.narg('domain_rows'),
     targets = CASE WHEN targets < 0 THEN (SELECT coalesce(sum(c.targets), 0) FROM job_checkpoint c WHERE c.instance_id = job_execution.instance_id)
         + (SELECT coalesce(sum(cardinality(p.items)), 0) FROM job_checkpoint_part p WHERE p.instance_id = job_execution.instance_id) ELSE targets END
-WHERE job_execution.id = @id AND status IN ('STARTING', 'STARTED', 'STOPPING');
+WHERE job_execution.id = @id
+  AND job_execution.worker_id = @worker_id
+  AND job_execution.lease_epoch = @lease_epoch
+  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id);
 
 -- name: JobExecutionIDsByInstance :many
 SELECT id FROM job_execution WHERE instance_id = @instance_id ORDER BY id;

@@ -30,18 +30,35 @@ func (q *Queries) JobExecutionAbandon(ctx context.Context, db DBTX, arg *JobExec
 	return result.RowsAffected(), nil
 }
 
-const jobExecutionAddCalls = `-- name: JobExecutionAddCalls :exec
-UPDATE job_execution SET external_calls = external_calls + $1, last_updated = now() WHERE id = $2
+const jobExecutionAddCalls = `-- name: JobExecutionAddCalls :execrows
+UPDATE job_execution SET external_calls = external_calls + $1, last_updated = now()
+WHERE job_execution.id = $2
+  AND job_execution.worker_id = $3
+  AND job_execution.lease_epoch = $4
+  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
 `
 
 type JobExecutionAddCallsParams struct {
 	ExternalCalls int32
 	ID            int64
+	WorkerID      string
+	LeaseEpoch    int64
 }
 
-func (q *Queries) JobExecutionAddCalls(ctx context.Context, db DBTX, arg *JobExecutionAddCallsParams) error {
-	_, err := db.Exec(ctx, jobExecutionAddCalls, arg.ExternalCalls, arg.ID)
-	return err
+// JobExecutionAddCalls records calls made outside a chunk commit (a failed
+// chunk's); fenced, 0 rows when the run lost its ownership.
+func (q *Queries) JobExecutionAddCalls(ctx context.Context, db DBTX, arg *JobExecutionAddCallsParams) (int64, error) {
+	result, err := db.Exec(ctx, jobExecutionAddCalls,
+		arg.ExternalCalls,
+		arg.ID,
+		arg.WorkerID,
+		arg.LeaseEpoch,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const jobExecutionChunkCommitted = `-- name: JobExecutionChunkCommitted :one
@@ -52,7 +69,11 @@ SET last_updated = now(),
     items_skipped = items_skipped + $2,
     items_failed = items_failed + $3,
     external_calls = external_calls + $4
-WHERE id = $5
+WHERE job_execution.id = $5
+  AND job_execution.worker_id = $6
+  AND job_execution.lease_epoch = $7
+  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
 RETURNING status
 `
 
@@ -62,11 +83,16 @@ type JobExecutionChunkCommittedParams struct {
 	Failed        int64
 	ExternalCalls int32
 	ID            int64
+	WorkerID      string
+	LeaseEpoch    int64
 }
 
 // JobExecutionChunkCommitted moves the execution's counts at a chunk commit
 // and returns its status, which is how a running job learns it was asked to
-// stop (STOPPING) at a chunk boundary.
+// stop (STOPPING) at a chunk boundary. It is the first statement of the
+// chunk's transaction: fenced (no row when the run lost its ownership), and
+// it locks the execution row, so a reaper abandoning the execution waits
+// for the chunk's commit or sees it rolled back.
 func (q *Queries) JobExecutionChunkCommitted(ctx context.Context, db DBTX, arg *JobExecutionChunkCommittedParams) (string, error) {
 	row := db.QueryRow(ctx, jobExecutionChunkCommitted,
 		arg.Written,
@@ -74,6 +100,8 @@ func (q *Queries) JobExecutionChunkCommitted(ctx context.Context, db DBTX, arg *
 		arg.Failed,
 		arg.ExternalCalls,
 		arg.ID,
+		arg.WorkerID,
+		arg.LeaseEpoch,
 	)
 	var status string
 	err := row.Scan(&status)
@@ -86,7 +114,11 @@ SET status = $1, exit_message = $2, ended_at = now(), last_updated = now(),
     domain_rows = $3,
     targets = CASE WHEN targets < 0 THEN (SELECT coalesce(sum(c.targets), 0) FROM job_checkpoint c WHERE c.instance_id = job_execution.instance_id)
         + (SELECT coalesce(sum(cardinality(p.items)), 0) FROM job_checkpoint_part p WHERE p.instance_id = job_execution.instance_id) ELSE targets END
-WHERE job_execution.id = $4 AND status IN ('STARTING', 'STARTED', 'STOPPING')
+WHERE job_execution.id = $4
+  AND job_execution.worker_id = $5
+  AND job_execution.lease_epoch = $6
+  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
 `
 
 type JobExecutionFinishParams struct {
@@ -94,14 +126,20 @@ type JobExecutionFinishParams struct {
 	ExitMessage string
 	DomainRows  *int64
 	ID          int64
+	WorkerID    string
+	LeaseEpoch  int64
 }
 
+// JobExecutionFinish records a run's outcome; fenced, 0 rows when the run
+// lost its ownership (its outcome is then not the execution's).
 func (q *Queries) JobExecutionFinish(ctx context.Context, db DBTX, arg *JobExecutionFinishParams) (int64, error) {
 	result, err := db.Exec(ctx, jobExecutionFinish,
 		arg.Status,
 		arg.ExitMessage,
 		arg.DomainRows,
 		arg.ID,
+		arg.WorkerID,
+		arg.LeaseEpoch,
 	)
 	if err != nil {
 		return 0, err
@@ -110,7 +148,7 @@ func (q *Queries) JobExecutionFinish(ctx context.Context, db DBTX, arg *JobExecu
 }
 
 const jobExecutionGetByID = `-- name: JobExecutionGetByID :one
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows FROM job_execution WHERE id = $1
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch FROM job_execution WHERE id = $1
 `
 
 func (q *Queries) JobExecutionGetByID(ctx context.Context, db DBTX, id int64) (*JobExecution, error) {
@@ -136,6 +174,7 @@ func (q *Queries) JobExecutionGetByID(ctx context.Context, db DBTX, id int64) (*
 		&i.ItemsFailed,
 		&i.ExternalCalls,
 		&i.DomainRows,
+		&i.LeaseEpoch,
 	)
 	return &i, err
 }
@@ -165,9 +204,9 @@ func (q *Queries) JobExecutionIDsByInstance(ctx context.Context, db DBTX, instan
 }
 
 const jobExecutionInsert = `-- name: JobExecutionInsert :one
-INSERT INTO job_execution (instance_id, job, request_id, status, worker_id)
-VALUES ($1, $2, $3, 'STARTING', $4)
-RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows
+INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, lease_epoch)
+VALUES ($1, $2, $3, 'STARTING', $4, $5)
+RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch
 `
 
 type JobExecutionInsertParams struct {
@@ -175,14 +214,18 @@ type JobExecutionInsertParams struct {
 	Job        string
 	RequestID  int64
 	WorkerID   string
+	LeaseEpoch int64
 }
 
+// JobExecutionInsert creates an execution owned by worker_id under
+// lease_epoch, the epoch JobInstanceTakeLease just gave it.
 func (q *Queries) JobExecutionInsert(ctx context.Context, db DBTX, arg *JobExecutionInsertParams) (*JobExecution, error) {
 	row := db.QueryRow(ctx, jobExecutionInsert,
 		arg.InstanceID,
 		arg.Job,
 		arg.RequestID,
 		arg.WorkerID,
+		arg.LeaseEpoch,
 	)
 	var i JobExecution
 	err := row.Scan(
@@ -205,12 +248,13 @@ func (q *Queries) JobExecutionInsert(ctx context.Context, db DBTX, arg *JobExecu
 		&i.ItemsFailed,
 		&i.ExternalCalls,
 		&i.DomainRows,
+		&i.LeaseEpoch,
 	)
 	return &i, err
 }
 
 const jobExecutionLastByJob = `-- name: JobExecutionLastByJob :one
-SELECT e.id, e.instance_id, e.job, e.request_id, e.status, e.worker_id, e.created_at, e.started_at, e.ended_at, e.last_updated, e.exit_message, e.chunks_total, e.chunks_done, e.targets, e.items_written, e.items_skipped, e.items_failed, e.external_calls, e.domain_rows, i.params_hash, i.confirm_purge AS instance_confirm_purge
+SELECT e.id, e.instance_id, e.job, e.request_id, e.status, e.worker_id, e.created_at, e.started_at, e.ended_at, e.last_updated, e.exit_message, e.chunks_total, e.chunks_done, e.targets, e.items_written, e.items_skipped, e.items_failed, e.external_calls, e.domain_rows, e.lease_epoch, i.params_hash, i.confirm_purge AS instance_confirm_purge
 FROM job_execution e
 JOIN job_instance i ON i.id = e.instance_id
 WHERE i.id = (SELECT max(ji.id) FROM job_instance ji WHERE ji.job = $1::text)
@@ -249,6 +293,7 @@ func (q *Queries) JobExecutionLastByJob(ctx context.Context, db DBTX, job string
 		&i.JobExecution.ItemsFailed,
 		&i.JobExecution.ExternalCalls,
 		&i.JobExecution.DomainRows,
+		&i.JobExecution.LeaseEpoch,
 		&i.ParamsHash,
 		&i.InstanceConfirmPurge,
 	)
@@ -256,7 +301,7 @@ func (q *Queries) JobExecutionLastByJob(ctx context.Context, db DBTX, job string
 }
 
 const jobExecutionListByIDs = `-- name: JobExecutionListByIDs :many
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows FROM job_execution WHERE id = ANY($1::bigint[])
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch FROM job_execution WHERE id = ANY($1::bigint[])
 `
 
 func (q *Queries) JobExecutionListByIDs(ctx context.Context, db DBTX, ids []int64) ([]*JobExecution, error) {
@@ -288,6 +333,7 @@ func (q *Queries) JobExecutionListByIDs(ctx context.Context, db DBTX, ids []int6
 			&i.ItemsFailed,
 			&i.ExternalCalls,
 			&i.DomainRows,
+			&i.LeaseEpoch,
 		); err != nil {
 			return nil, err
 		}
@@ -299,6 +345,31 @@ func (q *Queries) JobExecutionListByIDs(ctx context.Context, db DBTX, ids []int6
 	return items, nil
 }
 
+const jobExecutionOwned = `-- name: JobExecutionOwned :one
+SELECT status FROM job_execution
+WHERE job_execution.id = $1
+  AND job_execution.worker_id = $2
+  AND job_execution.lease_epoch = $3
+  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
+`
+
+type JobExecutionOwnedParams struct {
+	ID         int64
+	WorkerID   string
+	LeaseEpoch int64
+}
+
+// JobExecutionOwned returns the execution's status while it is active under
+// this worker and lease epoch, and no row once the run has lost it: the
+// runner's lease check between commits.
+func (q *Queries) JobExecutionOwned(ctx context.Context, db DBTX, arg *JobExecutionOwnedParams) (string, error) {
+	row := db.QueryRow(ctx, jobExecutionOwned, arg.ID, arg.WorkerID, arg.LeaseEpoch)
+	var status string
+	err := row.Scan(&status)
+	return status, err
+}
+
 const jobExecutionRequestStop = `-- name: JobExecutionRequestStop :one
 UPDATE job_execution
 SET status = 'STOPPING', last_updated = now()
@@ -307,7 +378,7 @@ WHERE id = (
     WHERE je.job = $1::text AND je.status IN ('STARTING', 'STARTED')
     ORDER BY id DESC LIMIT 1
 )
-RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows
+RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch
 `
 
 // JobExecutionRequestStop marks the job's running execution STOPPING without
@@ -335,12 +406,13 @@ func (q *Queries) JobExecutionRequestStop(ctx context.Context, db DBTX, job stri
 		&i.ItemsFailed,
 		&i.ExternalCalls,
 		&i.DomainRows,
+		&i.LeaseEpoch,
 	)
 	return &i, err
 }
 
 const jobExecutionRunningByJob = `-- name: JobExecutionRunningByJob :one
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows FROM job_execution
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch FROM job_execution
 WHERE job = $1 AND status IN ('STARTING', 'STARTED', 'STOPPING')
 ORDER BY id DESC
 LIMIT 1
@@ -369,6 +441,7 @@ func (q *Queries) JobExecutionRunningByJob(ctx context.Context, db DBTX, job str
 		&i.ItemsFailed,
 		&i.ExternalCalls,
 		&i.DomainRows,
+		&i.LeaseEpoch,
 	)
 	return &i, err
 }
@@ -378,7 +451,11 @@ UPDATE job_execution
 SET status = CASE WHEN status = 'STARTING' THEN 'STARTED' ELSE status END,
     started_at = now(), last_updated = now(),
     chunks_total = $1, chunks_done = $2, targets = $3
-WHERE id = $4
+WHERE job_execution.id = $4
+  AND job_execution.worker_id = $5
+  AND job_execution.lease_epoch = $6
+  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
 RETURNING status
 `
 
@@ -387,16 +464,22 @@ type JobExecutionStartParams struct {
 	ChunksDone  int32
 	Targets     int64
 	ID          int64
+	WorkerID    string
+	LeaseEpoch  int64
 }
 
 // JobExecutionStart records the plan and moves STARTING to STARTED; it
-// returns the status, which is STOPPING when a stop came in meanwhile.
+// returns the status, which is STOPPING when a stop came in meanwhile. Like
+// every write of a run it is fenced: no row when the execution is no longer
+// active under this worker and lease epoch.
 func (q *Queries) JobExecutionStart(ctx context.Context, db DBTX, arg *JobExecutionStartParams) (string, error) {
 	row := db.QueryRow(ctx, jobExecutionStart,
 		arg.ChunksTotal,
 		arg.ChunksDone,
 		arg.Targets,
 		arg.ID,
+		arg.WorkerID,
+		arg.LeaseEpoch,
 	)
 	var status string
 	err := row.Scan(&status)

@@ -12,3 +12,9 @@ SELECT * FROM job_instance WHERE id = @id;
 SELECT count(*)::integer AS executions,
        coalesce(sum(external_calls), 0)::bigint AS external_calls
 FROM job_execution WHERE instance_id = @instance_id;
+
+-- name: JobInstanceTakeLease :one
+-- JobInstanceTakeLease gives a starting execution the instance's next lease
+-- epoch; from then on, writes of any earlier execution of the instance find
+-- the epoch moved and write nothing.
+UPDATE job_instance SET lease_epoch = lease_epoch + 1 WHERE id = @id RETURNING lease_epoch;

@@ -30,7 +30,7 @@ func (q *Queries) JobInstanceExecutionTotals(ctx context.Context, db DBTX, insta
 }
 
 const jobInstanceGetByID = `-- name: JobInstanceGetByID :one
-SELECT id, job, params, params_hash, confirm_purge, created_at FROM job_instance WHERE id = $1
+SELECT id, job, params, params_hash, confirm_purge, created_at, lease_epoch FROM job_instance WHERE id = $1
 `
 
 func (q *Queries) JobInstanceGetByID(ctx context.Context, db DBTX, id int64) (*JobInstance, error) {
@@ -43,6 +43,7 @@ func (q *Queries) JobInstanceGetByID(ctx context.Context, db DBTX, id int64) (*J
 		&i.ParamsHash,
 		&i.ConfirmPurge,
 		&i.CreatedAt,
+		&i.LeaseEpoch,
 	)
 	return &i, err
 }
@@ -50,7 +51,7 @@ func (q *Queries) JobInstanceGetByID(ctx context.Context, db DBTX, id int64) (*J
 const jobInstanceInsert = `-- name: JobInstanceInsert :one
 INSERT INTO job_instance (job, params, params_hash, confirm_purge)
 VALUES ($1, $2, $3, $4)
-RETURNING id, job, params, params_hash, confirm_purge, created_at
+RETURNING id, job, params, params_hash, confirm_purge, created_at, lease_epoch
 `
 
 type JobInstanceInsertParams struct {
@@ -75,6 +76,21 @@ func (q *Queries) JobInstanceInsert(ctx context.Context, db DBTX, arg *JobInstan
 		&i.ParamsHash,
 		&i.ConfirmPurge,
 		&i.CreatedAt,
+		&i.LeaseEpoch,
 	)
 	return &i, err
+}
+
+const jobInstanceTakeLease = `-- name: JobInstanceTakeLease :one
+UPDATE job_instance SET lease_epoch = lease_epoch + 1 WHERE id = $1 RETURNING lease_epoch
+`
+
+// JobInstanceTakeLease gives a starting execution the instance's next lease
+// epoch; from then on, writes of any earlier execution of the instance find
+// the epoch moved and write nothing.
+func (q *Queries) JobInstanceTakeLease(ctx context.Context, db DBTX, id int64) (int64, error) {
+	row := db.QueryRow(ctx, jobInstanceTakeLease, id)
+	var lease_epoch int64
+	err := row.Scan(&lease_epoch)
+	return lease_epoch, err
 }

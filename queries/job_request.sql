@@ -45,17 +45,22 @@ SELECT * FROM job_request WHERE status = 'RUNNING' AND worker_id = @worker_id OR
 SELECT * FROM job_request WHERE status = 'QUEUED' ORDER BY id;
 
 -- name: JobRequestOldestQueuedByJob :many
-SELECT job, min(created_at)::timestamptz AS oldest_created_at, count(*) AS queued
+-- JobRequestOldestQueuedByJob returns each job's oldest QUEUED request and
+-- its age by the database's clock.
+SELECT job, min(created_at)::timestamptz AS oldest_created_at, count(*) AS queued,
+       extract(epoch FROM now() - min(created_at))::float8 AS oldest_age_seconds
 FROM job_request WHERE status = 'QUEUED'
 GROUP BY job;
 
 -- name: JobRequestListStale :many
 -- JobRequestListStale returns the active requests held by a worker whose
 -- heartbeat is older than the stale window (or that never registered), with
--- the worker's last heartbeat. Rows are locked, skipping ones another reaper
+-- the worker's last heartbeat and its age, both by the database's clock.
+-- Rows are locked, skipping ones another reaper
 -- holds, so every worker may reap at once.
 SELECT r.id, r.job, r.status, r.worker_id, r.execution_id, r.river_job_id,
-       w.heartbeat_at AS worker_heartbeat_at
+       w.heartbeat_at AS worker_heartbeat_at,
+       coalesce(extract(epoch FROM now() - w.heartbeat_at), -1)::float8 AS heartbeat_age_seconds
 FROM job_request r
 LEFT JOIN worker w ON w.id = r.worker_id
 WHERE r.status IN ('QUEUED', 'RUNNING')

@@ -474,7 +474,8 @@ func (q *Queries) JobRequestListRunningByWorker(ctx context.Context, db DBTX, wo
 
 const jobRequestListStale = `-- name: JobRequestListStale :many
 SELECT r.id, r.job, r.status, r.worker_id, r.execution_id, r.river_job_id,
-       w.heartbeat_at AS worker_heartbeat_at
+       w.heartbeat_at AS worker_heartbeat_at,
+       coalesce(extract(epoch FROM now() - w.heartbeat_at), -1)::float8 AS heartbeat_age_seconds
 FROM job_request r
 LEFT JOIN worker w ON w.id = r.worker_id
 WHERE r.status IN ('QUEUED', 'RUNNING')
@@ -491,18 +492,20 @@ type JobRequestListStaleParams struct {
 }
 
 type JobRequestListStaleRow struct {
-	ID                int64
-	Job               string
-	Status            string
-	WorkerID          *string
-	ExecutionID       *int64
-	RiverJobID        *int64
-	WorkerHeartbeatAt *time.Time
+	ID                  int64
+	Job                 string
+	Status              string
+	WorkerID            *string
+	ExecutionID         *int64
+	RiverJobID          *int64
+	WorkerHeartbeatAt   *time.Time
+	HeartbeatAgeSeconds float64
 }
 
 // JobRequestListStale returns the active requests held by a worker whose
 // heartbeat is older than the stale window (or that never registered), with
-// the worker's last heartbeat. Rows are locked, skipping ones another reaper
+// the worker's last heartbeat and its age, both by the database's clock.
+// Rows are locked, skipping ones another reaper
 // holds, so every worker may reap at once.
 func (q *Queries) JobRequestListStale(ctx context.Context, db DBTX, arg *JobRequestListStaleParams) ([]*JobRequestListStaleRow, error) {
 	rows, err := db.Query(ctx, jobRequestListStale, arg.Job, arg.StaleSeconds)
@@ -521,6 +524,7 @@ func (q *Queries) JobRequestListStale(ctx context.Context, db DBTX, arg *JobRequ
 			&i.ExecutionID,
 			&i.RiverJobID,
 			&i.WorkerHeartbeatAt,
+			&i.HeartbeatAgeSeconds,
 		); err != nil {
 			return nil, err
 		}
@@ -533,17 +537,21 @@ func (q *Queries) JobRequestListStale(ctx context.Context, db DBTX, arg *JobRequ
 }
 
 const jobRequestOldestQueuedByJob = `-- name: JobRequestOldestQueuedByJob :many
-SELECT job, min(created_at)::timestamptz AS oldest_created_at, count(*) AS queued
+SELECT job, min(created_at)::timestamptz AS oldest_created_at, count(*) AS queued,
+       extract(epoch FROM now() - min(created_at))::float8 AS oldest_age_seconds
 FROM job_request WHERE status = 'QUEUED'
 GROUP BY job
 `
 
 type JobRequestOldestQueuedByJobRow struct {
-	Job             string
-	OldestCreatedAt time.Time
-	Queued          int64
+	Job              string
+	OldestCreatedAt  time.Time
+	Queued           int64
+	OldestAgeSeconds float64
 }
 
+// JobRequestOldestQueuedByJob returns each job's oldest QUEUED request and
+// its age by the database's clock.
 func (q *Queries) JobRequestOldestQueuedByJob(ctx context.Context, db DBTX) ([]*JobRequestOldestQueuedByJobRow, error) {
 	rows, err := db.Query(ctx, jobRequestOldestQueuedByJob)
 	if err != nil {
@@ -553,7 +561,12 @@ func (q *Queries) JobRequestOldestQueuedByJob(ctx context.Context, db DBTX) ([]*
 	var items []*JobRequestOldestQueuedByJobRow
 	for rows.Next() {
 		var i JobRequestOldestQueuedByJobRow
-		if err := rows.Scan(&i.Job, &i.OldestCreatedAt, &i.Queued); err != nil {
+		if err := rows.Scan(
+			&i.Job,
+			&i.OldestCreatedAt,
+			&i.Queued,
+			&i.OldestAgeSeconds,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)

@@ -172,6 +172,7 @@ type JobExecution struct {
 	ItemsFailed   int64
 	ExternalCalls int32
 	DomainRows    *int64
+	LeaseEpoch    int64
 }
 
 type JobInstance struct {
@@ -181,6 +182,7 @@ type JobInstance struct {
 	ParamsHash   string
 	ConfirmPurge bool
 	CreatedAt    time.Time
+	LeaseEpoch   int64
 }
 
 type JobRequest struct {

@@ -10,7 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
+	"net/url"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,6 +60,56 @@ type Beginner interface {
 func IsRetryable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// transientCodes are the SQLSTATEs of a database that is briefly away or
+// busy rather than of a wrong statement: admin shutdown (57P01, a fast
+// restart), crash shutdown (57P02), cannot connect now (57P03, starting up
+// or shutting down), serialization failure (40001), deadlock (40P01),
+// statement timeout or cancel (57014), lock timeout (55P03), too many
+// connections (53300), and the connection exceptions (class 08).
+var transientCodes = map[string]bool{
+	"57P01": true, "57P02": true, "57P03": true,
+	"40001": true, "40P01": true,
+	"57014": true, "55P03": true, "53300": true,
+}
+
+// IsTransient reports whether err is a database error that waiting and
+// trying again can cure: a server that restarts, refuses or resets
+// connections, or times a statement out, and the conflicts of IsRetryable.
+// It is THE classification of transient database errors: the worker retries
+// these inside its fencing window, and the API answers them with 503.
+//
+// A deadline of the caller's context counts (a call that timed out), a
+// cancellation does not (the caller gave up), and neither does an HTTP
+// client error (a provider, not the database).
+func IsTransient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return transientCodes[pgErr.Code] || len(pgErr.Code) == 5 && pgErr.Code[:2] == "08"
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr):
+		return true
+	case errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
+		return true
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return true
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return true
+	}
+	// A connection the server closed under a query ("conn closed") is safe
+	// to retry by pgx's own judgement.
+	return pgconn.SafeToRetry(err)
 }
 
 // InTx runs fn in a READ COMMITTED transaction and commits it. A

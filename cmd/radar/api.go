@@ -5,9 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
+	"github.com/buildrisk/radar/jobs/worker"
 )
 
 // runAPI serves the API until SIGINT/SIGTERM. It refuses to start without
@@ -28,7 +31,7 @@ func runAPI(ctx context.Context) error {
 		return err
 	}
 	defer tel.shutdown()
-	pool, err := openPool(ctx, env.DatabaseURL, 0)
+	pool, err := openPool(ctx, env.DatabaseURL, 0, 0)
 	if err != nil {
 		return err
 	}
@@ -45,6 +48,13 @@ func runAPI(ctx context.Context) error {
 		return err
 	}
 	tel.logger.Info("api listening", slog.String("addr", addr))
+	// The API reaps too: with no live worker, a dead worker's requests
+	// still read FAILED within BUILDRISK_STALE_AFTER + BUILDRISK_REAP_INTERVAL.
+	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger})
+	var reaping sync.WaitGroup
+	reaperCtx, stopReaper := context.WithCancel(ctx)
+	reaping.Go(func() { reaper.Run(reaperCtx, env.ReapInterval) })
+	defer func() { stopReaper(); reaping.Wait() }()
 	<-ctx.Done()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -156,3 +156,40 @@ func BenchmarkServiceVsRiver(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 
 }
+
+// BenchmarkReapLatency measures, by the database's clock, how long after a
+// dead worker's last heartbeat its request reads FAILED when a reaper runs
+// every REAP_INTERVAL (the tests' 2 s stale window, 500 ms interval): the
+// contract is STALE_AFTER + REAP_INTERVAL at most. Reported as
+// reap-seconds per request.
+func BenchmarkReapLatency(b *testing.B) {
+	s := newTestSystem(b, nil)
+	reaper := worker.NewReaper(s.pool, worker.ReaperConfig{StaleAfter: s.env.StaleAfter, Instruments: s.tel.instruments, Logger: s.tel.logger})
+	ctx, cancel := context.WithCancel(context.Background())
+	var reaping sync.WaitGroup
+	reaping.Go(func() { reaper.Run(ctx, s.env.ReapInterval) })
+	defer func() { cancel(); reaping.Wait() }()
+	var total float64
+	for i := range b.N {
+		dead := fmt.Sprintf("%d@dead-host#bench", i)
+		var id int64
+		require.NoError(b, s.pool.QueryRow(context.Background(), `WITH w AS (
+				INSERT INTO worker (id, hostname, pid, boot) VALUES ($1, 'dead-host', $2, 'bench')
+			)
+			INSERT INTO job_request (job, source, status, worker_id, claimed_at) VALUES ('aptTrade', 'api', 'RUNNING', $1, now())
+			RETURNING id`, dead, i).Scan(&id))
+		var latency float64
+		deadline := time.Now().Add(time.Minute)
+		for {
+			err := s.pool.QueryRow(context.Background(), `SELECT extract(epoch FROM r.finished_at - w.heartbeat_at)::float8
+				FROM job_request r JOIN worker w ON w.id = r.worker_id WHERE r.id = $1 AND r.status = 'FAILED'`, id).Scan(&latency)
+			if err == nil {
+				break
+			}
+			require.True(b, time.Now().Before(deadline), "request %d never reaped", id)
+			time.Sleep(20 * time.Millisecond)
+		}
+		total += latency
+	}
+	b.ReportMetric(total/float64(b.N), "reap-seconds/op")
+}

@@ -113,7 +113,7 @@ func TestCreditEval_SmallDatabasePool(t *testing.T) {
 	for _, id := range []string{credit, apt, rules} {
 		s.waitRequest(id, "RUNNING")
 	}
-	<-s.gate.blocked
+	within(t, time.Minute, s.gate.blocked, "a held provider call")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		v := s.metric(observability.MetricFanoutInflight, map[string]string{"job": jobs.CreditEval})
@@ -141,7 +141,10 @@ func TestCreditEval_SmallDatabasePool(t *testing.T) {
 
 	require.Equal(t, int32(4), pool4.Stat().MaxConns())
 	require.LessOrEqual(t, maxAcquired.Load(), int64(4), "never more than 4 connections acquired")
-	require.Equal(t, int64(16), maxInflight.Load(), "the fan-out ran 16 calls at once on 4 connections")
+	// A sampler can miss a peak but never invents one: it bounds from above
+	// only. That 16 calls ran at once on 4 connections was shown by the
+	// event above (the gauge reached 16 while the calls were held).
+	require.LessOrEqual(t, maxInflight.Load(), int64(16), "the fan-out never exceeded its 16 slots")
 	t.Logf("pool of 4: at most %d acquired; fan-out peak %d in flight; %d waited for a connection (EmptyAcquireCount)",
 		maxAcquired.Load(), maxInflight.Load(), pool4.Stat().EmptyAcquireCount())
 }

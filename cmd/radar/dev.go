@@ -64,7 +64,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 		env.DatabaseURL = cluster.URL("postgres")
 		databaseNote = "embedded, deleted on exit"
 	}
-	pool, err := openPool(ctx, env.DatabaseURL, 0)
+	pool, err := openPool(ctx, env.DatabaseURL, 0, env.DBTimeout)
 	if err != nil {
 		return err
 	}

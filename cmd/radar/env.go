@@ -25,9 +25,17 @@ type envConfig struct {
 	InsecureNoAuth    bool
 	HeartbeatInterval time.Duration
 	StaleAfter        time.Duration
-	ReapInterval      time.Duration
-	DrainTimeout      time.Duration
-	FanOut            int
+	// FenceAfter is the fencing threshold (BUILDRISK_FENCE_AFTER, default
+	// half of BUILDRISK_STALE_AFTER): a worker or CLI whose last successful
+	// heartbeat is older cancels its work in flight uncommitted.
+	FenceAfter time.Duration
+	// DBTimeout is the statement timeout of the worker's and the CLI's
+	// database calls (BUILDRISK_DB_STATEMENT_TIMEOUT, default 5s, at most a
+	// quarter of BUILDRISK_STALE_AFTER).
+	DBTimeout    time.Duration
+	ReapInterval time.Duration
+	DrainTimeout time.Duration
+	FanOut       int
 	// WorkerConcurrency is how many requests one worker process runs at
 	// once (BUILDRISK_WORKER_CONCURRENCY, an addition to the contract).
 	WorkerConcurrency int
@@ -105,6 +113,29 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 	}
 	if c.StaleAfter <= c.HeartbeatInterval {
 		return nil, envError("BUILDRISK_STALE_AFTER", "%s must exceed BUILDRISK_HEARTBEAT_INTERVAL %s", c.StaleAfter, c.HeartbeatInterval)
+	}
+	derived := []struct {
+		name string
+		dst  *time.Duration
+		def  time.Duration
+	}{
+		{"BUILDRISK_FENCE_AFTER", &c.FenceAfter, worker.FenceAfterFor(c.StaleAfter)},
+		{"BUILDRISK_DB_STATEMENT_TIMEOUT", &c.DBTimeout, worker.DBTimeoutFor(c.StaleAfter)},
+	}
+	for _, d := range derived {
+		*d.dst = d.def
+		if v := getenv(d.name); v != "" {
+			parsed, err := time.ParseDuration(v)
+			if err != nil || parsed <= 0 {
+				return nil, envError(d.name, "%q is not a positive Go duration such as 10s", v)
+			}
+			*d.dst = parsed
+		}
+	}
+	if err := worker.CheckFencing(c.FenceAfter, c.HeartbeatInterval, c.DBTimeout, c.StaleAfter); err != nil {
+		return nil, usageError{fmt.Errorf("BUILDRISK_FENCE_AFTER (%s) + BUILDRISK_HEARTBEAT_INTERVAL (%s) + BUILDRISK_DB_STATEMENT_TIMEOUT (%s) must be less than BUILDRISK_STALE_AFTER (%s): "+
+			"a worker cut off from the database must stop its work before another one can take it over; lower the first three or raise BUILDRISK_STALE_AFTER",
+			c.FenceAfter, c.HeartbeatInterval, c.DBTimeout, c.StaleAfter)}
 	}
 	c.WorkerConcurrency = worker.MaxConcurrentJobsDefault
 	if v := getenv("BUILDRISK_WORKER_CONCURRENCY"); v != "" {

@@ -11,18 +11,20 @@ import (
 func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 	t.Parallel()
 	cases := map[string]string{
-		"BUILDRISK_API_TOKENS":         "admin:x",
-		"BUILDRISK_INSECURE_NO_AUTH":   "yes",
-		"BUILDRISK_HEARTBEAT_INTERVAL": "10",
-		"BUILDRISK_STALE_AFTER":        "-1s",
-		"BUILDRISK_REAP_INTERVAL":      "soon",
-		"BUILDRISK_DRAIN_TIMEOUT":      "0s",
-		"BUILDRISK_FANOUT":             "0",
-		"BUILDRISK_MOLIT_URL":          "ftp://x",
-		"BUILDRISK_DAILY_CAP_DART":     "many",
-		"BUILDRISK_TIMEZONE":           "Mars/Olympus",
-		"BUILDRISK_LOG_FORMAT":         "xml",
-		"BUILDRISK_SCHEDULE_APTTRADE":  "61 * * * *",
+		"BUILDRISK_API_TOKENS":           "admin:x",
+		"BUILDRISK_INSECURE_NO_AUTH":     "yes",
+		"BUILDRISK_HEARTBEAT_INTERVAL":   "10",
+		"BUILDRISK_STALE_AFTER":          "-1s",
+		"BUILDRISK_REAP_INTERVAL":        "soon",
+		"BUILDRISK_DRAIN_TIMEOUT":        "0s",
+		"BUILDRISK_FENCE_AFTER":          "soon",
+		"BUILDRISK_DB_STATEMENT_TIMEOUT": "0s",
+		"BUILDRISK_FANOUT":               "0",
+		"BUILDRISK_MOLIT_URL":            "ftp://x",
+		"BUILDRISK_DAILY_CAP_DART":       "many",
+		"BUILDRISK_TIMEZONE":             "Mars/Olympus",
+		"BUILDRISK_LOG_FORMAT":           "xml",
+		"BUILDRISK_SCHEDULE_APTTRADE":    "61 * * * *",
 	}
 	for name, value := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -54,6 +56,8 @@ func TestEnv_Defaults(t *testing.T) {
 	require.Equal(t, 60*time.Second, env.StaleAfter)
 	require.Equal(t, 30*time.Second, env.ReapInterval)
 	require.Equal(t, 45*time.Second, env.DrainTimeout)
+	require.Equal(t, 30*time.Second, env.FenceAfter, "half of BUILDRISK_STALE_AFTER")
+	require.Equal(t, 5*time.Second, env.DBTimeout)
 	require.Equal(t, 5, env.FanOut)
 	require.Equal(t, "Asia/Seoul", env.Location.String())
 	require.Equal(t, 20000, env.DailyCaps["DART"])
@@ -80,4 +84,39 @@ func TestEnv_RolesRefuseToStart(t *testing.T) {
 	require.ErrorContains(t, runWorker(t.Context()), "DATABASE_URL")
 	t.Setenv("DATABASE_URL", "postgres://nowhere/x")
 	require.ErrorContains(t, runAPI(t.Context()), "BUILDRISK_API_TOKENS")
+}
+
+// The fencing inequality: BUILDRISK_FENCE_AFTER + BUILDRISK_HEARTBEAT_INTERVAL
+// + BUILDRISK_DB_STATEMENT_TIMEOUT < BUILDRISK_STALE_AFTER, or a worker cut
+// off from the database could still be working when another takes over.
+// Settings that break it are refused naming every variable; the defaults
+// derived from a short stale window keep it.
+func TestEnv_FencingInequality(t *testing.T) {
+	t.Parallel()
+	load := func(vars map[string]string) (*envConfig, error) {
+		return loadEnv(func(k string) string { return vars[k] })
+	}
+	for name, vars := range map[string]map[string]string{
+		"FenceTooLate":       {"BUILDRISK_FENCE_AFTER": "50s"},
+		"StatementTooLong":   {"BUILDRISK_DB_STATEMENT_TIMEOUT": "25s"},
+		"HeartbeatTooSparse": {"BUILDRISK_HEARTBEAT_INTERVAL": "25s"},
+		"ExactlyEqual":       {"BUILDRISK_FENCE_AFTER": "45s"}, // 45 + 10 + 5 = 60: not less
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := load(vars)
+			require.Error(t, err)
+			require.True(t, isUsage(err))
+			for _, v := range []string{"BUILDRISK_FENCE_AFTER", "BUILDRISK_HEARTBEAT_INTERVAL", "BUILDRISK_DB_STATEMENT_TIMEOUT", "BUILDRISK_STALE_AFTER"} {
+				require.Contains(t, err.Error(), v)
+			}
+		})
+	}
+	env, err := load(map[string]string{"BUILDRISK_FENCE_AFTER": "44s"})
+	require.NoError(t, err, "44 + 10 + 5 < 60")
+	require.Equal(t, 44*time.Second, env.FenceAfter)
+	env, err = load(map[string]string{"BUILDRISK_HEARTBEAT_INTERVAL": "200ms", "BUILDRISK_STALE_AFTER": "2s"})
+	require.NoError(t, err)
+	require.Equal(t, time.Second, env.FenceAfter)
+	require.Equal(t, 500*time.Millisecond, env.DBTimeout)
 }

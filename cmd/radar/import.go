@@ -68,7 +68,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "radar import exposure: %v\n", err)
 		return exitUsage
 	}
-	pool, err := openPool(ctx, env.DatabaseURL, 2)
+	pool, err := openPool(ctx, env.DatabaseURL, 2, 0)
 	if err == nil {
 		defer pool.Close()
 		err = checkSchema(ctx, pool)

@@ -37,7 +37,7 @@ func TestLifecycle_StopAtChunkBoundary(t *testing.T) {
 
 	s.gate.arm(5)
 	id := s.requestAptTrade(body)
-	<-s.gate.blocked // chunk 6 is in flight, 5 are committed
+	within(t, time.Minute, s.gate.blocked, "the sixth provider call") // chunk 6 is in flight, 5 are committed
 
 	status, stop := s.post("/v1/jobs/aptTrade/stop", "")
 	require.Equal(t, http.StatusAccepted, status, "%v", stop)
@@ -250,7 +250,7 @@ func TestLifecycle_DrainTimeout(t *testing.T) {
 	w, _ := s.startWorker()
 	s.gate.arm(2)
 	id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
-	<-s.gate.blocked
+	within(t, time.Minute, s.gate.blocked, "the third provider call")
 
 	require.NoError(t, w.Drain(context.Background()))
 	out := s.waitRequest(id, "DONE", "FAILED")
@@ -272,14 +272,14 @@ func TestLifecycle_DrainAtChunkBoundary(t *testing.T) {
 	w, _ := s.startWorker()
 	s.gate.arm(3)
 	id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
-	<-s.gate.blocked
+	within(t, time.Minute, s.gate.blocked, "the fourth provider call")
 
 	drained := make(chan error, 1)
 	go func() { drained <- w.Drain(context.Background()) }()
-	for w.Status() != "draining" {
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, time.Minute, "the worker to report draining", func() bool { return w.Status() == "draining" })
 	require.ErrorContains(t, w.Ready(context.Background()), "draining", "/readyz fails while draining")
+	// Drain tells the runner before it reports draining: the chunk in
+	// flight is the last one, whenever it ends.
 	s.gate.open()
 	require.NoError(t, <-drained)
 	out := s.waitRequest(id, "DONE", "FAILED")

@@ -52,7 +52,7 @@ func TestMetrics_ScriptedScenario(t *testing.T) {
 	s.gate.arm(1)
 	body := aptTradeBody([]string{"11110"}, "2025-01", "2025-03")
 	id := s.requestAptTrade(body)
-	<-s.gate.blocked
+	within(t, time.Minute, s.gate.blocked, "a held provider call")
 	status, _ := s.post("/v1/jobs/aptTrade/requests", body)
 	require.Equal(t, http.StatusConflict, status)
 	status, _ = s.post("/v1/jobs/aptTrade/requests", aptTradeBody([]string{"1"}, "2025-01", "2025-03"))

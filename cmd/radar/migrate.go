@@ -18,7 +18,7 @@ func runMigrate(ctx context.Context, stdout io.Writer) error {
 	if err := requireDatabaseURL(env); err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, env.DatabaseURL, 4)
+	pool, err := openPool(ctx, env.DatabaseURL, 4, 0)
 	if err != nil {
 		return err
 	}

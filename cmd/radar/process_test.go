@@ -147,13 +147,7 @@ func TestProcess_WorkerDrainOnSIGTERM(t *testing.T) {
 
 	body := aptTradeBody(sixRegions, "2025-01", "2025-12")
 	id := s.requestAptTrade(body)
-	for {
-		_, out := s.get("/v1/requests/" + id)
-		if exec, ok := out["execution"].(map[string]any); ok && exec["chunksDone"].(float64) >= 10 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	s.waitChunksDone(id, 10)
 	signalled := time.Now()
 	require.NoError(t, worker.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, worker.wait(t, drainTimeout+10*time.Second), "the worker exits 0 after draining")
@@ -203,13 +197,13 @@ func TestProcess_CLIAndWorkerRace(t *testing.T) {
 		case held && rep%2 == 0: // the worker wins
 			status, out = s.post("/v1/jobs/aptTrade/requests", body)
 			require.Equal(t, http.StatusAccepted, status)
-			<-s.gate.blocked
+			within(t, time.Minute, s.gate.blocked, "a held provider call")
 			cli = startRadar(t, bin, env, cliArgs...)
 			require.Equal(t, exitDuplicate, cli.wait(t, 60*time.Second), "rep %d:\n%s", rep, cli.Output())
 		case held: // the CLI wins
 			cli = startRadar(t, bin, env, cliArgs...)
 			cli.waitLine(t, requestLine)
-			<-s.gate.blocked
+			within(t, time.Minute, s.gate.blocked, "a held provider call")
 			status, out = s.post("/v1/jobs/aptTrade/requests", body)
 			require.Equal(t, http.StatusConflict, status, "rep %d: %v", rep, out)
 		default: // both at once

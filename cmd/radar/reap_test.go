@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -96,19 +97,17 @@ func TestReap_KillNineFreesOnlyTheDeadWorkersJob(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode, path)
 	}
 
-	for {
-		_, out := s.get("/v1/requests/" + aptTrade)
-		if exec, ok := out["execution"].(map[string]any); ok && exec["chunksDone"].(float64) >= 5 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	killedAt := time.Now()
+	s.waitChunksDone(aptTrade, 5)
 	require.NoError(t, victim.cmd.Process.Kill())
 	victim.wait(t, 10*time.Second)
 
 	reaped := s.waitRequest(aptTrade, "FAILED", "DONE")
-	require.Less(t, time.Since(killedAt), 2*time.Second+500*time.Millisecond+3*time.Second, "within STALE_AFTER + REAP_INTERVAL (+ margin)")
+	// Order, by the database's clock: the request was freed only once the
+	// victim's last heartbeat was STALE_AFTER old, never before. How soon
+	// after is a latency, measured by BenchmarkReapLatency.
+	require.Equal(t, 1, s.count(`SELECT count(*) FROM job_request r JOIN worker w ON w.id = r.worker_id
+		WHERE r.id = $1 AND r.finished_at >= w.heartbeat_at + make_interval(secs => $2)`, aptTrade, s.env.StaleAfter.Seconds()),
+		"reaped only after the stale window")
 	require.Equal(t, "FAILED", reaped["status"])
 	require.Contains(t, reaped["message"], victimID)
 	require.Contains(t, reaped["message"], "last heartbeat")
@@ -180,4 +179,30 @@ func TestReap_CleanupBeforeEnqueueAlone(t *testing.T) {
 	require.Contains(t, old["message"], victimID)
 	require.Equal(t, "COMPLETED", execution(t, s.waitRequest(out["requestId"].(string), "DONE"))["status"])
 	require.Equal(t, float64(1), s.metric("buildrisk_worker_stale_heartbeats_total", nil))
+}
+
+// With no live worker at all, `radar api` reaps by itself: a request held
+// by a dead worker reads FAILED within STALE_AFTER + REAP_INTERVAL, though
+// nobody posts a request that would clean it up.
+func TestReap_APIReapsWithNoWorker(t *testing.T) {
+	t.Parallel()
+	bin := buildRadar(t)
+	s := newTestSystem(t, nil)
+	var id int64
+	require.NoError(t, s.pool.QueryRow(context.Background(), `WITH w AS (
+			INSERT INTO worker (id, hostname, pid, boot, heartbeat_at) VALUES ('9@dead-host#b00t', 'dead-host', 9, 'b00t', now() - interval '1 hour')
+		)
+		INSERT INTO job_request (job, source, status, worker_id, claimed_at) VALUES ('aptTrade', 'api', 'RUNNING', '9@dead-host#b00t', now())
+		RETURNING id`).Scan(&id))
+
+	api := startRadar(t, bin, s.processEnv(map[string]string{"BUILDRISK_HTTP_ADDR": "127.0.0.1:0"}), "api")
+	api.waitLine(t, regexp.MustCompile(`api listening`))
+	waitUntil(t, time.Minute, "the api to reap the dead worker's request", func() bool {
+		return s.count(`SELECT count(*) FROM job_request WHERE id = $1 AND status = 'FAILED'`, id) == 1
+	})
+	_, out := s.get("/v1/requests/" + fmtInt(int(id)))
+	require.Equal(t, "FAILED", out["status"])
+	require.Contains(t, out["message"], "9@dead-host#b00t stopped heartbeating")
+	require.NoError(t, api.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, exitOK, api.wait(t, 30*time.Second))
 }

@@ -185,18 +185,21 @@ func TestRegistry_WorkersShowKeyNamesOnly(t *testing.T) {
 
 // Result recording survives a database outage: with the worker's database
 // cut for less than the retry window the outcome is recorded once it is
-// back; cut for longer, the reconcile loop finalizes the request from the
-// execution's recorded result, only while it is still RUNNING.
+// back, by the retry alone (the reconcile loop is off, and only the retry
+// completes the River job in the same transaction); cut for longer, the
+// reconcile loop finalizes the request from the execution's recorded
+// result, only while it is still RUNNING (and its River job is cancelled).
 func TestRegistry_ResultRecordingOutage(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name         string
-		outage       time.Duration
-		recordWindow time.Duration
-		wantMessage  string
+		name           string
+		outage         time.Duration
+		recordWindow   time.Duration
+		reconcile      time.Duration
+		wantRiverState string
 	}{
-		{"ShortOutage_RecordedWhenBack", 700 * time.Millisecond, 20 * time.Second, "completed"},
-		{"LongOutage_Reconciled", 2 * time.Second, 500 * time.Millisecond, "completed"},
+		{"ShortOutage_RecordedWhenBack", 700 * time.Millisecond, 20 * time.Second, time.Hour, "completed"},
+		{"LongOutage_Reconciled", 2 * time.Second, 500 * time.Millisecond, 200 * time.Millisecond, "cancelled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -211,7 +214,7 @@ func TestRegistry_ResultRecordingOutage(t *testing.T) {
 			cut := make(chan struct{})
 			var once sync.Once
 			s.startWorkerWith(workerPool, func(wc *worker.Config, rc *batch.Config) {
-				wc.ReconcileInterval = 200 * time.Millisecond
+				wc.ReconcileInterval = tc.reconcile
 				rc.RecordRetryWindow = tc.recordWindow
 				rc.RecordHook = func() {
 					once.Do(func() {
@@ -229,8 +232,12 @@ func TestRegistry_ResultRecordingOutage(t *testing.T) {
 
 			done := s.waitRequest(id, "DONE", "FAILED")
 			require.Equal(t, "DONE", done["status"])
-			require.Contains(t, done["message"], tc.wantMessage)
-			require.Equal(t, 0, s.count("SELECT count(*) FROM river_job WHERE state = 'running'"))
+			require.Contains(t, done["message"], "completed")
+			waitUntil(t, time.Minute, "the River job to end", func() bool {
+				return s.count("SELECT count(*) FROM river_job WHERE state = 'running'") == 0
+			})
+			require.Equal(t, 1, s.count("SELECT count(*) FROM river_job WHERE state = $1", tc.wantRiverState),
+				"the River job shows which path finalized the request")
 		})
 	}
 }
@@ -395,4 +402,6 @@ func TestRegistry_OrphanedQueuedRequests(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, 0, s.count(`SELECT count(*) FROM river_job WHERE state = 'running'`))
+	require.Equal(t, float64(2), s.metric("buildrisk_requests_failed_total", map[string]string{"job": "aptTrade", "reason": "orphaned"}),
+		"each orphaned request failed is counted")
 }

@@ -89,7 +89,7 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 		return exitFailed, err
 	}
 	defer tel.shutdown()
-	pool, err := openPool(ctx, env.DatabaseURL, 4)
+	pool, err := openPool(ctx, env.DatabaseURL, 4, env.DBTimeout)
 	if err != nil {
 		return exitFailed, err
 	}
@@ -100,6 +100,7 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 	presence, err := worker.StartPresence(ctx, pool, worker.Config{
 		ID: workerID, Hostname: hostname, PID: os.Getpid(), Boot: boot, Version: version,
 		ConfiguredKeys: env.configuredKeyNames(), HeartbeatInterval: env.HeartbeatInterval,
+		StaleAfter: env.StaleAfter, FenceAfter: env.FenceAfter, DBTimeout: env.DBTimeout,
 	})
 	if err != nil {
 		return exitFailed, err
@@ -146,6 +147,7 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 	runner, err := batch.NewRunner(pool, batch.Config{
 		WorkerID: workerID, Jobs: registry(env), Upstream: up, Instruments: tel.instruments, Logger: tel.logger, FanOut: env.FanOut,
 		Tracer: tel.providers.Tracer.Tracer("github.com/buildrisk/radar/jobs/batch"),
+		Fence:  presence, DBTimeout: env.DBTimeout, LeaseCheckInterval: env.HeartbeatInterval,
 		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
 			_, err := chain.EnqueueNext(ctx, tx, finished.Job, finished.Params)
 			return err
@@ -188,6 +190,10 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 			fmt.Fprintf(stdout, "  chunk %d/%d committed\n", done, total)
 		},
 	})
+	if errors.Is(err, batch.ErrOwnershipLost) {
+		fmt.Fprintf(stdout, "execution %d: ownership lost (abandoned, or taken over by another run); stopped without writing anything more\n", outcome.ExecutionID)
+		return exitFailed, err
+	}
 	if err != nil {
 		return exitFailed, err
 	}

@@ -34,9 +34,13 @@ func TestSchedule_OneRequestPerTick(t *testing.T) {
 	require.Equal(t, requests, int(accepted))
 	require.Equal(t, completedTicks, requests+int(duplicates), "every worked tick made exactly one request or one duplicate")
 	require.GreaterOrEqual(t, ticks, 20)
+	// A tick's scheduled_at is its run time on the schedule (the previous
+	// one plus the interval), not when it happened to be inserted: one
+	// leader gives one chain with gaps of at least the interval; a second
+	// scheduler would interleave a second chain (or repeat a time).
 	require.Equal(t, 0, s.count(`SELECT count(*) FROM (
-		SELECT created_at - lag(created_at) OVER (ORDER BY created_at) AS gap FROM river_job WHERE kind = 'buildrisk_schedule'
-	) g WHERE gap < interval '100 milliseconds'`), "no doubled ticks: only the leader schedules")
+		SELECT scheduled_at - lag(scheduled_at) OVER (ORDER BY scheduled_at, id) AS gap FROM river_job WHERE kind = 'buildrisk_schedule'
+	) g WHERE gap < make_interval(secs => $1)`, interval.Seconds()), "no doubled ticks: only the leader schedules")
 	require.Equal(t, 0, s.count("SELECT count(*) FROM river_job WHERE kind = 'buildrisk_schedule' AND state NOT IN ('completed', 'available')"))
 	require.Equal(t, 0, s.count("SELECT count(*) FROM job_request WHERE source = 'schedule' AND status = 'FAILED'"))
 }
@@ -58,4 +62,22 @@ func TestSchedule_JobList(t *testing.T) {
 		return map[string]string{"BUILDRISK_SCHEDULE_APTTRADE": "every day"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_SCHEDULE_APTTRADE")
+}
+
+// A schedule tick's River job has a finite timeout, so River's rescuer
+// frees one whose worker died while it was running (with the client's -1
+// it would stay running forever).
+func TestSchedule_StuckTickIsRescued(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	var id int64
+	require.NoError(t, s.pool.QueryRow(context.Background(), `INSERT INTO river_job
+		(state, attempt, max_attempts, attempted_at, attempted_by, kind, args, queue, priority, scheduled_at)
+		VALUES ('running', 1, 1, now() - interval '2 hours', '{9@dead-host#b00t}', 'buildrisk_schedule', '{"job":"aptTrade"}', 'default', 1, now() - interval '2 hours')
+		RETURNING id`).Scan(&id))
+	s.startWorker() // the only worker: River's leader, which runs the rescuer
+	waitUntil(t, 2*time.Minute, "River's rescuer to free the stuck tick", func() bool {
+		return s.count(`SELECT count(*) FROM river_job WHERE id = $1 AND state <> 'running'`, id) == 1
+	})
+	require.Equal(t, 1, s.count(`SELECT count(*) FROM river_job WHERE id = $1 AND state = 'discarded'`, id))
 }

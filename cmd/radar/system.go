@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/exaring/otelpgx"
@@ -124,7 +125,11 @@ func (t *telemetry) shutdown() {
 	_ = t.providers.Shutdown(ctx)
 }
 
-func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+// openPool connects to url. statementTimeout, when set, becomes the
+// connections' statement_timeout, so no statement of the process (a lock
+// wait included) can outlast it, whatever its caller does, and bounds the
+// time to open a connection.
+func openPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("DATABASE_URL: %w", err)}
@@ -132,6 +137,14 @@ func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, e
 	cfg.ConnConfig.Tracer = otelpgx.NewTracer()
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
+	}
+	if statementTimeout > 0 {
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(statementTimeout.Milliseconds(), 10)
+		// A database that does not answer at all (a dropped network) must
+		// not hold a new connection longer than a statement either.
+		if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > statementTimeout {
+			cfg.ConnConfig.ConnectTimeout = statementTimeout
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -238,9 +251,14 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 	// Chains and schedules enqueue through the same path as the API (cleanup,
 	// lock, dedupe); the enqueuer needs the worker's River client, made below.
 	var enqueuer *request.Enqueuer
+	var w *worker.Worker
 	runnerConfig := batch.Config{
 		WorkerID: workerID, Jobs: registry(env), Upstream: up, Instruments: tel.instruments,
 		Logger: tel.logger, FanOut: env.FanOut, Tracer: tel.providers.Tracer.Tracer("github.com/buildrisk/radar/jobs/batch"),
+		// The worker, made below, fences its runs through its presence.
+		Fence:              batch.FenceFunc(func() <-chan struct{} { return w.Fenced() }),
+		DBTimeout:          env.DBTimeout,
+		LeaseCheckInterval: env.HeartbeatInterval,
 		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
 			_, err := enqueuer.EnqueueNext(ctx, tx, finished.Job, finished.Params)
 			return err
@@ -255,6 +273,8 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 		ConfiguredKeys:    env.configuredKeyNames(),
 		HeartbeatInterval: env.HeartbeatInterval,
 		StaleAfter:        env.StaleAfter,
+		FenceAfter:        env.FenceAfter,
+		DBTimeout:         env.DBTimeout,
 		ReapInterval:      env.ReapInterval,
 		DrainTimeout:      env.DrainTimeout,
 		MaxConcurrentJobs: env.WorkerConcurrency,
@@ -276,7 +296,7 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := worker.New(pool, runner, workerConfig)
+	w, err = worker.New(pool, runner, workerConfig)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -50,14 +50,17 @@ type testSystem struct {
 
 // callGate lets the first `allow` provider calls through and holds the next
 // ones until release is closed; blocked is closed when the first call is
-// held. With allow < 0 (the zero state after newTestSystem) nothing is held.
+// held, abandoned when a held call is given up by its caller (its request
+// context ends). With allow < 0 (the zero state after newTestSystem)
+// nothing is held.
 type callGate struct {
-	mu      sync.Mutex
-	allow   int
-	calls   int
-	armed   bool
-	blocked chan struct{}
-	release chan struct{}
+	mu        sync.Mutex
+	allow     int
+	calls     int
+	armed     bool
+	blocked   chan struct{}
+	release   chan struct{}
+	abandoned chan struct{}
 }
 
 // arm holds every provider call after the next allow ones.
@@ -65,7 +68,7 @@ func (g *callGate) arm(allow int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.allow, g.calls, g.armed = allow, 0, true
-	g.blocked, g.release = make(chan struct{}), make(chan struct{})
+	g.blocked, g.release, g.abandoned = make(chan struct{}), make(chan struct{}), make(chan struct{})
 }
 
 // open releases held calls and disarms the gate.
@@ -82,14 +85,14 @@ func (g *callGate) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, "/__fake/") {
 			g.mu.Lock()
-			var wait chan struct{}
+			var wait, abandoned chan struct{}
 			if g.armed {
 				g.calls++
 				if g.calls > g.allow {
 					if g.calls == g.allow+1 {
 						close(g.blocked)
 					}
-					wait = g.release
+					wait, abandoned = g.release, g.abandoned
 				}
 			}
 			g.mu.Unlock()
@@ -97,6 +100,13 @@ func (g *callGate) wrap(next http.Handler) http.Handler {
 				select {
 				case <-wait:
 				case <-r.Context().Done():
+					g.mu.Lock()
+					select {
+					case <-abandoned:
+					default:
+						close(abandoned)
+					}
+					g.mu.Unlock()
 					return
 				}
 			}
@@ -112,6 +122,9 @@ type testSystemOpts struct {
 	fake fakeupstream.Config
 	// now is the call-budget clock (nil: time.Now).
 	now func() time.Time
+	// dbURL is the database to use instead of a fresh pgtest one (a
+	// private cluster a test stops and starts).
+	dbURL string
 }
 
 func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
@@ -119,7 +132,10 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	if opts == nil {
 		opts = &testSystemOpts{}
 	}
-	s := &testSystem{t: t, dbURL: pgtest.NewDatabase(t)}
+	s := &testSystem{t: t, dbURL: opts.dbURL}
+	if s.dbURL == "" {
+		s.dbURL = pgtest.NewDatabase(t)
+	}
 	pool, err := pgxpool.New(context.Background(), s.dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -239,6 +255,23 @@ func (s *testSystem) waitRequest(id string, want ...string) map[string]any {
 			s.t.Fatalf("request %s still %v, want %v: %v", id, out["status"], want, out)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitChunksDone polls the request until its execution has committed at
+// least n chunks, failing the test after a minute.
+func (s *testSystem) waitChunksDone(id string, n int) {
+	s.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, out := s.get("/v1/requests/" + id)
+		if exec, ok := out["execution"].(map[string]any); ok && exec["chunksDone"].(float64) >= float64(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("request %s: fewer than %d chunks committed after a minute: %v", id, n, out)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

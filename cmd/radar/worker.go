@@ -26,7 +26,7 @@ func runWorker(ctx context.Context) error {
 		return err
 	}
 	defer tel.shutdown() // last: after drain and pool close
-	pool, err := openPool(ctx, env.DatabaseURL, 0)
+	pool, err := openPool(ctx, env.DatabaseURL, 0, env.DBTimeout)
 	if err != nil {
 		return err
 	}

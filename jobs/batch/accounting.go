@@ -66,8 +66,17 @@ func (r *Runner) countItemFailures(ctx context.Context, st *started, err error) 
 	}
 	n := failures.FailedItems()
 	r.cfg.Instruments.ItemsCounted(context.WithoutCancel(ctx), st.request.Job, observability.OutcomeFailed, n)
-	if err := r.queries.JobExecutionItemsFailed(context.WithoutCancel(ctx), r.pool, &queries.JobExecutionItemsFailedParams{ID: st.exec.ID, Failed: n}); err != nil {
+	rows, err := r.queries.JobExecutionItemsFailed(context.WithoutCancel(ctx), r.pool, &queries.JobExecutionItemsFailedParams{
+		ID: st.exec.ID, Failed: n, WorkerID: st.exec.WorkerID, LeaseEpoch: st.exec.LeaseEpoch,
+	})
+	switch {
+	case err != nil:
 		r.cfg.Logger.ErrorContext(ctx, "could not count the failed items on the execution",
 			slog.Int64("execution_id", st.exec.ID), slog.Int64("failed", n), slog.String("error", err.Error()))
+	case rows == 0:
+		// Fenced: the execution is no longer this run's; the outcome
+		// recording finds the same and ends the run as ownership lost.
+		r.cfg.Logger.WarnContext(ctx, "failed items not counted on the execution: it is no longer this run's",
+			slog.Int64("execution_id", st.exec.ID), slog.Int64("failed", n))
 	}
 }

@@ -12,4 +12,36 @@
 //
 // A job implements Job and knows nothing of HTTP or River: the worker and
 // the CLI both call Runner.Run.
+//
+// # Ownership
+//
+// An execution is owned by one worker under one lease epoch: it takes its
+// instance's next epoch when it starts, so a resume fences off every earlier
+// execution of the instance. Every write a run makes — the plan, each
+// chunk's commit with its checkpoint, the external-call counts, the outcome
+// and the request it chains to — is conditional in SQL on the execution
+// still being active under that worker and epoch, and its row count is
+// checked. A run that finds no row has lost its execution (the reaper took
+// its worker for dead, or a newer execution took over): it stops at once,
+// rolls back what it was writing, writes nothing more, logs one line, counts
+// buildrisk_ownership_lost_total and returns ErrOwnershipLost.
+//
+// The loss is found by a fenced write, by the lease check that runs every
+// Config.LeaseCheckInterval while a chunk is in flight, or by the process's
+// Fence. At that moment the only calls that can still be in flight are the
+// current chunk's: at most the fan-out's size (Config.FanOut), one for a
+// job that calls one at a time, none when a commit found the loss (Process
+// had returned). The chunk's context is cancelled, Process returns only
+// once they have ended, and nothing they returned is written: the chunk's
+// commit is itself a fenced write, so it finds no row and rolls back.
+//
+// # Database outages
+//
+// Each database call of a run is bounded by Config.DBTimeout. A transient
+// error (queries.IsTransient: a refused or reset connection, a restart, a
+// statement timeout, a serialization failure or deadlock) is retried with a
+// capped backoff for as long as the process keeps its window, that is until
+// its Fence fires; only then does the run fail, with a message naming the
+// outage. The Fence fires safely before any reaper can see the process
+// stale, so a run that rides an outage out is never taken over meanwhile.
 package batch

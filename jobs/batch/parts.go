@@ -53,6 +53,9 @@ type partCommitter struct {
 	job         string
 	executionID int64
 	instanceID  int64
+	// workerID and leaseEpoch fence every part commit (see commitChunk).
+	workerID   string
+	leaseEpoch int64
 	// drain is closed when the worker drains.
 	drain <-chan struct{}
 }
@@ -69,14 +72,24 @@ func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string,
 		if c.executionID == 0 {
 			return nil // no execution (see FanOutCommit)
 		}
+		// The fenced update comes first: it finds no row (everything rolls
+		// back) unless the execution is still this run's.
+		var err error
+		status, err = c.queries.JobExecutionPartCommitted(ctx, tx, &queries.JobExecutionPartCommittedParams{
+			ID: c.executionID, Written: int64(len(keys)), WorkerID: c.workerID, LeaseEpoch: c.leaseEpoch,
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("execution %d (worker %s, lease epoch %d): %w", c.executionID, c.workerID, c.leaseEpoch, ErrOwnershipLost)
+		}
+		if err != nil {
+			return err
+		}
 		if err := c.queries.JobCheckpointPartInsert(ctx, tx, &queries.JobCheckpointPartInsertParams{
 			InstanceID: c.instanceID, Chunk: chunk, ExecutionID: c.executionID, Items: keys,
 		}); err != nil {
 			return fmt.Errorf("error writing checkpoint part: %w", err)
 		}
-		var err error
-		status, err = c.queries.JobExecutionPartCommitted(ctx, tx, &queries.JobExecutionPartCommittedParams{ID: c.executionID, Written: int64(len(keys))})
-		return err
+		return nil
 	})
 	if err != nil {
 		return "", fmt.Errorf("commit of %d finished items of chunk %s: %w", len(keys), chunk, err)
@@ -223,6 +236,7 @@ func (r *Runner) partCommitter(st *started) *partCommitter {
 	return &partCommitter{
 		pool: r.pool, queries: r.queries, instruments: r.cfg.Instruments, job: st.request.Job,
 		executionID: st.exec.ID, instanceID: st.exec.InstanceID, drain: r.drain,
+		workerID: st.exec.WorkerID, leaseEpoch: st.exec.LeaseEpoch,
 	}
 }
 

@@ -26,8 +26,10 @@ import (
 
 // Defaults of Config.
 const (
-	FanOutDefault            = 5
-	RecordRetryWindowDefault = time.Minute
+	FanOutDefault             = 5
+	RecordRetryWindowDefault  = time.Minute
+	DBTimeoutDefault          = 5 * time.Second
+	LeaseCheckIntervalDefault = 10 * time.Second
 )
 
 // Messages recorded on stopped executions; each tells the operator what a
@@ -111,8 +113,25 @@ type Config struct {
 	Logger *slog.Logger
 	// FanOut is the per-job fan-out pool size (BUILDRISK_FANOUT).
 	FanOut int
-	// RecordRetryWindow is how long recording an outcome is retried.
+	// RecordRetryWindow is how long recording an outcome is retried, and,
+	// when there is no Fence, how long a transient database error during
+	// the run is retried.
 	RecordRetryWindow time.Duration
+	// Fence is the process's self-fencing signal (the worker's or the
+	// CLI's presence). While it stays up, transient database errors are
+	// retried; once it fires, the run's work in flight is cancelled
+	// uncommitted and the run fails naming the outage. nil never fires.
+	Fence Fence
+	// DBTimeout bounds each database call of a run (each attempt of a
+	// transaction), like the connections' statement_timeout.
+	DBTimeout time.Duration
+	// LeaseCheckInterval is how often a run checks, while a chunk is in
+	// flight, that its execution is still its own; losing it cancels the
+	// chunk at once instead of at its commit.
+	LeaseCheckInterval time.Duration
+	// OnTransient, when set, is called with each transient database error
+	// a run retries (tests wait for it to restart the database).
+	OnTransient func(err error)
 	// Held tracks the requests this process holds (for the reconcile loop).
 	Held *HeldSet
 	// Tracer makes the execution and chunk spans; nil is a no-op tracer.
@@ -142,6 +161,8 @@ func (c Config) withDefaults() Config {
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	c.FanOut = cmp.Or(c.FanOut, FanOutDefault)
 	c.RecordRetryWindow = cmp.Or(c.RecordRetryWindow, RecordRetryWindowDefault)
+	c.DBTimeout = cmp.Or(c.DBTimeout, DBTimeoutDefault)
+	c.LeaseCheckInterval = cmp.Or(c.LeaseCheckInterval, LeaseCheckIntervalDefault)
 	if c.Held == nil {
 		c.Held = NewHeldSet()
 	}
@@ -207,7 +228,7 @@ type RunOpts struct {
 // Outcome is how a Run ended.
 type Outcome struct {
 	ExecutionID   int64
-	Status        string // execution status, "" when the request was not runnable
+	Status        string // execution status, "" when the request was not runnable or the run lost its ownership
 	RequestStatus string
 	Message       string
 }
@@ -216,6 +237,35 @@ type Outcome struct {
 // (reaped or finalized meanwhile); nothing was run.
 var ErrNotQueued = errors.New("request is no longer queued")
 
+// ErrOwnershipLost is returned (wrapped) by Run when a write of the run
+// found its execution no longer active under this worker and lease epoch:
+// it was abandoned (the reaper took this worker for dead) or a newer
+// execution of its instance took over. The run stopped at once, rolled back
+// what it was writing and wrote nothing more; the execution's record is
+// whoever took it over's.
+var ErrOwnershipLost = errors.New("ownership of the execution lost")
+
+// ErrFenced is the cause of a run's cancellation when its process went
+// without a successful heartbeat for its fencing threshold (see Fence).
+var ErrFenced = errors.New("no successful heartbeat within the fencing threshold")
+
+// Fence is a process's self-fencing signal. The worker's presence (and the
+// CLI's) implements it: when its last successful heartbeat is older than a
+// threshold safely below the reaper's stale window, it fires, so that the
+// process stops its work before anyone can take that work over.
+type Fence interface {
+	// Fenced returns a channel that is closed while the process is fenced.
+	// A run takes it when it starts: once closed, the run has lost its
+	// window, even if the process re-registers later.
+	Fenced() <-chan struct{}
+}
+
+// FenceFunc adapts a function to Fence.
+type FenceFunc func() <-chan struct{}
+
+// Fenced implements Fence.
+func (f FenceFunc) Fenced() <-chan struct{} { return f() }
+
 type started struct {
 	request  *queries.JobRequest
 	exec     *queries.JobExecution
@@ -223,15 +273,59 @@ type started struct {
 	maxCalls int
 }
 
+// runState is one run's ownership and outage state.
+type runState struct {
+	*started
+	fenced <-chan struct{}
+	logger *slog.Logger
+
+	mu        sync.Mutex
+	lastDBErr error // the newest transient database error, for the message
+	warned    bool
+}
+
+func (rs *runState) noteDBError(err error) (first bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rs.lastDBErr = err
+	first = !rs.warned
+	rs.warned = true
+	return first
+}
+
+func (rs *runState) dbError() error {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.lastDBErr
+}
+
+// lost wraps ErrOwnershipLost with the execution's identity.
+func (rs *runState) lost() error {
+	return fmt.Errorf("execution %d (worker %s, lease epoch %d): %w", rs.exec.ID, rs.exec.WorkerID, rs.exec.LeaseEpoch, ErrOwnershipLost)
+}
+
 // Run claims the request, creates its execution under the job's advisory
-// lock (resuming per the restart rules), runs the chunks and records the
-// outcome. Errors are returned only when nothing could be recorded.
+// lock (resuming per the restart rules, with the instance's next lease
+// epoch), runs the chunks and records the outcome. Errors are returned only
+// when nothing could be recorded; an error wrapping ErrOwnershipLost means
+// the run lost its execution and wrote nothing after noticing.
 func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	held := r.cfg.Held
 	held.Add(opts.RequestID) // before the claim commits: the reconcile loop never sees it unheld
 	defer held.Remove(opts.RequestID)
 
-	st, err := r.start(ctx, opts.RequestID)
+	fenced := r.fenced()
+	select {
+	case <-fenced:
+		return nil, fmt.Errorf("not starting request %d: %w", opts.RequestID, ErrFenced)
+	default:
+	}
+	var st *started
+	err := r.retryTransient(ctx, fenced, nil, func(ctx context.Context) error {
+		var err error
+		st, err = r.start(ctx, opts.RequestID)
+		return err
+	})
 	if err != nil {
 		if errors.Is(err, ErrNotQueued) && opts.FinishTx != nil {
 			recordErr := queries.InTx(context.WithoutCancel(ctx), r.pool, func(tx pgx.Tx) error { return opts.FinishTx(context.WithoutCancel(ctx), tx) })
@@ -245,35 +339,54 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 		attribute.Int64("buildrisk.execution_id", st.exec.ID),
 	))
 	defer span.End()
-	logger := r.cfg.Logger.With(
+	rs := &runState{started: st, fenced: fenced, logger: r.cfg.Logger.With(
 		slog.Int64("request_id", st.request.ID),
 		slog.Int64("execution_id", st.exec.ID),
 		slog.String("job", st.request.Job),
 		slog.String("worker_id", r.cfg.WorkerID),
-	)
+		slog.Int64("lease_epoch", st.exec.LeaseEpoch),
+	)}
 	if st.request.ClaimedAt != nil {
 		r.cfg.Instruments.RequestStartLatency(ctx, st.request.Job, st.request.ClaimedAt.Sub(st.request.CreatedAt))
 	}
-	logger.InfoContext(ctx, "execution started", slog.Bool("resumed", st.resumed))
+	rs.logger.InfoContext(ctx, "execution started", slog.Bool("resumed", st.resumed))
 
-	status, message, domainRows := r.execute(ctx, st, logger, opts)
-	span.SetAttributes(attribute.String("buildrisk.status", status))
-	if status == request.ExecutionFailed {
-		span.SetStatus(codes.Error, message)
+	status, message, domainRows, err := r.execute(ctx, rs, opts)
+	if err == nil {
+		span.SetAttributes(attribute.String("buildrisk.status", status))
+		if status == request.ExecutionFailed {
+			span.SetStatus(codes.Error, message)
+		}
+		outcome := &Outcome{ExecutionID: st.exec.ID, Status: status, Message: message, RequestStatus: request.StatusForExecution(status)}
+		if err = r.record(ctx, rs, outcome, domainRows, opts.FinishTx); err == nil {
+			r.cfg.Instruments.ExecutionFinished(ctx, st.request.Job, status)
+			rs.logger.InfoContext(ctx, "execution finished", slog.String("status", status), slog.String("message", message))
+			return outcome, nil
+		}
+		if !errors.Is(err, ErrOwnershipLost) {
+			rs.logger.ErrorContext(ctx, "could not record the outcome; the reconcile loop will finalize it", slog.String("error", err.Error()))
+			return outcome, err
+		}
 	}
-	outcome := &Outcome{ExecutionID: st.exec.ID, Status: status, Message: message, RequestStatus: request.StatusForExecution(status)}
-	if err := r.record(ctx, st, outcome, domainRows, opts.FinishTx); err != nil {
-		logger.ErrorContext(ctx, "could not record the outcome; the reconcile loop will finalize it", slog.String("error", err.Error()))
-		return outcome, err
+	// Ownership lost: one line, one count, nothing more written.
+	span.SetStatus(codes.Error, err.Error())
+	r.cfg.Instruments.OwnershipLost(ctx, st.request.Job)
+	rs.logger.WarnContext(ctx, "ownership of the execution lost: stopped at once, the work in flight rolled back, nothing more written", slog.String("error", err.Error()))
+	return &Outcome{ExecutionID: st.exec.ID, Message: err.Error()}, err
+}
+
+// fenced returns the fence's channel, or nil (never closed) without one.
+func (r *Runner) fenced() <-chan struct{} {
+	if r.cfg.Fence == nil {
+		return nil
 	}
-	r.cfg.Instruments.ExecutionFinished(ctx, st.request.Job, status)
-	logger.InfoContext(ctx, "execution finished", slog.String("status", status), slog.String("message", message))
-	return outcome, nil
+	return r.cfg.Fence.Fenced()
 }
 
 // start claims the request and creates the execution in one transaction
 // under the job's advisory lock, so a CLI run and a worker can never start
-// the same job at once.
+// the same job at once. The execution takes the instance's next lease
+// epoch, which fences off every earlier execution of the instance.
 func (r *Runner) start(ctx context.Context, requestID int64) (*started, error) {
 	var st *started
 	err := queries.InTx(ctx, r.pool, func(tx pgx.Tx) error {
@@ -293,11 +406,11 @@ func (r *Runner) start(ctx context.Context, requestID int64) (*started, error) {
 			return fmt.Errorf("error claiming request: %w", err)
 		}
 		if _, ok := r.cfg.Jobs[req.Job]; !ok {
-			return fmt.Errorf("job %q is not registered in this process", req.Job)
+			return fmt.Errorf("%w: job %q is not registered in this process", ErrNotRunnable, req.Job)
 		}
 		running, err := r.queries.JobExecutionRunningByJob(ctx, tx, req.Job)
 		if err := queries.Interpret(err); err == nil {
-			return fmt.Errorf("job %s: execution %d is still %s", req.Job, running.ID, running.Status)
+			return fmt.Errorf("%w: job %s: execution %d is still %s", ErrNotRunnable, req.Job, running.ID, running.Status)
 		} else if !errors.Is(err, queries.ErrNotFound) {
 			return fmt.Errorf("error checking running executions: %w", err)
 		}
@@ -319,8 +432,12 @@ func (r *Runner) start(ctx context.Context, requestID int64) (*started, error) {
 			}
 			instanceID = inst.ID
 		}
+		epoch, err := r.queries.JobInstanceTakeLease(ctx, tx, instanceID)
+		if err != nil {
+			return fmt.Errorf("error taking the instance's lease: %w", err)
+		}
 		st.exec, err = r.queries.JobExecutionInsert(ctx, tx, &queries.JobExecutionInsertParams{
-			InstanceID: instanceID, Job: req.Job, RequestID: req.ID, WorkerID: r.cfg.WorkerID,
+			InstanceID: instanceID, Job: req.Job, RequestID: req.ID, WorkerID: r.cfg.WorkerID, LeaseEpoch: epoch,
 		})
 		if err != nil {
 			return fmt.Errorf("error creating execution: %w", err)
@@ -336,8 +453,66 @@ func (r *Runner) start(ctx context.Context, requestID int64) (*started, error) {
 	return st, nil
 }
 
-// execute runs the chunks and decides the execution's final status.
-func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, opts RunOpts) (status, message string, domainRows *int64) {
+// ErrNotRunnable is returned (wrapped) by Run when the claimed request
+// cannot run in this process: its job is not registered here (a rolling
+// deploy) or another execution of the job is still active.
+var ErrNotRunnable = errors.New("request cannot run")
+
+// watch cancels the run's work when the process fences itself or, checked
+// every LeaseCheckInterval, when the execution is no longer the run's: so a
+// lost execution is noticed while a chunk is in flight, not only at its
+// commit. Transient errors of the check are left to the fence.
+func (r *Runner) watch(ctx context.Context, cancel context.CancelCauseFunc, rs *runState) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		ticker := time.NewTicker(r.cfg.LeaseCheckInterval)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-rs.fenced:
+				cancel(ErrFenced)
+				return
+			case <-ticker.C:
+				checkCtx, cancelCheck := context.WithTimeout(ctx, r.cfg.DBTimeout)
+				_, err := r.queries.JobExecutionOwned(checkCtx, r.pool, &queries.JobExecutionOwnedParams{
+					ID: rs.exec.ID, WorkerID: rs.exec.WorkerID, LeaseEpoch: rs.exec.LeaseEpoch,
+				})
+				cancelCheck()
+				if errors.Is(err, pgx.ErrNoRows) {
+					cancel(rs.lost())
+					return
+				}
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// execute runs the chunks and decides the execution's final status. It
+// returns an error wrapping ErrOwnershipLost, and no status, when the run
+// lost its execution.
+//
+// When that happens mid-chunk (the lease check or the fence cancels the
+// chunk's context), the calls still in flight are the chunk's own: at most
+// the fan-out's size, or one for a job that calls one at a time. Process
+// returns only after they have ended (the fan-out waits for its items), and
+// what they returned is never written: every write of the run is fenced in
+// SQL on the execution's worker and lease epoch, so the chunk's commit, the
+// call counts and the outcome all find no row and roll back. When a fenced
+// commit is what finds the loss, Process has already returned, and no call
+// of the run is in flight.
+func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (status, message string, domainRows *int64, err error) {
+	st := rs.started
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	stopWatch := r.watch(ctx, cancel, rs)
+	defer stopWatch()
+
 	job := r.cfg.Jobs[st.request.Job]
 	run := &Run{
 		Job:         st.request.Job,
@@ -347,37 +522,72 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 		Params:      st.request.Params,
 		Calls:       r.cfg.Upstream.NewCaller(st.request.Job, st.maxCalls),
 		DB:          r.pool,
-		Logger:      logger,
+		Logger:      rs.logger,
 		FanOut:      r.cfg.FanOut,
 		Instruments: r.cfg.Instruments,
 	}
 	run.parts = r.partCommitter(st)
 	callsRecorded := int64(0)
-	flushCalls := func() {
-		if n := run.Calls.Calls() - callsRecorded; n > 0 {
-			_ = r.queries.JobExecutionAddCalls(context.WithoutCancel(ctx), r.pool, &queries.JobExecutionAddCallsParams{ID: st.exec.ID, ExternalCalls: int32(n)})
-			callsRecorded += n
+	// flushCalls records the calls made outside a committed chunk (a failed
+	// chunk's): fenced like every write, retried through an outage.
+	flushCalls := func() error {
+		n := run.Calls.Calls() - callsRecorded
+		if n <= 0 {
+			return nil
 		}
+		err := r.retryTransient(context.WithoutCancel(ctx), rs.fenced, rs, func(callCtx context.Context) error {
+			rows, err := r.queries.JobExecutionAddCalls(callCtx, r.pool, &queries.JobExecutionAddCallsParams{
+				ID: st.exec.ID, ExternalCalls: int32(n), WorkerID: st.exec.WorkerID, LeaseEpoch: st.exec.LeaseEpoch,
+			})
+			if err == nil && rows == 0 {
+				return rs.lost()
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("error recording %d external calls: %w", n, err)
+		}
+		callsRecorded += n
+		return nil
+	}
+	// fail ends the run on err: the calls made so far are recorded first,
+	// and a failure to record them is kept in the message.
+	fail := func(err error, where string) (string, string, *int64, error) {
+		if flushErr := flushCalls(); flushErr != nil {
+			if errors.Is(flushErr, ErrOwnershipLost) {
+				return "", "", nil, flushErr
+			}
+			err = errors.Join(err, flushErr)
+		}
+		status, message, lostErr := r.classify(ctx, rs, err, where)
+		return status, message, nil, lostErr
 	}
 	defer func() {
+		if err != nil || status == "" {
+			return
+		}
 		if counter, ok := job.(DomainRowCounter); ok {
-			ids, err := r.queries.JobExecutionIDsByInstance(context.WithoutCancel(ctx), r.pool, st.exec.InstanceID)
-			if err == nil {
-				if n, err := counter.DomainRows(context.WithoutCancel(ctx), r.pool, ids); err == nil {
-					domainRows = &n
-				}
+			n, countErr := r.domainRows(context.WithoutCancel(ctx), counter, st.exec.InstanceID)
+			if countErr != nil {
+				// The execution is recorded without the second count; say so.
+				rs.logger.WarnContext(ctx, "could not count the domain rows", slog.String("error", countErr.Error()))
+				return
 			}
+			domainRows = &n
 		}
 	}()
 
 	plan, err := job.Plan(ctx, run)
 	if err != nil {
-		flushCalls()
-		return r.classify(ctx, err, "plan")
+		return fail(err, "plan")
 	}
-	done, err := r.queries.JobCheckpointListChunks(ctx, r.pool, st.exec.InstanceID)
-	if err != nil {
-		return request.ExecutionFailed, fmt.Sprintf("error reading checkpoints: %v", err), nil
+	var done []string
+	if err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
+		var err error
+		done, err = r.queries.JobCheckpointListChunks(callCtx, r.pool, st.exec.InstanceID)
+		return err
+	}); err != nil {
+		return fail(fmt.Errorf("error reading checkpoints: %w", err), "start")
 	}
 	committed := make(map[string]bool, len(done))
 	for _, c := range done {
@@ -389,35 +599,50 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 			chunksDone++
 		}
 	}
-	execStatus, err := r.queries.JobExecutionStart(ctx, r.pool, &queries.JobExecutionStartParams{
-		ID: st.exec.ID, ChunksTotal: int32(len(plan.Chunks)), ChunksDone: int32(chunksDone), Targets: plan.Targets,
+	var execStatus string
+	err = r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
+		var err error
+		execStatus, err = r.queries.JobExecutionStart(callCtx, r.pool, &queries.JobExecutionStartParams{
+			ID: st.exec.ID, ChunksTotal: int32(len(plan.Chunks)), ChunksDone: int32(chunksDone), Targets: plan.Targets,
+			WorkerID: st.exec.WorkerID, LeaseEpoch: st.exec.LeaseEpoch,
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return rs.lost()
+		}
+		return err
 	})
 	if err != nil {
-		return r.classify(ctx, err, "start")
+		return fail(err, "start")
 	}
 	for _, chunk := range plan.Chunks {
 		if committed[chunk] {
 			continue
 		}
 		if execStatus == request.ExecutionStopping {
-			return request.ExecutionStopped, MessageStopRequested, nil
+			return request.ExecutionStopped, MessageStopRequested, nil, nil
 		}
 		select {
 		case <-r.drain:
-			return request.ExecutionStopped, MessageDrained, nil
+			return request.ExecutionStopped, MessageDrained, nil, nil
 		default:
 		}
 
 		began := time.Now()
 		callsBefore := run.Calls.Calls()
 		chunkCtx, chunkSpan := r.cfg.Tracer.Start(ctx, "buildrisk.chunk", trace.WithAttributes(attribute.String("buildrisk.chunk", chunk)))
-		res, err := job.Process(chunkCtx, run, chunk)
+		var res *ChunkResult
+		// A transient database error inside Process (the call budget, a
+		// read) is retried like the commit: the chunk is done again.
+		err := r.retryTransient(chunkCtx, rs.fenced, rs, func(context.Context) error {
+			var err error
+			res, err = job.Process(chunkCtx, run, chunk)
+			return err
+		})
 		if err != nil {
 			chunkSpan.SetStatus(codes.Error, err.Error())
 			chunkSpan.End()
-			flushCalls()
 			r.countItemFailures(ctx, st, err)
-			return r.classify(ctx, err, "chunk "+chunk)
+			return fail(err, "chunk "+chunk)
 		}
 		chunkSpan.SetAttributes(
 			attribute.Int64("buildrisk.targets", res.Targets), attribute.Int64("buildrisk.written", res.Written),
@@ -428,33 +653,18 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 		if err := r.checkChunk(ctx, run.Job, chunk, res); err != nil {
 			chunkSpan.SetStatus(codes.Error, err.Error())
 			chunkSpan.End()
-			flushCalls()
-			return request.ExecutionFailed, err.Error(), nil
+			if flushErr := flushCalls(); errors.Is(flushErr, ErrOwnershipLost) {
+				return "", "", nil, flushErr
+			}
+			return request.ExecutionFailed, err.Error(), nil, nil
 		}
-		err = queries.InTx(ctx, r.pool, func(tx pgx.Tx) error {
-			if res.Write != nil {
-				if err := res.Write(ctx, tx); err != nil {
-					return fmt.Errorf("error writing chunk: %w", err)
-				}
-			}
-			if err := r.queries.JobCheckpointInsert(ctx, tx, &queries.JobCheckpointInsertParams{
-				InstanceID: st.exec.InstanceID, Chunk: chunk, ExecutionID: st.exec.ID,
-				Targets: res.Targets, Written: res.Written, Skipped: res.Skipped, Failed: res.Failed,
-				SkipReason: res.SkipReason, ExternalCalls: int32(chunkCalls),
-			}); err != nil {
-				return fmt.Errorf("error writing checkpoint: %w", err)
-			}
-			execStatus, err = r.queries.JobExecutionChunkCommitted(ctx, tx, &queries.JobExecutionChunkCommittedParams{
-				ID: st.exec.ID, Written: res.Written, Skipped: res.Skipped, Failed: res.Failed, ExternalCalls: int32(run.Calls.Calls() - callsRecorded),
-			})
-			return err
-		})
+		newCalls := run.Calls.Calls() - callsRecorded
+		execStatus, err = r.commitChunk(ctx, rs, chunk, res, int32(chunkCalls), int32(newCalls))
 		chunkSpan.End()
 		if err != nil {
-			flushCalls()
-			return r.classify(ctx, err, "commit of chunk "+chunk)
+			return fail(err, "commit of chunk "+chunk)
 		}
-		callsRecorded = run.Calls.Calls()
+		callsRecorded += newCalls
 		chunksDone++
 		r.cfg.Instruments.ChunkDuration(ctx, run.Job, time.Since(began))
 		r.cfg.Instruments.ItemsCounted(ctx, run.Job, observability.OutcomeWritten, res.Written)
@@ -465,17 +675,101 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 		}
 	}
 	if execStatus == request.ExecutionStopping && chunksDone < len(plan.Chunks) {
-		return request.ExecutionStopped, MessageStopRequested, nil
+		return request.ExecutionStopped, MessageStopRequested, nil, nil
 	}
-	return r.account(ctx, st, plan, run.Job)
+	status, message, err = r.account(ctx, rs, plan, run.Job)
+	if err != nil {
+		return fail(err, "accounting")
+	}
+	return status, message, nil, nil
+}
+
+// commitChunk commits a chunk's writes and its checkpoint in one
+// transaction whose first statement is the fenced count update: it finds
+// no row (ErrOwnershipLost, everything rolls back) unless the execution is
+// still active under this run's worker and lease epoch, and it locks the
+// execution row until the commit. Transient errors are retried inside the
+// window; an attempt after an error whose commit may have landed first
+// looks for the chunk's checkpoint, so a chunk is never counted twice.
+func (r *Runner) commitChunk(ctx context.Context, rs *runState, chunk string, res *ChunkResult, chunkCalls, newCalls int32) (string, error) {
+	var execStatus string
+	attempt := 0
+	err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
+		attempt++
+		return queries.InTx(callCtx, r.pool, func(tx pgx.Tx) error {
+			if attempt > 1 {
+				owner, err := r.queries.JobCheckpointOwner(callCtx, tx, &queries.JobCheckpointOwnerParams{InstanceID: rs.exec.InstanceID, Chunk: chunk})
+				switch {
+				case err == nil && owner == rs.exec.ID:
+					status, err := r.queries.JobExecutionOwned(callCtx, tx, &queries.JobExecutionOwnedParams{
+						ID: rs.exec.ID, WorkerID: rs.exec.WorkerID, LeaseEpoch: rs.exec.LeaseEpoch,
+					})
+					if errors.Is(err, pgx.ErrNoRows) {
+						return rs.lost()
+					}
+					execStatus = status
+					return err // the earlier attempt committed
+				case err == nil:
+					return rs.lost() // another execution committed the chunk
+				case !errors.Is(err, pgx.ErrNoRows):
+					return err
+				}
+			}
+			status, err := r.queries.JobExecutionChunkCommitted(callCtx, tx, &queries.JobExecutionChunkCommittedParams{
+				ID: rs.exec.ID, Written: res.Written, Skipped: res.Skipped, Failed: res.Failed, ExternalCalls: newCalls,
+				WorkerID: rs.exec.WorkerID, LeaseEpoch: rs.exec.LeaseEpoch,
+			})
+			if errors.Is(err, pgx.ErrNoRows) {
+				return rs.lost()
+			}
+			if err != nil {
+				return fmt.Errorf("error updating the execution: %w", err)
+			}
+			if res.Write != nil {
+				if err := res.Write(callCtx, tx); err != nil {
+					return fmt.Errorf("error writing chunk: %w", err)
+				}
+			}
+			if err := r.queries.JobCheckpointInsert(callCtx, tx, &queries.JobCheckpointInsertParams{
+				InstanceID: rs.exec.InstanceID, Chunk: chunk, ExecutionID: rs.exec.ID,
+				Targets: res.Targets, Written: res.Written, Skipped: res.Skipped, Failed: res.Failed,
+				SkipReason: res.SkipReason, ExternalCalls: chunkCalls,
+			}); err != nil {
+				return fmt.Errorf("error writing checkpoint: %w", err)
+			}
+			execStatus = status
+			return nil
+		})
+	})
+	return execStatus, err
+}
+
+// domainRows counts the rows the instance's executions wrote.
+func (r *Runner) domainRows(ctx context.Context, counter DomainRowCounter, instanceID int64) (int64, error) {
+	callCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+	defer cancel()
+	ids, err := r.queries.JobExecutionIDsByInstance(callCtx, r.pool, instanceID)
+	if err != nil {
+		return 0, fmt.Errorf("error listing the instance's executions: %w", err)
+	}
+	return counter.DomainRows(callCtx, r.pool, ids)
 }
 
 // account refuses a silent success: every declared target must be written,
 // skipped or failed, or the execution ends FAILED.
-func (r *Runner) account(ctx context.Context, st *started, plan *Plan, job string) (string, string, *int64) {
-	totals, err := r.queries.JobCheckpointTotals(ctx, r.pool, st.exec.InstanceID)
+func (r *Runner) account(ctx context.Context, rs *runState, plan *Plan, job string) (string, string, error) {
+	var totals *queries.JobCheckpointTotalsRow
+	var reasons []*queries.JobCheckpointSkipReasonsRow
+	err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
+		var err error
+		if totals, err = r.queries.JobCheckpointTotals(callCtx, r.pool, rs.exec.InstanceID); err != nil {
+			return err
+		}
+		reasons, err = r.queries.JobCheckpointSkipReasons(callCtx, r.pool, rs.exec.InstanceID)
+		return err
+	})
 	if err != nil {
-		return r.classify(ctx, err, "accounting")
+		return "", "", err
 	}
 	targets := totals.Targets
 	if plan.Targets != TargetsUnknown {
@@ -490,13 +784,12 @@ func (r *Runner) account(ctx context.Context, st *started, plan *Plan, job strin
 			unaccounted, targets, totals.Written, totals.Skipped, totals.Failed), nil
 	}
 	return request.ExecutionCompleted, fmt.Sprintf("completed: %d targets (written %d, skipped %d%s, failed %d)",
-		targets, totals.Written, totals.Skipped, r.skipReasons(ctx, st.exec.InstanceID), totals.Failed), nil
+		targets, totals.Written, totals.Skipped, skipReasons(reasons), totals.Failed), nil
 }
 
 // skipReasons renders skipped items by reason: " (holiday: 100)".
-func (r *Runner) skipReasons(ctx context.Context, instanceID int64) string {
-	rows, err := r.queries.JobCheckpointSkipReasons(ctx, r.pool, instanceID)
-	if err != nil || len(rows) == 0 {
+func skipReasons(rows []*queries.JobCheckpointSkipReasonsRow) string {
+	if len(rows) == 0 {
 		return ""
 	}
 	parts := make([]string, 0, len(rows))
@@ -510,10 +803,23 @@ func (r *Runner) skipReasons(ctx context.Context, instanceID int64) string {
 	return " (" + strings.Join(parts, ", ") + ")"
 }
 
-// classify turns a chunk's error into the execution's final status.
-func (r *Runner) classify(ctx context.Context, err error, where string) (string, string, *int64) {
+// classify turns a chunk's error into the execution's final status, or
+// returns an error wrapping ErrOwnershipLost when the run lost its
+// execution (then there is no status to record).
+func (r *Runner) classify(ctx context.Context, rs *runState, err error, where string) (string, string, error) {
 	var capErr *upstream.CapError
+	cause := context.Cause(ctx)
 	switch {
+	case errors.Is(err, ErrOwnershipLost):
+		return "", "", err
+	case errors.Is(cause, ErrOwnershipLost):
+		return "", "", cause
+	case errors.Is(cause, ErrFenced), errors.Is(err, ErrFenced):
+		msg := "database outage: the worker went without a successful heartbeat past its fencing threshold, so it cancelled the work in flight uncommitted; a new request resumes from the last commit"
+		if dbErr := rs.dbError(); dbErr != nil {
+			msg += fmt.Sprintf(" (last database error: %v)", dbErr)
+		}
+		return request.ExecutionFailed, msg, nil
 	case ctx.Err() != nil:
 		return request.ExecutionStopped, MessageDrainTimeout, nil
 	case errors.Is(err, ErrDrained):
@@ -535,18 +841,35 @@ func (r *Runner) classify(ctx context.Context, err error, where string) (string,
 // request, so a completion and its successor commit together), then the
 // request and, through finishTx, its River job. If the second step cannot be
 // recorded, the reconcile loop finalizes the request from the first.
-func (r *Runner) record(ctx context.Context, st *started, outcome *Outcome, domainRows *int64, finishTx func(context.Context, pgx.Tx) error) error {
+//
+// The first step is fenced: when the execution is no longer the run's, it
+// records nothing (neither the result, nor the chained request, nor the
+// request's end) and returns an error wrapping ErrOwnershipLost.
+func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, domainRows *int64, finishTx func(context.Context, pgx.Tx) error) error {
+	st := rs.started
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RecordRetryWindow)
 	defer cancel()
+	attempt := 0
 	err := retryUntilDone(recordCtx, func() error {
-		return queries.InTx(recordCtx, r.pool, func(tx pgx.Tx) error {
-			if _, err := r.queries.JobExecutionFinish(recordCtx, tx, &queries.JobExecutionFinishParams{
+		attempt++
+		callCtx, cancel := context.WithTimeout(recordCtx, r.cfg.DBTimeout)
+		defer cancel()
+		return queries.InTx(callCtx, r.pool, func(tx pgx.Tx) error {
+			n, err := r.queries.JobExecutionFinish(callCtx, tx, &queries.JobExecutionFinishParams{
 				ID: st.exec.ID, Status: outcome.Status, ExitMessage: outcome.Message, DomainRows: domainRows,
-			}); err != nil {
+				WorkerID: st.exec.WorkerID, LeaseEpoch: st.exec.LeaseEpoch,
+			})
+			if err != nil {
 				return fmt.Errorf("error finishing execution: %w", err)
 			}
+			if n == 0 {
+				if attempt > 1 && r.recorded(callCtx, tx, st, outcome) {
+					return nil // an earlier attempt committed
+				}
+				return rs.lost()
+			}
 			if outcome.Status == request.ExecutionCompleted && r.cfg.Chain != nil {
-				if err := r.cfg.Chain(recordCtx, tx, &Finished{
+				if err := r.cfg.Chain(callCtx, tx, &Finished{
 					Job: st.request.Job, RequestID: st.request.ID, ExecutionID: st.exec.ID, Params: st.request.Params,
 				}); err != nil {
 					return fmt.Errorf("error chaining the next job: %w", err)
@@ -554,39 +877,97 @@ func (r *Runner) record(ctx context.Context, st *started, outcome *Outcome, doma
 			}
 			return nil
 		})
-	})
+	}, func(err error) bool { return !errors.Is(err, ErrOwnershipLost) })
 	if err != nil {
+		if errors.Is(err, ErrOwnershipLost) {
+			return err
+		}
 		return fmt.Errorf("error recording the execution's outcome: %w", err)
 	}
 	if r.cfg.RecordHook != nil {
 		r.cfg.RecordHook()
 	}
 	err = retryUntilDone(recordCtx, func() error {
-		return queries.InTx(recordCtx, r.pool, func(tx pgx.Tx) error {
-			if _, err := r.queries.JobRequestFinish(recordCtx, tx, &queries.JobRequestFinishParams{
+		callCtx, cancel := context.WithTimeout(recordCtx, r.cfg.DBTimeout)
+		defer cancel()
+		return queries.InTx(callCtx, r.pool, func(tx pgx.Tx) error {
+			if _, err := r.queries.JobRequestFinish(callCtx, tx, &queries.JobRequestFinishParams{
 				ID: st.request.ID, Status: outcome.RequestStatus, Message: outcome.Message,
 			}); err != nil {
 				return fmt.Errorf("error finishing request: %w", err)
 			}
 			if finishTx != nil {
-				return finishTx(recordCtx, tx)
+				return finishTx(callCtx, tx)
 			}
 			return nil
 		})
-	})
+	}, nil)
 	if err != nil {
 		return fmt.Errorf("error recording the request's outcome: %w", err)
 	}
 	return nil
 }
 
-// retryUntilDone calls fn until it succeeds or ctx ends, backing off.
-func retryUntilDone(ctx context.Context, fn func() error) error {
+// recorded reports whether the execution already holds this run's outcome
+// (an attempt whose commit landed although its answer was lost).
+func (r *Runner) recorded(ctx context.Context, tx pgx.Tx, st *started, outcome *Outcome) bool {
+	exec, err := r.queries.JobExecutionGetByID(ctx, tx, st.exec.ID)
+	return err == nil && exec.WorkerID == st.exec.WorkerID && exec.LeaseEpoch == st.exec.LeaseEpoch &&
+		exec.Status == outcome.Status && exec.ExitMessage == outcome.Message
+}
+
+// retryTransient calls fn, each attempt bounded by DBTimeout, until it
+// succeeds or fails with an error that is not a transient database error
+// (queries.IsTransient). Transient errors are retried with a capped
+// backoff while the run keeps its window: until fenced closes (the process
+// fenced itself: the error then wraps ErrFenced). RecordRetryWindow bounds
+// the retries too: without a fence it is the window, and with one it stops
+// a statement that times out every time while the database is otherwise
+// up (heartbeats succeed, the fence never fires) from being retried
+// forever. rs, when set, keeps the last error for the run's message and
+// logs the outage once.
+func (r *Runner) retryTransient(ctx context.Context, fenced <-chan struct{}, rs *runState, fn func(ctx context.Context) error) error {
+	var window <-chan time.Time // from the first transient error on
+	backoff := 50 * time.Millisecond
+	for {
+		callCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+		err := fn(callCtx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !queries.IsTransient(err) {
+			return err
+		}
+		if rs != nil && rs.noteDBError(err) {
+			rs.logger.WarnContext(ctx, "database unavailable; retrying inside the fencing window", slog.String("error", err.Error()))
+		}
+		if r.cfg.OnTransient != nil {
+			r.cfg.OnTransient(err)
+		}
+		if window == nil {
+			timer := time.NewTimer(r.cfg.RecordRetryWindow)
+			defer timer.Stop()
+			window = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-fenced:
+			return fmt.Errorf("%w: %w", ErrFenced, err)
+		case <-window:
+			return fmt.Errorf("database errors for %s, retried in vain: %w", r.cfg.RecordRetryWindow, err)
+		case <-time.After(backoff):
+			backoff = min(backoff*2, time.Second)
+		}
+	}
+}
+
+// retryUntilDone calls fn until it succeeds, ctx ends, or retry (when set)
+// says an error is final, backing off.
+func retryUntilDone(ctx context.Context, fn func() error, retry func(error) bool) error {
 	backoff := 100 * time.Millisecond
 	for {
 		err := fn()
-		if err == nil {
-			return nil
+		if err == nil || retry != nil && !retry(err) {
+			return err
 		}
 		select {
 		case <-ctx.Done():

@@ -39,7 +39,7 @@ func (g *Gauges) Record(ctx context.Context) error {
 	}
 	age := map[string]float64{}
 	for _, row := range oldest {
-		age[row.Job] = time.Since(row.OldestCreatedAt).Seconds()
+		age[row.Job] = row.OldestAgeSeconds // the database's clock, not this process's
 	}
 	for _, job := range g.Jobs {
 		g.Instruments.QueueOldestAgeSet(ctx, job, age[job])

@@ -67,7 +67,10 @@ func (r *Reaper) ReapTx(ctx context.Context, tx pgx.Tx, job string) (int, error)
 	for _, s := range stale {
 		last := "never"
 		if s.WorkerHeartbeatAt != nil {
-			last = fmt.Sprintf("%s (%s ago)", s.WorkerHeartbeatAt.UTC().Format(time.RFC3339), time.Since(*s.WorkerHeartbeatAt).Round(time.Second))
+			// The age is the database's (now() - heartbeat_at), like the
+			// staleness itself: never this process's clock.
+			age := time.Duration(s.HeartbeatAgeSeconds * float64(time.Second))
+			last = fmt.Sprintf("%s (%s ago)", s.WorkerHeartbeatAt.UTC().Format(time.RFC3339), age.Round(time.Second))
 		}
 		msg := fmt.Sprintf("worker %s stopped heartbeating (last heartbeat %s); execution abandoned; a new request resumes from the last commit", deref(s.WorkerID), last)
 		ok, err := request.Abandon(ctx, tx, s.ID, s.ExecutionID, s.RiverJobID, msg)
@@ -88,11 +91,39 @@ func (r *Reaper) ReapTx(ctx context.Context, tx pgx.Tx, job string) (int, error)
 		return reaped, fmt.Errorf("error listing orphaned requests: %w", err)
 	}
 	for _, o := range orphans {
-		if _, err := request.Abandon(ctx, tx, o.ID, nil, o.RiverJobID, "no worker will run it (its River job ended, or its worker died before starting it); request again"); err != nil {
+		ok, err := request.Abandon(ctx, tx, o.ID, nil, o.RiverJobID, "no worker will run it (its River job ended, or its worker died before starting it); request again")
+		if err != nil {
 			return reaped, err
+		}
+		if ok {
+			r.cfg.Instruments.RequestFailed(ctx, o.Job, observability.ReasonOrphaned)
+			r.cfg.Logger.WarnContext(ctx, "failed an orphaned request: no worker will run it",
+				slog.Int64("request_id", o.ID), slog.String("job", o.Job), slog.Any("river_job_id", o.RiverJobID))
 		}
 	}
 	return reaped, nil
+}
+
+// Run reaps every interval until ctx ends, each pass bounded by the stale
+// window, logging failures as one line. API processes run it too, so that
+// a fleet with no live worker still frees (and shows FAILED) the requests
+// of its dead workers within StaleAfter + interval.
+func (r *Reaper) Run(ctx context.Context, interval time.Duration) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			passCtx, cancel := context.WithTimeout(ctx, r.cfg.StaleAfter)
+			_, err := r.Reap(passCtx, "")
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				r.cfg.Logger.WarnContext(ctx, "reap failed", slog.String("error", err.Error()))
+			}
+		}
+	}
 }
 
 // CleanupPreviousBoots finalizes at once the requests that earlier boots of

@@ -60,10 +60,19 @@ func (ScheduleArgs) Kind() string { return "buildrisk_schedule" }
 // ScheduleEnqueueFunc inserts a scheduled request (source schedule).
 type ScheduleEnqueueFunc func(ctx context.Context, p *request.EnqueueParams) (*request.EnqueueResult, error)
 
+// ScheduleTimeout bounds a schedule tick's River job, which only inserts a
+// request. It must be finite: River's rescuer never frees a running job
+// whose timeout is -1 (the client's default here), so a tick whose worker
+// died would stay running forever.
+const ScheduleTimeout = time.Minute
+
 type scheduleWorker struct {
 	river.WorkerDefaults[ScheduleArgs]
 	w *Worker
 }
+
+// Timeout implements river.Worker: ScheduleTimeout.
+func (*scheduleWorker) Timeout(*river.Job[ScheduleArgs]) time.Duration { return ScheduleTimeout }
 
 // Work inserts the tick's request. An active request for the job makes the
 // tick a duplicate: recorded by the enqueuer's counter and one log line,

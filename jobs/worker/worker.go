@@ -26,7 +26,9 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
 )
 
 // Defaults of Config (the contract's values).
@@ -37,7 +39,32 @@ const (
 	DrainTimeoutDefault      = 45 * time.Second
 	ReconcileIntervalDefault = 30 * time.Second
 	MaxConcurrentJobsDefault = 10
+	// DBTimeoutDefault bounds each database call of a worker (the
+	// connections' statement_timeout); FenceAfterFor and DBTimeoutFor
+	// derive the defaults from the stale window.
+	DBTimeoutDefault = 5 * time.Second
 )
+
+// FenceAfterFor returns the default fencing threshold for a stale window:
+// half of it.
+func FenceAfterFor(staleAfter time.Duration) time.Duration { return staleAfter / 2 }
+
+// DBTimeoutFor returns the default database call timeout for a stale
+// window: DBTimeoutDefault, at most a quarter of the window.
+func DBTimeoutFor(staleAfter time.Duration) time.Duration {
+	return min(DBTimeoutDefault, staleAfter/4)
+}
+
+// CheckFencing returns an error unless fenceAfter + heartbeatInterval +
+// dbTimeout < staleAfter: the inequality that makes a worker fence itself
+// (and have its last write land) before any reaper can take it for dead.
+func CheckFencing(fenceAfter, heartbeatInterval, dbTimeout, staleAfter time.Duration) error {
+	if fenceAfter+heartbeatInterval+dbTimeout >= staleAfter {
+		return fmt.Errorf("fencing threshold %s + heartbeat interval %s + database timeout %s must be less than the stale window %s, "+
+			"so that a worker stops its work before a reaper can take it for dead", fenceAfter, heartbeatInterval, dbTimeout, staleAfter)
+	}
+	return nil
+}
 
 // Worker statuses reported in the registry.
 const (
@@ -62,6 +89,13 @@ type Config struct {
 
 	HeartbeatInterval time.Duration
 	StaleAfter        time.Duration
+	// FenceAfter is the fencing threshold: a process whose last successful
+	// heartbeat is older cancels its runs' work in flight uncommitted and
+	// turns not-ready (default FenceAfterFor(StaleAfter)).
+	FenceAfter time.Duration
+	// DBTimeout bounds each database call of the worker, heartbeats
+	// included (default DBTimeoutFor(StaleAfter)).
+	DBTimeout         time.Duration
 	ReapInterval      time.Duration
 	DrainTimeout      time.Duration
 	ReconcileInterval time.Duration
@@ -87,6 +121,8 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, HeartbeatIntervalDefault)
 	c.StaleAfter = cmp.Or(c.StaleAfter, StaleAfterDefault)
+	c.FenceAfter = cmp.Or(c.FenceAfter, FenceAfterFor(c.StaleAfter))
+	c.DBTimeout = cmp.Or(c.DBTimeout, DBTimeoutFor(c.StaleAfter))
 	c.ReapInterval = cmp.Or(c.ReapInterval, ReapIntervalDefault)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
@@ -106,6 +142,9 @@ func (c Config) validate() error {
 		return errors.New("worker: Instruments is required")
 	case c.StaleAfter <= c.HeartbeatInterval:
 		return fmt.Errorf("worker: StaleAfter (%s) must exceed HeartbeatInterval (%s)", c.StaleAfter, c.HeartbeatInterval)
+	}
+	if err := CheckFencing(c.FenceAfter, c.HeartbeatInterval, c.DBTimeout, c.StaleAfter); err != nil {
+		return fmt.Errorf("worker: %w", err)
 	}
 	return nil
 }
@@ -185,12 +224,24 @@ func (w *Worker) registration() *Presence {
 	return w.presence
 }
 
-// Ready reports whether the worker is registered, not draining, and its
-// database answers.
+// Fenced implements batch.Fence with the worker's presence: its channel is
+// closed while the worker is fenced (nil, never closed, before Start).
+func (w *Worker) Fenced() <-chan struct{} {
+	if p := w.registration(); p != nil {
+		return p.Fenced()
+	}
+	return nil
+}
+
+// Ready reports whether the worker is registered, not fenced, not
+// draining, and its database answers.
 func (w *Worker) Ready(ctx context.Context) error {
 	p := w.registration()
 	if p == nil {
 		return errors.New("not registered yet")
+	}
+	if err := p.FenceError(); err != nil {
+		return err
 	}
 	if status := p.Status(); status != StatusRunning {
 		return fmt.Errorf("worker is %s", status)
@@ -222,8 +273,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Unlock()
 
 	if w.cfg.Gauges != nil {
-		_ = w.cfg.Gauges.Record(ctx)
-		w.loop(loopCtx, w.cfg.HeartbeatInterval, "gauges", w.cfg.Gauges.Record)
+		if err := w.recordGauges(ctx); err != nil {
+			w.cfg.Logger.WarnContext(ctx, "gauges failed", slog.String("error", err.Error()))
+		}
+		w.loop(loopCtx, w.cfg.HeartbeatInterval, "gauges", w.recordGauges)
 	}
 	if !w.cfg.DisableReaper {
 		w.loop(loopCtx, w.cfg.ReapInterval, "reap", func(ctx context.Context) error {
@@ -252,11 +305,13 @@ func (w *Worker) Start(ctx context.Context) error {
 // chunk in flight rolls back, the execution is still recorded STOPPED).
 // Pools, caches and telemetry must be closed only after Drain returns.
 func (w *Worker) Drain(ctx context.Context) error {
+	// The runner first: once the worker reads draining, no run starts
+	// another chunk.
+	w.runner.Drain()
 	presence := w.registration()
 	if presence != nil {
 		presence.SetStatus(ctx, StatusDraining)
 	}
-	w.runner.Drain()
 	softCtx, cancel := context.WithTimeout(ctx, w.cfg.DrainTimeout)
 	defer cancel()
 	err := w.river.Stop(softCtx)
@@ -282,7 +337,15 @@ func (w *Worker) Drain(ctx context.Context) error {
 	return nil
 }
 
+func (w *Worker) recordGauges(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.DBTimeout)
+	defer cancel()
+	return w.cfg.Gauges.Record(ctx)
+}
+
 // loop runs fn every interval until ctx ends, logging failures as one line.
+// Each call is bounded by DBTimeout per statement through the connections'
+// statement_timeout, and in all by the stale window.
 func (w *Worker) loop(ctx context.Context, interval time.Duration, name string, fn func(context.Context) error) {
 	w.loops.Add(1)
 	go func() {
@@ -294,7 +357,10 @@ func (w *Worker) loop(ctx context.Context, interval time.Duration, name string, 
 			case <-ctx.Done():
 				return
 			case <-ticker.C:
-				if err := fn(ctx); err != nil && ctx.Err() == nil {
+				callCtx, cancel := context.WithTimeout(ctx, w.cfg.StaleAfter)
+				err := fn(callCtx)
+				cancel()
+				if err != nil && ctx.Err() == nil {
 					w.cfg.Logger.WarnContext(ctx, name+" failed", slog.String("error", err.Error()))
 				}
 			}
@@ -327,16 +393,50 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 	if parent := enqueueSpanContext(job.Metadata); parent.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
 	}
-	_, err := rw.w.runner.Run(ctx, batch.RunOpts{RequestID: job.Args.RequestID, FinishTx: finishTx})
-	if errors.Is(err, batch.ErrNotQueued) {
+	outcome, err := rw.w.runner.Run(ctx, batch.RunOpts{RequestID: job.Args.RequestID, FinishTx: finishTx})
+	switch {
+	case err == nil, errors.Is(err, batch.ErrNotQueued):
 		return nil
-	}
-	if err != nil {
+	case errors.Is(err, batch.ErrFenced) && outcome == nil:
+		// Fenced before the run could start: the request is still QUEUED;
+		// try again once the database answers.
+		return river.JobSnooze(rw.w.cfg.HeartbeatInterval)
+	case outcome == nil:
+		// The run could not start: keep its real error on the request
+		// instead of leaving it QUEUED for the reaper to call orphaned.
+		rw.w.failStart(ctx, job, err)
+		return river.JobCancel(err)
+	default:
 		// Returning the error would let River retry or rescue: the request
-		// is recorded (or left to the reconcile loop), so cancel the job.
+		// is recorded (or left to the reconcile loop, or, when the run lost
+		// its ownership, to whoever took it over), so cancel the job.
 		return river.JobCancel(err)
 	}
-	return nil
+}
+
+// failStart records a request whose run could not start as FAILED with the
+// start's error, and cancels its River job in the same transaction; it
+// counts the failure and logs one line.
+func (w *Worker) failStart(ctx context.Context, job *river.Job[jobs.RunArgs], startErr error) {
+	ctx = context.WithoutCancel(ctx)
+	msg := fmt.Sprintf("the run could not start on worker %s: %v", w.cfg.ID, startErr)
+	var jobName string
+	err := queries.InTx(ctx, w.pool, func(tx pgx.Tx) error {
+		req, err := queries.New().JobRequestGetByID(ctx, tx, job.Args.RequestID)
+		if err != nil {
+			return fmt.Errorf("error reading request: %w", err)
+		}
+		jobName = req.Job
+		_, err = request.Abandon(ctx, tx, req.ID, nil, &job.ID, msg)
+		return err
+	})
+	logger := w.cfg.Logger.With(slog.Int64("request_id", job.Args.RequestID), slog.String("job", jobName))
+	if err != nil {
+		logger.ErrorContext(ctx, "run could not start, nor could its request be failed; the reaper will fail it", slog.String("error", startErr.Error()), slog.String("record_error", err.Error()))
+		return
+	}
+	w.cfg.Instruments.RequestFailed(ctx, jobName, observability.ReasonStartFailed)
+	logger.ErrorContext(ctx, "run could not start; request failed", slog.String("error", startErr.Error()))
 }
 
 // enqueueSpanContext reads the W3C trace context otelriver stored in the

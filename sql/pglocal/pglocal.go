@@ -140,6 +140,13 @@ type Cluster struct {
 	port   int
 	logger *slog.Logger
 
+	// What Resume needs to launch the postmaster again.
+	cfg       Config
+	socketDir string
+	cred      *syscall.Credential
+
+	// mu guards cmd and exited, which Resume replaces.
+	mu     sync.Mutex
 	cmd    *exec.Cmd     // the postmaster
 	exited chan struct{} // closed once the postmaster has been reaped
 
@@ -288,11 +295,14 @@ func launch(ctx context.Context, cfg Config, dir, socketDir string, port int, cr
 	}
 
 	c := &Cluster{
-		dir:    dir,
-		port:   port,
-		logger: cfg.Logger,
-		cmd:    cmd,
-		exited: make(chan struct{}),
+		dir:       dir,
+		port:      port,
+		logger:    cfg.Logger,
+		cfg:       cfg,
+		socketDir: socketDir,
+		cred:      cred,
+		cmd:       cmd,
+		exited:    make(chan struct{}),
 	}
 	go func() {
 		_ = cmd.Wait()
@@ -381,15 +391,8 @@ func (c *Cluster) Stop() error {
 
 func (c *Cluster) stop() error {
 	var errs []error
-	// SIGINT asks the postmaster for a fast shutdown.
-	if err := c.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		errs = append(errs, fmt.Errorf("error signalling postgres: %w", err))
-	}
-	select {
-	case <-c.exited:
-	case <-time.After(stopTimeout):
-		c.logger.Warn("pglocal: postgres did not shut down in time, killing it", "pid", c.cmd.Process.Pid, "timeout", stopTimeout)
-		c.kill()
+	if err := c.shutdown(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := removeDir(c.dir); err != nil {
 		errs = append(errs, fmt.Errorf("error removing cluster directory: %w", err))
@@ -398,11 +401,69 @@ func (c *Cluster) stop() error {
 	return errors.Join(errs...)
 }
 
+// shutdown asks the postmaster for a fast shutdown (SIGINT: open
+// transactions roll back, connections are closed) and waits until it has
+// exited, killing it past stopTimeout. An exited postmaster is left alone.
+func (c *Cluster) shutdown() error {
+	c.mu.Lock()
+	cmd, exited := c.cmd, c.exited
+	c.mu.Unlock()
+	var err error
+	if signalErr := cmd.Process.Signal(syscall.SIGINT); signalErr != nil && !errors.Is(signalErr, os.ErrProcessDone) {
+		err = fmt.Errorf("error signalling postgres: %w", signalErr)
+	}
+	select {
+	case <-exited:
+	case <-time.After(stopTimeout):
+		c.logger.Warn("pglocal: postgres did not shut down in time, killing it", "pid", cmd.Process.Pid, "timeout", stopTimeout)
+		c.kill()
+	}
+	return err
+}
+
+// Halt shuts the server down like Stop (fast shutdown) but keeps the
+// cluster: its directory, data and port stay, and Resume starts it again.
+// While halted, connections to it are refused. Tests use it to cut the
+// database for a while, like an outage or `pg_ctl restart -m fast`.
+func (c *Cluster) Halt() error {
+	if err := c.shutdown(); err != nil {
+		return err
+	}
+	c.logger.Info("pglocal: postgres halted", "dir", c.dir, "port", c.port)
+	return nil
+}
+
+// Resume starts a halted cluster again on the same port and data directory
+// and waits until it accepts connections. It does nothing if the server
+// runs.
+func (c *Cluster) Resume(ctx context.Context) error {
+	c.mu.Lock()
+	exited := c.exited
+	c.mu.Unlock()
+	select {
+	case <-exited:
+	default:
+		return nil
+	}
+	next, err := launch(ctx, c.cfg, c.dir, c.socketDir, c.port, c.cred)
+	if err != nil {
+		return fmt.Errorf("error resuming postgres: %w", err)
+	}
+	c.mu.Lock()
+	c.cmd, c.exited = next.cmd, next.exited
+	c.mu.Unlock()
+	c.logger.Info("pglocal: postgres resumed", "dir", c.dir, "port", c.port)
+	return nil
+}
+
 // kill sends SIGKILL to the postmaster and waits until it has been reaped.
 // Backends notice the postmaster's death and exit on their own.
 func (c *Cluster) kill() {
-	_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	<-c.exited
+	c.mu.Lock()
+	cmd, exited := c.cmd, c.exited
+	c.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
 }
 
 // SweepStale removes the clusters in the temporary directory whose owning

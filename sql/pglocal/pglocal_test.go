@@ -326,3 +326,40 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
 }
+
+// Halt cuts the database (connections refused, the open one ended) and
+// keeps its data; Resume brings it back on the same port; Stop after a
+// Halt still removes everything.
+func TestHaltResume(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	cluster, err := Start(ctx, Config{Logger: testLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cluster.Stop() })
+
+	conn, err := pgx.Connect(ctx, cluster.URL("postgres"))
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "CREATE TABLE kept (n int); INSERT INTO kept VALUES (42)")
+	require.NoError(t, err)
+
+	require.NoError(t, cluster.Halt())
+	require.Error(t, conn.Ping(ctx), "a halt ends open connections")
+	_ = conn.Close(ctx)
+	_, err = pgx.Connect(ctx, cluster.URL("postgres"))
+	require.Error(t, err, "a halted cluster refuses connections")
+	require.DirExists(t, cluster.dir)
+
+	require.NoError(t, cluster.Resume(ctx))
+	require.NoError(t, cluster.Resume(ctx), "resuming a running cluster does nothing")
+	conn, err = pgx.Connect(ctx, cluster.URL("postgres"))
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT n FROM kept").Scan(&n))
+	require.Equal(t, 42, n)
+	_ = conn.Close(ctx)
+
+	require.NoError(t, cluster.Stop())
+	require.NoDirExists(t, cluster.dir)
+	requirePortFree(t, cluster.Port())
+}

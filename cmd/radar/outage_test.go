@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/worker"
+	"github.com/buildrisk/radar/sql/migrations"
+	"github.com/buildrisk/radar/sql/pglocal"
+	"github.com/buildrisk/radar/sql/pgtest"
+)
+
+// privateCluster starts a PostgreSQL cluster of the test's own, which it
+// may halt and resume, and returns it with the URL of a migrated database.
+func privateCluster(t *testing.T) (*pglocal.Cluster, string) {
+	t.Helper()
+	ctx := context.Background()
+	cluster, err := pglocal.Start(ctx, pglocal.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cluster.Stop() })
+	url := cluster.URL("postgres")
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	require.NoError(t, migrations.Migrate(ctx, pool))
+	return cluster, url
+}
+
+// fenceDeadline bounds the wait for a fenced worker to give up its call in
+// flight: well past the 1 s fencing threshold of the test environment, and
+// well before the provider call's own 30 s timeout could end it instead.
+const fenceDeadline = 20 * time.Second
+
+// onceSignal returns a channel closed by the first call of fire.
+func onceSignal() (ch chan struct{}, fire func()) {
+	ch = make(chan struct{})
+	var once sync.Once
+	return ch, func() { once.Do(func() { close(ch) }) }
+}
+
+// waitUntil polls cond every 20 ms and fails the test past d.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitRequestAfterOutage is waitRequest for a database that was just
+// restarted: until the API's pool has replaced its broken connections, an
+// answer may be a 5xx (what the API answers during an outage is another
+// test's subject), so those are polled past too.
+func (s *testSystem) waitRequestAfterOutage(id string, want ...string) map[string]any {
+	s.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		status, out := s.get("/v1/requests/" + id)
+		if status == 200 && slices.Contains(want, out["status"].(string)) {
+			return out
+		}
+		require.True(s.t, status == 200 || status >= 500, "GET /v1/requests/%s: %d %v", id, status, out)
+		if time.Now().After(deadline) {
+			s.t.Fatalf("request %s: %d %v, want %v", id, status, out, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// noOverlap asserts the invariants of ownership: no two executions of the
+// job overlapped in time, and no checkpoint landed in an execution after it
+// had ended.
+func (s *testSystem) noOverlap(t *testing.T) {
+	t.Helper()
+	require.Equal(t, 0, s.count(`SELECT count(*) FROM job_execution a JOIN job_execution b ON a.id < b.id AND a.job = b.job
+		WHERE a.started_at < coalesce(b.ended_at, 'infinity') AND b.started_at < coalesce(a.ended_at, 'infinity')`), "no two executions overlapped")
+	require.Equal(t, 0, s.count(`SELECT count(*) FROM job_checkpoint c JOIN job_execution e ON e.id = c.execution_id
+		WHERE c.committed_at > e.ended_at`), "no commit after its execution ended")
+}
+
+// A one-second PostgreSQL restart in the middle of a run (a fast shutdown,
+// then a start): the chunk commit that meets it, and the heartbeats, are
+// retried inside the fencing window, and the run ends COMPLETED with every
+// chunk fetched once.
+func TestOutage_RestartMidRunCompletes(t *testing.T) {
+	t.Parallel()
+	cluster, url := privateCluster(t)
+	// A fencing window (15 s) far longer than a restart, even on a loaded
+	// machine: the restart must cost a pause, never the run.
+	s := newTestSystem(t, &testSystemOpts{dbURL: url, env: map[string]string{
+		"BUILDRISK_HEARTBEAT_INTERVAL": "500ms", "BUILDRISK_STALE_AFTER": "30s",
+	}})
+	transient, fire := onceSignal()
+	s.startWorkerWith(s.pool, func(_ *worker.Config, rc *batch.Config) {
+		rc.OnTransient = func(error) { fire() }
+	})
+	s.gate.arm(3) // chunks 1-3 commit; chunk 4's call is held
+	id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-12"))
+	within(t, time.Minute, s.gate.blocked, "the fourth provider call")
+
+	halted := time.Now()
+	require.NoError(t, cluster.Halt())
+	s.gate.open() // chunk 4's call returns; its commit meets the restart
+	within(t, time.Minute, transient, "the commit to meet the outage")
+	time.Sleep(time.Until(halted.Add(time.Second))) // the restart lasts a second, heartbeats fail meanwhile
+	require.NoError(t, cluster.Resume(context.Background()))
+	t.Logf("postgres was down for %s", time.Since(halted).Round(time.Millisecond))
+
+	done := s.waitRequestAfterOutage(id, "DONE", "FAILED")
+	exec := execution(t, done)
+	require.Equal(t, "COMPLETED", exec["status"], "%v", done)
+	require.Equal(t, float64(12), exec["chunksDone"])
+	require.Equal(t, float64(12), exec["externalCalls"])
+	requireEachKeyOnce(t, s, 12)
+	require.Equal(t, 1, s.count("SELECT count(*) FROM job_execution"))
+}
+
+// PostgreSQL down for longer than STALE_AFTER while a provider call is in
+// flight: the worker fences itself (not ready) and cancels the call before
+// anyone can reap it, commits nothing; when the database is back, the
+// execution ends FAILED (recorded by the worker, naming the outage) or
+// ABANDONED (reaped, and the worker writes nothing); a new request resumes
+// it. No two executions overlap and no provider call is repeated.
+func TestOutage_LongerThanStaleDuringSlowCall(t *testing.T) {
+	t.Parallel()
+	cluster, url := privateCluster(t)
+	s := newTestSystem(t, &testSystemOpts{dbURL: url})
+	w, _ := s.startWorker()
+	s.gate.arm(2) // chunks 1-2 commit; chunk 3's call is held (a slow provider)
+	id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
+	within(t, time.Minute, s.gate.blocked, "the third provider call")
+
+	require.NoError(t, cluster.Halt())
+	within(t, fenceDeadline, s.gate.abandoned, "the fenced worker to cancel the call in flight")
+	require.ErrorContains(t, w.Ready(context.Background()), "fenced")
+	// The outage lasts past STALE_AFTER (2 s): the worker's heartbeat is
+	// stale when the database comes back.
+	time.Sleep(s.env.StaleAfter)
+	s.gate.open()
+	require.NoError(t, cluster.Resume(context.Background()))
+
+	first := s.waitRequestAfterOutage(id, "FAILED", "DONE")
+	require.Equal(t, "FAILED", first["status"], "%v", first)
+	firstExec := execution(t, first)
+	t.Logf("first execution: %s: %s", firstExec["status"], firstExec["exitMessage"])
+	require.Contains(t, []any{"FAILED", "ABANDONED"}, firstExec["status"])
+	if firstExec["status"] == "FAILED" {
+		require.Contains(t, firstExec["exitMessage"], "database outage")
+	}
+	require.Equal(t, float64(2), firstExec["chunksDone"])
+	waitUntil(t, time.Minute, "the worker to be ready again", func() bool { return w.Ready(context.Background()) == nil })
+
+	again := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
+	done := s.waitRequest(again, "DONE", "FAILED")
+	require.Equal(t, "COMPLETED", execution(t, done)["status"], "%v", done)
+	require.Equal(t, firstExec["id"], done["resumesExecutionId"])
+	s.noOverlap(t)
+	requireEachKeyOnce(t, s, 6)
+}
+
+// The split brain of a false reap, made deterministic: worker A is cut off
+// from the database (the database itself stays up) while a provider call is
+// in flight. A fences itself and cancels the call; once A is stale by the
+// database's clock, a new request reaps A's request and worker B resumes
+// the execution to COMPLETED. When A's connection comes back, A
+// re-registers, and its run finds its execution no longer its own: it
+// writes nothing and counts buildrisk_ownership_lost_total.
+func TestOutage_PartitionedWorkerIsReapedAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	proxy := newCutProxy(t, s.dbURL)
+	poolA, err := pgxpool.New(context.Background(), proxy.url)
+	require.NoError(t, err)
+	t.Cleanup(poolA.Close)
+	a, _ := s.startWorkerWith(poolA, nil)
+
+	s.gate.arm(2)
+	body := aptTradeBody([]string{"11110"}, "2025-01", "2025-06")
+	id := s.requestAptTrade(body)
+	within(t, time.Minute, s.gate.blocked, "the third provider call")
+	require.Equal(t, a.ID(), s.waitHeldBy(id))
+
+	proxy.cut()
+	within(t, fenceDeadline, s.gate.abandoned, "the fenced worker to cancel the call in flight")
+	require.ErrorContains(t, a.Ready(context.Background()), "fenced")
+	waitUntil(t, time.Minute, "worker A to be stale by the database's clock", func() bool {
+		return s.count(`SELECT count(*) FROM worker WHERE id = $1 AND heartbeat_at < now() - make_interval(secs => $2)`, a.ID(), s.env.StaleAfter.Seconds()) == 1
+	})
+	s.gate.open()
+
+	// The API's cleanup before enqueue reaps A (stale); then worker B starts
+	// (in this process B shares A's pid@hostname slot: started first, it
+	// would free A's request as a previous boot's instead).
+	status, again := s.post("/v1/jobs/aptTrade/requests", body)
+	require.Equal(t, 202, status, "%v", again)
+	s.startWorker()
+	_, first := s.get("/v1/requests/" + id)
+	require.Equal(t, "FAILED", first["status"])
+	require.Contains(t, first["message"], "stopped heartbeating")
+	firstExec := execution(t, first)
+	require.Equal(t, "ABANDONED", firstExec["status"])
+	require.Equal(t, firstExec["id"], again["resumesExecutionId"])
+	done := s.waitRequest(again["requestId"].(string), "DONE", "FAILED")
+	require.Equal(t, "COMPLETED", execution(t, done)["status"], "%v", done)
+
+	proxy.restore()
+	waitUntil(t, time.Minute, "worker A to re-register and be ready", func() bool { return a.Ready(context.Background()) == nil })
+	waitUntil(t, time.Minute, "worker A's run to find its ownership lost", func() bool {
+		return s.metric("buildrisk_ownership_lost_total", map[string]string{"job": "aptTrade"}) == 1
+	})
+	_, first = s.get("/v1/requests/" + id)
+	firstExec = execution(t, first)
+	require.Equal(t, "ABANDONED", firstExec["status"], "the reaper's record stands")
+	require.Equal(t, float64(2), firstExec["chunksDone"])
+	s.noOverlap(t)
+	requireEachKeyOnce(t, s, 6)
+}
+
+// The worker's and the CLI's connections carry BUILDRISK_DB_STATEMENT_TIMEOUT
+// as their statement_timeout (so a lock wait cannot hold a heartbeat or a
+// commit past the fencing window); a pool opened without one keeps the
+// server's default.
+func TestOpenPool_StatementTimeout(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	for timeout, want := range map[time.Duration]string{1500 * time.Millisecond: "1500ms", 0: "0"} {
+		pool, err := openPool(ctx, url, 2, timeout)
+		require.NoError(t, err)
+		var got string
+		require.NoError(t, pool.QueryRow(ctx, "SHOW statement_timeout").Scan(&got))
+		pool.Close()
+		require.Equal(t, want, got)
+	}
+	pool, err := openPool(ctx, url, 2, 200*time.Millisecond)
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = pool.Exec(ctx, "SELECT pg_sleep(5)")
+	require.ErrorContains(t, err, "57014", "a statement past the timeout is cancelled by the server")
+}

@@ -1,0 +1,276 @@
+package batch_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/queries"
+)
+
+// heldJob has `chunks` chunks of one target each; the chunk named hold
+// signals entered and then waits for release (or, with release nil, for its
+// context to end, which it reports on cancelled).
+type heldJob struct {
+	chunks    int
+	hold      string
+	entered   chan struct{}
+	release   chan struct{}
+	cancelled chan error
+	// domainRows, when set, runs where the runner counts domain rows: after
+	// the last commit, before the outcome is recorded.
+	domainRows func(ctx context.Context)
+}
+
+func (j *heldJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	plan := &batch.Plan{Targets: int64(j.chunks)}
+	for i := range j.chunks {
+		plan.Chunks = append(plan.Chunks, fmt.Sprintf("c%02d", i))
+	}
+	return plan, nil
+}
+
+func (j *heldJob) Process(ctx context.Context, _ *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	if chunk == j.hold {
+		close(j.entered)
+		if j.release == nil {
+			<-ctx.Done()
+			j.cancelled <- context.Cause(ctx)
+			return nil, ctx.Err()
+		}
+		<-j.release
+	}
+	return &batch.ChunkResult{Targets: 1, Written: 1}, nil
+}
+
+type countingHeldJob struct{ *heldJob }
+
+func (j countingHeldJob) DomainRows(ctx context.Context, _ queries.DBTX, _ []int64) (int64, error) {
+	j.domainRows(ctx)
+	return 0, nil
+}
+
+// abandon does what the reaper does to a dead worker's request.
+func (b *testBundle) abandon(t *testing.T, requestID int64) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, queries.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+		req, err := queries.New().JobRequestGetByID(ctx, tx, requestID)
+		if err != nil {
+			return err
+		}
+		ok, err := request.Abandon(ctx, tx, requestID, req.ExecutionID, nil, "reaped by the test")
+		if err == nil && !ok {
+			err = errors.New("request was not active")
+		}
+		return err
+	}))
+}
+
+// runAsync runs the request and returns a function waiting (at most a
+// minute, failing the test past it) for Run's result.
+func runAsync(t *testing.T, runner *batch.Runner, requestID int64) func() (*batch.Outcome, error) {
+	t.Helper()
+	type result struct {
+		out *batch.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: requestID})
+		done <- result{out, err}
+	}()
+	return func() (*batch.Outcome, error) {
+		t.Helper()
+		select {
+		case r := <-done:
+			return r.out, r.err
+		case <-time.After(time.Minute):
+			t.Fatal("Run did not return within a minute")
+			return nil, nil
+		}
+	}
+}
+
+// Fencing: an execution set ABANDONED (or taken over by a newer lease epoch)
+// while its run is mid-chunk gets no further write: the run stops with
+// ErrOwnershipLost, the chunk in flight is not committed, the outcome and
+// the chained request are not recorded, the reaper's record stands, and
+// buildrisk_ownership_lost_total moves.
+func TestRunner_OwnershipLost(t *testing.T) {
+	t.Parallel()
+
+	type check struct {
+		lost       func(t *testing.T, b *testBundle, requestID int64)
+		leaseCheck time.Duration // 0: an hour, so only a fenced write can notice
+		inFlight   bool          // the held chunk never returns by itself
+		atRecord   bool          // lose it after the last commit, before the outcome
+		wantStatus string        // the execution's status afterwards
+	}
+	abandon := func(t *testing.T, b *testBundle, id int64) { b.abandon(t, id) }
+	takeOver := func(t *testing.T, b *testBundle, id int64) {
+		// A newer execution of the instance took the next lease epoch.
+		_, err := b.pool.Exec(context.Background(), `UPDATE job_instance SET lease_epoch = lease_epoch + 1
+			WHERE id = (SELECT e.instance_id FROM job_execution e JOIN job_request r ON r.execution_id = e.id WHERE r.id = $1)`, id)
+		require.NoError(t, err)
+	}
+	for name, tc := range map[string]check{
+		"Abandoned_FencedCommit":    {lost: abandon, wantStatus: "ABANDONED"},
+		"TakenOver_FencedCommit":    {lost: takeOver, wantStatus: "STARTED"},
+		"Abandoned_NoticedInFlight": {lost: abandon, leaseCheck: 10 * time.Millisecond, inFlight: true, wantStatus: "ABANDONED"},
+		"Abandoned_FencedOutcome":   {lost: abandon, atRecord: true, wantStatus: "ABANDONED"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			job := &heldJob{chunks: 4, hold: "c01", entered: make(chan struct{}), release: make(chan struct{}), cancelled: make(chan error, 1)}
+			if tc.inFlight {
+				job.release = nil
+			}
+			var registered batch.Job = job
+			if tc.atRecord {
+				job.hold = ""
+				registered = countingHeldJob{job}
+			}
+			leaseCheck := tc.leaseCheck
+			if leaseCheck == 0 {
+				leaseCheck = time.Hour
+			}
+			b := setup(t, map[string]batch.Job{"metrics": registered})
+			chained := 0
+			runner, err := batch.NewRunner(b.pool, batch.Config{
+				WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"metrics": registered}, Upstream: b.upstream, Instruments: b.instruments,
+				LeaseCheckInterval: leaseCheck,
+				Chain:              func(context.Context, pgx.Tx, *batch.Finished) error { chained++; return nil },
+			})
+			require.NoError(t, err)
+			id := b.enqueue(t, "metrics")
+			lostAtRecord := make(chan struct{})
+			job.domainRows = func(context.Context) { tc.lost(t, b, id); close(lostAtRecord) }
+			wait := runAsync(t, runner, id)
+			if tc.atRecord {
+				<-lostAtRecord
+			} else {
+				<-job.entered
+				tc.lost(t, b, id)
+				if job.release != nil {
+					close(job.release)
+				}
+			}
+			out, err := wait()
+			require.ErrorIs(t, err, batch.ErrOwnershipLost)
+			require.Empty(t, out.Status, "no outcome of the run is the execution's")
+			if tc.inFlight {
+				require.ErrorIs(t, <-job.cancelled, batch.ErrOwnershipLost, "the chunk in flight was cancelled with the cause")
+			}
+
+			var status, message string
+			var chunksDone int
+			require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT status, exit_message, chunks_done FROM job_execution WHERE id = $1`, out.ExecutionID).Scan(&status, &message, &chunksDone))
+			require.Equal(t, tc.wantStatus, status)
+			wantChunks := 1 // c00 only: the held chunk c01 was never committed
+			if tc.atRecord {
+				wantChunks = 4
+			}
+			require.Equal(t, wantChunks, chunksDone)
+			require.Equal(t, wantChunks, countRows(t, b, `SELECT count(*) FROM job_checkpoint`))
+			if tc.wantStatus == "ABANDONED" {
+				require.Equal(t, "reaped by the test", message, "the reaper's record stands")
+			}
+			require.Zero(t, chained, "no chained request")
+			v, err := b.providers.MetricValue("buildrisk_ownership_lost_total", map[string]string{"job": "metrics"})
+			require.NoError(t, err)
+			require.Equal(t, float64(1), v)
+			v, err = b.providers.MetricValue("buildrisk_executions_total", map[string]string{"job": "metrics", "status": "COMPLETED"})
+			require.NoError(t, err)
+			require.Zero(t, v, "no execution counted as finished")
+		})
+	}
+}
+
+func countRows(t *testing.T, b *testBundle, query string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), query).Scan(&n))
+	return n
+}
+
+// flakyWriteJob's chunk writes fail with err the first `fail` times (fail
+// < 0: always).
+type flakyWriteJob struct {
+	chunks int
+	fail   int
+	err    error
+	writes int
+}
+
+func (j *flakyWriteJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	plan := &batch.Plan{Targets: int64(j.chunks)}
+	for i := range j.chunks {
+		plan.Chunks = append(plan.Chunks, fmt.Sprintf("c%02d", i))
+	}
+	return plan, nil
+}
+
+func (j *flakyWriteJob) Process(context.Context, *batch.Run, string) (*batch.ChunkResult, error) {
+	return &batch.ChunkResult{Targets: 1, Written: 1, Write: func(context.Context, pgx.Tx) error {
+		j.writes++
+		if j.fail < 0 || j.writes <= j.fail {
+			return j.err
+		}
+		return nil
+	}}, nil
+}
+
+// A transient database error at a chunk's commit is retried (the chunk
+// counted once); one that never clears ends the run FAILED after
+// RecordRetryWindow, naming the error, instead of retrying forever while
+// the database is otherwise up; a non-transient one fails at once.
+func TestRunner_TransientCommitErrors(t *testing.T) {
+	t.Parallel()
+	statementTimeout := &pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"}
+	for name, tc := range map[string]struct {
+		job        *flakyWriteJob
+		wantStatus string
+		wantMsg    string
+		wantWrites int
+	}{
+		"RetriedThenCommitted": {&flakyWriteJob{chunks: 3, fail: 2, err: statementTimeout}, "COMPLETED", "completed: 3 targets", 5},
+		"NeverClears":          {&flakyWriteJob{chunks: 3, fail: -1, err: statementTimeout}, "FAILED", "retried in vain", 0},
+		"NotTransient":         {&flakyWriteJob{chunks: 3, fail: -1, err: &pgconn.PgError{Code: "23514"}}, "FAILED", "SQLSTATE 23514", 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, map[string]batch.Job{"metrics": tc.job})
+			var transient int
+			runner, err := batch.NewRunner(b.pool, batch.Config{
+				WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"metrics": tc.job}, Upstream: b.upstream, Instruments: b.instruments,
+				RecordRetryWindow: 300 * time.Millisecond, OnTransient: func(error) { transient++ },
+			})
+			require.NoError(t, err)
+			out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "metrics")})
+			require.NoError(t, err)
+			require.Equal(t, tc.wantStatus, out.Status, out.Message)
+			require.Contains(t, out.Message, tc.wantMsg)
+			var chunksDone, written int
+			require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT chunks_done, items_written FROM job_execution WHERE id = $1`, out.ExecutionID).Scan(&chunksDone, &written))
+			require.Equal(t, countRows(t, b, `SELECT count(*) FROM job_checkpoint`), chunksDone, "each committed chunk counted once")
+			require.Equal(t, chunksDone, written)
+			if tc.wantWrites > 0 {
+				require.Equal(t, tc.wantWrites, tc.job.writes)
+			}
+			if name == "NotTransient" {
+				require.Zero(t, transient)
+			} else {
+				require.Positive(t, transient)
+			}
+		})
+	}
+}
