@@ -109,7 +109,7 @@ func (q *Queries) JobExecutionFinish(ctx context.Context, db DBTX, arg *JobExecu
 }
 
 const jobExecutionGetByID = `-- name: JobExecutionGetByID :one
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows FROM job_execution WHERE id = $1
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, stop_cause FROM job_execution WHERE id = $1
 `
 
 func (q *Queries) JobExecutionGetByID(ctx context.Context, db DBTX, id int64) (*JobExecution, error) {
@@ -135,6 +135,7 @@ func (q *Queries) JobExecutionGetByID(ctx context.Context, db DBTX, id int64) (*
 		&i.ItemsFailed,
 		&i.ExternalCalls,
 		&i.DomainRows,
+		&i.StopCause,
 	)
 	return &i, err
 }
@@ -166,7 +167,7 @@ func (q *Queries) JobExecutionIDsByInstance(ctx context.Context, db DBTX, instan
 const jobExecutionInsert = `-- name: JobExecutionInsert :one
 INSERT INTO job_execution (instance_id, job, request_id, status, worker_id)
 VALUES ($1, $2, $3, 'STARTING', $4)
-RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows
+RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, stop_cause
 `
 
 type JobExecutionInsertParams struct {
@@ -204,12 +205,13 @@ func (q *Queries) JobExecutionInsert(ctx context.Context, db DBTX, arg *JobExecu
 		&i.ItemsFailed,
 		&i.ExternalCalls,
 		&i.DomainRows,
+		&i.StopCause,
 	)
 	return &i, err
 }
 
 const jobExecutionLastByJob = `-- name: JobExecutionLastByJob :one
-SELECT e.id, e.instance_id, e.job, e.request_id, e.status, e.worker_id, e.created_at, e.started_at, e.ended_at, e.last_updated, e.exit_message, e.chunks_total, e.chunks_done, e.targets, e.items_written, e.items_skipped, e.items_failed, e.external_calls, e.domain_rows, i.params_hash, i.confirm_purge AS instance_confirm_purge
+SELECT e.id, e.instance_id, e.job, e.request_id, e.status, e.worker_id, e.created_at, e.started_at, e.ended_at, e.last_updated, e.exit_message, e.chunks_total, e.chunks_done, e.targets, e.items_written, e.items_skipped, e.items_failed, e.external_calls, e.domain_rows, e.stop_cause, i.params_hash, i.confirm_purge AS instance_confirm_purge
 FROM job_execution e
 JOIN job_instance i ON i.id = e.instance_id
 WHERE i.id = (SELECT max(ji.id) FROM job_instance ji WHERE ji.job = $1::text)
@@ -248,6 +250,7 @@ func (q *Queries) JobExecutionLastByJob(ctx context.Context, db DBTX, job string
 		&i.JobExecution.ItemsFailed,
 		&i.JobExecution.ExternalCalls,
 		&i.JobExecution.DomainRows,
+		&i.JobExecution.StopCause,
 		&i.ParamsHash,
 		&i.InstanceConfirmPurge,
 	)
@@ -255,7 +258,7 @@ func (q *Queries) JobExecutionLastByJob(ctx context.Context, db DBTX, job string
 }
 
 const jobExecutionListByIDs = `-- name: JobExecutionListByIDs :many
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows FROM job_execution WHERE id = ANY($1::bigint[])
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, stop_cause FROM job_execution WHERE id = ANY($1::bigint[])
 `
 
 func (q *Queries) JobExecutionListByIDs(ctx context.Context, db DBTX, ids []int64) ([]*JobExecution, error) {
@@ -287,6 +290,7 @@ func (q *Queries) JobExecutionListByIDs(ctx context.Context, db DBTX, ids []int6
 			&i.ItemsFailed,
 			&i.ExternalCalls,
 			&i.DomainRows,
+			&i.StopCause,
 		); err != nil {
 			return nil, err
 		}
@@ -306,7 +310,7 @@ WHERE id = (
     WHERE je.job = $1::text AND je.status IN ('STARTING', 'STARTED')
     ORDER BY id DESC LIMIT 1
 )
-RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows
+RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, stop_cause
 `
 
 // JobExecutionRequestStop marks the job's running execution STOPPING without
@@ -334,12 +338,13 @@ func (q *Queries) JobExecutionRequestStop(ctx context.Context, db DBTX, job stri
 		&i.ItemsFailed,
 		&i.ExternalCalls,
 		&i.DomainRows,
+		&i.StopCause,
 	)
 	return &i, err
 }
 
 const jobExecutionRunningByJob = `-- name: JobExecutionRunningByJob :one
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows FROM job_execution
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, stop_cause FROM job_execution
 WHERE job = $1 AND status IN ('STARTING', 'STARTED', 'STOPPING')
 ORDER BY id DESC
 LIMIT 1
@@ -368,8 +373,25 @@ func (q *Queries) JobExecutionRunningByJob(ctx context.Context, db DBTX, job str
 		&i.ItemsFailed,
 		&i.ExternalCalls,
 		&i.DomainRows,
+		&i.StopCause,
 	)
 	return &i, err
+}
+
+const jobExecutionSetStopCause = `-- name: JobExecutionSetStopCause :exec
+UPDATE job_execution SET stop_cause = $1 WHERE id = $2
+`
+
+type JobExecutionSetStopCauseParams struct {
+	StopCause string
+	ID        int64
+}
+
+// JobExecutionSetStopCause records why an execution that did not complete
+// ended; the resume policy reads it.
+func (q *Queries) JobExecutionSetStopCause(ctx context.Context, db DBTX, arg *JobExecutionSetStopCauseParams) error {
+	_, err := db.Exec(ctx, jobExecutionSetStopCause, arg.StopCause, arg.ID)
+	return err
 }
 
 const jobExecutionStart = `-- name: JobExecutionStart :one

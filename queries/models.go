@@ -163,6 +163,7 @@ type JobExecution struct {
 	ItemsFailed   int64
 	ExternalCalls int32
 	DomainRows    *int64
+	StopCause     string
 }
 
 type JobInstance struct {
@@ -193,6 +194,7 @@ type JobRequest struct {
 	CreatedAt          time.Time
 	ClaimedAt          *time.Time
 	FinishedAt         *time.Time
+	ResumeCause        string
 }
 
 type ProviderCallBudget struct {
