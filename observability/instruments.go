@@ -155,8 +155,8 @@ const (
 // name (their series add _bucket, _sum and _count). Alert rules, dashboards
 // and tests in other packages compare against it. Don't modify it.
 var MetricNames = []string{
-	MetricAutoResumes,
 	MetricAutoResumesRefused,
+	MetricAutoResumes,
 	MetricChunkDuration,
 	MetricExecutions,
 	MetricExternalCalls,

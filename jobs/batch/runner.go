@@ -121,6 +121,10 @@ type Config struct {
 	// where a job is done and its successor missing. An error rolls the
 	// completion back (and recording retries).
 	Chain ChainFunc
+	// Resume runs inside the transaction that finishes the request of a run
+	// that did not complete: it applies the resume policy, so a run stopped
+	// by a drain resumes by itself (request.Enqueuer.ResumeTx).
+	Resume func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error
 }
 
 // ChainFunc inserts the request that follows a completed execution.
@@ -215,6 +219,9 @@ type started struct {
 	exec     *queries.JobExecution
 	resumed  bool
 	maxCalls int
+	// cause says why a run that did not complete ended (request.Cause*);
+	// the resume policy reads it.
+	cause string
 }
 
 // Run claims the request, creates its execution under the job's advisory
@@ -251,6 +258,9 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	logger.InfoContext(ctx, "execution started", slog.Bool("resumed", st.resumed))
 
 	status, message, domainRows := r.execute(ctx, st, logger, opts)
+	if status != request.ExecutionCompleted && st.cause == "" {
+		st.cause = request.CauseFailure
+	}
 	span.SetAttributes(attribute.String("buildrisk.status", status))
 	if status == request.ExecutionFailed {
 		span.SetStatus(codes.Error, message)
@@ -366,7 +376,7 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 	plan, err := job.Plan(ctx, run)
 	if err != nil {
 		flushCalls()
-		return r.classify(ctx, err, "plan")
+		return r.classify(ctx, st, err, "plan")
 	}
 	done, err := r.queries.JobCheckpointListChunks(ctx, r.pool, st.exec.InstanceID)
 	if err != nil {
@@ -386,17 +396,19 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 		ID: st.exec.ID, ChunksTotal: int32(len(plan.Chunks)), ChunksDone: int32(chunksDone), Targets: plan.Targets,
 	})
 	if err != nil {
-		return r.classify(ctx, err, "start")
+		return r.classify(ctx, st, err, "start")
 	}
 	for _, chunk := range plan.Chunks {
 		if committed[chunk] {
 			continue
 		}
 		if execStatus == request.ExecutionStopping {
+			st.cause = request.CauseOperator
 			return request.ExecutionStopped, MessageStopRequested, nil
 		}
 		select {
 		case <-r.drain:
+			st.cause = request.CauseDrain
 			return request.ExecutionStopped, MessageDrained, nil
 		default:
 		}
@@ -409,7 +421,7 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 			chunkSpan.SetStatus(codes.Error, err.Error())
 			chunkSpan.End()
 			flushCalls()
-			return r.classify(ctx, err, "chunk "+chunk)
+			return r.classify(ctx, st, err, "chunk "+chunk)
 		}
 		chunkSpan.SetAttributes(
 			attribute.Int64("buildrisk.targets", res.Targets), attribute.Int64("buildrisk.written", res.Written),
@@ -441,7 +453,7 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 		chunkSpan.End()
 		if err != nil {
 			flushCalls()
-			return r.classify(ctx, err, "commit of chunk "+chunk)
+			return r.classify(ctx, st, err, "commit of chunk "+chunk)
 		}
 		callsRecorded = run.Calls.Calls()
 		chunksDone++
@@ -454,6 +466,7 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 		}
 	}
 	if execStatus == request.ExecutionStopping && chunksDone < len(plan.Chunks) {
+		st.cause = request.CauseOperator
 		return request.ExecutionStopped, MessageStopRequested, nil
 	}
 	return r.account(ctx, st, plan, run.Job)
@@ -464,7 +477,7 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 func (r *Runner) account(ctx context.Context, st *started, plan *Plan, job string) (string, string, *int64) {
 	totals, err := r.queries.JobCheckpointTotals(ctx, r.pool, st.exec.InstanceID)
 	if err != nil {
-		return r.classify(ctx, err, "accounting")
+		return r.classify(ctx, st, err, "accounting")
 	}
 	targets := totals.Targets
 	if plan.Targets != TargetsUnknown {
@@ -503,14 +516,17 @@ func (r *Runner) skipReasons(ctx context.Context, instanceID int64) string {
 }
 
 // classify turns a chunk's error into the execution's final status.
-func (r *Runner) classify(ctx context.Context, err error, where string) (string, string, *int64) {
+func (r *Runner) classify(ctx context.Context, st *started, err error, where string) (string, string, *int64) {
 	var capErr *upstream.CapError
 	switch {
 	case ctx.Err() != nil:
+		st.cause = request.CauseDrain
 		return request.ExecutionStopped, MessageDrainTimeout, nil
 	case errors.As(err, &capErr):
+		st.cause = request.CauseCap
 		return request.ExecutionStopped, fmt.Sprintf("daily cap of %s reached; resumes from the last commit", capErr.Provider), nil
 	case errors.Is(err, upstream.ErrMaxCalls):
+		st.cause = request.CauseMaxCalls
 		return request.ExecutionStopped, fmt.Sprintf("%v; a new request resumes from the last commit", err), nil
 	default:
 		return request.ExecutionFailed, fmt.Sprintf("%s: %v", where, err), nil
@@ -533,6 +549,13 @@ func (r *Runner) record(ctx context.Context, st *started, outcome *Outcome, doma
 			}); err != nil {
 				return fmt.Errorf("error finishing execution: %w", err)
 			}
+			if st.cause != "" {
+				// Recorded with the end, so the reconcile loop applies the
+				// resume policy if the request's own recording is lost.
+				if err := r.queries.JobExecutionSetStopCause(recordCtx, tx, &queries.JobExecutionSetStopCauseParams{ID: st.exec.ID, StopCause: st.cause}); err != nil {
+					return fmt.Errorf("error recording stop cause: %w", err)
+				}
+			}
 			if outcome.Status == request.ExecutionCompleted && r.cfg.Chain != nil {
 				if err := r.cfg.Chain(recordCtx, tx, &Finished{
 					Job: st.request.Job, RequestID: st.request.ID, ExecutionID: st.exec.ID, Params: st.request.Params,
@@ -551,13 +574,25 @@ func (r *Runner) record(ctx context.Context, st *started, outcome *Outcome, doma
 	}
 	err = retryUntilDone(recordCtx, func() error {
 		return queries.InTx(recordCtx, r.pool, func(tx pgx.Tx) error {
-			if _, err := r.queries.JobRequestFinish(recordCtx, tx, &queries.JobRequestFinishParams{
+			finished, err := r.queries.JobRequestFinish(recordCtx, tx, &queries.JobRequestFinishParams{
 				ID: st.request.ID, Status: outcome.RequestStatus, Message: outcome.Message,
-			}); err != nil {
+			})
+			if err != nil {
 				return fmt.Errorf("error finishing request: %w", err)
 			}
 			if finishTx != nil {
-				return finishTx(recordCtx, tx)
+				// Completes the River job first: its unique slot must be free
+				// for the resume's River job.
+				if err := finishTx(recordCtx, tx); err != nil {
+					return err
+				}
+			}
+			if finished > 0 && outcome.Status != request.ExecutionCompleted && r.cfg.Resume != nil {
+				// The resume (when the policy allows it) commits with the
+				// stop: never a stopped run without its resume.
+				if err := r.cfg.Resume(recordCtx, tx, &request.Stopped{Request: st.request, ExecutionID: st.exec.ID, Cause: st.cause}); err != nil {
+					return fmt.Errorf("error applying the resume policy: %w", err)
+				}
 			}
 			return nil
 		})

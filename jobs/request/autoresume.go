@@ -113,7 +113,8 @@ type Stopped struct {
 	Cause string
 }
 
-// ResumeTx applies the resume policy to a stopped run inside tx, the
+// ResumeTx records why a run stopped (the execution's stop_cause) and applies
+// the resume policy to it inside tx, the
 // transaction that records the stop (or the reap), so a stopped run and its
 // resume commit together: there is never a moment where the run is stopped
 // and its resume missing. It returns the new request's id, or 0 when the
@@ -124,6 +125,9 @@ type Stopped struct {
 // duplicate check, restart rules) but skips the stale cleanup: its callers
 // are the cleanup, or the run's own worker.
 func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, error) {
+	if err := e.queries.JobExecutionSetStopCause(ctx, tx, &queries.JobExecutionSetStopCauseParams{ID: s.ExecutionID, StopCause: s.Cause}); err != nil {
+		return 0, fmt.Errorf("error recording stop cause: %w", err)
+	}
 	policy := e.cfg.Resume.withDefaults()
 	if e.river == nil || !slices.Contains(policy.Causes, s.Cause) || s.Request.ConfirmPurge {
 		return 0, nil
