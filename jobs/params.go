@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 )
 
@@ -56,7 +57,7 @@ func jsonParamError(err error, prefix string) error {
 	case errors.As(err, &typeErr):
 		field := prefix
 		if typeErr.Field != "" {
-			field = prefix + "." + typeErr.Field
+			field = prefix + "." + fieldPath(typeErr.Field)
 		}
 		return &ParamError{Field: field, Message: fmt.Sprintf("expected %s, got JSON %s", typeErr.Type, typeErr.Value)}
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
@@ -65,6 +66,24 @@ func jsonParamError(err error, prefix string) error {
 	default:
 		return &ParamError{Field: prefix, Message: "invalid JSON: " + err.Error()}
 	}
+}
+
+// fieldPath writes encoding/json's dotted path of a value ("regions.0",
+// which Go 1.27 reports down to the array element) the way every other
+// ParamError names an element: "regions[0]".
+func fieldPath(dotted string) string {
+	var b strings.Builder
+	for i, part := range strings.Split(dotted, ".") {
+		if _, err := strconv.Atoi(part); err == nil && i > 0 {
+			b.WriteString("[" + part + "]")
+			continue
+		}
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(part)
+	}
+	return b.String()
 }
 
 // ParamsHash is the identity of canonical params: two requests with the same
