@@ -55,13 +55,14 @@ type InstanceView struct {
 type RequestView struct {
 	RequestID          string          `json:"requestId"`
 	Job                string          `json:"job"`
-	Source             string          `json:"source" enum:"api,schedule,cli,chain"`
+	Source             string          `json:"source" enum:"api,schedule,cli,chain,resume" doc:"who asked: resume is the system resuming a run that infrastructure stopped"`
 	Params             json.RawMessage `json:"params"`
 	MaxCalls           *int32          `json:"maxCalls"`
 	ConfirmPurge       bool            `json:"confirmPurge"`
 	Status             string          `json:"status" enum:"QUEUED,RUNNING,DONE,FAILED"`
 	EstimatedCalls     int32           `json:"estimatedCalls"`
 	ResumesExecutionID *string         `json:"resumesExecutionId"`
+	ResumeCause        string          `json:"resumeCause,omitempty" enum:"drain,reap,database" doc:"for source resume: what stopped the run it resumes"`
 	CreatedAt          time.Time       `json:"createdAt"`
 	ClaimedAt          *time.Time      `json:"claimedAt"`
 	FinishedAt         *time.Time      `json:"finishedAt"`
@@ -104,7 +105,7 @@ func requestViewFromRow(r *queries.JobRequest, e *queries.JobExecution) *Request
 	return &RequestView{
 		RequestID: formatID(r.ID), Job: r.Job, Source: r.Source, Params: json.RawMessage(r.Params),
 		MaxCalls: r.MaxCalls, ConfirmPurge: r.ConfirmPurge, Status: r.Status, EstimatedCalls: r.EstimatedCalls,
-		ResumesExecutionID: formatIDPtr(r.ResumesExecutionID), CreatedAt: r.CreatedAt, ClaimedAt: r.ClaimedAt,
+		ResumesExecutionID: formatIDPtr(r.ResumesExecutionID), ResumeCause: r.ResumeCause, CreatedAt: r.CreatedAt, ClaimedAt: r.ClaimedAt,
 		FinishedAt: r.FinishedAt, WorkerID: r.WorkerID, Message: r.Message, Execution: executionViewFromRow(e),
 	}
 }

@@ -38,6 +38,9 @@ const (
 	SourceChain    = "chain"
 	SourceCLI      = "cli"
 	SourceSchedule = "schedule"
+	// SourceResume is a request the system inserted to resume a run that
+	// infrastructure (a drain, a reap) stopped.
+	SourceResume = "resume"
 )
 
 // Values of the result attribute of buildrisk_requests_total: what became of
@@ -134,8 +137,18 @@ const (
 // fanoutReasons lists every allowed value of the reason attribute.
 var fanoutReasons = []string{ReasonCap, ReasonClosed, ReasonProvider429, ReasonQueueFull, ReasonSubmitFailed}
 
+// Values of the cause attribute of buildrisk_auto_resumes_total and
+// buildrisk_auto_resumes_refused_total: what stopped the run.
+const (
+	CauseDatabase = "database"
+	CauseDrain    = "drain"
+	CauseReap     = "reap"
+)
+
 // Prometheus names, as scraped, of every instrument in [Instruments].
 const (
+	MetricAutoResumes            = "buildrisk_auto_resumes_total"
+	MetricAutoResumesRefused     = "buildrisk_auto_resumes_refused_total"
 	MetricChunkDuration          = "buildrisk_chunk_duration_seconds"
 	MetricExecutions             = "buildrisk_executions_total"
 	MetricExternalCalls          = "buildrisk_external_calls_total"
@@ -159,6 +172,8 @@ const (
 // name (their series add _bucket, _sum and _count). Alert rules, dashboards
 // and tests in other packages compare against it. Don't modify it.
 var MetricNames = []string{
+	MetricAutoResumesRefused,
+	MetricAutoResumes,
 	MetricChunkDuration,
 	MetricExecutions,
 	MetricExternalCalls,
@@ -194,6 +209,7 @@ var (
 
 // Attribute keys. They are the label names on /metrics.
 const (
+	attrCause    = attribute.Key("cause")
 	attrJob      = attribute.Key("job")
 	attrOutcome  = attribute.Key("outcome")
 	attrProvider = attribute.Key("provider")
@@ -219,6 +235,8 @@ const (
 // and spans. Create one Instruments per process with [NewInstruments] and
 // share it; its methods are safe for concurrent use.
 type Instruments struct {
+	autoResumes            metric.Int64Counter
+	autoResumesRefused     metric.Int64Counter
 	chunkDuration          metric.Float64Histogram
 	executions             metric.Int64Counter
 	externalCalls          metric.Int64Counter
@@ -365,6 +383,21 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 		metric.WithExplicitBucketBoundaries(requestStartLatencyBuckets...))
 	check(err)
 
+	// buildrisk_auto_resumes_total{job,cause}: runs stopped by
+	// infrastructure that the system resumed by itself.
+	i.autoResumes, err = meter.Int64Counter("buildrisk.auto_resumes",
+		metric.WithDescription("Runs stopped by infrastructure (drain, reap of a dead or cut-off worker, database outage) that resumed by themselves, by cause."),
+		metric.WithUnit("{request}"))
+	check(err)
+
+	// buildrisk_auto_resumes_refused_total{job,cause}: automatic resumes
+	// refused because the instance spent the day's attempts (or its params
+	// no longer validate). Any increase pages: the run stays stopped.
+	i.autoResumesRefused, err = meter.Int64Counter("buildrisk.auto_resumes_refused",
+		metric.WithDescription("Automatic resumes refused because the instance used every attempt of the day; the run stays stopped until someone acts."),
+		metric.WithUnit("{request}"))
+	check(err)
+
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("error creating instruments: %w", errors.Join(errs...))
 	}
@@ -386,7 +419,7 @@ func (i *Instruments) InitSeries(ctx context.Context, jobs, providers []string) 
 		for _, reason := range fanoutReasons {
 			i.fanoutRejections.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrReason.String(reason)))
 		}
-		for _, source := range []string{SourceAPI, SourceChain, SourceCLI, SourceSchedule} {
+		for _, source := range []string{SourceAPI, SourceChain, SourceCLI, SourceResume, SourceSchedule} {
 			for _, result := range []string{ResultAccepted, ResultDuplicate, ResultInvalid} {
 				i.requests.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrSource.String(source), attrResult.String(result)))
 			}
@@ -400,6 +433,10 @@ func (i *Instruments) InitSeries(ctx context.Context, jobs, providers []string) 
 		i.ownershipLost.Add(ctx, 0, metric.WithAttributes(attrJob.String(job)))
 		for _, reason := range requestFailedReasons {
 			i.requestsFailed.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrReason.String(reason)))
+		}
+		for _, cause := range autoResumeCauses {
+			i.autoResumes.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrCause.String(cause)))
+			i.autoResumesRefused.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrCause.String(cause)))
 		}
 	}
 	for _, provider := range providers {
@@ -422,6 +459,20 @@ func (i *Instruments) FanoutRejected(ctx context.Context, job, reason string) {
 	))
 }
 
+// AutoResumed counts one automatic resume of job's run stopped by cause
+// (CauseDrain, CauseReap, CauseDatabase).
+func (i *Instruments) AutoResumed(ctx context.Context, job, cause string) {
+	i.autoResumes.Add(ctx, 1, metric.WithAttributes(attrJob.String(job), attrCause.String(oneOf(cause, autoResumeCauses...))))
+}
+
+// AutoResumeRefused counts one automatic resume of job refused by the
+// attempt limit; the alert BuildriskAutoResumeExhausted reads it.
+func (i *Instruments) AutoResumeRefused(ctx context.Context, job, cause string) {
+	i.autoResumesRefused.Add(ctx, 1, metric.WithAttributes(attrJob.String(job), attrCause.String(oneOf(cause, autoResumeCauses...))))
+}
+
+var autoResumeCauses = []string{CauseDatabase, CauseDrain, CauseReap}
+
 // StaleHeartbeatReaped counts one worker the reaper found stale and whose
 // requests it failed.
 func (i *Instruments) StaleHeartbeatReaped(ctx context.Context) {
@@ -434,7 +485,7 @@ func (i *Instruments) StaleHeartbeatReaped(ctx context.Context) {
 func (i *Instruments) RequestRecorded(ctx context.Context, job, source, result string) {
 	i.requests.Add(ctx, 1, metric.WithAttributes(
 		attrJob.String(job),
-		attrSource.String(oneOf(source, SourceAPI, SourceChain, SourceCLI, SourceSchedule)),
+		attrSource.String(oneOf(source, SourceAPI, SourceChain, SourceCLI, SourceResume, SourceSchedule)),
 		attrResult.String(oneOf(result, ResultAccepted, ResultDuplicate, ResultInvalid)),
 	))
 }

@@ -90,6 +90,8 @@ func recordOneOfEach(ctx context.Context, inst *Instruments) {
 	inst.WorkersAliveSet(ctx, 2)
 	inst.QueueOldestAgeSet(ctx, "stockPrice", 42.5)
 	inst.RequestStartLatency(ctx, "aptTrade", 250*time.Millisecond)
+	inst.AutoResumed(ctx, "aptTrade", CauseDrain)
+	inst.AutoResumeRefused(ctx, "aptTrade", CauseReap)
 }
 
 func TestInstrumentsScrapedNames(t *testing.T) {
@@ -112,6 +114,8 @@ func TestInstrumentsScrapedNames(t *testing.T) {
 		labels []string
 		typ    dto.MetricType
 	}{
+		"buildrisk_auto_resumes_total":            {[]string{"cause", "job"}, dto.MetricType_COUNTER},
+		"buildrisk_auto_resumes_refused_total":    {[]string{"cause", "job"}, dto.MetricType_COUNTER},
 		"buildrisk_chunk_duration_seconds":        {[]string{"job"}, dto.MetricType_HISTOGRAM},
 		"buildrisk_executions_total":              {[]string{"job", "status"}, dto.MetricType_COUNTER},
 		"buildrisk_external_calls_total":          {[]string{"outcome", "provider"}, dto.MetricType_COUNTER},
@@ -293,7 +297,9 @@ func TestInstrumentsInitSeries(t *testing.T) {
 	families = scrape(t, bundle.providers.MetricsHandler())
 	for name, wantSeries := range map[string]int{
 		MetricFanoutRejections:      2 * 5,
-		MetricRequests:              2 * 4 * 3,
+		MetricRequests:              2 * 5 * 3,
+		MetricAutoResumes:           2 * 3,
+		MetricAutoResumesRefused:    2 * 3,
 		MetricExecutions:            2 * 4,
 		MetricItems:                 2 * 4,
 		MetricExternalCalls:         2 * 3,

@@ -167,3 +167,8 @@ CROSS JOIN live_keys lk;
 
 -- name: JobExecutionListByIDs :many
 SELECT * FROM job_execution WHERE id = ANY(@ids::bigint[]);
+
+-- name: JobExecutionSetStopCause :exec
+-- JobExecutionSetStopCause records why an execution that did not complete
+-- ended; the resume policy reads it.
+UPDATE job_execution SET stop_cause = @stop_cause WHERE id = @id;

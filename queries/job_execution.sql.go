@@ -148,7 +148,7 @@ func (q *Queries) JobExecutionFinish(ctx context.Context, db DBTX, arg *JobExecu
 }
 
 const jobExecutionGetByID = `-- name: JobExecutionGetByID :one
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch FROM job_execution WHERE id = $1
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause FROM job_execution WHERE id = $1
 `
 
 func (q *Queries) JobExecutionGetByID(ctx context.Context, db DBTX, id int64) (*JobExecution, error) {
@@ -175,6 +175,7 @@ func (q *Queries) JobExecutionGetByID(ctx context.Context, db DBTX, id int64) (*
 		&i.ExternalCalls,
 		&i.DomainRows,
 		&i.LeaseEpoch,
+		&i.StopCause,
 	)
 	return &i, err
 }
@@ -206,7 +207,7 @@ func (q *Queries) JobExecutionIDsByInstance(ctx context.Context, db DBTX, instan
 const jobExecutionInsert = `-- name: JobExecutionInsert :one
 INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, lease_epoch)
 VALUES ($1, $2, $3, 'STARTING', $4, $5)
-RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch
+RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause
 `
 
 type JobExecutionInsertParams struct {
@@ -249,12 +250,13 @@ func (q *Queries) JobExecutionInsert(ctx context.Context, db DBTX, arg *JobExecu
 		&i.ExternalCalls,
 		&i.DomainRows,
 		&i.LeaseEpoch,
+		&i.StopCause,
 	)
 	return &i, err
 }
 
 const jobExecutionLastByJob = `-- name: JobExecutionLastByJob :one
-SELECT e.id, e.instance_id, e.job, e.request_id, e.status, e.worker_id, e.created_at, e.started_at, e.ended_at, e.last_updated, e.exit_message, e.chunks_total, e.chunks_done, e.targets, e.items_written, e.items_skipped, e.items_failed, e.external_calls, e.domain_rows, e.lease_epoch, i.params_hash, i.confirm_purge AS instance_confirm_purge
+SELECT e.id, e.instance_id, e.job, e.request_id, e.status, e.worker_id, e.created_at, e.started_at, e.ended_at, e.last_updated, e.exit_message, e.chunks_total, e.chunks_done, e.targets, e.items_written, e.items_skipped, e.items_failed, e.external_calls, e.domain_rows, e.lease_epoch, e.stop_cause, i.params_hash, i.confirm_purge AS instance_confirm_purge
 FROM job_execution e
 JOIN job_instance i ON i.id = e.instance_id
 WHERE i.id = (SELECT max(ji.id) FROM job_instance ji WHERE ji.job = $1::text)
@@ -294,6 +296,7 @@ func (q *Queries) JobExecutionLastByJob(ctx context.Context, db DBTX, job string
 		&i.JobExecution.ExternalCalls,
 		&i.JobExecution.DomainRows,
 		&i.JobExecution.LeaseEpoch,
+		&i.JobExecution.StopCause,
 		&i.ParamsHash,
 		&i.InstanceConfirmPurge,
 	)
@@ -301,7 +304,7 @@ func (q *Queries) JobExecutionLastByJob(ctx context.Context, db DBTX, job string
 }
 
 const jobExecutionListByIDs = `-- name: JobExecutionListByIDs :many
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch FROM job_execution WHERE id = ANY($1::bigint[])
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause FROM job_execution WHERE id = ANY($1::bigint[])
 `
 
 func (q *Queries) JobExecutionListByIDs(ctx context.Context, db DBTX, ids []int64) ([]*JobExecution, error) {
@@ -334,6 +337,7 @@ func (q *Queries) JobExecutionListByIDs(ctx context.Context, db DBTX, ids []int6
 			&i.ExternalCalls,
 			&i.DomainRows,
 			&i.LeaseEpoch,
+			&i.StopCause,
 		); err != nil {
 			return nil, err
 		}
@@ -378,7 +382,7 @@ WHERE id = (
     WHERE je.job = $1::text AND je.status IN ('STARTING', 'STARTED')
     ORDER BY id DESC LIMIT 1
 )
-RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch
+RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause
 `
 
 // JobExecutionRequestStop marks the job's running execution STOPPING without
@@ -407,12 +411,13 @@ func (q *Queries) JobExecutionRequestStop(ctx context.Context, db DBTX, job stri
 		&i.ExternalCalls,
 		&i.DomainRows,
 		&i.LeaseEpoch,
+		&i.StopCause,
 	)
 	return &i, err
 }
 
 const jobExecutionRunningByJob = `-- name: JobExecutionRunningByJob :one
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch FROM job_execution
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause FROM job_execution
 WHERE job = $1 AND status IN ('STARTING', 'STARTED', 'STOPPING')
 ORDER BY id DESC
 LIMIT 1
@@ -442,8 +447,25 @@ func (q *Queries) JobExecutionRunningByJob(ctx context.Context, db DBTX, job str
 		&i.ExternalCalls,
 		&i.DomainRows,
 		&i.LeaseEpoch,
+		&i.StopCause,
 	)
 	return &i, err
+}
+
+const jobExecutionSetStopCause = `-- name: JobExecutionSetStopCause :exec
+UPDATE job_execution SET stop_cause = $1 WHERE id = $2
+`
+
+type JobExecutionSetStopCauseParams struct {
+	StopCause string
+	ID        int64
+}
+
+// JobExecutionSetStopCause records why an execution that did not complete
+// ended; the resume policy reads it.
+func (q *Queries) JobExecutionSetStopCause(ctx context.Context, db DBTX, arg *JobExecutionSetStopCauseParams) error {
+	_, err := db.Exec(ctx, jobExecutionSetStopCause, arg.StopCause, arg.ID)
+	return err
 }
 
 const jobExecutionStart = `-- name: JobExecutionStart :one

@@ -107,3 +107,13 @@ SELECT worker_id::text AS worker_id, array_agg(id ORDER BY id)::bigint[] AS requ
 FROM job_request
 WHERE status IN ('QUEUED', 'RUNNING') AND worker_id IS NOT NULL
 GROUP BY worker_id;
+
+-- name: JobRequestResumesToday :one
+-- JobRequestResumesToday counts the automatic resumes of one instance since
+-- the start of the day (the attempt limit of the resume policy).
+SELECT count(*) FROM job_request r
+JOIN job_execution e ON e.id = r.resumes_execution_id
+WHERE r.source = 'resume' AND e.instance_id = @instance_id AND r.created_at >= @since;
+
+-- name: JobRequestSetResumeCause :exec
+UPDATE job_request SET resume_cause = @resume_cause WHERE id = @id;

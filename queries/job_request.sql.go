@@ -46,7 +46,7 @@ const jobRequestClaim = `-- name: JobRequestClaim :one
 UPDATE job_request
 SET status = 'RUNNING', claimed_at = now(), worker_id = $1
 WHERE id = $2 AND status = 'QUEUED'
-RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at
+RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, resume_cause
 `
 
 type JobRequestClaimParams struct {
@@ -78,6 +78,7 @@ func (q *Queries) JobRequestClaim(ctx context.Context, db DBTX, arg *JobRequestC
 		&i.CreatedAt,
 		&i.ClaimedAt,
 		&i.FinishedAt,
+		&i.ResumeCause,
 	)
 	return &i, err
 }
@@ -105,7 +106,7 @@ func (q *Queries) JobRequestFinish(ctx context.Context, db DBTX, arg *JobRequest
 }
 
 const jobRequestGetActiveByJob = `-- name: JobRequestGetActiveByJob :one
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE job = $1 AND status IN ('QUEUED', 'RUNNING')
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, resume_cause FROM job_request WHERE job = $1 AND status IN ('QUEUED', 'RUNNING')
 `
 
 func (q *Queries) JobRequestGetActiveByJob(ctx context.Context, db DBTX, job string) (*JobRequest, error) {
@@ -130,12 +131,13 @@ func (q *Queries) JobRequestGetActiveByJob(ctx context.Context, db DBTX, job str
 		&i.CreatedAt,
 		&i.ClaimedAt,
 		&i.FinishedAt,
+		&i.ResumeCause,
 	)
 	return &i, err
 }
 
 const jobRequestGetByID = `-- name: JobRequestGetByID :one
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE id = $1
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, resume_cause FROM job_request WHERE id = $1
 `
 
 func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*JobRequest, error) {
@@ -160,6 +162,7 @@ func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*Jo
 		&i.CreatedAt,
 		&i.ClaimedAt,
 		&i.FinishedAt,
+		&i.ResumeCause,
 	)
 	return &i, err
 }
@@ -167,7 +170,7 @@ func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*Jo
 const jobRequestInsert = `-- name: JobRequestInsert :one
 INSERT INTO job_request (job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at
+RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, resume_cause
 `
 
 type JobRequestInsertParams struct {
@@ -216,12 +219,13 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 		&i.CreatedAt,
 		&i.ClaimedAt,
 		&i.FinishedAt,
+		&i.ResumeCause,
 	)
 	return &i, err
 }
 
 const jobRequestList = `-- name: JobRequestList :many
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, resume_cause FROM job_request
 WHERE ($1::text IS NULL OR job = $1)
   AND ($2::text IS NULL OR status = $2)
   AND ($3::bigint IS NULL OR id < $3)
@@ -269,6 +273,7 @@ func (q *Queries) JobRequestList(ctx context.Context, db DBTX, arg *JobRequestLi
 			&i.CreatedAt,
 			&i.ClaimedAt,
 			&i.FinishedAt,
+			&i.ResumeCause,
 		); err != nil {
 			return nil, err
 		}
@@ -387,7 +392,7 @@ func (q *Queries) JobRequestListPreviousBoot(ctx context.Context, db DBTX, arg *
 }
 
 const jobRequestListQueued = `-- name: JobRequestListQueued :many
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE status = 'QUEUED' ORDER BY id
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, resume_cause FROM job_request WHERE status = 'QUEUED' ORDER BY id
 `
 
 func (q *Queries) JobRequestListQueued(ctx context.Context, db DBTX) ([]*JobRequest, error) {
@@ -418,6 +423,7 @@ func (q *Queries) JobRequestListQueued(ctx context.Context, db DBTX) ([]*JobRequ
 			&i.CreatedAt,
 			&i.ClaimedAt,
 			&i.FinishedAt,
+			&i.ResumeCause,
 		); err != nil {
 			return nil, err
 		}
@@ -430,7 +436,7 @@ func (q *Queries) JobRequestListQueued(ctx context.Context, db DBTX) ([]*JobRequ
 }
 
 const jobRequestListRunningByWorker = `-- name: JobRequestListRunningByWorker :many
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE status = 'RUNNING' AND worker_id = $1 ORDER BY id
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, resume_cause FROM job_request WHERE status = 'RUNNING' AND worker_id = $1 ORDER BY id
 `
 
 func (q *Queries) JobRequestListRunningByWorker(ctx context.Context, db DBTX, workerID *string) ([]*JobRequest, error) {
@@ -461,6 +467,7 @@ func (q *Queries) JobRequestListRunningByWorker(ctx context.Context, db DBTX, wo
 			&i.CreatedAt,
 			&i.ClaimedAt,
 			&i.FinishedAt,
+			&i.ResumeCause,
 		); err != nil {
 			return nil, err
 		}
@@ -577,6 +584,26 @@ func (q *Queries) JobRequestOldestQueuedByJob(ctx context.Context, db DBTX) ([]*
 	return items, nil
 }
 
+const jobRequestResumesToday = `-- name: JobRequestResumesToday :one
+SELECT count(*) FROM job_request r
+JOIN job_execution e ON e.id = r.resumes_execution_id
+WHERE r.source = 'resume' AND e.instance_id = $1 AND r.created_at >= $2
+`
+
+type JobRequestResumesTodayParams struct {
+	InstanceID int64
+	Since      time.Time
+}
+
+// JobRequestResumesToday counts the automatic resumes of one instance since
+// the start of the day (the attempt limit of the resume policy).
+func (q *Queries) JobRequestResumesToday(ctx context.Context, db DBTX, arg *JobRequestResumesTodayParams) (int64, error) {
+	row := db.QueryRow(ctx, jobRequestResumesToday, arg.InstanceID, arg.Since)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const jobRequestSetExecution = `-- name: JobRequestSetExecution :exec
 UPDATE job_request SET execution_id = $1 WHERE id = $2
 `
@@ -588,6 +615,20 @@ type JobRequestSetExecutionParams struct {
 
 func (q *Queries) JobRequestSetExecution(ctx context.Context, db DBTX, arg *JobRequestSetExecutionParams) error {
 	_, err := db.Exec(ctx, jobRequestSetExecution, arg.ExecutionID, arg.ID)
+	return err
+}
+
+const jobRequestSetResumeCause = `-- name: JobRequestSetResumeCause :exec
+UPDATE job_request SET resume_cause = $1 WHERE id = $2
+`
+
+type JobRequestSetResumeCauseParams struct {
+	ResumeCause string
+	ID          int64
+}
+
+func (q *Queries) JobRequestSetResumeCause(ctx context.Context, db DBTX, arg *JobRequestSetResumeCauseParams) error {
+	_, err := db.Exec(ctx, jobRequestSetResumeCause, arg.ResumeCause, arg.ID)
 	return err
 }
 

@@ -173,6 +173,7 @@ type JobExecution struct {
 	ExternalCalls int32
 	DomainRows    *int64
 	LeaseEpoch    int64
+	StopCause     string
 }
 
 type JobInstance struct {
@@ -204,6 +205,7 @@ type JobRequest struct {
 	CreatedAt          time.Time
 	ClaimedAt          *time.Time
 	FinishedAt         *time.Time
+	ResumeCause        string
 }
 
 type ProviderCallBudget struct {

@@ -8,8 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
+	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/jobs/worker"
 )
 
@@ -50,7 +52,22 @@ func runAPI(ctx context.Context) error {
 	tel.logger.Info("api listening", slog.String("addr", addr))
 	// The API reaps too: with no live worker, a dead worker's requests
 	// still read FAILED within BUILDRISK_STALE_AFTER + BUILDRISK_REAP_INTERVAL.
-	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger})
+	// Its reaps apply the resume policy like a worker's.
+	riverClient, err := newInsertOnlyRiver(pool, tel)
+	if err != nil {
+		return err
+	}
+	enqueuer, err := newEnqueuer(pool, riverClient, env, tel)
+	if err != nil {
+		return err
+	}
+	reaper := worker.NewReaper(pool, worker.ReaperConfig{
+		StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger,
+		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
+			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
+			return err
+		},
+	})
 	var reaping sync.WaitGroup
 	reaperCtx, stopReaper := context.WithCancel(ctx)
 	reaping.Go(func() { reaper.Run(reaperCtx, env.ReapInterval) })

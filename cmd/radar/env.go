@@ -10,6 +10,7 @@ import (
 	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/jobs/upstream"
 	"github.com/buildrisk/radar/jobs/worker"
 )
@@ -50,6 +51,10 @@ type envConfig struct {
 	// RuleThresholds are the rules' thresholds: the catalog's defaults, or
 	// BUILDRISK_RULE_<NAME>.
 	RuleThresholds jobs.RuleThresholds
+	// AutoResume is the policy for runs stopped by infrastructure
+	// (BUILDRISK_AUTO_RESUME, BUILDRISK_AUTO_RESUME_MAX,
+	// BUILDRISK_AUTO_RESUME_BACKOFF).
+	AutoResume request.ResumePolicy
 	// Now is the clock of call budgets; nil is time.Now. Not an environment
 	// variable: tests set it to cross a day boundary.
 	Now func() time.Time
@@ -100,6 +105,7 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		{"BUILDRISK_STALE_AFTER", &c.StaleAfter, worker.StaleAfterDefault},
 		{"BUILDRISK_REAP_INTERVAL", &c.ReapInterval, worker.ReapIntervalDefault},
 		{"BUILDRISK_DRAIN_TIMEOUT", &c.DrainTimeout, worker.DrainTimeoutDefault},
+		{"BUILDRISK_AUTO_RESUME_BACKOFF", &c.AutoResume.Backoff, request.AutoResumeBackoffDefault},
 	}
 	for _, d := range durations {
 		*d.dst = d.def
@@ -211,6 +217,16 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 			c.RuleThresholds[r.Name] = f
 		}
 	}
+	if c.AutoResume.Causes, err = request.ParseResumeCauses(orDefault(getenv("BUILDRISK_AUTO_RESUME"), request.AutoResumeCausesDefault)); err != nil {
+		return nil, envError("BUILDRISK_AUTO_RESUME", "%v", err)
+	}
+	c.AutoResume.MaxPerDay = request.AutoResumeMaxDefault
+	if v := getenv("BUILDRISK_AUTO_RESUME_MAX"); v != "" {
+		if c.AutoResume.MaxPerDay, err = strconv.Atoi(v); err != nil || c.AutoResume.MaxPerDay < 0 || c.AutoResume.MaxPerDay > 100 {
+			return nil, envError("BUILDRISK_AUTO_RESUME_MAX", "%q is not an integer from 0 to 100", v)
+		}
+	}
+	c.AutoResume.Location = c.Location
 	switch c.LogFormat {
 	case "", "json", "text":
 	default:

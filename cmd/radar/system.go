@@ -80,15 +80,25 @@ func budgetDay(env *envConfig) func() time.Time {
 // schedules): stale-worker cleanup, then dedupe, under the job's lock.
 // riverClient nil records requests the caller runs itself.
 func newEnqueuer(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *envConfig, tel *telemetry) (*request.Enqueuer, error) {
-	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger})
-	return request.NewEnqueuer(pool, riverClient, request.Config{
+	// The cleanup reaps dead workers' runs, and a reaped run resumes through
+	// this same enqueuer: the two refer to each other.
+	var enqueuer *request.Enqueuer
+	reaper := worker.NewReaper(pool, worker.ReaperConfig{
+		StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger,
+		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
+			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
+			return err
+		},
+	})
+	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
 		Catalog: jobs.Default(), DailyCaps: env.capsByName(), Estimators: estimators(env),
-		Instruments: tel.instruments, Logger: tel.logger,
+		Instruments: tel.instruments, Logger: tel.logger, Resume: env.AutoResume,
 		Cleanup: func(ctx context.Context, tx pgx.Tx, job string) error {
 			_, err := reaper.ReapTx(ctx, tx, job)
 			return err
 		},
 	})
+	return enqueuer, err
 }
 
 // telemetry is one process's providers, instruments and logger.
@@ -263,6 +273,10 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 			_, err := enqueuer.EnqueueNext(ctx, tx, finished.Job, finished.Params)
 			return err
 		},
+		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
+			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
+			return err
+		},
 	}
 	workerConfig := worker.Config{
 		ID:                workerID,
@@ -287,6 +301,10 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 		Schedules: env.Schedules,
 		ScheduleEnqueue: func(ctx context.Context, p *request.EnqueueParams) (*request.EnqueueResult, error) {
 			return enqueuer.Enqueue(ctx, p)
+		},
+		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
+			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
+			return err
 		},
 	}
 	if tune != nil {

@@ -158,6 +158,11 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 		"BUILDRISK_STALE_AFTER":        "2s",
 		"BUILDRISK_REAP_INTERVAL":      "500ms",
 		"BUILDRISK_DRAIN_TIMEOUT":      "10s",
+		// Tests of the manual resume path (a drained or reaped run waits for
+		// a new request) turn automatic resume off; the tests of automatic
+		// resume (autoresume_test.go) turn it on.
+		"BUILDRISK_AUTO_RESUME":         "none",
+		"BUILDRISK_AUTO_RESUME_BACKOFF": "10ms",
 	}
 	// Schedules are off unless a test turns one on: a cron tick must never
 	// land in the middle of an unrelated test.

@@ -144,6 +144,10 @@ type Config struct {
 	// where a job is done and its successor missing. An error rolls the
 	// completion back (and recording retries).
 	Chain ChainFunc
+	// Resume runs inside the transaction that finishes the request of a run
+	// that did not complete: it applies the resume policy, so a run stopped
+	// by a drain resumes by itself (request.Enqueuer.ResumeTx).
+	Resume func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error
 }
 
 // ChainFunc inserts the request that follows a completed execution.
@@ -271,6 +275,9 @@ type started struct {
 	exec     *queries.JobExecution
 	resumed  bool
 	maxCalls int
+	// cause says why a run that did not complete ended (request.Cause*);
+	// it is recorded with the end, and the resume policy reads it.
+	cause string
 }
 
 // runState is one run's ownership and outage state.
@@ -352,6 +359,9 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	rs.logger.InfoContext(ctx, "execution started", slog.Bool("resumed", st.resumed))
 
 	status, message, domainRows, err := r.execute(ctx, rs, opts)
+	if err == nil && status != request.ExecutionCompleted && rs.cause == "" {
+		rs.cause = request.CauseFailure
+	}
 	if err == nil {
 		span.SetAttributes(attribute.String("buildrisk.status", status))
 		if status == request.ExecutionFailed {
@@ -619,10 +629,12 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 			continue
 		}
 		if execStatus == request.ExecutionStopping {
+			rs.cause = request.CauseOperator
 			return request.ExecutionStopped, MessageStopRequested, nil, nil
 		}
 		select {
 		case <-r.drain:
+			rs.cause = request.CauseDrain
 			return request.ExecutionStopped, MessageDrained, nil, nil
 		default:
 		}
@@ -675,6 +687,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		}
 	}
 	if execStatus == request.ExecutionStopping && chunksDone < len(plan.Chunks) {
+		rs.cause = request.CauseOperator
 		return request.ExecutionStopped, MessageStopRequested, nil, nil
 	}
 	status, message, err = r.account(ctx, rs, plan, run.Job)
@@ -819,16 +832,22 @@ func (r *Runner) classify(ctx context.Context, rs *runState, err error, where st
 		if dbErr := rs.dbError(); dbErr != nil {
 			msg += fmt.Sprintf(" (last database error: %v)", dbErr)
 		}
+		rs.cause = request.CauseDatabase
 		return request.ExecutionFailed, msg, nil
 	case ctx.Err() != nil:
+		rs.cause = request.CauseDrain
 		return request.ExecutionStopped, MessageDrainTimeout, nil
 	case errors.Is(err, ErrDrained):
+		rs.cause = request.CauseDrain
 		return request.ExecutionStopped, MessageDrainedInChunk, nil
 	case errors.Is(err, ErrStopRequested):
+		rs.cause = request.CauseOperator
 		return request.ExecutionStopped, MessageStopRequestedInChunk, nil
 	case errors.As(err, &capErr):
+		rs.cause = request.CauseCap
 		return request.ExecutionStopped, fmt.Sprintf("daily cap of %s reached; resumes from the last commit", capErr.Provider), nil
 	case errors.Is(err, upstream.ErrMaxCalls):
+		rs.cause = request.CauseMaxCalls
 		return request.ExecutionStopped, fmt.Sprintf("%v; a new request resumes from the last commit", err), nil
 	default:
 		return request.ExecutionFailed, fmt.Sprintf("%s: %v", where, err), nil
@@ -868,6 +887,13 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 				}
 				return rs.lost()
 			}
+			if st.cause != "" {
+				// Recorded with the end, so the reconcile loop applies the
+				// resume policy if the request's own recording is lost.
+				if err := r.queries.JobExecutionSetStopCause(callCtx, tx, &queries.JobExecutionSetStopCauseParams{ID: st.exec.ID, StopCause: st.cause}); err != nil {
+					return fmt.Errorf("error recording stop cause: %w", err)
+				}
+			}
 			if outcome.Status == request.ExecutionCompleted && r.cfg.Chain != nil {
 				if err := r.cfg.Chain(callCtx, tx, &Finished{
 					Job: st.request.Job, RequestID: st.request.ID, ExecutionID: st.exec.ID, Params: st.request.Params,
@@ -891,13 +917,25 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 		callCtx, cancel := context.WithTimeout(recordCtx, r.cfg.DBTimeout)
 		defer cancel()
 		return queries.InTx(callCtx, r.pool, func(tx pgx.Tx) error {
-			if _, err := r.queries.JobRequestFinish(callCtx, tx, &queries.JobRequestFinishParams{
+			finished, err := r.queries.JobRequestFinish(callCtx, tx, &queries.JobRequestFinishParams{
 				ID: st.request.ID, Status: outcome.RequestStatus, Message: outcome.Message,
-			}); err != nil {
+			})
+			if err != nil {
 				return fmt.Errorf("error finishing request: %w", err)
 			}
 			if finishTx != nil {
-				return finishTx(callCtx, tx)
+				// Completes the River job first: its unique slot must be free
+				// for the resume's River job.
+				if err := finishTx(callCtx, tx); err != nil {
+					return err
+				}
+			}
+			if finished > 0 && outcome.Status != request.ExecutionCompleted && r.cfg.Resume != nil {
+				// The resume (when the policy allows it) commits with the
+				// stop: never a stopped run without its resume.
+				if err := r.cfg.Resume(callCtx, tx, &request.Stopped{Request: st.request, ExecutionID: st.exec.ID, Cause: st.cause}); err != nil {
+					return fmt.Errorf("error applying the resume policy: %w", err)
+				}
 			}
 			return nil
 		})

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,6 +39,9 @@ const (
 	SourceChain    = "chain"
 	SourceCLI      = "cli"
 	SourceSchedule = "schedule"
+	// SourceResume is a request the system inserted itself to resume a run
+	// that infrastructure stopped (see ResumePolicy).
+	SourceResume = "resume"
 )
 
 // ErrUnknownJob is returned for a job name the catalog does not hold.
@@ -81,6 +85,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Cleanup runs before the duplicate check; nil skips it.
 	Cleanup CleanupFunc
+	// Resume is the policy of ResumeTx; its zero value resumes nothing.
+	Resume ResumePolicy
 }
 
 // Enqueuer inserts job requests.
@@ -115,6 +121,12 @@ type EnqueueParams struct {
 	// WorkerID is set when the enqueuing process will run the request
 	// itself (the CLI): the reaper then frees it if that process dies.
 	WorkerID string
+	// ScheduledAt, when set, keeps the River job from running before it (an
+	// automatic resume's backoff).
+	ScheduledAt time.Time
+
+	// skipCleanup is set by ResumeTx, whose callers are the cleanup.
+	skipCleanup bool
 }
 
 // EnqueueResult is an accepted request.
@@ -208,7 +220,7 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 	if err := e.queries.AdvisoryXactLockJob(ctx, tx, p.Job); err != nil {
 		return nil, fmt.Errorf("error taking job lock: %w", err)
 	}
-	if e.cfg.Cleanup != nil {
+	if e.cfg.Cleanup != nil && !p.skipCleanup {
 		if err := e.cfg.Cleanup(ctx, tx, p.Job); err != nil {
 			return nil, fmt.Errorf("error cleaning up stale requests: %w", err)
 		}
@@ -250,7 +262,7 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 		return nil, fmt.Errorf("error inserting request: %w", queries.Interpret(err))
 	}
 	if e.river != nil {
-		res, err := e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job, RequestID: row.ID}, nil)
+		res, err := e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job, RequestID: row.ID}, p.insertOpts())
 		if err != nil {
 			return nil, fmt.Errorf("error inserting river job: %w", err)
 		}

@@ -20,7 +20,15 @@ type ReaperConfig struct {
 	StaleAfter  time.Duration
 	Instruments *observability.Instruments
 	Logger      *slog.Logger
+	// Resume, when set, runs in the transaction that abandons a dead
+	// worker's execution, so the run's automatic resume (if the policy
+	// allows it) commits with the reap.
+	Resume ResumeFunc
 }
+
+// ResumeFunc applies the resume policy to a run that stopped, inside the
+// transaction that records the stop (request.Enqueuer.ResumeTx).
+type ResumeFunc func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error
 
 // Reaper finalizes the requests of dead workers: only those, never a live
 // worker's, whatever their age: a long run on a live worker is slow, not
@@ -82,6 +90,9 @@ func (r *Reaper) ReapTx(ctx context.Context, tx pgx.Tx, job string) (int, error)
 			r.cfg.Instruments.StaleHeartbeatReaped(ctx)
 			r.cfg.Logger.WarnContext(ctx, "reaped request of a stale worker",
 				slog.Int64("request_id", s.ID), slog.String("job", s.Job), slog.String("worker_id", deref(s.WorkerID)))
+			if err := r.resume(ctx, tx, s.ID, s.ExecutionID); err != nil {
+				return reaped, err
+			}
 		}
 	}
 	orphans, err := r.queries.JobRequestListOrphaned(ctx, tx, &queries.JobRequestListOrphanedParams{
@@ -148,11 +159,30 @@ func (r *Reaper) CleanupPreviousBoots(ctx context.Context, hostname string, pid 
 			if ok {
 				n++
 				r.cfg.Instruments.StaleHeartbeatReaped(ctx)
+				if err := r.resume(ctx, tx, row.ID, row.ExecutionID); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
 	})
 	return n, err
+}
+
+// resume hands a reaped run to the resume policy. A request that never
+// started an execution has nothing to resume.
+func (r *Reaper) resume(ctx context.Context, tx pgx.Tx, requestID int64, executionID *int64) error {
+	if r.cfg.Resume == nil || executionID == nil {
+		return nil
+	}
+	req, err := r.queries.JobRequestGetByID(ctx, tx, requestID)
+	if err != nil {
+		return fmt.Errorf("error reading reaped request %d: %w", requestID, err)
+	}
+	if err := r.cfg.Resume(ctx, tx, &request.Stopped{Request: req, ExecutionID: *executionID, Cause: request.CauseReap}); err != nil {
+		return fmt.Errorf("error resuming reaped request %d: %w", requestID, err)
+	}
+	return nil
 }
 
 func deref(s *string) string {

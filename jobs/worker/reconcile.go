@@ -16,14 +16,16 @@ import (
 // longer holds (their result recording failed past its retry window), from
 // the execution's recorded result, and only while they are still RUNNING.
 func (w *Worker) Reconcile(ctx context.Context) (int, error) {
-	return Reconcile(ctx, w.pool, w.cfg.ID, w.runner.Held(), w.cfg.Logger)
+	return Reconcile(ctx, w.pool, w.cfg.ID, w.runner.Held(), w.cfg.Resume, w.cfg.Logger)
 }
 
 // heldChecker is the part of batch.HeldSet Reconcile needs.
 type heldChecker interface{ Has(id int64) bool }
 
-// Reconcile is the reconcile loop's body for one worker id.
-func Reconcile(ctx context.Context, db queries.Beginner, workerID string, held heldChecker, logger *slog.Logger) (int, error) {
+// Reconcile is the reconcile loop's body for one worker id. A request it
+// finishes whose execution recorded a stop cause goes to resume (nil resumes
+// nothing), in the same transaction, as the runner would have done.
+func Reconcile(ctx context.Context, db queries.Beginner, workerID string, held heldChecker, resume ResumeFunc, logger *slog.Logger) (int, error) {
 	q := queries.New()
 	n := 0
 	err := queries.InTx(ctx, db, func(tx pgx.Tx) error {
@@ -43,12 +45,13 @@ func Reconcile(ctx context.Context, db queries.Beginner, workerID string, held h
 				}
 				return err
 			}
-			executionStatus, message := exec.Status, exec.ExitMessage
+			executionStatus, message, cause := exec.Status, exec.ExitMessage, exec.StopCause
 			switch executionStatus {
 			case request.ExecutionStarting, request.ExecutionStarted, request.ExecutionStopping:
 				// The execution itself was never finalized: it is over, since
-				// nobody holds it; record it ABANDONED.
-				executionStatus = request.ExecutionAbandoned
+				// nobody holds it; record it ABANDONED. Its worker is alive
+				// but could not reach the database to record the end.
+				executionStatus, cause = request.ExecutionAbandoned, request.CauseDatabase
 				message = "the worker lost its result recording; execution abandoned; a new request resumes from the last commit"
 				if _, err := q.JobExecutionAbandon(ctx, tx, &queries.JobExecutionAbandonParams{ID: exec.ID, ExitMessage: message}); err != nil {
 					return err
@@ -61,6 +64,12 @@ func Reconcile(ctx context.Context, db queries.Beginner, workerID string, held h
 			}
 			if done > 0 && req.RiverJobID != nil {
 				if _, err := q.RiverJobFinalize(ctx, tx, *req.RiverJobID); err != nil {
+					return err
+				}
+			}
+			if done > 0 && resume != nil && cause != "" && executionStatus != request.ExecutionCompleted {
+				req.Status = status
+				if err := resume(ctx, tx, &request.Stopped{Request: req, ExecutionID: exec.ID, Cause: cause}); err != nil {
 					return err
 				}
 			}

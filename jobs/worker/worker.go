@@ -107,6 +107,9 @@ type Config struct {
 
 	Instruments *observability.Instruments
 	Logger      *slog.Logger
+	// Resume applies the resume policy to the runs the reaper and the
+	// reconcile loop finish; nil resumes nothing.
+	Resume ResumeFunc
 	// RiverPlugins are added to the River client (otelriver).
 	RiverPlugins []rivertype.Plugin
 	// Schedules are the jobs requested periodically; only River's elected
@@ -172,7 +175,7 @@ func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) 
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, pool: pool, runner: runner}
-	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger})
+	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger, Resume: cfg.Resume})
 
 	w.schedules = map[string]Schedule{}
 	for _, sched := range cfg.Schedules {

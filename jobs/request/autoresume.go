@@ -1,0 +1,224 @@
+package request
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
+)
+
+// Causes of an execution that ended without completing. The first three are
+// infrastructure's doing, and only those can be resumed automatically; the
+// rest are decisions (an operator's stop, a cap, maxCalls) or the run's own
+// failure, which a new run would only repeat. A run that finds it lost
+// ownership of its execution writes nothing, its end included: whoever took
+// the execution over (the reaper, cause reap) records it and its resume.
+const (
+	// CauseDrain is a worker shutting down (a deploy, a node drain).
+	CauseDrain = "drain"
+	// CauseReap is a dead worker's run freed by the reaper.
+	CauseReap = "reap"
+	// CauseDatabase is a database outage the run could not ride out (its
+	// worker fenced itself), or a run whose outcome its worker could not
+	// record (the reconcile loop abandons it).
+	CauseDatabase = "database"
+
+	CauseOperator = "operator"
+	CauseCap      = "cap"
+	CauseMaxCalls = "max_calls"
+	CauseFailure  = "failure"
+)
+
+// ResumableCauses are the causes BUILDRISK_AUTO_RESUME may name.
+var ResumableCauses = []string{CauseDrain, CauseReap, CauseDatabase}
+
+// Resume policy defaults.
+const (
+	AutoResumeMaxDefault     = 3
+	AutoResumeBackoffDefault = 10 * time.Second
+	autoResumeBackoffMax     = 10 * time.Minute
+)
+
+// AutoResumeCausesDefault is the default of BUILDRISK_AUTO_RESUME.
+const AutoResumeCausesDefault = CauseDrain + "," + CauseReap
+
+// ResumePolicy decides which stopped runs resume by themselves.
+type ResumePolicy struct {
+	// Causes are the causes that resume; empty turns automatic resumes off.
+	Causes []string
+	// MaxPerDay is how many automatic resumes one instance gets per day (in
+	// Location); past it the run stays stopped or failed and the refusal is
+	// counted, so a run that crashes its worker every time cannot loop.
+	MaxPerDay int
+	// Backoff is the delay before the first automatic resume of the day; the
+	// n-th waits Backoff·2^(n-1), at most ten minutes.
+	Backoff time.Duration
+	// Location is the day boundary of MaxPerDay.
+	Location *time.Location
+}
+
+// ParseResumeCauses parses BUILDRISK_AUTO_RESUME: a comma list of
+// ResumableCauses, or "none"/"" for none.
+func ParseResumeCauses(s string) ([]string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "none" {
+		return nil, nil
+	}
+	var causes []string
+	for part := range strings.SplitSeq(s, ",") {
+		cause := strings.TrimSpace(part)
+		if !slices.Contains(ResumableCauses, cause) {
+			return nil, fmt.Errorf("unknown cause %q (want a comma list of %s, or none)", cause, strings.Join(ResumableCauses, ", "))
+		}
+		if !slices.Contains(causes, cause) {
+			causes = append(causes, cause)
+		}
+	}
+	return causes, nil
+}
+
+func (p ResumePolicy) withDefaults() ResumePolicy {
+	p.Backoff = cmp.Or(p.Backoff, AutoResumeBackoffDefault)
+	if p.Location == nil {
+		p.Location = time.UTC
+	}
+	return p
+}
+
+// backoff is the delay before the attempt-th automatic resume (1-based).
+func (p ResumePolicy) backoff(attempt int) time.Duration {
+	delay := p.Backoff
+	for i := 1; i < attempt && delay < autoResumeBackoffMax; i++ {
+		delay *= 2
+	}
+	return min(delay, autoResumeBackoffMax)
+}
+
+// Stopped is a run that ended without completing, as the resume policy
+// sees it.
+type Stopped struct {
+	// Request is the stopped run's request, already finished in tx.
+	Request *queries.JobRequest
+	// ExecutionID is the execution that stopped.
+	ExecutionID int64
+	// Cause is one of the Cause constants.
+	Cause string
+}
+
+// ResumeTx records why a run stopped (the execution's stop_cause) and applies
+// the resume policy to it inside tx, the
+// transaction that records the stop (or the reap), so a stopped run and its
+// resume commit together: there is never a moment where the run is stopped
+// and its resume missing. It returns the new request's id, or 0 when the
+// policy does not resume this run (a cause it does not name, a
+// confirmPurge run, the day's attempts spent, no River client to run it).
+//
+// The resume goes through the same path as every request (advisory lock,
+// duplicate check, restart rules) but skips the stale cleanup: its callers
+// are the cleanup, or the run's own worker.
+func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, error) {
+	if err := e.queries.JobExecutionSetStopCause(ctx, tx, &queries.JobExecutionSetStopCauseParams{ID: s.ExecutionID, StopCause: s.Cause}); err != nil {
+		return 0, fmt.Errorf("error recording stop cause: %w", err)
+	}
+	policy := e.cfg.Resume.withDefaults()
+	if e.river == nil || !slices.Contains(policy.Causes, s.Cause) || s.Request.ConfirmPurge {
+		return 0, nil
+	}
+	logger := e.cfg.Logger.With(slog.String("job", s.Request.Job), slog.Int64("request_id", s.Request.ID),
+		slog.Int64("execution_id", s.ExecutionID), slog.String("cause", s.Cause))
+
+	exec, err := e.queries.JobExecutionGetByID(ctx, tx, s.ExecutionID)
+	if err != nil {
+		return 0, fmt.Errorf("error reading stopped execution: %w", err)
+	}
+	now := time.Now().In(policy.Location)
+	startOfDay := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, policy.Location)
+	attempts, err := e.queries.JobRequestResumesToday(ctx, tx, &queries.JobRequestResumesTodayParams{InstanceID: exec.InstanceID, Since: startOfDay})
+	if err != nil {
+		return 0, fmt.Errorf("error counting automatic resumes: %w", err)
+	}
+	if int(attempts) >= policy.MaxPerDay {
+		e.cfg.Instruments.AutoResumeRefused(ctx, s.Request.Job, s.Cause)
+		logger.ErrorContext(ctx, "automatic resume refused: the instance has used every attempt of the day; request it by hand once the cause is fixed",
+			slog.Int64("attempts", attempts), slog.Int("max_per_day", policy.MaxPerDay))
+		return 0, nil
+	}
+
+	var maxCalls *int
+	if s.Request.MaxCalls != nil {
+		v := int(*s.Request.MaxCalls)
+		maxCalls = &v
+	}
+	p := &EnqueueParams{
+		Job:         s.Request.Job,
+		Params:      s.Request.Params,
+		MaxCalls:    maxCalls,
+		Source:      SourceResume,
+		RequestedBy: fmt.Sprintf("resume:%s:execution %d", s.Cause, s.ExecutionID),
+		ScheduledAt: time.Now().Add(policy.backoff(int(attempts) + 1)),
+		skipCleanup: true,
+	}
+	_, params, err := e.Validate(ctx, tx, p)
+	if err != nil {
+		// The params were valid when the run started; a catalog that changed
+		// since (a rolling deploy) refuses them now. Keep the stop recorded.
+		e.cfg.Instruments.AutoResumeRefused(ctx, s.Request.Job, s.Cause)
+		logger.ErrorContext(ctx, "automatic resume refused: the run's params no longer validate", slog.String("error", err.Error()))
+		return 0, nil
+	}
+	// A savepoint keeps a refused insert from undoing the stop it follows.
+	savepoint, err := tx.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("error opening savepoint: %w", err)
+	}
+	res, err := e.enqueueTx(ctx, savepoint, p, params)
+	var dup *DuplicateError
+	switch {
+	case errors.As(err, &dup):
+		// Someone asked again first: their request resumes the run.
+		_ = savepoint.Rollback(ctx)
+		logger.InfoContext(ctx, "automatic resume not needed: the job already has an active request", slog.Int64("active_request_id", dup.ActiveRequestID))
+		return 0, nil
+	case err != nil:
+		_ = savepoint.Rollback(ctx)
+		return 0, err
+	}
+	if res.ResumesExecutionID == nil || *res.ResumesExecutionID != s.ExecutionID {
+		// The restart rules would start afresh instead of resuming this
+		// execution (a newer execution exists): that is not a resume.
+		_ = savepoint.Rollback(ctx)
+		logger.InfoContext(ctx, "automatic resume not inserted: the restart rules do not resume this execution")
+		return 0, nil
+	}
+	if err := e.queries.JobRequestSetResumeCause(ctx, savepoint, &queries.JobRequestSetResumeCauseParams{ID: res.Request.ID, ResumeCause: s.Cause}); err != nil {
+		_ = savepoint.Rollback(ctx)
+		return 0, fmt.Errorf("error recording resume cause: %w", err)
+	}
+	if err := savepoint.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("error releasing savepoint: %w", err)
+	}
+	e.cfg.Instruments.RequestRecorded(ctx, s.Request.Job, SourceResume, observability.ResultAccepted)
+	e.cfg.Instruments.AutoResumed(ctx, s.Request.Job, s.Cause)
+	logger.InfoContext(ctx, "run stopped by infrastructure resumes by itself",
+		slog.Int64("resume_request_id", res.Request.ID), slog.Int64("attempt", attempts+1), slog.Time("not_before", p.ScheduledAt))
+	return res.Request.ID, nil
+}
+
+// insertOpts are the River insert options of a request: a resume waits for
+// its backoff.
+func (p *EnqueueParams) insertOpts() *river.InsertOpts {
+	if p.ScheduledAt.IsZero() {
+		return nil
+	}
+	return &river.InsertOpts{ScheduledAt: p.ScheduledAt}
+}

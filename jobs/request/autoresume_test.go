@@ -1,0 +1,172 @@
+package request_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/sql/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type noParams struct{}
+
+type resumeBundle struct {
+	pool        *pgxpool.Pool
+	enqueuer    *request.Enqueuer
+	providers   *observability.Providers
+	instruments *observability.Instruments
+}
+
+func newResumeBundle(t *testing.T, policy request.ResumePolicy) *resumeBundle {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	providers, _ := observability.NewTestProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	catalog := jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"})
+	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{Catalog: catalog, Instruments: instruments, Resume: policy})
+	require.NoError(t, err)
+	return &resumeBundle{pool: pool, enqueuer: enqueuer, providers: providers, instruments: instruments}
+}
+
+// stopRun enqueues a request, gives it an execution that ended with status,
+// and finishes the request, the way the runner records a stop. It returns
+// the finished request and its execution's id.
+func (b *resumeBundle) stopRun(t *testing.T, confirmPurge bool, status string) (*queries.JobRequest, int64) {
+	t.Helper()
+	ctx := context.Background()
+	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI, ConfirmPurge: confirmPurge})
+	require.NoError(t, err)
+	q := queries.New()
+	req := res.Request
+	var instanceID int64
+	if res.ResumesExecutionID != nil {
+		exec, err := q.JobExecutionGetByID(ctx, b.pool, *res.ResumesExecutionID)
+		require.NoError(t, err)
+		instanceID = exec.InstanceID
+	} else {
+		inst, err := q.JobInstanceInsert(ctx, b.pool, &queries.JobInstanceInsertParams{Job: req.Job, Params: req.Params, ParamsHash: req.ParamsHash, ConfirmPurge: confirmPurge})
+		require.NoError(t, err)
+		instanceID = inst.ID
+	}
+	var execID int64
+	require.NoError(t, b.pool.QueryRow(ctx, `INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, ended_at)
+		VALUES ($1, $2, $3, $4, 'w', now()) RETURNING id`, instanceID, req.Job, req.ID, status).Scan(&execID))
+	_, err = b.pool.Exec(ctx, `UPDATE job_request SET status = $2, execution_id = $3, finished_at = now() WHERE id = $1`,
+		req.ID, request.StatusForExecution(status), execID)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, *req.RiverJobID)
+	require.NoError(t, err)
+	req.Status = request.StatusForExecution(status)
+	return req, execID
+}
+
+func (b *resumeBundle) resume(t *testing.T, s *request.Stopped) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, queries.InTx(context.Background(), b.pool, func(tx pgx.Tx) error {
+		var err error
+		id, err = b.enqueuer.ResumeTx(context.Background(), tx, s)
+		return err
+	}))
+	return id
+}
+
+func TestResume_DrainedRunResumesItself(t *testing.T) {
+	t.Parallel()
+	b := newResumeBundle(t, request.ResumePolicy{Causes: []string{request.CauseDrain, request.CauseReap}, MaxPerDay: 3, Backoff: time.Minute})
+	req, execID := b.stopRun(t, false, request.ExecutionStopped)
+
+	before := time.Now()
+	id := b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: request.CauseDrain})
+	require.NotZero(t, id, "a drained run resumes")
+
+	got, err := queries.New().JobRequestGetByID(context.Background(), b.pool, id)
+	require.NoError(t, err)
+	require.Equal(t, request.SourceResume, got.Source)
+	require.Equal(t, request.CauseDrain, got.ResumeCause)
+	require.NotNil(t, got.ResumesExecutionID)
+	require.Equal(t, execID, *got.ResumesExecutionID)
+	require.Equal(t, request.StatusQueued, got.Status)
+
+	// The River job waits for the backoff, so a crash loop cannot spin.
+	var scheduledAt time.Time
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT scheduled_at FROM river_job WHERE id = $1`, *got.RiverJobID).Scan(&scheduledAt))
+	require.False(t, scheduledAt.Before(before.Add(time.Minute)), "scheduled at %s, want at least a minute after %s", scheduledAt, before)
+
+	requireMetric(t, b.providers, 1, observability.MetricAutoResumes, map[string]string{"job": "stockPrice", "cause": "drain"})
+	requireMetric(t, b.providers, 1, observability.MetricRequests, map[string]string{"job": "stockPrice", "source": "resume", "result": "accepted"})
+}
+
+func TestResume_DecisionsAndFailuresNeverResume(t *testing.T) {
+	t.Parallel()
+	b := newResumeBundle(t, request.ResumePolicy{Causes: []string{request.CauseDrain, request.CauseReap}, MaxPerDay: 3})
+	for _, cause := range []string{request.CauseOperator, request.CauseCap, request.CauseMaxCalls, request.CauseFailure, request.CauseDatabase} {
+		req, execID := b.stopRun(t, false, request.ExecutionStopped)
+		require.Zero(t, b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: cause}), "cause %s must not resume", cause)
+	}
+	// A confirmPurge run is never resumed, whatever stopped it.
+	req, execID := b.stopRun(t, true, request.ExecutionStopped)
+	require.Zero(t, b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: request.CauseDrain}))
+
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM job_request WHERE source = 'resume'`).Scan(&n))
+	require.Zero(t, n)
+}
+
+func TestResume_AttemptLimitPerInstanceAndDay(t *testing.T) {
+	t.Parallel()
+	b := newResumeBundle(t, request.ResumePolicy{Causes: []string{request.CauseReap}, MaxPerDay: 2, Backoff: time.Millisecond})
+	req, execID := b.stopRun(t, false, request.ExecutionAbandoned)
+	for attempt := 1; attempt <= 2; attempt++ {
+		id := b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: request.CauseReap})
+		require.NotZero(t, id, "attempt %d", attempt)
+		// The resumed run dies too: its worker is reaped again.
+		got, err := queries.New().JobRequestGetByID(context.Background(), b.pool, id)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(context.Background(), `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, *got.RiverJobID)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(context.Background(), `UPDATE job_request SET status = 'FAILED' WHERE id = $1`, id)
+		require.NoError(t, err)
+		require.NoError(t, b.pool.QueryRow(context.Background(), `INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, ended_at)
+			SELECT instance_id, job, $1, 'ABANDONED', 'w', now() FROM job_execution WHERE id = $2 RETURNING id`, id, execID).Scan(&execID))
+		req = got
+	}
+	require.Zero(t, b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: request.CauseReap}), "the third attempt of the day is refused")
+
+	requireMetric(t, b.providers, 2, observability.MetricAutoResumes, map[string]string{"job": "stockPrice", "cause": "reap"})
+	requireMetric(t, b.providers, 1, observability.MetricAutoResumesRefused, map[string]string{"job": "stockPrice", "cause": "reap"})
+}
+
+func TestParseResumeCauses(t *testing.T) {
+	t.Parallel()
+	causes, err := request.ParseResumeCauses(request.AutoResumeCausesDefault)
+	require.NoError(t, err)
+	require.Equal(t, []string{"drain", "reap"}, causes)
+	causes, err = request.ParseResumeCauses("none")
+	require.NoError(t, err)
+	require.Empty(t, causes)
+	_, err = request.ParseResumeCauses("drain,operator")
+	require.ErrorContains(t, err, `"operator"`)
+}
+
+func requireMetric(t *testing.T, providers *observability.Providers, want float64, name string, labels map[string]string) {
+	t.Helper()
+	got, err := providers.MetricValue(name, labels)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "%s%v", name, labels)
+}
