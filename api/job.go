@@ -27,7 +27,10 @@ type JobView struct {
 	RequiredKeys        []string          `json:"requiredKeys"`
 	KeysConfigured      bool              `json:"keysConfigured" doc:"a live worker reported every required key name"`
 	Schedule            *string           `json:"schedule"`
-	Next                *time.Time        `json:"next"`
+	Next                *time.Time        `json:"next" doc:"the schedule's next due time"`
+	LastDueAt           *time.Time        `json:"lastDueAt" doc:"the newest due time the scheduler recorded; null before the first"`
+	LastDueOutcome      *string           `json:"lastDueOutcome" enum:"enqueued,deferred,coalesced,missed,failed" doc:"what became of lastDueAt: enqueued (its request), deferred (waits for the active request to end), coalesced (served by a request with the same params), missed (older than the catch-up window), failed (request refused)"`
+	LastDueRequestID    *string           `json:"lastDueRequestId" doc:"the request that serves lastDueAt, once there is one"`
 	NextJob             *string           `json:"nextJob" doc:"the job a COMPLETED execution chains to"`
 }
 
@@ -126,10 +129,22 @@ func (s *Server) jobViews(ctx context.Context, names []string) ([]*JobView, erro
 	for _, r := range rows {
 		byName[r.Job] = r
 	}
+	ticks, err := s.queries.ScheduleTickLatestByJob(ctx, s.pool, names)
+	if err != nil {
+		return nil, fmt.Errorf("error listing schedule due times: %w", err)
+	}
+	tickByName := make(map[string]*queries.ScheduleTickLatestByJobRow, len(ticks))
+	for _, t := range ticks {
+		tickByName[t.Job] = t
+	}
 	views := make([]*JobView, 0, len(names))
 	for _, name := range names {
 		def, _ := s.cfg.Catalog.Lookup(name)
-		views = append(views, jobViewFrom(def, byName[name], s.cfg.Schedules))
+		v := jobViewFrom(def, byName[name], s.cfg.Schedules)
+		if t := tickByName[name]; t != nil {
+			v.LastDueAt, v.LastDueOutcome, v.LastDueRequestID = &t.DueAt, &t.Outcome, formatIDPtr(t.RequestID)
+		}
+		views = append(views, v)
 	}
 	return views, nil
 }

@@ -51,6 +51,7 @@ type RequestView struct {
 	FinishedAt         *time.Time      `json:"finishedAt"`
 	WorkerID           *string         `json:"workerId"`
 	Message            string          `json:"message"`
+	DueAt              *time.Time      `json:"dueAt" doc:"the due time of the schedule this request was made for; null unless source is schedule"`
 	Execution          *ExecutionView  `json:"execution"`
 }
 
@@ -88,6 +89,6 @@ func requestViewFromRow(r *queries.JobRequest, e *queries.JobExecution) *Request
 		RequestID: formatID(r.ID), Job: r.Job, Source: r.Source, Params: json.RawMessage(r.Params),
 		MaxCalls: r.MaxCalls, ConfirmPurge: r.ConfirmPurge, Status: r.Status, EstimatedCalls: r.EstimatedCalls,
 		ResumesExecutionID: formatIDPtr(r.ResumesExecutionID), CreatedAt: r.CreatedAt, ClaimedAt: r.ClaimedAt,
-		FinishedAt: r.FinishedAt, WorkerID: r.WorkerID, Message: r.Message, Execution: executionViewFromRow(e),
+		FinishedAt: r.FinishedAt, WorkerID: r.WorkerID, Message: r.Message, DueAt: r.DueAt, Execution: executionViewFromRow(e),
 	}
 }

@@ -46,7 +46,7 @@ const jobRequestClaim = `-- name: JobRequestClaim :one
 UPDATE job_request
 SET status = 'RUNNING', claimed_at = now(), worker_id = $1
 WHERE id = $2 AND status = 'QUEUED'
-RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at
+RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at
 `
 
 type JobRequestClaimParams struct {
@@ -78,6 +78,7 @@ func (q *Queries) JobRequestClaim(ctx context.Context, db DBTX, arg *JobRequestC
 		&i.CreatedAt,
 		&i.ClaimedAt,
 		&i.FinishedAt,
+		&i.DueAt,
 	)
 	return &i, err
 }
@@ -105,7 +106,7 @@ func (q *Queries) JobRequestFinish(ctx context.Context, db DBTX, arg *JobRequest
 }
 
 const jobRequestGetActiveByJob = `-- name: JobRequestGetActiveByJob :one
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE job = $1 AND status IN ('QUEUED', 'RUNNING')
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at FROM job_request WHERE job = $1 AND status IN ('QUEUED', 'RUNNING')
 `
 
 func (q *Queries) JobRequestGetActiveByJob(ctx context.Context, db DBTX, job string) (*JobRequest, error) {
@@ -130,12 +131,13 @@ func (q *Queries) JobRequestGetActiveByJob(ctx context.Context, db DBTX, job str
 		&i.CreatedAt,
 		&i.ClaimedAt,
 		&i.FinishedAt,
+		&i.DueAt,
 	)
 	return &i, err
 }
 
 const jobRequestGetByID = `-- name: JobRequestGetByID :one
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE id = $1
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at FROM job_request WHERE id = $1
 `
 
 func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*JobRequest, error) {
@@ -160,14 +162,15 @@ func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*Jo
 		&i.CreatedAt,
 		&i.ClaimedAt,
 		&i.FinishedAt,
+		&i.DueAt,
 	)
 	return &i, err
 }
 
 const jobRequestInsert = `-- name: JobRequestInsert :one
-INSERT INTO job_request (job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at
+INSERT INTO job_request (job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at
 `
 
 type JobRequestInsertParams struct {
@@ -181,6 +184,7 @@ type JobRequestInsertParams struct {
 	EstimatedCalls     int32
 	ResumesExecutionID *int64
 	WorkerID           *string
+	DueAt              *time.Time
 }
 
 func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequestInsertParams) (*JobRequest, error) {
@@ -195,6 +199,7 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 		arg.EstimatedCalls,
 		arg.ResumesExecutionID,
 		arg.WorkerID,
+		arg.DueAt,
 	)
 	var i JobRequest
 	err := row.Scan(
@@ -216,12 +221,13 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 		&i.CreatedAt,
 		&i.ClaimedAt,
 		&i.FinishedAt,
+		&i.DueAt,
 	)
 	return &i, err
 }
 
 const jobRequestList = `-- name: JobRequestList :many
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at FROM job_request
 WHERE ($1::text IS NULL OR job = $1)
   AND ($2::text IS NULL OR status = $2)
   AND ($3::bigint IS NULL OR id < $3)
@@ -269,6 +275,7 @@ func (q *Queries) JobRequestList(ctx context.Context, db DBTX, arg *JobRequestLi
 			&i.CreatedAt,
 			&i.ClaimedAt,
 			&i.FinishedAt,
+			&i.DueAt,
 		); err != nil {
 			return nil, err
 		}
@@ -387,7 +394,7 @@ func (q *Queries) JobRequestListPreviousBoot(ctx context.Context, db DBTX, arg *
 }
 
 const jobRequestListQueued = `-- name: JobRequestListQueued :many
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE status = 'QUEUED' ORDER BY id
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at FROM job_request WHERE status = 'QUEUED' ORDER BY id
 `
 
 func (q *Queries) JobRequestListQueued(ctx context.Context, db DBTX) ([]*JobRequest, error) {
@@ -418,6 +425,7 @@ func (q *Queries) JobRequestListQueued(ctx context.Context, db DBTX) ([]*JobRequ
 			&i.CreatedAt,
 			&i.ClaimedAt,
 			&i.FinishedAt,
+			&i.DueAt,
 		); err != nil {
 			return nil, err
 		}
@@ -430,7 +438,7 @@ func (q *Queries) JobRequestListQueued(ctx context.Context, db DBTX) ([]*JobRequ
 }
 
 const jobRequestListRunningByWorker = `-- name: JobRequestListRunningByWorker :many
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at FROM job_request WHERE status = 'RUNNING' AND worker_id = $1 ORDER BY id
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at FROM job_request WHERE status = 'RUNNING' AND worker_id = $1 ORDER BY id
 `
 
 func (q *Queries) JobRequestListRunningByWorker(ctx context.Context, db DBTX, workerID *string) ([]*JobRequest, error) {
@@ -461,6 +469,7 @@ func (q *Queries) JobRequestListRunningByWorker(ctx context.Context, db DBTX, wo
 			&i.CreatedAt,
 			&i.ClaimedAt,
 			&i.FinishedAt,
+			&i.DueAt,
 		); err != nil {
 			return nil, err
 		}

@@ -193,6 +193,7 @@ type JobRequest struct {
 	CreatedAt          time.Time
 	ClaimedAt          *time.Time
 	FinishedAt         *time.Time
+	DueAt              *time.Time
 }
 
 type ProviderCallBudget struct {
@@ -236,6 +237,26 @@ type RiverJob struct {
 	Kind        string
 	Args        []byte
 	Metadata    []byte
+}
+
+type RiverLeader struct {
+	ElectedAt time.Time
+	ExpiresAt time.Time
+	LeaderID  string
+	Name      string
+}
+
+type ScheduleTick struct {
+	Job           string
+	DueAt         time.Time
+	Outcome       string
+	Params        []byte
+	ParamsHash    string
+	RequestID     *int64
+	CoalescedInto *time.Time
+	Message       string
+	RecordedAt    time.Time
+	UpdatedAt     time.Time
 }
 
 type StockPrice struct {

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -114,6 +115,10 @@ type EnqueueParams struct {
 	// WorkerID is set when the enqueuing process will run the request
 	// itself (the CLI): the reaper then frees it if that process dies.
 	WorkerID string
+	// DueAt is the due time a scheduled request was made for (nil for
+	// every other source). The database refuses a second request for the
+	// same job and due time.
+	DueAt *time.Time
 }
 
 // EnqueueResult is an accepted request.
@@ -244,6 +249,7 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 		EstimatedCalls:     int32(params.EstimatedCalls),
 		ResumesExecutionID: resumesID,
 		WorkerID:           workerIDOrNil(p.WorkerID),
+		DueAt:              p.DueAt,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error inserting request: %w", queries.Interpret(err))
