@@ -15,6 +15,7 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/corpcode"
+	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
 	"github.com/buildrisk/radar/jobs/worker"
 	"github.com/buildrisk/radar/observability"
@@ -245,4 +246,205 @@ func TestSchedule_JobList(t *testing.T) {
 		return map[string]string{"BUILDRISK_SCHEDULE_CATCHUP_APTTRADE": "-1h"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_SCHEDULE_CATCHUP_APTTRADE")
+}
+
+// newTestScheduler returns a scheduler outside any worker, on the system's
+// database, enqueuing through enq (the API's path when nil), as another
+// process believing it leads would run it.
+func (s *testSystem) newTestScheduler(clock *testClock, start time.Time, enq worker.ScheduleEnqueuer, schedules ...worker.Schedule) *worker.Scheduler {
+	s.t.Helper()
+	if enq == nil {
+		insertOnly, err := newInsertOnlyRiver(s.pool, s.tel)
+		require.NoError(s.t, err)
+		e, err := newEnqueuer(s.pool, insertOnly, s.env, s.tel)
+		require.NoError(s.t, err)
+		enq = e
+	}
+	if schedules == nil {
+		schedules = s.env.Schedules
+	}
+	sched, err := worker.NewScheduler(s.pool, worker.SchedulerConfig{
+		Schedules: schedules, Enqueuer: enq, Now: clock.Now, Start: start, Instruments: s.tel.instruments, Logger: s.tel.logger,
+	})
+	require.NoError(s.t, err)
+	return sched
+}
+
+// Two workers race for leadership (the leader is asked to resign at every
+// due time) while two more schedulers run a pass at the same instant, over
+// 20 due times: each due time is recorded once, counted once and has
+// exactly one request. Proven by counting requests per due time, not by
+// timing.
+func TestSchedule_RacingLeadersOneRequestPerDueTime(t *testing.T) {
+	t.Parallel()
+	const dueTimes = 20
+	start := time.Date(2026, 3, 2, 0, 0, 30, 0, time.UTC)
+	clock := newTestClock(start)
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_SCHEDULE_METRICS": "@every 24h"}, now: clock.Now})
+	a := s.startScheduler()
+	b := s.startScheduler()
+	racers := []*worker.Scheduler{s.newTestScheduler(clock, start, nil), s.newTestScheduler(clock, start, nil)}
+
+	ctx := context.Background()
+	due := start
+	var want []time.Time
+	for i := range dueTimes {
+		due = s.env.Schedules[0].Next.Next(due)
+		want = append(want, due)
+		require.NoError(t, []*worker.Worker{a, b}[i%2].River().Notify().RequestResign(ctx))
+		clock.Set(due.Add(time.Second))
+
+		release := make(chan struct{})
+		errs := make(chan error, len(racers))
+		for _, r := range racers {
+			go func() {
+				<-release
+				errs <- r.Pass(ctx)
+			}()
+		}
+		close(release)
+		for range racers {
+			require.NoError(t, <-errs)
+		}
+		require.Equal(t, observability.TickEnqueued, s.tickOutcome(jobs.Metrics, due), "due time %d", i)
+		s.waitRequest(s.scheduledRequestID(jobs.Metrics, due), "DONE", "FAILED")
+	}
+
+	// Let the leaders' loops run over the last due time too.
+	s.eventually("a leader", func() bool { return s.count("SELECT count(*) FROM river_leader WHERE expires_at > now()") == 1 })
+	require.Equal(t, 0, s.count(`SELECT count(*) FROM (
+		SELECT due_at FROM job_request WHERE source = 'schedule' GROUP BY due_at HAVING count(*) <> 1) d`), "one request per due time")
+	require.Equal(t, dueTimes, s.count("SELECT count(DISTINCT due_at) FROM job_request WHERE source = 'schedule'"))
+	require.Equal(t, dueTimes, s.count("SELECT count(*) FROM schedule_tick WHERE job = 'metrics' AND outcome = 'enqueued'"))
+	require.Equal(t, dueTimes, s.count("SELECT count(*) FROM schedule_tick"))
+	var got []time.Time
+	rows, err := s.pool.Query(ctx, "SELECT due_at FROM job_request WHERE source = 'schedule' ORDER BY due_at")
+	require.NoError(t, err)
+	got, err = pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	require.NoError(t, err)
+	for i := range want {
+		require.True(t, want[i].Equal(got[i]), "due time %d: want %s, got %s", i, want[i], got[i])
+	}
+	// Counted once each, whoever recorded them.
+	require.InDelta(t, dueTimes, s.ticks(jobs.Metrics, observability.TickEnqueued), 0)
+	for _, outcome := range []string{observability.TickCoalesced, observability.TickDeferred, observability.TickFailed, observability.TickMissed} {
+		require.InDelta(t, 0, s.ticks(jobs.Metrics, outcome), 0, outcome)
+	}
+	require.InDelta(t, dueTimes, s.metric(observability.MetricRequests, map[string]string{"job": jobs.Metrics, "source": "schedule", "result": "accepted"}), 0)
+}
+
+// Due times older than the catch-up window when a scheduler first sees them
+// (here: the clock jumps five hours, as after an outage) are recorded
+// missed and counted; younger ones are still run. The window is one period
+// by default and configurable per job.
+func TestSchedule_MissedBeyondCatchUpWindow(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 3, 2, 9, 30, 0, 0, time.UTC)
+	clock := newTestClock(start)
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{
+		"BUILDRISK_SCHEDULE_METRICS":       "@every 1h",
+		"BUILDRISK_SCHEDULE_RULES":         "@every 1h",
+		"BUILDRISK_SCHEDULE_CATCHUP_RULES": "3h30m",
+	}, now: clock.Now})
+	w := s.startScheduler()
+	s.waitLeader(w)
+
+	// Due at 10:00 … 14:00; seen at 14:40.
+	clock.Set(start.Add(5*time.Hour + 10*time.Minute))
+	last := time.Date(2026, 3, 2, 14, 0, 0, 0, time.UTC)
+	s.eventually("the newest due times to be handled", func() bool {
+		return s.tickOutcome(jobs.Metrics, last) != "" && s.tickOutcome(jobs.Rules, last) != ""
+	})
+
+	for _, tt := range []struct {
+		job    string
+		missed []int // hours (UTC) of the missed due times
+	}{
+		{jobs.Metrics, []int{10, 11, 12, 13}}, // window 1h
+		{jobs.Rules, []int{10, 11}},           // window 3h30m
+	} {
+		for hour := 10; hour <= 14; hour++ {
+			outcome := s.tickOutcome(tt.job, time.Date(2026, 3, 2, hour, 0, 0, 0, time.UTC))
+			if hour <= tt.missed[len(tt.missed)-1] {
+				require.Equal(t, observability.TickMissed, outcome, "%s %d:00", tt.job, hour)
+			} else {
+				require.Contains(t, []string{observability.TickEnqueued, observability.TickCoalesced, observability.TickDeferred}, outcome, "%s %d:00", tt.job, hour)
+			}
+		}
+		require.InDelta(t, len(tt.missed), s.metric(observability.MetricScheduleMissed, map[string]string{"job": tt.job}), 0, tt.job)
+		require.InDelta(t, len(tt.missed), s.ticks(tt.job, observability.TickMissed), 0, tt.job)
+	}
+	require.Zero(t, s.count("SELECT count(*) FROM job_request WHERE due_at < '2026-03-02 12:00Z'"), "missed due times are never run")
+}
+
+// flakyEnqueuer fails EnqueueTx while fail is set, as an unreachable
+// database or a River insert error would.
+type flakyEnqueuer struct {
+	worker.ScheduleEnqueuer
+	mu   sync.Mutex
+	fail bool
+}
+
+func (f *flakyEnqueuer) setFail(v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail = v
+}
+
+func (f *flakyEnqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, p *request.EnqueueParams) (*request.EnqueueResult, error) {
+	f.mu.Lock()
+	fail := f.fail
+	f.mu.Unlock()
+	if fail {
+		return nil, errors.New("injected enqueue failure")
+	}
+	return f.ScheduleEnqueuer.EnqueueTx(ctx, tx, p)
+}
+
+// A failed enqueue is counted, never dropped silently: a request the
+// enqueuer refuses (an estimate over the day's cap) is recorded failed and
+// counted; an enqueue that errors is counted and retried by the next pass.
+func TestSchedule_FailedEnqueueCounted(t *testing.T) {
+	t.Parallel()
+	due := time.Date(2026, 3, 2, 4, 0, 0, 0, seoul)
+	clock := newTestClock(due.Add(-30 * time.Second))
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{
+		"BUILDRISK_SCHEDULE_APTTRADE": "0 4 * * *",
+		"BUILDRISK_DAILY_CAP_MOLIT":   "3",
+	}, now: clock.Now})
+	w := s.startScheduler()
+	s.waitLeader(w)
+
+	clock.Set(due.Add(30 * time.Second))
+	s.eventually("the refused due time to be recorded", func() bool { return s.tickOutcome(jobs.AptTrade, due) == observability.TickFailed })
+	require.InDelta(t, 1, s.ticks(jobs.AptTrade, observability.TickFailed), 0)
+	require.InDelta(t, 1, s.metric(observability.MetricRequests, map[string]string{"job": jobs.AptTrade, "source": "schedule", "result": "invalid"}), 0)
+	require.Zero(t, s.count("SELECT count(*) FROM job_request WHERE job = 'aptTrade'"))
+	require.Equal(t, 1, s.count("SELECT count(*) FROM schedule_tick WHERE job = 'aptTrade' AND message LIKE '%daily cap%'"))
+	_, job := s.get("/v1/jobs/aptTrade")
+	require.Equal(t, "failed", job["lastDueOutcome"])
+	require.Nil(t, job["lastDueRequestId"])
+
+	// An enqueue that errors: counted, not recorded, retried.
+	inner, err := newEnqueuer(s.pool, w.River(), s.env, s.tel)
+	require.NoError(t, err)
+	flaky := &flakyEnqueuer{ScheduleEnqueuer: inner, fail: true}
+	tt, err := worker.ParseSchedule("@every 1h", seoul)
+	require.NoError(t, err)
+	metricsDef, _ := jobs.Default().Lookup(jobs.Metrics)
+	sched := s.newTestScheduler(clock, due.Add(-time.Hour), flaky, worker.Schedule{
+		Job: jobs.Metrics, Spec: "@every 1h", Next: tt, Period: time.Hour,
+		Params: func(due time.Time) []byte { return metricsDef.ScheduledParams(due.In(seoul)) },
+	})
+	metricsDue := due.Truncate(time.Hour)
+	ctx := context.Background()
+	require.ErrorContains(t, sched.Pass(ctx), "injected enqueue failure")
+	require.InDelta(t, 1, s.ticks(jobs.Metrics, observability.TickFailed), 0)
+	require.Empty(t, s.tickOutcome(jobs.Metrics, metricsDue), "not recorded: the next pass retries it")
+
+	flaky.setFail(false)
+	require.NoError(t, sched.Pass(ctx))
+	require.Equal(t, observability.TickEnqueued, s.tickOutcome(jobs.Metrics, metricsDue))
+	require.InDelta(t, 1, s.ticks(jobs.Metrics, observability.TickFailed), 0)
+	require.InDelta(t, 1, s.ticks(jobs.Metrics, observability.TickEnqueued), 0)
 }
