@@ -62,6 +62,6 @@ $(VULNDB_DIR)/index/db.json:
 
 promtool-test:
 	promtool check rules deploy/prometheus/rules.yml
-	promtool test rules deploy/prometheus/rules_test.yml
+	promtool test rules deploy/prometheus/rules_test.yml deploy/prometheus/rules_freshness_test.yml
 
 ci: fmt vet lint check-generated promtool-test vuln test
