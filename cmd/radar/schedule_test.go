@@ -448,3 +448,54 @@ func TestSchedule_FailedEnqueueCounted(t *testing.T) {
 	require.InDelta(t, 1, s.ticks(jobs.Metrics, observability.TickFailed), 0)
 	require.InDelta(t, 1, s.ticks(jobs.Metrics, observability.TickEnqueued), 0)
 }
+
+// buildrisk_job_last_completed_timestamp_seconds is read from the database
+// at scrape time, so a separate process (here a second API with its own
+// telemetry) exports the same value; each scheduled job's period is
+// exported too. A scheduled job that never completed counts from its first
+// recorded due time.
+func TestSchedule_FreshnessFromDatabase(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 3, 2, 5, 59, 0, 0, seoul)
+	clock := newTestClock(start)
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{
+		"BUILDRISK_SCHEDULE_STOCKPRICE": "0 18 * * 1-5",
+		"BUILDRISK_SCHEDULE_APTTRADE":   "0 6 * * *",
+		"BUILDRISK_DAILY_CAP_MOLIT":     "3", // aptTrade's scheduled run is refused: it never completes
+	}, now: clock.Now})
+	w := s.startScheduler()
+	s.waitLeader(w)
+	s.runJob(jobs.CorpCodeSync, `{}`)
+
+	providers, _ := observability.NewTestProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	other := &telemetry{providers: providers, instruments: instruments, logger: s.tel.logger}
+	_, err = newAPIServer(s.pool, s.env, other)
+	require.NoError(t, err)
+
+	var ended float64
+	require.NoError(t, s.pool.QueryRow(context.Background(),
+		"SELECT extract(epoch FROM max(ended_at))::float8 FROM job_execution WHERE job = 'corpCodeSync' AND status = 'COMPLETED'").Scan(&ended))
+	for _, p := range []*observability.Providers{s.tel.providers, providers} {
+		got, err := p.MetricValue(observability.MetricJobLastCompleted, map[string]string{"job": jobs.CorpCodeSync})
+		require.NoError(t, err)
+		require.InDelta(t, ended, got, 0.001)
+		period, err := p.MetricValue(observability.MetricSchedulePeriod, map[string]string{"job": jobs.StockPrice})
+		require.NoError(t, err)
+		require.InDelta(t, (72 * time.Hour).Seconds(), period, 0)
+	}
+
+	// aptTrade never completed: from its first due time once recorded.
+	got, err := providers.MetricValue(observability.MetricJobLastCompleted, map[string]string{"job": jobs.AptTrade})
+	require.NoError(t, err)
+	require.Zero(t, got, "no series before anything is recorded")
+	due := time.Date(2026, 3, 2, 6, 0, 0, 0, seoul)
+	clock.Set(due.Add(time.Minute))
+	s.eventually("the aptTrade due time", func() bool { return s.tickOutcome(jobs.AptTrade, due) == observability.TickFailed })
+	for _, p := range []*observability.Providers{s.tel.providers, providers} {
+		got, err := p.MetricValue(observability.MetricJobLastCompleted, map[string]string{"job": jobs.AptTrade})
+		require.NoError(t, err)
+		require.InDelta(t, float64(due.Unix()), got, 0)
+	}
+}
