@@ -129,22 +129,10 @@ func (s *Server) jobViews(ctx context.Context, names []string) ([]*JobView, erro
 	for _, r := range rows {
 		byName[r.Job] = r
 	}
-	ticks, err := s.queries.ScheduleTickLatestByJob(ctx, s.pool, names)
-	if err != nil {
-		return nil, fmt.Errorf("error listing schedule due times: %w", err)
-	}
-	tickByName := make(map[string]*queries.ScheduleTickLatestByJobRow, len(ticks))
-	for _, t := range ticks {
-		tickByName[t.Job] = t
-	}
 	views := make([]*JobView, 0, len(names))
 	for _, name := range names {
 		def, _ := s.cfg.Catalog.Lookup(name)
-		v := jobViewFrom(def, byName[name], s.cfg.Schedules)
-		if t := tickByName[name]; t != nil {
-			v.LastDueAt, v.LastDueOutcome, v.LastDueRequestID = &t.DueAt, &t.Outcome, formatIDPtr(t.RequestID)
-		}
-		views = append(views, v)
+		views = append(views, jobViewFrom(def, byName[name], s.cfg.Schedules))
 	}
 	return views, nil
 }
@@ -168,6 +156,7 @@ func jobViewFrom(def jobs.Definition, row *queries.JobListSummaryRow, schedules 
 			live[k] = true
 		}
 		v.Running = row.Running
+		v.LastDueAt, v.LastDueOutcome, v.LastDueRequestID = row.LastDueAt, row.LastDueOutcome, formatIDPtr(row.LastDueRequestID)
 		v.ActiveRequestID = formatIDPtr(row.ActiveRequestID)
 		if row.Running {
 			age := row.HeartbeatAgeSeconds

@@ -50,14 +50,6 @@ SET request_id = sqlc.narg('request_id'), updated_at = now()
 FROM resolved r
 WHERE c.job = r.job AND c.coalesced_into = r.due_at AND c.outcome = 'coalesced';
 
--- name: ScheduleTickLatestByJob :many
--- ScheduleTickLatestByJob returns each job's newest recorded due time with
--- its outcome (the job list shows them).
-SELECT DISTINCT ON (job) job, due_at, outcome, request_id, message
-FROM schedule_tick
-WHERE job = ANY(@jobs::text[])
-ORDER BY job, due_at DESC;
-
 -- name: ScheduleTickList :many
 SELECT * FROM schedule_tick WHERE job = @job ORDER BY due_at;
 

@@ -188,49 +188,6 @@ func (q *Queries) ScheduleTickInsertMissed(ctx context.Context, db DBTX, arg *Sc
 	return result.RowsAffected(), nil
 }
 
-const scheduleTickLatestByJob = `-- name: ScheduleTickLatestByJob :many
-SELECT DISTINCT ON (job) job, due_at, outcome, request_id, message
-FROM schedule_tick
-WHERE job = ANY($1::text[])
-ORDER BY job, due_at DESC
-`
-
-type ScheduleTickLatestByJobRow struct {
-	Job       string
-	DueAt     time.Time
-	Outcome   string
-	RequestID *int64
-	Message   string
-}
-
-// ScheduleTickLatestByJob returns each job's newest recorded due time with
-// its outcome (the job list shows them).
-func (q *Queries) ScheduleTickLatestByJob(ctx context.Context, db DBTX, jobs []string) ([]*ScheduleTickLatestByJobRow, error) {
-	rows, err := db.Query(ctx, scheduleTickLatestByJob, jobs)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []*ScheduleTickLatestByJobRow
-	for rows.Next() {
-		var i ScheduleTickLatestByJobRow
-		if err := rows.Scan(
-			&i.Job,
-			&i.DueAt,
-			&i.Outcome,
-			&i.RequestID,
-			&i.Message,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, &i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const scheduleTickList = `-- name: ScheduleTickList :many
 SELECT job, due_at, outcome, params, params_hash, request_id, coalesced_into, message, recorded_at, updated_at FROM schedule_tick WHERE job = $1 ORDER BY due_at
 `
