@@ -249,6 +249,7 @@ type RiverLeader struct {
 type ScheduleTick struct {
 	Job           string
 	DueAt         time.Time
+	Spec          string
 	Outcome       string
 	Params        []byte
 	ParamsHash    string

@@ -1,11 +1,11 @@
 -- name: ScheduleTickStateByJob :many
 -- ScheduleTickStateByJob returns, per job with a recorded due time, the
--- newest one and how many due times are deferred: what a scheduler pass
--- needs to decide whether there is anything to do.
-SELECT job, max(due_at)::timestamptz AS last_due_at,
-       count(*) FILTER (WHERE outcome = 'deferred') AS deferred
-FROM schedule_tick
-GROUP BY job;
+-- newest one with its schedule and how many due times are deferred: what a
+-- scheduler pass needs to decide whether there is anything to do.
+SELECT DISTINCT ON (t.job) t.job, t.due_at AS last_due_at, t.spec,
+       (SELECT count(*) FROM schedule_tick d WHERE d.job = t.job AND d.outcome = 'deferred') AS deferred
+FROM schedule_tick t
+ORDER BY t.job, t.due_at DESC;
 
 -- name: ScheduleTickGet :one
 SELECT * FROM schedule_tick WHERE job = @job AND due_at = @due_at;
@@ -13,16 +13,16 @@ SELECT * FROM schedule_tick WHERE job = @job AND due_at = @due_at;
 -- name: ScheduleTickInsert :one
 -- ScheduleTickInsert records a due time; it returns no row when the due
 -- time is already recorded (another scheduler got there first).
-INSERT INTO schedule_tick (job, due_at, outcome, params, params_hash, request_id, coalesced_into, message)
-VALUES (@job, @due_at, @outcome, sqlc.narg('params'), @params_hash, sqlc.narg('request_id'), sqlc.narg('coalesced_into'), @message)
+INSERT INTO schedule_tick (job, due_at, spec, outcome, params, params_hash, request_id, coalesced_into, message)
+VALUES (@job, @due_at, @spec, @outcome, sqlc.narg('params'), @params_hash, sqlc.narg('request_id'), sqlc.narg('coalesced_into'), @message)
 ON CONFLICT (job, due_at) DO NOTHING
 RETURNING *;
 
 -- name: ScheduleTickInsertMissed :execrows
 -- ScheduleTickInsertMissed records due times older than the catch-up
 -- window, skipping any already recorded.
-INSERT INTO schedule_tick (job, due_at, outcome, message)
-SELECT @job, unnest(@due_ats::timestamptz[]), 'missed', @message
+INSERT INTO schedule_tick (job, due_at, spec, outcome, message)
+SELECT @job, unnest(@due_ats::timestamptz[]), @spec, 'missed', @message
 ON CONFLICT (job, due_at) DO NOTHING;
 
 -- name: ScheduleTickOldestDeferred :one

@@ -65,7 +65,7 @@ func (q *Queries) RiverLeaderIs(ctx context.Context, db DBTX, leaderID string) (
 }
 
 const scheduleTickDeferredByParams = `-- name: ScheduleTickDeferredByParams :one
-SELECT job, due_at, outcome, params, params_hash, request_id, coalesced_into, message, recorded_at, updated_at FROM schedule_tick
+SELECT job, due_at, spec, outcome, params, params_hash, request_id, coalesced_into, message, recorded_at, updated_at FROM schedule_tick
 WHERE job = $1 AND outcome = 'deferred' AND params_hash = $2
 `
 
@@ -80,6 +80,7 @@ func (q *Queries) ScheduleTickDeferredByParams(ctx context.Context, db DBTX, arg
 	err := row.Scan(
 		&i.Job,
 		&i.DueAt,
+		&i.Spec,
 		&i.Outcome,
 		&i.Params,
 		&i.ParamsHash,
@@ -93,7 +94,7 @@ func (q *Queries) ScheduleTickDeferredByParams(ctx context.Context, db DBTX, arg
 }
 
 const scheduleTickGet = `-- name: ScheduleTickGet :one
-SELECT job, due_at, outcome, params, params_hash, request_id, coalesced_into, message, recorded_at, updated_at FROM schedule_tick WHERE job = $1 AND due_at = $2
+SELECT job, due_at, spec, outcome, params, params_hash, request_id, coalesced_into, message, recorded_at, updated_at FROM schedule_tick WHERE job = $1 AND due_at = $2
 `
 
 type ScheduleTickGetParams struct {
@@ -107,6 +108,7 @@ func (q *Queries) ScheduleTickGet(ctx context.Context, db DBTX, arg *ScheduleTic
 	err := row.Scan(
 		&i.Job,
 		&i.DueAt,
+		&i.Spec,
 		&i.Outcome,
 		&i.Params,
 		&i.ParamsHash,
@@ -120,15 +122,16 @@ func (q *Queries) ScheduleTickGet(ctx context.Context, db DBTX, arg *ScheduleTic
 }
 
 const scheduleTickInsert = `-- name: ScheduleTickInsert :one
-INSERT INTO schedule_tick (job, due_at, outcome, params, params_hash, request_id, coalesced_into, message)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO schedule_tick (job, due_at, spec, outcome, params, params_hash, request_id, coalesced_into, message)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (job, due_at) DO NOTHING
-RETURNING job, due_at, outcome, params, params_hash, request_id, coalesced_into, message, recorded_at, updated_at
+RETURNING job, due_at, spec, outcome, params, params_hash, request_id, coalesced_into, message, recorded_at, updated_at
 `
 
 type ScheduleTickInsertParams struct {
 	Job           string
 	DueAt         time.Time
+	Spec          string
 	Outcome       string
 	Params        []byte
 	ParamsHash    string
@@ -143,6 +146,7 @@ func (q *Queries) ScheduleTickInsert(ctx context.Context, db DBTX, arg *Schedule
 	row := db.QueryRow(ctx, scheduleTickInsert,
 		arg.Job,
 		arg.DueAt,
+		arg.Spec,
 		arg.Outcome,
 		arg.Params,
 		arg.ParamsHash,
@@ -154,6 +158,7 @@ func (q *Queries) ScheduleTickInsert(ctx context.Context, db DBTX, arg *Schedule
 	err := row.Scan(
 		&i.Job,
 		&i.DueAt,
+		&i.Spec,
 		&i.Outcome,
 		&i.Params,
 		&i.ParamsHash,
@@ -167,21 +172,27 @@ func (q *Queries) ScheduleTickInsert(ctx context.Context, db DBTX, arg *Schedule
 }
 
 const scheduleTickInsertMissed = `-- name: ScheduleTickInsertMissed :execrows
-INSERT INTO schedule_tick (job, due_at, outcome, message)
-SELECT $1, unnest($2::timestamptz[]), 'missed', $3
+INSERT INTO schedule_tick (job, due_at, spec, outcome, message)
+SELECT $1, unnest($2::timestamptz[]), $3, 'missed', $4
 ON CONFLICT (job, due_at) DO NOTHING
 `
 
 type ScheduleTickInsertMissedParams struct {
 	Job     string
 	DueAts  []time.Time
+	Spec    string
 	Message string
 }
 
 // ScheduleTickInsertMissed records due times older than the catch-up
 // window, skipping any already recorded.
 func (q *Queries) ScheduleTickInsertMissed(ctx context.Context, db DBTX, arg *ScheduleTickInsertMissedParams) (int64, error) {
-	result, err := db.Exec(ctx, scheduleTickInsertMissed, arg.Job, arg.DueAts, arg.Message)
+	result, err := db.Exec(ctx, scheduleTickInsertMissed,
+		arg.Job,
+		arg.DueAts,
+		arg.Spec,
+		arg.Message,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -189,7 +200,7 @@ func (q *Queries) ScheduleTickInsertMissed(ctx context.Context, db DBTX, arg *Sc
 }
 
 const scheduleTickList = `-- name: ScheduleTickList :many
-SELECT job, due_at, outcome, params, params_hash, request_id, coalesced_into, message, recorded_at, updated_at FROM schedule_tick WHERE job = $1 ORDER BY due_at
+SELECT job, due_at, spec, outcome, params, params_hash, request_id, coalesced_into, message, recorded_at, updated_at FROM schedule_tick WHERE job = $1 ORDER BY due_at
 `
 
 func (q *Queries) ScheduleTickList(ctx context.Context, db DBTX, job string) ([]*ScheduleTick, error) {
@@ -204,6 +215,7 @@ func (q *Queries) ScheduleTickList(ctx context.Context, db DBTX, job string) ([]
 		if err := rows.Scan(
 			&i.Job,
 			&i.DueAt,
+			&i.Spec,
 			&i.Outcome,
 			&i.Params,
 			&i.ParamsHash,
@@ -224,7 +236,7 @@ func (q *Queries) ScheduleTickList(ctx context.Context, db DBTX, job string) ([]
 }
 
 const scheduleTickOldestDeferred = `-- name: ScheduleTickOldestDeferred :one
-SELECT job, due_at, outcome, params, params_hash, request_id, coalesced_into, message, recorded_at, updated_at FROM schedule_tick
+SELECT job, due_at, spec, outcome, params, params_hash, request_id, coalesced_into, message, recorded_at, updated_at FROM schedule_tick
 WHERE job = $1 AND outcome = 'deferred'
 ORDER BY due_at
 LIMIT 1
@@ -236,6 +248,7 @@ func (q *Queries) ScheduleTickOldestDeferred(ctx context.Context, db DBTX, job s
 	err := row.Scan(
 		&i.Job,
 		&i.DueAt,
+		&i.Spec,
 		&i.Outcome,
 		&i.Params,
 		&i.ParamsHash,
@@ -286,21 +299,22 @@ func (q *Queries) ScheduleTickResolve(ctx context.Context, db DBTX, arg *Schedul
 }
 
 const scheduleTickStateByJob = `-- name: ScheduleTickStateByJob :many
-SELECT job, max(due_at)::timestamptz AS last_due_at,
-       count(*) FILTER (WHERE outcome = 'deferred') AS deferred
-FROM schedule_tick
-GROUP BY job
+SELECT DISTINCT ON (t.job) t.job, t.due_at AS last_due_at, t.spec,
+       (SELECT count(*) FROM schedule_tick d WHERE d.job = t.job AND d.outcome = 'deferred') AS deferred
+FROM schedule_tick t
+ORDER BY t.job, t.due_at DESC
 `
 
 type ScheduleTickStateByJobRow struct {
 	Job       string
 	LastDueAt time.Time
+	Spec      string
 	Deferred  int64
 }
 
 // ScheduleTickStateByJob returns, per job with a recorded due time, the
-// newest one and how many due times are deferred: what a scheduler pass
-// needs to decide whether there is anything to do.
+// newest one with its schedule and how many due times are deferred: what a
+// scheduler pass needs to decide whether there is anything to do.
 func (q *Queries) ScheduleTickStateByJob(ctx context.Context, db DBTX) ([]*ScheduleTickStateByJobRow, error) {
 	rows, err := db.Query(ctx, scheduleTickStateByJob)
 	if err != nil {
@@ -310,7 +324,12 @@ func (q *Queries) ScheduleTickStateByJob(ctx context.Context, db DBTX) ([]*Sched
 	var items []*ScheduleTickStateByJobRow
 	for rows.Next() {
 		var i ScheduleTickStateByJobRow
-		if err := rows.Scan(&i.Job, &i.LastDueAt, &i.Deferred); err != nil {
+		if err := rows.Scan(
+			&i.Job,
+			&i.LastDueAt,
+			&i.Spec,
+			&i.Deferred,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)

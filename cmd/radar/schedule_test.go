@@ -345,7 +345,12 @@ func TestSchedule_MissedBeyondCatchUpWindow(t *testing.T) {
 		"BUILDRISK_SCHEDULE_METRICS":       "@every 1h",
 		"BUILDRISK_SCHEDULE_RULES":         "@every 1h",
 		"BUILDRISK_SCHEDULE_CATCHUP_RULES": "3h30m",
+		"BUILDRISK_SCHEDULE_FILINGPARSE":   "@every 1h",
 	}, now: clock.Now})
+	// filingParse ran on another schedule ten days ago: the new schedule
+	// starts with this scheduler, not with the old one's last due time.
+	_, err := s.pool.Exec(context.Background(), `INSERT INTO schedule_tick (job, due_at, spec, outcome) VALUES ('filingParse', $1, '30 18 * * *', 'enqueued')`, start.AddDate(0, 0, -10))
+	require.NoError(t, err)
 	w := s.startScheduler()
 	s.waitLeader(w)
 
@@ -353,7 +358,7 @@ func TestSchedule_MissedBeyondCatchUpWindow(t *testing.T) {
 	clock.Set(start.Add(5*time.Hour + 10*time.Minute))
 	last := time.Date(2026, 3, 2, 14, 0, 0, 0, time.UTC)
 	s.eventually("the newest due times to be handled", func() bool {
-		return s.tickOutcome(jobs.Metrics, last) != "" && s.tickOutcome(jobs.Rules, last) != ""
+		return s.tickOutcome(jobs.Metrics, last) != "" && s.tickOutcome(jobs.Rules, last) != "" && s.tickOutcome(jobs.FilingParse, last) != ""
 	})
 
 	for _, tt := range []struct {
@@ -362,6 +367,7 @@ func TestSchedule_MissedBeyondCatchUpWindow(t *testing.T) {
 	}{
 		{jobs.Metrics, []int{10, 11, 12, 13}}, // window 1h
 		{jobs.Rules, []int{10, 11}},           // window 3h30m
+		{jobs.FilingParse, []int{10, 11, 12, 13}},
 	} {
 		for hour := 10; hour <= 14; hour++ {
 			outcome := s.tickOutcome(tt.job, time.Date(2026, 3, 2, hour, 0, 0, 0, time.UTC))

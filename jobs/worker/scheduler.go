@@ -40,8 +40,9 @@ type SchedulerConfig struct {
 	// Now is the scheduler's clock; nil is time.Now. Tests move it to make
 	// due times come without waiting for them.
 	Now func() time.Time
-	// Start is when a job with no recorded due time starts being scheduled:
-	// due times before it are neither enqueued nor missed (a new
+	// Start is when a job with no recorded due time, or whose newest one
+	// belongs to another spec (the schedule changed), starts being
+	// scheduled: due times before it are neither enqueued nor missed (a new
 	// installation does not run yesterday's schedule). Zero is Now() when
 	// the Scheduler is made.
 	Start time.Time
@@ -129,6 +130,11 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 		last := s.cfg.Start
 		if st, ok := byJob[sched.Job]; ok {
 			last = st.LastDueAt
+			if st.Spec != sched.Spec {
+				// The schedule changed: its gaps under the old spec are not
+				// due times of the new one.
+				last = maxTime(last, s.cfg.Start)
+			}
 			if st.Deferred > 0 {
 				if err := s.flush(ctx, sched); err != nil {
 					errs = append(errs, fmt.Errorf("%s: %w", sched.Job, err))
@@ -173,7 +179,7 @@ func (s *Scheduler) catchUp(ctx context.Context, sched *Schedule, last, now time
 
 func (s *Scheduler) recordMissed(ctx context.Context, sched *Schedule, missed []time.Time, window time.Duration) error {
 	n, err := s.queries.ScheduleTickInsertMissed(ctx, s.pool, &queries.ScheduleTickInsertMissedParams{
-		Job: sched.Job, DueAts: missed,
+		Job: sched.Job, DueAts: missed, Spec: sched.Spec,
 		Message: fmt.Sprintf("older than the catch-up window (%s) when a scheduler first saw it", window),
 	})
 	if err != nil {
@@ -222,7 +228,7 @@ func (s *Scheduler) tick(ctx context.Context, sched *Schedule, due time.Time) er
 		} else if err := queries.Interpret(err); !errors.Is(err, queries.ErrNotFound) {
 			return fmt.Errorf("error reading due time: %w", err)
 		}
-		row := &queries.ScheduleTickInsertParams{Job: sched.Job, DueAt: due, Params: params.Canonical, ParamsHash: hash}
+		row := &queries.ScheduleTickInsertParams{Job: sched.Job, DueAt: due, Spec: sched.Spec, Params: params.Canonical, ParamsHash: hash}
 
 		// Deferred due times go first: this one waits behind them, or
 		// joins the one with the same params.
@@ -398,7 +404,7 @@ func (s *Scheduler) flush(ctx context.Context, sched *Schedule) error {
 // estimate): it would be refused again, so it is not retried.
 func (s *Scheduler) recordFailed(ctx context.Context, sched *Schedule, due time.Time, cause error) error {
 	_, err := s.queries.ScheduleTickInsert(ctx, s.pool, &queries.ScheduleTickInsertParams{
-		Job: sched.Job, DueAt: due, Outcome: observability.TickFailed, Message: cause.Error(),
+		Job: sched.Job, DueAt: due, Spec: sched.Spec, Outcome: observability.TickFailed, Message: cause.Error(),
 	})
 	if err := queries.Interpret(err); errors.Is(err, queries.ErrNotFound) {
 		return nil // recorded by another scheduler
@@ -416,4 +422,11 @@ func (s *Scheduler) recordFailed(ctx context.Context, sched *Schedule, due time.
 // estimate over a cap, unknown job): trying again would not help.
 func isRefusal(err error) bool {
 	return jobs.IsParamError(err) || errors.Is(err, request.ErrUnknownJob)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

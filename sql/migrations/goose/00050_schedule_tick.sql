@@ -18,9 +18,13 @@
 --   missed    the due time was older than the catch-up window when a
 --             scheduler first saw it.
 --   failed    its params or estimate were refused (message); not retried.
+--
+-- spec is the schedule the due time belongs to: after a schedule change the
+-- new one does not catch up the old one's gaps.
 CREATE TABLE schedule_tick (
     job            text        NOT NULL,
     due_at         timestamptz NOT NULL,
+    spec           text        NOT NULL DEFAULT '',
     outcome        text        NOT NULL CHECK (outcome IN ('enqueued', 'deferred', 'coalesced', 'missed', 'failed')),
     params         jsonb,
     params_hash    text        NOT NULL DEFAULT '',
