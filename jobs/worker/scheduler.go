@@ -388,6 +388,9 @@ func (s *Scheduler) flush(ctx context.Context, sched *Schedule) error {
 			return fmt.Errorf("error recording failed due time: %w", err)
 		}
 		s.cfg.Instruments.ScheduleTick(ctx, sched.Job, observability.TickFailed, 1)
+		s.cfg.Instruments.RequestRecorded(ctx, sched.Job, observability.SourceSchedule, observability.ResultInvalid)
+		s.cfg.Logger.WarnContext(ctx, "deferred due time failed: request refused",
+			slog.String("job", sched.Job), slog.Time("due_at", oldest.DueAt), slog.String("error", cause.Error()))
 		return nil
 	case err != nil:
 		s.cfg.Instruments.ScheduleTick(ctx, sched.Job, observability.TickFailed, 1)

@@ -1,7 +1,8 @@
 // Package worker is the worker role: a River client that claims job requests
 // and runs them through the batch runner, the worker registry with its
 // heartbeats, the reaper that frees jobs held by dead workers, the reconcile
-// loop, and graceful drain.
+// loop, the scheduler (run by River's elected leader; its state is in the
+// database), and graceful drain.
 //
 // It must not know about HTTP beyond its admin health endpoints.
 package worker
