@@ -196,6 +196,13 @@ type JobRequest struct {
 	DueAt              *time.Time
 }
 
+type JobSchedule struct {
+	Job       string
+	Spec      string
+	Since     time.Time
+	UpdatedAt time.Time
+}
+
 type ProviderCallBudget struct {
 	Provider  string
 	Day       time.Time

@@ -1,11 +1,24 @@
 -- name: ScheduleTickStateByJob :many
 -- ScheduleTickStateByJob returns, per job with a recorded due time, the
--- newest one with its schedule and how many due times are deferred: what a
--- scheduler pass needs to decide whether there is anything to do.
-SELECT DISTINCT ON (t.job) t.job, t.due_at AS last_due_at, t.spec,
+-- newest one and how many due times are deferred: what a scheduler pass
+-- needs to decide whether there is anything to do.
+SELECT DISTINCT ON (t.job) t.job, t.due_at AS last_due_at,
        (SELECT count(*) FROM schedule_tick d WHERE d.job = t.job AND d.outcome = 'deferred') AS deferred
 FROM schedule_tick t
 ORDER BY t.job, t.due_at DESC;
+
+-- name: JobScheduleSince :one
+-- JobScheduleSince records that job has the schedule spec since since,
+-- unless it already had that spec, and returns since when it has had it.
+WITH changed AS (
+    INSERT INTO job_schedule (job, spec, since) VALUES (@job, @spec, @since)
+    ON CONFLICT (job) DO UPDATE SET spec = EXCLUDED.spec, since = EXCLUDED.since, updated_at = now()
+    WHERE job_schedule.spec <> EXCLUDED.spec
+    RETURNING job_schedule.since
+)
+SELECT since FROM changed
+UNION ALL
+SELECT s.since FROM job_schedule s WHERE s.job = @job AND NOT EXISTS (SELECT 1 FROM changed);
 
 -- name: ScheduleTickGet :one
 SELECT * FROM schedule_tick WHERE job = @job AND due_at = @due_at;

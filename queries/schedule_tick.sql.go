@@ -51,6 +51,33 @@ func (q *Queries) JobFreshnessByJob(ctx context.Context, db DBTX) ([]*JobFreshne
 	return items, nil
 }
 
+const jobScheduleSince = `-- name: JobScheduleSince :one
+WITH changed AS (
+    INSERT INTO job_schedule (job, spec, since) VALUES ($1, $2, $3)
+    ON CONFLICT (job) DO UPDATE SET spec = EXCLUDED.spec, since = EXCLUDED.since, updated_at = now()
+    WHERE job_schedule.spec <> EXCLUDED.spec
+    RETURNING job_schedule.since
+)
+SELECT since FROM changed
+UNION ALL
+SELECT s.since FROM job_schedule s WHERE s.job = $1 AND NOT EXISTS (SELECT 1 FROM changed)
+`
+
+type JobScheduleSinceParams struct {
+	Job   string
+	Spec  string
+	Since time.Time
+}
+
+// JobScheduleSince records that job has the schedule spec since since,
+// unless it already had that spec, and returns since when it has had it.
+func (q *Queries) JobScheduleSince(ctx context.Context, db DBTX, arg *JobScheduleSinceParams) (time.Time, error) {
+	row := db.QueryRow(ctx, jobScheduleSince, arg.Job, arg.Spec, arg.Since)
+	var since time.Time
+	err := row.Scan(&since)
+	return since, err
+}
+
 const riverLeaderIs = `-- name: RiverLeaderIs :one
 SELECT EXISTS (SELECT 1 FROM river_leader WHERE leader_id = $1 AND expires_at > now())::boolean AS leader
 `
@@ -299,7 +326,7 @@ func (q *Queries) ScheduleTickResolve(ctx context.Context, db DBTX, arg *Schedul
 }
 
 const scheduleTickStateByJob = `-- name: ScheduleTickStateByJob :many
-SELECT DISTINCT ON (t.job) t.job, t.due_at AS last_due_at, t.spec,
+SELECT DISTINCT ON (t.job) t.job, t.due_at AS last_due_at,
        (SELECT count(*) FROM schedule_tick d WHERE d.job = t.job AND d.outcome = 'deferred') AS deferred
 FROM schedule_tick t
 ORDER BY t.job, t.due_at DESC
@@ -308,13 +335,12 @@ ORDER BY t.job, t.due_at DESC
 type ScheduleTickStateByJobRow struct {
 	Job       string
 	LastDueAt time.Time
-	Spec      string
 	Deferred  int64
 }
 
 // ScheduleTickStateByJob returns, per job with a recorded due time, the
-// newest one with its schedule and how many due times are deferred: what a
-// scheduler pass needs to decide whether there is anything to do.
+// newest one and how many due times are deferred: what a scheduler pass
+// needs to decide whether there is anything to do.
 func (q *Queries) ScheduleTickStateByJob(ctx context.Context, db DBTX) ([]*ScheduleTickStateByJobRow, error) {
 	rows, err := db.Query(ctx, scheduleTickStateByJob)
 	if err != nil {
@@ -324,12 +350,7 @@ func (q *Queries) ScheduleTickStateByJob(ctx context.Context, db DBTX) ([]*Sched
 	var items []*ScheduleTickStateByJobRow
 	for rows.Next() {
 		var i ScheduleTickStateByJobRow
-		if err := rows.Scan(
-			&i.Job,
-			&i.LastDueAt,
-			&i.Spec,
-			&i.Deferred,
-		); err != nil {
+		if err := rows.Scan(&i.Job, &i.LastDueAt, &i.Deferred); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)

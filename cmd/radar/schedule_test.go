@@ -183,8 +183,8 @@ func TestSchedule_DeferredTickKeepsItsDate(t *testing.T) {
 }
 
 // The leader stops just before a due time, leaving it unrecorded: the next
-// leader enqueues it once; a third leader after it does not enqueue it
-// again.
+// leader, started after it, enqueues it once; a third leader after it does
+// not enqueue it again.
 func TestSchedule_NextLeaderEnqueuesOnce(t *testing.T) {
 	t.Parallel()
 	due := time.Date(2026, 3, 31, 20, 0, 0, 0, seoul)
@@ -192,10 +192,15 @@ func TestSchedule_NextLeaderEnqueuesOnce(t *testing.T) {
 	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_SCHEDULE_METRICS": "0 20 * * *"}, now: clock.Now})
 	first := s.startScheduler()
 	s.waitLeader(first)
-	second := s.startScheduler()
+	s.eventually("the first leader's pass", func() bool {
+		return s.count("SELECT count(*) FROM job_schedule WHERE job = 'metrics'") == 1
+	})
 	require.NoError(t, first.Drain(context.Background()))
 
+	// The next leader starts after the due time: it catches up from the
+	// newest recorded due time, not from its own start.
 	clock.Set(due.Add(30 * time.Second))
+	second := s.startScheduler()
 	s.waitLeader(second)
 	s.eventually("the next leader to enqueue the due time", func() bool { return s.tickOutcome(jobs.Metrics, due) == observability.TickEnqueued })
 	id := s.scheduledRequestID(jobs.Metrics, due)
@@ -504,4 +509,46 @@ func TestSchedule_FreshnessFromDatabase(t *testing.T) {
 		require.NoError(t, err)
 		require.InDelta(t, float64(due.Unix()), got, 0)
 	}
+}
+
+// A leader killed (SIGKILL: no resignation, a transaction possibly cut
+// short) between due times: the next leader, once River's lease expires,
+// enqueues every due time the dead one did not get to exactly once, none
+// missed (the catch-up window covers the lease), none twice. Real time and
+// a real process: the assertions count rows per due time, never timing.
+func TestSchedule_KilledLeaderNextEnqueuesOnce(t *testing.T) {
+	t.Parallel()
+	const every = 2 * time.Second
+	bin := buildRadar(t)
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{
+		"BUILDRISK_SCHEDULE_METRICS":         "@every " + every.String(),
+		"BUILDRISK_SCHEDULE_CATCHUP_METRICS": "2m",
+	}})
+	dead := startRadar(t, bin, s.processEnv(nil), "worker")
+	s.eventually("the first leader to record two due times", func() bool {
+		return s.count("SELECT count(*) FROM schedule_tick WHERE job = 'metrics'") >= 2
+	})
+	require.NoError(t, dead.cmd.Process.Kill())
+	dead.wait(t, 30*time.Second)
+	var lastByDead time.Time
+	require.NoError(t, s.pool.QueryRow(context.Background(), "SELECT max(due_at) FROM schedule_tick WHERE job = 'metrics'").Scan(&lastByDead))
+	firstAfter := lastByDead.Add(every)
+
+	// The next leader starts only after two due times have passed: it
+	// catches up from the newest recorded due time, not from its own start.
+	s.eventually("two due times to pass", func() bool { return time.Now().After(firstAfter.Add(every)) })
+	next := s.startScheduler()
+	s.waitLeader(next)
+	s.eventually("the next leader to catch up", func() bool { return s.tickOutcome(jobs.Metrics, firstAfter.Add(2*every)) != "" })
+
+	outcome := s.tickOutcome(jobs.Metrics, firstAfter)
+	require.Contains(t, []string{observability.TickEnqueued, observability.TickDeferred, observability.TickCoalesced}, outcome)
+	require.LessOrEqual(t, s.count("SELECT count(*) FROM job_request WHERE job = 'metrics' AND due_at = $1", firstAfter), 1)
+	require.Zero(t, s.count("SELECT count(*) FROM schedule_tick WHERE outcome IN ('missed', 'failed')"))
+	require.Zero(t, s.count(`SELECT count(*) FROM (
+		SELECT due_at FROM job_request WHERE source = 'schedule' GROUP BY due_at HAVING count(*) > 1) d`), "one request per due time")
+	// No gap: every due time from the first to the newest is recorded once.
+	var first, last time.Time
+	require.NoError(t, s.pool.QueryRow(context.Background(), "SELECT min(due_at), max(due_at) FROM schedule_tick WHERE job = 'metrics'").Scan(&first, &last))
+	require.Equal(t, int(last.Sub(first)/every)+1, s.count("SELECT count(*) FROM schedule_tick WHERE job = 'metrics'"))
 }

@@ -40,11 +40,11 @@ type SchedulerConfig struct {
 	// Now is the scheduler's clock; nil is time.Now. Tests move it to make
 	// due times come without waiting for them.
 	Now func() time.Time
-	// Start is when a job with no recorded due time, or whose newest one
-	// belongs to another spec (the schedule changed), starts being
-	// scheduled: due times before it are neither enqueued nor missed (a new
-	// installation does not run yesterday's schedule). Zero is Now() when
-	// the Scheduler is made.
+	// Start is when this scheduler started: the first pass to see a job's
+	// schedule (or a changed one) records it as the time since when the
+	// job has that schedule (job_schedule). Due times before it are neither
+	// enqueued nor missed: a new installation does not run yesterday's
+	// schedule. Zero is Now() when the Scheduler is made.
 	Start time.Time
 	// Instruments counts ticks. Required.
 	Instruments *observability.Instruments
@@ -64,7 +64,9 @@ type SchedulerConfig struct {
 //  1. enqueues the oldest deferred due time if the job's request has ended
 //     (or coalesces it into a not-yet-started request with the same
 //     params);
-//  2. handles every due time after the newest recorded one, oldest first:
+//  2. handles every due time after the newest recorded one (or, before the
+//     first, after the time since when the job has had this schedule, see
+//     Start), oldest first:
 //     older than the catch-up window → missed (counted, logged once per
 //     pass); the job has an active request or older deferred due times →
 //     deferred, or coalesced when its params equal those of a deferred due
@@ -127,14 +129,15 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 	var errs []error
 	for i := range s.cfg.Schedules {
 		sched := &s.cfg.Schedules[i]
-		last := s.cfg.Start
+		// Catch up from the newest recorded due time, but never from
+		// before the job had this schedule.
+		last, err := s.queries.JobScheduleSince(ctx, s.pool, &queries.JobScheduleSinceParams{Job: sched.Job, Spec: sched.Spec, Since: s.cfg.Start})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: error recording schedule: %w", sched.Job, err))
+			continue
+		}
 		if st, ok := byJob[sched.Job]; ok {
-			last = st.LastDueAt
-			if st.Spec != sched.Spec {
-				// The schedule changed: its gaps under the old spec are not
-				// due times of the new one.
-				last = maxTime(last, s.cfg.Start)
-			}
+			last = maxTime(last, st.LastDueAt)
 			if st.Deferred > 0 {
 				if err := s.flush(ctx, sched); err != nil {
 					errs = append(errs, fmt.Errorf("%s: %w", sched.Job, err))

@@ -19,8 +19,7 @@
 --             scheduler first saw it.
 --   failed    its params or estimate were refused (message); not retried.
 --
--- spec is the schedule the due time belongs to: after a schedule change the
--- new one does not catch up the old one's gaps.
+-- spec is the schedule the due time belongs to.
 CREATE TABLE schedule_tick (
     job            text        NOT NULL,
     due_at         timestamptz NOT NULL,
@@ -38,6 +37,18 @@ CREATE TABLE schedule_tick (
 CREATE INDEX schedule_tick_deferred_idx ON schedule_tick (job, due_at) WHERE outcome = 'deferred';
 CREATE UNIQUE INDEX schedule_tick_deferred_params_idx ON schedule_tick (job, params_hash) WHERE outcome = 'deferred';
 
+-- job_schedule remembers since when each job has had its current schedule
+-- (the first scheduler pass that saw it): catch-up starts there for a job
+-- with no due time recorded yet, so the very first due time is not lost
+-- when the leader that saw the schedule dies before it. A changed spec
+-- starts afresh (its predecessor's gaps are not its due times).
+CREATE TABLE job_schedule (
+    job        text        PRIMARY KEY,
+    spec       text        NOT NULL,
+    since      timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+
 -- A scheduled request names the due time it was made for; two requests for
 -- the same job and due time are impossible.
 ALTER TABLE job_request ADD COLUMN due_at timestamptz;
@@ -50,4 +61,5 @@ DELETE FROM river_job WHERE kind = 'buildrisk_schedule' AND state IN ('available
 -- +goose Down
 DROP INDEX job_request_due_idx;
 ALTER TABLE job_request DROP COLUMN due_at;
+DROP TABLE job_schedule;
 DROP TABLE schedule_tick;
