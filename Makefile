@@ -94,7 +94,7 @@ $(VULNDB_DIR)/index/db.json:
 
 promtool-test:
 	promtool check rules deploy/prometheus/rules.yml
-	promtool test rules deploy/prometheus/rules_test.yml
+	promtool test rules deploy/prometheus/rules_test.yml deploy/prometheus/rules_freshness_test.yml
 
 ## openapi-lint: Redocly's recommended rules over the served OpenAPI document
 ## (the CLI pinned in tools/redocly/package-lock.json, installed by npm ci)

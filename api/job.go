@@ -27,7 +27,10 @@ type JobView struct {
 	RequiredKeys        []string          `json:"requiredKeys"`
 	KeysConfigured      bool              `json:"keysConfigured" doc:"a live worker reported every required key name"`
 	Schedule            *string           `json:"schedule"`
-	Next                *time.Time        `json:"next"`
+	Next                *time.Time        `json:"next" doc:"the schedule's next due time"`
+	LastDueAt           *time.Time        `json:"lastDueAt" doc:"the newest due time the scheduler recorded; null before the first"`
+	LastDueOutcome      *string           `json:"lastDueOutcome" enum:"enqueued,deferred,coalesced,missed,failed" doc:"what became of lastDueAt: enqueued (its request), deferred (waits for the active request to end), coalesced (served by a request with the same params), missed (older than the catch-up window), failed (request refused)"`
+	LastDueRequestID    *string           `json:"lastDueRequestId" doc:"the request that serves lastDueAt, once there is one"`
 	NextJob             *string           `json:"nextJob" doc:"the job a COMPLETED execution chains to"`
 }
 
@@ -153,6 +156,7 @@ func jobViewFrom(def jobs.Definition, row *queries.JobListSummaryRow, schedules 
 			live[k] = true
 		}
 		v.Running = row.Running
+		v.LastDueAt, v.LastDueOutcome, v.LastDueRequestID = row.LastDueAt, row.LastDueOutcome, formatIDPtr(row.LastDueRequestID)
 		v.ActiveRequestID = formatIDPtr(row.ActiveRequestID)
 		if row.Running {
 			age := row.HeartbeatAgeSeconds

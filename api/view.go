@@ -68,6 +68,7 @@ type RequestView struct {
 	FinishedAt         *time.Time      `json:"finishedAt"`
 	WorkerID           *string         `json:"workerId"`
 	Message            string          `json:"message"`
+	DueAt              *time.Time      `json:"dueAt" doc:"the due time of the schedule this request was made for; null unless source is schedule"`
 	Execution          *ExecutionView  `json:"execution"`
 	Instance           *InstanceView   `json:"instance" doc:"the execution's instance across all its executions; only GET /v1/requests/{id} fills it, null before an execution exists"`
 }
@@ -106,7 +107,7 @@ func requestViewFromRow(r *queries.JobRequest, e *queries.JobExecution) *Request
 		RequestID: formatID(r.ID), Job: r.Job, Source: r.Source, Params: json.RawMessage(r.Params),
 		MaxCalls: r.MaxCalls, ConfirmPurge: r.ConfirmPurge, Status: r.Status, EstimatedCalls: r.EstimatedCalls,
 		ResumesExecutionID: formatIDPtr(r.ResumesExecutionID), ResumeCause: r.ResumeCause, CreatedAt: r.CreatedAt, ClaimedAt: r.ClaimedAt,
-		FinishedAt: r.FinishedAt, WorkerID: r.WorkerID, Message: r.Message, Execution: executionViewFromRow(e),
+		FinishedAt: r.FinishedAt, WorkerID: r.WorkerID, Message: r.Message, DueAt: r.DueAt, Execution: executionViewFromRow(e),
 	}
 }
 

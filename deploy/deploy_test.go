@@ -440,7 +440,7 @@ func TestPromtool(t *testing.T) {
 	t.Run("TestRules", func(t *testing.T) {
 		t.Parallel()
 
-		out := runPromtool(t, "prometheus", nil, "test", "rules", "rules_test.yml")
+		out := runPromtool(t, "prometheus", nil, "test", "rules", "rules_test.yml", "rules_freshness_test.yml")
 		require.Contains(t, out, "SUCCESS")
 	})
 
@@ -495,6 +495,11 @@ func TestPromtool(t *testing.T) {
 		inst.WorkersAliveSet(ctx, 1)
 		inst.QueueOldestAgeSet(ctx, "aptTrade", 1)
 		inst.RequestStartLatency(ctx, "aptTrade", time.Second)
+		inst.ScheduleTick(ctx, "aptTrade", observability.TickMissed, 1)
+		inst.SchedulePeriodSet(ctx, "aptTrade", 24*time.Hour)
+		inst.SetJobFreshnessSource(func(context.Context) (map[string]time.Time, error) {
+			return map[string]time.Time{"aptTrade": time.Unix(1_700_000_000, 0)}, nil
+		})
 
 		rec := httptest.NewRecorder()
 		providers.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
@@ -565,15 +570,21 @@ func TestPrometheusRules(t *testing.T) {
 	for _, want := range []string{
 		"BuildriskFanoutRejections", "BuildriskStaleWorkerReaped", "BuildriskUnaccountedItems",
 		"BuildriskQueueAgeHigh", "BuildriskProviderBudgetLow", "BuildriskNoLiveWorker",
+		"BuildriskJobNotCompleted", "BuildriskScheduleTicksLost",
 	} {
 		require.True(t, names[want], "missing alert %s", want)
 	}
 
-	// Every alert has a test case in rules_test.yml.
-	testFile, err := os.ReadFile(filepath.Join("prometheus", "rules_test.yml"))
-	require.NoError(t, err)
+	// Every alert has a test case in rules_test.yml (the freshness alert's
+	// span days and have a file of their own).
+	var testFiles string
+	for _, f := range []string{"rules_test.yml", "rules_freshness_test.yml"} {
+		data, err := os.ReadFile(filepath.Join("prometheus", f))
+		require.NoError(t, err)
+		testFiles += string(data)
+	}
 	for name := range names {
-		require.Contains(t, string(testFile), "alertname: "+name)
+		require.Contains(t, testFiles, "alertname: "+name)
 	}
 }
 
@@ -670,6 +681,7 @@ func TestGrafanaDashboards(t *testing.T) {
 			"Fan-out rejections by reason", "Fan-out in flight vs capacity",
 			"External calls by outcome", "Provider budget remaining", "Chunk duration",
 			"Workers alive", "Oldest queued request age",
+			"Schedule due times by outcome", "Time since last completion vs schedule period",
 		} {
 			require.True(t, titles[want], "%s: no panel %q", path, want)
 		}

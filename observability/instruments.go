@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -134,6 +135,34 @@ const (
 	ReasonSubmitFailed = "submit_failed"
 )
 
+// Values of the outcome attribute of buildrisk_schedule_ticks_total: what a
+// scheduler did with one due time of a job's schedule. A due time is counted
+// once as enqueued, coalesced, missed or failed, and additionally as
+// deferred when it first had to wait.
+const (
+	// TickCoalesced is a due time whose params equal those of a request not
+	// yet started or of a waiting due time: that one run serves both.
+	TickCoalesced = "coalesced"
+	// TickDeferred is a due time that met the job's active request: it
+	// waits, recorded, and is enqueued when that request ends.
+	TickDeferred = "deferred"
+	// TickEnqueued is a due time whose request was inserted.
+	TickEnqueued = "enqueued"
+	// TickFailed is an attempt to enqueue a due time that failed: refused
+	// params or estimate (recorded, not retried) or an error such as an
+	// unreachable database (retried by the next pass within the catch-up
+	// window). Any increase alerts.
+	TickFailed = "failed"
+	// TickMissed is a due time older than the catch-up window when a
+	// scheduler first saw it (no leader ran in time). It is recorded and
+	// never run; any increase alerts.
+	TickMissed = "missed"
+)
+
+// tickOutcomes lists every allowed value of the outcome attribute of
+// buildrisk_schedule_ticks_total.
+var tickOutcomes = []string{TickCoalesced, TickDeferred, TickEnqueued, TickFailed, TickMissed}
+
 // fanoutReasons lists every allowed value of the reason attribute.
 var fanoutReasons = []string{ReasonCap, ReasonClosed, ReasonProvider429, ReasonQueueFull, ReasonSubmitFailed}
 
@@ -157,12 +186,16 @@ const (
 	MetricFanoutRejections       = "buildrisk_fanout_rejections_total"
 	MetricItems                  = "buildrisk_items_total"
 	MetricOwnershipLost          = "buildrisk_ownership_lost_total"
+	MetricJobLastCompleted       = "buildrisk_job_last_completed_timestamp_seconds"
 	MetricProviderCallsRemaining = "buildrisk_provider_calls_remaining"
 	MetricProviderDailyCap       = "buildrisk_provider_daily_cap"
 	MetricQueueOldestAge         = "buildrisk_queue_oldest_age_seconds"
 	MetricRequestStartLatency    = "buildrisk_request_start_latency_seconds"
 	MetricRequests               = "buildrisk_requests_total"
 	MetricRequestsFailed         = "buildrisk_requests_failed_total"
+	MetricScheduleMissed         = "buildrisk_schedule_missed_total"
+	MetricSchedulePeriod         = "buildrisk_schedule_period_seconds"
+	MetricScheduleTicks          = "buildrisk_schedule_ticks_total"
 	MetricWorkerStaleHeartbeats  = "buildrisk_worker_stale_heartbeats_total"
 	MetricWorkersAlive           = "buildrisk_workers_alive"
 )
@@ -181,6 +214,7 @@ var MetricNames = []string{
 	MetricFanoutInflight,
 	MetricFanoutRejections,
 	MetricItems,
+	MetricJobLastCompleted,
 	MetricOwnershipLost,
 	MetricProviderCallsRemaining,
 	MetricProviderDailyCap,
@@ -188,6 +222,9 @@ var MetricNames = []string{
 	MetricRequestStartLatency,
 	MetricRequestsFailed,
 	MetricRequests,
+	MetricScheduleMissed,
+	MetricSchedulePeriod,
+	MetricScheduleTicks,
 	MetricWorkerStaleHeartbeats,
 	MetricWorkersAlive,
 }
@@ -245,15 +282,32 @@ type Instruments struct {
 	fanoutRejections       metric.Int64Counter
 	items                  metric.Int64Counter
 	ownershipLost          metric.Int64Counter
+	jobLastCompleted       metric.Float64ObservableGauge
 	providerCallsRemaining metric.Int64Gauge
 	providerDailyCap       metric.Int64Gauge
 	queueOldestAge         metric.Float64Gauge
 	requestStartLatency    metric.Float64Histogram
 	requests               metric.Int64Counter
 	requestsFailed         metric.Int64Counter
+	scheduleMissed         metric.Int64Counter
+	schedulePeriod         metric.Float64Gauge
+	scheduleTicks          metric.Int64Counter
 	workerStaleHeartbeats  metric.Int64Counter
 	workersAlive           metric.Int64Gauge
+
+	// freshness is the source of buildrisk_job_last_completed_timestamp_seconds
+	// (see SetJobFreshnessSource); nil exports no series.
+	freshness atomic.Pointer[JobFreshnessFunc]
 }
+
+// JobFreshnessFunc returns, per job, the time since which the job is
+// expected to complete: the end of its newest COMPLETED execution (or,
+// for a job that never completed, its schedule's first recorded due
+// time). It reads the database, so every process exports the same values.
+type JobFreshnessFunc func(ctx context.Context) (map[string]time.Time, error)
+
+// freshnessTimeout bounds the database read behind one scrape.
+const freshnessTimeout = 5 * time.Second
 
 // NewInstruments creates every instrument on a meter of mp named
 // [ScopeName]. It also sets buildrisk_worker_stale_heartbeats_total, which
@@ -398,6 +452,37 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 		metric.WithUnit("{request}"))
 	check(err)
 
+	// buildrisk_schedule_ticks_total{job,outcome}: due times of a job's
+	// schedule by what the scheduler did with them (tickOutcomes).
+	i.scheduleTicks, err = meter.Int64Counter("buildrisk.schedule.ticks",
+		metric.WithDescription("Due times of a job's schedule, by outcome: enqueued, coalesced, deferred (waited for an active request), missed (older than the catch-up window), failed (enqueue refused or failed)."),
+		metric.WithUnit("{tick}"))
+	check(err)
+
+	// buildrisk_schedule_missed_total{job}: due times recorded missed.
+	i.scheduleMissed, err = meter.Int64Counter("buildrisk.schedule.missed",
+		metric.WithDescription("Due times of a job's schedule older than its catch-up window when a scheduler first saw them; recorded and never run."),
+		metric.WithUnit("{tick}"))
+	check(err)
+
+	// buildrisk_schedule_period_seconds{job}: the longest gap between two
+	// due times of the job's schedule, which the freshness alert allows.
+	i.schedulePeriod, err = meter.Float64Gauge("buildrisk.schedule.period",
+		metric.WithDescription("Longest gap between two consecutive due times of the job's schedule: the job is expected to complete at least this often."),
+		metric.WithUnit("s"))
+	check(err)
+
+	// buildrisk_job_last_completed_timestamp_seconds{job}: read from the
+	// database at collection time through the freshness source.
+	i.jobLastCompleted, err = meter.Float64ObservableGauge("buildrisk.job.last_completed_timestamp",
+		metric.WithDescription("Unix time of the end of the job's newest COMPLETED execution (for a scheduled job that never completed: its first recorded due time), read from the database."),
+		metric.WithUnit("s"))
+	check(err)
+	if err == nil {
+		_, err = meter.RegisterCallback(i.observeFreshness, i.jobLastCompleted)
+		check(err)
+	}
+
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("error creating instruments: %w", errors.Join(errs...))
 	}
@@ -438,6 +523,10 @@ func (i *Instruments) InitSeries(ctx context.Context, jobs, providers []string) 
 			i.autoResumes.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrCause.String(cause)))
 			i.autoResumesRefused.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrCause.String(cause)))
 		}
+		for _, outcome := range tickOutcomes {
+			i.scheduleTicks.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrOutcome.String(outcome)))
+		}
+		i.scheduleMissed.Add(ctx, 0, metric.WithAttributes(attrJob.String(job)))
 	}
 	for _, provider := range providers {
 		for _, outcome := range []string{CallCapped, CallError, CallOK} {
@@ -587,6 +676,51 @@ func (i *Instruments) QueueOldestAgeSet(ctx context.Context, job string, seconds
 // between hosts) are recorded as 0.
 func (i *Instruments) RequestStartLatency(ctx context.Context, job string, d time.Duration) {
 	i.requestStartLatency.Record(ctx, max(d, 0).Seconds(), metric.WithAttributes(attrJob.String(job)))
+}
+
+// ScheduleTick counts n due times of job's schedule with outcome (one of
+// the Tick constants). n <= 0 records nothing. TickMissed also counts
+// buildrisk_schedule_missed_total.
+func (i *Instruments) ScheduleTick(ctx context.Context, job, outcome string, n int64) {
+	if n <= 0 {
+		return
+	}
+	outcome = oneOf(outcome, tickOutcomes...)
+	i.scheduleTicks.Add(ctx, n, metric.WithAttributes(attrJob.String(job), attrOutcome.String(outcome)))
+	if outcome == TickMissed {
+		i.scheduleMissed.Add(ctx, n, metric.WithAttributes(attrJob.String(job)))
+	}
+}
+
+// SchedulePeriodSet records the longest gap d between two due times of
+// job's schedule. Record it once at startup for every scheduled job, in
+// every process, so the freshness alert knows each job's period.
+func (i *Instruments) SchedulePeriodSet(ctx context.Context, job string, d time.Duration) {
+	i.schedulePeriod.Record(ctx, d.Seconds(), metric.WithAttributes(attrJob.String(job)))
+}
+
+// SetJobFreshnessSource makes buildrisk_job_last_completed_timestamp_seconds
+// read f at every collection (a scrape). Setting it again replaces f, so
+// one process running several roles reads the database once per scrape.
+func (i *Instruments) SetJobFreshnessSource(f JobFreshnessFunc) {
+	i.freshness.Store(&f)
+}
+
+func (i *Instruments) observeFreshness(ctx context.Context, o metric.Observer) error {
+	f := i.freshness.Load()
+	if f == nil || *f == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, freshnessTimeout)
+	defer cancel()
+	since, err := (*f)(ctx)
+	if err != nil {
+		return fmt.Errorf("error reading job freshness: %w", err)
+	}
+	for job, t := range since {
+		o.ObserveFloat64(i.jobLastCompleted, float64(t.UnixNano())/1e9, metric.WithAttributes(attrJob.String(job)))
+	}
+	return nil
 }
 
 // oneOf returns v if it is one of allowed and ValueOther otherwise, bounding

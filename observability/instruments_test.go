@@ -92,6 +92,11 @@ func recordOneOfEach(ctx context.Context, inst *Instruments) {
 	inst.RequestStartLatency(ctx, "aptTrade", 250*time.Millisecond)
 	inst.AutoResumed(ctx, "aptTrade", CauseDrain)
 	inst.AutoResumeRefused(ctx, "aptTrade", CauseReap)
+	inst.ScheduleTick(ctx, "stockPrice", TickMissed, 2)
+	inst.SchedulePeriodSet(ctx, "stockPrice", 72*time.Hour)
+	inst.SetJobFreshnessSource(func(context.Context) (map[string]time.Time, error) {
+		return map[string]time.Time{"stockPrice": time.Unix(1_700_000_000, 500_000_000)}, nil
+	})
 }
 
 func TestInstrumentsScrapedNames(t *testing.T) {
@@ -114,24 +119,28 @@ func TestInstrumentsScrapedNames(t *testing.T) {
 		labels []string
 		typ    dto.MetricType
 	}{
-		"buildrisk_auto_resumes_total":            {[]string{"cause", "job"}, dto.MetricType_COUNTER},
-		"buildrisk_auto_resumes_refused_total":    {[]string{"cause", "job"}, dto.MetricType_COUNTER},
-		"buildrisk_chunk_duration_seconds":        {[]string{"job"}, dto.MetricType_HISTOGRAM},
-		"buildrisk_executions_total":              {[]string{"job", "status"}, dto.MetricType_COUNTER},
-		"buildrisk_external_calls_total":          {[]string{"outcome", "provider"}, dto.MetricType_COUNTER},
-		"buildrisk_fanout_capacity":               {[]string{"job"}, dto.MetricType_GAUGE},
-		"buildrisk_fanout_inflight":               {[]string{"job"}, dto.MetricType_GAUGE},
-		"buildrisk_fanout_rejections_total":       {[]string{"job", "reason"}, dto.MetricType_COUNTER},
-		"buildrisk_items_total":                   {[]string{"job", "outcome"}, dto.MetricType_COUNTER},
-		"buildrisk_ownership_lost_total":          {[]string{"job"}, dto.MetricType_COUNTER},
-		"buildrisk_provider_calls_remaining":      {[]string{"provider"}, dto.MetricType_GAUGE},
-		"buildrisk_provider_daily_cap":            {[]string{"provider"}, dto.MetricType_GAUGE},
-		"buildrisk_queue_oldest_age_seconds":      {[]string{"job"}, dto.MetricType_GAUGE},
-		"buildrisk_request_start_latency_seconds": {[]string{"job"}, dto.MetricType_HISTOGRAM},
-		"buildrisk_requests_total":                {[]string{"job", "result", "source"}, dto.MetricType_COUNTER},
-		"buildrisk_requests_failed_total":         {[]string{"job", "reason"}, dto.MetricType_COUNTER},
-		"buildrisk_worker_stale_heartbeats_total": {nil, dto.MetricType_COUNTER},
-		"buildrisk_workers_alive":                 {nil, dto.MetricType_GAUGE},
+		"buildrisk_auto_resumes_total":                   {[]string{"cause", "job"}, dto.MetricType_COUNTER},
+		"buildrisk_auto_resumes_refused_total":           {[]string{"cause", "job"}, dto.MetricType_COUNTER},
+		"buildrisk_chunk_duration_seconds":               {[]string{"job"}, dto.MetricType_HISTOGRAM},
+		"buildrisk_executions_total":                     {[]string{"job", "status"}, dto.MetricType_COUNTER},
+		"buildrisk_external_calls_total":                 {[]string{"outcome", "provider"}, dto.MetricType_COUNTER},
+		"buildrisk_fanout_capacity":                      {[]string{"job"}, dto.MetricType_GAUGE},
+		"buildrisk_fanout_inflight":                      {[]string{"job"}, dto.MetricType_GAUGE},
+		"buildrisk_fanout_rejections_total":              {[]string{"job", "reason"}, dto.MetricType_COUNTER},
+		"buildrisk_items_total":                          {[]string{"job", "outcome"}, dto.MetricType_COUNTER},
+		"buildrisk_ownership_lost_total":                 {[]string{"job"}, dto.MetricType_COUNTER},
+		"buildrisk_provider_calls_remaining":             {[]string{"provider"}, dto.MetricType_GAUGE},
+		"buildrisk_provider_daily_cap":                   {[]string{"provider"}, dto.MetricType_GAUGE},
+		"buildrisk_queue_oldest_age_seconds":             {[]string{"job"}, dto.MetricType_GAUGE},
+		"buildrisk_request_start_latency_seconds":        {[]string{"job"}, dto.MetricType_HISTOGRAM},
+		"buildrisk_requests_total":                       {[]string{"job", "result", "source"}, dto.MetricType_COUNTER},
+		"buildrisk_requests_failed_total":                {[]string{"job", "reason"}, dto.MetricType_COUNTER},
+		"buildrisk_worker_stale_heartbeats_total":        {nil, dto.MetricType_COUNTER},
+		"buildrisk_workers_alive":                        {nil, dto.MetricType_GAUGE},
+		"buildrisk_job_last_completed_timestamp_seconds": {[]string{"job"}, dto.MetricType_GAUGE},
+		"buildrisk_schedule_missed_total":                {[]string{"job"}, dto.MetricType_COUNTER},
+		"buildrisk_schedule_period_seconds":              {[]string{"job"}, dto.MetricType_GAUGE},
+		"buildrisk_schedule_ticks_total":                 {[]string{"job", "outcome"}, dto.MetricType_COUNTER},
 	}
 
 	// MetricNames is exactly the list above, sorted.
@@ -228,6 +237,10 @@ func TestInstrumentsValues(t *testing.T) {
 		{map[string]string{"job": "aptTrade"}, "buildrisk_request_start_latency_seconds_sum", 0.25},
 		{map[string]string{"job": "rules"}, "buildrisk_request_start_latency_seconds_count", 1},
 		{map[string]string{"job": "rules"}, "buildrisk_request_start_latency_seconds_sum", 0},
+		{map[string]string{"job": "stockPrice", "outcome": "missed"}, "buildrisk_schedule_ticks_total", 2},
+		{map[string]string{"job": "stockPrice"}, "buildrisk_schedule_missed_total", 2},
+		{map[string]string{"job": "stockPrice"}, "buildrisk_schedule_period_seconds", 72 * 3600},
+		{map[string]string{"job": "stockPrice"}, "buildrisk_job_last_completed_timestamp_seconds", 1_700_000_000.5},
 	} {
 		got, err := bundle.providers.MetricValue(tt.name, tt.labels)
 		require.NoError(t, err, tt.name)
@@ -263,6 +276,7 @@ func TestInstrumentsOtherValue(t *testing.T) {
 	bundle.inst.ItemsCounted(ctx, "aptTrade", "lost", 1)
 	bundle.inst.ExternalCall(ctx, "DART", "timeout")
 	bundle.inst.FanoutRejected(ctx, "creditEval", "RejectedExecutionException")
+	bundle.inst.ScheduleTick(ctx, "aptTrade", "skipped", 1)
 
 	for _, tt := range []struct {
 		labels map[string]string
@@ -273,6 +287,7 @@ func TestInstrumentsOtherValue(t *testing.T) {
 		{map[string]string{"outcome": ValueOther}, MetricItems},
 		{map[string]string{"outcome": ValueOther}, MetricExternalCalls},
 		{map[string]string{"reason": ValueOther}, MetricFanoutRejections},
+		{map[string]string{"outcome": ValueOther}, MetricScheduleTicks},
 	} {
 		got, err := bundle.providers.MetricValue(tt.name, tt.labels)
 		require.NoError(t, err)

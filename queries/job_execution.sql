@@ -122,7 +122,8 @@ WHERE id = @id AND status IN ('STARTING', 'STARTED', 'STOPPING');
 -- repository's definitions: last = the newest execution of the newest
 -- instance; running = an execution in STARTING, STARTED or STOPPING;
 -- heartbeat = that running execution's last_updated; keys = the key names
--- reported by live workers.
+-- reported by live workers; last due = the newest due time its schedule
+-- recorded, with its outcome.
 WITH names AS (
     SELECT unnest(@jobs::text[]) AS job
 ), last_instance AS (
@@ -147,6 +148,11 @@ WITH names AS (
     SELECT coalesce(array_agg(DISTINCT k.key), '{}')::text[] AS keys
     FROM worker w, unnest(w.configured_keys) AS k(key)
     WHERE w.heartbeat_at >= now() - make_interval(secs => @stale_seconds::float8) AND w.status <> 'stopped'
+), last_due AS (
+    SELECT DISTINCT ON (t.job) t.job, t.due_at, t.outcome, t.request_id
+    FROM schedule_tick t
+    WHERE t.job = ANY(@jobs::text[])
+    ORDER BY t.job, t.due_at DESC
 )
 SELECT n.job::text AS job,
        le.id AS last_execution_id,
@@ -157,12 +163,16 @@ SELECT n.job::text AS job,
        (ru.id IS NOT NULL)::boolean AS running,
        coalesce(extract(epoch FROM now() - ru.last_updated), 0)::float8 AS heartbeat_age_seconds,
        a.id AS active_request_id,
-       lk.keys AS live_keys
+       lk.keys AS live_keys,
+       ld.due_at AS last_due_at,
+       ld.outcome AS last_due_outcome,
+       ld.request_id AS last_due_request_id
 FROM names n
 LEFT JOIN last_instance li ON li.job = n.job
 LEFT JOIN last_execution le ON le.instance_id = li.id
 LEFT JOIN running ru ON ru.job = n.job
 LEFT JOIN active a ON a.job = n.job
+LEFT JOIN last_due ld ON ld.job = n.job
 CROSS JOIN live_keys lk;
 
 -- name: JobExecutionListByIDs :many

@@ -46,7 +46,7 @@ const jobRequestClaim = `-- name: JobRequestClaim :one
 UPDATE job_request
 SET status = 'RUNNING', claimed_at = now(), worker_id = $1
 WHERE id = $2 AND status = 'QUEUED'
-RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, resume_cause
+RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause
 `
 
 type JobRequestClaimParams struct {
@@ -78,6 +78,7 @@ func (q *Queries) JobRequestClaim(ctx context.Context, db DBTX, arg *JobRequestC
 		&i.CreatedAt,
 		&i.ClaimedAt,
 		&i.FinishedAt,
+		&i.DueAt,
 		&i.ResumeCause,
 	)
 	return &i, err
@@ -106,7 +107,7 @@ func (q *Queries) JobRequestFinish(ctx context.Context, db DBTX, arg *JobRequest
 }
 
 const jobRequestGetActiveByJob = `-- name: JobRequestGetActiveByJob :one
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, resume_cause FROM job_request WHERE job = $1 AND status IN ('QUEUED', 'RUNNING')
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause FROM job_request WHERE job = $1 AND status IN ('QUEUED', 'RUNNING')
 `
 
 func (q *Queries) JobRequestGetActiveByJob(ctx context.Context, db DBTX, job string) (*JobRequest, error) {
@@ -131,13 +132,14 @@ func (q *Queries) JobRequestGetActiveByJob(ctx context.Context, db DBTX, job str
 		&i.CreatedAt,
 		&i.ClaimedAt,
 		&i.FinishedAt,
+		&i.DueAt,
 		&i.ResumeCause,
 	)
 	return &i, err
 }
 
 const jobRequestGetByID = `-- name: JobRequestGetByID :one
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, resume_cause FROM job_request WHERE id = $1
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause FROM job_request WHERE id = $1
 `
 
 func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*JobRequest, error) {
@@ -162,15 +164,16 @@ func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*Jo
 		&i.CreatedAt,
 		&i.ClaimedAt,
 		&i.FinishedAt,
+		&i.DueAt,
 		&i.ResumeCause,
 	)
 	return &i, err
 }
 
 const jobRequestInsert = `-- name: JobRequestInsert :one
-INSERT INTO job_request (job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, resume_cause
+INSERT INTO job_request (job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause
 `
 
 type JobRequestInsertParams struct {
@@ -184,6 +187,7 @@ type JobRequestInsertParams struct {
 	EstimatedCalls     int32
 	ResumesExecutionID *int64
 	WorkerID           *string
+	DueAt              *time.Time
 }
 
 func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequestInsertParams) (*JobRequest, error) {
@@ -198,6 +202,7 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 		arg.EstimatedCalls,
 		arg.ResumesExecutionID,
 		arg.WorkerID,
+		arg.DueAt,
 	)
 	var i JobRequest
 	err := row.Scan(
@@ -219,13 +224,14 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 		&i.CreatedAt,
 		&i.ClaimedAt,
 		&i.FinishedAt,
+		&i.DueAt,
 		&i.ResumeCause,
 	)
 	return &i, err
 }
 
 const jobRequestList = `-- name: JobRequestList :many
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, resume_cause FROM job_request
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause FROM job_request
 WHERE ($1::text IS NULL OR job = $1)
   AND ($2::text IS NULL OR status = $2)
   AND ($3::bigint IS NULL OR id < $3)
@@ -273,6 +279,7 @@ func (q *Queries) JobRequestList(ctx context.Context, db DBTX, arg *JobRequestLi
 			&i.CreatedAt,
 			&i.ClaimedAt,
 			&i.FinishedAt,
+			&i.DueAt,
 			&i.ResumeCause,
 		); err != nil {
 			return nil, err
@@ -392,7 +399,7 @@ func (q *Queries) JobRequestListPreviousBoot(ctx context.Context, db DBTX, arg *
 }
 
 const jobRequestListQueued = `-- name: JobRequestListQueued :many
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, resume_cause FROM job_request WHERE status = 'QUEUED' ORDER BY id
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause FROM job_request WHERE status = 'QUEUED' ORDER BY id
 `
 
 func (q *Queries) JobRequestListQueued(ctx context.Context, db DBTX) ([]*JobRequest, error) {
@@ -423,6 +430,7 @@ func (q *Queries) JobRequestListQueued(ctx context.Context, db DBTX) ([]*JobRequ
 			&i.CreatedAt,
 			&i.ClaimedAt,
 			&i.FinishedAt,
+			&i.DueAt,
 			&i.ResumeCause,
 		); err != nil {
 			return nil, err
@@ -436,7 +444,7 @@ func (q *Queries) JobRequestListQueued(ctx context.Context, db DBTX) ([]*JobRequ
 }
 
 const jobRequestListRunningByWorker = `-- name: JobRequestListRunningByWorker :many
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, resume_cause FROM job_request WHERE status = 'RUNNING' AND worker_id = $1 ORDER BY id
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause FROM job_request WHERE status = 'RUNNING' AND worker_id = $1 ORDER BY id
 `
 
 func (q *Queries) JobRequestListRunningByWorker(ctx context.Context, db DBTX, workerID *string) ([]*JobRequest, error) {
@@ -467,6 +475,7 @@ func (q *Queries) JobRequestListRunningByWorker(ctx context.Context, db DBTX, wo
 			&i.CreatedAt,
 			&i.ClaimedAt,
 			&i.FinishedAt,
+			&i.DueAt,
 			&i.ResumeCause,
 		); err != nil {
 			return nil, err

@@ -205,7 +205,15 @@ type JobRequest struct {
 	CreatedAt          time.Time
 	ClaimedAt          *time.Time
 	FinishedAt         *time.Time
+	DueAt              *time.Time
 	ResumeCause        string
+}
+
+type JobSchedule struct {
+	Job       string
+	Spec      string
+	Since     time.Time
+	UpdatedAt time.Time
 }
 
 type ProviderCallBudget struct {
@@ -249,6 +257,27 @@ type RiverJob struct {
 	Kind        string
 	Args        []byte
 	Metadata    []byte
+}
+
+type RiverLeader struct {
+	ElectedAt time.Time
+	ExpiresAt time.Time
+	LeaderID  string
+	Name      string
+}
+
+type ScheduleTick struct {
+	Job           string
+	DueAt         time.Time
+	Spec          string
+	Outcome       string
+	Params        []byte
+	ParamsHash    string
+	RequestID     *int64
+	CoalescedInto *time.Time
+	Message       string
+	RecordedAt    time.Time
+	UpdatedAt     time.Time
 }
 
 type StockPrice struct {

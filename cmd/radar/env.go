@@ -46,7 +46,9 @@ type envConfig struct {
 	Location          *time.Location
 	LogFormat         string
 	// Schedules are the periodic requests (catalog default, or
-	// BUILDRISK_SCHEDULE_<JOB>), parsed; jobs whose schedule is off are absent.
+	// BUILDRISK_SCHEDULE_<JOB>), parsed, with their catch-up windows
+	// (BUILDRISK_SCHEDULE_CATCHUP_<JOB>, default one period); jobs whose
+	// schedule is off are absent.
 	Schedules []worker.Schedule
 	// RuleThresholds are the rules' thresholds: the catalog's defaults, or
 	// BUILDRISK_RULE_<NAME>.
@@ -55,8 +57,9 @@ type envConfig struct {
 	// (BUILDRISK_AUTO_RESUME, BUILDRISK_AUTO_RESUME_MAX,
 	// BUILDRISK_AUTO_RESUME_BACKOFF).
 	AutoResume request.ResumePolicy
-	// Now is the clock of call budgets; nil is time.Now. Not an environment
-	// variable: tests set it to cross a day boundary.
+	// Now is the clock of call budgets and schedules; nil is time.Now. Not
+	// an environment variable: tests set it to cross a day boundary and to
+	// make due times come without waiting for them.
 	Now func() time.Time
 }
 
@@ -198,10 +201,19 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 			return nil, envError(name, "%v (a cron expression, @every DURATION, or off)", err)
 		}
 		loc := c.Location
-		c.Schedules = append(c.Schedules, worker.Schedule{
-			Job: def.Name(), Spec: spec, Next: next,
-			Params: func(now time.Time) []byte { return def.ScheduledParams(now.In(loc)) },
-		})
+		sched := worker.Schedule{
+			Job: def.Name(), Spec: spec, Next: next, Period: worker.SchedulePeriod(next, time.Now()),
+			// The due time's own day in the configured zone, whenever the
+			// request is inserted.
+			Params: func(due time.Time) []byte { return def.ScheduledParams(due.In(loc)) },
+		}
+		catchUpName := "BUILDRISK_SCHEDULE_CATCHUP_" + strings.ToUpper(def.Name())
+		if v := strings.TrimSpace(getenv(catchUpName)); v != "" {
+			if sched.CatchUp, err = time.ParseDuration(v); err != nil || sched.CatchUp <= 0 {
+				return nil, envError(catchUpName, "%q is not a positive Go duration such as 36h", v)
+			}
+		}
+		c.Schedules = append(c.Schedules, sched)
 	}
 	c.RuleThresholds = jobs.RuleThresholdDefaults()
 	for _, r := range jobs.RuleSet {
@@ -240,6 +252,14 @@ func orDefault(v, def string) string {
 		return def
 	}
 	return v
+}
+
+// now reads the configured clock (Now, or time.Now).
+func (c *envConfig) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
 }
 
 // configuredKeyNames returns the NAMES of the provider keys set; never values.

@@ -42,7 +42,11 @@ func TestMetrics_ScriptedScenario(t *testing.T) {
 	s.seedExposure(20)
 
 	// The worker process has no CREDIT budget: its first CREDIT call is capped.
-	worker := startRadar(t, bin, s.processEnv(map[string]string{"BUILDRISK_DAILY_CAP_CREDIT": "0", "BUILDRISK_FANOUT": "1"}), "worker")
+	// Its one schedule (rules, on January 1st) exports a period and never
+	// comes due during the test.
+	worker := startRadar(t, bin, s.processEnv(map[string]string{
+		"BUILDRISK_DAILY_CAP_CREDIT": "0", "BUILDRISK_FANOUT": "1", "BUILDRISK_SCHEDULE_RULES": "0 3 1 1 *",
+	}), "worker")
 	workerAdmin := worker.waitLine(t, adminAddrLine)[1]
 
 	// A stale worker holds aptTrade: the API's cleanup reaps it (stale +1).
@@ -103,6 +107,19 @@ func TestMetrics_ScriptedScenario(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, float64(s.count("SELECT count(*) FROM apt_trade")), written, "the counter agrees with the rows")
 	requireMetric(t, wm, "buildrisk_items_total", 0, `job="aptTrade"`, `outcome="unaccounted"`)
+
+	// The freshness gauge is read from the database: the api and the worker
+	// export the same value.
+	apiCompleted, ok := metricLine(api, "buildrisk_job_last_completed_timestamp_seconds", `job="aptTrade"`)
+	require.True(t, ok)
+	requireMetric(t, wm, "buildrisk_job_last_completed_timestamp_seconds", apiCompleted, `job="aptTrade"`)
+	workerEnv, err := loadEnv(func(k string) string { return map[string]string{"BUILDRISK_SCHEDULE_RULES": "0 3 1 1 *"}[k] })
+	require.NoError(t, err)
+	for _, sched := range workerEnv.Schedules {
+		if sched.Job == "rules" {
+			requireMetric(t, wm, "buildrisk_schedule_period_seconds", sched.Period.Seconds(), `job="rules"`)
+		}
+	}
 
 	// Every contract metric is exported by the api or the worker.
 	for _, name := range observability.MetricNames {

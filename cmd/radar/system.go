@@ -37,6 +37,7 @@ import (
 	"github.com/buildrisk/radar/jobs/upstream"
 	"github.com/buildrisk/radar/jobs/worker"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/sql/migrations"
 )
 
@@ -222,7 +223,7 @@ func riverPlugins(tel *telemetry) []rivertype.Plugin {
 	})}
 }
 
-// scheduleInfo tells the API a job's schedule and its next run.
+// scheduleInfo tells the API a job's schedule and its next due time.
 func scheduleInfo(env *envConfig) func(job string) (string, *time.Time) {
 	byJob := map[string]worker.Schedule{}
 	for _, s := range env.Schedules {
@@ -233,9 +234,30 @@ func scheduleInfo(env *envConfig) func(job string) (string, *time.Time) {
 		if !ok {
 			return "", nil
 		}
-		next := s.Next.Next(time.Now()).In(env.Location)
+		next := s.Next.Next(env.now()).In(env.Location)
 		return s.Spec, &next
 	}
+}
+
+// observeSchedules exports, from any process, each scheduled job's period
+// and every job's freshness read from the database, so that the api and
+// every worker serve the same values.
+func observeSchedules(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *telemetry) {
+	for _, s := range env.Schedules {
+		tel.instruments.SchedulePeriodSet(ctx, s.Job, s.Period)
+	}
+	q := queries.New()
+	tel.instruments.SetJobFreshnessSource(func(ctx context.Context) (map[string]time.Time, error) {
+		rows, err := q.JobFreshnessByJob(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]time.Time, len(rows))
+		for _, r := range rows {
+			out[r.Job] = r.Since
+		}
+		return out, nil
+	})
 }
 
 // newInsertOnlyRiver returns a River client that only inserts (no queues,
@@ -262,6 +284,7 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 	// lock, dedupe); the enqueuer needs the worker's River client, made below.
 	var enqueuer *request.Enqueuer
 	var w *worker.Worker
+	scheduleEnqueuer := &lateEnqueuer{}
 	runnerConfig := batch.Config{
 		WorkerID: workerID, Jobs: registry(env), Upstream: up, Instruments: tel.instruments,
 		Logger: tel.logger, FanOut: env.FanOut, Tracer: tel.providers.Tracer.Tracer("github.com/buildrisk/radar/jobs/batch"),
@@ -298,10 +321,9 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 		Gauges: &worker.Gauges{
 			Pool: pool, Jobs: jobs.Default().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.instruments,
 		},
-		Schedules: env.Schedules,
-		ScheduleEnqueue: func(ctx context.Context, p *request.EnqueueParams) (*request.EnqueueResult, error) {
-			return enqueuer.Enqueue(ctx, p)
-		},
+		Schedules:        env.Schedules,
+		ScheduleEnqueuer: scheduleEnqueuer,
+		Now:              env.Now,
 		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
 			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
 			return err
@@ -321,8 +343,14 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 	if enqueuer, err = newEnqueuer(pool, w.River(), env, tel); err != nil {
 		return nil, nil, err
 	}
+	scheduleEnqueuer.Enqueuer = enqueuer
+	observeSchedules(context.Background(), pool, env, tel)
 	return w, runner, nil
 }
+
+// lateEnqueuer is the worker's enqueuer, set once the worker's River client
+// it inserts with exists (before the worker starts).
+type lateEnqueuer struct{ *request.Enqueuer }
 
 // newAPIServer builds the api role's server with an insert-only River client,
 // and River UI on that client (the api authenticates it; see api.Config).
@@ -340,6 +368,7 @@ func newAPIServer(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *
 	if err != nil {
 		return nil, err
 	}
+	observeSchedules(context.Background(), pool, env, tel)
 	return api.New(pool, api.Config{
 		Tokens: env.Tokens, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),

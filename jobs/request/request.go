@@ -127,6 +127,10 @@ type EnqueueParams struct {
 
 	// skipCleanup is set by ResumeTx, whose callers are the cleanup.
 	skipCleanup bool
+	// DueAt is the due time a scheduled request was made for (nil for
+	// every other source). The database refuses a second request for the
+	// same job and due time.
+	DueAt *time.Time
 }
 
 // EnqueueResult is an accepted request.
@@ -257,6 +261,7 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 		EstimatedCalls:     int32(params.EstimatedCalls),
 		ResumesExecutionID: resumesID,
 		WorkerID:           workerIDOrNil(p.WorkerID),
+		DueAt:              p.DueAt,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error inserting request: %w", queries.Interpret(err))

@@ -1,21 +1,21 @@
 package worker
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
-	"github.com/riverqueue/river"
 	"github.com/robfig/cron/v3"
-
-	"github.com/buildrisk/radar/jobs/request"
 )
 
 // ScheduleOff disables a job's schedule (BUILDRISK_SCHEDULE_<JOB>=off).
 const ScheduleOff = "off"
+
+// Timetable gives the due times of a schedule.
+type Timetable interface {
+	// Next returns the first due time strictly after t.
+	Next(t time.Time) time.Time
+}
 
 // Schedule is one job's periodic request.
 type Schedule struct {
@@ -24,22 +24,42 @@ type Schedule struct {
 	// Spec is the schedule as configured: a cron expression (in the
 	// configured time zone) or "@every <Go duration>".
 	Spec string
-	// Next computes the next run after a time.
-	Next river.PeriodicSchedule
-	// Params returns the params of the request made at a tick.
-	Params func(now time.Time) []byte
+	// Next gives the due times.
+	Next Timetable
+	// Params returns the params of the request made for a due time. They
+	// derive from the due time (in the configured zone), never from the
+	// clock when the request is inserted: a due time enqueued late, after
+	// a failover or behind a long request, still fetches its own day.
+	Params func(due time.Time) []byte
+	// Period is the longest gap between two consecutive due times (see
+	// SchedulePeriod): the job is expected to complete at least this often.
+	Period time.Duration
+	// CatchUp is how old a due time may be and still be enqueued when a
+	// scheduler first sees it (after a leader change or a pause); older
+	// ones are recorded missed. Zero means one Period.
+	CatchUp time.Duration
+}
+
+// catchUpWindow returns CatchUp, or Period when it is unset.
+func (s *Schedule) catchUpWindow() time.Duration {
+	if s.CatchUp > 0 {
+		return s.CatchUp
+	}
+	return s.Period
 }
 
 // ParseSchedule parses a cron expression evaluated in loc, or
-// "@every <duration>" (sub-second allowed, for tests).
-func ParseSchedule(spec string, loc *time.Location) (river.PeriodicSchedule, error) {
+// "@every <duration>" (sub-second allowed, for tests). The due times of
+// "@every d" are the multiples of d since Go's zero time, so that every
+// process, and every restart, computes the same ones.
+func ParseSchedule(spec string, loc *time.Location) (Timetable, error) {
 	spec = strings.TrimSpace(spec)
 	if rest, ok := strings.CutPrefix(spec, "@every "); ok {
 		d, err := time.ParseDuration(strings.TrimSpace(rest))
 		if err != nil || d <= 0 {
 			return nil, fmt.Errorf("%q: @every needs a positive Go duration", spec)
 		}
-		return river.PeriodicInterval(d), nil
+		return every(d), nil
 	}
 	sched, err := cron.ParseStandard("CRON_TZ=" + loc.String() + " " + spec)
 	if err != nil {
@@ -48,62 +68,43 @@ func ParseSchedule(spec string, loc *time.Location) (river.PeriodicSchedule, err
 	return sched, nil
 }
 
-// ScheduleArgs is the River job a schedule tick inserts. Working it runs
-// nothing: it inserts a job request through the same path as the API.
-type ScheduleArgs struct {
-	Job string `json:"job"`
+// every is the timetable of "@every d".
+type every time.Duration
+
+// Next implements Timetable.
+func (e every) Next(t time.Time) time.Time {
+	return t.Truncate(time.Duration(e)).Add(time.Duration(e))
 }
 
-// Kind implements river.JobArgs.
-func (ScheduleArgs) Kind() string { return "buildrisk_schedule" }
+// periodHorizon and periodMaxTicks bound the due times SchedulePeriod
+// looks at: a year, or the first 10,000 for a dense schedule.
+const (
+	periodHorizon  = 366 * 24 * time.Hour
+	periodMaxTicks = 10_000
+)
 
-// ScheduleEnqueueFunc inserts a scheduled request (source schedule).
-type ScheduleEnqueueFunc func(ctx context.Context, p *request.EnqueueParams) (*request.EnqueueResult, error)
-
-// ScheduleTimeout bounds a schedule tick's River job, which only inserts a
-// request. It must be finite: River's rescuer never frees a running job
-// whose timeout is -1 (the client's default here), so a tick whose worker
-// died would stay running forever.
-const ScheduleTimeout = time.Minute
-
-type scheduleWorker struct {
-	river.WorkerDefaults[ScheduleArgs]
-	w *Worker
-}
-
-// Timeout implements river.Worker: ScheduleTimeout.
-func (*scheduleWorker) Timeout(*river.Job[ScheduleArgs]) time.Duration { return ScheduleTimeout }
-
-// Work inserts the tick's request. An active request for the job makes the
-// tick a duplicate: recorded by the enqueuer's counter and one log line,
-// never an error or a stack trace.
-func (sw *scheduleWorker) Work(ctx context.Context, job *river.Job[ScheduleArgs]) error {
-	sched, ok := sw.w.schedules[job.Args.Job]
-	if !ok || sw.w.cfg.ScheduleEnqueue == nil {
-		return river.JobCancel(fmt.Errorf("no schedule for job %q", job.Args.Job))
+// SchedulePeriod returns the longest gap between consecutive due times of
+// tt over the year after from (a weekday schedule's is the weekend's three
+// days, a monthly one's 31 days). It is what the freshness alert allows.
+func SchedulePeriod(tt Timetable, from time.Time) time.Duration {
+	if e, ok := tt.(every); ok {
+		return time.Duration(e)
 	}
-	res, err := sw.w.cfg.ScheduleEnqueue(ctx, &request.EnqueueParams{
-		Job: job.Args.Job, Params: sched.Params(time.Now()), Source: request.SourceSchedule, RequestedBy: "schedule",
-	})
-	var dup *request.DuplicateError
-	switch {
-	case errors.As(err, &dup):
-		sw.w.cfg.Logger.InfoContext(ctx, "scheduled tick skipped: job already active",
-			slog.String("job", job.Args.Job), slog.Int64("active_request_id", dup.ActiveRequestID))
-		return nil
-	case err != nil:
-		return river.JobCancel(err)
+	var longest time.Duration
+	prev := tt.Next(from)
+	if prev.IsZero() {
+		return 0
 	}
-	sw.w.cfg.Logger.InfoContext(ctx, "scheduled request inserted", slog.String("job", job.Args.Job), slog.Int64("request_id", res.Request.ID))
-	return nil
-}
-
-func periodicJobs(schedules []Schedule) []*river.PeriodicJob {
-	var out []*river.PeriodicJob
-	for _, s := range schedules {
-		out = append(out, river.NewPeriodicJob(s.Next, func() (river.JobArgs, *river.InsertOpts) {
-			return ScheduleArgs{Job: s.Job}, &river.InsertOpts{MaxAttempts: 1}
-		}, &river.PeriodicJobOpts{ID: "schedule_" + s.Job}))
+	for range periodMaxTicks {
+		next := tt.Next(prev)
+		if next.IsZero() {
+			break
+		}
+		longest = max(longest, next.Sub(prev))
+		if next.Sub(from) > periodHorizon {
+			break
+		}
+		prev = next
 	}
-	return out
+	return longest
 }

@@ -1,7 +1,8 @@
 // Package worker is the worker role: a River client that claims job requests
 // and runs them through the batch runner, the worker registry with its
 // heartbeats, the reaper that frees jobs held by dead workers, the reconcile
-// loop, and graceful drain.
+// loop, the scheduler (run by River's elected leader; its state is in the
+// database), and graceful drain.
 //
 // It must not know about HTTP beyond its admin health endpoints.
 package worker
@@ -43,6 +44,12 @@ const (
 	// connections' statement_timeout); FenceAfterFor and DBTimeoutFor
 	// derive the defaults from the stale window.
 	DBTimeoutDefault = 5 * time.Second
+	// SchedulePollIntervalDefault is how often the leader checks its
+	// schedules between due times: how soon it notices it became leader
+	// and that a deferred due time's blocking request ended.
+	SchedulePollIntervalDefault = 5 * time.Second
+	// SchedulePassTimeoutDefault bounds one scheduler pass.
+	SchedulePassTimeoutDefault = time.Minute
 )
 
 // FenceAfterFor returns the default fencing threshold for a stale window:
@@ -112,11 +119,19 @@ type Config struct {
 	Resume ResumeFunc
 	// RiverPlugins are added to the River client (otelriver).
 	RiverPlugins []rivertype.Plugin
-	// Schedules are the jobs requested periodically; only River's elected
-	// leader inserts their ticks, so one tick is one request cluster-wide.
+	// Schedules are the jobs requested periodically. Only River's elected
+	// leader runs scheduler passes; the database makes each due time one
+	// request cluster-wide whoever runs them (see Scheduler).
 	Schedules []Schedule
-	// ScheduleEnqueue inserts a tick's request (required with Schedules).
-	ScheduleEnqueue ScheduleEnqueueFunc
+	// ScheduleEnqueuer inserts the scheduled requests (required with
+	// Schedules).
+	ScheduleEnqueuer ScheduleEnqueuer
+	// SchedulePollInterval is the longest wait between scheduler passes.
+	SchedulePollInterval time.Duration
+	// SchedulePassTimeout bounds one scheduler pass.
+	SchedulePassTimeout time.Duration
+	// Now is the schedules' clock; nil is time.Now.
+	Now func() time.Time
 	// Gauges, when set, are recorded on every heartbeat.
 	Gauges *Gauges
 }
@@ -130,6 +145,8 @@ func (c Config) withDefaults() Config {
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
 	c.MaxConcurrentJobs = cmp.Or(c.MaxConcurrentJobs, MaxConcurrentJobsDefault)
+	c.SchedulePollInterval = cmp.Or(c.SchedulePollInterval, SchedulePollIntervalDefault)
+	c.SchedulePassTimeout = cmp.Or(c.SchedulePassTimeout, SchedulePassTimeoutDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.ConfiguredKeys == nil {
 		c.ConfiguredKeys = []string{}
@@ -145,6 +162,8 @@ func (c Config) validate() error {
 		return errors.New("worker: Instruments is required")
 	case c.StaleAfter <= c.HeartbeatInterval:
 		return fmt.Errorf("worker: StaleAfter (%s) must exceed HeartbeatInterval (%s)", c.StaleAfter, c.HeartbeatInterval)
+	case len(c.Schedules) > 0 && c.ScheduleEnqueuer == nil:
+		return errors.New("worker: ScheduleEnqueuer is required with Schedules")
 	}
 	if err := CheckFencing(c.FenceAfter, c.HeartbeatInterval, c.DBTimeout, c.StaleAfter); err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -159,8 +178,8 @@ type Worker struct {
 	runner *batch.Runner
 	river  *river.Client[pgx.Tx]
 	reaper *Reaper
-
-	schedules map[string]Schedule
+	// scheduler is nil without schedules.
+	scheduler *Scheduler
 
 	mu       sync.Mutex
 	presence *Presence // nil until Start registers the worker
@@ -177,16 +196,19 @@ func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) 
 	w := &Worker{cfg: cfg, pool: pool, runner: runner}
 	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger, Resume: cfg.Resume})
 
-	w.schedules = map[string]Schedule{}
-	for _, sched := range cfg.Schedules {
-		w.schedules[sched.Job] = sched
+	if len(cfg.Schedules) > 0 {
+		scheduler, err := NewScheduler(pool, SchedulerConfig{
+			Schedules: cfg.Schedules, Enqueuer: cfg.ScheduleEnqueuer, Now: cfg.Now,
+			Instruments: cfg.Instruments, Logger: cfg.Logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		w.scheduler = scheduler
 	}
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &runWorker{w: w}); err != nil {
 		return nil, fmt.Errorf("error registering river worker: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, &scheduleWorker{w: w}); err != nil {
-		return nil, fmt.Errorf("error registering schedule worker: %w", err)
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		ID:                  cfg.ID,
@@ -198,7 +220,6 @@ func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) 
 		JobTimeout:          -1, // a job runs as long as its chunks; dead workers are handled by the reaper
 		Logger:              cfg.Logger,
 		Plugins:             cfg.RiverPlugins,
-		PeriodicJobs:        periodicJobs(cfg.Schedules),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error creating river client: %w", err)
@@ -291,6 +312,13 @@ func (w *Worker) Start(ctx context.Context) error {
 		_, err := w.Reconcile(ctx)
 		return err
 	})
+	if w.scheduler != nil {
+		w.loops.Add(1)
+		go func() {
+			defer w.loops.Done()
+			w.scheduleLoop(loopCtx)
+		}()
+	}
 	// River's fetch and work contexts derive from this one; drain stops the
 	// client explicitly, so a cancelled ctx must not hard-cancel jobs.
 	if err := w.river.Start(context.WithoutCancel(ctx)); err != nil {
@@ -369,6 +397,40 @@ func (w *Worker) loop(ctx context.Context, interval time.Duration, name string, 
 			}
 		}
 	}()
+}
+
+// scheduleLoop runs a scheduler pass whenever this worker is River's
+// leader: at once, at each due time and every SchedulePollInterval (which
+// is how a new leader catches up, and how a deferred due time is enqueued
+// soon after the request it waited for ends). Each pass is bounded by
+// SchedulePassTimeout.
+func (w *Worker) scheduleLoop(ctx context.Context) {
+	q := queries.New()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		leader, err := q.RiverLeaderIs(ctx, w.pool, w.cfg.ID)
+		if err != nil && ctx.Err() == nil {
+			w.cfg.Logger.WarnContext(ctx, "schedule leader check failed", slog.String("error", err.Error()))
+		}
+		if leader {
+			passCtx, cancel := context.WithTimeout(ctx, w.cfg.SchedulePassTimeout)
+			if err := w.scheduler.Pass(passCtx); err != nil && ctx.Err() == nil {
+				w.cfg.Logger.WarnContext(ctx, "scheduler pass failed", slog.String("error", err.Error()))
+			}
+			cancel()
+		}
+		wait := w.cfg.SchedulePollInterval
+		if until, ok := w.scheduler.UntilNextDue(); ok {
+			wait = min(wait, max(until, time.Millisecond))
+		}
+		timer.Reset(wait)
+	}
 }
 
 // runWorker is the single River worker: every job kind runs through it.

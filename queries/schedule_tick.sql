@@ -1,0 +1,86 @@
+-- name: ScheduleTickStateByJob :many
+-- ScheduleTickStateByJob returns, per job with a recorded due time, the
+-- newest one and how many due times are deferred: what a scheduler pass
+-- needs to decide whether there is anything to do.
+SELECT DISTINCT ON (t.job) t.job, t.due_at AS last_due_at,
+       (SELECT count(*) FROM schedule_tick d WHERE d.job = t.job AND d.outcome = 'deferred') AS deferred
+FROM schedule_tick t
+ORDER BY t.job, t.due_at DESC;
+
+-- name: JobScheduleSince :one
+-- JobScheduleSince records that job has the schedule spec since since,
+-- unless it already had that spec, and returns since when it has had it.
+WITH changed AS (
+    INSERT INTO job_schedule (job, spec, since) VALUES (@job, @spec, @since)
+    ON CONFLICT (job) DO UPDATE SET spec = EXCLUDED.spec, since = EXCLUDED.since, updated_at = now()
+    WHERE job_schedule.spec <> EXCLUDED.spec
+    RETURNING job_schedule.since
+)
+SELECT since FROM changed
+UNION ALL
+SELECT s.since FROM job_schedule s WHERE s.job = @job AND NOT EXISTS (SELECT 1 FROM changed);
+
+-- name: ScheduleTickGet :one
+SELECT * FROM schedule_tick WHERE job = @job AND due_at = @due_at;
+
+-- name: ScheduleTickInsert :one
+-- ScheduleTickInsert records a due time; it returns no row when the due
+-- time is already recorded (another scheduler got there first).
+INSERT INTO schedule_tick (job, due_at, spec, outcome, params, params_hash, request_id, coalesced_into, message)
+VALUES (@job, @due_at, @spec, @outcome, sqlc.narg('params'), @params_hash, sqlc.narg('request_id'), sqlc.narg('coalesced_into'), @message)
+ON CONFLICT (job, due_at) DO NOTHING
+RETURNING *;
+
+-- name: ScheduleTickInsertMissed :execrows
+-- ScheduleTickInsertMissed records due times older than the catch-up
+-- window, skipping any already recorded.
+INSERT INTO schedule_tick (job, due_at, spec, outcome, message)
+SELECT @job, unnest(@due_ats::timestamptz[]), @spec, 'missed', @message
+ON CONFLICT (job, due_at) DO NOTHING;
+
+-- name: ScheduleTickOldestDeferred :one
+SELECT * FROM schedule_tick
+WHERE job = @job AND outcome = 'deferred'
+ORDER BY due_at
+LIMIT 1;
+
+-- name: ScheduleTickDeferredByParams :one
+SELECT * FROM schedule_tick
+WHERE job = @job AND outcome = 'deferred' AND params_hash = @params_hash;
+
+-- name: ScheduleTickResolve :exec
+-- ScheduleTickResolve records what became of a deferred due time, and links
+-- the due times coalesced into it to the same request.
+WITH resolved AS (
+    UPDATE schedule_tick t
+    SET outcome = @outcome, request_id = sqlc.narg('request_id'), coalesced_into = sqlc.narg('coalesced_into'),
+        message = @message, updated_at = now()
+    WHERE t.job = @job AND t.due_at = @due_at AND t.outcome = 'deferred'
+    RETURNING t.job, t.due_at
+)
+UPDATE schedule_tick c
+SET request_id = sqlc.narg('request_id'), updated_at = now()
+FROM resolved r
+WHERE c.job = r.job AND c.coalesced_into = r.due_at AND c.outcome = 'coalesced';
+
+-- name: ScheduleTickList :many
+SELECT * FROM schedule_tick WHERE job = @job ORDER BY due_at;
+
+-- name: JobFreshnessByJob :many
+-- JobFreshnessByJob returns, per job, the end of its newest COMPLETED
+-- execution, or, for a job that never completed, its first recorded due
+-- time: the time since which a scheduled job is expected to complete.
+SELECT job, coalesce(max(completed_at), min(first_due_at))::timestamptz AS since, bool_or(completed) AS completed
+FROM (
+    SELECT job, max(ended_at) AS completed_at, NULL::timestamptz AS first_due_at, true AS completed
+    FROM job_execution WHERE status = 'COMPLETED' AND ended_at IS NOT NULL
+    GROUP BY job
+    UNION ALL
+    SELECT job, NULL, min(due_at), false FROM schedule_tick GROUP BY job
+) s
+GROUP BY job;
+
+-- name: RiverLeaderIs :one
+-- RiverLeaderIs reports whether the River client id currently holds
+-- leadership.
+SELECT EXISTS (SELECT 1 FROM river_leader WHERE leader_id = @leader_id AND expires_at > now())::boolean AS leader;
