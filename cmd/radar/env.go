@@ -193,6 +193,15 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		if v := strings.TrimSpace(getenv(name)); v != "" {
 			spec = v
 		}
+		// The catch-up window is read (and a bad one refused) even while the
+		// schedule is off, so turning a schedule on never reveals an old typo.
+		var catchUp time.Duration
+		catchUpName := "BUILDRISK_SCHEDULE_CATCHUP_" + strings.ToUpper(def.Name())
+		if v := strings.TrimSpace(getenv(catchUpName)); v != "" {
+			if catchUp, err = time.ParseDuration(v); err != nil || catchUp <= 0 {
+				return nil, envError(catchUpName, "%q is not a positive Go duration such as 36h", v)
+			}
+		}
 		if spec == "" || spec == worker.ScheduleOff {
 			continue
 		}
@@ -207,12 +216,7 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 			// request is inserted.
 			Params: func(due time.Time) []byte { return def.ScheduledParams(due.In(loc)) },
 		}
-		catchUpName := "BUILDRISK_SCHEDULE_CATCHUP_" + strings.ToUpper(def.Name())
-		if v := strings.TrimSpace(getenv(catchUpName)); v != "" {
-			if sched.CatchUp, err = time.ParseDuration(v); err != nil || sched.CatchUp <= 0 {
-				return nil, envError(catchUpName, "%q is not a positive Go duration such as 36h", v)
-			}
-		}
+		sched.CatchUp = catchUp
 		c.Schedules = append(c.Schedules, sched)
 	}
 	c.RuleThresholds = jobs.RuleThresholdDefaults()
