@@ -45,6 +45,9 @@ type envConfig struct {
 	// Now is the clock of call budgets; nil is time.Now. Not an environment
 	// variable: tests set it to cross a day boundary.
 	Now func() time.Time
+	// ProviderTimeout bounds one provider HTTP attempt; 0 is the upstream
+	// default. Not an environment variable: tests shorten it to time out.
+	ProviderTimeout time.Duration
 }
 
 // usageError marks errors that are the user's (exit code 2).

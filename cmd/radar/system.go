@@ -168,10 +168,11 @@ func newUpstream(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*upstream.
 	return upstream.NewClient(pool, upstream.ClientConfig{
 		BaseURLs: env.UpstreamURLs, Keys: env.Keys, DailyCaps: env.DailyCaps, Location: env.Location,
 		Now: env.Now, Instruments: tel.instruments,
-		// Provider calls are client spans.
-		HTTPClient: &http.Client{
-			Timeout:   upstream.RequestTimeoutDefault,
-			Transport: otelhttp.NewTransport(providerTransport(env.FanOut), otelhttp.WithTracerProvider(tel.providers.Tracer)),
+		RequestTimeout: env.ProviderTimeout,
+		Transport:      providerTransport(env.FanOut),
+		// Provider calls are client spans; the key is added below them.
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+			return otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(tel.providers.Tracer))
 		},
 	})
 }

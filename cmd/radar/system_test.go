@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
@@ -46,6 +47,8 @@ type testSystem struct {
 	vars map[string]string
 	// gate can hold provider calls to make a chunk boundary deterministic.
 	gate *callGate
+	// spans records every finished span of the system (API and workers).
+	spans *tracetest.SpanRecorder
 }
 
 // callGate lets the first `allow` provider calls through and holds the next
@@ -112,6 +115,8 @@ type testSystemOpts struct {
 	fake fakeupstream.Config
 	// now is the call-budget clock (nil: time.Now).
 	now func() time.Time
+	// logs receives the system's JSON log lines (nil: discarded).
+	logs io.Writer
 }
 
 func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
@@ -157,10 +162,15 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	env.Now = opts.now
 	s.env = env
 
-	providers, _ := observability.NewTestProviders()
+	providers, spans := observability.NewTestProviders()
+	s.spans = spans
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
-	s.tel = &telemetry{providers: providers, instruments: instruments, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if opts.logs != nil {
+		logger = observability.NewLogger(opts.logs, observability.LogFormatJSON, slog.LevelDebug)
+	}
+	s.tel = &telemetry{providers: providers, instruments: instruments, logger: logger}
 
 	server, err := newAPIServer(s.pool, env, s.tel)
 	require.NoError(t, err)

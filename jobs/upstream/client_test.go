@@ -163,3 +163,13 @@ func TestClient_MaxCalls(t *testing.T) {
 	_, err = client.NewCaller("aptTrade", 2).Get(context.Background(), upstream.EndpointAptTrade, q)
 	require.NoError(t, err, "a new execution has its own maxCalls")
 }
+
+// The one redaction rule knows every provider's key parameter.
+func TestKeyParamsAreRedacted(t *testing.T) {
+	t.Parallel()
+	for _, p := range upstream.Providers {
+		u := "http://h/p?a=1&" + p.KeyParam() + "=secret-value&b=2"
+		require.NotContains(t, observability.Redact(u), "secret-value", p)
+		require.Contains(t, observability.SecretQueryParams, p.KeyParam(), p)
+	}
+}
