@@ -16,11 +16,11 @@ func TestRedact(t *testing.T) {
 	for in, want := range map[string]string{
 		"http://h/p?DEAL_YMD=202501&serviceKey=abc%2B%3D&LAWD_CD=11110": "http://h/p?DEAL_YMD=202501&serviceKey=REDACTED&LAWD_CD=11110",
 		`Get "http://h/api/list.json?crtfc_key=k1": EOF`:                `Get "http://h/api/list.json?crtfc_key=REDACTED": EOF`,
-		"https://h/credit/v1/grades?APIKEY=s3cr3t#frag":                  "https://h/credit/v1/grades?APIKEY=REDACTED#frag",
-		"q=1&api_key=x y&access_token=t":                                 "q=1&api_key=REDACTED y&access_token=REDACTED",
-		"Authorization: Bearer op-token-1":                               "Authorization: Bearer REDACTED",
-		"X-Api-Key: k-9 next":                                            "X-Api-Key: REDACTED next",
-		"nothing secret here: key=value monkey=1":                        "nothing secret here: key=value monkey=1",
+		"https://h/credit/v1/grades?APIKEY=s3cr3t#frag":                 "https://h/credit/v1/grades?APIKEY=REDACTED#frag",
+		"q=1&api_key=x y&access_token=t":                                "q=1&api_key=REDACTED y&access_token=REDACTED",
+		"Authorization: Bearer op-token-1":                              "Authorization: Bearer REDACTED",
+		"X-Api-Key: k-9 next":                                           "X-Api-Key: REDACTED next",
+		"nothing secret here: key=value monkey=1":                       "nothing secret here: key=value monkey=1",
 	} {
 		require.Equal(t, want, Redact(in), in)
 	}
