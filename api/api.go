@@ -65,6 +65,9 @@ type Config struct {
 	Version string
 	// Schedules returns a job's schedule and next run; nil = none.
 	Schedules func(job string) (schedule string, next *time.Time)
+	// MaxBodyBytes bounds every request body (BUILDRISK_MAX_BODY_BYTES);
+	// default MaxBodyBytesDefault. A larger body is answered 413 unread.
+	MaxBodyBytes int64
 }
 
 // Server is the API.
@@ -89,6 +92,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, StaleAfterDefault)
 	cfg.Version = cmp.Or(cfg.Version, "dev")
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault)
+	if cfg.MaxBodyBytes < 0 {
+		return nil, errors.New("api: MaxBodyBytes must be positive")
+	}
 	s := &Server{cfg: cfg, pool: pool, queries: queries.New(), mux: http.NewServeMux()}
 
 	humaConfig := huma.DefaultConfig("buildrisk-radar", cfg.Version)
@@ -113,8 +120,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Handler returns the HTTP handler: the API behind bearer-token auth.
-func (s *Server) Handler() http.Handler { return s.authenticate(s.mux) }
+// Handler returns the HTTP handler: the API behind the body limit and
+// bearer-token auth.
+func (s *Server) Handler() http.Handler { return s.limitBody(s.authenticate(s.mux)) }
 
 // OpenAPI returns the API's OpenAPI document.
 func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }

@@ -10,6 +10,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/queries"
 )
@@ -42,7 +43,7 @@ func (s *Server) registerExecutions(api huma.API) {
 func (s *Server) abandonExecution(ctx context.Context, in *executionInput) (*ExecutionAbandonOutput, error) {
 	id, ok := parseID(in.ID)
 	if !ok {
-		return nil, huma.Error404NotFound(fmt.Sprintf("execution %q not found", in.ID))
+		return nil, huma.Error404NotFound(fmt.Sprintf("execution %s not found", jobs.Quote(in.ID)))
 	}
 	var conflict error
 	err := queries.InTx(ctx, s.pool, func(tx pgx.Tx) error {

@@ -139,7 +139,7 @@ func (s *Server) registerRequests(api huma.API) {
 
 func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*RequestCreateOutput, error) {
 	if _, ok := s.cfg.Catalog.Lookup(job); !ok {
-		return nil, huma.Error404NotFound(fmt.Sprintf("job %q not found; GET /v1/jobs lists them", job))
+		return nil, huma.Error404NotFound(fmt.Sprintf("job %s not found; GET /v1/jobs lists them", jobs.Quote(job)))
 	}
 	var body requestCreateBody
 	if err := jobs.DecodeStrict(raw, &body, "body"); err != nil {
@@ -168,7 +168,7 @@ func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*Re
 func (s *Server) getRequest(ctx context.Context, in *requestGetInput) (*RequestGetOutput, error) {
 	id, ok := parseID(in.ID)
 	if !ok {
-		return nil, huma.Error404NotFound(fmt.Sprintf("request %q not found", in.ID))
+		return nil, huma.Error404NotFound(fmt.Sprintf("request %s not found", jobs.Quote(in.ID)))
 	}
 	row, err := s.queries.JobRequestGetByID(ctx, s.pool, id)
 	if err := queries.Interpret(err); err != nil {
@@ -191,7 +191,7 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 	params := &queries.JobRequestListParams{MaxRows: RequestListLimitDefault}
 	if in.Job != "" {
 		if _, ok := s.cfg.Catalog.Lookup(in.Job); !ok {
-			return nil, badQuery("job", fmt.Sprintf("unknown job %q", in.Job))
+			return nil, badQuery("job", fmt.Sprintf("unknown job %s", jobs.Quote(in.Job)))
 		}
 		params.Job = &in.Job
 	}
@@ -200,13 +200,13 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 		case request.StatusQueued, request.StatusRunning, request.StatusDone, request.StatusFailed:
 			params.Status = &in.Status
 		default:
-			return nil, badQuery("status", fmt.Sprintf("%q is not one of QUEUED, RUNNING, DONE, FAILED", in.Status))
+			return nil, badQuery("status", fmt.Sprintf("%s is not one of QUEUED, RUNNING, DONE, FAILED", jobs.Quote(in.Status)))
 		}
 	}
 	if in.Limit != "" {
 		limit, err := strconv.Atoi(in.Limit)
 		if err != nil || limit < 1 || limit > RequestListLimitMax {
-			return nil, badQuery("limit", fmt.Sprintf("%q is not an integer from 1 to %d", in.Limit, RequestListLimitMax))
+			return nil, badQuery("limit", fmt.Sprintf("%s is not an integer from 1 to %d", jobs.Quote(in.Limit), RequestListLimitMax))
 		}
 		params.MaxRows = int32(limit)
 	}

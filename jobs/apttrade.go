@@ -68,7 +68,7 @@ func validateAptTrade(p *AptTradeParams) error {
 	}
 	for i, r := range p.Regions {
 		if !lawdCodePattern.MatchString(r) {
-			return &ParamError{Field: fmt.Sprintf("params.regions[%d]", i), Message: fmt.Sprintf("%q is not a 5-digit legal-district code", r)}
+			return &ParamError{Field: fmt.Sprintf("params.regions[%d]", i), Message: fmt.Sprintf("%s is not a 5-digit legal-district code", Quote(r))}
 		}
 	}
 	slices.Sort(p.Regions)
@@ -96,7 +96,7 @@ func parseMonth(s, field string) (time.Time, error) {
 	}
 	t, err := time.Parse("2006-01", s)
 	if err != nil {
-		return time.Time{}, &ParamError{Field: field, Message: fmt.Sprintf("%q is not a month in the form YYYY-MM", s)}
+		return time.Time{}, &ParamError{Field: field, Message: fmt.Sprintf("%s is not a month in the form YYYY-MM", Quote(s))}
 	}
 	return t, nil
 }

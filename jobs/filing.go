@@ -94,7 +94,7 @@ func validateFilingParse(p *FilingParseParams) error {
 	}
 	for i, c := range p.CorpCodes {
 		if !corpCodePattern.MatchString(c) {
-			return &ParamError{Field: fmt.Sprintf("params.corpCodes[%d]", i), Message: fmt.Sprintf("%q is not an 8-digit DART corp code", c)}
+			return &ParamError{Field: fmt.Sprintf("params.corpCodes[%d]", i), Message: fmt.Sprintf("%s is not an 8-digit DART corp code", Quote(c))}
 		}
 	}
 	if len(p.CorpCodes) == 0 {
@@ -112,7 +112,7 @@ func parseDate(s, field string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.DateOnly, s)
 	if err != nil {
-		return time.Time{}, &ParamError{Field: field, Message: fmt.Sprintf("%q is not a date in the form YYYY-MM-DD", s)}
+		return time.Time{}, &ParamError{Field: field, Message: fmt.Sprintf("%s is not a date in the form YYYY-MM-DD", Quote(s))}
 	}
 	return t, nil
 }

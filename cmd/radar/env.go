@@ -36,6 +36,8 @@ type envConfig struct {
 	DailyCaps         map[upstream.Provider]int
 	Location          *time.Location
 	LogFormat         string
+	// MaxBodyBytes bounds every API request body (BUILDRISK_MAX_BODY_BYTES).
+	MaxBodyBytes int64
 	// Schedules are the periodic requests (catalog default, or
 	// BUILDRISK_SCHEDULE_<JOB>), parsed; jobs whose schedule is off are absent.
 	Schedules []worker.Schedule
@@ -181,6 +183,12 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 				return nil, envError(name, "%q: %v", v, err)
 			}
 			c.RuleThresholds[r.Name] = f
+		}
+	}
+	c.MaxBodyBytes = api.MaxBodyBytesDefault
+	if v := getenv("BUILDRISK_MAX_BODY_BYTES"); v != "" {
+		if c.MaxBodyBytes, err = strconv.ParseInt(v, 10, 64); err != nil || c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 1<<30 {
+			return nil, envError("BUILDRISK_MAX_BODY_BYTES", "%q is not an integer from 1024 to 1073741824", v)
 		}
 	}
 	switch c.LogFormat {

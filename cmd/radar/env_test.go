@@ -22,6 +22,7 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 		"BUILDRISK_DAILY_CAP_DART":     "many",
 		"BUILDRISK_TIMEZONE":           "Mars/Olympus",
 		"BUILDRISK_LOG_FORMAT":         "xml",
+		"BUILDRISK_MAX_BODY_BYTES":     "1MB",
 		"BUILDRISK_SCHEDULE_APTTRADE":  "61 * * * *",
 	}
 	for name, value := range cases {

@@ -128,7 +128,7 @@ type EnqueueResult struct {
 func (e *Enqueuer) Validate(ctx context.Context, db queries.DBTX, p *EnqueueParams) (jobs.Definition, *jobs.Params, error) {
 	def, ok := e.cfg.Catalog.Lookup(p.Job)
 	if !ok {
-		return nil, nil, fmt.Errorf("%w: %q", ErrUnknownJob, p.Job)
+		return nil, nil, fmt.Errorf("%w: %s", ErrUnknownJob, jobs.Quote(p.Job))
 	}
 	params, err := def.Decode(p.Params)
 	if err != nil {

@@ -25,7 +25,14 @@ const (
 	BackoffDefault        = 200 * time.Millisecond
 	MaxBackoffDefault     = 5 * time.Second
 	RequestTimeoutDefault = 30 * time.Second
+	// MaxResponseBytesDefault bounds a provider's answer: the largest real
+	// one, DART's corp-code archive, is a few MB.
+	MaxResponseBytesDefault = 64 << 20
 )
+
+// ErrResponseTooLarge is a provider answer over ClientConfig.MaxResponseBytes;
+// it is not retried.
+var ErrResponseTooLarge = errors.New("provider response too large")
 
 // DailyCapDefaults are the contract's daily call caps per provider.
 var DailyCapDefaults = map[Provider]int{
@@ -76,7 +83,7 @@ func (e *CallError) Error() string {
 	if e.Key != "" {
 		what += " " + e.Key
 	}
-	if e.Status != 0 {
+	if e.Err == nil {
 		return fmt.Sprintf("%s: HTTP %d after %d attempts", what, e.Status, e.Attempts)
 	}
 	return observability.Redact(fmt.Sprintf("%s: %v after %d attempts", what, e.Err, e.Attempts))
@@ -104,6 +111,10 @@ type ClientConfig struct {
 	Backoff time.Duration
 	// MaxBackoff bounds any single wait, Retry-After included.
 	MaxBackoff time.Duration
+	// MaxResponseBytes bounds the body of one provider answer; default
+	// MaxResponseBytesDefault. A larger answer fails with ErrResponseTooLarge
+	// after reading at most this much.
+	MaxResponseBytes int64
 	// RequestTimeout bounds one HTTP attempt; default RequestTimeoutDefault.
 	RequestTimeout time.Duration
 	// Transport sends the requests; default http.DefaultTransport.
@@ -127,6 +138,7 @@ func (c ClientConfig) withDefaults() ClientConfig {
 		c.Now = time.Now
 	}
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, RequestTimeoutDefault)
+	c.MaxResponseBytes = cmp.Or(c.MaxResponseBytes, MaxResponseBytesDefault)
 	if c.Transport == nil {
 		c.Transport = http.DefaultTransport
 	}
@@ -259,6 +271,9 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 			return nil, ctx.Err()
 		}
 		lastStatus, lastErr = status, err
+		if errors.Is(err, ErrResponseTooLarge) {
+			break // the same answer would come again
+		}
 		if status == http.StatusTooManyRequests {
 			c.cfg.Instruments.FanoutRejected(ctx, cl.job, observability.ReasonProvider429)
 		}
@@ -314,9 +329,13 @@ func (c *Client) do(ctx context.Context, target string) ([]byte, int, time.Durat
 		return nil, 0, 0, errors.New(observability.Redact(err.Error()))
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	limit := c.cfg.MaxResponseBytes
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, resp.StatusCode, 0, fmt.Errorf("error reading body: %w", err)
+	}
+	if int64(len(body)) > limit {
+		return nil, resp.StatusCode, 0, fmt.Errorf("%w: over %d bytes", ErrResponseTooLarge, limit)
 	}
 	var retryAfter time.Duration
 	if s := resp.Header.Get("Retry-After"); s != "" {
