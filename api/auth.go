@@ -50,8 +50,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		role, known := s.lookupToken(strings.TrimSpace(token))
+		token, ok := bearerToken(r.Header.Get("Authorization"))
+		role, known := s.lookupToken(token)
 		if !ok || !known {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="buildrisk-radar"`)
 			writeProblem(w, http.StatusUnauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)")
@@ -64,6 +64,16 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bearerToken returns the token of an "Authorization: Bearer TOKEN" header.
+// The scheme is matched case-insensitively (RFC 9110 §11.1).
+func bearerToken(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
 }
 
 // lookupToken compares in constant time so tokens cannot be guessed by timing.

@@ -10,7 +10,6 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/queries"
 )
@@ -43,7 +42,7 @@ func (s *Server) registerExecutions(api huma.API) {
 func (s *Server) abandonExecution(ctx context.Context, in *executionInput) (*ExecutionAbandonOutput, error) {
 	id, ok := parseID(in.ID)
 	if !ok {
-		return nil, huma.Error404NotFound(fmt.Sprintf("execution %s not found", jobs.Quote(in.ID)))
+		return nil, badID("id", in.ID)
 	}
 	var conflict error
 	err := queries.InTx(ctx, s.pool, func(tx pgx.Tx) error {

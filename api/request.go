@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -44,7 +45,7 @@ type requestCreateBody struct {
 func documentedBody(paramsType reflect.Type) reflect.Type {
 	return reflect.StructOf([]reflect.StructField{
 		{Name: "Params", Type: paramsType, Tag: `json:"params" doc:"the job's params"`},
-		{Name: "MaxCalls", Type: reflect.TypeFor[*int](), Tag: `json:"maxCalls,omitempty" minimum:"1" doc:"cap this execution's external calls (only when you want one)"`},
+		{Name: "MaxCalls", Type: reflect.TypeFor[*int](), Tag: `json:"maxCalls,omitempty" minimum:"1" maximum:"1000000" doc:"cap this execution's external calls, 1 to 1,000,000 (only when you want one)"`},
 		{Name: "ConfirmPurge", Type: reflect.TypeFor[bool](), Tag: `json:"confirmPurge,omitempty" doc:"confirms a purge for this request only; such an execution is never resumed"`},
 	})
 }
@@ -168,7 +169,7 @@ func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*Re
 func (s *Server) getRequest(ctx context.Context, in *requestGetInput) (*RequestGetOutput, error) {
 	id, ok := parseID(in.ID)
 	if !ok {
-		return nil, huma.Error404NotFound(fmt.Sprintf("request %s not found", jobs.Quote(in.ID)))
+		return nil, badID("id", in.ID)
 	}
 	row, err := s.queries.JobRequestGetByID(ctx, s.pool, id)
 	if err := queries.Interpret(err); err != nil {
@@ -205,7 +206,7 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 	}
 	if in.Limit != "" {
 		limit, err := strconv.Atoi(in.Limit)
-		if err != nil || limit < 1 || limit > RequestListLimitMax {
+		if err != nil || strings.TrimLeft(in.Limit, "0123456789") != "" || limit < 1 || limit > RequestListLimitMax {
 			return nil, badQuery("limit", fmt.Sprintf("%s is not an integer from 1 to %d", jobs.Quote(in.Limit), RequestListLimitMax))
 		}
 		params.MaxRows = int32(limit)

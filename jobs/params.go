@@ -58,7 +58,7 @@ func jsonParamError(err error, prefix string) error {
 	case errors.As(err, &typeErr):
 		field := prefix
 		if typeErr.Field != "" {
-			field = prefix + "." + typeErr.Field
+			field = prefix + "." + indexPath(typeErr.Field)
 		}
 		return &ParamError{Field: field, Message: fmt.Sprintf("expected %s, got JSON %s", typeErr.Type, typeErr.Value)}
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
@@ -69,12 +69,34 @@ func jsonParamError(err error, prefix string) error {
 	}
 }
 
+// indexPath writes the array indexes of a decoder's field path (regions.1)
+// the way every other error names them (regions[1]).
+func indexPath(path string) string {
+	parts := strings.Split(path, ".")
+	var b strings.Builder
+	for i, part := range parts {
+		if _, err := strconv.Atoi(part); err == nil && i > 0 {
+			b.WriteString("[" + part + "]")
+			continue
+		}
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(part)
+	}
+	return b.String()
+}
+
 // ParamsHash is the identity of canonical params: two requests with the same
 // hash ask for the same work, which is what lets a restart resume.
 func ParamsHash(canonical json.RawMessage) string {
 	sum := sha256.Sum256(canonical)
 	return hex.EncodeToString(sum[:])
 }
+
+// MaxCallsMax is the largest maxCalls a request may give: it bounds one
+// execution's provider calls, and it fits the int32 column it is stored in.
+const MaxCallsMax = 1_000_000
 
 // QuoteMax is how many bytes of a bad value an error message quotes.
 const QuoteMax = 40

@@ -66,7 +66,7 @@ func TestFilingParse_ValidateAndEstimate(t *testing.T) {
 		{name: "BadDate", raw: `{"from":"2025-02-30","to":"2025-03-01"}`, badField: "params.from"},
 		{name: "BadFormat", raw: `{"from":"20250101","to":"2025-03-01"}`, badField: "params.from"},
 		{name: "BadCorpCode", raw: `{"from":"2025-01-01","to":"2025-01-02","corpCodes":["00126380","1234567"]}`, badField: "params.corpCodes[1]"},
-		{name: "CorpCodeNotString", raw: `{"from":"2025-01-01","to":"2025-01-02","corpCodes":[126380]}`, badField: "params.corpCodes"},
+		{name: "CorpCodeNotString", raw: `{"from":"2025-01-01","to":"2025-01-02","corpCodes":[126380]}`, badField: "params.corpCodes[0]"},
 		{name: "UnknownField", raw: `{"from":"2025-01-01","to":"2025-01-02","date":"x"}`, badField: "params.date"},
 	})
 }
