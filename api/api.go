@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -37,6 +39,13 @@ func init() {
 		return newError(status, msg, errs...)
 	}
 }
+
+// RequestTimeoutDefault is Config.RequestTimeout's default.
+const RequestTimeoutDefault = 10 * time.Second
+
+// RetryAfterSeconds is the Retry-After of a 503: the database is restarting,
+// saturated or locked, which takes seconds to clear.
+const RetryAfterSeconds = 2
 
 // StaleAfterDefault mirrors the worker's default stale window; the API uses
 // it to tell live workers from dead ones.
@@ -65,6 +74,12 @@ type Config struct {
 	Version string
 	// Schedules returns a job's schedule and next run; nil = none.
 	Schedules func(job string) (schedule string, next *time.Time)
+	// RequestTimeout bounds the database work of one /v1 call, waiting for
+	// a pooled connection included; when it passes the call answers 503.
+	// Default RequestTimeoutDefault. Set it above the connections'
+	// statement_timeout, so a slow statement is cancelled by the server
+	// first.
+	RequestTimeout time.Duration
 	// MaxBodyBytes bounds every request body (BUILDRISK_MAX_BODY_BYTES);
 	// default MaxBodyBytesDefault. A larger body is answered 413 unread.
 	MaxBodyBytes int64
@@ -93,8 +108,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, StaleAfterDefault)
 	cfg.Version = cmp.Or(cfg.Version, "dev")
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault)
-	if cfg.MaxBodyBytes < 0 {
-		return nil, errors.New("api: MaxBodyBytes must be positive")
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, RequestTimeoutDefault)
+	if cfg.MaxBodyBytes < 0 || cfg.RequestTimeout < 0 {
+		return nil, errors.New("api: MaxBodyBytes and RequestTimeout must be positive")
 	}
 	s := &Server{cfg: cfg, pool: pool, queries: queries.New(), mux: http.NewServeMux()}
 
@@ -122,7 +138,22 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 
 // Handler returns the HTTP handler: the API behind the body limit and
 // bearer-token auth.
-func (s *Server) Handler() http.Handler { return s.limitBody(s.authenticate(s.mux)) }
+func (s *Server) Handler() http.Handler { return s.limitBody(s.authenticate(s.withDeadline(s.mux))) }
+
+// withDeadline gives every /v1 call RequestTimeout for its database work:
+// a call waiting for a pooled connection (all of them stuck behind a lock,
+// or the database gone) ends with 503 instead of hanging.
+func (s *Server) withDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/v1/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
 
 // OpenAPI returns the API's OpenAPI document.
 func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
@@ -132,6 +163,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	w.Header().Set("Content-Type", "application/json")
 	if err := s.pool.Ping(ctx); err != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = fmt.Fprintf(w, `{"status":"unavailable","reason":"database unreachable"}`)
 		return
@@ -168,6 +200,12 @@ func newConflict(detail string, activeRequestID int64) *conflictError {
 	return e
 }
 
+// unavailable is the 503 of a database that cannot serve the call now.
+func unavailable(detail string) error {
+	return huma.ErrorWithHeaders(huma.Error503ServiceUnavailable(detail),
+		http.Header{"Retry-After": {strconv.Itoa(RetryAfterSeconds)}})
+}
+
 // problemFrom maps a domain error to its HTTP answer. It is the only place
 // that does so; unknown errors are logged and answered with a bare 500.
 func (s *Server) problemFrom(ctx context.Context, err error) error {
@@ -184,6 +222,9 @@ func (s *Server) problemFrom(ctx context.Context, err error) error {
 		return huma.Error404NotFound("not found")
 	case errors.Is(err, context.Canceled):
 		return huma.NewError(499, "client closed request")
+	case queries.IsUnavailable(err):
+		s.cfg.Logger.WarnContext(ctx, "database unavailable; answered 503", slog.String("error", err.Error()))
+		return unavailable("the database is unavailable or busy (restarting, out of connections, or a statement or lock timed out); retry shortly")
 	default:
 		s.cfg.Logger.ErrorContext(ctx, "internal error", slog.String("error", err.Error()))
 		return huma.Error500InternalServerError("internal error; see the server log")

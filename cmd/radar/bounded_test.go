@@ -96,6 +96,7 @@ func TestBounded_ServerTimeouts(t *testing.T) {
 	for name, v := range map[string]time.Duration{"ReadHeader": d.ReadHeader, "Read": d.Read, "Write": d.Write, "Idle": d.Idle} {
 		require.Positive(t, v, name)
 	}
+	require.Greater(t, d.Write, 2*apiStatementTimeoutMax, "a call's database deadline (two statements) ends before the write timeout")
 
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -38,6 +38,11 @@ type envConfig struct {
 	LogFormat         string
 	// MaxBodyBytes bounds every API request body (BUILDRISK_MAX_BODY_BYTES).
 	MaxBodyBytes int64
+	// APIStatementTimeout and APILockTimeout are the statement_timeout and
+	// lock_timeout of the api's database connections
+	// (BUILDRISK_API_STATEMENT_TIMEOUT, BUILDRISK_API_LOCK_TIMEOUT).
+	APIStatementTimeout time.Duration
+	APILockTimeout      time.Duration
 	// Schedules are the periodic requests (catalog default, or
 	// BUILDRISK_SCHEDULE_<JOB>), parsed; jobs whose schedule is off are absent.
 	Schedules []worker.Schedule
@@ -51,6 +56,14 @@ type envConfig struct {
 	// default. Not an environment variable: tests shorten it to time out.
 	ProviderTimeout time.Duration
 }
+
+// Defaults and bounds of the api's database timeouts. The statement timeout
+// stays well under the HTTP write timeout, so a slow call still gets its 503.
+const (
+	apiStatementTimeoutDefault = 5 * time.Second
+	apiLockTimeoutDefault      = 2 * time.Second
+	apiStatementTimeoutMax     = 25 * time.Second
+)
 
 // usageError marks errors that are the user's (exit code 2).
 type usageError struct{ error }
@@ -97,6 +110,8 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		{"BUILDRISK_STALE_AFTER", &c.StaleAfter, worker.StaleAfterDefault},
 		{"BUILDRISK_REAP_INTERVAL", &c.ReapInterval, worker.ReapIntervalDefault},
 		{"BUILDRISK_DRAIN_TIMEOUT", &c.DrainTimeout, worker.DrainTimeoutDefault},
+		{"BUILDRISK_API_STATEMENT_TIMEOUT", &c.APIStatementTimeout, apiStatementTimeoutDefault},
+		{"BUILDRISK_API_LOCK_TIMEOUT", &c.APILockTimeout, apiLockTimeoutDefault},
 	}
 	for _, d := range durations {
 		*d.dst = d.def
@@ -107,6 +122,12 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 			}
 			*d.dst = parsed
 		}
+	}
+	if c.APIStatementTimeout < 100*time.Millisecond || c.APIStatementTimeout > apiStatementTimeoutMax {
+		return nil, envError("BUILDRISK_API_STATEMENT_TIMEOUT", "%s is not from 100ms to %s", c.APIStatementTimeout, apiStatementTimeoutMax)
+	}
+	if c.APILockTimeout < 10*time.Millisecond || c.APILockTimeout > c.APIStatementTimeout {
+		return nil, envError("BUILDRISK_API_LOCK_TIMEOUT", "%s is not from 10ms to BUILDRISK_API_STATEMENT_TIMEOUT (%s)", c.APILockTimeout, c.APIStatementTimeout)
 	}
 	if c.StaleAfter <= c.HeartbeatInterval {
 		return nil, envError("BUILDRISK_STALE_AFTER", "%s must exceed BUILDRISK_HEARTBEAT_INTERVAL %s", c.StaleAfter, c.HeartbeatInterval)

@@ -11,19 +11,21 @@ import (
 func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 	t.Parallel()
 	cases := map[string]string{
-		"BUILDRISK_API_TOKENS":         "admin:x",
-		"BUILDRISK_INSECURE_NO_AUTH":   "yes",
-		"BUILDRISK_HEARTBEAT_INTERVAL": "10",
-		"BUILDRISK_STALE_AFTER":        "-1s",
-		"BUILDRISK_REAP_INTERVAL":      "soon",
-		"BUILDRISK_DRAIN_TIMEOUT":      "0s",
-		"BUILDRISK_FANOUT":             "0",
-		"BUILDRISK_MOLIT_URL":          "ftp://x",
-		"BUILDRISK_DAILY_CAP_DART":     "many",
-		"BUILDRISK_TIMEZONE":           "Mars/Olympus",
-		"BUILDRISK_LOG_FORMAT":         "xml",
-		"BUILDRISK_MAX_BODY_BYTES":     "1MB",
-		"BUILDRISK_SCHEDULE_APTTRADE":  "61 * * * *",
+		"BUILDRISK_API_TOKENS":            "admin:x",
+		"BUILDRISK_INSECURE_NO_AUTH":      "yes",
+		"BUILDRISK_HEARTBEAT_INTERVAL":    "10",
+		"BUILDRISK_STALE_AFTER":           "-1s",
+		"BUILDRISK_REAP_INTERVAL":         "soon",
+		"BUILDRISK_DRAIN_TIMEOUT":         "0s",
+		"BUILDRISK_FANOUT":                "0",
+		"BUILDRISK_MOLIT_URL":             "ftp://x",
+		"BUILDRISK_DAILY_CAP_DART":        "many",
+		"BUILDRISK_TIMEZONE":              "Mars/Olympus",
+		"BUILDRISK_LOG_FORMAT":            "xml",
+		"BUILDRISK_MAX_BODY_BYTES":        "1MB",
+		"BUILDRISK_API_STATEMENT_TIMEOUT": "1h",
+		"BUILDRISK_API_LOCK_TIMEOUT":      "30s",
+		"BUILDRISK_SCHEDULE_APTTRADE":     "61 * * * *",
 	}
 	for name, value := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/exaring/otelpgx"
@@ -118,6 +119,33 @@ func (t *telemetry) shutdown() {
 }
 
 func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := poolConfig(url, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	return connectPool(ctx, cfg)
+}
+
+// openAPIPool opens the api's pool: every connection runs with the api's
+// statement_timeout and lock_timeout, so a locked table or a runaway query
+// costs a call a few seconds and a 503, never a hang.
+func openAPIPool(ctx context.Context, env *envConfig, url string) (*pgxpool.Pool, error) {
+	cfg, err := poolConfig(url, 0)
+	if err != nil {
+		return nil, err
+	}
+	setAPITimeouts(cfg.ConnConfig, env)
+	return connectPool(ctx, cfg)
+}
+
+// setAPITimeouts sets the api's statement and lock timeouts as session
+// parameters of every connection (sent in the startup message).
+func setAPITimeouts(cfg *pgx.ConnConfig, env *envConfig) {
+	cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(env.APIStatementTimeout.Milliseconds(), 10)
+	cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(env.APILockTimeout.Milliseconds(), 10)
+}
+
+func poolConfig(url string, maxConns int32) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("DATABASE_URL: %w", err)}
@@ -126,6 +154,10 @@ func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, e
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
+	return cfg, nil
+}
+
+func connectPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("error creating database pool: %w", err)
@@ -280,6 +312,10 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 	return w, runner, nil
 }
 
+// apiRequestTimeout bounds one /v1 call's database work: two statements'
+// worth, so the server's statement_timeout fires first and names the cause.
+func apiRequestTimeout(env *envConfig) time.Duration { return 2 * env.APIStatementTimeout }
+
 // newAPIServer builds the api role's server with an insert-only River client.
 func newAPIServer(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*api.Server, error) {
 	insertOnly, err := newInsertOnlyRiver(pool, tel)
@@ -294,6 +330,7 @@ func newAPIServer(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*api.Serv
 		Tokens: env.Tokens, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),
 		Logger: tel.logger, Version: version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
+		RequestTimeout: apiRequestTimeout(env),
 	})
 }
 

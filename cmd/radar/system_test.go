@@ -38,6 +38,8 @@ type testSystem struct {
 	t       testing.TB
 	dbURL   string
 	pool    *pgxpool.Pool
+	// apiPool is the API's pool (statement and lock timeouts set).
+	apiPool *pgxpool.Pool
 	env     *envConfig
 	tel     *telemetry
 	fake    *fakeupstream.Server
@@ -172,7 +174,12 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	}
 	s.tel = &telemetry{providers: providers, instruments: instruments, logger: logger}
 
-	server, err := newAPIServer(s.pool, env, s.tel)
+	// The API has its own pool with the api role's statement and lock
+	// timeouts, as `radar api` does.
+	s.apiPool, err = openAPIPool(context.Background(), env, s.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(s.apiPool.Close)
+	server, err := newAPIServer(s.apiPool, env, s.tel)
 	require.NoError(t, err)
 	s.api = httptest.NewServer(server.Handler())
 	t.Cleanup(s.api.Close)
