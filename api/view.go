@@ -1,10 +1,10 @@
 package api
 
 import (
-	"fmt"
-	"strings"
 	"encoding/json"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/buildrisk/radar/jobs"

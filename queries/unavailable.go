@@ -30,11 +30,11 @@ func IsUnavailable(err error) bool {
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code == "57014", // query_canceled: statement_timeout
-			pgErr.Code == "55P03", // lock_not_available: lock_timeout
-			pgErr.Code == "40001", // serialization_failure (after the retries)
-			pgErr.Code == "40P01", // deadlock_detected (after the retries)
-			strings.HasPrefix(pgErr.Code, "08"), // connection exceptions
-			strings.HasPrefix(pgErr.Code, "53"), // insufficient resources: too many connections, out of memory or disk
+			pgErr.Code == "55P03",                // lock_not_available: lock_timeout
+			pgErr.Code == "40001",                // serialization_failure (after the retries)
+			pgErr.Code == "40P01",                // deadlock_detected (after the retries)
+			strings.HasPrefix(pgErr.Code, "08"),  // connection exceptions
+			strings.HasPrefix(pgErr.Code, "53"),  // insufficient resources: too many connections, out of memory or disk
 			strings.HasPrefix(pgErr.Code, "57P"): // admin/crash shutdown, cannot connect now
 			return true
 		}

@@ -35,9 +35,9 @@ const (
 // testSystem is the whole service in one test: a private database, the fake
 // upstream over real HTTP, the API over real HTTP, and workers on demand.
 type testSystem struct {
-	t       testing.TB
-	dbURL   string
-	pool    *pgxpool.Pool
+	t     testing.TB
+	dbURL string
+	pool  *pgxpool.Pool
 	// apiPool is the API's pool (statement and lock timeouts set).
 	apiPool *pgxpool.Pool
 	env     *envConfig
