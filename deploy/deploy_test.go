@@ -818,6 +818,7 @@ type composeService struct {
 	} `yaml:"deploy"`
 	Image           string   `yaml:"image"`
 	Ports           []string `yaml:"ports"`
+	Profiles        []string `yaml:"profiles"`
 	StopGracePeriod string   `yaml:"stop_grace_period"`
 	StopSignal      string   `yaml:"stop_signal"`
 	Volumes         []string `yaml:"volumes"`
@@ -870,7 +871,8 @@ func loadCompose(t *testing.T) composeFile {
 // by cmd/radar).
 var (
 	allowedEnv = []string{
-		"BUILDRISK_ADMIN_ADDR", "BUILDRISK_API_TOKENS", "BUILDRISK_DRAIN_TIMEOUT", "BUILDRISK_FANOUT",
+		"BUILDRISK_ADMIN_ADDR", "BUILDRISK_API_TOKENS", "BUILDRISK_API_TOKENS_FILE", "BUILDRISK_DRAIN_TIMEOUT", "BUILDRISK_FANOUT",
+		"BUILDRISK_MAX_BODY_BYTES", "BUILDRISK_API_STATEMENT_TIMEOUT", "BUILDRISK_API_LOCK_TIMEOUT",
 		"BUILDRISK_HEARTBEAT_INTERVAL", "BUILDRISK_HTTP_ADDR", "BUILDRISK_INSECURE_NO_AUTH", "BUILDRISK_LOG_FORMAT",
 		"BUILDRISK_REAP_INTERVAL", "BUILDRISK_ROLE", "BUILDRISK_STALE_AFTER", "BUILDRISK_TIMEZONE",
 		"BUILDRISK_UPSTREAM_URL", "DATABASE_URL",
@@ -918,11 +920,36 @@ func TestCompose(t *testing.T) {
 	require.Equal(t, 2, worker.Deploy.Replicas)
 	require.Equal(t, ":9090", worker.Environment["BUILDRISK_ADMIN_ADDR"])
 	require.Less(t, parseDuration(t, worker.Environment["BUILDRISK_DRAIN_TIMEOUT"]), parseDuration(t, worker.StopGracePeriod))
-	require.Equal(t, "http://fakeupstream:8090", worker.Environment["BUILDRISK_UPSTREAM_URL"])
+	require.Equal(t, "${BUILDRISK_UPSTREAM_URL:-http://fakeupstream:8090}", worker.Environment["BUILDRISK_UPSTREAM_URL"])
 	cond, _ = worker.dependsOnCondition("migrate")
 	require.Equal(t, "service_completed_successfully", cond)
 
 	require.Equal(t, []string{"fakeupstream", "--addr", ":8090"}, c.Services["fakeupstream"].Command)
+
+	// Safe defaults: no default token (compose refuses to start without
+	// one), the fake upstream (whose /__fake/config has no auth) only in the
+	// dev profile and never published, and nothing but the api published
+	// beyond loopback.
+	require.Regexp(t, `^\$\{BUILDRISK_API_TOKENS:\?.+\}$`, api.Environment["BUILDRISK_API_TOKENS"])
+	for name, svc := range c.Services {
+		for k, v := range svc.Environment {
+			require.NotRegexp(t, `\$\{BUILDRISK_API_TOKENS:-`, v, "%s %s: no default token", name, k)
+		}
+	}
+	fake := c.Services["fakeupstream"]
+	require.Equal(t, []string{"dev"}, fake.Profiles)
+	require.Empty(t, fake.Ports, "the fake upstream is not published")
+	require.Empty(t, c.Services["postgres"].Ports, "the database is not published")
+	dep, _ := worker.DependsOn["fakeupstream"].(map[string]any)
+	require.Equal(t, false, dep["required"], "the worker starts without the dev profile")
+	for name, svc := range c.Services {
+		for _, port := range svc.Ports {
+			if name == "api" {
+				continue
+			}
+			require.True(t, strings.HasPrefix(port, "127.0.0.1:"), "%s publishes %s beyond loopback", name, port)
+		}
+	}
 
 	// Every radar service runs the image built from deploy/Dockerfile.
 	for _, name := range []string{"migrate", "api", "worker", "fakeupstream"} {
@@ -1001,7 +1028,17 @@ type k8sPodSpec struct {
 			Name          string `yaml:"name"`
 		} `yaml:"ports"`
 		ReadinessProbe *k8sProbe `yaml:"readinessProbe"`
+		VolumeMounts   []struct {
+			Name      string `yaml:"name"`
+			MountPath string `yaml:"mountPath"`
+		} `yaml:"volumeMounts"`
 	} `yaml:"containers"`
+	Volumes []struct {
+		Name   string `yaml:"name"`
+		Secret *struct {
+			SecretName string `yaml:"secretName"`
+		} `yaml:"secret"`
+	} `yaml:"volumes"`
 	RestartPolicy                 string `yaml:"restartPolicy"`
 	TerminationGracePeriodSeconds *int   `yaml:"terminationGracePeriodSeconds"`
 }
@@ -1149,7 +1186,21 @@ func TestKubernetes(t *testing.T) {
 	apiEnv := envOf("Deployment/buildrisk-radar-api")
 	require.Equal(t, "api", apiEnv["BUILDRISK_ROLE"])
 	require.Equal(t, ":8080", apiEnv["BUILDRISK_HTTP_ADDR"])
-	require.NotEmpty(t, apiEnv["BUILDRISK_API_TOKENS"])
+	// Tokens come from a mounted secret file, never a default.
+	require.Empty(t, apiEnv["BUILDRISK_API_TOKENS"])
+	tokensFile := apiEnv["BUILDRISK_API_TOKENS_FILE"]
+	require.NotEmpty(t, tokensFile)
+	mounted := false
+	for _, m := range api.Spec.Template.Spec.Containers[0].VolumeMounts {
+		for _, v := range api.Spec.Template.Spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil && filepath.Dir(tokensFile) == m.MountPath {
+				secret := keysOf("Secret", v.Secret.SecretName)
+				require.Contains(t, secret, filepath.Base(tokensFile))
+				mounted = true
+			}
+		}
+	}
+	require.True(t, mounted, "BUILDRISK_API_TOKENS_FILE is in a mounted secret")
 	for name := range apiEnv {
 		require.NotRegexp(t, providerKeyRE, name, "the api must hold no provider keys (ADR-012)")
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -88,8 +89,21 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		LogFormat:    getenv("BUILDRISK_LOG_FORMAT"),
 	}
 	var err error
-	if v := getenv("BUILDRISK_API_TOKENS"); v != "" {
-		if c.Tokens, err = api.ParseTokens(v); err != nil {
+	tokens, tokensFile := getenv("BUILDRISK_API_TOKENS"), getenv("BUILDRISK_API_TOKENS_FILE")
+	switch {
+	case tokens != "" && tokensFile != "":
+		return nil, envError("BUILDRISK_API_TOKENS_FILE", "set either it or BUILDRISK_API_TOKENS, not both")
+	case tokensFile != "":
+		raw, err := os.ReadFile(tokensFile)
+		if err != nil {
+			return nil, envError("BUILDRISK_API_TOKENS_FILE", "%v", err)
+		}
+		if c.Tokens, err = api.ParseTokens(string(raw)); err != nil {
+			return nil, envError("BUILDRISK_API_TOKENS_FILE", "%s: %v (expected role:TOKEN entries, one a line)", tokensFile, err)
+		}
+		c.TokensSet = true
+	case tokens != "":
+		if c.Tokens, err = api.ParseTokens(tokens); err != nil {
 			return nil, envError("BUILDRISK_API_TOKENS", "%v (expected viewer:TOKEN,operator:TOKEN)", err)
 		}
 		c.TokensSet = true

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/api"
 )
 
 // Every bad value fails at start with a message naming the variable.
@@ -83,4 +88,37 @@ func TestEnv_RolesRefuseToStart(t *testing.T) {
 	require.ErrorContains(t, runWorker(t.Context()), "DATABASE_URL")
 	t.Setenv("DATABASE_URL", "postgres://nowhere/x")
 	require.ErrorContains(t, runAPI(t.Context()), "BUILDRISK_API_TOKENS")
+}
+
+// Tokens from a mounted secret file, several per role; the file and the
+// variable together are refused, as is a missing file.
+func TestEnv_TokensFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(path, []byte("operator:op-new\noperator:op-old\nviewer:v\n"), 0o600))
+	env, err := loadEnv(func(k string) string { return map[string]string{"BUILDRISK_API_TOKENS_FILE": path}[k] })
+	require.NoError(t, err)
+	require.True(t, env.TokensSet)
+	require.Equal(t, map[string]api.Role{"op-new": api.RoleOperator, "op-old": api.RoleOperator, "v": api.RoleViewer}, env.Tokens)
+
+	_, err = loadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_API_TOKENS_FILE": path, "BUILDRISK_API_TOKENS": "operator:x"}[k]
+	})
+	require.ErrorContains(t, err, "BUILDRISK_API_TOKENS_FILE")
+	_, err = loadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_API_TOKENS_FILE": path + ".missing"}[k]
+	})
+	require.ErrorContains(t, err, "BUILDRISK_API_TOKENS_FILE")
+}
+
+// Both tokens of a role work during a rotation.
+func TestEnv_RotationBothTokensWork(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_API_TOKENS": "operator:op-new,operator:op-old,viewer:" + testViewerToken}})
+	for _, token := range []string{"op-new", "op-old"} {
+		status, out := s.do(http.MethodPost, "/v1/jobs/aptTrade/stop", token, "")
+		require.Equal(t, http.StatusConflict, status, "%s is an operator token: %v", token, out)
+	}
+	status, _ := s.do(http.MethodPost, "/v1/jobs/aptTrade/stop", "op-gone", "")
+	require.Equal(t, http.StatusUnauthorized, status)
 }
