@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -926,6 +927,17 @@ func TestCompose(t *testing.T) {
 
 	require.Equal(t, []string{"fakeupstream", "--addr", ":8090"}, c.Services["fakeupstream"].Command)
 
+	// Least privilege: migrate connects as the owner, api and worker as
+	// roles of their own, created by the postgres init script.
+	requireSeparateDatabaseUsers(t, "compose", migrate.Environment["DATABASE_URL"], api.Environment["DATABASE_URL"], worker.Environment["DATABASE_URL"])
+	require.Contains(t, c.Services["postgres"].Volumes, "./postgres/10-roles.sh:/docker-entrypoint-initdb.d/10-roles.sh:ro")
+	initScript, err := os.ReadFile("postgres/10-roles.sh")
+	require.NoError(t, err)
+	for _, user := range []string{"radar_api", "radar_worker"} {
+		require.Contains(t, string(initScript), "CREATE ROLE "+user+" LOGIN PASSWORD :'", "%s gets a password from the environment", user)
+		require.Regexp(t, "CREATE ROLE "+user+" [^;]*IN ROLE radar_app;", string(initScript))
+	}
+
 	// Safe defaults: no default token (compose refuses to start without
 	// one), the fake upstream (whose /__fake/config has no auth) only in the
 	// dev profile and never published, and nothing but the api published
@@ -979,6 +991,28 @@ func TestCompose(t *testing.T) {
 			require.Contains(t, c.Volumes, src, "%s uses an undeclared volume", name)
 		}
 	}
+}
+
+// requireSeparateDatabaseUsers checks that migrate, api and worker connect
+// with three different users, so the services never hold the owner's
+// credentials.
+func requireSeparateDatabaseUsers(t *testing.T, where, migrate, api, worker string) {
+	t.Helper()
+
+	user := func(raw string) string {
+		// Compose interpolation: take each ${VAR:-default}'s default.
+		raw = regexp.MustCompile(`\$\{[A-Z_]+:-([^}]*)\}`).ReplaceAllString(raw, "$1")
+		u, err := url.Parse(raw)
+		require.NoError(t, err, "%s: %s", where, raw)
+		require.NotNil(t, u.User, "%s: %s names no user", where, raw)
+		return u.User.Username()
+	}
+	owner, apiUser, workerUser := user(migrate), user(api), user(worker)
+	require.NotEqual(t, owner, apiUser, where)
+	require.NotEqual(t, owner, workerUser, where)
+	require.NotEqual(t, apiUser, workerUser, where)
+	require.Equal(t, "radar_api", apiUser, where)
+	require.Equal(t, "radar_worker", workerUser, where)
 }
 
 type k8sObject struct {
@@ -1216,7 +1250,8 @@ func TestKubernetes(t *testing.T) {
 
 	job, ok := objects["Job/buildrisk-radar-migrate"]
 	require.True(t, ok)
-	envOf("Job/buildrisk-radar-migrate")
+	migrateEnv := envOf("Job/buildrisk-radar-migrate")
+	requireSeparateDatabaseUsers(t, "kubernetes", migrateEnv["DATABASE_URL"], apiEnv["DATABASE_URL"], workerEnv["DATABASE_URL"])
 	require.Equal(t, []string{"migrate"}, job.Spec.Template.Spec.Containers[0].Args)
 	require.Contains(t, []string{"Never", "OnFailure"}, job.Spec.Template.Spec.RestartPolicy)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -65,6 +66,10 @@ const (
 	apiLockTimeoutDefault      = 2 * time.Second
 	apiStatementTimeoutMax     = 25 * time.Second
 )
+
+// roleNamePattern is what BUILDRISK_DB_APP_ROLE may be: a plain
+// PostgreSQL identifier, safe to put in the migration's SQL.
+var roleNamePattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // usageError marks errors that are the user's (exit code 2).
 type usageError struct{ error }
@@ -219,6 +224,11 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 			}
 			c.RuleThresholds[r.Name] = f
 		}
+	}
+	// Read by the least-privilege migration itself (goose ENVSUB); checked
+	// here so that a bad name stops `radar migrate` with a clear message.
+	if v := getenv("BUILDRISK_DB_APP_ROLE"); v != "" && !roleNamePattern.MatchString(v) {
+		return nil, envError("BUILDRISK_DB_APP_ROLE", "%q is not a role name (lower-case letters, digits and _, at most 63)", v)
 	}
 	c.MaxBodyBytes = api.MaxBodyBytesDefault
 	if v := getenv("BUILDRISK_MAX_BODY_BYTES"); v != "" {

@@ -35,9 +35,12 @@ const (
 // testSystem is the whole service in one test: a private database, the fake
 // upstream over real HTTP, the API over real HTTP, and workers on demand.
 type testSystem struct {
-	t     testing.TB
-	dbURL string
-	pool  *pgxpool.Pool
+	t testing.TB
+	// dbURL connects as the application role (what api and workers use);
+	// ownerURL as the schema owner (migrations, tests that need DDL).
+	dbURL    string
+	ownerURL string
+	pool     *pgxpool.Pool
 	// apiPool is the API's pool (statement and lock timeouts set).
 	apiPool *pgxpool.Pool
 	env     *envConfig
@@ -126,7 +129,10 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	if opts == nil {
 		opts = &testSystemOpts{}
 	}
-	s := &testSystem{t: t, dbURL: pgtest.NewDatabase(t)}
+	// The api and the workers connect as the application role (no DDL, no
+	// TRUNCATE), as deployed; ownerURL is the schema owner's.
+	ownerURL := pgtest.NewDatabase(t)
+	s := &testSystem{t: t, ownerURL: ownerURL, dbURL: appURL(t, ownerURL)}
 	pool, err := pgxpool.New(context.Background(), s.dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
