@@ -12,7 +12,7 @@ VULNDB_VERSION = $(shell awk '$$1 == "golang.org/x/vulndb" { print $$2 }' tools/
 VULNDB_DIR = $(CURDIR)/.cache/vulndb/$(VULNDB_VERSION)
 TEST_FLAGS ?= -race -count=1 -timeout 12m
 
-.PHONY: run test bench build generate check-generated fmt vet lint vuln promtool-test ci
+.PHONY: run test bench build generate check-generated fmt vet lint vuln promtool-test fuzz ci
 
 ## run: everything in one process (embedded PostgreSQL, migrations, fake upstream, api + worker)
 run: build
@@ -28,6 +28,17 @@ bench:
 
 build:
 	$(GO) build -o bin/radar ./cmd/radar
+
+## fuzz: every Go fuzz target (func FuzzXxx in a _test.go) for FUZZTIME each,
+## starting from its committed seeds in testdata/fuzz; a failing input is
+## written there, to be committed with its fix
+FUZZTIME ?= 3s
+fuzz:
+	@set -e; grep -rEo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+' . | sort | while IFS=: read -r file decl; do \
+		name=$${decl#func }; pkg=./$$(dirname $${file#./}); \
+		echo "== $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	done
 
 ## generate: regenerate sqlc code from queries/*.sql
 generate:

@@ -52,3 +52,17 @@ func TestBearerToken(t *testing.T) {
 		require.False(t, ok, bad)
 	}
 }
+
+// Any path id: accepted only as the canonical decimal form of a positive
+// int64, which is what formatID writes.
+func FuzzParseID(f *testing.F) {
+	for _, s := range []string{"1", "+1", "01", "-1", "0", "9223372036854775807", "9223372036854775808", " 1", "1_000"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		id, ok := parseID(s)
+		if ok && (id <= 0 || formatID(id) != s) {
+			t.Fatalf("parseID(%q) = %d, accepted but not canonical", s, id)
+		}
+	})
+}

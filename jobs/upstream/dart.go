@@ -309,6 +309,9 @@ func ParseFilingList(body []byte) (filings []Filing, totalPages int, err error) 
 	if totalPages, err = resp.TotalPage.int(); err != nil {
 		return nil, 0, fmt.Errorf("%s: bad total_page: %w", ep, err)
 	}
+	if totalPages < 0 {
+		return nil, 0, fmt.Errorf("%s: bad total_page %d", ep, totalPages)
+	}
 	filings = make([]Filing, 0, len(resp.List))
 	for _, it := range resp.List {
 		f := Filing{
