@@ -114,17 +114,17 @@ func prefixed(prefix string, ids []string) []string {
 func writeSpan(w io.Writer, span sdktrace.ReadOnlySpan) {
 	fmt.Fprintln(w, span.Name(), span.Status().Description)
 	for _, a := range span.Attributes() {
-		fmt.Fprintln(w, a.Key, a.Value.Emit())
+		fmt.Fprintln(w, a.Key, a.Value.String())
 	}
 	for _, e := range span.Events() {
 		fmt.Fprintln(w, e.Name)
 		for _, a := range e.Attributes {
-			fmt.Fprintln(w, a.Key, a.Value.Emit())
+			fmt.Fprintln(w, a.Key, a.Value.String())
 		}
 	}
 	for _, l := range span.Links() {
 		for _, a := range l.Attributes {
-			fmt.Fprintln(w, a.Key, a.Value.Emit())
+			fmt.Fprintln(w, a.Key, a.Value.String())
 		}
 	}
 }
