@@ -30,7 +30,7 @@ BUILD_ENV = CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 BUILD_FLAGS = -trimpath -tags timetzdata -ldflags "-s -w -X main.version=$(VERSION)"
 REDOCLY_DIR = tools/redocly
 
-.PHONY: run test bench build soak soak-ci generate check-generated fmt vet lint vuln promtool-test openapi-lint ci
+.PHONY: run test bench build soak soak-ci generate check-generated fmt vet lint vuln promtool-test openapi-lint fuzz ci
 
 ## run: everything in one process (embedded PostgreSQL, migrations, fake upstream, api + worker)
 run: build
@@ -58,6 +58,17 @@ soak: build
 soak-ci: build
 	$(GO) build -o bin/soak ./cmd/soak
 	./bin/soak -bin bin/radar -duration 60s -seed $(SOAK_CI_SEED)
+
+## fuzz: every Go fuzz target (func FuzzXxx in a _test.go) for FUZZTIME each,
+## starting from its committed seeds in testdata/fuzz; a failing input is
+## written there, to be committed with its fix
+FUZZTIME ?= 3s
+fuzz:
+	@set -e; grep -rEo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+' . | sort | while IFS=: read -r file decl; do \
+		name=$${decl#func }; pkg=./$$(dirname $${file#./}); \
+		echo "== $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	done
 
 ## generate: regenerate sqlc code from queries/*.sql
 generate:

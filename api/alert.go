@@ -57,7 +57,7 @@ func (s *Server) listAlerts(ctx context.Context, in *alertListInput) (*AlertList
 	var company *string
 	if in.Company != "" {
 		if !jobs.IsCorpCode(in.Company) {
-			return nil, badQuery("company", fmt.Sprintf("%q is not an 8-digit DART corp code", in.Company))
+			return nil, badQuery("company", fmt.Sprintf("%s is not an 8-digit DART corp code", jobs.Quote(in.Company)))
 		}
 		company = &in.Company
 	}
@@ -67,7 +67,7 @@ func (s *Server) listAlerts(ctx context.Context, in *alertListInput) (*AlertList
 	if in.Date != "" {
 		var err error
 		if day, err = time.Parse(time.DateOnly, in.Date); err != nil {
-			return nil, badQuery("date", fmt.Sprintf("%q is not a date in the form YYYY-MM-DD", in.Date))
+			return nil, badQuery("date", fmt.Sprintf("%s is not a date in the form YYYY-MM-DD", jobs.Quote(in.Date)))
 		}
 	} else {
 		latest, err := s.queries.RiskAlertLatestDate(ctx, s.pool, company)

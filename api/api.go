@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -41,6 +42,13 @@ func init() {
 		return newError(status, msg, errs...)
 	}
 }
+
+// RequestTimeoutDefault is Config.RequestTimeout's default.
+const RequestTimeoutDefault = 10 * time.Second
+
+// RetryAfterSeconds is the Retry-After of a 503: the database is restarting,
+// saturated or locked, which takes seconds to clear.
+const RetryAfterSeconds = 2
 
 // StaleAfterDefault mirrors the worker's default stale window; the API uses
 // it to tell live workers from dead ones.
@@ -80,6 +88,15 @@ type Config struct {
 	// console. It is an opaque handler: the api knows nothing of River's
 	// internals.
 	RiverUI http.Handler
+	// RequestTimeout bounds the database work of one /v1 call, waiting for
+	// a pooled connection included; when it passes the call answers 503.
+	// Default RequestTimeoutDefault. Set it above the connections'
+	// statement_timeout, so a slow statement is cancelled by the server
+	// first.
+	RequestTimeout time.Duration
+	// MaxBodyBytes bounds every request body (BUILDRISK_MAX_BODY_BYTES);
+	// default MaxBodyBytesDefault. A larger body is answered 413 unread.
+	MaxBodyBytes int64
 }
 
 // Server is the API.
@@ -108,6 +125,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, StaleAfterDefault)
 	cfg.Version = cmp.Or(cfg.Version, "dev")
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault)
+	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, RequestTimeoutDefault)
+	if cfg.MaxBodyBytes < 0 || cfg.RequestTimeout < 0 {
+		return nil, errors.New("api: MaxBodyBytes and RequestTimeout must be positive")
+	}
 	if cfg.Today == nil {
 		cfg.Today = func() time.Time { return time.Now().UTC().Truncate(24 * time.Hour) }
 	}
@@ -216,9 +238,25 @@ func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 	}
 }
 
-// Handler returns the HTTP handler: the API behind bearer-token (or console
-// session) auth, the console, and River UI when configured.
-func (s *Server) Handler() http.Handler { return s.authenticate(s.mux) }
+// Handler returns the HTTP handler: the API behind the body limit and
+// bearer-token (or console session) auth, the console, and River UI when
+// configured.
+func (s *Server) Handler() http.Handler { return s.limitBody(s.authenticate(s.withDeadline(s.mux))) }
+
+// withDeadline gives every /v1 call RequestTimeout for its database work:
+// a call waiting for a pooled connection (all of them stuck behind a lock,
+// or the database gone) ends with 503 instead of hanging.
+func (s *Server) withDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/v1/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
 
 // OpenAPI returns the API's OpenAPI document.
 func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
@@ -228,6 +266,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	w.Header().Set("Content-Type", "application/json")
 	if err := s.pool.Ping(ctx); err != nil {
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = fmt.Fprintf(w, `{"status":"unavailable","reason":"database unreachable"}`)
 		return
@@ -265,6 +304,12 @@ func newConflict(detail string, activeRequestID int64) *conflictError {
 	return e
 }
 
+// unavailable is the 503 of a database that cannot serve the call now.
+func unavailable(detail string) error {
+	return huma.ErrorWithHeaders(huma.Error503ServiceUnavailable(detail),
+		http.Header{"Retry-After": {strconv.Itoa(RetryAfterSeconds)}})
+}
+
 // problemFrom maps a domain error to its HTTP answer. It is the only place
 // that does so; unknown errors are logged and answered with a bare 500.
 func (s *Server) problemFrom(ctx context.Context, err error) error {
@@ -281,6 +326,9 @@ func (s *Server) problemFrom(ctx context.Context, err error) error {
 		return huma.Error404NotFound("not found")
 	case errors.Is(err, context.Canceled):
 		return huma.NewError(499, "client closed request")
+	case queries.IsTransient(err):
+		s.cfg.Logger.WarnContext(ctx, "database unavailable; answered 503", slog.String("error", err.Error()))
+		return unavailable("the database is unavailable or busy (restarting, out of connections, or a statement or lock timed out); retry shortly")
 	default:
 		s.cfg.Logger.ErrorContext(ctx, "internal error", slog.String("error", err.Error()))
 		return huma.Error500InternalServerError("internal error; see the server log")

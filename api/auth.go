@@ -18,22 +18,40 @@ const (
 	RoleOperator Role = "operator"
 )
 
-// ParseTokens parses BUILDRISK_API_TOKENS: a comma list of role:TOKEN.
+// ParseTokens parses BUILDRISK_API_TOKENS (or the content of
+// BUILDRISK_API_TOKENS_FILE): role:TOKEN entries separated by commas or
+// newlines; blank lines and lines starting with # are ignored. A role may
+// have several tokens, which is how tokens are rotated without downtime:
+// add the new one, move clients over, remove the old one. A token given
+// twice with different roles is refused.
 func ParseTokens(s string) (map[string]Role, error) {
 	tokens := map[string]Role{}
-	for i, part := range strings.Split(s, ",") {
+	var entries []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue
+		}
+		entries = append(entries, strings.Split(line, ",")...)
+	}
+	n := 0
+	for _, part := range entries {
 		part = strings.TrimSpace(part)
 		if part == "" {
 			continue
 		}
+		n++
 		role, token, ok := strings.Cut(part, ":")
-		if !ok || token == "" {
-			return nil, fmt.Errorf("entry %d is not role:TOKEN", i+1)
+		if !ok || strings.TrimSpace(token) == "" {
+			return nil, fmt.Errorf("entry %d is not role:TOKEN", n)
 		}
+		token = strings.TrimSpace(token)
 		switch Role(role) {
 		case RoleViewer, RoleOperator:
 		default:
-			return nil, fmt.Errorf("entry %d has unknown role %q (viewer or operator)", i+1, role)
+			return nil, fmt.Errorf("entry %d has unknown role %q (viewer or operator)", n, role)
+		}
+		if prev, ok := tokens[token]; ok && prev != Role(role) {
+			return nil, fmt.Errorf("entry %d gives a token of %s to %s too", n, prev, role)
 		}
 		tokens[token] = Role(role)
 	}
@@ -59,8 +77,8 @@ type caller struct {
 // clients behave exactly as before the console existed.
 func (s *Server) identify(r *http.Request) (*caller, bool) {
 	if header := r.Header.Get("Authorization"); header != "" {
-		token, ok := strings.CutPrefix(header, "Bearer ")
-		role, known := s.lookupToken(strings.TrimSpace(token))
+		token, ok := bearerToken(header)
+		role, known := s.lookupToken(token)
 		if !ok || !known {
 			return nil, false
 		}
@@ -159,6 +177,16 @@ func (s *Server) authorizeRiverUI(w http.ResponseWriter, r *http.Request) bool {
 
 func isReadOnly(r *http.Request) bool {
 	return r.Method == http.MethodGet || r.Method == http.MethodHead
+}
+
+// bearerToken returns the token of an "Authorization: Bearer TOKEN" header.
+// The scheme is matched case-insensitively (RFC 9110 §11.1).
+func bearerToken(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
 }
 
 // lookupToken compares in constant time so tokens cannot be guessed by timing.

@@ -42,7 +42,7 @@ func (s *Server) registerExecutions(api huma.API) {
 func (s *Server) abandonExecution(ctx context.Context, in *executionInput) (*ExecutionAbandonOutput, error) {
 	id, ok := parseID(in.ID)
 	if !ok {
-		return nil, huma.Error404NotFound(fmt.Sprintf("execution %q not found", in.ID))
+		return nil, badID("id", in.ID)
 	}
 	var conflict error
 	err := queries.InTx(ctx, s.pool, func(tx pgx.Tx) error {

@@ -93,7 +93,7 @@ func (s *Server) registerJobs(api huma.API) {
 	}, func(ctx context.Context, in *jobInput) (*JobGetOutput, error) {
 		def, ok := s.cfg.Catalog.Lookup(in.Job)
 		if !ok {
-			return nil, huma.Error404NotFound(fmt.Sprintf("job %q not found", in.Job))
+			return nil, huma.Error404NotFound(fmt.Sprintf("job %s not found", jobs.Quote(in.Job)))
 		}
 		views, err := s.jobViews(ctx, []string{in.Job})
 		if err != nil {
@@ -180,7 +180,7 @@ func jobViewFrom(def jobs.Definition, row *queries.JobListSummaryRow, schedules 
 
 func (s *Server) stopJob(ctx context.Context, in *jobInput) (*JobStopOutput, error) {
 	if _, ok := s.cfg.Catalog.Lookup(in.Job); !ok {
-		return nil, huma.Error404NotFound(fmt.Sprintf("job %q not found", in.Job))
+		return nil, huma.Error404NotFound(fmt.Sprintf("job %s not found", jobs.Quote(in.Job)))
 	}
 	var stopped *queries.JobExecution
 	err := queries.InTx(ctx, s.pool, func(tx pgx.Tx) error {

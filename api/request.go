@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -52,7 +53,7 @@ type requestCreateBody struct {
 func documentedBody(paramsType reflect.Type) reflect.Type {
 	return reflect.StructOf([]reflect.StructField{
 		{Name: "Params", Type: paramsType, Tag: `json:"params" doc:"the job's params"`},
-		{Name: "MaxCalls", Type: reflect.TypeFor[*int](), Tag: `json:"maxCalls,omitempty" minimum:"1" doc:"cap this execution's external calls (only when you want one)"`},
+		{Name: "MaxCalls", Type: reflect.TypeFor[*int](), Tag: `json:"maxCalls,omitempty" minimum:"1" maximum:"1000000" doc:"cap this execution's external calls, 1 to 1,000,000 (only when you want one)"`},
 		{Name: "ConfirmPurge", Type: reflect.TypeFor[bool](), Tag: `json:"confirmPurge,omitempty" doc:"confirms a purge for this request only; such an execution is never resumed"`},
 	})
 }
@@ -160,7 +161,7 @@ func (s *Server) registerRequests(api huma.API) {
 // unknown job, 400 naming the field for a malformed body.
 func (s *Server) decodeRequestBody(ctx context.Context, job string, raw []byte) (*request.EnqueueParams, error) {
 	if _, ok := s.cfg.Catalog.Lookup(job); !ok {
-		return nil, huma.Error404NotFound(fmt.Sprintf("job %q not found; GET /v1/jobs lists them", job))
+		return nil, huma.Error404NotFound(fmt.Sprintf("job %s not found; GET /v1/jobs lists them", jobs.Quote(job)))
 	}
 	var body requestCreateBody
 	if err := jobs.DecodeStrict(raw, &body, "body"); err != nil {
@@ -214,7 +215,7 @@ func (s *Server) estimateRequest(ctx context.Context, in *requestCreateInput) (*
 func (s *Server) getRequest(ctx context.Context, in *requestGetInput) (*RequestGetOutput, error) {
 	id, ok := parseID(in.ID)
 	if !ok {
-		return nil, huma.Error404NotFound(fmt.Sprintf("request %q not found", in.ID))
+		return nil, badID("id", in.ID)
 	}
 	row, err := s.queries.JobRequestGetByID(ctx, s.pool, id)
 	if err := queries.Interpret(err); err != nil {
@@ -256,7 +257,7 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 	params := &queries.JobRequestListParams{MaxRows: RequestListLimitDefault}
 	if in.Job != "" {
 		if _, ok := s.cfg.Catalog.Lookup(in.Job); !ok {
-			return nil, badQuery("job", fmt.Sprintf("unknown job %q", in.Job))
+			return nil, badQuery("job", fmt.Sprintf("unknown job %s", jobs.Quote(in.Job)))
 		}
 		params.Job = &in.Job
 	}
@@ -265,13 +266,13 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 		case request.StatusQueued, request.StatusRunning, request.StatusDone, request.StatusFailed:
 			params.Status = &in.Status
 		default:
-			return nil, badQuery("status", fmt.Sprintf("%q is not one of QUEUED, RUNNING, DONE, FAILED", in.Status))
+			return nil, badQuery("status", fmt.Sprintf("%s is not one of QUEUED, RUNNING, DONE, FAILED", jobs.Quote(in.Status)))
 		}
 	}
 	if in.Limit != "" {
 		limit, err := strconv.Atoi(in.Limit)
-		if err != nil || limit < 1 || limit > RequestListLimitMax {
-			return nil, badQuery("limit", fmt.Sprintf("%q is not an integer from 1 to %d", in.Limit, RequestListLimitMax))
+		if err != nil || strings.TrimLeft(in.Limit, "0123456789") != "" || limit < 1 || limit > RequestListLimitMax {
+			return nil, badQuery("limit", fmt.Sprintf("%s is not an integer from 1 to %d", jobs.Quote(in.Limit), RequestListLimitMax))
 		}
 		params.MaxRows = int32(limit)
 	}

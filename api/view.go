@@ -2,9 +2,12 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queries"
 )
 
@@ -84,10 +87,18 @@ func formatIDPtr(id *int64) *string {
 }
 
 // parseID parses an id from a URL; ok is false for anything but a positive
-// integer.
+// integer in plain decimal digits ("+1", "01", " 1" and "1e3" are not ids).
 func parseID(s string) (int64, bool) {
+	if s == "" || s[0] == '0' || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, false
+	}
 	id, err := strconv.ParseInt(s, 10, 64)
 	return id, err == nil && id > 0
+}
+
+// badID is the 400 for a malformed id in the path.
+func badID(field, s string) error {
+	return badInput("path", field, "path."+field, fmt.Sprintf("%s is not an id (a positive decimal integer)", jobs.Quote(s)))
 }
 
 func executionViewFromRow(e *queries.JobExecution) *ExecutionView {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -831,6 +832,7 @@ type composeService struct {
 	} `yaml:"deploy"`
 	Image           string   `yaml:"image"`
 	Ports           []string `yaml:"ports"`
+	Profiles        []string `yaml:"profiles"`
 	StopGracePeriod string   `yaml:"stop_grace_period"`
 	StopSignal      string   `yaml:"stop_signal"`
 	Volumes         []string `yaml:"volumes"`
@@ -942,11 +944,47 @@ func TestCompose(t *testing.T) {
 	require.Equal(t, 2, worker.Deploy.Replicas)
 	require.Equal(t, ":9090", worker.Environment["BUILDRISK_ADMIN_ADDR"])
 	require.Less(t, parseDuration(t, worker.Environment["BUILDRISK_DRAIN_TIMEOUT"]), parseDuration(t, worker.StopGracePeriod))
-	require.Equal(t, "http://fakeupstream:8090", worker.Environment["BUILDRISK_UPSTREAM_URL"])
+	require.Equal(t, "${BUILDRISK_UPSTREAM_URL:-http://fakeupstream:8090}", worker.Environment["BUILDRISK_UPSTREAM_URL"])
 	cond, _ = worker.dependsOnCondition("migrate")
 	require.Equal(t, "service_completed_successfully", cond)
 
 	require.Equal(t, []string{"fakeupstream", "--addr", ":8090"}, c.Services["fakeupstream"].Command)
+
+	// Least privilege: migrate connects as the owner, api and worker as
+	// roles of their own, created by the postgres init script.
+	requireSeparateDatabaseUsers(t, "compose", migrate.Environment["DATABASE_URL"], api.Environment["DATABASE_URL"], worker.Environment["DATABASE_URL"])
+	require.Contains(t, c.Services["postgres"].Volumes, "./postgres/10-roles.sh:/docker-entrypoint-initdb.d/10-roles.sh:ro")
+	initScript, err := os.ReadFile("postgres/10-roles.sh")
+	require.NoError(t, err)
+	for _, user := range []string{"radar_api", "radar_worker"} {
+		require.Contains(t, string(initScript), "CREATE ROLE "+user+" LOGIN PASSWORD :'", "%s gets a password from the environment", user)
+		require.Regexp(t, "CREATE ROLE "+user+" [^;]*IN ROLE radar_app;", string(initScript))
+	}
+
+	// Safe defaults: no default token (compose refuses to start without
+	// one), the fake upstream (whose /__fake/config has no auth) only in the
+	// dev profile and never published, and nothing but the api published
+	// beyond loopback.
+	require.Regexp(t, `^\$\{BUILDRISK_API_TOKENS:\?.+\}$`, api.Environment["BUILDRISK_API_TOKENS"])
+	for name, svc := range c.Services {
+		for k, v := range svc.Environment {
+			require.NotRegexp(t, `\$\{BUILDRISK_API_TOKENS:-`, v, "%s %s: no default token", name, k)
+		}
+	}
+	fake := c.Services["fakeupstream"]
+	require.Equal(t, []string{"dev"}, fake.Profiles)
+	require.Empty(t, fake.Ports, "the fake upstream is not published")
+	require.Empty(t, c.Services["postgres"].Ports, "the database is not published")
+	dep, _ := worker.DependsOn["fakeupstream"].(map[string]any)
+	require.Equal(t, false, dep["required"], "the worker starts without the dev profile")
+	for name, svc := range c.Services {
+		for _, port := range svc.Ports {
+			if name == "api" {
+				continue
+			}
+			require.True(t, strings.HasPrefix(port, "127.0.0.1:"), "%s publishes %s beyond loopback", name, port)
+		}
+	}
 
 	// Every radar service runs the image built from deploy/Dockerfile.
 	for _, name := range []string{"migrate", "api", "worker", "fakeupstream"} {
@@ -976,6 +1014,28 @@ func TestCompose(t *testing.T) {
 			require.Contains(t, c.Volumes, src, "%s uses an undeclared volume", name)
 		}
 	}
+}
+
+// requireSeparateDatabaseUsers checks that migrate, api and worker connect
+// with three different users, so the services never hold the owner's
+// credentials.
+func requireSeparateDatabaseUsers(t *testing.T, where, migrate, api, worker string) {
+	t.Helper()
+
+	user := func(raw string) string {
+		// Compose interpolation: take each ${VAR:-default}'s default.
+		raw = regexp.MustCompile(`\$\{[A-Z_]+:-([^}]*)\}`).ReplaceAllString(raw, "$1")
+		u, err := url.Parse(raw)
+		require.NoError(t, err, "%s: %s", where, raw)
+		require.NotNil(t, u.User, "%s: %s names no user", where, raw)
+		return u.User.Username()
+	}
+	owner, apiUser, workerUser := user(migrate), user(api), user(worker)
+	require.NotEqual(t, owner, apiUser, where)
+	require.NotEqual(t, owner, workerUser, where)
+	require.NotEqual(t, apiUser, workerUser, where)
+	require.Equal(t, "radar_api", apiUser, where)
+	require.Equal(t, "radar_worker", workerUser, where)
 }
 
 type k8sObject struct {
@@ -1025,7 +1085,17 @@ type k8sPodSpec struct {
 			Name          string `yaml:"name"`
 		} `yaml:"ports"`
 		ReadinessProbe *k8sProbe `yaml:"readinessProbe"`
+		VolumeMounts   []struct {
+			Name      string `yaml:"name"`
+			MountPath string `yaml:"mountPath"`
+		} `yaml:"volumeMounts"`
 	} `yaml:"containers"`
+	Volumes []struct {
+		Name   string `yaml:"name"`
+		Secret *struct {
+			SecretName string `yaml:"secretName"`
+		} `yaml:"secret"`
+	} `yaml:"volumes"`
 	RestartPolicy                 string `yaml:"restartPolicy"`
 	TerminationGracePeriodSeconds *int   `yaml:"terminationGracePeriodSeconds"`
 }
@@ -1173,7 +1243,21 @@ func TestKubernetes(t *testing.T) {
 	apiEnv := envOf("Deployment/buildrisk-radar-api")
 	require.Equal(t, "api", apiEnv["BUILDRISK_ROLE"])
 	require.Equal(t, ":8080", apiEnv["BUILDRISK_HTTP_ADDR"])
-	require.NotEmpty(t, apiEnv["BUILDRISK_API_TOKENS"])
+	// Tokens come from a mounted secret file, never a default.
+	require.Empty(t, apiEnv["BUILDRISK_API_TOKENS"])
+	tokensFile := apiEnv["BUILDRISK_API_TOKENS_FILE"]
+	require.NotEmpty(t, tokensFile)
+	mounted := false
+	for _, m := range api.Spec.Template.Spec.Containers[0].VolumeMounts {
+		for _, v := range api.Spec.Template.Spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil && filepath.Dir(tokensFile) == m.MountPath {
+				secret := keysOf("Secret", v.Secret.SecretName)
+				require.Contains(t, secret, filepath.Base(tokensFile))
+				mounted = true
+			}
+		}
+	}
+	require.True(t, mounted, "BUILDRISK_API_TOKENS_FILE is in a mounted secret")
 	for name := range apiEnv {
 		require.NotRegexp(t, providerKeyRE, name, "the api must hold no provider keys (it never calls a provider)")
 	}
@@ -1189,7 +1273,8 @@ func TestKubernetes(t *testing.T) {
 
 	job, ok := objects["Job/buildrisk-radar-migrate"]
 	require.True(t, ok)
-	envOf("Job/buildrisk-radar-migrate")
+	migrateEnv := envOf("Job/buildrisk-radar-migrate")
+	requireSeparateDatabaseUsers(t, "kubernetes", migrateEnv["DATABASE_URL"], apiEnv["DATABASE_URL"], workerEnv["DATABASE_URL"])
 	require.Equal(t, []string{"migrate"}, job.Spec.Template.Spec.Containers[0].Args)
 	require.Contains(t, []string{"Never", "OnFailure"}, job.Spec.Template.Spec.RestartPolicy)
 }

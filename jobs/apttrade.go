@@ -10,8 +10,13 @@ import (
 // AptTrade is the name of the apartment-trade job.
 const AptTrade = "aptTrade"
 
-// AptTradeMaxMonths bounds one request's month range.
-const AptTradeMaxMonths = 120
+// Bounds of aptTrade's params.
+const (
+	// AptTradeMaxMonths bounds one request's month range.
+	AptTradeMaxMonths = 120
+	// AptTradeMaxRegions bounds the regions list.
+	AptTradeMaxRegions = 500
+)
 
 var lawdCodePattern = regexp.MustCompile(`^[0-9]{5}$`)
 
@@ -26,8 +31,8 @@ var SeoulDistricts = []string{
 // AptTradeParams are aptTrade's params.
 type AptTradeParams struct {
 	Regions []string `json:"regions" doc:"5-digit legal-district (LAWD) codes" minItems:"1" maxItems:"500" example:"11110"`
-	From    string   `json:"from" doc:"first month, YYYY-MM" pattern:"^[0-9]{4}-[0-9]{2}$" example:"2025-01"`
-	To      string   `json:"to" doc:"last month, YYYY-MM (at most 120 months after from)" pattern:"^[0-9]{4}-[0-9]{2}$" example:"2025-03"`
+	From    string   `json:"from" doc:"first month, YYYY-MM, from 2006-01 to December of next year" pattern:"^[0-9]{4}-[0-9]{2}$" example:"2025-01"`
+	To      string   `json:"to" doc:"last month, YYYY-MM, from 2006-01 to December of next year (at most 120 months after from)" pattern:"^[0-9]{4}-[0-9]{2}$" example:"2025-03"`
 }
 
 // Months returns every month from From to To as YYYYMM. Only valid params.
@@ -66,9 +71,12 @@ func validateAptTrade(p *AptTradeParams) error {
 	if len(p.Regions) == 0 {
 		return &ParamError{Field: "params.regions", Message: "at least one 5-digit region code is required"}
 	}
+	if len(p.Regions) > AptTradeMaxRegions {
+		return &ParamError{Field: "params.regions", Message: fmt.Sprintf("%d regions; at most %d", len(p.Regions), AptTradeMaxRegions)}
+	}
 	for i, r := range p.Regions {
 		if !lawdCodePattern.MatchString(r) {
-			return &ParamError{Field: fmt.Sprintf("params.regions[%d]", i), Message: fmt.Sprintf("%q is not a 5-digit legal-district code", r)}
+			return &ParamError{Field: fmt.Sprintf("params.regions[%d]", i), Message: fmt.Sprintf("%s is not a 5-digit legal-district code", Quote(r))}
 		}
 	}
 	slices.Sort(p.Regions)
@@ -96,7 +104,7 @@ func parseMonth(s, field string) (time.Time, error) {
 	}
 	t, err := time.Parse("2006-01", s)
 	if err != nil {
-		return time.Time{}, &ParamError{Field: field, Message: fmt.Sprintf("%q is not a month in the form YYYY-MM", s)}
+		return time.Time{}, &ParamError{Field: field, Message: fmt.Sprintf("%s is not a month in the form YYYY-MM", Quote(s))}
 	}
-	return t, nil
+	return t, checkDateRange(t, field, s)
 }

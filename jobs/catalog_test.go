@@ -1,6 +1,7 @@
 package jobs_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -37,6 +38,10 @@ func TestAptTrade_ValidateAndEstimate(t *testing.T) {
 	bad(`{"regions":["11110"],"from":"2015-12","to":"2025-12"}`, "params.to")
 	bad(`{"regions":["11110"],"from":"2025-01","to":"2025-03","x":1}`, "params.x")
 	bad(`{"regions":[11110],"from":"2025-01","to":"2025-03"}`, "params.regions[0]")
+	bad(`{"regions":["11110"],"from":"0000-01","to":"2025-03"}`, "params.from")
+	bad(`{"regions":["11110"],"from":"2025-01","to":"9999-12"}`, "params.to")
+	bad(`{"regions":["11110"],"from":"2005-12","to":"2006-01"}`, "params.from")
+	bad(`{"regions":[`+strings.Repeat(`"11110",`, 500)+`"11110"],"from":"2025-01","to":"2025-03"}`, "params.regions")
 	bad(`{"regions":["11110"]`, "params")
 }
 

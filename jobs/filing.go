@@ -33,8 +33,8 @@ func TodayInSeoul(now time.Time) string { return now.In(Seoul).Format(time.DateO
 
 // FilingParseParams are filingParse's params.
 type FilingParseParams struct {
-	From      string   `json:"from" doc:"first receipt date, YYYY-MM-DD" pattern:"^[0-9]{4}-[0-9]{2}-[0-9]{2}$" example:"2025-01-01"`
-	To        string   `json:"to" doc:"last receipt date, YYYY-MM-DD (at most 366 days from from, both included)" pattern:"^[0-9]{4}-[0-9]{2}-[0-9]{2}$" example:"2025-03-31"`
+	From      string   `json:"from" doc:"first receipt date, YYYY-MM-DD, from 2006 to the end of next year" pattern:"^[0-9]{4}-[0-9]{2}-[0-9]{2}$" example:"2025-01-01"`
+	To        string   `json:"to" doc:"last receipt date, YYYY-MM-DD, from 2006 to the end of next year (at most 366 days from from, both included)" pattern:"^[0-9]{4}-[0-9]{2}-[0-9]{2}$" example:"2025-03-31"`
 	CorpCodes []string `json:"corpCodes,omitempty" doc:"8-digit DART corp codes; default: every tracked company" maxItems:"5000" example:"00126380"`
 }
 
@@ -94,7 +94,7 @@ func validateFilingParse(p *FilingParseParams) error {
 	}
 	for i, c := range p.CorpCodes {
 		if !corpCodePattern.MatchString(c) {
-			return &ParamError{Field: fmt.Sprintf("params.corpCodes[%d]", i), Message: fmt.Sprintf("%q is not an 8-digit DART corp code", c)}
+			return &ParamError{Field: fmt.Sprintf("params.corpCodes[%d]", i), Message: fmt.Sprintf("%s is not an 8-digit DART corp code", Quote(c))}
 		}
 	}
 	if len(p.CorpCodes) == 0 {
@@ -112,9 +112,29 @@ func parseDate(s, field string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.DateOnly, s)
 	if err != nil {
-		return time.Time{}, &ParamError{Field: field, Message: fmt.Sprintf("%q is not a date in the form YYYY-MM-DD", s)}
+		return time.Time{}, &ParamError{Field: field, Message: fmt.Sprintf("%s is not a date in the form YYYY-MM-DD", Quote(s))}
 	}
-	return t, nil
+	return t, checkDateRange(t, field, s)
+}
+
+// DateMin is the earliest date or month a param accepts: MOLIT's trade
+// records start in 2006, and nothing older is of use to a risk radar.
+var DateMin = time.Date(2006, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+// DateMax returns the latest date a param accepts at now: the last day of
+// next year (a schedule near New Year may ask for tomorrow).
+func DateMax(now time.Time) time.Time {
+	return time.Date(now.Year()+1, time.December, 31, 0, 0, 0, 0, time.UTC)
+}
+
+// dateRangeDoc says the range in the params' schema descriptions.
+const dateRangeDoc = "from 2006 to the end of next year"
+
+func checkDateRange(t time.Time, field, s string) error {
+	if t.Before(DateMin) || t.After(DateMax(time.Now())) {
+		return &ParamError{Field: field, Message: fmt.Sprintf("%s is out of range (%s)", Quote(s), dateRangeDoc)}
+	}
+	return nil
 }
 
 // IsCorpCode reports whether s is an 8-digit DART corp code.

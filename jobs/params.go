@@ -10,6 +10,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ParamError is a user's mistake in a request: Field names where it is
@@ -91,4 +92,25 @@ func fieldPath(dotted string) string {
 func ParamsHash(canonical json.RawMessage) string {
 	sum := sha256.Sum256(canonical)
 	return hex.EncodeToString(sum[:])
+}
+
+// MaxCallsMax is the largest maxCalls a request may give: it bounds one
+// execution's provider calls, and it fits the int32 column it is stored in.
+const MaxCallsMax = 1_000_000
+
+// QuoteMax is how many bytes of a bad value an error message quotes.
+const QuoteMax = 40
+
+// Quote returns s quoted for an error message. A value longer than QuoteMax
+// bytes is cut (on a character boundary) and its length given instead, so
+// an error never echoes a huge input back to its sender or into a log.
+func Quote(s string) string {
+	if len(s) <= QuoteMax {
+		return strconv.Quote(s)
+	}
+	cut := QuoteMax
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
 }

@@ -20,7 +20,7 @@ const (
 
 // MetricsParams are the params of metrics (and of rules, which it chains to).
 type MetricsParams struct {
-	Date string `json:"date,omitempty" doc:"metric date, YYYY-MM-DD; default: today in Asia/Seoul" pattern:"^[0-9]{4}-[0-9]{2}-[0-9]{2}$" example:"2025-03-14"`
+	Date string `json:"date,omitempty" doc:"metric date, YYYY-MM-DD, from 2006 to the end of next year; default: today in Asia/Seoul" pattern:"^[0-9]{4}-[0-9]{2}-[0-9]{2}$" example:"2025-03-14"`
 }
 
 // Day returns Date as a date. Only valid params.

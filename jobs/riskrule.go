@@ -106,7 +106,7 @@ func ValidateRuleThreshold(r RuleDef, v float64) error {
 // RulesParams are rules' params; metrics' params decode as them, so a
 // chained rules run evaluates the date metrics computed.
 type RulesParams struct {
-	Date string `json:"date,omitempty" doc:"date whose risk metrics are evaluated, YYYY-MM-DD; default: today in Asia/Seoul" pattern:"^[0-9]{4}-[0-9]{2}-[0-9]{2}$" example:"2025-03-14"`
+	Date string `json:"date,omitempty" doc:"date whose risk metrics are evaluated, YYYY-MM-DD, from 2006 to the end of next year; default: today in Asia/Seoul" pattern:"^[0-9]{4}-[0-9]{2}-[0-9]{2}$" example:"2025-03-14"`
 }
 
 // Day returns Date as a date. Only valid params.

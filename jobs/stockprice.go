@@ -10,7 +10,7 @@ const StockPriceChunkSize = 100
 
 // StockPriceParams are stockPrice's params.
 type StockPriceParams struct {
-	Date string `json:"date" doc:"trading date, YYYY-MM-DD; weekends and holidays are skipped, not failed" pattern:"^[0-9]{4}-[0-9]{2}-[0-9]{2}$" example:"2025-03-14"`
+	Date string `json:"date" doc:"trading date, YYYY-MM-DD, from 2006 to the end of next year; weekends and holidays are skipped, not failed" pattern:"^[0-9]{4}-[0-9]{2}-[0-9]{2}$" example:"2025-03-14"`
 }
 
 // Day returns Date as a date. Only valid params.

@@ -35,7 +35,8 @@ const SummaryIntervalDefault = time.Minute
 // (logger.InfoContext(ctx, ...)) carries the attributes of [WithLogAttrs]
 // and the trace and span ids of the span active in ctx.
 func NewLogger(w io.Writer, format string, level slog.Level) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
+	// Every attribute goes through Redact: no log line quotes a credential.
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: redactAttr}
 	var h slog.Handler
 	if format == LogFormatText {
 		h = slog.NewTextHandler(w, opts)

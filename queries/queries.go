@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/puddle/v2"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -78,7 +79,9 @@ var transientCodes = map[string]bool{
 // trying again can cure: a server that restarts, refuses or resets
 // connections, or times a statement out, and the conflicts of IsRetryable.
 // It is THE classification of transient database errors: the worker retries
-// these inside its fencing window, and the API answers them with 503.
+// these inside its fencing window, and the API answers them with 503 and
+// Retry-After instead of 500 (a pool exhausted until the call's deadline,
+// a lock_timeout, a database restarting or gone).
 //
 // A deadline of the caller's context counts (a call that timed out), a
 // cancellation does not (the caller gave up), and neither does an HTTP
@@ -93,7 +96,12 @@ func IsTransient(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return transientCodes[pgErr.Code] || len(pgErr.Code) == 5 && pgErr.Code[:2] == "08"
+		// Class 08: connection exceptions; class 53: insufficient resources
+		// (too many connections, out of memory or disk).
+		return transientCodes[pgErr.Code] || len(pgErr.Code) == 5 && (pgErr.Code[:2] == "08" || pgErr.Code[:2] == "53")
+	}
+	if errors.Is(err, puddle.ErrClosedPool) {
+		return true // a pool closed under the call (a process shutting down)
 	}
 	var connectErr *pgconn.ConnectError
 	var netErr net.Error

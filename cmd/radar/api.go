@@ -26,14 +26,14 @@ func runAPI(ctx context.Context) error {
 		return err
 	}
 	if !env.TokensSet && !env.InsecureNoAuth {
-		return usageError{errors.New("BUILDRISK_API_TOKENS is not set: give viewer:TOKEN,operator:TOKEN, or set BUILDRISK_INSECURE_NO_AUTH=1 for a trusted network")}
+		return usageError{errors.New("BUILDRISK_API_TOKENS (or BUILDRISK_API_TOKENS_FILE) is not set: give viewer:TOKEN,operator:TOKEN, or set BUILDRISK_INSECURE_NO_AUTH=1 for a trusted network")}
 	}
 	tel, err := newTelemetry(ctx, env, "api", "", "json")
 	if err != nil {
 		return err
 	}
 	defer tel.shutdown()
-	pool, err := openPool(ctx, env.DatabaseURL, 0, 0)
+	pool, err := openAPIPool(ctx, env, env.DatabaseURL)
 	if err != nil {
 		return err
 	}

@@ -129,7 +129,14 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	server, err := newAPIServer(ctx, pool, env, tel)
+	// The API has its own pool with its statement and lock timeouts, as in
+	// production; the worker's long writes are not bound by them.
+	apiPool, err := openAPIPool(ctx, env, env.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer apiPool.Close()
+	server, err := newAPIServer(ctx, apiPool, env, tel)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +47,13 @@ type envConfig struct {
 	DailyCaps         map[upstream.Provider]int
 	Location          *time.Location
 	LogFormat         string
+	// MaxBodyBytes bounds every API request body (BUILDRISK_MAX_BODY_BYTES).
+	MaxBodyBytes int64
+	// APIStatementTimeout and APILockTimeout are the statement_timeout and
+	// lock_timeout of the api's database connections
+	// (BUILDRISK_API_STATEMENT_TIMEOUT, BUILDRISK_API_LOCK_TIMEOUT).
+	APIStatementTimeout time.Duration
+	APILockTimeout      time.Duration
 	// Schedules are the periodic requests (catalog default, or
 	// BUILDRISK_SCHEDULE_<JOB>), parsed, with their catch-up windows
 	// (BUILDRISK_SCHEDULE_CATCHUP_<JOB>, default one period); jobs whose
@@ -61,7 +70,22 @@ type envConfig struct {
 	// an environment variable: tests set it to cross a day boundary and to
 	// make due times come without waiting for them.
 	Now func() time.Time
+	// ProviderTimeout bounds one provider HTTP attempt; 0 is the upstream
+	// default. Not an environment variable: tests shorten it to time out.
+	ProviderTimeout time.Duration
 }
+
+// Defaults and bounds of the api's database timeouts. The statement timeout
+// stays well under the HTTP write timeout, so a slow call still gets its 503.
+const (
+	apiStatementTimeoutDefault = 5 * time.Second
+	apiLockTimeoutDefault      = 2 * time.Second
+	apiStatementTimeoutMax     = 25 * time.Second
+)
+
+// roleNamePattern is what BUILDRISK_DB_APP_ROLE may be: a plain
+// PostgreSQL identifier, safe to put in the migration's SQL.
+var roleNamePattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // usageError marks errors that are the user's (exit code 2).
 type usageError struct{ error }
@@ -86,8 +110,21 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		LogFormat:    getenv("BUILDRISK_LOG_FORMAT"),
 	}
 	var err error
-	if v := getenv("BUILDRISK_API_TOKENS"); v != "" {
-		if c.Tokens, err = api.ParseTokens(v); err != nil {
+	tokens, tokensFile := getenv("BUILDRISK_API_TOKENS"), getenv("BUILDRISK_API_TOKENS_FILE")
+	switch {
+	case tokens != "" && tokensFile != "":
+		return nil, envError("BUILDRISK_API_TOKENS_FILE", "set either it or BUILDRISK_API_TOKENS, not both")
+	case tokensFile != "":
+		raw, err := os.ReadFile(tokensFile)
+		if err != nil {
+			return nil, envError("BUILDRISK_API_TOKENS_FILE", "%v", err)
+		}
+		if c.Tokens, err = api.ParseTokens(string(raw)); err != nil {
+			return nil, envError("BUILDRISK_API_TOKENS_FILE", "%s: %v (expected role:TOKEN entries, one a line)", tokensFile, err)
+		}
+		c.TokensSet = true
+	case tokens != "":
+		if c.Tokens, err = api.ParseTokens(tokens); err != nil {
 			return nil, envError("BUILDRISK_API_TOKENS", "%v (expected viewer:TOKEN,operator:TOKEN)", err)
 		}
 		c.TokensSet = true
@@ -109,6 +146,8 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		{"BUILDRISK_REAP_INTERVAL", &c.ReapInterval, worker.ReapIntervalDefault},
 		{"BUILDRISK_DRAIN_TIMEOUT", &c.DrainTimeout, worker.DrainTimeoutDefault},
 		{"BUILDRISK_AUTO_RESUME_BACKOFF", &c.AutoResume.Backoff, request.AutoResumeBackoffDefault},
+		{"BUILDRISK_API_STATEMENT_TIMEOUT", &c.APIStatementTimeout, apiStatementTimeoutDefault},
+		{"BUILDRISK_API_LOCK_TIMEOUT", &c.APILockTimeout, apiLockTimeoutDefault},
 	}
 	for _, d := range durations {
 		*d.dst = d.def
@@ -119,6 +158,12 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 			}
 			*d.dst = parsed
 		}
+	}
+	if c.APIStatementTimeout < 100*time.Millisecond || c.APIStatementTimeout > apiStatementTimeoutMax {
+		return nil, envError("BUILDRISK_API_STATEMENT_TIMEOUT", "%s is not from 100ms to %s", c.APIStatementTimeout, apiStatementTimeoutMax)
+	}
+	if c.APILockTimeout < 10*time.Millisecond || c.APILockTimeout > c.APIStatementTimeout {
+		return nil, envError("BUILDRISK_API_LOCK_TIMEOUT", "%s is not from 10ms to BUILDRISK_API_STATEMENT_TIMEOUT (%s)", c.APILockTimeout, c.APIStatementTimeout)
 	}
 	if c.StaleAfter <= c.HeartbeatInterval {
 		return nil, envError("BUILDRISK_STALE_AFTER", "%s must exceed BUILDRISK_HEARTBEAT_INTERVAL %s", c.StaleAfter, c.HeartbeatInterval)
@@ -243,6 +288,17 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		}
 	}
 	c.AutoResume.Location = c.Location
+	// Read by the least-privilege migration itself (goose ENVSUB); checked
+	// here so that a bad name stops `radar migrate` with a clear message.
+	if v := getenv("BUILDRISK_DB_APP_ROLE"); v != "" && !roleNamePattern.MatchString(v) {
+		return nil, envError("BUILDRISK_DB_APP_ROLE", "%q is not a role name (lower-case letters, digits and _, at most 63)", v)
+	}
+	c.MaxBodyBytes = api.MaxBodyBytesDefault
+	if v := getenv("BUILDRISK_MAX_BODY_BYTES"); v != "" {
+		if c.MaxBodyBytes, err = strconv.ParseInt(v, 10, 64); err != nil || c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 1<<30 {
+			return nil, envError("BUILDRISK_MAX_BODY_BYTES", "%q is not an integer from 1024 to 1073741824", v)
+		}
+	}
 	switch c.LogFormat {
 	case "", "json", "text":
 	default:

@@ -1,30 +1,38 @@
 package main
 
 import (
+	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/api"
 )
 
 // Every bad value fails at start with a message naming the variable.
 func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 	t.Parallel()
 	cases := map[string]string{
-		"BUILDRISK_API_TOKENS":           "admin:x",
-		"BUILDRISK_INSECURE_NO_AUTH":     "yes",
-		"BUILDRISK_HEARTBEAT_INTERVAL":   "10",
-		"BUILDRISK_STALE_AFTER":          "-1s",
-		"BUILDRISK_REAP_INTERVAL":        "soon",
-		"BUILDRISK_DRAIN_TIMEOUT":        "0s",
-		"BUILDRISK_FENCE_AFTER":          "soon",
-		"BUILDRISK_DB_STATEMENT_TIMEOUT": "0s",
-		"BUILDRISK_FANOUT":               "0",
-		"BUILDRISK_MOLIT_URL":            "ftp://x",
-		"BUILDRISK_DAILY_CAP_DART":       "many",
-		"BUILDRISK_TIMEZONE":             "Mars/Olympus",
-		"BUILDRISK_LOG_FORMAT":           "xml",
-		"BUILDRISK_SCHEDULE_APTTRADE":    "61 * * * *",
+		"BUILDRISK_API_TOKENS":            "admin:x",
+		"BUILDRISK_INSECURE_NO_AUTH":      "yes",
+		"BUILDRISK_HEARTBEAT_INTERVAL":    "10",
+		"BUILDRISK_STALE_AFTER":           "-1s",
+		"BUILDRISK_REAP_INTERVAL":         "soon",
+		"BUILDRISK_DRAIN_TIMEOUT":         "0s",
+		"BUILDRISK_FENCE_AFTER":           "soon",
+		"BUILDRISK_DB_STATEMENT_TIMEOUT":  "0s",
+		"BUILDRISK_FANOUT":                "0",
+		"BUILDRISK_MOLIT_URL":             "ftp://x",
+		"BUILDRISK_DAILY_CAP_DART":        "many",
+		"BUILDRISK_TIMEZONE":              "Mars/Olympus",
+		"BUILDRISK_LOG_FORMAT":            "xml",
+		"BUILDRISK_MAX_BODY_BYTES":        "1MB",
+		"BUILDRISK_API_STATEMENT_TIMEOUT": "1h",
+		"BUILDRISK_API_LOCK_TIMEOUT":      "30s",
+		"BUILDRISK_SCHEDULE_APTTRADE":     "61 * * * *",
 	}
 	for name, value := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -119,4 +127,37 @@ func TestEnv_FencingInequality(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, time.Second, env.FenceAfter)
 	require.Equal(t, 500*time.Millisecond, env.DBTimeout)
+}
+
+// Tokens from a mounted secret file, several per role; the file and the
+// variable together are refused, as is a missing file.
+func TestEnv_TokensFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(path, []byte("operator:op-new\noperator:op-old\nviewer:v\n"), 0o600))
+	env, err := loadEnv(func(k string) string { return map[string]string{"BUILDRISK_API_TOKENS_FILE": path}[k] })
+	require.NoError(t, err)
+	require.True(t, env.TokensSet)
+	require.Equal(t, map[string]api.Role{"op-new": api.RoleOperator, "op-old": api.RoleOperator, "v": api.RoleViewer}, env.Tokens)
+
+	_, err = loadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_API_TOKENS_FILE": path, "BUILDRISK_API_TOKENS": "operator:x"}[k]
+	})
+	require.ErrorContains(t, err, "BUILDRISK_API_TOKENS_FILE")
+	_, err = loadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_API_TOKENS_FILE": path + ".missing"}[k]
+	})
+	require.ErrorContains(t, err, "BUILDRISK_API_TOKENS_FILE")
+}
+
+// Both tokens of a role work during a rotation.
+func TestEnv_RotationBothTokensWork(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_API_TOKENS": "operator:op-new,operator:op-old,viewer:" + testViewerToken}})
+	for _, token := range []string{"op-new", "op-old"} {
+		status, out := s.do(http.MethodPost, "/v1/jobs/aptTrade/stop", token, "")
+		require.Equal(t, http.StatusConflict, status, "%s is an operator token: %v", token, out)
+	}
+	status, _ := s.do(http.MethodPost, "/v1/jobs/aptTrade/stop", "op-gone", "")
+	require.Equal(t, http.StatusUnauthorized, status)
 }

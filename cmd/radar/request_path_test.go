@@ -99,7 +99,7 @@ func TestRequestPath_BadInput(t *testing.T) {
 		{"WrongRegion", "/v1/jobs/aptTrade/requests", aptTradeBody([]string{"11110", "1111"}, "2025-01", "2025-02"), 400, "body.params.regions[1]"},
 		{"FromAfterTo", "/v1/jobs/aptTrade/requests", aptTradeBody([]string{"11110"}, "2025-05", "2025-02"), 400, "body.params.from"},
 		{"BadMonth", "/v1/jobs/aptTrade/requests", aptTradeBody([]string{"11110"}, "2025-13", "2025-02"), 400, "body.params.from"},
-		{"TooManyMonths", "/v1/jobs/aptTrade/requests", aptTradeBody([]string{"11110"}, "2000-01", "2010-01"), 400, "body.params.to"},
+		{"TooManyMonths", "/v1/jobs/aptTrade/requests", aptTradeBody([]string{"11110"}, "2010-01", "2020-02"), 400, "body.params.to"},
 		{"UnknownParam", "/v1/jobs/aptTrade/requests", `{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01","region":"x"}}`, 400, "body.params.region"},
 		{"UnknownBodyField", "/v1/jobs/aptTrade/requests", `{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01"},"max_calls":3}`, 400, "body.max_calls"},
 		{"WrongType", "/v1/jobs/aptTrade/requests", `{"params":{"regions":"11110","from":"2025-01","to":"2025-01"}}`, 400, "body.params.regions"},
@@ -135,7 +135,7 @@ func TestRequestPath_BadInput(t *testing.T) {
 	status, _ = s.get("/v1/requests/12345")
 	require.Equal(t, 404, status)
 	status, _ = s.get("/v1/requests/abc")
-	require.Equal(t, 404, status)
+	require.Equal(t, 400, status, "a malformed id is a bad request, not an unknown one")
 	status, _ = s.get("/v1/jobs/nope")
 	require.Equal(t, 404, status)
 }

@@ -141,13 +141,9 @@ func (t *telemetry) shutdown() {
 // wait included) can outlast it, whatever its caller does, and bounds the
 // time to open a connection.
 func openPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := poolConfig(url, maxConns)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("DATABASE_URL: %w", err)}
-	}
-	cfg.ConnConfig.Tracer = otelpgx.NewTracer()
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
+		return nil, err
 	}
 	if statementTimeout > 0 {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(statementTimeout.Milliseconds(), 10)
@@ -157,6 +153,41 @@ func openPool(ctx context.Context, url string, maxConns int32, statementTimeout 
 			cfg.ConnConfig.ConnectTimeout = statementTimeout
 		}
 	}
+	return connectPool(ctx, cfg)
+}
+
+// openAPIPool opens the api's pool: every connection runs with the api's
+// statement_timeout and lock_timeout, so a locked table or a runaway query
+// costs a call a few seconds and a 503, never a hang.
+func openAPIPool(ctx context.Context, env *envConfig, url string) (*pgxpool.Pool, error) {
+	cfg, err := poolConfig(url, 0)
+	if err != nil {
+		return nil, err
+	}
+	setAPITimeouts(cfg.ConnConfig, env)
+	return connectPool(ctx, cfg)
+}
+
+// setAPITimeouts sets the api's statement and lock timeouts as session
+// parameters of every connection (sent in the startup message).
+func setAPITimeouts(cfg *pgx.ConnConfig, env *envConfig) {
+	cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(env.APIStatementTimeout.Milliseconds(), 10)
+	cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(env.APILockTimeout.Milliseconds(), 10)
+}
+
+func poolConfig(url string, maxConns int32) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("DATABASE_URL: %w", err)}
+	}
+	cfg.ConnConfig.Tracer = otelpgx.NewTracer()
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	return cfg, nil
+}
+
+func connectPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("error creating database pool: %w", err)
@@ -199,10 +230,11 @@ func newUpstream(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*upstream.
 	return upstream.NewClient(pool, upstream.ClientConfig{
 		BaseURLs: env.UpstreamURLs, Keys: env.Keys, DailyCaps: env.DailyCaps, Location: env.Location,
 		Now: env.Now, Instruments: tel.instruments,
-		// Provider calls are client spans.
-		HTTPClient: &http.Client{
-			Timeout:   upstream.RequestTimeoutDefault,
-			Transport: otelhttp.NewTransport(providerTransport(env.FanOut), otelhttp.WithTracerProvider(tel.providers.Tracer)),
+		RequestTimeout: env.ProviderTimeout,
+		Transport:      providerTransport(env.FanOut),
+		// Provider calls are client spans; the key is added below them.
+		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+			return otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(tel.providers.Tracer))
 		},
 	})
 }
@@ -352,6 +384,10 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 // it inserts with exists (before the worker starts).
 type lateEnqueuer struct{ *request.Enqueuer }
 
+// apiRequestTimeout bounds one /v1 call's database work: two statements'
+// worth, so the server's statement_timeout fires first and names the cause.
+func apiRequestTimeout(env *envConfig) time.Duration { return 2 * env.APIStatementTimeout }
+
 // newAPIServer builds the api role's server with an insert-only River client,
 // and River UI on that client (the api authenticates it; see api.Config).
 // River UI's background services run until ctx is done.
@@ -372,8 +408,9 @@ func newAPIServer(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *
 	return api.New(pool, api.Config{
 		Tokens: env.Tokens, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),
-		Logger: tel.logger, Version: version, Schedules: scheduleInfo(env),
-		DailyCaps: env.capsByName(), Today: budgetDay(env), RiverUI: riverUI,
+		Logger: tel.logger, Version: version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
+		RequestTimeout: apiRequestTimeout(env),
+		DailyCaps:      env.capsByName(), Today: budgetDay(env), RiverUI: riverUI,
 	})
 }
 
@@ -396,6 +433,40 @@ func newRiverUI(ctx context.Context, client *river.Client[pgx.Tx], tel *telemetr
 	return handler, nil
 }
 
+// serverTimeouts are the HTTP server timeouts of the api and admin
+// listeners: a slow or idle client cannot hold a connection (or a goroutine
+// and its buffers) for longer.
+type serverTimeouts struct {
+	// ReadHeader bounds reading the request line and headers (slowloris).
+	ReadHeader time.Duration
+	// Read bounds reading the whole request, body included.
+	Read time.Duration
+	// Write bounds the handler plus writing the answer; it exceeds the
+	// database statement and lock timeouts, so a slow query answers 503
+	// instead of a dropped connection.
+	Write time.Duration
+	// Idle bounds a keep-alive connection between requests.
+	Idle time.Duration
+}
+
+// serverTimeoutsDefault are the timeouts radar serves with.
+var serverTimeoutsDefault = serverTimeouts{ReadHeader: 5 * time.Second, Read: 30 * time.Second, Write: 60 * time.Second, Idle: 120 * time.Second}
+
+// maxHeaderBytes bounds a request's headers (net/http's default is 1 MiB).
+const maxHeaderBytes = 64 << 10
+
+// newHTTPServer returns the server of the api and admin listeners.
+func newHTTPServer(handler http.Handler, t serverTimeouts) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
+}
+
 // serveHTTP serves handler on addr in the background and returns the
 // shutdown function and the address it really listens on (addr may say :0).
 func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *slog.Logger) (func(context.Context) error, string, error) {
@@ -403,7 +474,7 @@ func serveHTTP(ctx context.Context, addr string, handler http.Handler, logger *s
 	if err != nil {
 		return nil, "", fmt.Errorf("error listening on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := newHTTPServer(handler, serverTimeoutsDefault)
 	go func() {
 		if err := srv.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("http server failed", slog.String("addr", addr), slog.String("error", err.Error()))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
@@ -34,9 +35,14 @@ const (
 // testSystem is the whole service in one test: a private database, the fake
 // upstream over real HTTP, the API over real HTTP, and workers on demand.
 type testSystem struct {
-	t       testing.TB
-	dbURL   string
-	pool    *pgxpool.Pool
+	t testing.TB
+	// dbURL connects as the application role (what api and workers use);
+	// ownerURL as the schema owner (migrations, tests that need DDL).
+	dbURL    string
+	ownerURL string
+	pool     *pgxpool.Pool
+	// apiPool is the API's pool (statement and lock timeouts set).
+	apiPool *pgxpool.Pool
 	env     *envConfig
 	tel     *telemetry
 	fake    *fakeupstream.Server
@@ -46,6 +52,8 @@ type testSystem struct {
 	vars map[string]string
 	// gate can hold provider calls to make a chunk boundary deterministic.
 	gate *callGate
+	// spans records every finished span of the system (API and workers).
+	spans *tracetest.SpanRecorder
 }
 
 // callGate lets the first `allow` provider calls through and holds the next
@@ -125,6 +133,8 @@ type testSystemOpts struct {
 	// dbURL is the database to use instead of a fresh pgtest one (a
 	// private cluster a test stops and starts).
 	dbURL string
+	// logs receives the system's JSON log lines (nil: discarded).
+	logs io.Writer
 }
 
 func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
@@ -132,10 +142,14 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	if opts == nil {
 		opts = &testSystemOpts{}
 	}
-	s := &testSystem{t: t, dbURL: opts.dbURL}
-	if s.dbURL == "" {
-		s.dbURL = pgtest.NewDatabase(t)
+	// The api and the workers connect as the application role (no DDL, no
+	// TRUNCATE), as deployed; ownerURL is the schema owner's. A test that
+	// stops and starts its own cluster gives its database (opts.dbURL).
+	ownerURL := opts.dbURL
+	if ownerURL == "" {
+		ownerURL = pgtest.NewDatabase(t)
 	}
+	s := &testSystem{t: t, ownerURL: ownerURL, dbURL: appURL(t, ownerURL)}
 	pool, err := pgxpool.New(context.Background(), s.dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -178,12 +192,22 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	env.Now = opts.now
 	s.env = env
 
-	providers, _ := observability.NewTestProviders()
+	providers, spans := observability.NewTestProviders()
+	s.spans = spans
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
-	s.tel = &telemetry{providers: providers, instruments: instruments, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if opts.logs != nil {
+		logger = observability.NewLogger(opts.logs, observability.LogFormatJSON, slog.LevelDebug)
+	}
+	s.tel = &telemetry{providers: providers, instruments: instruments, logger: logger}
 
-	server, err := newAPIServer(t.Context(), s.pool, env, s.tel)
+	// The API has its own pool with the api role's statement and lock
+	// timeouts, as `radar api` does.
+	s.apiPool, err = openAPIPool(context.Background(), env, s.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(s.apiPool.Close)
+	server, err := newAPIServer(t.Context(), s.apiPool, env, s.tel)
 	require.NoError(t, err)
 	s.api = httptest.NewServer(server.Handler())
 	t.Cleanup(s.api.Close)

@@ -145,19 +145,19 @@ type EnqueueResult struct {
 func (e *Enqueuer) Validate(ctx context.Context, db queries.DBTX, p *EnqueueParams) (jobs.Definition, *jobs.Params, error) {
 	def, ok := e.cfg.Catalog.Lookup(p.Job)
 	if !ok {
-		return nil, nil, fmt.Errorf("%w: %q", ErrUnknownJob, p.Job)
+		return nil, nil, fmt.Errorf("%w: %s", ErrUnknownJob, jobs.Quote(p.Job))
 	}
 	params, err := def.Decode(p.Params)
 	if err != nil {
 		return nil, nil, err
 	}
+	if p.MaxCalls != nil && (*p.MaxCalls < 1 || *p.MaxCalls > jobs.MaxCallsMax) {
+		return nil, nil, &jobs.ParamError{Field: "maxCalls", Message: fmt.Sprintf("must be an integer from 1 to %d when given", jobs.MaxCallsMax)}
+	}
 	if estimate, ok := e.cfg.Estimators[p.Job]; ok {
 		if params.EstimatedCalls, err = estimate(ctx, db, params); err != nil {
 			return nil, nil, fmt.Errorf("error estimating calls: %w", err)
 		}
-	}
-	if p.MaxCalls != nil && *p.MaxCalls < 1 {
-		return nil, nil, &jobs.ParamError{Field: "maxCalls", Message: "must be at least 1 when given"}
 	}
 	if limit, ok := e.cfg.DailyCaps[def.Provider()]; ok && params.EstimatedCalls > limit {
 		return nil, nil, &jobs.ParamError{

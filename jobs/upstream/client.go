@@ -25,7 +25,14 @@ const (
 	BackoffDefault        = 200 * time.Millisecond
 	MaxBackoffDefault     = 5 * time.Second
 	RequestTimeoutDefault = 30 * time.Second
+	// MaxResponseBytesDefault bounds a provider's answer: the largest real
+	// one, DART's corp-code archive, is a few MB.
+	MaxResponseBytesDefault = 64 << 20
 )
+
+// ErrResponseTooLarge is a provider answer over ClientConfig.MaxResponseBytes;
+// it is not retried.
+var ErrResponseTooLarge = errors.New("provider response too large")
 
 // DailyCapDefaults are the contract's daily call caps per provider.
 var DailyCapDefaults = map[Provider]int{
@@ -76,10 +83,10 @@ func (e *CallError) Error() string {
 	if e.Key != "" {
 		what += " " + e.Key
 	}
-	if e.Status != 0 {
+	if e.Err == nil {
 		return fmt.Sprintf("%s: HTTP %d after %d attempts", what, e.Status, e.Attempts)
 	}
-	return fmt.Sprintf("%s: %v after %d attempts", what, e.Err, e.Attempts)
+	return observability.Redact(fmt.Sprintf("%s: %v after %d attempts", what, e.Err, e.Attempts))
 }
 
 // Unwrap returns the transport error, if any.
@@ -104,8 +111,18 @@ type ClientConfig struct {
 	Backoff time.Duration
 	// MaxBackoff bounds any single wait, Retry-After included.
 	MaxBackoff time.Duration
-	// HTTPClient defaults to a client with RequestTimeoutDefault.
-	HTTPClient *http.Client
+	// MaxResponseBytes bounds the body of one provider answer; default
+	// MaxResponseBytesDefault. A larger answer fails with ErrResponseTooLarge
+	// after reading at most this much.
+	MaxResponseBytes int64
+	// RequestTimeout bounds one HTTP attempt; default RequestTimeoutDefault.
+	RequestTimeout time.Duration
+	// Transport sends the requests; default http.DefaultTransport.
+	Transport http.RoundTripper
+	// WrapTransport, when set, wraps the transport for instrumentation
+	// (otelhttp's client spans). The provider key is added below the wrapper,
+	// so nothing the wrapper records ever holds it.
+	WrapTransport func(http.RoundTripper) http.RoundTripper
 	// Instruments counts calls. Required.
 	Instruments *observability.Instruments
 }
@@ -120,8 +137,10 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{Timeout: RequestTimeoutDefault}
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, RequestTimeoutDefault)
+	c.MaxResponseBytes = cmp.Or(c.MaxResponseBytes, MaxResponseBytesDefault)
+	if c.Transport == nil {
+		c.Transport = http.DefaultTransport
 	}
 	caps := make(map[Provider]int, len(DailyCapDefaults))
 	for p, v := range DailyCapDefaults {
@@ -141,6 +160,7 @@ type Client struct {
 	cfg     ClientConfig
 	pool    *pgxpool.Pool
 	queries *queries.Queries
+	http    *http.Client
 }
 
 // NewClient returns a Client.
@@ -148,7 +168,15 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*Client, error) {
 	if cfg.Instruments == nil {
 		return nil, errors.New("upstream: Instruments is required")
 	}
-	return &Client{cfg: cfg.withDefaults(), pool: pool, queries: queries.New()}, nil
+	cfg = cfg.withDefaults()
+	var transport http.RoundTripper = &keyTransport{next: cfg.Transport}
+	if cfg.WrapTransport != nil {
+		transport = cfg.WrapTransport(transport)
+	}
+	return &Client{
+		cfg: cfg, pool: pool, queries: queries.New(),
+		http: &http.Client{Timeout: cfg.RequestTimeout, Transport: transport},
+	}, nil
 }
 
 // DailyCap returns the provider's daily cap.
@@ -214,12 +242,10 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 	if apiKey == "" {
 		return nil, fmt.Errorf("%s %s: %w (set %s)", provider, endpoint.Name, ErrNoKey, provider.KeyEnv())
 	}
-	q := url.Values{}
-	for k, v := range query {
-		q[k] = v
-	}
-	q.Set(provider.KeyParam(), apiKey)
-	target := strings.TrimRight(base, "/") + endpoint.Path + "?" + q.Encode()
+	// The URL built here has no key: keyTransport adds it at the last
+	// moment, below tracing, so no span, error or log line can quote it.
+	target := strings.TrimRight(base, "/") + endpoint.Path + "?" + query.Encode()
+	ctx = context.WithValue(ctx, credentialKey{}, credential{param: provider.KeyParam(), value: apiKey})
 
 	var lastStatus, attempts int
 	var lastErr error
@@ -245,6 +271,9 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 			return nil, ctx.Err()
 		}
 		lastStatus, lastErr = status, err
+		if errors.Is(err, ErrResponseTooLarge) {
+			break // the same answer would come again
+		}
 		if status == http.StatusTooManyRequests {
 			c.cfg.Instruments.FanoutRejected(ctx, cl.job, observability.ReasonProvider429)
 		}
@@ -295,14 +324,18 @@ func (c *Client) do(ctx context.Context, target string) ([]byte, int, time.Durat
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("error building request: %w", err)
 	}
-	resp, err := c.cfg.HTTPClient.Do(req)
+	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, 0, 0, errors.New(redactKey(err.Error()))
+		return nil, 0, 0, errors.New(observability.Redact(err.Error()))
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	limit := c.cfg.MaxResponseBytes
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, resp.StatusCode, 0, fmt.Errorf("error reading body: %w", err)
+	}
+	if int64(len(body)) > limit {
+		return nil, resp.StatusCode, 0, fmt.Errorf("%w: over %d bytes", ErrResponseTooLarge, limit)
 	}
 	var retryAfter time.Duration
 	if s := resp.Header.Get("Retry-After"); s != "" {
@@ -313,15 +346,42 @@ func (c *Client) do(ctx context.Context, target string) ([]byte, int, time.Durat
 	return body, resp.StatusCode, retryAfter, nil
 }
 
-// redactKey removes query strings (which carry the key) from transport
-// errors so a key never reaches a log or a request message.
-func redactKey(s string) string {
-	if i := strings.Index(s, "?"); i >= 0 {
-		end := strings.IndexAny(s[i:], "\" ")
-		if end < 0 {
-			return s[:i]
-		}
-		return s[:i] + s[i+end:]
+// credentialKey is the context key of the credential keyTransport adds.
+type credentialKey struct{}
+
+// credential is a provider key and the query parameter that carries it.
+type credential struct{ param, value string }
+
+// keyTransport adds the provider key of the request's context to its query
+// just before the request leaves the process. It is the innermost transport:
+// tracing wraps it and the http.Client's errors quote the request it was
+// given, so neither ever sees the key.
+type keyTransport struct{ next http.RoundTripper }
+
+// RoundTrip implements http.RoundTripper.
+func (t *keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	cred, ok := r.Context().Value(credentialKey{}).(credential)
+	if !ok {
+		return t.next.RoundTrip(r)
 	}
-	return s
+	keyed := r.Clone(r.Context()) // a RoundTripper must not modify its request
+	q := keyed.URL.Query()
+	q.Set(cred.param, cred.value)
+	keyed.URL.RawQuery = q.Encode()
+	resp, err := t.next.RoundTrip(keyed)
+	if err != nil {
+		return nil, &redactedError{err: err}
+	}
+	resp.Request = r // what callers read back is the request without the key
+	return resp, nil
 }
+
+// redactedError is a transport error whose text goes through
+// observability.Redact; errors.Is and errors.As still see the cause.
+type redactedError struct{ err error }
+
+// Error implements error.
+func (e *redactedError) Error() string { return observability.Redact(e.err.Error()) }
+
+// Unwrap returns the cause.
+func (e *redactedError) Unwrap() error { return e.err }

@@ -163,3 +163,51 @@ func TestClient_MaxCalls(t *testing.T) {
 	_, err = client.NewCaller("aptTrade", 2).Get(context.Background(), upstream.EndpointAptTrade, q)
 	require.NoError(t, err, "a new execution has its own maxCalls")
 }
+
+// The one redaction rule knows every provider's key parameter.
+func TestKeyParamsAreRedacted(t *testing.T) {
+	t.Parallel()
+	for _, p := range upstream.Providers {
+		u := "http://h/p?a=1&" + p.KeyParam() + "=secret-value&b=2"
+		require.NotContains(t, observability.Redact(u), "secret-value", p)
+		require.Contains(t, observability.SecretQueryParams, p.KeyParam(), p)
+	}
+}
+
+// A provider answer over the limit fails with a clear error after reading
+// at most the limit, and is not retried; one at the limit is read whole.
+func TestClient_ResponseLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 4096
+	var calls atomic.Int32
+	var size atomic.Int64
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		_, _ = w.Write([]byte(strings.Repeat("x", int(size.Load()))))
+	}))
+	defer server.Close()
+	providers, _ := observability.NewTestProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	client, err := upstream.NewClient(pgtest.NewPool(t), upstream.ClientConfig{
+		BaseURLs:         map[upstream.Provider]string{upstream.ProviderMOLIT: server.URL},
+		Keys:             map[upstream.Provider]string{upstream.ProviderMOLIT: "k"},
+		Backoff:          time.Millisecond,
+		MaxResponseBytes: limit,
+		Instruments:      instruments,
+	})
+	require.NoError(t, err)
+	query := upstream.AptTradeQuery("11110", "202501", 1, 10)
+
+	size.Store(limit)
+	body, err := client.NewCaller("aptTrade", 0).Get(context.Background(), upstream.EndpointAptTrade, query)
+	require.NoError(t, err)
+	require.Len(t, body, limit)
+
+	size.Store(10 << 20)
+	calls.Store(0)
+	_, err = client.NewCaller("aptTrade", 0).Get(context.Background(), upstream.EndpointAptTrade, query)
+	require.ErrorIs(t, err, upstream.ErrResponseTooLarge)
+	require.ErrorContains(t, err, "over 4096 bytes")
+	require.Equal(t, int32(1), calls.Load(), "not retried")
+}

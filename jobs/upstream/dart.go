@@ -135,6 +135,9 @@ func ReadCorpCodesZip(r io.ReaderAt, size int64, fn func(CorpCode) error) error 
 		if c.CorpCode == "" {
 			return fmt.Errorf("%s: entry without corp_code (corp_name %q)", ep, c.Name)
 		}
+		if !isCorpCode(c.CorpCode) {
+			return fmt.Errorf("%s: corp_code %q is not 8 digits (corp_name %q)", ep, truncate(c.CorpCode), truncate(c.Name))
+		}
 		if err := fn(c); err != nil {
 			return fmt.Errorf("%s: corp code %s: %w", ep, c.CorpCode, err)
 		}
@@ -339,6 +342,9 @@ func parseFilingPage(body []byte) (filings []Filing, totalPages, totalCount int,
 			return nil, 0, 0, fmt.Errorf("%s: bad total_count: %w", ep, err)
 		}
 	}
+	if totalPages < 0 {
+		return nil, 0, 0, fmt.Errorf("%s: bad total_page %d", ep, totalPages)
+	}
 	filings = make([]Filing, 0, len(resp.List))
 	for _, it := range resp.List {
 		f := Filing{
@@ -402,4 +408,25 @@ func (s flexString) int() (int, error) {
 		return 0, fmt.Errorf("parse %q: %w", string(s), err)
 	}
 	return n, nil
+}
+
+// isCorpCode reports whether s is a DART corp code: 8 digits.
+func isCorpCode(s string) bool {
+	if len(s) != 8 {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// truncate cuts a provider value quoted in an error to 40 bytes.
+func truncate(s string) string {
+	if len(s) <= 40 {
+		return s
+	}
+	return s[:40] + "…"
 }

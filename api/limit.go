@@ -1,0 +1,53 @@
+package api
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// MaxBodyBytesDefault is the default request body limit (1 MiB): far more
+// than any job's params need (500 regions, 5,000 corp codes).
+const MaxBodyBytesDefault = 1 << 20
+
+// limitBody answers 413 for a body over the limit before any handler reads
+// it: at once when Content-Length says so, and after at most limit+1 bytes
+// for a body of unknown length. A body within the limit is buffered (at most
+// limit bytes) and handed on, so no handler can read more than the limit,
+// whatever path it takes (Huma's RawBody has no limit of its own).
+func (s *Server) limitBody(next http.Handler) http.Handler {
+	limit := s.cfg.MaxBodyBytes
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.ContentLength > limit {
+			s.tooLarge(w, r)
+			return
+		}
+		if r.ContentLength < 0 {
+			buf, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+			var tooLarge *http.MaxBytesError
+			switch {
+			case errors.As(err, &tooLarge):
+				s.tooLarge(w, r)
+				return
+			case err != nil:
+				writeProblem(w, http.StatusBadRequest, "error reading the request body")
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(buf))
+			r.ContentLength = int64(len(buf))
+		}
+		// A Content-Length within the limit: the server stops the body there.
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) tooLarge(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Connection", "close")
+	writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over the limit of %d bytes", s.cfg.MaxBodyBytes))
+}

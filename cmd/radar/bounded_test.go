@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// spaces is an endless reader of spaces (valid JSON whitespace), so a body
+// costs the client nothing.
+type spaces struct{}
+
+func (spaces) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = ' '
+	}
+	return len(p), nil
+}
+
+// A 10 MB body is answered 413 before it is read into memory, with or
+// without a Content-Length, on the raw-body request endpoint and elsewhere;
+// the API allocates far less than the body while refusing it. Not parallel:
+// it measures the process's allocations.
+func TestBounded_BodyOverLimitIs413(t *testing.T) {
+	s := newTestSystem(t, nil)
+	const size = 10 << 20
+	post := func(path string, chunked bool) int {
+		body := io.LimitReader(spaces{}, size)
+		req, err := http.NewRequest(http.MethodPost, s.api.URL+path, body)
+		require.NoError(t, err)
+		if chunked {
+			req.ContentLength = -1 // Transfer-Encoding: chunked
+		} else {
+			req.ContentLength = size
+		}
+		req.Header.Set("Authorization", "Bearer "+testOperatorToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		answer, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		if resp.StatusCode == http.StatusRequestEntityTooLarge {
+			require.Contains(t, string(answer), "over the limit of 1048576 bytes")
+		}
+		return resp.StatusCode
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for _, path := range []string{"/v1/jobs/aptTrade/requests", "/v1/jobs/creditEval/requests", "/v1/jobs/nosuchjob/requests", "/v1/jobs/aptTrade/stop"} {
+		for _, chunked := range []bool{false, true} {
+			require.Equal(t, http.StatusRequestEntityTooLarge, post(path, chunked), "%s chunked=%v", path, chunked)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	grew := after.TotalAlloc - before.TotalAlloc
+	t.Logf("8 posts of 10 MB: the process allocated %.1f MB", float64(grew)/(1<<20))
+	require.Less(t, grew, uint64(20<<20), "the bodies were not read into memory")
+
+	// Within the limit the body reaches the handler (400 names the field).
+	status, out := s.post("/v1/jobs/aptTrade/requests", `{"params":{"regions":["1"],"from":"2025-01","to":"2025-01"}}`+strings.Repeat(" ", 1<<19))
+	require.Equal(t, http.StatusBadRequest, status, "%v", out)
+}
+
+// A bad value is quoted in a short truncated snippet, not echoed whole.
+func TestBounded_ErrorsQuoteASnippet(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	huge := strings.Repeat("9", 900_000)
+	status, out := s.post("/v1/jobs/aptTrade/requests", `{"params":{"regions":["`+huge+`"],"from":"2025-01","to":"2025-01"}}`)
+	require.Equal(t, http.StatusBadRequest, status)
+	detail := out["detail"].(string)
+	require.Contains(t, detail, "params.regions[0]")
+	require.Contains(t, detail, "(900000 bytes)")
+	require.Less(t, len(detail), 300, detail)
+	for _, path := range []string{"/v1/requests?limit=" + huge[:5000], "/v1/requests?status=" + huge[:5000], "/v1/requests?job=" + huge[:5000], "/v1/jobs/" + huge[:5000]} {
+		raw := s.raw(path)
+		require.Less(t, len(raw), 1000, "%s: %s", path[:20], raw)
+	}
+}
+
+// The api and admin listeners drop a client that never finishes its
+// headers (slowloris) after the read-header timeout.
+func TestBounded_ServerTimeouts(t *testing.T) {
+	t.Parallel()
+	d := serverTimeoutsDefault
+	for name, v := range map[string]time.Duration{"ReadHeader": d.ReadHeader, "Read": d.Read, "Write": d.Write, "Idle": d.Idle} {
+		require.Positive(t, v, name)
+	}
+	require.Greater(t, d.Write, 2*apiStatementTimeoutMax, "a call's database deadline (two statements) ends before the write timeout")
+
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := newHTTPServer(http.NotFoundHandler(), serverTimeouts{ReadHeader: 50 * time.Millisecond, Read: time.Second, Write: time.Second, Idle: time.Second})
+	go func() { _ = srv.Serve(listener) }()
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+
+	conn, err := net.Dial("tcp", listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n")) // never ends
+	require.NoError(t, err)
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(30*time.Second)))
+	_, err = io.ReadAll(bufio.NewReader(conn))
+	require.NoError(t, err, "the server closed the connection (a deadline error means it never did)")
+}

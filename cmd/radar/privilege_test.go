@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/sql/pgtest"
+)
+
+// appLoginRole is the login role the test systems' api and workers connect
+// as: a member of the application role the least-privilege migration
+// grants (radar_app), like radar_api and radar_worker in deploy/.
+const appLoginRole = "radar_test_app"
+
+var appRoleOnce sync.Once
+
+// appURL returns ownerURL with the user replaced by appLoginRole, creating
+// that role in the package's cluster the first time.
+func appURL(t testing.TB, ownerURL string) string {
+	t.Helper()
+	appRoleOnce.Do(func() {
+		conn, err := pgx.Connect(context.Background(), pgtest.AdminURL(t))
+		require.NoError(t, err)
+		defer conn.Close(context.Background())
+		_, err = conn.Exec(context.Background(), `CREATE ROLE `+appLoginRole+` LOGIN IN ROLE radar_app`)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42710" { // duplicate_object: kept from an earlier run
+			require.NoError(t, err)
+		}
+	})
+	u, err := url.Parse(ownerURL)
+	require.NoError(t, err)
+	u.User = url.User(appLoginRole)
+	return u.String()
+}
+
+// The role the api and workers run as reads and writes the application's
+// and River's tables but cannot drop, truncate or alter any, nor create
+// tables.
+func TestPrivilege_AppRoleCannotDropOrTruncate(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	ctx := context.Background()
+	var user string
+	require.NoError(t, s.apiPool.QueryRow(ctx, "SELECT current_user").Scan(&user))
+	require.Equal(t, appLoginRole, user, "the API connects as the application role")
+	require.NoError(t, s.pool.QueryRow(ctx, "SELECT current_user").Scan(&user))
+	require.Equal(t, appLoginRole, user, "workers connect as the application role")
+
+	s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-01")) // writes job_request and river_job
+	for _, stmt := range []string{
+		"SELECT count(*) FROM job_request", "SELECT count(*) FROM river_job", "SELECT count(*) FROM goose_db_version",
+		"UPDATE job_request SET message = message", "DELETE FROM river_job WHERE id < 0",
+	} {
+		_, err := s.apiPool.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	for _, stmt := range []string{
+		"DROP TABLE job_request", "TRUNCATE job_request", "DROP TABLE river_job", "TRUNCATE river_job CASCADE",
+		"ALTER TABLE job_request ADD COLUMN x int", "ALTER TABLE river_job DISABLE TRIGGER ALL",
+		"CREATE TABLE intruder (i int)", "DROP SCHEMA public CASCADE",
+	} {
+		_, err := s.apiPool.Exec(ctx, stmt)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, stmt)
+		require.Equal(t, "42501", pgErr.Code, "%s: %v", stmt, err) // insufficient_privilege
+	}
+	require.Equal(t, 1, s.count("SELECT count(*) FROM job_request"), "nothing was dropped or truncated")
+}

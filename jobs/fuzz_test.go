@@ -1,0 +1,49 @@
+package jobs
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+)
+
+// Every job's params decoder, on any input: no panic; a refusal is a
+// *ParamError naming a field under params; accepted params decode again to
+// the same canonical form (what resume identity relies on).
+func FuzzDecodeParams(f *testing.F) {
+	for _, def := range Default().All() {
+		example, err := json.Marshal(def.Example())
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(def.Name(), string(example))
+	}
+	f.Add(AptTrade, `{"regions":["11110"],"from":"0000-01","to":"9999-12"}`)
+	f.Add(FilingParse, `{"from":"2025-01-01","to":"2025-01-01","corpCodes":[1]}`)
+	f.Add(StockPrice, `{"date":"2025-02-30"}`)
+	f.Add(Metrics, `null`)
+	f.Fuzz(func(t *testing.T, job, raw string) {
+		for _, def := range Default().All() {
+			if job != "" && def.Name() != job {
+				continue
+			}
+			p, err := def.Decode(json.RawMessage(raw))
+			if err != nil {
+				var pe *ParamError
+				if !errors.As(err, &pe) || pe.Field == "" || len(pe.Message) > 400 {
+					t.Fatalf("%s: %q: not a short *ParamError naming a field: %#v", def.Name(), raw, err)
+				}
+				continue
+			}
+			again, err := def.Decode(p.Canonical)
+			if err != nil {
+				t.Fatalf("%s: canonical %s of %q does not decode: %v", def.Name(), p.Canonical, raw, err)
+			}
+			if string(again.Canonical) != string(p.Canonical) || again.EstimatedCalls != p.EstimatedCalls {
+				t.Fatalf("%s: canonical form is not stable: %s then %s", def.Name(), p.Canonical, again.Canonical)
+			}
+			if p.EstimatedCalls < 0 {
+				t.Fatalf("%s: negative estimate %d", def.Name(), p.EstimatedCalls)
+			}
+		}
+	})
+}
