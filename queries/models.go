@@ -201,6 +201,17 @@ type ProviderCallBudget struct {
 	CallsUsed int32
 }
 
+type ProviderCallLease struct {
+	ID        int64
+	Provider  string
+	Day       time.Time
+	Holder    string
+	Granted   int32
+	Claimed   int32
+	TakenAt   time.Time
+	ExpiresAt time.Time
+}
+
 type RiskAlert struct {
 	ID          int64
 	CorpCode    string

@@ -139,7 +139,7 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 	}
 	fmt.Fprintf(stdout, "request %d: %s, %d estimated calls, %s\n", res.Request.ID, jobName, res.EstimatedCalls, resumes)
 
-	up, err := newUpstream(pool, env, tel)
+	up, err := newUpstream(pool, env, tel, workerID)
 	if err != nil {
 		return exitFailed, err
 	}

@@ -164,10 +164,12 @@ func newWorkerID() (id, hostname, boot string) {
 	return fmt.Sprintf("%d@%s#%s", os.Getpid(), hostname, boot), hostname, boot
 }
 
-func newUpstream(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*upstream.Client, error) {
+// newUpstream returns the provider client of a process; holder (the worker
+// id) names the process in the leases of the daily caps it takes.
+func newUpstream(pool *pgxpool.Pool, env *envConfig, tel *telemetry, holder string) (*upstream.Client, error) {
 	return upstream.NewClient(pool, upstream.ClientConfig{
 		BaseURLs: env.UpstreamURLs, Keys: env.Keys, DailyCaps: env.DailyCaps, Location: env.Location,
-		Now: env.Now, Instruments: tel.instruments,
+		Now: env.Now, Instruments: tel.instruments, FanOut: env.FanOut, Holder: holder,
 		// Provider calls are client spans.
 		HTTPClient: &http.Client{
 			Timeout:   upstream.RequestTimeoutDefault,
@@ -224,7 +226,7 @@ type tuneFunc func(*worker.Config, *batch.Config)
 
 // newWorker builds the worker role's parts.
 func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hostname, boot string, tune tuneFunc) (*worker.Worker, *batch.Runner, error) {
-	up, err := newUpstream(pool, env, tel)
+	up, err := newUpstream(pool, env, tel, workerID)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -345,6 +345,9 @@ func (r *Runner) execute(ctx context.Context, st *started, logger *slog.Logger, 
 		FanOut:      r.cfg.FanOut,
 		Instruments: r.cfg.Instruments,
 	}
+	// The run's unspent leases of the daily caps go back to the budget when
+	// it ends, whatever the outcome.
+	defer func() { _ = run.Calls.Release(context.WithoutCancel(ctx)) }()
 	callsRecorded := int64(0)
 	flushCalls := func() {
 		if n := run.Calls.Calls() - callsRecorded; n > 0 {
