@@ -28,7 +28,7 @@ func runAPI(ctx context.Context) error {
 		return err
 	}
 	defer tel.shutdown()
-	pool, err := openPool(ctx, env.DatabaseURL, 0)
+	pool, err := openPool(ctx, env.DatabaseURL, env.apiMaxConns())
 	if err != nil {
 		return err
 	}

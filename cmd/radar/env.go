@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +32,10 @@ type envConfig struct {
 	// WorkerConcurrency is how many requests one worker process runs at
 	// once (BUILDRISK_WORKER_CONCURRENCY, an addition to the contract).
 	WorkerConcurrency int
+	// DBMaxConns is the size of the api's or the worker's main database
+	// pool (BUILDRISK_DB_MAX_CONNS); 0 derives it from the concurrency (see
+	// apiMaxConns and workerMaxConns).
+	DBMaxConns int
 	UpstreamURLs      map[upstream.Provider]string
 	Keys              map[upstream.Provider]string
 	DailyCaps         map[upstream.Provider]int
@@ -112,6 +117,11 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 			return nil, envError("BUILDRISK_WORKER_CONCURRENCY", "%q is not an integer from 1 to 1000", v)
 		}
 	}
+	if v := getenv("BUILDRISK_DB_MAX_CONNS"); v != "" {
+		if c.DBMaxConns, err = strconv.Atoi(v); err != nil || c.DBMaxConns < 1 || c.DBMaxConns > 10000 {
+			return nil, envError("BUILDRISK_DB_MAX_CONNS", "%q is not an integer from 1 to 10000", v)
+		}
+	}
 	c.FanOut = batch.FanOutDefault
 	if v := getenv("BUILDRISK_FANOUT"); v != "" {
 		if c.FanOut, err = strconv.Atoi(v); err != nil || c.FanOut < 1 || c.FanOut > 1000 {
@@ -186,6 +196,50 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		return nil, envError("BUILDRISK_LOG_FORMAT", "%q is not json or text", c.LogFormat)
 	}
 	return c, nil
+}
+
+// Connection budgets. A worker holds a main pool of workerMaxConns
+// connections and a heartbeat pool of heartbeatPoolConns; an api holds one
+// pool of apiMaxConns. With N workers and M apis, PostgreSQL's
+// max_connections must be at least
+//
+//	N × (workerMaxConns + heartbeatPoolConns) + M × apiMaxConns
+//	  + superuser_reserved_connections + the migrate job and operators
+//
+// (README "Connection budgets" has the worked numbers).
+const (
+	// heartbeatPoolConns is the worker's separate pool for its registry
+	// row: a heartbeat never waits behind chunk work for a connection.
+	heartbeatPoolConns = 2
+	// workerConnsPerJob: a running job holds at most one connection for its
+	// chunk work, and its call leases take one more now and then.
+	workerConnsPerJob = 2
+	// workerConnsBase: River (its LISTEN connection, producer fetches,
+	// completer, leader election and maintenance) and the worker's own loops
+	// (reaper, reconcile, gauges).
+	workerConnsBase = 6
+	// apiConnsPerCPU: API handlers hold a connection only for their short
+	// queries, so a few per CPU keep every handler goroutine busy.
+	apiConnsPerCPU = 4
+	apiConnsMin    = 8
+)
+
+// workerMaxConns is the worker's main pool size: BUILDRISK_DB_MAX_CONNS, or
+// two connections per concurrent job plus River's and the loops'.
+func (c *envConfig) workerMaxConns() int32 {
+	if c.DBMaxConns > 0 {
+		return int32(c.DBMaxConns)
+	}
+	return int32(workerConnsPerJob*c.WorkerConcurrency + workerConnsBase)
+}
+
+// apiMaxConns is the api's pool size: BUILDRISK_DB_MAX_CONNS, or a few
+// connections per CPU the process may use.
+func (c *envConfig) apiMaxConns() int32 {
+	if c.DBMaxConns > 0 {
+		return int32(c.DBMaxConns)
+	}
+	return int32(max(apiConnsMin, apiConnsPerCPU*runtime.GOMAXPROCS(0)))
 }
 
 func orDefault(v, def string) string {

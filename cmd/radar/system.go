@@ -20,6 +20,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/jobs"
@@ -118,6 +119,17 @@ func (t *telemetry) shutdown() {
 }
 
 func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	return openNamedPool(ctx, url, maxConns, "main")
+}
+
+// openHeartbeatPool opens the small pool a worker's or CLI's heartbeats use.
+func openHeartbeatPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	return openNamedPool(ctx, url, maxConns, "heartbeat")
+}
+
+// openNamedPool opens a pool of at most maxConns connections (0: pgxpool's
+// default); name tells its statistics apart from another pool's.
+func openNamedPool(ctx context.Context, url string, maxConns int32, name string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("DATABASE_URL: %w", err)}
@@ -136,7 +148,7 @@ func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, e
 		pool.Close()
 		return nil, fmt.Errorf("error connecting to the database: %w", err)
 	}
-	_ = otelpgx.RecordStats(pool)
+	_ = otelpgx.RecordStats(pool, otelpgx.WithStatsAttributes(attribute.String("pool", name)))
 	return pool, nil
 }
 
@@ -223,6 +235,11 @@ func newInsertOnlyRiver(pool *pgxpool.Pool, tel *telemetry) (*river.Client[pgx.T
 // tuneFunc adjusts the worker's and runner's configs before they are built
 // (tests shorten intervals or disable the reaper); nil changes nothing.
 type tuneFunc func(*worker.Config, *batch.Config)
+
+// withHeartbeatPool gives the worker's registry heartbeats their own pool.
+func withHeartbeatPool(pool *pgxpool.Pool) tuneFunc {
+	return func(wc *worker.Config, _ *batch.Config) { wc.HeartbeatPool = pool }
+}
 
 // newWorker builds the worker role's parts.
 func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hostname, boot string, tune tuneFunc) (*worker.Worker, *batch.Runner, error) {

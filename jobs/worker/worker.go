@@ -82,6 +82,10 @@ type Config struct {
 	ScheduleEnqueue ScheduleEnqueueFunc
 	// Gauges, when set, are recorded on every heartbeat.
 	Gauges *Gauges
+	// HeartbeatPool, when set, carries the registry's heartbeats and status
+	// changes, so that they never wait for a connection behind chunk work
+	// on the main pool. Nil uses the main pool.
+	HeartbeatPool *pgxpool.Pool
 }
 
 func (c Config) withDefaults() Config {
@@ -205,7 +209,7 @@ func (w *Worker) Ready(ctx context.Context) error {
 // slot left RUNNING, and starts claiming requests, heartbeating, reaping
 // and reconciling. ctx bounds the background loops.
 func (w *Worker) Start(ctx context.Context) error {
-	presence, err := StartPresence(ctx, w.pool, w.cfg)
+	presence, err := StartPresence(ctx, cmp.Or(w.cfg.HeartbeatPool, w.pool), w.cfg)
 	if err != nil {
 		return err
 	}
