@@ -35,12 +35,12 @@ type envConfig struct {
 	// DBMaxConns is the size of the api's or the worker's main database
 	// pool (BUILDRISK_DB_MAX_CONNS); 0 derives it from the concurrency (see
 	// apiMaxConns and workerMaxConns).
-	DBMaxConns int
-	UpstreamURLs      map[upstream.Provider]string
-	Keys              map[upstream.Provider]string
-	DailyCaps         map[upstream.Provider]int
-	Location          *time.Location
-	LogFormat         string
+	DBMaxConns   int
+	UpstreamURLs map[upstream.Provider]string
+	Keys         map[upstream.Provider]string
+	DailyCaps    map[upstream.Provider]int
+	Location     *time.Location
+	LogFormat    string
 	// Schedules are the periodic requests (catalog default, or
 	// BUILDRISK_SCHEDULE_<JOB>), parsed; jobs whose schedule is off are absent.
 	Schedules []worker.Schedule
