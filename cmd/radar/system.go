@@ -223,9 +223,14 @@ func scheduleInfo(env *envConfig) func(job string) (string, *time.Time) {
 }
 
 // newInsertOnlyRiver returns a River client that only inserts (no queues,
-// no workers), with the trace propagation of every insert.
+// no workers), with the trace propagation of every insert. Its
+// FetchCooldown is River's minimum because River also spaces an inserting
+// client's NOTIFYs by it: with the default 100 ms, a request inserted soon
+// after another sent no notification and waited for the workers' poll.
 func newInsertOnlyRiver(pool *pgxpool.Pool, tel *telemetry) (*river.Client[pgx.Tx], error) {
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: tel.logger, Plugins: riverPlugins(tel)})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger: tel.logger, Plugins: riverPlugins(tel), FetchCooldown: river.FetchCooldownMin,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("error creating river client: %w", err)
 	}

@@ -37,6 +37,15 @@ const (
 	DrainTimeoutDefault      = 45 * time.Second
 	ReconcileIntervalDefault = 30 * time.Second
 	MaxConcurrentJobsDefault = 10
+	// FetchCooldownDefault is River's minimum spacing of fetches, and of
+	// the insert notifications this worker's client sends (chains,
+	// schedules): River rate-limits an inserting client's NOTIFYs by its
+	// FetchCooldown, so a longer one leaves back-to-back requests waiting
+	// for the poll.
+	FetchCooldownDefault = river.FetchCooldownMin
+	// FetchPollIntervalDefault is River's fallback poll, for inserts whose
+	// notification was lost.
+	FetchPollIntervalDefault = 500 * time.Millisecond
 )
 
 // Worker statuses reported in the registry.
@@ -67,6 +76,10 @@ type Config struct {
 	ReconcileInterval time.Duration
 	// MaxConcurrentJobs bounds how many requests this process runs at once.
 	MaxConcurrentJobs int
+	// FetchCooldown and FetchPollInterval are River's; defaults
+	// FetchCooldownDefault and FetchPollIntervalDefault.
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
 	// DisableReaper turns the periodic reaper off (tests show that the
 	// API's cleanup-before-enqueue alone frees a job).
 	DisableReaper bool
@@ -95,6 +108,8 @@ func (c Config) withDefaults() Config {
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
 	c.MaxConcurrentJobs = cmp.Or(c.MaxConcurrentJobs, MaxConcurrentJobsDefault)
+	c.FetchCooldown = cmp.Or(c.FetchCooldown, FetchCooldownDefault)
+	c.FetchPollInterval = cmp.Or(c.FetchPollInterval, FetchPollIntervalDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.ConfiguredKeys == nil {
 		c.ConfiguredKeys = []string{}
@@ -154,8 +169,8 @@ func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) 
 		ID:                  cfg.ID,
 		Queues:              map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxConcurrentJobs}},
 		Workers:             workers,
-		FetchCooldown:       50 * time.Millisecond,
-		FetchPollInterval:   500 * time.Millisecond,
+		FetchCooldown:       cfg.FetchCooldown,
+		FetchPollInterval:   cfg.FetchPollInterval,
 		FetchOnlyKnownKinds: true,
 		JobTimeout:          -1, // a job runs as long as its chunks; dead workers are handled by the reaper
 		Logger:              cfg.Logger,
