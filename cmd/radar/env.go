@@ -28,7 +28,10 @@ type envConfig struct {
 	StaleAfter        time.Duration
 	ReapInterval      time.Duration
 	DrainTimeout      time.Duration
-	FanOut            int
+	// WorkerRetention is how long the registry keeps a silent worker's row
+	// (BUILDRISK_WORKER_RETENTION, default 168h).
+	WorkerRetention time.Duration
+	FanOut          int
 	// WorkerConcurrency is how many requests one worker process runs at
 	// once (BUILDRISK_WORKER_CONCURRENCY, an addition to the contract).
 	WorkerConcurrency int
@@ -97,6 +100,7 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		{"BUILDRISK_STALE_AFTER", &c.StaleAfter, worker.StaleAfterDefault},
 		{"BUILDRISK_REAP_INTERVAL", &c.ReapInterval, worker.ReapIntervalDefault},
 		{"BUILDRISK_DRAIN_TIMEOUT", &c.DrainTimeout, worker.DrainTimeoutDefault},
+		{"BUILDRISK_WORKER_RETENTION", &c.WorkerRetention, worker.RetentionDefault},
 	}
 	for _, d := range durations {
 		*d.dst = d.def
@@ -110,6 +114,9 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 	}
 	if c.StaleAfter <= c.HeartbeatInterval {
 		return nil, envError("BUILDRISK_STALE_AFTER", "%s must exceed BUILDRISK_HEARTBEAT_INTERVAL %s", c.StaleAfter, c.HeartbeatInterval)
+	}
+	if c.WorkerRetention <= c.StaleAfter {
+		return nil, envError("BUILDRISK_WORKER_RETENTION", "%s must exceed BUILDRISK_STALE_AFTER %s", c.WorkerRetention, c.StaleAfter)
 	}
 	c.WorkerConcurrency = worker.MaxConcurrentJobsDefault
 	if v := getenv("BUILDRISK_WORKER_CONCURRENCY"); v != "" {

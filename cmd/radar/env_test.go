@@ -19,6 +19,7 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 		"BUILDRISK_DRAIN_TIMEOUT":      "0s",
 		"BUILDRISK_FANOUT":             "0",
 		"BUILDRISK_DB_MAX_CONNS":       "0",
+		"BUILDRISK_WORKER_RETENTION":   "30s",
 		"BUILDRISK_MOLIT_URL":          "ftp://x",
 		"BUILDRISK_DAILY_CAP_DART":     "many",
 		"BUILDRISK_TIMEZONE":           "Mars/Olympus",

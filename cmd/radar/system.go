@@ -274,6 +274,7 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 		StaleAfter:        env.StaleAfter,
 		ReapInterval:      env.ReapInterval,
 		DrainTimeout:      env.DrainTimeout,
+		Retention:         env.WorkerRetention,
 		MaxConcurrentJobs: env.WorkerConcurrency,
 		Instruments:       tel.instruments,
 		Logger:            tel.logger,

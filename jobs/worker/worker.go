@@ -27,6 +27,7 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
 )
 
 // Defaults of Config (the contract's values).
@@ -36,6 +37,9 @@ const (
 	ReapIntervalDefault      = 30 * time.Second
 	DrainTimeoutDefault      = 45 * time.Second
 	ReconcileIntervalDefault = 30 * time.Second
+	// RetentionDefault is how long the registry keeps the row of a worker
+	// that stopped beating.
+	RetentionDefault = 7 * 24 * time.Hour
 	MaxConcurrentJobsDefault = 10
 	// FetchCooldownDefault is River's minimum spacing of fetches, and of
 	// the insert notifications this worker's client sends (chains,
@@ -74,6 +78,10 @@ type Config struct {
 	ReapInterval      time.Duration
 	DrainTimeout      time.Duration
 	ReconcileInterval time.Duration
+	// Retention is how long a silent worker's registry row is kept (it
+	// must exceed StaleAfter); the reap loop deletes older rows that hold
+	// no active request. Default RetentionDefault.
+	Retention time.Duration
 	// MaxConcurrentJobs bounds how many requests this process runs at once.
 	MaxConcurrentJobs int
 	// FetchCooldown and FetchPollInterval are River's; defaults
@@ -107,6 +115,7 @@ func (c Config) withDefaults() Config {
 	c.ReapInterval = cmp.Or(c.ReapInterval, ReapIntervalDefault)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
+	c.Retention = cmp.Or(c.Retention, RetentionDefault)
 	c.MaxConcurrentJobs = cmp.Or(c.MaxConcurrentJobs, MaxConcurrentJobsDefault)
 	c.FetchCooldown = cmp.Or(c.FetchCooldown, FetchCooldownDefault)
 	c.FetchPollInterval = cmp.Or(c.FetchPollInterval, FetchPollIntervalDefault)
@@ -125,6 +134,8 @@ func (c Config) validate() error {
 		return errors.New("worker: Instruments is required")
 	case c.StaleAfter <= c.HeartbeatInterval:
 		return fmt.Errorf("worker: StaleAfter (%s) must exceed HeartbeatInterval (%s)", c.StaleAfter, c.HeartbeatInterval)
+	case c.Retention <= c.StaleAfter:
+		return fmt.Errorf("worker: Retention (%s) must exceed StaleAfter (%s)", c.Retention, c.StaleAfter)
 	}
 	return nil
 }
@@ -246,8 +257,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	if !w.cfg.DisableReaper {
 		w.loop(loopCtx, w.cfg.ReapInterval, "reap", func(ctx context.Context) error {
-			_, err := w.reaper.Reap(ctx, "")
-			return err
+			if _, err := w.reaper.Reap(ctx, ""); err != nil {
+				return err
+			}
+			return w.deleteExpiredWorkers(ctx)
 		})
 	}
 	w.loop(loopCtx, w.cfg.ReconcileInterval, "reconcile", func(ctx context.Context) error {
@@ -297,6 +310,19 @@ func (w *Worker) Drain(ctx context.Context) error {
 	}
 	if err != nil {
 		return fmt.Errorf("error stopping river client: %w", err)
+	}
+	return nil
+}
+
+// deleteExpiredWorkers removes the registry rows of workers silent for
+// longer than Retention (after the reaper has freed what they held).
+func (w *Worker) deleteExpiredWorkers(ctx context.Context) error {
+	n, err := queries.New().WorkerDeleteExpired(ctx, w.pool, w.cfg.Retention.Seconds())
+	if err != nil {
+		return fmt.Errorf("error deleting expired worker rows: %w", err)
+	}
+	if n > 0 {
+		w.cfg.Logger.InfoContext(ctx, "deleted the registry rows of long-gone workers", slog.Int64("workers", n), slog.Duration("retention", w.cfg.Retention))
 	}
 	return nil
 }
