@@ -39,7 +39,7 @@ const (
 	ReconcileIntervalDefault = 30 * time.Second
 	// RetentionDefault is how long the registry keeps the row of a worker
 	// that stopped beating.
-	RetentionDefault = 7 * 24 * time.Hour
+	RetentionDefault         = 7 * 24 * time.Hour
 	MaxConcurrentJobsDefault = 10
 	// FetchCooldownDefault is River's minimum spacing of fetches, and of
 	// the insert notifications this worker's client sends (chains,
