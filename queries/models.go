@@ -116,6 +116,14 @@ type Exposure struct {
 	UpdatedAt      *time.Time
 }
 
+type ExposureImport struct {
+	ImportID       int64
+	Line           int32
+	CorpCode       *string
+	OutstandingKrw *int64
+	Reason         *string
+}
+
 type Filing struct {
 	RceptNo     string
 	CorpCode    string

@@ -336,6 +336,9 @@ func (s *testSystem) processJob(job batch.Job, name, params string) {
 		}
 	}
 	require.NoError(s.t, run.Calls.Release(ctx))
+	if ender, ok := job.(batch.RunEnder); ok {
+		ender.EndRun(run)
+	}
 }
 
 func pgxCollect(ctx context.Context, s *testSystem, sql string, args []any, each func(scan func(...any) error) error) error {
