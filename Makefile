@@ -12,7 +12,7 @@ VULNDB_VERSION = $(shell awk '$$1 == "golang.org/x/vulndb" { print $$2 }' tools/
 VULNDB_DIR = $(CURDIR)/.cache/vulndb/$(VULNDB_VERSION)
 TEST_FLAGS ?= -race -count=1 -timeout 12m
 
-.PHONY: run test bench build generate check-generated fmt vet lint vuln promtool-test ci
+.PHONY: run test bench bench-smoke bench-go build generate check-generated fmt vet lint vuln promtool-test ci
 
 ## run: everything in one process (embedded PostgreSQL, migrations, fake upstream, api + worker)
 run: build
@@ -22,8 +22,18 @@ run: build
 test:
 	$(GO) test $(TEST_FLAGS) ./...
 
-## bench: benchmarks with side-by-side ratios (see BENCHMARKS.md)
+## bench: the ratio table (every figure beside its reference from the same
+## run, medians of 3 with min–max), printed and written into BENCHMARKS.md
 bench:
+	BUILDRISK_BENCH=full $(GO) test -run '^TestBenchTable$$' -count 1 -timeout 60m -v ./cmd/radar/
+
+## bench-smoke: the same table at toy sizes, in seconds (CI runs it so the
+## table cannot rot); prints only
+bench-smoke:
+	BUILDRISK_BENCH=smoke $(GO) test -run '^TestBenchTable$$' -count 1 -timeout 10m -v ./cmd/radar/
+
+## bench-go: every Go benchmark once (BenchmarkCreditEval40k, BenchmarkServiceVsRiver)
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./...
 
 build:
