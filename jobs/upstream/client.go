@@ -211,7 +211,9 @@ type Caller struct {
 	maxCalls int
 	calls    atomic.Int64
 
-	mu       sync.Mutex // guards the leases; held while one is claimed or taken
+	mu       sync.Mutex // guards the leases; held while one is taken
+	claimed  *sync.Cond // on mu: a claim ahead ended
+	ahead    sync.WaitGroup
 	leases   map[Provider]*lease
 	rate     map[Provider]float64   // calls per second of the last spent lease
 	cappedOn map[Provider]time.Time // the day a provider's cap was found spent
@@ -220,10 +222,12 @@ type Caller struct {
 // NewCaller returns a Caller for one execution of job; maxCalls 0 means no
 // per-execution limit.
 func (c *Client) NewCaller(job string, maxCalls int) *Caller {
-	return &Caller{
+	cl := &Caller{
 		client: c, job: job, maxCalls: maxCalls,
 		leases: map[Provider]*lease{}, rate: map[Provider]float64{}, cappedOn: map[Provider]time.Time{},
 	}
+	cl.claimed = sync.NewCond(&cl.mu)
+	return cl
 }
 
 // Today returns the client's Today: the execution's day in

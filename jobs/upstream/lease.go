@@ -49,6 +49,9 @@ type lease struct {
 	claimed int // marked on the lease row; calls beyond it need a claim
 	spent   int // calls made (in memory)
 	takenAt time.Time
+	// claiming is set while a claim ahead is on its way; dead once a claim
+	// found the lease expired (its unclaimed calls went back).
+	claiming, dead bool
 }
 
 // take reserves one call of provider p's daily cap for the caller: from its
@@ -79,9 +82,22 @@ func (cl *Caller) take(ctx context.Context, p Provider) error {
 		if l != nil {
 			if l.spent < l.claimed {
 				l.spent++
+				// Claim the next step before this one runs out, off the
+				// callers' path: a call then never waits for a round trip.
+				if !l.claiming && !l.dead && l.claimed < l.granted && l.claimed-l.spent <= cl.claimStep(l.granted)/2 {
+					l.claiming = true
+					cl.ahead.Add(1)
+					go cl.claimAhead(l)
+				}
 				return nil
 			}
-			if l.claimed < l.granted {
+			if l.claiming {
+				cl.claimed.Wait() // the claim ahead is on its way
+				continue
+			}
+			if l.dead {
+				delete(cl.leases, p)
+			} else if l.claimed < l.granted {
 				claimed := min(l.granted, l.claimed+cl.claimStep(l.granted))
 				n, err := c.queries.ProviderCallLeaseClaim(ctx, c.pool, &queries.ProviderCallLeaseClaimParams{
 					ID: l.id, Claimed: int32(claimed), TtlSeconds: c.cfg.LeaseTTL.Seconds(),
@@ -130,6 +146,30 @@ func (cl *Caller) take(ctx context.Context, p Provider) error {
 		}
 		cl.mu.Lock()
 	}
+}
+
+// claimAhead marks the lease's next step claimed while its callers spend
+// the current one.
+func (cl *Caller) claimAhead(l *lease) {
+	defer cl.ahead.Done()
+	c := cl.client
+	cl.mu.Lock()
+	target := min(l.granted, l.claimed+cl.claimStep(l.granted))
+	cl.mu.Unlock()
+	n, err := c.queries.ProviderCallLeaseClaim(context.Background(), c.pool, &queries.ProviderCallLeaseClaimParams{
+		ID: l.id, Claimed: int32(target), TtlSeconds: c.cfg.LeaseTTL.Seconds(),
+	})
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	l.claiming = false
+	if err == nil && n == 1 {
+		l.claimed = max(l.claimed, target)
+	} else {
+		// Expired (or unreachable): spend no more than what is claimed;
+		// the next call takes a new lease.
+		l.dead = true
+	}
+	cl.claimed.Broadcast()
 }
 
 func (cl *Caller) capped(ctx context.Context, p Provider, limit int) error {
@@ -186,6 +226,7 @@ func (cl *Caller) giveBack(ctx context.Context, p Provider, l *lease) error {
 // (completed, failed, stopped, capped, drained), so budget never sits in a
 // finished run. The Caller stays usable: a later call takes a new lease.
 func (cl *Caller) Release(ctx context.Context) error {
+	cl.ahead.Wait() // claims ahead end first; they take the lock
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	var errs []error

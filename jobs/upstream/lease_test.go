@@ -170,16 +170,14 @@ func TestCaller_DeadHoldersLeaseExpires(t *testing.T) {
 	dead, _ := leaseClient(t, pool, server.URL, 100, 4, short)
 	q := upstream.AptTradeQuery("11110", "202501", 1, 10)
 
-	// The "dead" execution makes 3 calls and never releases its lease.
+	// The "dead" execution makes a call and never releases its lease.
 	abandoned := dead.NewCaller("aptTrade", 0)
-	for range 3 {
-		_, err := abandoned.Get(context.Background(), upstream.EndpointAptTrade, q)
-		require.NoError(t, err)
-	}
+	_, err := abandoned.Get(context.Background(), upstream.EndpointAptTrade, q)
+	require.NoError(t, err)
 	var granted, claimed int
 	require.NoError(t, pool.QueryRow(context.Background(), "SELECT granted, claimed FROM provider_call_lease").Scan(&granted, &claimed))
 	require.Greater(t, granted, claimed, "the lease holds calls not yet claimed")
-	require.GreaterOrEqual(t, claimed, 3)
+	require.GreaterOrEqual(t, claimed, 1)
 
 	// A live worker spends the cap to the end; once the dead lease has
 	// expired it gets the unclaimed part back.
@@ -191,7 +189,7 @@ func TestCaller_DeadHoldersLeaseExpires(t *testing.T) {
 		require.ErrorIs(t, err, upstream.ErrCapped)
 	}
 	require.Equal(t, int64(100-claimed), ok, "every call the dead lease never claimed came back")
-	require.Equal(t, int64(3)+ok, served.Load())
+	require.Equal(t, int64(1)+ok, served.Load())
 	require.LessOrEqual(t, served.Load(), int64(100))
 	requireLeases(t, pool, 0)
 }
