@@ -190,20 +190,18 @@ func newExposureReader(r io.Reader) (*exposureReader, error) {
 	er.csv = csv.NewReader(&er.line)
 	er.csv.FieldsPerRecord = -1
 	er.csv.ReuseRecord = true
-	for {
-		text, ok, err := er.nextLine()
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, fmt.Errorf("empty file: the header %q is missing", strings.Join(exposureHeader, ","))
-		}
-		fields, csvErr := er.parse(text)
-		if csvErr != nil || len(fields) != 2 || !strings.EqualFold(fields[0], exposureHeader[0]) || !strings.EqualFold(fields[1], exposureHeader[1]) {
-			return nil, fmt.Errorf("line %d: header must be %q, got %q", er.lineNo, strings.Join(exposureHeader, ","), text)
-		}
-		return er, nil
+	text, ok, err := er.nextLine()
+	if err != nil {
+		return nil, err
 	}
+	if !ok {
+		return nil, fmt.Errorf("empty file: the header %q is missing", strings.Join(exposureHeader, ","))
+	}
+	fields, csvErr := er.parse(text)
+	if csvErr != nil || len(fields) != 2 || !strings.EqualFold(fields[0], exposureHeader[0]) || !strings.EqualFold(fields[1], exposureHeader[1]) {
+		return nil, fmt.Errorf("line %d: header must be %q, got %q", er.lineNo, strings.Join(exposureHeader, ","), text)
+	}
+	return er, nil
 }
 
 // nextLine returns the next non-blank line without its line ending.
