@@ -610,7 +610,10 @@ func benchJobList(t *testing.T, scale benchScale) *benchRow {
 	return row
 }
 
-// maxRSS runs bin and returns its peak resident set in MB.
+// maxRSS runs bin and returns its peak resident set in MB: the process's
+// own high-water mark (VmHWM), read every few milliseconds until it exits.
+// getrusage's maxrss is no use here: Linux carries the forking test
+// process's resident set over into the child's across exec.
 func maxRSS(t *testing.T, bin string, env map[string]string, args ...string) float64 {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
@@ -618,9 +621,33 @@ func maxRSS(t *testing.T, bin string, env map[string]string, args ...string) flo
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	return float64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) / 1024
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var peakKB int64
+	status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
+	ticker := time.NewTicker(5 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		if raw, err := os.ReadFile(status); err == nil {
+			for line := range strings.Lines(string(raw)) {
+				if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+					var kb int64
+					if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err == nil && kb > peakKB {
+						peakKB = kb
+					}
+				}
+			}
+		}
+		select {
+		case err := <-done:
+			require.NoError(t, err, "%s", out.String())
+			return float64(peakKB) / 1024
+		case <-ticker.C:
+		}
+	}
 }
 
 // benchImportMemory: peak RSS of `radar import exposure` at two file sizes.
