@@ -32,6 +32,7 @@ import (
 	"github.com/buildrisk/radar/jobs/upstream"
 	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
 	"github.com/buildrisk/radar/jobs/worker"
+	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 )
 
@@ -250,6 +251,19 @@ func writeBenchmarks(path, body string) error {
 	return os.WriteFile(path, []byte(s), 0o644)
 }
 
+// productionTelemetry replaces the test system's telemetry (which keeps
+// every span in memory for assertions) with what a process without OTLP
+// configured runs: spans made and dropped, metrics in a registry.
+func productionTelemetry(t *testing.T, s *testSystem) {
+	t.Helper()
+	providers, err := observability.NewProviders(context.Background(), observability.Config{Role: "bench", ServiceVersion: version})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = providers.Shutdown(context.Background()) })
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	s.tel = &telemetry{providers: providers, instruments: instruments, logger: s.tel.logger}
+}
+
 // benchRunner is a runner on the system's database for requests run in the
 // test process, as `radar run` does.
 func benchRunner(t *testing.T, s *testSystem, jobsByName map[string]batch.Job) (*batch.Runner, *request.Enqueuer) {
@@ -306,6 +320,7 @@ func benchFanOut(t *testing.T, scale benchScale) []*benchRow {
 			env:  map[string]string{"BUILDRISK_FANOUT": strconv.Itoa(c)},
 			fake: fakeupstream.Config{Latency: scale.latency, Companies: max(scale.creditN+1, fakeupstream.CompaniesDefault)},
 		})
+		productionTelemetry(t, s)
 		codes := seedTargets(t, s, scale.creditN)
 		runner, enqueuer := benchRunner(t, s, nil)
 		ideal := float64(c) / scale.latency.Seconds()
@@ -508,6 +523,7 @@ func teeEvents(in <-chan *river.Event, fn func(*river.Event)) <-chan *river.Even
 // transaction.
 func benchChunk(t *testing.T, scale benchScale) *benchRow {
 	s := newTestSystem(t, nil)
+	productionTelemetry(t, s)
 	runner, enqueuer := benchRunner(t, s, nil)
 	regions := sixRegions
 	for len(regions) < scale.chunkRegions {
