@@ -190,9 +190,9 @@ func TestBenchTable(t *testing.T) {
 	}
 	table := renderBenchTable(rows)
 	header := benchHeader(t, scale, time.Since(began))
-	fmt.Println(header + "\n" + table)
+	fmt.Println(header + "\n\n" + table)
 	if mode == "full" && only == "" {
-		require.NoError(t, writeBenchmarks("../../BENCHMARKS.md", header+"\n"+table))
+		require.NoError(t, writeBenchmarks("../../BENCHMARKS.md", header+"\n\n"+table))
 	}
 }
 
