@@ -30,7 +30,7 @@ BUILD_ENV = CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 BUILD_FLAGS = -trimpath -tags timetzdata -ldflags "-s -w -X main.version=$(VERSION)"
 REDOCLY_DIR = tools/redocly
 
-.PHONY: run test bench build soak soak-ci generate check-generated fmt vet lint vuln promtool-test openapi-lint fuzz ci
+.PHONY: run test bench bench-smoke bench-go build soak soak-ci generate check-generated fmt vet lint vuln promtool-test openapi-lint fuzz ci
 
 ## run: everything in one process (embedded PostgreSQL, migrations, fake upstream, api + worker)
 run: build
@@ -41,8 +41,18 @@ test:
 	$(GO) test $(TEST_FLAGS) ./...
 	cd $(VALIDATE_DIR) && $(GO) test $(VALIDATE_TEST_FLAGS) ./...
 
-## bench: benchmarks with side-by-side ratios (see BENCHMARKS.md)
+## bench: the ratio table (every figure beside its reference from the same
+## run, medians of 3 with min–max), printed and written into BENCHMARKS.md
 bench:
+	BUILDRISK_BENCH=full $(GO) test -run '^TestBenchTable$$' -count 1 -timeout 60m -v ./cmd/radar/
+
+## bench-smoke: the same table at toy sizes, in seconds (CI runs it so the
+## table cannot rot); prints only
+bench-smoke:
+	BUILDRISK_BENCH=smoke $(GO) test -run '^TestBenchTable$$' -count 1 -timeout 10m -v ./cmd/radar/
+
+## bench-go: every Go benchmark once (BenchmarkCreditEval40k, BenchmarkServiceVsRiver)
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./...
 
 ## build: bin/radar, built as deploy/Dockerfile builds it

@@ -2,7 +2,11 @@ package api
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -24,11 +28,45 @@ type WorkerView struct {
 	ActiveRequestIDs []string  `json:"activeRequestIds"`
 }
 
+// Page sizes of GET /v1/workers.
+const (
+	WorkerListLimitDefault = 50
+	WorkerListLimitMax     = 500
+)
+
+type workerListInput struct {
+	Limit  string `query:"limit" doc:"page size, 1..500 (default 50)"`
+	Cursor string `query:"cursor" doc:"nextCursor of the previous page"`
+}
+
 // WorkerListOutput is GET /v1/workers.
 type WorkerListOutput struct {
 	Body struct {
-		Workers []*WorkerView `json:"workers"`
+		Workers    []*WorkerView `json:"workers"`
+		NextCursor *string       `json:"nextCursor" doc:"pass as cursor for the next page; null on the last page"`
 	}
+}
+
+// workerCursor is the position after a worker in the list (newest started
+// first): its start time and id, opaque to clients.
+func workerCursor(w *queries.Worker) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(w.StartedAt.UTC().Format(time.RFC3339Nano) + "|" + w.ID))
+}
+
+func parseWorkerCursor(s string) (time.Time, string, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return time.Time{}, "", false
+	}
+	at, id, ok := strings.Cut(string(raw), "|")
+	if !ok || id == "" {
+		return time.Time{}, "", false
+	}
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return time.Time{}, "", false
+	}
+	return t, id, true
 }
 
 // alive is the registry's rule for a live worker: not stopped, and a
@@ -45,8 +83,23 @@ func (s *Server) registerWorkers(api huma.API) {
 		Summary:     "List registered workers and what they hold",
 		Tags:        []string{"workers"},
 		Security:    []map[string][]string{{"bearer": {}}},
-	}, func(ctx context.Context, _ *struct{}) (*WorkerListOutput, error) {
-		rows, err := s.queries.WorkerList(ctx, s.pool)
+	}, func(ctx context.Context, in *workerListInput) (*WorkerListOutput, error) {
+		params := &queries.WorkerListParams{MaxRows: WorkerListLimitDefault}
+		if in.Limit != "" {
+			limit, err := strconv.Atoi(in.Limit)
+			if err != nil || limit < 1 || limit > WorkerListLimitMax {
+				return nil, badQuery("limit", fmt.Sprintf("%q is not an integer from 1 to %d", in.Limit, WorkerListLimitMax))
+			}
+			params.MaxRows = int32(limit)
+		}
+		if in.Cursor != "" {
+			at, id, ok := parseWorkerCursor(in.Cursor)
+			if !ok {
+				return nil, badQuery("cursor", "not a cursor returned by this API")
+			}
+			params.BeforeStartedAt, params.BeforeID = &at, &id
+		}
+		rows, err := s.queries.WorkerList(ctx, s.pool, params)
 		if err != nil {
 			return nil, s.problemFrom(ctx, err)
 		}
@@ -72,6 +125,10 @@ func (s *Server) registerWorkers(api huma.API) {
 				Alive:  s.alive(w),
 				Status: w.Status, Version: w.Version, ConfiguredKeys: w.ConfiguredKeys, ActiveRequestIDs: ids,
 			})
+		}
+		if len(rows) == int(params.MaxRows) {
+			cursor := workerCursor(rows[len(rows)-1])
+			out.Body.NextCursor = &cursor
 		}
 		return out, nil
 	})

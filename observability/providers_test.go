@@ -128,6 +128,21 @@ func TestNewProvidersPropagator(t *testing.T) {
 	require.ElementsMatch(t, []string{"traceparent", "tracestate", "baggage"}, otel.GetTextMapPropagator().Fields())
 }
 
+// Without an exporter spans are not recorded (a provider call pays for no
+// span nobody reads) but still carry trace ids for logs and River metadata.
+func TestNewProvidersWithoutExporterRecordsNoSpans(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
+	providers, err := NewProviders(t.Context(), Config{Role: "worker"})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, providers.Shutdown(context.WithoutCancel(t.Context()))) })
+
+	_, span := providers.Tracer.Tracer("test").Start(t.Context(), "call")
+	defer span.End()
+	require.False(t, span.IsRecording())
+	require.True(t, span.SpanContext().IsValid(), "a trace id for logs and propagation")
+}
+
 func TestProvidersShutdownTwice(t *testing.T) {
 	t.Parallel()
 

@@ -21,6 +21,87 @@ func (q *Queries) ExposureCount(ctx context.Context, db DBTX) (int64, error) {
 	return count, err
 }
 
+const exposureImportApply = `-- name: ExposureImportApply :execrows
+INSERT INTO exposure (corp_code, outstanding_krw, updated_at)
+SELECT DISTINCT ON (s.corp_code) s.corp_code, s.outstanding_krw, now()
+FROM exposure_import s
+WHERE s.import_id = $1 AND s.reason IS NULL
+ORDER BY s.corp_code, s.line
+ON CONFLICT (corp_code) DO UPDATE
+SET outstanding_krw = excluded.outstanding_krw, updated_at = now()
+`
+
+// ExposureImportApply upserts the import's good lines, each company from its
+// first line.
+func (q *Queries) ExposureImportApply(ctx context.Context, db DBTX, importID int64) (int64, error) {
+	result, err := db.Exec(ctx, exposureImportApply, importID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const exposureImportBadLines = `-- name: ExposureImportBadLines :many
+SELECT b.line, b.reason::text AS reason FROM (
+    SELECT s.line, s.reason FROM exposure_import s
+    WHERE s.import_id = $1 AND s.reason IS NOT NULL
+    UNION ALL
+    SELECT d.line, 'corp_code ' || d.corp_code || ' is already on line ' || d.first_line
+    FROM (
+        SELECT s.line, s.corp_code, min(s.line) OVER (PARTITION BY s.corp_code) AS first_line
+        FROM exposure_import s
+        WHERE s.import_id = $1 AND s.reason IS NULL
+    ) d
+    WHERE d.line <> d.first_line
+) b
+ORDER BY b.line
+`
+
+type ExposureImportBadLinesRow struct {
+	Line   int32
+	Reason string
+}
+
+// ExposureImportBadLines lists the import's bad lines in line order: the
+// ones staged with a reason, and every repeat of a company after its first
+// line (two amounts for one company is a mistake to fix, not to guess).
+func (q *Queries) ExposureImportBadLines(ctx context.Context, db DBTX, importID int64) ([]*ExposureImportBadLinesRow, error) {
+	rows, err := db.Query(ctx, exposureImportBadLines, importID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*ExposureImportBadLinesRow
+	for rows.Next() {
+		var i ExposureImportBadLinesRow
+		if err := rows.Scan(&i.Line, &i.Reason); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const exposureImportClear = `-- name: ExposureImportClear :exec
+DELETE FROM exposure_import WHERE import_id = $1
+`
+
+func (q *Queries) ExposureImportClear(ctx context.Context, db DBTX, importID int64) error {
+	_, err := db.Exec(ctx, exposureImportClear, importID)
+	return err
+}
+
+type ExposureImportStageParams struct {
+	ImportID       int64
+	Line           int32
+	CorpCode       *string
+	OutstandingKrw *int64
+	Reason         *string
+}
+
 const exposureTargetCount = `-- name: ExposureTargetCount :one
 SELECT count(*) FROM exposure WHERE outstanding_krw > 0
 `

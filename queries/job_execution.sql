@@ -123,38 +123,30 @@ WHERE id = @id AND status IN ('STARTING', 'STARTED', 'STOPPING');
 -- instance; running = an execution in STARTING, STARTED or STOPPING;
 -- heartbeat = that running execution's last_updated; keys = the key names
 -- reported by live workers; last due = the newest due time its schedule
--- recorded, with its outcome.
-WITH names AS (
-    SELECT unnest(@jobs::text[]) AS job
-), last_instance AS (
-    SELECT DISTINCT ON (ji.job) ji.job, ji.id
-    FROM job_instance ji
-    WHERE ji.job = ANY(@jobs::text[])
-    ORDER BY ji.job, ji.id DESC
-), last_execution AS (
-    SELECT DISTINCT ON (e.instance_id) e.instance_id, e.id, e.status, e.started_at, e.ended_at, e.exit_message
-    FROM job_execution e
-    JOIN last_instance li ON li.id = e.instance_id
-    ORDER BY e.instance_id, e.id DESC
-), running AS (
-    SELECT DISTINCT ON (e.job) e.job, e.id, e.last_updated
-    FROM job_execution e
-    WHERE e.status IN ('STARTING', 'STARTED', 'STOPPING') AND e.job = ANY(@jobs::text[])
-    ORDER BY e.job, e.id DESC
-), active AS (
-    SELECT r.job, r.id FROM job_request r
-    WHERE r.status IN ('QUEUED', 'RUNNING') AND r.job = ANY(@jobs::text[])
+-- recorded, with its outcome. Each part is a lookup of one row per job down
+-- an index (job_instance_job_id_idx, job_execution_instance_id_idx, the
+-- partial job_execution_active_idx, job_request_active_job_idx, the
+-- unique schedule_tick (job, due_at)), so the
+-- answer costs the same with a million executions in history as with ten.
+WITH picked AS (
+    SELECT n.job,
+           (SELECT e.id FROM job_execution e
+            WHERE e.instance_id = (SELECT ji.id FROM job_instance ji WHERE ji.job = n.job ORDER BY ji.id DESC LIMIT 1)
+            ORDER BY e.id DESC LIMIT 1) AS last_id,
+           (SELECT e.id FROM job_execution e
+            WHERE e.job = n.job AND e.status IN ('STARTING', 'STARTED', 'STOPPING')
+            ORDER BY e.id DESC LIMIT 1) AS running_id,
+           (SELECT r.id FROM job_request r
+            WHERE r.job = n.job AND r.status IN ('QUEUED', 'RUNNING')
+            LIMIT 1) AS active_id,
+           (SELECT max(t.due_at) FROM schedule_tick t WHERE t.job = n.job) AS last_due_at
+    FROM unnest(@jobs::text[]) AS n(job)
 ), live_keys AS (
     SELECT coalesce(array_agg(DISTINCT k.key), '{}')::text[] AS keys
     FROM worker w, unnest(w.configured_keys) AS k(key)
     WHERE w.heartbeat_at >= now() - make_interval(secs => @stale_seconds::float8) AND w.status <> 'stopped'
-), last_due AS (
-    SELECT DISTINCT ON (t.job) t.job, t.due_at, t.outcome, t.request_id
-    FROM schedule_tick t
-    WHERE t.job = ANY(@jobs::text[])
-    ORDER BY t.job, t.due_at DESC
 )
-SELECT n.job::text AS job,
+SELECT p.job::text AS job,
        le.id AS last_execution_id,
        le.status AS last_status,
        le.started_at AS last_started_at,
@@ -167,12 +159,11 @@ SELECT n.job::text AS job,
        ld.due_at AS last_due_at,
        ld.outcome AS last_due_outcome,
        ld.request_id AS last_due_request_id
-FROM names n
-LEFT JOIN last_instance li ON li.job = n.job
-LEFT JOIN last_execution le ON le.instance_id = li.id
-LEFT JOIN running ru ON ru.job = n.job
-LEFT JOIN active a ON a.job = n.job
-LEFT JOIN last_due ld ON ld.job = n.job
+FROM picked p
+LEFT JOIN job_execution le ON le.id = p.last_id
+LEFT JOIN job_execution ru ON ru.id = p.running_id
+LEFT JOIN job_request a ON a.id = p.active_id
+LEFT JOIN schedule_tick ld ON ld.job = p.job AND ld.due_at = p.last_due_at
 CROSS JOIN live_keys lk;
 
 -- name: JobExecutionListByIDs :many

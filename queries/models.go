@@ -116,6 +116,14 @@ type Exposure struct {
 	UpdatedAt      *time.Time
 }
 
+type ExposureImport struct {
+	ImportID       int64
+	Line           int32
+	CorpCode       *string
+	OutstandingKrw *int64
+	Reason         *string
+}
+
 type Filing struct {
 	RceptNo     string
 	CorpCode    string
@@ -220,6 +228,17 @@ type ProviderCallBudget struct {
 	Provider  string
 	Day       time.Time
 	CallsUsed int32
+}
+
+type ProviderCallLease struct {
+	ID        int64
+	Provider  string
+	Day       time.Time
+	Holder    string
+	Granted   int32
+	Claimed   int32
+	TakenAt   time.Time
+	ExpiresAt time.Time
 }
 
 type RiskAlert struct {

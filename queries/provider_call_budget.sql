@@ -1,13 +1,20 @@
--- name: ProviderCallBudgetTake :one
--- ProviderCallBudgetTake spends one call of the provider's daily cap. It
--- returns no row when the cap is already reached: the refusal is decided by
--- the database, so every worker shares the same cap.
-INSERT INTO provider_call_budget (provider, day, calls_used)
-VALUES (@provider, @day, 1)
-ON CONFLICT (provider, day) DO UPDATE
-SET calls_used = provider_call_budget.calls_used + 1
-WHERE provider_call_budget.calls_used < @daily_cap::integer
+-- name: ProviderCallBudgetLock :one
+-- ProviderCallBudgetLock creates the provider's row of the day if needed,
+-- locks it until the transaction ends and returns calls_used: taking a lease
+-- is decided under this lock, so every worker shares the same cap.
+INSERT INTO provider_call_budget AS b (provider, day, calls_used)
+VALUES (@provider, @day, 0)
+ON CONFLICT (provider, day) DO UPDATE SET calls_used = b.calls_used
 RETURNING calls_used;
 
+-- name: ProviderCallBudgetSet :exec
+UPDATE provider_call_budget SET calls_used = @calls_used::integer WHERE provider = @provider AND day = @day;
+
 -- name: ProviderCallBudgetGet :one
-SELECT calls_used FROM provider_call_budget WHERE provider = @provider AND day = @day;
+-- ProviderCallBudgetGet returns the calls of the day that are spent or may
+-- have been made: calls_used less what open leases have not claimed yet.
+SELECT (b.calls_used - coalesce((
+    SELECT sum(l.granted - l.claimed) FROM provider_call_lease l WHERE l.provider = b.provider AND l.day = b.day
+), 0))::integer AS calls_used
+FROM provider_call_budget b
+WHERE b.provider = @provider AND b.day = @day;

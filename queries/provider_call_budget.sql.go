@@ -11,7 +11,11 @@ import (
 )
 
 const providerCallBudgetGet = `-- name: ProviderCallBudgetGet :one
-SELECT calls_used FROM provider_call_budget WHERE provider = $1 AND day = $2
+SELECT (b.calls_used - coalesce((
+    SELECT sum(l.granted - l.claimed) FROM provider_call_lease l WHERE l.provider = b.provider AND l.day = b.day
+), 0))::integer AS calls_used
+FROM provider_call_budget b
+WHERE b.provider = $1 AND b.day = $2
 `
 
 type ProviderCallBudgetGetParams struct {
@@ -19,6 +23,8 @@ type ProviderCallBudgetGetParams struct {
 	Day      time.Time
 }
 
+// ProviderCallBudgetGet returns the calls of the day that are spent or may
+// have been made: calls_used less what open leases have not claimed yet.
 func (q *Queries) ProviderCallBudgetGet(ctx context.Context, db DBTX, arg *ProviderCallBudgetGetParams) (int32, error) {
 	row := db.QueryRow(ctx, providerCallBudgetGet, arg.Provider, arg.Day)
 	var calls_used int32
@@ -26,27 +32,39 @@ func (q *Queries) ProviderCallBudgetGet(ctx context.Context, db DBTX, arg *Provi
 	return calls_used, err
 }
 
-const providerCallBudgetTake = `-- name: ProviderCallBudgetTake :one
-INSERT INTO provider_call_budget (provider, day, calls_used)
-VALUES ($1, $2, 1)
-ON CONFLICT (provider, day) DO UPDATE
-SET calls_used = provider_call_budget.calls_used + 1
-WHERE provider_call_budget.calls_used < $3::integer
+const providerCallBudgetLock = `-- name: ProviderCallBudgetLock :one
+INSERT INTO provider_call_budget AS b (provider, day, calls_used)
+VALUES ($1, $2, 0)
+ON CONFLICT (provider, day) DO UPDATE SET calls_used = b.calls_used
 RETURNING calls_used
 `
 
-type ProviderCallBudgetTakeParams struct {
+type ProviderCallBudgetLockParams struct {
 	Provider string
 	Day      time.Time
-	DailyCap int32
 }
 
-// ProviderCallBudgetTake spends one call of the provider's daily cap. It
-// returns no row when the cap is already reached: the refusal is decided by
-// the database, so every worker shares the same cap.
-func (q *Queries) ProviderCallBudgetTake(ctx context.Context, db DBTX, arg *ProviderCallBudgetTakeParams) (int32, error) {
-	row := db.QueryRow(ctx, providerCallBudgetTake, arg.Provider, arg.Day, arg.DailyCap)
+// ProviderCallBudgetLock creates the provider's row of the day if needed,
+// locks it until the transaction ends and returns calls_used: taking a lease
+// is decided under this lock, so every worker shares the same cap.
+func (q *Queries) ProviderCallBudgetLock(ctx context.Context, db DBTX, arg *ProviderCallBudgetLockParams) (int32, error) {
+	row := db.QueryRow(ctx, providerCallBudgetLock, arg.Provider, arg.Day)
 	var calls_used int32
 	err := row.Scan(&calls_used)
 	return calls_used, err
+}
+
+const providerCallBudgetSet = `-- name: ProviderCallBudgetSet :exec
+UPDATE provider_call_budget SET calls_used = $1::integer WHERE provider = $2 AND day = $3
+`
+
+type ProviderCallBudgetSetParams struct {
+	CallsUsed int32
+	Provider  string
+	Day       time.Time
+}
+
+func (q *Queries) ProviderCallBudgetSet(ctx context.Context, db DBTX, arg *ProviderCallBudgetSetParams) error {
+	_, err := db.Exec(ctx, providerCallBudgetSet, arg.CallsUsed, arg.Provider, arg.Day)
+	return err
 }

@@ -12,7 +12,23 @@ UPDATE worker SET heartbeat_at = now(), status = @status WHERE id = @id;
 SELECT * FROM worker WHERE id = @id;
 
 -- name: WorkerList :many
-SELECT * FROM worker ORDER BY started_at DESC, id;
+-- WorkerList pages the registry newest first; the cursor is the last row's
+-- (started_at, id) of the previous page.
+SELECT * FROM worker
+WHERE sqlc.narg('before_started_at')::timestamptz IS NULL
+   OR (started_at, id) < (sqlc.narg('before_started_at')::timestamptz, sqlc.narg('before_id')::text)
+ORDER BY started_at DESC, id DESC
+LIMIT @max_rows;
+
+-- name: WorkerDeleteExpired :execrows
+-- WorkerDeleteExpired removes registry rows whose heartbeat is older than
+-- the retention window and that hold no active request (the reaper frees
+-- those first), so the registry does not grow with every restart.
+DELETE FROM worker w
+WHERE w.heartbeat_at < now() - make_interval(secs => @retention_seconds::float8)
+  AND NOT EXISTS (
+    SELECT 1 FROM job_request r WHERE r.worker_id = w.id AND r.status IN ('QUEUED', 'RUNNING')
+  );
 
 -- name: WorkerCountAlive :one
 SELECT count(*) FROM worker

@@ -7,6 +7,7 @@ package queries
 
 import (
 	"context"
+	"time"
 )
 
 const workerCountAlive = `-- name: WorkerCountAlive :one
@@ -19,6 +20,25 @@ func (q *Queries) WorkerCountAlive(ctx context.Context, db DBTX, staleSeconds fl
 	var count int64
 	err := row.Scan(&count)
 	return count, err
+}
+
+const workerDeleteExpired = `-- name: WorkerDeleteExpired :execrows
+DELETE FROM worker w
+WHERE w.heartbeat_at < now() - make_interval(secs => $1::float8)
+  AND NOT EXISTS (
+    SELECT 1 FROM job_request r WHERE r.worker_id = w.id AND r.status IN ('QUEUED', 'RUNNING')
+  )
+`
+
+// WorkerDeleteExpired removes registry rows whose heartbeat is older than
+// the retention window and that hold no active request (the reaper frees
+// those first), so the registry does not grow with every restart.
+func (q *Queries) WorkerDeleteExpired(ctx context.Context, db DBTX, retentionSeconds float64) (int64, error) {
+	result, err := db.Exec(ctx, workerDeleteExpired, retentionSeconds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const workerGetByID = `-- name: WorkerGetByID :one
@@ -60,11 +80,23 @@ func (q *Queries) WorkerHeartbeat(ctx context.Context, db DBTX, arg *WorkerHeart
 }
 
 const workerList = `-- name: WorkerList :many
-SELECT id, hostname, pid, boot, started_at, heartbeat_at, status, configured_keys, version FROM worker ORDER BY started_at DESC, id
+SELECT id, hostname, pid, boot, started_at, heartbeat_at, status, configured_keys, version FROM worker
+WHERE $1::timestamptz IS NULL
+   OR (started_at, id) < ($1::timestamptz, $2::text)
+ORDER BY started_at DESC, id DESC
+LIMIT $3
 `
 
-func (q *Queries) WorkerList(ctx context.Context, db DBTX) ([]*Worker, error) {
-	rows, err := db.Query(ctx, workerList)
+type WorkerListParams struct {
+	BeforeStartedAt *time.Time
+	BeforeID        *string
+	MaxRows         int32
+}
+
+// WorkerList pages the registry newest first; the cursor is the last row's
+// (started_at, id) of the previous page.
+func (q *Queries) WorkerList(ctx context.Context, db DBTX, arg *WorkerListParams) ([]*Worker, error) {
+	rows, err := db.Query(ctx, workerList, arg.BeforeStartedAt, arg.BeforeID, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}

@@ -64,11 +64,17 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 		env.DatabaseURL = cluster.URL("postgres")
 		databaseNote = "embedded, deleted on exit"
 	}
-	pool, err := openPool(ctx, env.DatabaseURL, 0, env.DBTimeout)
+	// The worker's pool; the api has its own (below), each with its budget.
+	pool, err := openPool(ctx, env.DatabaseURL, env.workerMaxConns(), env.DBTimeout)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	heartbeatPool, err := openHeartbeatPool(ctx, env.DatabaseURL, heartbeatPoolConns, env.DBTimeout)
+	if err != nil {
+		return err
+	}
+	defer heartbeatPool.Close()
 	if err := migrations.Migrate(ctx, pool); err != nil {
 		return err
 	}
@@ -125,7 +131,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 		viewerTokenNote = viewerToken
 	}
 
-	w, _, err := newWorker(pool, env, tel, workerID, hostname, boot, nil)
+	w, _, err := newWorker(pool, env, tel, workerID, hostname, boot, withHeartbeatPool(heartbeatPool))
 	if err != nil {
 		return err
 	}

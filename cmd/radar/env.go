@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -38,15 +39,22 @@ type envConfig struct {
 	DBTimeout    time.Duration
 	ReapInterval time.Duration
 	DrainTimeout time.Duration
-	FanOut       int
+	// WorkerRetention is how long the registry keeps a silent worker's row
+	// (BUILDRISK_WORKER_RETENTION, default 168h).
+	WorkerRetention time.Duration
+	FanOut          int
 	// WorkerConcurrency is how many requests one worker process runs at
 	// once (BUILDRISK_WORKER_CONCURRENCY, an addition to the contract).
 	WorkerConcurrency int
-	UpstreamURLs      map[upstream.Provider]string
-	Keys              map[upstream.Provider]string
-	DailyCaps         map[upstream.Provider]int
-	Location          *time.Location
-	LogFormat         string
+	// DBMaxConns is the size of the api's or the worker's main database
+	// pool (BUILDRISK_DB_MAX_CONNS); 0 derives it from the concurrency (see
+	// apiMaxConns and workerMaxConns).
+	DBMaxConns   int
+	UpstreamURLs map[upstream.Provider]string
+	Keys         map[upstream.Provider]string
+	DailyCaps    map[upstream.Provider]int
+	Location     *time.Location
+	LogFormat    string
 	// MaxBodyBytes bounds every API request body (BUILDRISK_MAX_BODY_BYTES).
 	MaxBodyBytes int64
 	// APIStatementTimeout and APILockTimeout are the statement_timeout and
@@ -148,6 +156,7 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		{"BUILDRISK_AUTO_RESUME_BACKOFF", &c.AutoResume.Backoff, request.AutoResumeBackoffDefault},
 		{"BUILDRISK_API_STATEMENT_TIMEOUT", &c.APIStatementTimeout, apiStatementTimeoutDefault},
 		{"BUILDRISK_API_LOCK_TIMEOUT", &c.APILockTimeout, apiLockTimeoutDefault},
+		{"BUILDRISK_WORKER_RETENTION", &c.WorkerRetention, worker.RetentionDefault},
 	}
 	for _, d := range durations {
 		*d.dst = d.def
@@ -191,10 +200,18 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 			"a worker cut off from the database must stop its work before another one can take it over; lower the first three or raise BUILDRISK_STALE_AFTER",
 			c.FenceAfter, c.HeartbeatInterval, c.DBTimeout, c.StaleAfter)}
 	}
+	if c.WorkerRetention <= c.StaleAfter {
+		return nil, envError("BUILDRISK_WORKER_RETENTION", "%s must exceed BUILDRISK_STALE_AFTER %s", c.WorkerRetention, c.StaleAfter)
+	}
 	c.WorkerConcurrency = worker.MaxConcurrentJobsDefault
 	if v := getenv("BUILDRISK_WORKER_CONCURRENCY"); v != "" {
 		if c.WorkerConcurrency, err = strconv.Atoi(v); err != nil || c.WorkerConcurrency < 1 || c.WorkerConcurrency > 1000 {
 			return nil, envError("BUILDRISK_WORKER_CONCURRENCY", "%q is not an integer from 1 to 1000", v)
+		}
+	}
+	if v := getenv("BUILDRISK_DB_MAX_CONNS"); v != "" {
+		if c.DBMaxConns, err = strconv.Atoi(v); err != nil || c.DBMaxConns < 1 || c.DBMaxConns > 10000 {
+			return nil, envError("BUILDRISK_DB_MAX_CONNS", "%q is not an integer from 1 to 10000", v)
 		}
 	}
 	c.FanOut = batch.FanOutDefault
@@ -305,6 +322,50 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		return nil, envError("BUILDRISK_LOG_FORMAT", "%q is not json or text", c.LogFormat)
 	}
 	return c, nil
+}
+
+// Connection budgets. A worker holds a main pool of workerMaxConns
+// connections and a heartbeat pool of heartbeatPoolConns; an api holds one
+// pool of apiMaxConns. With N workers and M apis, PostgreSQL's
+// max_connections must be at least
+//
+//	N × (workerMaxConns + heartbeatPoolConns) + M × apiMaxConns
+//	  + superuser_reserved_connections + the migrate job and operators
+//
+// (README "Connection budgets" has the worked numbers).
+const (
+	// heartbeatPoolConns is the worker's separate pool for its registry
+	// row: a heartbeat never waits behind chunk work for a connection.
+	heartbeatPoolConns = 2
+	// workerConnsPerJob: a running job holds at most one connection for its
+	// chunk work, and its call leases take one more now and then.
+	workerConnsPerJob = 2
+	// workerConnsBase: River (its LISTEN connection, producer fetches,
+	// completer, leader election and maintenance) and the worker's own loops
+	// (reaper, reconcile, gauges).
+	workerConnsBase = 6
+	// apiConnsPerCPU: API handlers hold a connection only for their short
+	// queries, so a few per CPU keep every handler goroutine busy.
+	apiConnsPerCPU = 4
+	apiConnsMin    = 8
+)
+
+// workerMaxConns is the worker's main pool size: BUILDRISK_DB_MAX_CONNS, or
+// two connections per concurrent job plus River's and the loops'.
+func (c *envConfig) workerMaxConns() int32 {
+	if c.DBMaxConns > 0 {
+		return int32(c.DBMaxConns)
+	}
+	return int32(workerConnsPerJob*c.WorkerConcurrency + workerConnsBase)
+}
+
+// apiMaxConns is the api's pool size: BUILDRISK_DB_MAX_CONNS, or a few
+// connections per CPU the process may use.
+func (c *envConfig) apiMaxConns() int32 {
+	if c.DBMaxConns > 0 {
+		return int32(c.DBMaxConns)
+	}
+	return int32(max(apiConnsMin, apiConnsPerCPU*runtime.GOMAXPROCS(0)))
 }
 
 func orDefault(v, def string) string {

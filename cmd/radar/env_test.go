@@ -25,6 +25,8 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 		"BUILDRISK_FENCE_AFTER":           "soon",
 		"BUILDRISK_DB_STATEMENT_TIMEOUT":  "0s",
 		"BUILDRISK_FANOUT":                "0",
+		"BUILDRISK_DB_MAX_CONNS":          "0",
+		"BUILDRISK_WORKER_RETENTION":      "30s",
 		"BUILDRISK_MOLIT_URL":             "ftp://x",
 		"BUILDRISK_DAILY_CAP_DART":        "many",
 		"BUILDRISK_TIMEZONE":              "Mars/Olympus",
@@ -81,6 +83,24 @@ func TestEnv_Defaults(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "http://fake:8090", string(env.UpstreamURLs["MOLIT"]))
 	require.Equal(t, "https://dart.example", env.UpstreamURLs["DART"], "the per-provider URL wins")
+}
+
+// Pool sizes follow the concurrency unless BUILDRISK_DB_MAX_CONNS says.
+func TestEnv_ConnectionBudgets(t *testing.T) {
+	t.Parallel()
+	env, err := loadEnv(func(string) string { return "" })
+	require.NoError(t, err)
+	require.Equal(t, int32(2*10+6), env.workerMaxConns(), "two per concurrent job, plus River's and the loops'")
+	require.GreaterOrEqual(t, env.apiMaxConns(), int32(8))
+
+	env, err = loadEnv(func(k string) string { return map[string]string{"BUILDRISK_WORKER_CONCURRENCY": "3"}[k] })
+	require.NoError(t, err)
+	require.Equal(t, int32(2*3+6), env.workerMaxConns())
+
+	env, err = loadEnv(func(k string) string { return map[string]string{"BUILDRISK_DB_MAX_CONNS": "40"}[k] })
+	require.NoError(t, err)
+	require.Equal(t, int32(40), env.workerMaxConns())
+	require.Equal(t, int32(40), env.apiMaxConns())
 }
 
 // The API refuses to start without tokens unless explicitly insecure, and

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -32,20 +33,17 @@ unreadable file or bad header.
 // exposureHeader is the header line `radar import exposure` requires.
 var exposureHeader = []string{"corp_code", "outstanding_krw"}
 
+// exposureBatch is how many lines are staged per COPY: the importer's
+// memory is this batch, whatever the file's size.
+const exposureBatch = 5000
+
 // exposureLine is one good ledger line.
 type exposureLine struct {
-	line           int
 	corpCode       string
 	outstandingKRW int64
 }
 
-// badLine is a ledger line that was skipped, and why.
-type badLine struct {
-	line   int
-	reason string
-}
-
-// runImport runs `radar import exposure FILE.csv`: the file is read and
+// runImport runs `radar import exposure FILE.csv`: the file's header is
 // checked before the database is touched.
 func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) != 2 || args[0] != "exposure" {
@@ -56,10 +54,11 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitUsage
 	}
 	path := args[1]
-	good, bad, code := readExposure(path, stderr)
+	ledger, closeFile, code := openExposure(path, stderr)
 	if code != exitOK {
 		return code
 	}
+	defer closeFile()
 	env, err := loadEnv(os.Getenv)
 	if err == nil {
 		err = requireDatabaseURL(env)
@@ -80,126 +79,213 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return exitFailed
 	}
-	return loadExposure(ctx, pool, path, good, bad, stdout, stderr)
+	return loadExposure(ctx, pool, path, ledger, stdout, stderr)
 }
 
 // importExposure is `radar import exposure path` on pool.
 func importExposure(ctx context.Context, pool *pgxpool.Pool, path string, stdout, stderr io.Writer) int {
-	good, bad, code := readExposure(path, stderr)
+	ledger, closeFile, code := openExposure(path, stderr)
 	if code != exitOK {
 		return code
 	}
-	return loadExposure(ctx, pool, path, good, bad, stdout, stderr)
+	defer closeFile()
+	return loadExposure(ctx, pool, path, ledger, stdout, stderr)
 }
 
-// readExposure reads and checks the ledger at path, reporting each bad line
-// with its number on stderr. code is exitUsage when the file cannot be read
-// or its header is wrong.
-func readExposure(path string, stderr io.Writer) (good []exposureLine, bad []badLine, code int) {
+// openExposure opens the ledger at path and checks its header. code is
+// exitUsage when the file cannot be read or its header is wrong.
+func openExposure(path string, stderr io.Writer) (*exposureReader, func(), int) {
 	f, err := os.Open(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "radar import exposure: cannot read %s: %v\n", path, err)
 		return nil, nil, exitUsage
 	}
-	defer f.Close()
-	good, bad, err = parseExposure(f)
+	ledger, err := newExposureReader(f)
 	if err != nil {
+		_ = f.Close()
 		fmt.Fprintf(stderr, "radar import exposure: %s: %v\n", path, err)
 		return nil, nil, exitUsage
 	}
-	for _, b := range bad {
-		fmt.Fprintf(stderr, "%s:%d: %s\n", path, b.line, b.reason)
-	}
-	return good, bad, exitOK
+	return ledger, func() { _ = f.Close() }, exitOK
 }
 
-// loadExposure upserts the good lines in one transaction: either every
-// good line is loaded or none is.
-func loadExposure(ctx context.Context, pool *pgxpool.Pool, path string, good []exposureLine, bad []badLine, stdout, stderr io.Writer) int {
-	if len(good) > 0 {
-		p := &queries.ExposureUpsertParams{}
-		for _, l := range good {
-			p.CorpCodes = append(p.CorpCodes, l.corpCode)
-			p.OutstandingKrws = append(p.OutstandingKrws, l.outstandingKRW)
+// loadExposure streams the ledger into the database in one transaction:
+// batches of lines are copied into staging rows (bad lines with their
+// reason), then the bad lines and repeats are reported in line order and
+// the good lines upserted. Either every good line is loaded or none is;
+// memory stays one batch whatever the file's size.
+func loadExposure(ctx context.Context, pool *pgxpool.Pool, path string, ledger *exposureReader, stdout, stderr io.Writer) int {
+	q := queries.New()
+	importID := rand.Int64()
+	var loaded int64
+	var bad []*queries.ExposureImportBadLinesRow
+	err := queries.InTx(ctx, pool, func(tx pgx.Tx) error {
+		if err := ledger.stage(ctx, tx, importID); err != nil {
+			return err
 		}
-		err := queries.InTx(ctx, pool, func(tx pgx.Tx) error {
-			n, err := queries.New().ExposureUpsert(ctx, tx, p)
-			if err != nil {
-				return err
-			}
-			if n != int64(len(good)) {
-				return fmt.Errorf("upserted %d lines, expected %d", n, len(good))
-			}
-			return nil
-		})
-		if err != nil {
-			fmt.Fprintf(stderr, "radar import exposure: error loading %s, nothing was loaded: %v\n", path, err)
-			return exitFailed
+		var err error
+		if bad, err = q.ExposureImportBadLines(ctx, tx, importID); err != nil {
+			return fmt.Errorf("error listing bad lines: %w", err)
 		}
-	}
-	if len(bad) > 0 {
-		fmt.Fprintf(stdout, "exposure: loaded %d companies from %s; %d bad lines skipped (listed on stderr with their line numbers)\n", len(good), path, len(bad))
+		if loaded, err = q.ExposureImportApply(ctx, tx, importID); err != nil {
+			return err
+		}
+		if want := ledger.good - (int64(len(bad)) - ledger.bad); loaded != want { // a repeat is good but not loaded
+			return fmt.Errorf("upserted %d lines, expected %d", loaded, want)
+		}
+		return q.ExposureImportClear(ctx, tx, importID)
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "radar import exposure: error loading %s, nothing was loaded: %v\n", path, err)
+		if errors.Is(err, errExposureRead) {
+			return exitUsage
+		}
 		return exitFailed
 	}
-	fmt.Fprintf(stdout, "exposure: loaded %d companies from %s\n", len(good), path)
+	for _, b := range bad {
+		fmt.Fprintf(stderr, "%s:%d: %s\n", path, b.Line, b.Reason)
+	}
+	if len(bad) > 0 {
+		fmt.Fprintf(stdout, "exposure: loaded %d companies from %s; %d bad lines skipped (listed on stderr with their line numbers)\n", loaded, path, len(bad))
+		return exitFailed
+	}
+	fmt.Fprintf(stdout, "exposure: loaded %d companies from %s\n", loaded, path)
 	return exitOK
 }
 
-// parseExposure reads a ledger: the header, then one company per line.
-// Blank lines are ignored. A company listed twice keeps its first line; the
-// repeat is a bad line (two amounts for one company is a mistake to fix,
-// not to guess). Only a missing or wrong header, or a read error, is an
-// error.
-func parseExposure(r io.Reader) (good []exposureLine, bad []badLine, err error) {
-	scanner := bufio.NewScanner(r)
-	scanner.Buffer(make([]byte, 64*1024), 1<<20)
-	seen := map[string]int{}
-	lineNo := 0
-	header := false
-	for scanner.Scan() {
-		lineNo++
-		text := strings.TrimRight(scanner.Text(), "\r")
-		if lineNo == 1 {
+// errExposureRead marks a failure to read the ledger file mid-way.
+var errExposureRead = errors.New("error reading the ledger")
+
+// exposureReader reads a ledger one line at a time: the header, then one
+// company per line. Blank lines are ignored. Every line is parsed by one
+// csv.Reader that sees one line at a time (a quote left open spoils its own
+// line, never the ones after it).
+type exposureReader struct {
+	scanner *bufio.Scanner
+	line    lineSource
+	csv     *csv.Reader
+	lineNo  int
+	// good and bad count the lines staged so far.
+	good, bad int64
+}
+
+// lineSource feeds the csv.Reader one line, then io.EOF, until the next
+// line is set: the csv.Reader (and its buffer) is made once per file.
+type lineSource struct{ rest []byte }
+
+func (s *lineSource) Read(p []byte) (int, error) {
+	if len(s.rest) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, s.rest)
+	s.rest = s.rest[n:]
+	return n, nil
+}
+
+// newExposureReader reads and checks the header. Only a missing or wrong
+// header, or a read error, is an error.
+func newExposureReader(r io.Reader) (*exposureReader, error) {
+	er := &exposureReader{scanner: bufio.NewScanner(r)}
+	er.scanner.Buffer(make([]byte, 64*1024), 1<<20)
+	er.csv = csv.NewReader(&er.line)
+	er.csv.FieldsPerRecord = -1
+	er.csv.ReuseRecord = true
+	text, ok, err := er.nextLine()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("empty file: the header %q is missing", strings.Join(exposureHeader, ","))
+	}
+	fields, csvErr := er.parse(text)
+	if csvErr != nil || len(fields) != 2 || !strings.EqualFold(fields[0], exposureHeader[0]) || !strings.EqualFold(fields[1], exposureHeader[1]) {
+		return nil, fmt.Errorf("line %d: header must be %q, got %q", er.lineNo, strings.Join(exposureHeader, ","), text)
+	}
+	return er, nil
+}
+
+// nextLine returns the next non-blank line without its line ending.
+func (er *exposureReader) nextLine() (string, bool, error) {
+	for er.scanner.Scan() {
+		er.lineNo++
+		text := strings.TrimRight(er.scanner.Text(), "\r")
+		if er.lineNo == 1 {
 			text = strings.TrimPrefix(text, "\ufeff") // a BOM, as spreadsheets write it
 		}
-		if strings.TrimSpace(text) == "" {
-			continue
+		if strings.TrimSpace(text) != "" {
+			return text, true, nil
 		}
-		fields, csvErr := csv.NewReader(strings.NewReader(text)).Read()
-		for i := range fields {
-			fields[i] = strings.TrimSpace(fields[i])
+	}
+	if err := er.scanner.Err(); err != nil {
+		return "", false, fmt.Errorf("%w: line %d: %w", errExposureRead, er.lineNo+1, err)
+	}
+	return "", false, nil
+}
+
+// parse splits one line into trimmed fields.
+func (er *exposureReader) parse(text string) ([]string, error) {
+	er.line.rest = []byte(text)
+	fields, err := er.csv.Read()
+	for i := range fields {
+		fields[i] = strings.TrimSpace(fields[i])
+	}
+	return fields, err
+}
+
+// stage copies every remaining line into the import's staging rows, a
+// batch at a time; the batch's rows are reused.
+func (er *exposureReader) stage(ctx context.Context, tx pgx.Tx, importID int64) error {
+	q := queries.New()
+	rows := make([]queries.ExposureImportStageParams, exposureBatch)
+	codes := make([]string, exposureBatch)
+	amounts := make([]int64, exposureBatch)
+	reasons := make([]string, exposureBatch)
+	batch := make([]*queries.ExposureImportStageParams, 0, exposureBatch)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
 		}
-		if !header {
-			if csvErr != nil || len(fields) != 2 || !strings.EqualFold(fields[0], exposureHeader[0]) || !strings.EqualFold(fields[1], exposureHeader[1]) {
-				return nil, nil, fmt.Errorf("line %d: header must be %q, got %q", lineNo, strings.Join(exposureHeader, ","), text)
-			}
-			header = true
-			continue
+		if _, err := q.ExposureImportStage(ctx, tx, batch); err != nil {
+			return fmt.Errorf("error staging lines: %w", err)
 		}
+		batch = batch[:0]
+		return nil
+	}
+	for {
+		text, ok, err := er.nextLine()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return flush()
+		}
+		i := len(batch)
+		row := &rows[i]
+		*row = queries.ExposureImportStageParams{ImportID: importID, Line: int32(er.lineNo)}
+		fields, csvErr := er.parse(text)
+		var line exposureLine
+		reason := ""
 		if csvErr != nil {
-			bad = append(bad, badLine{lineNo, fmt.Sprintf("malformed CSV: %v", unwrapCSV(csvErr))})
-			continue
+			reason = fmt.Sprintf("malformed CSV: %v", unwrapCSV(csvErr))
+		} else {
+			line, reason = parseExposureLine(fields)
 		}
-		line, reason := parseExposureLine(fields)
 		if reason != "" {
-			bad = append(bad, badLine{lineNo, reason})
-			continue
+			reasons[i] = reason
+			row.Reason = &reasons[i]
+			er.bad++
+		} else {
+			codes[i], amounts[i] = line.corpCode, line.outstandingKRW
+			row.CorpCode, row.OutstandingKrw = &codes[i], &amounts[i]
+			er.good++
 		}
-		if first, ok := seen[line.corpCode]; ok {
-			bad = append(bad, badLine{lineNo, fmt.Sprintf("corp_code %s is already on line %d", line.corpCode, first)})
-			continue
+		batch = append(batch, row)
+		if len(batch) == exposureBatch {
+			if err := flush(); err != nil {
+				return err
+			}
 		}
-		seen[line.corpCode] = lineNo
-		line.line = lineNo
-		good = append(good, line)
 	}
-	if err := scanner.Err(); err != nil {
-		return nil, nil, fmt.Errorf("error reading line %d: %w", lineNo+1, err)
-	}
-	if !header {
-		return nil, nil, fmt.Errorf("empty file: the header %q is missing", strings.Join(exposureHeader, ","))
-	}
-	return good, bad, nil
 }
 
 // parseExposureLine checks one line's fields; reason is "" when it is good.

@@ -129,6 +129,13 @@ func (j *blockingJob) Process(ctx context.Context, run *batch.Run, chunk string)
 	return j.Job.Process(ctx, run, chunk)
 }
 
+// EndRun passes the end of an execution on to the wrapped job.
+func (j *blockingJob) EndRun(run *batch.Run) {
+	if ender, ok := j.Job.(batch.RunEnder); ok {
+		ender.EndRun(run)
+	}
+}
+
 // corpCodeSync killed during the load (the worker's drain timeout cancels
 // the chunk in flight): a new request reuses the archive while it is still
 // there and resumes after the committed chunks; once the temporary

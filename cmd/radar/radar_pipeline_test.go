@@ -319,7 +319,7 @@ func handAlerts(t *testing.T, s *testSystem, day time.Time, tracked []string) ma
 func (s *testSystem) processJob(job batch.Job, name, params string) {
 	s.t.Helper()
 	ctx := context.Background()
-	up, err := newUpstream(s.pool, s.env, s.tel)
+	up, err := newUpstream(s.pool, s.env, s.tel, "processJob")
 	require.NoError(s.t, err)
 	run := &batch.Run{
 		Job: name, Params: json.RawMessage(params), Calls: up.NewCaller(name, 0), DB: s.pool,
@@ -334,6 +334,10 @@ func (s *testSystem) processJob(job batch.Job, name, params string) {
 		if res.Write != nil {
 			require.NoError(s.t, queries.InTx(ctx, s.pool, func(tx pgx.Tx) error { return res.Write(ctx, tx) }))
 		}
+	}
+	require.NoError(s.t, run.Calls.Release(ctx))
+	if ender, ok := job.(batch.RunEnder); ok {
+		ender.EndRun(run)
 	}
 }
 

@@ -97,7 +97,13 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 	if err := checkSchema(ctx, pool); err != nil {
 		return exitUsage, err
 	}
-	presence, err := worker.StartPresence(ctx, pool, worker.Config{
+	// The CLI's heartbeat has a connection of its own, like a worker's.
+	heartbeatPool, err := openHeartbeatPool(ctx, env.DatabaseURL, 1, env.DBTimeout)
+	if err != nil {
+		return exitFailed, err
+	}
+	defer heartbeatPool.Close()
+	presence, err := worker.StartPresence(ctx, heartbeatPool, worker.Config{
 		ID: workerID, Hostname: hostname, PID: os.Getpid(), Boot: boot, Version: version,
 		ConfiguredKeys: env.configuredKeyNames(), HeartbeatInterval: env.HeartbeatInterval,
 		StaleAfter: env.StaleAfter, FenceAfter: env.FenceAfter, DBTimeout: env.DBTimeout,
@@ -140,7 +146,7 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 	}
 	fmt.Fprintf(stdout, "request %d: %s, %d estimated calls, %s\n", res.Request.ID, jobName, res.EstimatedCalls, resumes)
 
-	up, err := newUpstream(pool, env, tel)
+	up, err := newUpstream(pool, env, tel, workerID)
 	if err != nil {
 		return exitFailed, err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
 	"riverqueue.com/riverui"
 
 	"github.com/buildrisk/radar/api"
@@ -136,11 +137,24 @@ func (t *telemetry) shutdown() {
 	_ = t.providers.Shutdown(ctx)
 }
 
-// openPool connects to url. statementTimeout, when set, becomes the
-// connections' statement_timeout, so no statement of the process (a lock
-// wait included) can outlast it, whatever its caller does, and bounds the
-// time to open a connection.
+// openPool opens a process's main pool of at most maxConns connections (0:
+// pgxpool's default). statementTimeout, when set, becomes the connections'
+// statement_timeout, so no statement of the process (a lock wait included)
+// can outlast it, whatever its caller does, and bounds the time to open a
+// connection.
 func openPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration) (*pgxpool.Pool, error) {
+	return openNamedPool(ctx, url, maxConns, statementTimeout, "main")
+}
+
+// openHeartbeatPool opens the small pool a worker's or CLI's heartbeats use,
+// so they never wait behind chunk work for a connection.
+func openHeartbeatPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration) (*pgxpool.Pool, error) {
+	return openNamedPool(ctx, url, maxConns, statementTimeout, "heartbeat")
+}
+
+// openNamedPool opens a pool; name tells its statistics apart from another
+// pool's.
+func openNamedPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, name string) (*pgxpool.Pool, error) {
 	cfg, err := poolConfig(url, maxConns)
 	if err != nil {
 		return nil, err
@@ -153,19 +167,19 @@ func openPool(ctx context.Context, url string, maxConns int32, statementTimeout 
 			cfg.ConnConfig.ConnectTimeout = statementTimeout
 		}
 	}
-	return connectPool(ctx, cfg)
+	return connectPool(ctx, cfg, name)
 }
 
 // openAPIPool opens the api's pool: every connection runs with the api's
 // statement_timeout and lock_timeout, so a locked table or a runaway query
 // costs a call a few seconds and a 503, never a hang.
 func openAPIPool(ctx context.Context, env *envConfig, url string) (*pgxpool.Pool, error) {
-	cfg, err := poolConfig(url, 0)
+	cfg, err := poolConfig(url, env.apiMaxConns())
 	if err != nil {
 		return nil, err
 	}
 	setAPITimeouts(cfg.ConnConfig, env)
-	return connectPool(ctx, cfg)
+	return connectPool(ctx, cfg, "api")
 }
 
 // setAPITimeouts sets the api's statement and lock timeouts as session
@@ -175,6 +189,8 @@ func setAPITimeouts(cfg *pgx.ConnConfig, env *envConfig) {
 	cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(env.APILockTimeout.Milliseconds(), 10)
 }
 
+// poolConfig parses url into a pool of at most maxConns connections (0:
+// pgxpool's default), traced.
 func poolConfig(url string, maxConns int32) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -187,7 +203,9 @@ func poolConfig(url string, maxConns int32) (*pgxpool.Config, error) {
 	return cfg, nil
 }
 
-func connectPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+// connectPool opens the pool and checks the database answers; name labels
+// the pool's statistics.
+func connectPool(ctx context.Context, cfg *pgxpool.Config, name string) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("error creating database pool: %w", err)
@@ -198,7 +216,7 @@ func connectPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error
 		pool.Close()
 		return nil, fmt.Errorf("error connecting to the database: %w", err)
 	}
-	_ = otelpgx.RecordStats(pool)
+	_ = otelpgx.RecordStats(pool, otelpgx.WithStatsAttributes(attribute.String("pool", name)))
 	return pool, nil
 }
 
@@ -226,10 +244,12 @@ func newWorkerID() (id, hostname, boot string) {
 	return fmt.Sprintf("%d@%s#%s", os.Getpid(), hostname, boot), hostname, boot
 }
 
-func newUpstream(pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*upstream.Client, error) {
+// newUpstream returns the provider client of a process; holder (the worker
+// id) names the process in the leases of the daily caps it takes.
+func newUpstream(pool *pgxpool.Pool, env *envConfig, tel *telemetry, holder string) (*upstream.Client, error) {
 	return upstream.NewClient(pool, upstream.ClientConfig{
 		BaseURLs: env.UpstreamURLs, Keys: env.Keys, DailyCaps: env.DailyCaps, Location: env.Location,
-		Now: env.Now, Instruments: tel.instruments,
+		Now: env.Now, Instruments: tel.instruments, FanOut: env.FanOut, Holder: holder,
 		RequestTimeout: env.ProviderTimeout,
 		Transport:      providerTransport(env.FanOut),
 		// Provider calls are client spans; the key is added below them.
@@ -293,9 +313,14 @@ func observeSchedules(ctx context.Context, pool *pgxpool.Pool, env *envConfig, t
 }
 
 // newInsertOnlyRiver returns a River client that only inserts (no queues,
-// no workers), with the trace propagation of every insert.
+// no workers), with the trace propagation of every insert. Its
+// FetchCooldown is River's minimum because River also spaces an inserting
+// client's NOTIFYs by it: with the default 100 ms, a request inserted soon
+// after another sent no notification and waited for the workers' poll.
 func newInsertOnlyRiver(pool *pgxpool.Pool, tel *telemetry) (*river.Client[pgx.Tx], error) {
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: tel.logger, Plugins: riverPlugins(tel)})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger: tel.logger, Plugins: riverPlugins(tel), FetchCooldown: river.FetchCooldownMin,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("error creating river client: %w", err)
 	}
@@ -306,9 +331,14 @@ func newInsertOnlyRiver(pool *pgxpool.Pool, tel *telemetry) (*river.Client[pgx.T
 // (tests shorten intervals or disable the reaper); nil changes nothing.
 type tuneFunc func(*worker.Config, *batch.Config)
 
+// withHeartbeatPool gives the worker's registry heartbeats their own pool.
+func withHeartbeatPool(pool *pgxpool.Pool) tuneFunc {
+	return func(wc *worker.Config, _ *batch.Config) { wc.HeartbeatPool = pool }
+}
+
 // newWorker builds the worker role's parts.
 func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hostname, boot string, tune tuneFunc) (*worker.Worker, *batch.Runner, error) {
-	up, err := newUpstream(pool, env, tel)
+	up, err := newUpstream(pool, env, tel, workerID)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -346,6 +376,7 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 		DBTimeout:         env.DBTimeout,
 		ReapInterval:      env.ReapInterval,
 		DrainTimeout:      env.DrainTimeout,
+		Retention:         env.WorkerRetention,
 		MaxConcurrentJobs: env.WorkerConcurrency,
 		Instruments:       tel.instruments,
 		Logger:            tel.logger,

@@ -26,15 +26,20 @@ func runWorker(ctx context.Context) error {
 		return err
 	}
 	defer tel.shutdown() // last: after drain and pool close
-	pool, err := openPool(ctx, env.DatabaseURL, 0, env.DBTimeout)
+	pool, err := openPool(ctx, env.DatabaseURL, env.workerMaxConns(), env.DBTimeout)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	heartbeatPool, err := openHeartbeatPool(ctx, env.DatabaseURL, heartbeatPoolConns, env.DBTimeout)
+	if err != nil {
+		return err
+	}
+	defer heartbeatPool.Close()
 	if err := checkSchema(ctx, pool); err != nil {
 		return err
 	}
-	w, _, err := newWorker(pool, env, tel, workerID, hostname, boot, nil)
+	w, _, err := newWorker(pool, env, tel, workerID, hostname, boot, withHeartbeatPool(heartbeatPool))
 	if err != nil {
 		return err
 	}

@@ -59,6 +59,13 @@ type DomainRowCounter interface {
 	DomainRows(ctx context.Context, db queries.DBTX, executionIDs []int64) (int64, error)
 }
 
+// RunEnder is implemented by jobs that keep state for an execution between
+// its chunks (an open parse of a file): the runner calls EndRun once the
+// execution's chunks are over, whatever the outcome.
+type RunEnder interface {
+	EndRun(run *Run)
+}
+
 // TargetsUnknown declares that a job learns its targets chunk by chunk.
 const TargetsUnknown = -1
 
@@ -537,6 +544,12 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		Instruments: r.cfg.Instruments,
 	}
 	run.parts = r.partCommitter(st)
+	// The run's unspent leases of the daily caps go back to the budget when
+	// it ends, whatever the outcome.
+	defer func() { _ = run.Calls.Release(context.WithoutCancel(ctx)) }()
+	if ender, ok := job.(RunEnder); ok {
+		defer ender.EndRun(run)
+	}
 	callsRecorded := int64(0)
 	// flushCalls records the calls made outside a committed chunk (a failed
 	// chunk's): fenced like every write, retried through an outage.

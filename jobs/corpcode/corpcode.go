@@ -48,6 +48,7 @@ type Job struct {
 
 var _ batch.Job = (*Job)(nil)
 var _ batch.DomainRowCounter = (*Job)(nil)
+var _ batch.RunEnder = (*Job)(nil)
 
 // archive is the downloaded file an instance loads.
 type archive struct {
@@ -94,20 +95,8 @@ func (j Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.
 	}
 
 	first, end := index*jobs.CorpCodeSyncChunkSize, (index+1)*jobs.CorpCodeSyncChunkSize
-	var companies []upstream.CorpCode
-	pos := 0
-	err = upstream.ReadCorpCodes(rec.Path, func(c upstream.CorpCode) error {
-		defer func() { pos++ }()
-		switch {
-		case pos < first:
-			return nil
-		case pos >= end:
-			return errChunkRead
-		}
-		companies = append(companies, c)
-		return nil
-	})
-	if err != nil && !errors.Is(err, errChunkRead) {
+	companies, err := readerFor(run, rec.Path, rec.Sha256).read(first, end)
+	if err != nil {
 		return nil, err
 	}
 
@@ -158,8 +147,8 @@ func (Job) DomainRows(ctx context.Context, db queries.DBTX, executionIDs []int64
 	return queries.New().CompanyCountByExecutions(ctx, db, executionIDs)
 }
 
-// errChunkRead stops reading the archive after a chunk's last company.
-var errChunkRead = errors.New("chunk read")
+// EndRun ends the execution's parse of the archive (batch.RunEnder).
+func (Job) EndRun(run *batch.Run) { releaseReader(run) }
 
 func (j Job) dir() string {
 	if j.Dir != "" {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -125,12 +126,32 @@ type ClientConfig struct {
 	WrapTransport func(http.RoundTripper) http.RoundTripper
 	// Instruments counts calls. Required.
 	Instruments *observability.Instruments
+	// FanOut is how many calls one execution makes at once
+	// (BUILDRISK_FANOUT): a lease is never smaller, so a full pool of slots
+	// passes on one lease. Default 1.
+	FanOut int
+	// Holder names the process in the leases it takes (the worker id).
+	Holder string
+	// LeaseSpan is how many seconds of calls a lease of the daily cap
+	// covers; default LeaseSpanDefault.
+	LeaseSpan time.Duration
+	// LeaseTTL is how long a lease lives without a claim; default
+	// LeaseTTLDefault.
+	LeaseTTL time.Duration
+	// CapWait is how often a Caller looks again when the day's cap is
+	// taken but other leases are open; default CapWaitDefault.
+	CapWait time.Duration
 }
 
 func (c ClientConfig) withDefaults() ClientConfig {
 	c.Attempts = cmp.Or(c.Attempts, AttemptsDefault)
 	c.Backoff = cmp.Or(c.Backoff, BackoffDefault)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, MaxBackoffDefault)
+	c.FanOut = max(c.FanOut, 1)
+	c.Holder = cmp.Or(c.Holder, "unnamed")
+	c.LeaseSpan = cmp.Or(c.LeaseSpan, LeaseSpanDefault)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
+	c.CapWait = cmp.Or(c.CapWait, CapWaitDefault)
 	if c.Location == nil {
 		c.Location = time.UTC
 	}
@@ -154,8 +175,9 @@ func (c ClientConfig) withDefaults() ClientConfig {
 }
 
 // Client calls providers for every job of a process: it adds the key,
-// spends the shared daily budget in PostgreSQL before each attempt, retries
-// with backoff honouring Retry-After, and counts every call.
+// takes each attempt from the shared daily budget (in leases, see lease.go)
+// before making it, retries with backoff honouring Retry-After, and counts
+// every call.
 type Client struct {
 	cfg     ClientConfig
 	pool    *pgxpool.Pool
@@ -206,19 +228,34 @@ func (c *Client) Remaining(ctx context.Context, p Provider) (int, error) {
 	return max(c.cfg.DailyCaps[p]-int(used), 0), nil
 }
 
-// Caller makes one execution's calls: it counts them and enforces the
-// execution's maxCalls, if the user gave one.
+// Caller makes one execution's calls: it counts them, enforces the
+// execution's maxCalls, if the user gave one, and holds the execution's
+// leases of the daily caps. Both limits are reserved before a call is made,
+// never checked and then spent, so neither is exceeded at any fan-out.
+// Release it when the execution ends.
 type Caller struct {
 	client   *Client
 	job      string
 	maxCalls int
 	calls    atomic.Int64
+
+	mu       sync.Mutex // guards the leases; held while one is taken
+	claimed  *sync.Cond // on mu: a claim ahead ended
+	ahead    sync.WaitGroup
+	leases   map[Provider]*lease
+	rate     map[Provider]float64   // calls per second of the last spent lease
+	cappedOn map[Provider]time.Time // the day a provider's cap was found spent
 }
 
 // NewCaller returns a Caller for one execution of job; maxCalls 0 means no
 // per-execution limit.
 func (c *Client) NewCaller(job string, maxCalls int) *Caller {
-	return &Caller{client: c, job: job, maxCalls: maxCalls}
+	cl := &Caller{
+		client: c, job: job, maxCalls: maxCalls,
+		leases: map[Provider]*lease{}, rate: map[Provider]float64{}, cappedOn: map[Provider]time.Time{},
+	}
+	cl.claimed = sync.NewCond(&cl.mu)
+	return cl
 }
 
 // Today returns the client's Today: the execution's day in
@@ -251,16 +288,18 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 	var lastErr error
 	for attempt := 1; attempt <= c.cfg.Attempts; attempt++ {
 		attempts = attempt
-		if cl.maxCalls > 0 && cl.calls.Load() >= int64(cl.maxCalls) {
+		// Reserve the call under maxCalls, then under the daily cap.
+		if n := cl.calls.Add(1); cl.maxCalls > 0 && n > int64(cl.maxCalls) {
+			cl.calls.Add(-1)
 			return nil, fmt.Errorf("%w (%d)", ErrMaxCalls, cl.maxCalls)
 		}
-		if err := c.spend(ctx, provider); err != nil {
+		if err := cl.take(ctx, provider); err != nil {
+			cl.calls.Add(-1)
 			if errors.Is(err, ErrCapped) {
 				c.cfg.Instruments.FanoutRejected(ctx, cl.job, observability.ReasonCap)
 			}
 			return nil, err
 		}
-		cl.calls.Add(1)
 		body, status, retryAfter, err := c.do(ctx, target)
 		if err == nil && status >= 200 && status < 300 {
 			c.cfg.Instruments.ExternalCall(ctx, string(provider), observability.CallOK)
@@ -295,28 +334,6 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 		}
 	}
 	return nil, &CallError{Provider: provider, Endpoint: endpoint.Name, Key: key, Status: lastStatus, Attempts: attempts, Err: lastErr}
-}
-
-// spend takes one call from the provider's shared daily budget.
-func (c *Client) spend(ctx context.Context, p Provider) error {
-	limit := c.cfg.DailyCaps[p]
-	if limit <= 0 {
-		c.cfg.Instruments.ExternalCall(ctx, string(p), observability.CallCapped)
-		return &CapError{Provider: p, Cap: limit}
-	}
-	used, err := c.queries.ProviderCallBudgetTake(ctx, c.pool, &queries.ProviderCallBudgetTakeParams{
-		Provider: string(p), Day: c.Today(), DailyCap: int32(limit),
-	})
-	if err := queries.Interpret(err); err != nil {
-		if errors.Is(err, queries.ErrNotFound) {
-			c.cfg.Instruments.ExternalCall(ctx, string(p), observability.CallCapped)
-			c.cfg.Instruments.ProviderCallsRemainingSet(ctx, string(p), 0)
-			return &CapError{Provider: p, Cap: limit}
-		}
-		return fmt.Errorf("error spending call budget: %w", err)
-	}
-	c.cfg.Instruments.ProviderCallsRemainingSet(ctx, string(p), int64(limit-int(used)))
-	return nil
 }
 
 func (c *Client) do(ctx context.Context, target string) ([]byte, int, time.Duration, error) {

@@ -98,8 +98,9 @@ func TestClient_FailureMessage(t *testing.T) {
 	require.NotContains(t, err.Error(), "secret-key-value")
 }
 
-// The daily cap is shared in PostgreSQL: many callers at once never exceed
-// it, and the refusal is ErrCapped, counted as capped.
+// The daily cap is shared in PostgreSQL: many executions at once, in two
+// worker processes, never exceed it, none is refused while another's unspent
+// lease can still come back, and the refusal is ErrCapped, counted as capped.
 func TestClient_DailyCapShared(t *testing.T) {
 	t.Parallel()
 	var served atomic.Int32
@@ -122,7 +123,9 @@ func TestClient_DailyCapShared(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := c.NewCaller("aptTrade", 0).Get(context.Background(), upstream.EndpointAptTrade, upstream.AptTradeQuery("11110", "202501", 1, 10))
+			caller := c.NewCaller("aptTrade", 0)
+			_, err := caller.Get(context.Background(), upstream.EndpointAptTrade, upstream.AptTradeQuery("11110", "202501", 1, 10))
+			require.NoError(t, caller.Release(context.Background()), "an execution returns its unspent lease when it ends")
 			switch {
 			case err == nil:
 				ok.Add(1)

@@ -39,6 +39,9 @@ const (
 	ReapIntervalDefault      = 30 * time.Second
 	DrainTimeoutDefault      = 45 * time.Second
 	ReconcileIntervalDefault = 30 * time.Second
+	// RetentionDefault is how long the registry keeps the row of a worker
+	// that stopped beating.
+	RetentionDefault         = 7 * 24 * time.Hour
 	MaxConcurrentJobsDefault = 10
 	// DBTimeoutDefault bounds each database call of a worker (the
 	// connections' statement_timeout); FenceAfterFor and DBTimeoutFor
@@ -50,6 +53,15 @@ const (
 	SchedulePollIntervalDefault = 5 * time.Second
 	// SchedulePassTimeoutDefault bounds one scheduler pass.
 	SchedulePassTimeoutDefault = time.Minute
+	// FetchCooldownDefault is River's minimum spacing of fetches, and of
+	// the insert notifications this worker's client sends (chains,
+	// schedules): River rate-limits an inserting client's NOTIFYs by its
+	// FetchCooldown, so a longer one leaves back-to-back requests waiting
+	// for the poll.
+	FetchCooldownDefault = river.FetchCooldownMin
+	// FetchPollIntervalDefault is River's fallback poll, for inserts whose
+	// notification was lost.
+	FetchPollIntervalDefault = 500 * time.Millisecond
 )
 
 // FenceAfterFor returns the default fencing threshold for a stale window:
@@ -106,8 +118,16 @@ type Config struct {
 	ReapInterval      time.Duration
 	DrainTimeout      time.Duration
 	ReconcileInterval time.Duration
+	// Retention is how long a silent worker's registry row is kept (it
+	// must exceed StaleAfter); the reap loop deletes older rows that hold
+	// no active request. Default RetentionDefault.
+	Retention time.Duration
 	// MaxConcurrentJobs bounds how many requests this process runs at once.
 	MaxConcurrentJobs int
+	// FetchCooldown and FetchPollInterval are River's; defaults
+	// FetchCooldownDefault and FetchPollIntervalDefault.
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
 	// DisableReaper turns the periodic reaper off (tests show that the
 	// API's cleanup-before-enqueue alone frees a job).
 	DisableReaper bool
@@ -134,6 +154,10 @@ type Config struct {
 	Now func() time.Time
 	// Gauges, when set, are recorded on every heartbeat.
 	Gauges *Gauges
+	// HeartbeatPool, when set, carries the registry's heartbeats and status
+	// changes, so that they never wait for a connection behind chunk work
+	// on the main pool. Nil uses the main pool.
+	HeartbeatPool *pgxpool.Pool
 }
 
 func (c Config) withDefaults() Config {
@@ -144,9 +168,12 @@ func (c Config) withDefaults() Config {
 	c.ReapInterval = cmp.Or(c.ReapInterval, ReapIntervalDefault)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
+	c.Retention = cmp.Or(c.Retention, RetentionDefault)
 	c.MaxConcurrentJobs = cmp.Or(c.MaxConcurrentJobs, MaxConcurrentJobsDefault)
 	c.SchedulePollInterval = cmp.Or(c.SchedulePollInterval, SchedulePollIntervalDefault)
 	c.SchedulePassTimeout = cmp.Or(c.SchedulePassTimeout, SchedulePassTimeoutDefault)
+	c.FetchCooldown = cmp.Or(c.FetchCooldown, FetchCooldownDefault)
+	c.FetchPollInterval = cmp.Or(c.FetchPollInterval, FetchPollIntervalDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.ConfiguredKeys == nil {
 		c.ConfiguredKeys = []string{}
@@ -162,6 +189,8 @@ func (c Config) validate() error {
 		return errors.New("worker: Instruments is required")
 	case c.StaleAfter <= c.HeartbeatInterval:
 		return fmt.Errorf("worker: StaleAfter (%s) must exceed HeartbeatInterval (%s)", c.StaleAfter, c.HeartbeatInterval)
+	case c.Retention <= c.StaleAfter:
+		return fmt.Errorf("worker: Retention (%s) must exceed StaleAfter (%s)", c.Retention, c.StaleAfter)
 	case len(c.Schedules) > 0 && c.ScheduleEnqueuer == nil:
 		return errors.New("worker: ScheduleEnqueuer is required with Schedules")
 	}
@@ -214,8 +243,8 @@ func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) 
 		ID:                  cfg.ID,
 		Queues:              map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxConcurrentJobs}},
 		Workers:             workers,
-		FetchCooldown:       50 * time.Millisecond,
-		FetchPollInterval:   500 * time.Millisecond,
+		FetchCooldown:       cfg.FetchCooldown,
+		FetchPollInterval:   cfg.FetchPollInterval,
 		FetchOnlyKnownKinds: true,
 		JobTimeout:          -1, // a job runs as long as its chunks; dead workers are handled by the reaper
 		Logger:              cfg.Logger,
@@ -280,7 +309,7 @@ func (w *Worker) Ready(ctx context.Context) error {
 // slot left RUNNING, and starts claiming requests, heartbeating, reaping
 // and reconciling. ctx bounds the background loops.
 func (w *Worker) Start(ctx context.Context) error {
-	presence, err := StartPresence(ctx, w.pool, w.cfg)
+	presence, err := StartPresence(ctx, cmp.Or(w.cfg.HeartbeatPool, w.pool), w.cfg)
 	if err != nil {
 		return err
 	}
@@ -304,8 +333,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	if !w.cfg.DisableReaper {
 		w.loop(loopCtx, w.cfg.ReapInterval, "reap", func(ctx context.Context) error {
-			_, err := w.reaper.Reap(ctx, "")
-			return err
+			if _, err := w.reaper.Reap(ctx, ""); err != nil {
+				return err
+			}
+			return w.deleteExpiredWorkers(ctx)
 		})
 	}
 	w.loop(loopCtx, w.cfg.ReconcileInterval, "reconcile", func(ctx context.Context) error {
@@ -372,6 +403,19 @@ func (w *Worker) recordGauges(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.DBTimeout)
 	defer cancel()
 	return w.cfg.Gauges.Record(ctx)
+}
+
+// deleteExpiredWorkers removes the registry rows of workers silent for
+// longer than Retention (after the reaper has freed what they held).
+func (w *Worker) deleteExpiredWorkers(ctx context.Context) error {
+	n, err := queries.New().WorkerDeleteExpired(ctx, w.pool, w.cfg.Retention.Seconds())
+	if err != nil {
+		return fmt.Errorf("error deleting expired worker rows: %w", err)
+	}
+	if n > 0 {
+		w.cfg.Logger.InfoContext(ctx, "deleted the registry rows of long-gone workers", slog.Int64("workers", n), slog.Duration("retention", w.cfg.Retention))
+	}
+	return nil
 }
 
 // loop runs fn every interval until ctx ends, logging failures as one line.

@@ -1,0 +1,841 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/jobs/upstream"
+	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+	"github.com/buildrisk/radar/jobs/worker"
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
+)
+
+// This file is `make bench` (BUILDRISK_BENCH=full) and `make bench-smoke`
+// (BUILDRISK_BENCH=smoke, seconds long, run by CI so the table cannot rot).
+// Every row is measured beside its reference in the same run, repeated, and
+// printed as median (min–max); the full run also writes the table into
+// BENCHMARKS.md between its markers.
+
+// benchScale sizes one mode of the table.
+type benchScale struct {
+	mode         string
+	reps         int
+	creditN      int           // creditEval targets per fan-out run
+	latency      time.Duration // provider latency of the fan-out rows
+	pickups      int           // pickup samples per repetition and mode
+	chunkRegions int           // aptTrade regions (× 12 months) per per-chunk run
+	jobsGets     int           // GET /v1/jobs per measurement
+	jobsBig      int           // executions in history for the big /v1/jobs row
+	importSmall  int
+	importBig    int
+	workerSmall  int // creditEval targets for worker memory
+	workerBig    int
+	scaleChunks  int // chunks per job in the scale-out row
+}
+
+func benchScaleFor(mode string) benchScale {
+	if mode == "full" {
+		return benchScale{mode: mode, reps: 3, creditN: 4000, latency: 20 * time.Millisecond, pickups: 40,
+			chunkRegions: 10, jobsGets: 300, jobsBig: 100_000, importSmall: 10_000, importBig: 200_000,
+			workerSmall: 10_000, workerBig: 200_000, scaleChunks: 20}
+	}
+	return benchScale{mode: mode, reps: 1, creditN: 300, latency: 5 * time.Millisecond, pickups: 6,
+		chunkRegions: 1, jobsGets: 20, jobsBig: 5_000, importSmall: 1_000, importBig: 5_000,
+		workerSmall: 300, workerBig: 1_000, scaleChunks: 4}
+}
+
+// benchRow is one line of the table: per repetition, the figure and its
+// reference measured in the same run.
+type benchRow struct {
+	name      string
+	unit      string
+	figure    []float64
+	refName   string
+	reference []float64
+	// ratio is figure/reference per repetition, unless given.
+	ratio  []float64
+	target string
+}
+
+func (r *benchRow) add(figure, reference float64) {
+	r.figure = append(r.figure, figure)
+	r.reference = append(r.reference, reference)
+	if reference != 0 {
+		r.ratio = append(r.ratio, figure/reference)
+	}
+}
+
+func medianRange(xs []float64) (med, lo, hi float64) {
+	if len(xs) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	med = s[n/2]
+	if n%2 == 0 {
+		med = (s[n/2-1] + s[n/2]) / 2
+	}
+	return med, s[0], s[n-1]
+}
+
+func fmtNum(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v >= 1000:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case v >= 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	}
+}
+
+func fmtStat(xs []float64) string {
+	if len(xs) == 0 {
+		return "—"
+	}
+	med, lo, hi := medianRange(xs)
+	if len(xs) == 1 {
+		return fmtNum(med)
+	}
+	return fmt.Sprintf("%s (%s–%s)", fmtNum(med), fmtNum(lo), fmtNum(hi))
+}
+
+func renderBenchTable(rows []*benchRow) string {
+	var b strings.Builder
+	b.WriteString("| what | figure | reference, same run | ratio | target |\n|---|---|---|---|---|\n")
+	for _, r := range rows {
+		ref := "—"
+		if r.refName != "" {
+			ref = r.refName + ": " + fmtStat(r.reference)
+		}
+		fmt.Fprintf(&b, "| %s | %s %s | %s | %s | %s |\n", r.name, fmtStat(r.figure), r.unit, ref, fmtStat(r.ratio), r.target)
+	}
+	return b.String()
+}
+
+// TestBenchTable is `make bench` and `make bench-smoke`.
+func TestBenchTable(t *testing.T) {
+	mode := os.Getenv("BUILDRISK_BENCH")
+	if mode != "full" && mode != "smoke" {
+		t.Skip("run by make bench (BUILDRISK_BENCH=full) and make bench-smoke (BUILDRISK_BENCH=smoke)")
+	}
+	only := os.Getenv("BUILDRISK_BENCH_ONLY") // comma list of row groups, for working on one
+	want := func(group string) bool {
+		return only == "" || slices.Contains(strings.Split(only, ","), group)
+	}
+	scale := benchScaleFor(mode)
+	began := time.Now()
+	var rows []*benchRow
+	if want("fanout") {
+		rows = append(rows, benchFanOut(t, scale)...)
+	}
+	if want("pickup") {
+		rows = append(rows, benchPickup(t, scale)...)
+	}
+	if want("chunk") {
+		rows = append(rows, benchChunk(t, scale))
+	}
+	if want("jobs") {
+		rows = append(rows, benchJobList(t, scale))
+	}
+	var bin string
+	if want("import") || want("memory") || want("drain") || want("stale") {
+		bin = buildRadar(t)
+	}
+	if want("import") {
+		rows = append(rows, benchImportMemory(t, scale, bin))
+	}
+	if want("memory") {
+		rows = append(rows, benchWorkerMemory(t, scale, bin))
+	}
+	if want("drain") {
+		rows = append(rows, benchDrain(t, scale, bin))
+	}
+	if want("stale") {
+		rows = append(rows, benchStale(t, scale, bin))
+	}
+	if want("scale") {
+		rows = append(rows, benchScaleOut(t, scale)...)
+	}
+	table := renderBenchTable(rows)
+	header := benchHeader(t, scale, time.Since(began))
+	fmt.Println(header + "\n\n" + table)
+	if mode == "full" && only == "" {
+		require.NoError(t, writeBenchmarks("../../BENCHMARKS.md", header+"\n\n"+table))
+	}
+}
+
+// benchHeader states the date, the machine and the command.
+func benchHeader(t *testing.T, scale benchScale, took time.Duration) string {
+	cpu := "unknown CPU"
+	if raw, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(raw)) {
+			if name, ok := strings.CutPrefix(line, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(name), ":"))
+				break
+			}
+		}
+	}
+	mem := ""
+	if raw, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		if _, err := fmt.Sscanf(string(raw), "MemTotal: %d kB", &kb); err == nil {
+			mem = fmt.Sprintf(", %.1f GiB RAM", float64(kb)/(1<<20))
+		}
+	}
+	load := ""
+	if raw, err := os.ReadFile("/proc/loadavg"); err == nil {
+		load = ", load average at the end " + strings.Join(strings.Fields(string(raw))[:3], " ")
+	}
+	pg := "PostgreSQL"
+	s := newTestSystem(t, nil)
+	var version string
+	if err := s.pool.QueryRow(context.Background(), "SHOW server_version").Scan(&version); err == nil {
+		pg = "PostgreSQL " + version
+	}
+	command := "make bench"
+	if scale.mode == "smoke" {
+		command = "make bench-smoke"
+	}
+	return fmt.Sprintf("Run %s (%s mode, %d repetitions per row, %s): `%s`. Machine: %s, %d CPUs%s, %s/%s, %s, "+
+		"%s in a private cluster (pglocal), the fake upstream over real HTTP in the test process%s.",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), scale.mode, scale.reps, took.Round(time.Second), command,
+		cpu, runtime.NumCPU(), mem, runtime.GOOS, runtime.GOARCH, runtime.Version(), pg, load)
+}
+
+const benchBegin, benchEnd = "<!-- make bench: begin -->", "<!-- make bench: end -->"
+
+// writeBenchmarks replaces the generated part of BENCHMARKS.md.
+func writeBenchmarks(path, body string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(raw)
+	i, j := strings.Index(s, benchBegin), strings.Index(s, benchEnd)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no %s … %s markers", path, benchBegin, benchEnd)
+	}
+	s = s[:i+len(benchBegin)] + "\n" + body + s[j:]
+	return os.WriteFile(path, []byte(s), 0o644)
+}
+
+// productionTelemetry replaces the test system's telemetry (which keeps
+// every span in memory for assertions) with what a process without OTLP
+// configured runs: spans made and dropped, metrics in a registry.
+func productionTelemetry(t *testing.T, s *testSystem) {
+	t.Helper()
+	providers, err := observability.NewProviders(context.Background(), observability.Config{Role: "bench", ServiceVersion: version})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = providers.Shutdown(context.Background()) })
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	s.tel = &telemetry{providers: providers, instruments: instruments, logger: s.tel.logger}
+}
+
+// benchRunner is a runner on the system's database for requests run in the
+// test process, as `radar run` does.
+func benchRunner(t *testing.T, s *testSystem, jobsByName map[string]batch.Job) (*batch.Runner, *request.Enqueuer) {
+	t.Helper()
+	up, err := newUpstream(s.pool, s.env, s.tel, "bench")
+	require.NoError(t, err)
+	if jobsByName == nil {
+		jobsByName = registry(s.env)
+	}
+	runner, err := batch.NewRunner(s.pool, batch.Config{
+		WorkerID: "1@bench#b", Jobs: jobsByName, Upstream: up, Instruments: s.tel.instruments, Logger: s.tel.logger, FanOut: s.env.FanOut,
+	})
+	require.NoError(t, err)
+	enqueuer, err := newEnqueuer(s.pool, nil, s.env, s.tel)
+	require.NoError(t, err)
+	return runner, enqueuer
+}
+
+func benchRun(t *testing.T, runner *batch.Runner, enqueuer *request.Enqueuer, job, params string) (*batch.Outcome, time.Duration) {
+	t.Helper()
+	res, err := enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: job, Params: json.RawMessage(params), Source: request.SourceCLI, WorkerID: "1@bench#b"})
+	require.NoError(t, err)
+	began := time.Now()
+	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: res.Request.ID})
+	took := time.Since(began)
+	require.NoError(t, err)
+	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	return out, took
+}
+
+func seedTargets(t *testing.T, s *testSystem, n int) []string {
+	t.Helper()
+	companies := s.fake.Companies()
+	require.GreaterOrEqual(t, len(companies), n)
+	p := &queries.ExposureUpsertParams{}
+	var codes []string
+	for _, c := range companies[:n] {
+		p.CorpCodes = append(p.CorpCodes, c.CorpCode)
+		p.OutstandingKrws = append(p.OutstandingKrws, 1_000_000)
+		codes = append(codes, c.CorpCode)
+	}
+	_, err := queries.New().ExposureUpsert(context.Background(), s.pool, p)
+	require.NoError(t, err)
+	return codes
+}
+
+// benchFanOut: creditEval at FANOUT 5, 16 and 64 against the ideal C/L and
+// against a plain Go fan-out (a semaphore of C goroutines) making the same
+// calls to the same fake upstream over the same transport.
+func benchFanOut(t *testing.T, scale benchScale) []*benchRow {
+	var rows []*benchRow
+	for _, c := range []int{5, 16, 64} {
+		s := newTestSystem(t, &testSystemOpts{
+			env:  map[string]string{"BUILDRISK_FANOUT": strconv.Itoa(c)},
+			fake: fakeupstream.Config{Latency: scale.latency, Companies: max(scale.creditN+1, fakeupstream.CompaniesDefault)},
+		})
+		productionTelemetry(t, s)
+		codes := seedTargets(t, s, scale.creditN)
+		runner, enqueuer := benchRunner(t, s, nil)
+		ideal := float64(c) / scale.latency.Seconds()
+		vsIdeal := &benchRow{name: fmt.Sprintf("creditEval %d targets, %s calls, FANOUT %d: calls/s ÷ C/L", scale.creditN, scale.latency, c),
+			refName: "plain Go fan-out ÷ C/L", target: map[bool]string{true: "≥ 0.90", false: ""}[c < 64]}
+		vsPlain := &benchRow{name: fmt.Sprintf("same, FANOUT %d: service ÷ plain Go fan-out", c), unit: "calls/s", refName: "plain Go fan-out", target: "≥ 0.95"}
+		client := &http.Client{Transport: providerTransport(c), Timeout: time.Minute}
+		for range scale.reps {
+			before := s.fake.Stats().Total
+			_, took := benchRun(t, runner, enqueuer, jobs.CreditEval, `{}`)
+			service := float64(s.fake.Stats().Total-before) / took.Seconds()
+			plain := plainFanOut(t, client, s.fakeURL, codes, c)
+			vsIdeal.add(service/ideal, plain/ideal)
+			vsPlain.add(service, plain)
+		}
+		client.CloseIdleConnections()
+		rows = append(rows, vsIdeal, vsPlain)
+	}
+	return rows
+}
+
+// plainFanOut makes one credit lookup per code on c goroutines and returns
+// calls per second.
+func plainFanOut(t *testing.T, client *http.Client, base string, codes []string, c int) float64 {
+	t.Helper()
+	sem := make(chan struct{}, c)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	began := time.Now()
+	for _, code := range codes {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			q := upstream.CreditLookupQuery(code)
+			q.Set(upstream.ProviderCREDIT.KeyParam(), "test-credit-key")
+			resp, err := client.Get(base + upstream.EndpointCreditLookup.Path + "?" + q.Encode())
+			if err == nil {
+				_, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			if err != nil {
+				mu.Lock()
+				firstErr = err
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(began)
+	require.NoError(t, firstErr)
+	return float64(len(codes)) / took.Seconds()
+}
+
+// benchPickup: created → claimed, idle (one request at a time, 200 ms
+// apart) and back to back (requests 20 ms apart on different jobs), through
+// the service (the API's insert-only client, a worker) and through raw River
+// in its best configuration (FetchCooldown 1 ms on both clients), on the same
+// database.
+func benchPickup(t *testing.T, scale benchScale) []*benchRow {
+	const lanes = 20
+	s := newTestSystem(t, nil)
+	ctx := context.Background()
+	names := make([]string, lanes)
+	registry := map[string]batch.Job{}
+	var defs []jobs.Definition
+	for i := range names {
+		names[i] = fmt.Sprintf("pickup%d", i)
+		registry[names[i]] = noopJob{}
+		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
+	}
+	w, _ := s.startWorkerWith(s.pool, func(wc *worker.Config, rc *batch.Config) { rc.Jobs = registry })
+	insertOnly, err := newInsertOnlyRiver(s.pool, s.tel)
+	require.NoError(t, err)
+	enqueuer, err := request.NewEnqueuer(s.pool, insertOnly, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.tel.instruments})
+	require.NoError(t, err)
+	serviceEvents, cancelService := w.River().Subscribe(river.EventKindJobCompleted)
+	defer cancelService()
+	serviceDone := newCompletions(serviceEvents)
+
+	workers := river.NewWorkers()
+	river.AddWorker(workers, rawNoopWorker{})
+	raw, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{
+		Queues: map[string]river.QueueConfig{"bench": {MaxWorkers: 10}}, Workers: workers,
+		FetchCooldown: river.FetchCooldownMin, FetchPollInterval: worker.FetchPollIntervalDefault,
+	})
+	require.NoError(t, err)
+	require.NoError(t, raw.Start(ctx))
+	defer func() { _ = raw.Stop(ctx) }()
+	rawInsert, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{FetchCooldown: river.FetchCooldownMin})
+	require.NoError(t, err)
+	rawEvents, cancelRaw := raw.Subscribe(river.EventKindJobCompleted)
+	defer cancelRaw()
+	rawLatency := map[int64]time.Duration{}
+	var rawMu sync.Mutex
+	rawDone := newCompletions(teeEvents(rawEvents, func(e *river.Event) {
+		if e.Job.AttemptedAt != nil {
+			rawMu.Lock()
+			rawLatency[e.Job.ID] = e.Job.AttemptedAt.Sub(e.Job.CreatedAt)
+			rawMu.Unlock()
+		}
+	}))
+
+	serviceLatency := func(ids []int64) []float64 {
+		var out []float64
+		for _, id := range ids {
+			var created, claimed, riverCreated, attempted time.Time
+			require.NoError(t, s.pool.QueryRow(ctx, `SELECT r.created_at, r.claimed_at, j.created_at, j.attempted_at
+				FROM job_request r JOIN river_job j ON j.id = r.river_job_id WHERE r.id = $1`, id).Scan(&created, &claimed, &riverCreated, &attempted))
+			if os.Getenv("BUILDRISK_BENCH_DEBUG") != "" {
+				t.Logf("request %d: river insert +%s, fetched +%s, claimed +%s", id, riverCreated.Sub(created), attempted.Sub(created), claimed.Sub(created))
+			}
+			out = append(out, float64(claimed.Sub(created).Microseconds())/1000)
+		}
+		return out
+	}
+	type sample struct{ service, raw []float64 }
+	measure := func(gap time.Duration, waitEach bool) sample {
+		var serviceIDs []int64
+		var riverIDs, waitService, waitRaw []int64
+		for i := range scale.pickups {
+			res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: names[i%lanes], Source: request.SourceAPI})
+			require.NoError(t, err)
+			serviceIDs = append(serviceIDs, res.Request.ID)
+			waitService = append(waitService, *res.Request.RiverJobID)
+			if waitEach {
+				serviceDone.wait(*res.Request.RiverJobID)
+			}
+			time.Sleep(gap)
+		}
+		if !waitEach {
+			for _, id := range waitService {
+				serviceDone.wait(id)
+			}
+		}
+		for range scale.pickups {
+			res, err := rawInsert.Insert(ctx, rawNoopArgs{}, &river.InsertOpts{Queue: "bench"})
+			require.NoError(t, err)
+			riverIDs = append(riverIDs, res.Job.ID)
+			waitRaw = append(waitRaw, res.Job.ID)
+			if waitEach {
+				rawDone.wait(res.Job.ID)
+			}
+			time.Sleep(gap)
+		}
+		if !waitEach {
+			for _, id := range waitRaw {
+				rawDone.wait(id)
+			}
+		}
+		var rawMs []float64
+		rawMu.Lock()
+		for _, id := range riverIDs {
+			rawMs = append(rawMs, float64(rawLatency[id].Microseconds())/1000)
+		}
+		rawMu.Unlock()
+		return sample{service: serviceLatency(serviceIDs), raw: rawMs}
+	}
+	pct := func(xs []float64, p float64) float64 {
+		s := slices.Clone(xs)
+		slices.Sort(s)
+		i := int(float64(len(s)-1) * p)
+		return s[i]
+	}
+	var rows []*benchRow
+	for _, mode := range []struct {
+		name     string
+		gap      time.Duration
+		waitEach bool
+	}{{"idle (one at a time, 200 ms apart)", 200 * time.Millisecond, true}, {"back to back (20 ms apart)", 20 * time.Millisecond, false}} {
+		p50 := &benchRow{name: "pickup created → claimed p50, " + mode.name, unit: "ms", refName: "raw River (FetchCooldown 1 ms)"}
+		p99 := &benchRow{name: "pickup created → claimed p99, " + mode.name, unit: "ms", refName: "raw River (FetchCooldown 1 ms)", target: "≤ 1.5"}
+		for range scale.reps {
+			smp := measure(mode.gap, mode.waitEach)
+			p50.add(pct(smp.service, 0.5), pct(smp.raw, 0.5))
+			p99.add(pct(smp.service, 0.99), pct(smp.raw, 0.99))
+		}
+		rows = append(rows, p50, p99)
+	}
+	return rows
+}
+
+// teeEvents calls fn on every event and passes it on.
+func teeEvents(in <-chan *river.Event, fn func(*river.Event)) <-chan *river.Event {
+	out := make(chan *river.Event, 1000)
+	go func() {
+		defer close(out)
+		for e := range in {
+			fn(e)
+			out <- e
+		}
+	}()
+	return out
+}
+
+// benchChunk: an aptTrade chunk (one region × month, 0 ms provider) through
+// the runner against the bare work: GET + parse + the same upsert
+// transaction.
+func benchChunk(t *testing.T, scale benchScale) *benchRow {
+	s := newTestSystem(t, nil)
+	productionTelemetry(t, s)
+	runner, enqueuer := benchRunner(t, s, nil)
+	regions := sixRegions
+	for len(regions) < scale.chunkRegions {
+		regions = append(regions, fmt.Sprintf("4%04d", len(regions)))
+	}
+	regions = regions[:scale.chunkRegions]
+	months := []string{}
+	for m := 1; m <= 12; m++ {
+		months = append(months, fmt.Sprintf("2025%02d", m))
+	}
+	chunks := len(regions) * len(months)
+	row := &benchRow{name: fmt.Sprintf("aptTrade chunk, 0 ms provider (%d chunks)", chunks), unit: "ms", refName: "GET + parse + the same upsert transaction", target: "≤ 1.2"}
+	client := &http.Client{Transport: providerTransport(1)}
+	for range scale.reps {
+		params, err := json.Marshal(map[string]any{"regions": regions, "from": "2025-01", "to": "2025-12"})
+		require.NoError(t, err)
+		_, took := benchRun(t, runner, enqueuer, jobs.AptTrade, string(params))
+		service := float64(took.Microseconds()) / 1000 / float64(chunks)
+		began := time.Now()
+		for _, region := range regions {
+			for _, month := range months {
+				q := upstream.AptTradeQuery(region, month, 1, 1000)
+				q.Set(upstream.ProviderMOLIT.KeyParam(), "test-molit-key")
+				resp, err := client.Get(s.fakeURL + upstream.EndpointAptTrade.Path + "?" + q.Encode())
+				require.NoError(t, err)
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				require.NoError(t, err)
+				trades, _, err := upstream.ParseAptTrades(region, month, body)
+				require.NoError(t, err)
+				require.NoError(t, queries.InTx(context.Background(), s.pool, func(tx pgx.Tx) error {
+					p := &queries.AptTradeUpsertParams{ExecutionID: 0}
+					for _, tr := range trades {
+						p.Regions = append(p.Regions, tr.Region)
+						p.DealYms = append(p.DealYms, tr.DealYM)
+						p.Serials = append(p.Serials, tr.Serial)
+						p.AptNames = append(p.AptNames, tr.AptName)
+						p.Dongs = append(p.Dongs, tr.Dong)
+						p.DealDates = append(p.DealDates, tr.DealDate)
+						p.Amounts = append(p.Amounts, tr.AmountKRW)
+						p.Areas = append(p.Areas, tr.AreaM2)
+						p.Floors = append(p.Floors, int32(tr.Floor))
+						p.BuildYears = append(p.BuildYears, int32(tr.BuildYear))
+					}
+					_, err := queries.New().AptTradeUpsert(context.Background(), tx, p)
+					return err
+				}))
+			}
+		}
+		bare := float64(time.Since(began).Microseconds()) / 1000 / float64(chunks)
+		row.add(service, bare)
+	}
+	client.CloseIdleConnections()
+	return row
+}
+
+// seedHistory adds n finished executions (with their requests and
+// instances) spread over the catalog's jobs.
+func seedHistory(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), fmt.Sprintf(`
+WITH jobs AS (SELECT ARRAY['aptTrade','corpCodeSync','creditEval','filingParse','metrics','rules','stockPrice'] AS names),
+req AS (
+  INSERT INTO job_request (job, source, status, created_at, claimed_at, finished_at)
+  SELECT (SELECT names FROM jobs)[1 + g %% 7], 'api', 'DONE', now(), now(), now() FROM generate_series(1, %[1]d) g
+  RETURNING id, job
+), inst AS (
+  INSERT INTO job_instance (job, params, params_hash)
+  SELECT job, '{}', id::text FROM req
+  RETURNING id, job, params_hash
+)
+INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at, ended_at)
+SELECT i.id, i.job, i.params_hash::bigint, 'COMPLETED', 'seed', now(), now() FROM inst i;
+ANALYZE;`, n))
+	require.NoError(t, err)
+}
+
+// benchJobList: GET /v1/jobs with ~100k executions in history against the
+// same with ~1k.
+func benchJobList(t *testing.T, scale benchScale) *benchRow {
+	s := newTestSystem(t, nil)
+	rate := func() float64 {
+		began := time.Now()
+		for range scale.jobsGets {
+			status, _ := s.get("/v1/jobs")
+			require.Equal(t, http.StatusOK, status)
+		}
+		return float64(scale.jobsGets) / time.Since(began).Seconds()
+	}
+	seedHistory(t, s.pool, 1000)
+	var small []float64
+	for range scale.reps {
+		small = append(small, rate())
+	}
+	seedHistory(t, s.pool, scale.jobsBig-1000)
+	row := &benchRow{name: fmt.Sprintf("GET /v1/jobs with %d executions in history", scale.jobsBig), unit: "req/s", refName: "same with 1,000", target: "≥ 0.5"}
+	for i := range scale.reps {
+		row.add(rate(), small[i])
+	}
+	return row
+}
+
+// maxRSS runs bin and returns its peak resident set in MB: the process's
+// own high-water mark (VmHWM), read every few milliseconds until it exits.
+// getrusage's maxrss is no use here: Linux carries the forking test
+// process's resident set over into the child's across exec.
+func maxRSS(t *testing.T, bin string, env map[string]string, args ...string) float64 {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = os.Environ()
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var peakKB int64
+	status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
+	ticker := time.NewTicker(5 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		if raw, err := os.ReadFile(status); err == nil {
+			for line := range strings.Lines(string(raw)) {
+				if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+					var kb int64
+					if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err == nil && kb > peakKB {
+						peakKB = kb
+					}
+				}
+			}
+		}
+		select {
+		case err := <-done:
+			require.NoError(t, err, "%s", out.String())
+			return float64(peakKB) / 1024
+		case <-ticker.C:
+		}
+	}
+}
+
+// benchImportMemory: peak RSS of `radar import exposure` at two file sizes.
+func benchImportMemory(t *testing.T, scale benchScale, bin string) *benchRow {
+	s := newTestSystem(t, nil)
+	write := func(n int) string {
+		path := filepath.Join(t.TempDir(), fmt.Sprintf("exposure-%d.csv", n))
+		f, err := os.Create(path)
+		require.NoError(t, err)
+		w := bufio.NewWriter(f)
+		fmt.Fprintln(w, "corp_code,outstanding_krw")
+		for i := range n {
+			fmt.Fprintf(w, "%08d,%d\n", 10_000_000+i, 1_000_000+i)
+		}
+		require.NoError(t, w.Flush())
+		require.NoError(t, f.Close())
+		return path
+	}
+	small, big := write(scale.importSmall), write(scale.importBig)
+	env := s.processEnv(nil)
+	row := &benchRow{name: fmt.Sprintf("`radar import exposure` peak RSS, %d lines", scale.importBig), unit: "MB",
+		refName: fmt.Sprintf("%d lines", scale.importSmall), target: "≤ 1.3"}
+	for range scale.reps {
+		row.add(maxRSS(t, bin, env, "import", "exposure", big), maxRSS(t, bin, env, "import", "exposure", small))
+	}
+	return row
+}
+
+// benchWorkerMemory: peak RSS of a creditEval run (`radar run`, the
+// worker's runner in a process) at two target counts, FANOUT 64, 0 ms calls.
+func benchWorkerMemory(t *testing.T, scale benchScale, bin string) *benchRow {
+	peak := func(n int) float64 {
+		s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Companies: max(n+1, fakeupstream.CompaniesDefault)}})
+		seedTargets(t, s, n)
+		return maxRSS(t, bin, s.processEnv(map[string]string{"BUILDRISK_FANOUT": "64", "BUILDRISK_DAILY_CAP_CREDIT": "1000000"}), "run", jobs.CreditEval)
+	}
+	row := &benchRow{name: fmt.Sprintf("worker peak RSS, creditEval %d targets (radar run, FANOUT 64)", scale.workerBig), unit: "MB",
+		refName: fmt.Sprintf("%d targets", scale.workerSmall), target: "≤ 1.3"}
+	for range scale.reps {
+		row.add(peak(scale.workerBig), peak(scale.workerSmall))
+	}
+	return row
+}
+
+// benchDrain: SIGTERM to a worker process in the middle of a 1 s chunk;
+// the figure is how long after that chunk's call answered the process
+// exited.
+func benchDrain(t *testing.T, scale benchScale, bin string) *benchRow {
+	row := &benchRow{name: "drain: SIGTERM → exit, beyond the chunk in flight (1 s chunks)", unit: "ms", target: "small"}
+	for range scale.reps {
+		s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Latency: time.Second}})
+		w := startRadar(t, bin, s.processEnv(nil), "worker")
+		w.waitLine(t, regexp.MustCompile(`worker running`))
+		s.gate.arm(0)
+		s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-03"))
+		<-s.gate.blocked // the first chunk's call is at the provider
+		require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
+		opened := time.Now()
+		s.gate.open() // the provider answers one latency (1 s) after the gate opens
+		require.Equal(t, 0, w.wait(t, time.Minute))
+		exited := time.Now()
+		row.figure = append(row.figure, float64(exited.Sub(opened.Add(time.Second)).Microseconds())/1000)
+	}
+	return row
+}
+
+// benchStale: kill -9 of a worker process holding a request; the figure is
+// how long until its request is FAILED by a live worker's reaper, against
+// the configured window (STALE_AFTER + REAP_INTERVAL).
+func benchStale(t *testing.T, scale benchScale, bin string) *benchRow {
+	row := &benchRow{name: "stale detection: kill -9 → request FAILED", unit: "s", refName: "STALE_AFTER 2 s + REAP_INTERVAL 0.5 s", target: "≤ 1"}
+	for range scale.reps {
+		s := newTestSystem(t, nil)
+		w := startRadar(t, bin, s.processEnv(nil), "worker")
+		w.waitLine(t, regexp.MustCompile(`worker running`))
+		s.gate.arm(0)
+		id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-03"))
+		<-s.gate.blocked
+		s.startWorker() // the survivor that reaps
+		require.NoError(t, w.cmd.Process.Kill())
+		killed := time.Now()
+		s.waitRequest(id, "FAILED")
+		s.gate.open()
+		row.add(time.Since(killed).Seconds(), (s.env.StaleAfter + s.env.ReapInterval).Seconds())
+	}
+	return row
+}
+
+// sleepJob is chunks of simulated provider time: what scale-out spreads.
+type sleepJob struct {
+	chunks int
+	each   time.Duration
+}
+
+func (j sleepJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	chunks := make([]string, j.chunks)
+	for i := range chunks {
+		chunks[i] = strconv.Itoa(i)
+	}
+	return &batch.Plan{Chunks: chunks, Targets: batch.TargetsUnknown}, nil
+}
+
+func (j sleepJob) Process(ctx context.Context, _ *batch.Run, _ string) (*batch.ChunkResult, error) {
+	select {
+	case <-time.After(j.each):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return &batch.ChunkResult{Targets: 1, Written: 1}, nil
+}
+
+// benchScaleOut: four different jobs requested at once, run by 1, 2 and 4
+// workers of one job slot each; the reference is the single worker's time
+// divided by the number of workers (perfect scaling).
+func benchScaleOut(t *testing.T, scale benchScale) []*benchRow {
+	const jobCount = 4
+	names := make([]string, jobCount)
+	registry := map[string]batch.Job{}
+	var defs []jobs.Definition
+	for i := range names {
+		names[i] = fmt.Sprintf("scale%d", i)
+		registry[names[i]] = sleepJob{chunks: scale.scaleChunks, each: 25 * time.Millisecond}
+		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark sleep"})
+	}
+	runAll := func(workerCount int) time.Duration {
+		s := newTestSystem(t, nil)
+		var ws []*worker.Worker
+		for range workerCount {
+			w, _ := s.startWorkerWith(s.pool, func(wc *worker.Config, rc *batch.Config) {
+				rc.Jobs = registry
+				wc.MaxConcurrentJobs = 1
+			})
+			ws = append(ws, w)
+		}
+		insertOnly, err := newInsertOnlyRiver(s.pool, s.tel)
+		require.NoError(t, err)
+		enqueuer, err := request.NewEnqueuer(s.pool, insertOnly, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.tel.instruments})
+		require.NoError(t, err)
+		began := time.Now()
+		var ids []string
+		for _, name := range names {
+			res, err := enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: name, Source: request.SourceAPI})
+			require.NoError(t, err)
+			ids = append(ids, formatRequestID(res.Request.ID))
+		}
+		for _, id := range ids {
+			s.waitRequest(id, "DONE")
+		}
+		took := time.Since(began)
+		for _, w := range ws {
+			require.NoError(t, w.Drain(context.Background()))
+		}
+		return took
+	}
+	var rows []*benchRow
+	one := make([]float64, scale.reps)
+	for i := range scale.reps {
+		one[i] = runAll(1).Seconds()
+	}
+	for _, n := range []int{1, 2, 4} {
+		row := &benchRow{name: fmt.Sprintf("scale-out: %d jobs × %d chunks of 25 ms, %d worker(s) of one slot", jobCount, scale.scaleChunks, n),
+			unit: "s", refName: "1 worker's time ÷ workers", target: "≈ 1"}
+		for i := range scale.reps {
+			took := one[i]
+			if n > 1 {
+				took = runAll(n).Seconds()
+			}
+			row.add(took, one[i]/float64(n))
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+func formatRequestID(id int64) string { return strconv.FormatInt(id, 10) }

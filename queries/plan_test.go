@@ -1,0 +1,149 @@
+package queries
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/sql/pgtest"
+)
+
+// historyRows is how many executions (and requests, instances, checkpoints,
+// trades) the plan test seeds: years of history for a busy deployment.
+const historyRows = 100_000
+
+// bigTables grow with history; a hot query must never read one whole.
+var bigTables = map[string]bool{
+	"job_request": true, "job_instance": true, "job_execution": true, "job_checkpoint": true,
+	"apt_trade": true, "worker": true,
+}
+
+// maxRowsRead bounds the rows a hot query may read from the big tables
+// (returned or filtered out): a lookup, never a walk through history.
+const maxRowsRead = 1000
+
+// Every query a run or the API issues on its hot path finds its rows down an
+// index with 100,000 executions in history: the plans (EXPLAIN ANALYZE, after
+// ANALYZE, in a transaction rolled back) read no big table sequentially, and
+// read at most maxRowsRead of their rows (no walk down a whole index, such
+// as the job list's old DISTINCT ON over every instance).
+func TestPlans_NoSeqScanOfBigTablesWithHistory(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	jobs := []string{"aptTrade", "corpCodeSync", "creditEval", "filingParse", "metrics", "rules", "stockPrice"}
+	seed := fmt.Sprintf(`
+INSERT INTO worker (id, hostname, pid, boot, started_at, heartbeat_at, status)
+SELECT g || '@host#b', 'host', g, 'b', now() - make_interval(secs => g), now() - make_interval(secs => g), 'stopped'
+FROM generate_series(1, %[1]d / 10) g;
+INSERT INTO job_request (job, source, status, worker_id, created_at, claimed_at, finished_at)
+SELECT (ARRAY['aptTrade','corpCodeSync','creditEval','filingParse','metrics','rules','stockPrice'])[1 + g %% 7], 'api',
+       CASE WHEN g %% 10 = 0 THEN 'FAILED' ELSE 'DONE' END, (1 + g %% 1000) || '@host#b', now(), now(), now()
+FROM generate_series(1, %[1]d) g;
+INSERT INTO job_instance (job, params, params_hash)
+SELECT (ARRAY['aptTrade','corpCodeSync','creditEval','filingParse','metrics','rules','stockPrice'])[1 + g %% 7], '{}', md5(g::text)
+FROM generate_series(1, %[1]d) g;
+INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at, ended_at)
+SELECT g, (ARRAY['aptTrade','corpCodeSync','creditEval','filingParse','metrics','rules','stockPrice'])[1 + g %% 7], g,
+       CASE WHEN g %% 10 = 0 THEN 'FAILED' ELSE 'COMPLETED' END, (1 + g %% 1000) || '@host#b', now(), now()
+FROM generate_series(1, %[1]d) g;
+INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written)
+SELECT g, 'chunk', g, 1, 1 FROM generate_series(1, %[1]d) g;
+INSERT INTO apt_trade (region, deal_ym, serial, apt_name, deal_date, deal_amount_krw, area_m2, execution_id)
+SELECT lpad((g %% 250)::text, 5, '1'), '2025' || lpad((1 + g %% 12)::text, 2, '0'), g::text, 'apt', '2025-01-01', 1, 84, g
+FROM generate_series(1, %[1]d) g;
+-- A few live rows among the history: a running execution, an active request.
+UPDATE job_request SET status = 'RUNNING', worker_id = 'live@host#b' WHERE id = %[1]d;
+UPDATE job_execution SET status = 'STARTED' WHERE id = %[1]d;
+INSERT INTO worker (id, hostname, pid, boot) VALUES ('live@host#b', 'host', 1, 'b');
+ANALYZE;`, historyRows)
+	_, err := pool.Exec(ctx, seed)
+	require.NoError(t, err)
+
+	now := time.Now()
+	ids := []int64{historyRows - 1, historyRows}
+	cases := []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"JobListSummary", jobListSummary, []any{jobs, 60.0}},
+		{"JobExecutionRunningByJob", jobExecutionRunningByJob, []any{"aptTrade"}},
+		{"JobExecutionLastByJob", jobExecutionLastByJob, []any{"aptTrade"}},
+		{"JobExecutionRequestStop", jobExecutionRequestStop, []any{"aptTrade"}},
+		{"JobExecutionGetByID", jobExecutionGetByID, []any{int64(5)}},
+		{"JobExecutionListByIDs", jobExecutionListByIDs, []any{ids}},
+		{"JobExecutionIDsByInstance", jobExecutionIDsByInstance, []any{int64(5)}},
+		{"JobRequestGetByID", jobRequestGetByID, []any{int64(5)}},
+		{"JobRequestGetActiveByJob", jobRequestGetActiveByJob, []any{"aptTrade"}},
+		{"JobRequestListFirstPage", jobRequestList, []any{nil, nil, nil, int32(50)}},
+		{"JobRequestListByJob", jobRequestList, []any{"aptTrade", nil, int64(50_000), int32(50)}},
+		{"JobRequestListByStatus", jobRequestList, []any{nil, "FAILED", nil, int32(50)}},
+		{"JobRequestClaim", jobRequestClaim, []any{"w", int64(5)}},
+		{"JobRequestListRunningByWorker", jobRequestListRunningByWorker, []any{"live@host#b"}},
+		{"JobRequestListQueued", jobRequestListQueued, nil},
+		{"JobRequestOldestQueuedByJob", jobRequestOldestQueuedByJob, nil},
+		{"JobRequestListStale", jobRequestListStale, []any{nil, 60.0}},
+		{"JobRequestListPreviousBoot", jobRequestListPreviousBoot, []any{"1@host#%", "1@host#c"}},
+		{"JobRequestListOrphaned", jobRequestListOrphaned, []any{nil, 60.0}},
+		{"JobRequestActiveIDsByWorker", jobRequestActiveIDsByWorker, nil},
+		{"JobCheckpointListChunks", jobCheckpointListChunks, []any{int64(5)}},
+		{"JobCheckpointTotals", jobCheckpointTotals, []any{int64(5)}},
+		{"JobCheckpointSkipReasons", jobCheckpointSkipReasons, []any{int64(5)}},
+		{"AptTradeCountByExecutions", aptTradeCountByExecutions, []any{ids}},
+		{"WorkerListFirstPage", workerList, []any{nil, nil, int32(50)}},
+		{"WorkerListNextPage", workerList, []any{now.Add(-time.Hour), "3600@host#b", int32(50)}},
+		{"WorkerCountAlive", workerCountAlive, []any{60.0}},
+		{"WorkerDeleteExpired", workerDeleteExpired, []any{7 * 24 * 3600.0}},
+		{"ProviderCallBudgetGet", providerCallBudgetGet, []any{"MOLIT", now}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			var raw []byte
+			require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+c.sql, c.args...).Scan(&raw))
+			var plans []struct {
+				Plan planNode `json:"Plan"`
+			}
+			require.NoError(t, json.Unmarshal(raw, &plans))
+			var seqScans []string
+			var rowsRead float64
+			plans[0].Plan.walk(func(n *planNode) {
+				if !bigTables[n.RelationName] {
+					return
+				}
+				if n.NodeType == "Seq Scan" {
+					seqScans = append(seqScans, n.RelationName)
+				}
+				rowsRead += (n.ActualRows + n.RemovedByFilter + n.RemovedByRecheck) * max(n.ActualLoops, 1)
+			})
+			require.Empty(t, seqScans, "sequential scan of %s in the plan:\n%s", strings.Join(seqScans, ", "), raw)
+			require.LessOrEqual(t, rowsRead, float64(maxRowsRead), "rows read from the big tables; plan:\n%s", raw)
+		})
+	}
+}
+
+// planNode is one node of EXPLAIN (FORMAT JSON).
+type planNode struct {
+	NodeType         string     `json:"Node Type"`
+	RelationName     string     `json:"Relation Name"`
+	ActualRows       float64    `json:"Actual Rows"`
+	ActualLoops      float64    `json:"Actual Loops"`
+	RemovedByFilter  float64    `json:"Rows Removed by Filter"`
+	RemovedByRecheck float64    `json:"Rows Removed by Index Recheck"`
+	Plans            []planNode `json:"Plans"`
+}
+
+func (n *planNode) walk(fn func(*planNode)) {
+	fn(n)
+	for i := range n.Plans {
+		n.Plans[i].walk(fn)
+	}
+}
