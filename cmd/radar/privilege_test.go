@@ -19,24 +19,34 @@ import (
 // grants (radar_app), like radar_api and radar_worker in deploy/.
 const appLoginRole = "radar_test_app"
 
-var appRoleOnce sync.Once
+// appRoleClusters records the clusters (host:port) where appLoginRole
+// exists: the package's shared cluster, and any private cluster a test
+// starts for itself (the outage tests).
+var appRoleClusters sync.Map
 
 // appURL returns ownerURL with the user replaced by appLoginRole, creating
-// that role in the package's cluster the first time.
+// that role in ownerURL's cluster the first time: with the harness's admin
+// connection in the package's cluster, with the owner's own (a superuser)
+// in a private one.
 func appURL(t testing.TB, ownerURL string) string {
 	t.Helper()
-	appRoleOnce.Do(func() {
-		conn, err := pgx.Connect(context.Background(), pgtest.AdminURL(t))
+	u, err := url.Parse(ownerURL)
+	require.NoError(t, err)
+	if _, done := appRoleClusters.Load(u.Host); !done {
+		adminURL := pgtest.AdminURL(t)
+		if admin, err := url.Parse(adminURL); err == nil && admin.Host != u.Host {
+			adminURL = ownerURL
+		}
+		conn, err := pgx.Connect(context.Background(), adminURL)
 		require.NoError(t, err)
 		defer conn.Close(context.Background())
 		_, err = conn.Exec(context.Background(), `CREATE ROLE `+appLoginRole+` LOGIN IN ROLE radar_app`)
 		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "42710" { // duplicate_object: kept from an earlier run
+		if !errors.As(err, &pgErr) || pgErr.Code != "42710" { // duplicate_object: kept from an earlier run, or a parallel test
 			require.NoError(t, err)
 		}
-	})
-	u, err := url.Parse(ownerURL)
-	require.NoError(t, err)
+		appRoleClusters.Store(u.Host, true)
+	}
 	u.User = url.User(appLoginRole)
 	return u.String()
 }
