@@ -14,6 +14,7 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 )
 
@@ -180,6 +181,15 @@ func (s *Server) decodeRequestBody(ctx context.Context, job string, raw []byte) 
 func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*RequestCreateOutput, error) {
 	params, err := s.decodeRequestBody(ctx, job, raw)
 	if err != nil {
+		// Refused before the enqueuer saw it (an unknown job, a body that is
+		// not a request): counted like every refusal. A name the catalog
+		// does not hold is counted as "other", so a caller cannot mint
+		// series.
+		counted := observability.ValueOther
+		if _, ok := s.cfg.Catalog.Lookup(job); ok {
+			counted = job
+		}
+		s.cfg.Instruments.RequestRecorded(ctx, counted, observability.SourceAPI, observability.ResultInvalid)
 		return nil, err
 	}
 	res, err := s.cfg.Enqueuer.Enqueue(ctx, params)

@@ -211,3 +211,25 @@ func TestRequestPath_OpenAPI(t *testing.T) {
 		require.Equal(t, 200, resp.StatusCode, path)
 	}
 }
+
+// Every refusal is counted: a request for a job the catalog does not hold
+// (counted as job "other", so a caller cannot mint series) and a body that
+// is not a request are buildrisk_requests_total{result="invalid"}, like
+// params the job refuses.
+func TestRequestPath_RefusalsBeforeTheEnqueuerAreCounted(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	invalid := func(job string) float64 {
+		return s.metric("buildrisk_requests_total", map[string]string{"job": job, "source": "api", "result": "invalid"})
+	}
+	status, _ := s.post("/v1/jobs/noSuchJob/requests", `{"params":{}}`)
+	require.Equal(t, http.StatusNotFound, status)
+	require.Equal(t, float64(1), invalid("other"))
+
+	for _, body := range []string{`{"params":`, `[1,2]`, `{"params":{},"extra":1}`} {
+		status, out := s.post("/v1/jobs/aptTrade/requests", body)
+		require.Equal(t, http.StatusBadRequest, status, "%s: %v", body, out)
+	}
+	require.Equal(t, float64(3), invalid("aptTrade"))
+	require.Zero(t, s.count(`SELECT count(*) FROM job_request`))
+}

@@ -327,6 +327,10 @@ func checkUpstreamCallsSeen(_ context.Context, _ querier, ev *Evidence) ([]strin
 	return nil, nil
 }
 
+// checkAccounting reads the committed results as the runner writes them:
+// whole chunks (job_checkpoint) and the items of a fan-out chunk committed
+// in parts before the chunk ended (job_checkpoint_part, each item a target
+// written).
 func checkAccounting(ctx context.Context, db querier, _ *Evidence) ([]string, error) {
 	var out []string
 	rows, err := db.Query(ctx, `SELECT c.instance_id, c.chunk, c.execution_id, c.targets, c.written, c.skipped, c.failed
@@ -352,10 +356,14 @@ func checkAccounting(ctx context.Context, db querier, _ *Evidence) ([]string, er
 		       coalesce(mine.written, 0), coalesce(mine.skipped, 0), coalesce(mine.failed, 0),
 		       coalesce(inst.written, 0), coalesce(inst.skipped, 0), coalesce(inst.failed, 0)
 		FROM job_execution e
-		LEFT JOIN LATERAL (SELECT sum(written) AS written, sum(skipped) AS skipped, sum(failed) AS failed
-		                   FROM job_checkpoint c WHERE c.execution_id = e.id) mine ON true
-		LEFT JOIN LATERAL (SELECT sum(written) AS written, sum(skipped) AS skipped, sum(failed) AS failed
-		                   FROM job_checkpoint c WHERE c.instance_id = e.instance_id) inst ON true
+		LEFT JOIN LATERAL (SELECT sum(written) AS written, sum(skipped) AS skipped, sum(failed) AS failed FROM (
+		                       SELECT c.written, c.skipped, c.failed FROM job_checkpoint c WHERE c.execution_id = e.id
+		                       UNION ALL
+		                       SELECT cardinality(p.items), 0, 0 FROM job_checkpoint_part p WHERE p.execution_id = e.id) x) mine ON true
+		LEFT JOIN LATERAL (SELECT sum(written) AS written, sum(skipped) AS skipped, sum(failed) AS failed FROM (
+		                       SELECT c.written, c.skipped, c.failed FROM job_checkpoint c WHERE c.instance_id = e.instance_id
+		                       UNION ALL
+		                       SELECT cardinality(p.items), 0, 0 FROM job_checkpoint_part p WHERE p.instance_id = e.instance_id) x) inst ON true
 		WHERE e.status = 'COMPLETED' ORDER BY e.id`)
 	if err != nil {
 		return nil, err
@@ -402,7 +410,7 @@ func checkNoLiveAbandoned(ctx context.Context, db querier, ev *Evidence) ([]stri
 		switch {
 		case p == nil:
 			out = append(out, fmt.Sprintf("execution %d (%s) ABANDONED at %s: its worker %s is no process the harness started", r.execution, r.job, clock(r.at), r.execWorker))
-		case p.aliveAt(r.at):
+		case p.aliveAt(r.at) && !ev.cutOffAt(r.at):
 			out = append(out, fmt.Sprintf("execution %d (%s) ABANDONED at %s by %s while its worker %s (%s) was alive", r.execution, r.job, clock(r.at), r.writer, p.AppName, r.execWorker))
 		}
 	}
@@ -471,13 +479,18 @@ func checkCounters(ctx context.Context, db querier, ev *Evidence) ([]string, err
 				out = append(out, fmt.Sprintf("%s: %s{status=%s} = %d, the database shows %d executions it ended so", name, metricExecutions, status, got, ended[status]))
 			}
 		}
-		items, err := itemsCommitted(ctx, db, name)
+		p := ev.workerByAppName(name)
+		if p == nil || p.WorkerID == "" {
+			out = append(out, fmt.Sprintf("%s: no worker id known for its metrics", name))
+			continue
+		}
+		items, err := itemsCommitted(ctx, db, p.WorkerID)
 		if err != nil {
 			return nil, err
 		}
 		for _, outcome := range []string{"written", "skipped", "failed"} {
 			if got := int64(m.Sum(metricItems, map[string]string{"outcome": outcome})); got != items[outcome] {
-				out = append(out, fmt.Sprintf("%s: %s{outcome=%s} = %d, its committed checkpoints hold %d", name, metricItems, outcome, got, items[outcome]))
+				out = append(out, fmt.Sprintf("%s: %s{outcome=%s} = %d, its executions hold %d", name, metricItems, outcome, got, items[outcome]))
 			}
 		}
 	}
@@ -502,11 +515,14 @@ func countByStatus(ctx context.Context, db querier, writer string) (map[string]i
 	return out, err
 }
 
-// itemsCommitted sums the checkpoints the process writer committed.
-func itemsCommitted(ctx context.Context, db querier, writer string) (map[string]int64, error) {
-	rows, err := db.Query(ctx, `SELECT coalesce(sum(c.written), 0), coalesce(sum(c.skipped), 0), coalesce(sum(c.failed), 0)
-		FROM soak_audit a JOIN job_checkpoint c ON c.instance_id = a.instance_id AND c.chunk = a.chunk
-		WHERE a.kind = 'checkpoint' AND a.writer = $1`, writer)
+// itemsCommitted sums the item figures of the executions the worker ran:
+// every figure of a run is written by its own worker only (each write is
+// fenced on the owner), when it commits whole chunks, parts of a fan-out
+// chunk, or the failed items of a chunk over its tolerance, which is when
+// the worker counts them.
+func itemsCommitted(ctx context.Context, db querier, workerID string) (map[string]int64, error) {
+	rows, err := db.Query(ctx, `SELECT coalesce(sum(items_written), 0), coalesce(sum(items_skipped), 0), coalesce(sum(items_failed), 0)
+		FROM job_execution WHERE worker_id = $1`, workerID)
 	if err != nil {
 		return nil, err
 	}

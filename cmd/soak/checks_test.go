@@ -319,6 +319,17 @@ func TestNoLiveAbandoned(t *testing.T) {
 	requireBreaches(t, check(t, "no-live-abandoned", d.pool, ev),
 		"execution 1 (jobwA) ABANDONED at", "execution 3 (jobwC) ABANDONED at", "execution 4 (jobwX) ABANDONED at")
 	require.Contains(t, check(t, "no-live-abandoned", d.pool, ev)[2], "is no process the harness started")
+
+	// Right after a database outage longer than the stale window, no worker
+	// could heartbeat: a live process's execution reaped then is the design
+	// (the worker fenced itself), not a false reap. A short outage exempts
+	// nothing.
+	ev.StaleAfter = 4 * time.Second
+	ev.Outages = []Outage{{Start: time.Now().Add(-2 * time.Second), End: time.Now().Add(-time.Second)}}
+	requireBreaches(t, check(t, "no-live-abandoned", d.pool, ev),
+		"execution 1 (jobwA) ABANDONED at", "execution 3 (jobwC) ABANDONED at", "execution 4 (jobwX) ABANDONED at")
+	ev.Outages = []Outage{{Start: began, End: time.Now().Add(-time.Second)}}
+	requireBreaches(t, check(t, "no-live-abandoned", d.pool, ev), "execution 4 (jobwX) ABANDONED at")
 }
 
 func TestCounters(t *testing.T) {
@@ -347,6 +358,7 @@ func TestCounters(t *testing.T) {
 		return map[string]string{"job": "aptTrade", "source": "api", "result": result}
 	}
 	ev := &Evidence{
+		Workers: []*ProcessRecord{workerRecord("soak-worker-1.2", "wA", time.Now().Add(-time.Minute))},
 		Answers: []Answer{
 			req(KindValid, 202), req(KindControl, 202), req(KindDuplicate, 409),
 			req(KindValid, 0), // no answer: may have been accepted
@@ -366,7 +378,7 @@ func TestCounters(t *testing.T) {
 	requireBreaches(t, check(t, "counters", d.pool, ev),
 		"buildrisk_requests_total{source=api,result=invalid} = 2, the load got 3",
 		"soak-worker-1.2: buildrisk_executions_total{status=FAILED} = 0, the database shows 1",
-		"soak-worker-1.2: buildrisk_items_total{outcome=failed} = 1, its committed checkpoints hold 3")
+		"soak-worker-1.2: buildrisk_items_total{outcome=failed} = 1, its executions hold 3")
 
 	ev.APIMetrics = metrics(metricRequests, api("accepted"), 5.0)
 	requireBreaches(t, check(t, "counters", d.pool, &Evidence{Answers: ev.Answers, APIMetrics: ev.APIMetrics}),

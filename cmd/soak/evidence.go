@@ -36,6 +36,37 @@ type Evidence struct {
 	// APITimeout is the load's client timeout: an API call without an answer
 	// by then counts as hung.
 	APITimeout time.Duration
+
+	// Outages are the database outages the harness caused; StaleAfter is the
+	// fleet's stale window. During an outage longer than the window no
+	// worker can heartbeat, so every worker is dead as far as the system can
+	// know (each fences itself), and a reap right after it is the design,
+	// not a false one.
+	Outages    []Outage
+	StaleAfter time.Duration
+}
+
+// Outage is a window in which PostgreSQL was down.
+type Outage struct{ Start, End time.Time }
+
+// addOutage records an outage the harness caused.
+func (e *Evidence) addOutage(o Outage) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.Outages = append(e.Outages, o)
+}
+
+// cutOffAt reports whether, at t, the workers may have been without a
+// heartbeat for longer than the stale window because of an outage: from an
+// outage's start until a stale window after it ended (the time the workers
+// need to beat again before the reaper next looks).
+func (e *Evidence) cutOffAt(t time.Time) bool {
+	for _, o := range e.Outages {
+		if o.End.Sub(o.Start) >= e.StaleAfter && !t.Before(o.Start) && !t.After(o.End.Add(e.StaleAfter)) {
+			return true
+		}
+	}
+	return false
 }
 
 // ProcessRecord is one worker process: its identity in the database and when

@@ -54,6 +54,19 @@ func (t *faultTally) add(name string, injected bool, err error) {
 	}
 }
 
+// outage stops PostgreSQL for STALE_AFTER + 2 s and starts it again,
+// recording the window in the evidence.
+func (f *faulter) outage(ctx context.Context) error {
+	start := time.Now()
+	if err := f.s.pg.stopServer(); err != nil {
+		return err
+	}
+	sleep(context.WithoutCancel(ctx), f.s.cfg.staleAfter+2*time.Second)
+	err := f.s.pg.startServer()
+	f.s.ev.addOutage(Outage{Start: start, End: time.Now()})
+	return err
+}
+
 // upstreamWindow is how long an upstream fault lasts.
 func (f *faulter) upstreamWindow() time.Duration {
 	return 2*time.Second + time.Duration(f.rng.Int64N(int64(6*time.Second)))
@@ -102,11 +115,7 @@ var faults = []Fault{
 		return true, f.s.pg.restart()
 	}},
 	{Name: "pg-outage", Description: "PostgreSQL down for STALE_AFTER + 2 s", Inject: func(ctx context.Context, f *faulter) (bool, error) {
-		if err := f.s.pg.stopServer(); err != nil {
-			return false, err
-		}
-		sleep(context.WithoutCancel(ctx), f.s.cfg.staleAfter+2*time.Second)
-		return true, f.s.pg.startServer()
+		return true, f.outage(ctx)
 	}},
 	{Name: "pg-outage-slow-call", Description: "PostgreSQL down for STALE_AFTER + 2 s while a worker waits on a provider call that outlasts the outage and the reap", Inject: func(ctx context.Context, f *faulter) (bool, error) {
 		stall := 2*f.s.cfg.staleAfter + 2*f.s.cfg.reapInterval + 4*time.Second
@@ -129,11 +138,7 @@ var faults = []Fault{
 		if f.s.recorder.inflight.Load() == 0 {
 			return false, nil // no run was calling the provider
 		}
-		if err := f.s.pg.stopServer(); err != nil {
-			return false, err
-		}
-		sleep(context.WithoutCancel(ctx), f.s.cfg.staleAfter+2*time.Second)
-		if err := f.s.pg.startServer(); err != nil {
+		if err := f.outage(ctx); err != nil {
 			return false, err
 		}
 		// The stalled call is still in flight: let the reapers run first.

@@ -170,7 +170,7 @@ func soak(ctx context.Context, cfg *config, stderr io.Writer) (*report, error) {
 		return nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	ev := &Evidence{FakeTotal: -1, APITimeout: cfg.apiTimeout, WorkerMetrics: map[string]Metrics{}}
+	ev := &Evidence{FakeTotal: -1, APITimeout: cfg.apiTimeout, StaleAfter: cfg.staleAfter, WorkerMetrics: map[string]Metrics{}}
 	s := &system{cfg: cfg, logger: logger, ev: ev}
 	defer s.close()
 	logger.Info("soak starting", "seed", cfg.seed, "duration", cfg.duration, "dir", cfg.dir)
