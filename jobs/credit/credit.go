@@ -175,6 +175,14 @@ func (j *Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch
 	if !ok {
 		return nil, fmt.Errorf("chunk %s is not in the plan of execution %d", chunk, run.ExecutionID)
 	}
+	// A chunk done again (a transient database error made the runner retry
+	// it, after some of its grades had committed in parts) calls only the
+	// targets with no committed grade, as a resume does.
+	inPart, err := batch.CommittedItems(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	targets = slices.DeleteFunc(slices.Clone(targets), func(code string) bool { return inPart[code] })
 	day := run.Calls.Today()
 	results, err := batch.FanOutCommit(ctx, run, chunk, targets,
 		func(ctx context.Context, corpCode string) (Evaluation, error) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -417,4 +418,43 @@ func TestCreditEval_SilentLossFails(t *testing.T) {
 	// The first chunk's figures do not add up: it does not commit.
 	require.Regexp(t, `^chunk \d{8}-\d{8}: unaccounted: 1 of 0 targets \(written -1, skipped 0, failed 0\)$`, out.Message)
 	require.Equal(t, float64(1), b.metric(t, observability.MetricItems, map[string]string{"job": jobs.CreditEval, "outcome": observability.OutcomeUnaccounted}))
+}
+
+// retriedJob makes the runner do a chunk again: the first Process ends, its
+// grades committed in parts, with a transient database error (a restart
+// closing the connection), which the runner retries by calling Process again.
+type retriedJob struct {
+	*credit.Job
+	failed atomic.Bool
+}
+
+func (j *retriedJob) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	res, err := j.Job.Process(ctx, run, chunk)
+	if err == nil && j.failed.CompareAndSwap(false, true) {
+		return nil, fmt.Errorf("commit of chunk %s: %w", chunk, &pgconn.PgError{Code: "57P01", Message: "terminating connection due to administrator command"})
+	}
+	return res, err
+}
+
+// A chunk done again after its grades committed in parts calls none of
+// them again and counts each once (the soak found the retry calling and
+// counting the whole chunk twice: written 461 of 400 targets).
+func TestCreditEval_RetriedChunkCallsOnlyUncommitted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{targets: 400, fanOut: 4})
+	runner, err := batch.NewRunner(b.pool, batch.Config{
+		WorkerID: "4@test#boot", Jobs: map[string]batch.Job{jobs.CreditEval: &retriedJob{Job: credit.New()}},
+		Upstream: b.client, Instruments: b.instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	id, _ := b.request(t, `{}`, nil)
+	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: id})
+	require.NoError(t, err)
+	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	lookups := b.fake.Stats().Calls[fakeupstream.EndpointCreditLookup]
+	require.Len(t, lookups, 400)
+	for key, n := range lookups {
+		require.Equal(t, int64(1), n, "%s called again", key)
+	}
+	require.Contains(t, out.Message, "written 400")
 }
