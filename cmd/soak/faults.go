@@ -179,8 +179,8 @@ var faults = []Fault{
 }
 
 // shortPageField is the fake upstream's configuration field for short
-// pages; the soak probes whether the fake knows it.
-const shortPageField = "shortPageRate"
+// pages: aptTrade and filingList pages cut short of the total they declare.
+const shortPageField = "shortRate"
 
 // killWorker kills a random live worker with sig and starts its slot's
 // next generation after a pause.
