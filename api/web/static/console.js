@@ -320,6 +320,17 @@
         ["Params", el("code", {}, JSON.stringify(r.params))], ["Estimated calls", num(r.estimatedCalls)],
         ["Created", when(r.createdAt)], ["Worker", r.workerId || "—"], ["Message", r.message || "—"],
       ];
+      // The chain of one instance: which execution this request resumes (and
+      // why, for an automatic resume), and the instance's executions so far.
+      if (r.resumesExecutionId) {
+        rows.push(["Resumes", "execution #" + r.resumesExecutionId +
+          (r.source === "resume" ? " (automatic, after " + (r.resumeCause || "a stop") + ")" : "")]);
+      }
+      if (r.instance) {
+        rows.push(["Instance", "#" + r.instance.id + ": " + num(r.instance.executions) + " execution(s), " +
+          num(r.instance.chunksDone) + " chunks, written / skipped / failed " + num(r.instance.itemsWritten) + " / " +
+          num(r.instance.itemsSkipped) + " / " + num(r.instance.itemsFailed) + ", " + num(r.instance.externalCalls) + " calls"]);
+      }
       if (e) {
         rows.push(["Execution", [statusBadge(e.status), " #" + e.id]],
           ["Chunks", num(e.chunksDone) + " / " + num(e.chunksTotal)],
