@@ -24,23 +24,6 @@ var autoResumeEnv = map[string]string{
 	"BUILDRISK_AUTO_RESUME_BACKOFF": "10ms",
 }
 
-// waitChunks polls request id until its execution has committed at least n
-// chunks.
-func (s *testSystem) waitChunks(id string, n float64) {
-	s.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		_, out := s.get("/v1/requests/" + id)
-		if exec, ok := out["execution"].(map[string]any); ok && exec["chunksDone"].(float64) >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("request %s never reached %v chunks: %v", id, n, out)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // resumeOf returns the id of the automatic resume of execution execID, or ""
 // when there is none.
 func (s *testSystem) resumeOf(execID string) string {
@@ -73,7 +56,7 @@ func TestAutoResume_DrainedRunContinuesOnAnotherWorker(t *testing.T) {
 	survivor := startRadar(t, bin, env, "worker")
 	survivor.waitLine(t, adminAddrLine)
 
-	s.waitChunks(id, 10)
+	s.waitChunksDone(id, 10)
 	require.NoError(t, draining.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, draining.wait(t, 30*time.Second), "the drained worker exits 0")
 
@@ -110,7 +93,7 @@ func TestAutoResume_ReapedRunResumesOnTheSurvivor(t *testing.T) {
 	survivor := startRadar(t, bin, env, "worker")
 	survivorAdmin := survivor.waitLine(t, adminAddrLine)[1]
 
-	s.waitChunks(id, 5)
+	s.waitChunksDone(id, 5)
 	require.NoError(t, victim.cmd.Process.Kill())
 	victim.wait(t, 10*time.Second)
 
@@ -149,7 +132,7 @@ func TestAutoResume_DecisionsStayStopped(t *testing.T) {
 		s := newTestSystem(t, &testSystemOpts{env: autoResumeEnv, fake: fakeupstream.Config{Latency: 20 * time.Millisecond}})
 		s.startWorker()
 		id := s.requestAptTrade(aptTradeBody(sixRegions, "2025-01", "2025-12"))
-		s.waitChunks(id, 2)
+		s.waitChunksDone(id, 2)
 		status, out := s.post("/v1/jobs/aptTrade/stop", "")
 		require.Equal(t, http.StatusAccepted, status, "%v", out)
 		stopped := s.waitRequest(id, "DONE", "FAILED")
