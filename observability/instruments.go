@@ -111,10 +111,11 @@ const (
 // Two kinds. ReasonClosed, ReasonQueueFull and ReasonSubmitFailed mean the
 // item was dropped: with backpressure before submit they should never be
 // counted, and any increase pages (alert BuildriskFanoutRejections, severity
-// critical). ReasonCap and ReasonProvider429 mean upstream pushed back: the
-// item is not lost (a 429 is retried; a cap stops the job, resumable), so
-// they are shown on the dashboard but excluded from that alert; the same
-// calls are also counted by buildrisk_external_calls_total.
+// critical). ReasonCap, ReasonProvider429 and ReasonProviderLimitLowered
+// mean upstream pushed back: the item is not lost (a 429 is retried; a cap
+// stops the job, resumable). The same alert names them by its reason label
+// (deploy/prometheus/rules.yml), and the same calls are also counted by
+// buildrisk_external_calls_total.
 const (
 	// ReasonCap is a call refused because the provider's daily cap or the
 	// execution's maxCalls was reached (the job stops, resumable). Not a
@@ -126,6 +127,12 @@ const (
 	// ReasonProvider429 is a provider refusing a call with 429 Too Many
 	// Requests (the call is retried after Retry-After). Not a loss.
 	ReasonProvider429 = "provider_429"
+	// ReasonProviderLimitLowered is a provider refusing a call with 429
+	// while its fleet-wide rate limit (BUILDRISK_RATE_<P>) is set: we stayed
+	// under the rate we were given, so the provider's real limit is lower
+	// (it lowered it, or the rate was set too high). The call is retried and
+	// the whole fleet waits out the Retry-After. Not a loss.
+	ReasonProviderLimitLowered = "provider_limit_lowered"
 	// ReasonQueueFull is an item refused because a bounded queue was full:
 	// the lost-events incident's failure, which backpressure is meant to make
 	// impossible. A loss.
@@ -164,7 +171,7 @@ const (
 var tickOutcomes = []string{TickCoalesced, TickDeferred, TickEnqueued, TickFailed, TickMissed}
 
 // fanoutReasons lists every allowed value of the reason attribute.
-var fanoutReasons = []string{ReasonCap, ReasonClosed, ReasonProvider429, ReasonQueueFull, ReasonSubmitFailed}
+var fanoutReasons = []string{ReasonCap, ReasonClosed, ReasonProvider429, ReasonProviderLimitLowered, ReasonQueueFull, ReasonSubmitFailed}
 
 // Values of the cause attribute of buildrisk_auto_resumes_total and
 // buildrisk_auto_resumes_refused_total: what stopped the run.
@@ -539,8 +546,9 @@ func (i *Instruments) InitSeries(ctx context.Context, jobs, providers []string) 
 // FanoutRejected counts one item of job's fan-out refused for reason (one
 // of the Reason constants). The loss reasons (ReasonClosed,
 // ReasonQueueFull, ReasonSubmitFailed) feed the critical alert
-// BuildriskFanoutRejections; ReasonCap and ReasonProvider429 are shown on
-// the dashboard only.
+// BuildriskFanoutRejections; ReasonCap, ReasonProvider429 and
+// ReasonProviderLimitLowered are upstream pushback, named by the same
+// alert's reason label.
 func (i *Instruments) FanoutRejected(ctx context.Context, job, reason string) {
 	i.fanoutRejections.Add(ctx, 1, metric.WithAttributes(
 		attrJob.String(job),

@@ -311,7 +311,7 @@ func TestInstrumentsInitSeries(t *testing.T) {
 
 	families = scrape(t, bundle.providers.MetricsHandler())
 	for name, wantSeries := range map[string]int{
-		MetricFanoutRejections:      2 * 5,
+		MetricFanoutRejections:      2 * 6,
 		MetricRequests:              2 * 5 * 3,
 		MetricAutoResumes:           2 * 3,
 		MetricAutoResumesRefused:    2 * 3,

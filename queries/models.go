@@ -241,6 +241,11 @@ type ProviderCallLease struct {
 	ExpiresAt time.Time
 }
 
+type ProviderRate struct {
+	Provider string
+	Tat      time.Time
+}
+
 type RiskAlert struct {
 	ID          int64
 	CorpCode    string

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"runtime"
@@ -53,8 +54,11 @@ type envConfig struct {
 	UpstreamURLs map[upstream.Provider]string
 	Keys         map[upstream.Provider]string
 	DailyCaps    map[upstream.Provider]int
-	Location     *time.Location
-	LogFormat    string
+	// Rates is each provider's fleet-wide rate limit in calls per second
+	// (BUILDRISK_RATE_<P>); a provider without one is absent.
+	Rates     map[upstream.Provider]float64
+	Location  *time.Location
+	LogFormat string
 	// MaxBodyBytes bounds every API request body (BUILDRISK_MAX_BODY_BYTES).
 	MaxBodyBytes int64
 	// APIStatementTimeout and APILockTimeout are the statement_timeout and
@@ -115,6 +119,7 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		UpstreamURLs: map[upstream.Provider]string{},
 		Keys:         map[upstream.Provider]string{},
 		DailyCaps:    map[upstream.Provider]int{},
+		Rates:        map[upstream.Provider]float64{},
 		LogFormat:    getenv("BUILDRISK_LOG_FORMAT"),
 	}
 	var err error
@@ -243,6 +248,14 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 				return nil, envError(name, "%q is not a non-negative integer", v)
 			}
 			c.DailyCaps[p] = n
+		}
+		name = "BUILDRISK_RATE_" + string(p)
+		if v := getenv(name); v != "" {
+			rate, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(rate > 0) || math.IsInf(rate, 1) {
+				return nil, envError(name, "%q is not a positive number of calls per second", v)
+			}
+			c.Rates[p] = rate
 		}
 	}
 	tz := orDefault(getenv("BUILDRISK_TIMEZONE"), "Asia/Seoul")

@@ -29,6 +29,9 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 		"BUILDRISK_WORKER_RETENTION":      "30s",
 		"BUILDRISK_MOLIT_URL":             "ftp://x",
 		"BUILDRISK_DAILY_CAP_DART":        "many",
+		"BUILDRISK_RATE_MOLIT":            "0",
+		"BUILDRISK_RATE_KRX":              "-5",
+		"BUILDRISK_RATE_DART":             "fast",
 		"BUILDRISK_TIMEZONE":              "Mars/Olympus",
 		"BUILDRISK_LOG_FORMAT":            "xml",
 		"BUILDRISK_MAX_BODY_BYTES":        "1MB",
@@ -74,6 +77,7 @@ func TestEnv_Defaults(t *testing.T) {
 	require.Equal(t, 10000, env.DailyCaps["MOLIT"])
 	require.Equal(t, 10000, env.DailyCaps["KRX"])
 	require.Equal(t, 50000, env.DailyCaps["CREDIT"])
+	require.Empty(t, env.Rates, "no rate limit by default")
 	require.Empty(t, env.UpstreamURLs)
 	require.Error(t, requireDatabaseURL(env))
 

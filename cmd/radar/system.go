@@ -248,8 +248,9 @@ func newWorkerID() (id, hostname, boot string) {
 // id) names the process in the leases of the daily caps it takes.
 func newUpstream(pool *pgxpool.Pool, env *envConfig, tel *telemetry, holder string) (*upstream.Client, error) {
 	return upstream.NewClient(pool, upstream.ClientConfig{
-		BaseURLs: env.UpstreamURLs, Keys: env.Keys, DailyCaps: env.DailyCaps, Location: env.Location,
-		Now: env.Now, Instruments: tel.instruments, FanOut: env.FanOut, Holder: holder,
+		BaseURLs: env.UpstreamURLs, Keys: env.Keys, DailyCaps: env.DailyCaps, Rates: env.Rates, Location: env.Location,
+		Logger: tel.logger,
+		Now:    env.Now, Instruments: tel.instruments, FanOut: env.FanOut, Holder: holder,
 		RequestTimeout: env.ProviderTimeout,
 		Transport:      providerTransport(env.FanOut),
 		// Provider calls are client spans; the key is added below them.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -141,6 +143,19 @@ type ClientConfig struct {
 	// CapWait is how often a Caller looks again when the day's cap is
 	// taken but other leases are open; default CapWaitDefault.
 	CapWait time.Duration
+	// Rates is each provider's rate limit in calls per second, shared by
+	// every worker of the fleet (BUILDRISK_RATE_<P>, see rate.go). A
+	// provider absent from the map has none: its calls cost nothing more.
+	Rates map[Provider]float64
+	// RateBlockSpan is the longest stretch of a provider's shared schedule
+	// one block of slots reserves; default RateBlockSpanDefault.
+	RateBlockSpan time.Duration
+	// Logger receives the summary line of 429s under a rate limit; default
+	// slog.Default().
+	Logger *slog.Logger
+	// SummaryInterval is the least time between two such lines; default
+	// observability.SummaryIntervalDefault.
+	SummaryInterval time.Duration
 }
 
 func (c ClientConfig) withDefaults() ClientConfig {
@@ -152,6 +167,11 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	c.LeaseSpan = cmp.Or(c.LeaseSpan, LeaseSpanDefault)
 	c.LeaseTTL = cmp.Or(c.LeaseTTL, LeaseTTLDefault)
 	c.CapWait = cmp.Or(c.CapWait, CapWaitDefault)
+	c.RateBlockSpan = cmp.Or(c.RateBlockSpan, RateBlockSpanDefault)
+	c.SummaryInterval = cmp.Or(c.SummaryInterval, observability.SummaryIntervalDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 	if c.Location == nil {
 		c.Location = time.UTC
 	}
@@ -174,6 +194,16 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	return c
 }
 
+// validate returns an error for a value out of range.
+func (c ClientConfig) validate() error {
+	for p, rate := range c.Rates {
+		if !(rate > 0) || math.IsInf(rate, 1) {
+			return fmt.Errorf("upstream: rate of %s must be a positive number of calls per second, got %v", p, rate)
+		}
+	}
+	return nil
+}
+
 // Client calls providers for every job of a process: it adds the key,
 // takes each attempt from the shared daily budget (in leases, see lease.go)
 // before making it, retries with backoff honouring Retry-After, and counts
@@ -183,6 +213,13 @@ type Client struct {
 	pool    *pgxpool.Pool
 	queries *queries.Queries
 	http    *http.Client
+	// rates holds a dispenser per provider with a rate limit; nil for the
+	// others, which then cost nothing more per call.
+	rates map[Provider]*rateLimiter
+	// limitLowered counts the 429s answered under a rate limit, logged as
+	// one summary line at most every SummaryInterval.
+	limitLowered  *observability.Summary
+	lastLimitLine atomic.Int64 // unix nanoseconds of the last such line
 }
 
 // NewClient returns a Client.
@@ -191,14 +228,35 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*Client, error) {
 		return nil, errors.New("upstream: Instruments is required")
 	}
 	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	var transport http.RoundTripper = &keyTransport{next: cfg.Transport}
 	if cfg.WrapTransport != nil {
 		transport = cfg.WrapTransport(transport)
 	}
-	return &Client{
+	c := &Client{
 		cfg: cfg, pool: pool, queries: queries.New(),
-		http: &http.Client{Timeout: cfg.RequestTimeout, Transport: transport},
-	}, nil
+		http:  &http.Client{Timeout: cfg.RequestTimeout, Transport: transport},
+		rates: map[Provider]*rateLimiter{},
+		limitLowered: observability.NewSummary(cfg.Logger, cfg.SummaryInterval,
+			"provider answered 429 under its BUILDRISK_RATE_<P>: its real limit is below the configured rate; lower the rate").WithLevel(slog.LevelWarn),
+	}
+	for p, rate := range cfg.Rates {
+		c.rates[p] = newRateLimiter(c, p, rate)
+	}
+	return c, nil
+}
+
+// noteLimitLowered counts a 429 of p answered under its rate limit and logs
+// the summary line when the previous one is SummaryInterval old: the first
+// 429 is logged at once, later ones at most once an interval.
+func (c *Client) noteLimitLowered(ctx context.Context, p Provider) {
+	c.limitLowered.Add(string(p), 1)
+	now, last := time.Now().UnixNano(), c.lastLimitLine.Load()
+	if now-last >= int64(c.cfg.SummaryInterval) && c.lastLimitLine.CompareAndSwap(last, now) {
+		c.limitLowered.Flush(ctx)
+	}
 }
 
 // DailyCap returns the provider's daily cap.
@@ -284,6 +342,7 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 	target := strings.TrimRight(base, "/") + endpoint.Path + "?" + query.Encode()
 	ctx = context.WithValue(ctx, credentialKey{}, credential{param: provider.KeyParam(), value: apiKey})
 
+	limiter := c.rates[provider] // nil without a rate limit
 	var lastStatus, attempts int
 	var lastErr error
 	for attempt := 1; attempt <= c.cfg.Attempts; attempt++ {
@@ -300,6 +359,14 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 			}
 			return nil, err
 		}
+		if limiter != nil {
+			// The call's slot of the fleet's schedule; ctx ending (a drain,
+			// a stop, a lost ownership) ends the wait without a call.
+			if err := limiter.wait(ctx); err != nil {
+				cl.calls.Add(-1)
+				return nil, err
+			}
+		}
 		body, status, retryAfter, err := c.do(ctx, target)
 		if err == nil && status >= 200 && status < 300 {
 			c.cfg.Instruments.ExternalCall(ctx, string(provider), observability.CallOK)
@@ -313,8 +380,23 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 		if errors.Is(err, ErrResponseTooLarge) {
 			break // the same answer would come again
 		}
+		wait := c.cfg.Backoff << (attempt - 1)
+		if retryAfter > 0 {
+			wait = retryAfter
+		}
+		wait = min(wait, c.cfg.MaxBackoff)
 		if status == http.StatusTooManyRequests {
-			c.cfg.Instruments.FanoutRejected(ctx, cl.job, observability.ReasonProvider429)
+			if limiter == nil {
+				c.cfg.Instruments.FanoutRejected(ctx, cl.job, observability.ReasonProvider429)
+			} else {
+				// Under our rate the provider still refused: its real limit
+				// is lower. The whole fleet holds back for the wait.
+				c.cfg.Instruments.FanoutRejected(ctx, cl.job, observability.ReasonProviderLimitLowered)
+				c.noteLimitLowered(ctx, provider)
+				if err := limiter.pause(ctx, wait); err != nil {
+					return nil, err
+				}
+			}
 		}
 		if err == nil && status != http.StatusTooManyRequests && status < 500 {
 			break // a 4xx other than 429 will not get better
@@ -322,11 +404,6 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 		if attempt == c.cfg.Attempts {
 			break
 		}
-		wait := c.cfg.Backoff << (attempt - 1)
-		if retryAfter > 0 {
-			wait = retryAfter
-		}
-		wait = min(wait, c.cfg.MaxBackoff)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()

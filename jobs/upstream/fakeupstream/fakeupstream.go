@@ -33,6 +33,7 @@ package fakeupstream
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,6 +43,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,6 +58,10 @@ const (
 	// CompaniesDefault is the number of companies used when
 	// Config.Companies is 0.
 	CompaniesDefault = 3000
+
+	// RetryAfterDefault is the Retry-After of the injected 429s when
+	// Config.RetryAfter is 0.
+	RetryAfterDefault = time.Second
 
 	// CompaniesMax is the largest Config.Companies accepted; DART itself
 	// lists about 100,000.
@@ -89,8 +95,13 @@ type Config struct {
 	ErrorRate float64 `json:"errorRate"`
 
 	// Rate429 is the fraction of provider calls answered with HTTP 429 and
-	// Retry-After: 1.
+	// a Retry-After of RetryAfter.
 	Rate429 float64 `json:"rate429"`
+
+	// RetryAfter is the Retry-After of the injected 429s, sent in whole
+	// seconds rounded up. 0 means RetryAfterDefault; a negative value sends
+	// no Retry-After at all (the client then falls back on its backoff).
+	RetryAfter time.Duration `json:"retryAfter"`
 
 	// EmptyRate is the fraction of credit lookups answered with an empty
 	// grade, which forces the job to call the fallback.
@@ -117,14 +128,15 @@ type Config struct {
 
 // configJSON is Config's JSON form: the latency is a Go duration string.
 type configJSON struct {
-	Latency   string              `json:"latency"`
-	ErrorRate float64             `json:"errorRate"`
-	Rate429   float64             `json:"rate429"`
-	EmptyRate float64             `json:"emptyRate"`
-	ShortRate float64             `json:"shortRate"`
-	Seed      int64               `json:"seed"`
-	Companies int                 `json:"companies"`
-	FailKeys  map[string][]string `json:"failKeys"`
+	Latency    string              `json:"latency"`
+	ErrorRate  float64             `json:"errorRate"`
+	Rate429    float64             `json:"rate429"`
+	RetryAfter string              `json:"retryAfter"`
+	EmptyRate  float64             `json:"emptyRate"`
+	ShortRate  float64             `json:"shortRate"`
+	Seed       int64               `json:"seed"`
+	Companies  int                 `json:"companies"`
+	FailKeys   map[string][]string `json:"failKeys"`
 }
 
 // MarshalJSON writes the configuration with the latency as a Go duration
@@ -135,14 +147,15 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		failKeys = map[string][]string{}
 	}
 	return json.Marshal(configJSON{
-		Latency:   c.Latency.String(),
-		ErrorRate: c.ErrorRate,
-		Rate429:   c.Rate429,
-		EmptyRate: c.EmptyRate,
-		ShortRate: c.ShortRate,
-		Seed:      c.Seed,
-		Companies: c.Companies,
-		FailKeys:  failKeys,
+		Latency:    c.Latency.String(),
+		ErrorRate:  c.ErrorRate,
+		Rate429:    c.Rate429,
+		RetryAfter: c.RetryAfter.String(),
+		EmptyRate:  c.EmptyRate,
+		ShortRate:  c.ShortRate,
+		Seed:       c.Seed,
+		Companies:  c.Companies,
+		FailKeys:   failKeys,
 	})
 }
 
@@ -153,14 +166,15 @@ func (c Config) MarshalJSON() ([]byte, error) {
 // see Validate.
 func (c *Config) UnmarshalJSON(b []byte) error {
 	var patch struct {
-		Latency   *string         `json:"latency"`
-		ErrorRate *float64        `json:"errorRate"`
-		Rate429   *float64        `json:"rate429"`
-		EmptyRate *float64        `json:"emptyRate"`
-		ShortRate *float64        `json:"shortRate"`
-		Seed      *int64          `json:"seed"`
-		Companies *int            `json:"companies"`
-		FailKeys  json.RawMessage `json:"failKeys"`
+		Latency    *string         `json:"latency"`
+		ErrorRate  *float64        `json:"errorRate"`
+		Rate429    *float64        `json:"rate429"`
+		RetryAfter *string         `json:"retryAfter"`
+		EmptyRate  *float64        `json:"emptyRate"`
+		ShortRate  *float64        `json:"shortRate"`
+		Seed       *int64          `json:"seed"`
+		Companies  *int            `json:"companies"`
+		FailKeys   json.RawMessage `json:"failKeys"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -183,6 +197,13 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	}
 	if patch.Rate429 != nil {
 		next.Rate429 = *patch.Rate429
+	}
+	if patch.RetryAfter != nil {
+		d, err := time.ParseDuration(*patch.RetryAfter)
+		if err != nil {
+			return fmt.Errorf("retryAfter: %w", err)
+		}
+		next.RetryAfter = d
 	}
 	if patch.EmptyRate != nil {
 		next.EmptyRate = *patch.EmptyRate
@@ -247,6 +268,7 @@ func (c Config) normalized() Config {
 	}
 	c.Companies = min(c.Companies, CompaniesMax)
 	c.Latency = max(c.Latency, 0)
+	c.RetryAfter = cmp.Or(c.RetryAfter, RetryAfterDefault)
 	clamp := func(f float64) float64 {
 		if !(f > 0) { // also NaN
 			return 0
@@ -459,7 +481,9 @@ func (s *Server) provider(endpoint string, keyParams []string, keyParam string, 
 				http.Error(w, "injected internal server error", http.StatusInternalServerError)
 				return
 			case f < cfg.ErrorRate+cfg.Rate429:
-				w.Header().Set("Retry-After", "1")
+				if ra := cfg.RetryAfter; ra > 0 {
+					w.Header().Set("Retry-After", strconv.FormatInt(int64((ra+time.Second-1)/time.Second), 10))
+				}
 				http.Error(w, "injected rate limit: too many requests", http.StatusTooManyRequests)
 				return
 			}

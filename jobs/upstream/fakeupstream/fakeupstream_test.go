@@ -235,7 +235,7 @@ func TestConfigEndpoint(t *testing.T) {
 	require.Equal(t, int64(1), cfg.Seed)
 
 	_, body = get(t, srv, "/__fake/config", nil)
-	require.JSONEq(t, `{"latency":"2ms","errorRate":0.05,"rate429":0.1,"emptyRate":0,"shortRate":0,"seed":1,"companies":50,"failKeys":{"aptTrade":["11110:202501"]}}`, string(body))
+	require.JSONEq(t, `{"latency":"2ms","errorRate":0.05,"rate429":0.1,"retryAfter":"1s","emptyRate":0,"shortRate":0,"seed":1,"companies":50,"failKeys":{"aptTrade":["11110:202501"]}}`, string(body))
 
 	resp, _ = post(t, srv, "/__fake/config", `{"failKeys":null,"latency":"0s"}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -279,6 +279,16 @@ func TestInjectedFaults(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	require.Equal(t, "1", resp.Header.Get("Retry-After"))
 	require.Contains(t, string(body), "too many requests")
+
+	// RetryAfter sets the header in whole seconds, rounded up; a negative
+	// one leaves it out.
+	_, srv = startServer(t, Config{Companies: 50, Rate429: 1, RetryAfter: 2500 * time.Millisecond})
+	resp, _ = get(t, srv, pathStockPrice, stockQ("005930", "20250102"))
+	require.Equal(t, "3", resp.Header.Get("Retry-After"))
+	_, srv = startServer(t, Config{Companies: 50, Rate429: 1, RetryAfter: -1})
+	resp, _ = get(t, srv, pathStockPrice, stockQ("005930", "20250102"))
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.Empty(t, resp.Header.Values("Retry-After"))
 
 	// The same seed gives the same faults for the same calls, and about
 	// ErrorRate of them fail.
