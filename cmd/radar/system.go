@@ -478,7 +478,7 @@ func newAPIServer(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),
 		Logger: tel.logger, Version: version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
 		RequestTimeout: apiRequestTimeout(env), TxSettings: apiTxSettings(env),
-		DailyCaps:      env.capsByName(), Today: budgetDay(env), RiverUI: riverUI,
+		DailyCaps: env.capsByName(), Today: budgetDay(env), RiverUI: riverUI,
 	})
 }
 
