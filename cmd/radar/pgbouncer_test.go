@@ -149,6 +149,16 @@ func TestPgBouncer_TransactionPooling(t *testing.T) {
 	// fetched twice, whichever worker ran it.
 	requireEachKeyOnce(t, s, 20)
 	require.Zero(t, s.count(`SELECT count(*) FROM job_request WHERE status = 'FAILED'`))
+
+	// Pickup is River's fetch poll without LISTEN (docs/operations.md,
+	// "PgBouncer"): logged, not asserted.
+	var n int
+	var median, slowest float64
+	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT count(*),
+		coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - created_at)), 0),
+		coalesce(max(extract(epoch FROM claimed_at - created_at)), 0)
+		FROM job_request WHERE claimed_at IS NOT NULL`).Scan(&n, &median, &slowest))
+	t.Logf("pickup (claimed_at - created_at) of %d requests: median %.0f ms, slowest %.0f ms", n, median*1000, slowest*1000)
 }
 
 // Through PgBouncer the api's lock_timeout still fires: a request that waits
