@@ -102,7 +102,15 @@ func StartPgBouncer(t testing.TB, opts *PgBouncerOpts, databaseURLs ...string) *
 	if len(databaseURLs) == 0 {
 		t.Fatal("pgtest: StartPgBouncer needs at least one database URL")
 	}
-	b, err := startPgBouncer(opts, databaseURLs)
+	// The free port is picked before PgBouncer binds it: another process
+	// may take it in between, so a failed start is tried again.
+	var b *PgBouncer
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if b, err = startPgBouncer(opts, databaseURLs); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
