@@ -94,6 +94,13 @@ type Config struct {
 	// statement_timeout, so a slow statement is cancelled by the server
 	// first.
 	RequestTimeout time.Duration
+	// TxSettings, when set, are applied with SET LOCAL to every transaction
+	// a /v1 call runs (queries.WithTxSettings): the api's statement and
+	// lock timeouts behind PgBouncer's transaction pooling, where they
+	// cannot be session settings. Statements outside a transaction are
+	// then bounded by RequestTimeout alone (pgx cancels them, and PgBouncer
+	// forwards the cancel).
+	TxSettings *queries.TxSettings
 	// MaxBodyBytes bounds every request body (BUILDRISK_MAX_BODY_BYTES);
 	// default MaxBodyBytesDefault. A larger body is answered 413 unread.
 	MaxBodyBytes int64
@@ -254,6 +261,9 @@ func (s *Server) withDeadline(next http.Handler) http.Handler {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()
+		if s.cfg.TxSettings != nil {
+			ctx = queries.WithTxSettings(ctx, *s.cfg.TxSettings)
+		}
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

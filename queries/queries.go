@@ -10,16 +10,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/puddle/v2"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 )
 
 //go:generate go tool -modfile=../tools/go.mod sqlc generate -f ../sqlc.yaml
@@ -120,6 +121,27 @@ func IsTransient(err error) bool {
 	return pgconn.SafeToRetry(err)
 }
 
+// TxSettings are the statement_timeout and lock_timeout that InTx applies
+// with SET LOCAL at the start of every transaction it runs under a context
+// carrying them (WithTxSettings). Behind PgBouncer's transaction pooling a
+// connection's session settings cannot be relied on (PgBouncer refuses them
+// as startup parameters, and a session SET would follow the server
+// connection to other clients), so the api carries its timeouts this way
+// for its transactions: a lock wait under a job's advisory lock still ends
+// with a lock timeout.
+type TxSettings struct {
+	StatementTimeout time.Duration
+	LockTimeout      time.Duration
+}
+
+type txSettingsKey struct{}
+
+// WithTxSettings returns ctx carrying settings for the transactions InTx
+// runs under it.
+func WithTxSettings(ctx context.Context, settings TxSettings) context.Context {
+	return context.WithValue(ctx, txSettingsKey{}, settings)
+}
+
 // InTx runs fn in a READ COMMITTED transaction and commits it. A
 // serialization failure or deadlock rolls back and runs fn again, up to
 // TxRetryAttempts more times with a short jittered backoff; any other error
@@ -152,6 +174,15 @@ func inTxOnce(ctx context.Context, db Beginner, opts pgx.TxOptions, fn func(tx p
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("error beginning transaction: %w", err)
+	}
+	if settings, ok := ctx.Value(txSettingsKey{}).(TxSettings); ok {
+		if err := New().TxSettingsSetLocal(ctx, tx, &TxSettingsSetLocalParams{
+			StatementTimeoutMs: strconv.FormatInt(settings.StatementTimeout.Milliseconds(), 10),
+			LockTimeoutMs:      strconv.FormatInt(settings.LockTimeout.Milliseconds(), 10),
+		}); err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return fmt.Errorf("error setting transaction timeouts: %w", err)
+		}
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))

@@ -42,6 +42,9 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := refuseTxPoolingMigrations(env, "radar dev"); err != nil {
+		return err
+	}
 	workerID, hostname, boot := newWorkerID()
 	tel, err := newTelemetry(ctx, env, "dev", workerID, "text")
 	if err != nil {
@@ -65,12 +68,12 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 		databaseNote = "embedded, deleted on exit"
 	}
 	// The worker's pool; the api has its own (below), each with its budget.
-	pool, err := openPool(ctx, env.DatabaseURL, env.workerMaxConns(), env.DBTimeout)
+	pool, err := openPool(ctx, env.DatabaseURL, env.workerMaxConns(), env.DBTimeout, env.TxPooling)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	heartbeatPool, err := openHeartbeatPool(ctx, env.DatabaseURL, heartbeatPoolConns, env.DBTimeout)
+	heartbeatPool, err := openHeartbeatPool(ctx, env.DatabaseURL, heartbeatPoolConns, env.DBTimeout, env.TxPooling)
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,12 @@ type envConfig struct {
 	// DBMaxConns is the size of the api's or the worker's main database
 	// pool (BUILDRISK_DB_MAX_CONNS); 0 derives it from the concurrency (see
 	// apiMaxConns and workerMaxConns).
-	DBMaxConns   int
+	DBMaxConns int
+	// TxPooling is BUILDRISK_DB_PGBOUNCER=transaction: DATABASE_URL leads
+	// to PgBouncer in transaction pooling mode, so the processes keep no
+	// state on a server connection beyond one transaction (see
+	// txPoolingConfig).
+	TxPooling    bool
 	UpstreamURLs map[upstream.Provider]string
 	Keys         map[upstream.Provider]string
 	DailyCaps    map[upstream.Provider]int
@@ -218,6 +223,13 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		if c.DBMaxConns, err = strconv.Atoi(v); err != nil || c.DBMaxConns < 1 || c.DBMaxConns > 10000 {
 			return nil, envError("BUILDRISK_DB_MAX_CONNS", "%q is not an integer from 1 to 10000", v)
 		}
+	}
+	switch v := getenv("BUILDRISK_DB_PGBOUNCER"); v {
+	case "", "off":
+	case "transaction":
+		c.TxPooling = true
+	default:
+		return nil, envError("BUILDRISK_DB_PGBOUNCER", "%q is not transaction or off", v)
 	}
 	c.FanOut = batch.FanOutDefault
 	if v := getenv("BUILDRISK_FANOUT"); v != "" {

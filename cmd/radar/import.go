@@ -67,7 +67,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "radar import exposure: %v\n", err)
 		return exitUsage
 	}
-	pool, err := openPool(ctx, env.DatabaseURL, 2, 0)
+	pool, err := openPool(ctx, env.DatabaseURL, 2, 0, env.TxPooling)
 	if err == nil {
 		defer pool.Close()
 		err = checkSchema(ctx, pool)

@@ -235,14 +235,14 @@ func TestOpenPool_StatementTimeout(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	for timeout, want := range map[time.Duration]string{1500 * time.Millisecond: "1500ms", 0: "0"} {
-		pool, err := openPool(ctx, url, 2, timeout)
+		pool, err := openPool(ctx, url, 2, timeout, false)
 		require.NoError(t, err)
 		var got string
 		require.NoError(t, pool.QueryRow(ctx, "SHOW statement_timeout").Scan(&got))
 		pool.Close()
 		require.Equal(t, want, got)
 	}
-	pool, err := openPool(ctx, url, 2, 200*time.Millisecond)
+	pool, err := openPool(ctx, url, 2, 200*time.Millisecond, false)
 	require.NoError(t, err)
 	defer pool.Close()
 	_, err = pool.Exec(ctx, "SELECT pg_sleep(5)")

@@ -123,7 +123,7 @@ func (s *testSystem) processEnv(extra map[string]string) map[string]string {
 	for k, v := range s.vars {
 		env[k] = v
 	}
-	env["DATABASE_URL"] = s.dbURL
+	env["DATABASE_URL"] = s.serviceURL
 	env["BUILDRISK_ADMIN_ADDR"] = "127.0.0.1:0"
 	env["BUILDRISK_LOG_FORMAT"] = "text"
 	env["BUILDRISK_UPSTREAM_URL"] = s.fakeURL

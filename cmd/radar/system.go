@@ -141,26 +141,33 @@ func (t *telemetry) shutdown() {
 // pgxpool's default). statementTimeout, when set, becomes the connections'
 // statement_timeout, so no statement of the process (a lock wait included)
 // can outlast it, whatever its caller does, and bounds the time to open a
-// connection.
-func openPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration) (*pgxpool.Pool, error) {
-	return openNamedPool(ctx, url, maxConns, statementTimeout, "main")
+// connection. txPooling (BUILDRISK_DB_PGBOUNCER=transaction) adapts the
+// pool to PgBouncer's transaction pooling (poolConfig).
+func openPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, txPooling bool) (*pgxpool.Pool, error) {
+	return openNamedPool(ctx, url, maxConns, statementTimeout, txPooling, "main")
 }
 
 // openHeartbeatPool opens the small pool a worker's or CLI's heartbeats use,
 // so they never wait behind chunk work for a connection.
-func openHeartbeatPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration) (*pgxpool.Pool, error) {
-	return openNamedPool(ctx, url, maxConns, statementTimeout, "heartbeat")
+func openHeartbeatPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, txPooling bool) (*pgxpool.Pool, error) {
+	return openNamedPool(ctx, url, maxConns, statementTimeout, txPooling, "heartbeat")
 }
 
 // openNamedPool opens a pool; name tells its statistics apart from another
 // pool's.
-func openNamedPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, name string) (*pgxpool.Pool, error) {
-	cfg, err := poolConfig(url, maxConns)
+func openNamedPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, txPooling bool, name string) (*pgxpool.Pool, error) {
+	cfg, err := poolConfig(url, maxConns, txPooling)
 	if err != nil {
 		return nil, err
 	}
 	if statementTimeout > 0 {
-		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(statementTimeout.Milliseconds(), 10)
+		// Behind PgBouncer's transaction pooling a startup parameter is
+		// refused; the worker's and the CLI's calls each carry a deadline
+		// of the same length (worker.Config.DBTimeout), which pgx enforces
+		// with a cancel request that PgBouncer forwards.
+		if !txPooling {
+			cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(statementTimeout.Milliseconds(), 10)
+		}
 		// A database that does not answer at all (a dropped network) must
 		// not hold a new connection longer than a statement either.
 		if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > statementTimeout {
@@ -172,13 +179,17 @@ func openNamedPool(ctx context.Context, url string, maxConns int32, statementTim
 
 // openAPIPool opens the api's pool: every connection runs with the api's
 // statement_timeout and lock_timeout, so a locked table or a runaway query
-// costs a call a few seconds and a 503, never a hang.
+// costs a call a few seconds and a 503, never a hang. Behind PgBouncer's
+// transaction pooling the api sets them per transaction instead
+// (apiTxSettings).
 func openAPIPool(ctx context.Context, env *envConfig, url string) (*pgxpool.Pool, error) {
-	cfg, err := poolConfig(url, env.apiMaxConns())
+	cfg, err := poolConfig(url, env.apiMaxConns(), env.TxPooling)
 	if err != nil {
 		return nil, err
 	}
-	setAPITimeouts(cfg.ConnConfig, env)
+	if !env.TxPooling {
+		setAPITimeouts(cfg.ConnConfig, env)
+	}
 	return connectPool(ctx, cfg, "api")
 }
 
@@ -189,9 +200,30 @@ func setAPITimeouts(cfg *pgx.ConnConfig, env *envConfig) {
 	cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(env.APILockTimeout.Milliseconds(), 10)
 }
 
+// apiTxSettings returns the api's timeouts as per-transaction settings
+// behind PgBouncer's transaction pooling, nil otherwise (they are the
+// connections' session settings then).
+func apiTxSettings(env *envConfig) *queries.TxSettings {
+	if !env.TxPooling {
+		return nil
+	}
+	return &queries.TxSettings{StatementTimeout: env.APIStatementTimeout, LockTimeout: env.APILockTimeout}
+}
+
+// txPoolingExecMode is the pgx query mode behind PgBouncer's transaction
+// pooling. pgx's default caches named prepared statements per connection,
+// but PgBouncer 1.18 (Debian bookworm) hands each transaction whichever
+// server connection is free and has no protocol-level support for prepared
+// statements (max_prepared_statements came in 1.21): a statement prepared
+// on one server connection "does not exist" on the next, or "already
+// exists" there. CacheDescribe caches only the statements' parameter and
+// result types and runs every query as an unnamed statement, parse to
+// result in one round trip, so nothing outlives the message exchange.
+const txPoolingExecMode = pgx.QueryExecModeCacheDescribe
+
 // poolConfig parses url into a pool of at most maxConns connections (0:
-// pgxpool's default), traced.
-func poolConfig(url string, maxConns int32) (*pgxpool.Config, error) {
+// pgxpool's default), traced; txPooling selects txPoolingExecMode.
+func poolConfig(url string, maxConns int32, txPooling bool) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("DATABASE_URL: %w", err)}
@@ -199,6 +231,9 @@ func poolConfig(url string, maxConns int32) (*pgxpool.Config, error) {
 	cfg.ConnConfig.Tracer = otelpgx.NewTracer()
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
+	}
+	if txPooling {
+		cfg.ConnConfig.DefaultQueryExecMode = txPoolingExecMode
 	}
 	return cfg, nil
 }
@@ -379,6 +414,7 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 		DrainTimeout:      env.DrainTimeout,
 		Retention:         env.WorkerRetention,
 		MaxConcurrentJobs: env.WorkerConcurrency,
+		PollOnly:          env.TxPooling,
 		Instruments:       tel.instruments,
 		Logger:            tel.logger,
 		RiverPlugins:      riverPlugins(tel),
@@ -441,8 +477,8 @@ func newAPIServer(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *
 		Tokens: env.Tokens, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),
 		Logger: tel.logger, Version: version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
-		RequestTimeout: apiRequestTimeout(env),
-		DailyCaps:      env.capsByName(), Today: budgetDay(env), RiverUI: riverUI,
+		RequestTimeout: apiRequestTimeout(env), TxSettings: apiTxSettings(env),
+		DailyCaps: env.capsByName(), Today: budgetDay(env), RiverUI: riverUI,
 	})
 }
 

@@ -41,6 +41,10 @@ type testSystem struct {
 	dbURL    string
 	ownerURL string
 	pool     *pgxpool.Pool
+	// serviceURL is what the api and worker processes connect to: dbURL,
+	// or PgBouncer's URL of the same database (testSystemOpts.pgbouncer).
+	serviceURL string
+	bouncer    *pgtest.PgBouncer
 	// apiPool is the API's pool (statement and lock timeouts set).
 	apiPool *pgxpool.Pool
 	env     *envConfig
@@ -135,6 +139,10 @@ type testSystemOpts struct {
 	dbURL string
 	// logs receives the system's JSON log lines (nil: discarded).
 	logs io.Writer
+	// pgbouncer puts a private PgBouncer in transaction pooling mode
+	// between the database and the api and worker processes (the test's
+	// own pool, s.pool, still connects directly).
+	pgbouncer bool
 }
 
 func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
@@ -154,6 +162,11 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	s.pool = pool
+	s.serviceURL = s.dbURL
+	if opts.pgbouncer {
+		s.bouncer = pgtest.StartPgBouncer(t, nil, s.dbURL)
+		s.serviceURL = s.bouncer.URL(t, s.dbURL)
+	}
 	s.fake = fakeupstream.New(opts.fake)
 	s.gate = &callGate{}
 	fakeServer := httptest.NewServer(s.gate.wrap(s.fake))
@@ -204,7 +217,7 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 
 	// The API has its own pool with the api role's statement and lock
 	// timeouts, as `radar api` does.
-	s.apiPool, err = openAPIPool(context.Background(), env, s.dbURL)
+	s.apiPool, err = openAPIPool(context.Background(), env, s.serviceURL)
 	require.NoError(t, err)
 	t.Cleanup(s.apiPool.Close)
 	server, err := newAPIServer(t.Context(), s.apiPool, env, s.tel)
@@ -370,7 +383,7 @@ func TestWorker_HeartbeatNeverWaitsBehindChunkWork(t *testing.T) {
 	mainPool, err := pgxpool.NewWithConfig(ctx, mainCfg)
 	require.NoError(t, err)
 	t.Cleanup(mainPool.Close)
-	heartbeatPool, err := openHeartbeatPool(ctx, s.dbURL, heartbeatPoolConns, s.env.DBTimeout)
+	heartbeatPool, err := openHeartbeatPool(ctx, s.dbURL, heartbeatPoolConns, s.env.DBTimeout, false)
 	require.NoError(t, err)
 	t.Cleanup(heartbeatPool.Close)
 

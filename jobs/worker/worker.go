@@ -128,6 +128,12 @@ type Config struct {
 	// FetchCooldownDefault and FetchPollIntervalDefault.
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
+	// PollOnly runs River without LISTEN (River's Config.PollOnly), for
+	// PgBouncer's transaction pooling, where a LISTEN does not survive its
+	// transaction: a new request is then picked up by the next fetch poll,
+	// within FetchPollInterval, and a leader that resigns is replaced
+	// within about five seconds.
+	PollOnly bool
 	// DisableReaper turns the periodic reaper off (tests show that the
 	// API's cleanup-before-enqueue alone frees a job).
 	DisableReaper bool
@@ -249,6 +255,7 @@ func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) 
 		JobTimeout:          -1, // a job runs as long as its chunks; dead workers are handled by the reaper
 		Logger:              cfg.Logger,
 		Plugins:             cfg.RiverPlugins,
+		PollOnly:            cfg.PollOnly,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error creating river client: %w", err)

@@ -648,6 +648,21 @@ func childCredential() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}, nil
 }
 
+// ChildProcAttr returns the process attributes a server started beside a
+// cluster must run with, for tests that run another server that refuses root
+// the way PostgreSQL does (PgBouncer): the `postgres` system user when this
+// process is root, its own user otherwise, killed by the kernel when this
+// process dies. The caller must hand the files the child reads to that user
+// (the attributes' Credential, nil when not root) and must not start the child from a goroutine locked to
+// its thread (see sysProcAttr).
+func ChildProcAttr() (*syscall.SysProcAttr, error) {
+	cred, err := childCredential()
+	if err != nil {
+		return nil, err
+	}
+	return sysProcAttr(cred), nil
+}
+
 // childEnv returns the environment for initdb and postgres: ours, without the
 // libpq and server variables that could redirect them elsewhere.
 func childEnv() []string {
