@@ -3,36 +3,38 @@
 -- half-made one of this execution) before an execution plans.
 DELETE FROM credit_eval_plan;
 
--- name: CreditEvalPlanFreeze :many
--- CreditEvalPlanFreeze writes an execution's plan in one statement: the
--- ledger's targets (every company with outstanding exposure or, for a
--- backfill, those with no grade for eval_date), without those inside the
--- corp code ranges of chunks the instance already committed and those
--- committed in a checkpoint part, in corp code order, cut into chunks of
--- chunk_size keyed "FIRST-LAST". It returns each chunk's key and target
--- count; the targets themselves stay in the database.
-WITH done AS (
-    SELECT split_part(c.chunk, '-', 1) AS first_code, split_part(c.chunk, '-', 2) AS last_code
-    FROM job_checkpoint c
-    WHERE c.instance_id = @instance_id
-      AND c.chunk ~ '^[0-9]{8}-[0-9]{8}$'
-      AND split_part(c.chunk, '-', 1) <= split_part(c.chunk, '-', 2)
-), in_part AS (
-    SELECT DISTINCT item FROM job_checkpoint_part p, unnest(p.items) AS item
-    WHERE p.instance_id = @instance_id
-), remaining AS (
-    SELECT e.corp_code, (row_number() OVER (ORDER BY e.corp_code) - 1) / @chunk_size::int AS n
+-- name: CreditEvalPlanPage :one
+-- CreditEvalPlanPage freezes the next chunk of an execution's plan: the
+-- first chunk_size targets after the corp code `after` (keyset order), that
+-- is companies with outstanding exposure or, for a backfill, those with no
+-- grade for eval_date, without those inside the ranges of chunks the
+-- instance already committed and those committed in a checkpoint part of a
+-- chunk not committed. The committed ranges come as their first codes,
+-- sorted, and the running maximum of their last codes: a code is inside one
+-- when the greatest first code not above it (width_bucket, a binary search)
+-- comes with a last code not below it. It returns the chunk's key
+-- "FIRST-LAST" and its target count, and no row after the last target.
+WITH page AS (
+    SELECT e.corp_code
     FROM exposure e
-    WHERE e.outstanding_krw > 0
+    WHERE e.corp_code > @after::text
+      AND e.outstanding_krw > 0
       AND (NOT @backfill::boolean
            OR NOT EXISTS (SELECT 1 FROM credit_grade g WHERE g.corp_code = e.corp_code AND g.eval_date = @eval_date::date))
-      AND NOT EXISTS (SELECT 1 FROM done d WHERE e.corp_code BETWEEN d.first_code AND d.last_code)
-      AND NOT EXISTS (SELECT 1 FROM in_part i WHERE i.item = e.corp_code)
+      AND CASE WHEN cardinality(@done_firsts::text[]) = 0 THEN true
+               ELSE NOT coalesce(e.corp_code <= (@done_lasts::text[])[width_bucket(e.corp_code, @done_firsts::text[])], false)
+          END
+      AND e.corp_code NOT IN (
+          SELECT unnest(p.items) FROM job_checkpoint_part p
+          WHERE p.instance_id = @instance_id AND p.chunk <> ALL (coalesce(@done_chunks::text[], ARRAY[]::text[]))
+      )
+    ORDER BY e.corp_code
+    LIMIT @chunk_size::int
 )
 INSERT INTO credit_eval_plan (execution_id, chunk, corp_codes)
-SELECT @execution_id::bigint, min(r.corp_code) || '-' || max(r.corp_code), array_agg(r.corp_code ORDER BY r.corp_code)
-FROM remaining r
-GROUP BY r.n
+SELECT @execution_id::bigint, min(page.corp_code) || '-' || max(page.corp_code), array_agg(page.corp_code ORDER BY page.corp_code)
+FROM page
+HAVING count(*) > 0
 RETURNING chunk, cardinality(corp_codes)::bigint AS targets;
 
 -- name: CreditEvalPlanChunk :one

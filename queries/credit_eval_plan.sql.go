@@ -51,74 +51,71 @@ func (q *Queries) CreditEvalPlanClear(ctx context.Context, db DBTX) error {
 	return err
 }
 
-const creditEvalPlanFreeze = `-- name: CreditEvalPlanFreeze :many
-WITH done AS (
-    SELECT split_part(c.chunk, '-', 1) AS first_code, split_part(c.chunk, '-', 2) AS last_code
-    FROM job_checkpoint c
-    WHERE c.instance_id = $2
-      AND c.chunk ~ '^[0-9]{8}-[0-9]{8}$'
-      AND split_part(c.chunk, '-', 1) <= split_part(c.chunk, '-', 2)
-), in_part AS (
-    SELECT DISTINCT item FROM job_checkpoint_part p, unnest(p.items) AS item
-    WHERE p.instance_id = $2
-), remaining AS (
-    SELECT e.corp_code, (row_number() OVER (ORDER BY e.corp_code) - 1) / $3::int AS n
+const creditEvalPlanPage = `-- name: CreditEvalPlanPage :one
+WITH page AS (
+    SELECT e.corp_code
     FROM exposure e
-    WHERE e.outstanding_krw > 0
-      AND (NOT $4::boolean
-           OR NOT EXISTS (SELECT 1 FROM credit_grade g WHERE g.corp_code = e.corp_code AND g.eval_date = $5::date))
-      AND NOT EXISTS (SELECT 1 FROM done d WHERE e.corp_code BETWEEN d.first_code AND d.last_code)
-      AND NOT EXISTS (SELECT 1 FROM in_part i WHERE i.item = e.corp_code)
+    WHERE e.corp_code > $2::text
+      AND e.outstanding_krw > 0
+      AND (NOT $3::boolean
+           OR NOT EXISTS (SELECT 1 FROM credit_grade g WHERE g.corp_code = e.corp_code AND g.eval_date = $4::date))
+      AND CASE WHEN cardinality($5::text[]) = 0 THEN true
+               ELSE NOT coalesce(e.corp_code <= ($6::text[])[width_bucket(e.corp_code, $5::text[])], false)
+          END
+      AND e.corp_code NOT IN (
+          SELECT unnest(p.items) FROM job_checkpoint_part p
+          WHERE p.instance_id = $7 AND p.chunk <> ALL (coalesce($8::text[], ARRAY[]::text[]))
+      )
+    ORDER BY e.corp_code
+    LIMIT $9::int
 )
 INSERT INTO credit_eval_plan (execution_id, chunk, corp_codes)
-SELECT $1::bigint, min(r.corp_code) || '-' || max(r.corp_code), array_agg(r.corp_code ORDER BY r.corp_code)
-FROM remaining r
-GROUP BY r.n
+SELECT $1::bigint, min(page.corp_code) || '-' || max(page.corp_code), array_agg(page.corp_code ORDER BY page.corp_code)
+FROM page
+HAVING count(*) > 0
 RETURNING chunk, cardinality(corp_codes)::bigint AS targets
 `
 
-type CreditEvalPlanFreezeParams struct {
+type CreditEvalPlanPageParams struct {
 	ExecutionID int64
-	InstanceID  int64
-	ChunkSize   int32
+	After       string
 	Backfill    bool
 	EvalDate    time.Time
+	DoneFirsts  []string
+	DoneLasts   []string
+	InstanceID  int64
+	DoneChunks  []string
+	ChunkSize   int32
 }
 
-type CreditEvalPlanFreezeRow struct {
+type CreditEvalPlanPageRow struct {
 	Chunk   string
 	Targets int64
 }
 
-// CreditEvalPlanFreeze writes an execution's plan in one statement: the
-// ledger's targets (every company with outstanding exposure or, for a
-// backfill, those with no grade for eval_date), without those inside the
-// corp code ranges of chunks the instance already committed and those
-// committed in a checkpoint part, in corp code order, cut into chunks of
-// chunk_size keyed "FIRST-LAST". It returns each chunk's key and target
-// count; the targets themselves stay in the database.
-func (q *Queries) CreditEvalPlanFreeze(ctx context.Context, db DBTX, arg *CreditEvalPlanFreezeParams) ([]*CreditEvalPlanFreezeRow, error) {
-	rows, err := db.Query(ctx, creditEvalPlanFreeze,
+// CreditEvalPlanPage freezes the next chunk of an execution's plan: the
+// first chunk_size targets after the corp code `after` (keyset order), that
+// is companies with outstanding exposure or, for a backfill, those with no
+// grade for eval_date, without those inside the ranges of chunks the
+// instance already committed and those committed in a checkpoint part of a
+// chunk not committed. The committed ranges come as their first codes,
+// sorted, and the running maximum of their last codes: a code is inside one
+// when the greatest first code not above it (width_bucket, a binary search)
+// comes with a last code not below it. It returns the chunk's key
+// "FIRST-LAST" and its target count, and no row after the last target.
+func (q *Queries) CreditEvalPlanPage(ctx context.Context, db DBTX, arg *CreditEvalPlanPageParams) (*CreditEvalPlanPageRow, error) {
+	row := db.QueryRow(ctx, creditEvalPlanPage,
 		arg.ExecutionID,
-		arg.InstanceID,
-		arg.ChunkSize,
+		arg.After,
 		arg.Backfill,
 		arg.EvalDate,
+		arg.DoneFirsts,
+		arg.DoneLasts,
+		arg.InstanceID,
+		arg.DoneChunks,
+		arg.ChunkSize,
 	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []*CreditEvalPlanFreezeRow
-	for rows.Next() {
-		var i CreditEvalPlanFreezeRow
-		if err := rows.Scan(&i.Chunk, &i.Targets); err != nil {
-			return nil, err
-		}
-		items = append(items, &i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+	var i CreditEvalPlanPageRow
+	err := row.Scan(&i.Chunk, &i.Targets)
+	return &i, err
 }

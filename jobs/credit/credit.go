@@ -94,17 +94,18 @@ var (
 func New() *Job { return &Job{} }
 
 // Plan implements batch.Job. It freezes the execution's plan in the
-// database (credit_eval_plan, one statement: CreditEvalPlanFreeze): the
-// ordered targets (for a backfill, those without a grade for today),
-// without those inside the ranges of chunks this instance has already
-// committed (a resume) and those committed in a checkpoint part, cut into
-// chunks keyed "FIRST-LAST" by corp code. The worker reads back only the
-// chunks' keys and sizes, and each chunk's targets when it processes it, so
-// its memory does not grow with the ledger. A target added to the ledger
-// during the run waits for the next run; one removed during the run is
-// still evaluated: the run does exactly what it declared. It declares as
-// targets the committed chunks' and parts' targets plus the frozen ones, so
-// the runner's accounting covers the whole instance.
+// database (credit_eval_plan), a chunk per statement in keyset order of
+// corp code (CreditEvalPlanPage): the ordered targets (for a backfill,
+// those without a grade for today), without those inside the ranges of
+// chunks this instance has already committed (a resume) and those
+// committed in a checkpoint part, cut into chunks keyed "FIRST-LAST". The
+// worker keeps only the chunks' keys and sizes, and reads each chunk's
+// targets back when it processes it, so its memory does not grow with the
+// ledger and no statement grows with it either. A target added to the
+// ledger during the run waits for the next run; one removed during the run
+// is still evaluated: the run does exactly what it declared. It declares
+// as targets the committed chunks' and parts' targets plus the frozen
+// ones, so the runner's accounting covers the whole instance.
 func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 	p, err := decode(run.Params)
 	if err != nil {
@@ -122,19 +123,29 @@ func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 	if err := q.CreditEvalPlanClear(ctx, run.DB); err != nil {
 		return nil, fmt.Errorf("error clearing earlier plans: %w", err)
 	}
-	chunks, err := q.CreditEvalPlanFreeze(ctx, run.DB, &queries.CreditEvalPlanFreezeParams{
-		InstanceID: run.InstanceID, ExecutionID: run.ExecutionID, ChunkSize: jobs.CreditEvalChunkSize,
-		Backfill: p.Backfill, EvalDate: run.Calls.Today(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("error planning targets: %w", err)
-	}
 
+	params := &queries.CreditEvalPlanPageParams{
+		ExecutionID: run.ExecutionID, InstanceID: run.InstanceID, ChunkSize: jobs.CreditEvalChunkSize,
+		Backfill: p.Backfill, EvalDate: run.Calls.Today(), DoneChunks: committed,
+	}
+	params.DoneFirsts, params.DoneLasts = doneRanges(committed)
 	keys := slices.Clone(committed)
 	frozen := &declared{executionID: run.ExecutionID, targets: totals.Targets}
-	for _, c := range chunks {
-		keys = append(keys, c.Chunk)
-		frozen.targets += c.Targets
+	for {
+		page, err := q.CreditEvalPlanPage(ctx, run.DB, params)
+		if errors.Is(err, pgx.ErrNoRows) {
+			break // after the last target
+		}
+		if err != nil {
+			return nil, fmt.Errorf("error planning the targets after %q: %w", params.After, err)
+		}
+		r, ok := parseKey(page.Chunk)
+		if !ok {
+			return nil, fmt.Errorf("planned a malformed chunk key %q", page.Chunk)
+		}
+		keys = append(keys, page.Chunk)
+		frozen.targets += page.Targets
+		params.After = r.last
 	}
 	slices.Sort(keys)
 
@@ -142,6 +153,28 @@ func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 	j.plan = frozen
 	j.mu.Unlock()
 	return &batch.Plan{Chunks: keys, Targets: frozen.targets}, nil
+}
+
+// doneRanges returns the committed chunks' ranges for CreditEvalPlanPage:
+// their first codes, sorted, and for each the greatest last code of the
+// ranges up to it (ranges of different executions may nest).
+func doneRanges(committed []string) (firsts, lasts []string) {
+	var ranges []keyRange
+	for _, key := range committed {
+		if r, ok := parseKey(key); ok {
+			ranges = append(ranges, r)
+		}
+	}
+	slices.SortFunc(ranges, func(a, b keyRange) int { return strings.Compare(a.first, b.first) })
+	firsts, lasts = []string{}, []string{}
+	for _, r := range ranges {
+		last := r.last
+		if n := len(lasts); n > 0 && lasts[n-1] > last {
+			last = lasts[n-1]
+		}
+		firsts, lasts = append(firsts, r.first), append(lasts, last)
+	}
+	return firsts, lasts
 }
 
 // declaredTargets returns the targets declared by the execution's plan.
@@ -365,6 +398,18 @@ func Estimator(today func() time.Time) func(ctx context.Context, db queries.DBTX
 		}
 		return jobs.CreditEvalEstimate(int(n)), nil
 	}
+}
+
+// keyRange is a chunk's range of corp codes, both ends included.
+type keyRange struct{ first, last string }
+
+// parseKey reads a chunk key "FIRST-LAST".
+func parseKey(key string) (keyRange, bool) {
+	first, last, ok := strings.Cut(key, "-")
+	if !ok || len(first) != 8 || len(last) != 8 || first > last {
+		return keyRange{}, false
+	}
+	return keyRange{first: first, last: last}, true
 }
 
 func decode(raw json.RawMessage) (*jobs.CreditEvalParams, error) {
