@@ -127,3 +127,70 @@ func TestRunner_ChunkRoundTrips(t *testing.T) {
 		require.Len(t, between, 3, "round trips of chunk %d: %q", k, between)
 	}
 }
+
+// partTripsJob has one chunk of `items` items committed one part at a time (a
+// fan-out of one slot); each part writes one statement.
+type partTripsJob struct{ items int }
+
+func (j *partTripsJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	return &batch.Plan{Chunks: []string{"c00"}, Targets: int64(j.items)}, nil
+}
+
+func (j *partTripsJob) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	items := make([]string, j.items)
+	for i := range items {
+		items[i] = fmt.Sprintf("i%02d", i)
+	}
+	_, err := batch.FanOutCommit(ctx, run, chunk, items,
+		func(_ context.Context, item string) (string, error) { return item, nil },
+		batch.Committer[string, string]{
+			Key: func(item string) string { return item },
+			Write: func(ctx context.Context, tx pgx.Tx, values []string) error {
+				_, err := tx.Exec(ctx, writeMarker, values[0])
+				return err
+			},
+		})
+	if err != nil {
+		return nil, err
+	}
+	return &batch.ChunkResult{}, nil
+}
+
+// A part commit of a fan-out chunk costs its writes plus two round trips,
+// like a chunk: the begin pipelined with the fenced bookkeeping (count,
+// part), and the commit.
+func TestRunner_PartRoundTrips(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]batch.Job{"creditEval": &partTripsJob{items: 6}})
+
+	cfg, err := pgxpool.ParseConfig(b.pool.Config().ConnString())
+	require.NoError(t, err)
+	tracer := &roundTripTracer{}
+	cfg.ConnConfig.Tracer = tracer
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	runner, err := batch.NewRunner(pool, batch.Config{
+		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"creditEval": &partTripsJob{items: 6}},
+		Upstream: b.upstream, Instruments: b.instruments, LeaseCheckInterval: time.Hour, FanOut: 1,
+	})
+	require.NoError(t, err)
+
+	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
+	require.NoError(t, err)
+	require.Equal(t, "COMPLETED", out.Status, out.Message)
+
+	trips := tracer.log()
+	var writes []int
+	for i, s := range trips {
+		if s == writeMarker {
+			writes = append(writes, i)
+		}
+	}
+	require.Len(t, writes, 6, "one part per item")
+	for k := 2; k < len(writes); k++ {
+		between := trips[writes[k-1]+1 : writes[k]+1]
+		require.Len(t, between, 3, "round trips of part %d: %q", k, between)
+	}
+}
