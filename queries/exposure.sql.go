@@ -126,61 +126,6 @@ func (q *Queries) ExposureTargetCountWithoutGrade(ctx context.Context, db DBTX, 
 	return count, err
 }
 
-const exposureTargets = `-- name: ExposureTargets :many
-SELECT corp_code FROM exposure WHERE outstanding_krw > 0 ORDER BY corp_code
-`
-
-// ExposureTargets lists creditEval's targets: every company with an
-// outstanding exposure, in corp code order (the order chunks are cut in).
-func (q *Queries) ExposureTargets(ctx context.Context, db DBTX) ([]string, error) {
-	rows, err := db.Query(ctx, exposureTargets)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []string
-	for rows.Next() {
-		var corp_code string
-		if err := rows.Scan(&corp_code); err != nil {
-			return nil, err
-		}
-		items = append(items, corp_code)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const exposureTargetsWithoutGrade = `-- name: ExposureTargetsWithoutGrade :many
-SELECT e.corp_code FROM exposure e
-WHERE e.outstanding_krw > 0
-  AND NOT EXISTS (SELECT 1 FROM credit_grade g WHERE g.corp_code = e.corp_code AND g.eval_date = $1::date)
-ORDER BY e.corp_code
-`
-
-// ExposureTargetsWithoutGrade lists the targets with no credit grade for
-// eval_date: what a backfill re-evaluates.
-func (q *Queries) ExposureTargetsWithoutGrade(ctx context.Context, db DBTX, evalDate time.Time) ([]string, error) {
-	rows, err := db.Query(ctx, exposureTargetsWithoutGrade, evalDate)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []string
-	for rows.Next() {
-		var corp_code string
-		if err := rows.Scan(&corp_code); err != nil {
-			return nil, err
-		}
-		items = append(items, corp_code)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const exposureUpsert = `-- name: ExposureUpsert :execrows
 INSERT INTO exposure (corp_code, outstanding_krw, updated_at)
 SELECT unnest($1::text[]), unnest($2::bigint[]), now()

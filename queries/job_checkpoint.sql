@@ -1,7 +1,3 @@
--- name: JobCheckpointInsert :exec
-INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed, skip_reason, external_calls)
-VALUES (@instance_id, @chunk, @execution_id, @targets, @written, @skipped, @failed, @skip_reason, @external_calls);
-
 -- name: JobCheckpointListChunks :many
 SELECT chunk FROM job_checkpoint WHERE instance_id = @instance_id;
 

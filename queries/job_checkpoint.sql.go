@@ -9,38 +9,6 @@ import (
 	"context"
 )
 
-const jobCheckpointInsert = `-- name: JobCheckpointInsert :exec
-INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed, skip_reason, external_calls)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-`
-
-type JobCheckpointInsertParams struct {
-	InstanceID    int64
-	Chunk         string
-	ExecutionID   int64
-	Targets       int64
-	Written       int64
-	Skipped       int64
-	Failed        int64
-	SkipReason    string
-	ExternalCalls int32
-}
-
-func (q *Queries) JobCheckpointInsert(ctx context.Context, db DBTX, arg *JobCheckpointInsertParams) error {
-	_, err := db.Exec(ctx, jobCheckpointInsert,
-		arg.InstanceID,
-		arg.Chunk,
-		arg.ExecutionID,
-		arg.Targets,
-		arg.Written,
-		arg.Skipped,
-		arg.Failed,
-		arg.SkipReason,
-		arg.ExternalCalls,
-	)
-	return err
-}
-
 const jobCheckpointListChunks = `-- name: JobCheckpointListChunks :many
 SELECT chunk FROM job_checkpoint WHERE instance_id = $1
 `

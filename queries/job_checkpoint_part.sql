@@ -1,28 +1,34 @@
--- name: JobCheckpointPartInsert :exec
-INSERT INTO job_checkpoint_part (instance_id, chunk, execution_id, items)
-VALUES (@instance_id, @chunk, @execution_id, @items::text[]);
-
 -- name: JobCheckpointPartItems :many
 -- JobCheckpointPartItems lists the items of the instance committed in parts
 -- of chunks: a resume does not process them again.
 SELECT unnest(items)::text AS item FROM job_checkpoint_part WHERE instance_id = @instance_id;
 
--- name: JobExecutionPartCommitted :one
--- JobExecutionPartCommitted moves the execution's written count at a part
--- commit (the chunk still runs: chunks_done stays) and returns its status,
--- which is how a fan-out chunk learns of a stop (STOPPING) between parts.
--- Fenced like every write of a run: no row unless the execution is still
--- active under this worker and lease epoch (it also locks the row, so a
--- reaper waits for the part's commit).
-UPDATE job_execution
-SET last_updated = now(),
-    items_written = items_written + @written
-WHERE job_execution.id = @id
-  AND job_execution.worker_id = @worker_id
-  AND job_execution.lease_epoch = @lease_epoch
-  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
-RETURNING status;
+-- name: JobExecutionPartCommit :one
+-- JobExecutionPartCommit is a part commit's bookkeeping in one statement: it
+-- moves the execution's written count by the part's items (the chunk still
+-- runs: chunks_done stays), inserts the checkpoint part listing them, and
+-- returns the execution's status, which is how a fan-out chunk learns of a
+-- stop (STOPPING) between parts. Fenced like every write of a run: no row
+-- and no part unless the execution is still active under this worker and
+-- lease epoch. It is the first statement of the part's transaction (sent
+-- with its BEGIN) and locks the execution row, so a reaper waits for the
+-- part's commit.
+WITH execution AS (
+    UPDATE job_execution
+    SET last_updated = now(),
+        items_written = items_written + cardinality(@items::text[])
+    WHERE job_execution.id = @id
+      AND job_execution.worker_id = @worker_id
+      AND job_execution.lease_epoch = @lease_epoch
+      AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+      AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
+    RETURNING job_execution.id, job_execution.instance_id, job_execution.status
+), part AS (
+    INSERT INTO job_checkpoint_part (instance_id, chunk, execution_id, items)
+    SELECT execution.instance_id, @chunk::text, execution.id, @items::text[]
+    FROM execution
+)
+SELECT execution.status FROM execution;
 
 -- name: JobExecutionItemsFailed :execrows
 -- JobExecutionItemsFailed counts failed items of a chunk that did not

@@ -9,28 +9,6 @@ import (
 	"context"
 )
 
-const jobCheckpointPartInsert = `-- name: JobCheckpointPartInsert :exec
-INSERT INTO job_checkpoint_part (instance_id, chunk, execution_id, items)
-VALUES ($1, $2, $3, $4::text[])
-`
-
-type JobCheckpointPartInsertParams struct {
-	InstanceID  int64
-	Chunk       string
-	ExecutionID int64
-	Items       []string
-}
-
-func (q *Queries) JobCheckpointPartInsert(ctx context.Context, db DBTX, arg *JobCheckpointPartInsertParams) error {
-	_, err := db.Exec(ctx, jobCheckpointPartInsert,
-		arg.InstanceID,
-		arg.Chunk,
-		arg.ExecutionID,
-		arg.Items,
-	)
-	return err
-}
-
 const jobCheckpointPartItems = `-- name: JobCheckpointPartItems :many
 SELECT unnest(items)::text AS item FROM job_checkpoint_part WHERE instance_id = $1
 `
@@ -92,37 +70,49 @@ func (q *Queries) JobExecutionItemsFailed(ctx context.Context, db DBTX, arg *Job
 	return result.RowsAffected(), nil
 }
 
-const jobExecutionPartCommitted = `-- name: JobExecutionPartCommitted :one
-UPDATE job_execution
-SET last_updated = now(),
-    items_written = items_written + $1
-WHERE job_execution.id = $2
-  AND job_execution.worker_id = $3
-  AND job_execution.lease_epoch = $4
-  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
-RETURNING status
+const jobExecutionPartCommit = `-- name: JobExecutionPartCommit :one
+WITH execution AS (
+    UPDATE job_execution
+    SET last_updated = now(),
+        items_written = items_written + cardinality($1::text[])
+    WHERE job_execution.id = $2
+      AND job_execution.worker_id = $3
+      AND job_execution.lease_epoch = $4
+      AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+      AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
+    RETURNING job_execution.id, job_execution.instance_id, job_execution.status
+), part AS (
+    INSERT INTO job_checkpoint_part (instance_id, chunk, execution_id, items)
+    SELECT execution.instance_id, $5::text, execution.id, $1::text[]
+    FROM execution
+)
+SELECT execution.status FROM execution
 `
 
-type JobExecutionPartCommittedParams struct {
-	Written    int64
+type JobExecutionPartCommitParams struct {
+	Items      []string
 	ID         int64
 	WorkerID   string
 	LeaseEpoch int64
+	Chunk      string
 }
 
-// JobExecutionPartCommitted moves the execution's written count at a part
-// commit (the chunk still runs: chunks_done stays) and returns its status,
-// which is how a fan-out chunk learns of a stop (STOPPING) between parts.
-// Fenced like every write of a run: no row unless the execution is still
-// active under this worker and lease epoch (it also locks the row, so a
-// reaper waits for the part's commit).
-func (q *Queries) JobExecutionPartCommitted(ctx context.Context, db DBTX, arg *JobExecutionPartCommittedParams) (string, error) {
-	row := db.QueryRow(ctx, jobExecutionPartCommitted,
-		arg.Written,
+// JobExecutionPartCommit is a part commit's bookkeeping in one statement: it
+// moves the execution's written count by the part's items (the chunk still
+// runs: chunks_done stays), inserts the checkpoint part listing them, and
+// returns the execution's status, which is how a fan-out chunk learns of a
+// stop (STOPPING) between parts. Fenced like every write of a run: no row
+// and no part unless the execution is still active under this worker and
+// lease epoch. It is the first statement of the part's transaction (sent
+// with its BEGIN) and locks the execution row, so a reaper waits for the
+// part's commit.
+func (q *Queries) JobExecutionPartCommit(ctx context.Context, db DBTX, arg *JobExecutionPartCommitParams) (string, error) {
+	row := db.QueryRow(ctx, jobExecutionPartCommit,
+		arg.Items,
 		arg.ID,
 		arg.WorkerID,
 		arg.LeaseEpoch,
+		arg.Chunk,
 	)
 	var status string
 	err := row.Scan(&status)

@@ -40,26 +40,37 @@ WHERE job_execution.id = @id
   AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
 RETURNING status;
 
--- name: JobExecutionChunkCommitted :one
--- JobExecutionChunkCommitted moves the execution's counts at a chunk commit
--- and returns its status, which is how a running job learns it was asked to
--- stop (STOPPING) at a chunk boundary. It is the first statement of the
--- chunk's transaction: fenced (no row when the run lost its ownership), and
--- it locks the execution row, so a reaper abandoning the execution waits
--- for the chunk's commit or sees it rolled back.
-UPDATE job_execution
-SET last_updated = now(),
-    chunks_done = chunks_done + 1,
-    items_written = items_written + @written,
-    items_skipped = items_skipped + @skipped,
-    items_failed = items_failed + @failed,
-    external_calls = external_calls + @external_calls
-WHERE job_execution.id = @id
-  AND job_execution.worker_id = @worker_id
-  AND job_execution.lease_epoch = @lease_epoch
-  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
-RETURNING status;
+-- name: JobExecutionChunkCommit :one
+-- JobExecutionChunkCommit is a chunk commit's bookkeeping in one statement:
+-- it moves the execution's counts, inserts the chunk's checkpoint and
+-- returns the execution's status, which is how a running job learns it was
+-- asked to stop (STOPPING) at a chunk boundary. It is fenced: while the
+-- execution is not active under this worker and lease epoch it finds no row
+-- and inserts no checkpoint. It is the first statement of the chunk's
+-- transaction (sent in one round trip with its BEGIN), and it locks the
+-- execution row, so a reaper abandoning the execution waits for the chunk's
+-- commit or sees it rolled back.
+WITH execution AS (
+    UPDATE job_execution
+    SET last_updated = now(),
+        chunks_done = chunks_done + 1,
+        items_written = items_written + @written::bigint,
+        items_skipped = items_skipped + @skipped::bigint,
+        items_failed = items_failed + @failed::bigint,
+        external_calls = external_calls + @external_calls::int
+    WHERE job_execution.id = @id
+      AND job_execution.worker_id = @worker_id
+      AND job_execution.lease_epoch = @lease_epoch
+      AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+      AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
+    RETURNING job_execution.id, job_execution.instance_id, job_execution.status
+), checkpoint AS (
+    INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed, skip_reason, external_calls)
+    SELECT execution.instance_id, @chunk::text, execution.id, @targets::bigint, @written::bigint, @skipped::bigint,
+           @failed::bigint, @skip_reason::text, @chunk_calls::int
+    FROM execution
+)
+SELECT execution.status FROM execution;
 
 -- name: JobExecutionAddCalls :execrows
 -- JobExecutionAddCalls records calls made outside a chunk commit (a failed

@@ -61,23 +61,31 @@ func (q *Queries) JobExecutionAddCalls(ctx context.Context, db DBTX, arg *JobExe
 	return result.RowsAffected(), nil
 }
 
-const jobExecutionChunkCommitted = `-- name: JobExecutionChunkCommitted :one
-UPDATE job_execution
-SET last_updated = now(),
-    chunks_done = chunks_done + 1,
-    items_written = items_written + $1,
-    items_skipped = items_skipped + $2,
-    items_failed = items_failed + $3,
-    external_calls = external_calls + $4
-WHERE job_execution.id = $5
-  AND job_execution.worker_id = $6
-  AND job_execution.lease_epoch = $7
-  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
-RETURNING status
+const jobExecutionChunkCommit = `-- name: JobExecutionChunkCommit :one
+WITH execution AS (
+    UPDATE job_execution
+    SET last_updated = now(),
+        chunks_done = chunks_done + 1,
+        items_written = items_written + $1::bigint,
+        items_skipped = items_skipped + $2::bigint,
+        items_failed = items_failed + $3::bigint,
+        external_calls = external_calls + $4::int
+    WHERE job_execution.id = $5
+      AND job_execution.worker_id = $6
+      AND job_execution.lease_epoch = $7
+      AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
+      AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
+    RETURNING job_execution.id, job_execution.instance_id, job_execution.status
+), checkpoint AS (
+    INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed, skip_reason, external_calls)
+    SELECT execution.instance_id, $8::text, execution.id, $9::bigint, $1::bigint, $2::bigint,
+           $3::bigint, $10::text, $11::int
+    FROM execution
+)
+SELECT execution.status FROM execution
 `
 
-type JobExecutionChunkCommittedParams struct {
+type JobExecutionChunkCommitParams struct {
 	Written       int64
 	Skipped       int64
 	Failed        int64
@@ -85,16 +93,23 @@ type JobExecutionChunkCommittedParams struct {
 	ID            int64
 	WorkerID      string
 	LeaseEpoch    int64
+	Chunk         string
+	Targets       int64
+	SkipReason    string
+	ChunkCalls    int32
 }
 
-// JobExecutionChunkCommitted moves the execution's counts at a chunk commit
-// and returns its status, which is how a running job learns it was asked to
-// stop (STOPPING) at a chunk boundary. It is the first statement of the
-// chunk's transaction: fenced (no row when the run lost its ownership), and
-// it locks the execution row, so a reaper abandoning the execution waits
-// for the chunk's commit or sees it rolled back.
-func (q *Queries) JobExecutionChunkCommitted(ctx context.Context, db DBTX, arg *JobExecutionChunkCommittedParams) (string, error) {
-	row := db.QueryRow(ctx, jobExecutionChunkCommitted,
+// JobExecutionChunkCommit is a chunk commit's bookkeeping in one statement:
+// it moves the execution's counts, inserts the chunk's checkpoint and
+// returns the execution's status, which is how a running job learns it was
+// asked to stop (STOPPING) at a chunk boundary. It is fenced: while the
+// execution is not active under this worker and lease epoch it finds no row
+// and inserts no checkpoint. It is the first statement of the chunk's
+// transaction (sent in one round trip with its BEGIN), and it locks the
+// execution row, so a reaper abandoning the execution waits for the chunk's
+// commit or sees it rolled back.
+func (q *Queries) JobExecutionChunkCommit(ctx context.Context, db DBTX, arg *JobExecutionChunkCommitParams) (string, error) {
+	row := db.QueryRow(ctx, jobExecutionChunkCommit,
 		arg.Written,
 		arg.Skipped,
 		arg.Failed,
@@ -102,6 +117,10 @@ func (q *Queries) JobExecutionChunkCommitted(ctx context.Context, db DBTX, arg *
 		arg.ID,
 		arg.WorkerID,
 		arg.LeaseEpoch,
+		arg.Chunk,
+		arg.Targets,
+		arg.SkipReason,
+		arg.ChunkCalls,
 	)
 	var status string
 	err := row.Scan(&status)

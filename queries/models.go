@@ -100,6 +100,12 @@ type CorpCodeDownload struct {
 	DownloadedAt time.Time
 }
 
+type CreditEvalPlan struct {
+	ExecutionID int64
+	Chunk       string
+	CorpCodes   []string
+}
+
 type CreditGrade struct {
 	CorpCode    string
 	EvalDate    time.Time

@@ -61,36 +61,35 @@ type partCommitter struct {
 }
 
 // commit writes one part: the items' results (write), their keys, and the
-// execution's written count, in one transaction. It returns the
+// execution's written count, in one transaction whose first statement,
+// sent with its BEGIN, is the part's whole bookkeeping
+// (JobExecutionPartCommit); the items' results follow. It returns the
 // execution's status, STOPPING when a stop was requested.
 func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string, write func(ctx context.Context, tx pgx.Tx) error) (string, error) {
 	var status string
-	err := queries.InTx(ctx, c.pool, func(tx pgx.Tx) error {
-		if err := write(ctx, tx); err != nil {
-			return fmt.Errorf("error writing items: %w", err)
+	var err error
+	if c.executionID == 0 {
+		// No execution (see FanOutCommit): the values are only written.
+		err = queries.InTx(ctx, c.pool, func(tx pgx.Tx) error { return write(ctx, tx) })
+	} else {
+		// The fenced statement comes first: it finds no row (everything
+		// rolls back) unless the execution is still this run's.
+		params := &queries.JobExecutionPartCommitParams{
+			ID: c.executionID, WorkerID: c.workerID, LeaseEpoch: c.leaseEpoch, Chunk: chunk, Items: keys,
 		}
-		if c.executionID == 0 {
-			return nil // no execution (see FanOutCommit)
-		}
-		// The fenced update comes first: it finds no row (everything rolls
-		// back) unless the execution is still this run's.
-		var err error
-		status, err = c.queries.JobExecutionPartCommitted(ctx, tx, &queries.JobExecutionPartCommittedParams{
-			ID: c.executionID, Written: int64(len(keys)), WorkerID: c.workerID, LeaseEpoch: c.leaseEpoch,
+		err = queries.InTxBatch(ctx, c.pool, func(b *pgx.Batch) {
+			queries.Queue(b, func(db queries.DBTX) { _, _ = c.queries.JobExecutionPartCommit(ctx, db, params) }).
+				QueryRow(func(row pgx.Row) error { return row.Scan(&status) })
+		}, func(tx pgx.Tx) error {
+			if err := write(ctx, tx); err != nil {
+				return fmt.Errorf("error writing items: %w", err)
+			}
+			return nil
 		})
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("execution %d (worker %s, lease epoch %d): %w", c.executionID, c.workerID, c.leaseEpoch, ErrOwnershipLost)
+			err = fmt.Errorf("execution %d (worker %s, lease epoch %d): %w", c.executionID, c.workerID, c.leaseEpoch, ErrOwnershipLost)
 		}
-		if err != nil {
-			return err
-		}
-		if err := c.queries.JobCheckpointPartInsert(ctx, tx, &queries.JobCheckpointPartInsertParams{
-			InstanceID: c.instanceID, Chunk: chunk, ExecutionID: c.executionID, Items: keys,
-		}); err != nil {
-			return fmt.Errorf("error writing checkpoint part: %w", err)
-		}
-		return nil
-	})
+	}
 	if err != nil {
 		return "", fmt.Errorf("commit of %d finished items of chunk %s: %w", len(keys), chunk, err)
 	}

@@ -711,63 +711,78 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 }
 
 // commitChunk commits a chunk's writes and its checkpoint in one
-// transaction whose first statement is the fenced count update: it finds
-// no row (ErrOwnershipLost, everything rolls back) unless the execution is
-// still active under this run's worker and lease epoch, and it locks the
-// execution row until the commit. Transient errors are retried inside the
-// window; an attempt after an error whose commit may have landed first
-// looks for the chunk's checkpoint, so a chunk is never counted twice.
+// transaction whose first statement, sent in one round trip with its BEGIN,
+// is the chunk's whole bookkeeping (JobExecutionChunkCommit: the counts, the
+// checkpoint, the execution's status). It is fenced: it finds no row
+// (ErrOwnershipLost, everything rolls back) unless the execution is still
+// active under this run's worker and lease epoch, and it locks the
+// execution row until the commit. The chunk's own writes follow; a chunk
+// whose writes are one statement therefore costs three round trips.
+// Transient errors are retried inside the window; an attempt after an error
+// whose commit may have landed first looks for the chunk's checkpoint, so a
+// chunk is never counted twice.
 func (r *Runner) commitChunk(ctx context.Context, rs *runState, chunk string, res *ChunkResult, chunkCalls, newCalls int32) (string, error) {
 	var execStatus string
 	attempt := 0
+	params := &queries.JobExecutionChunkCommitParams{
+		ID: rs.exec.ID, WorkerID: rs.exec.WorkerID, LeaseEpoch: rs.exec.LeaseEpoch,
+		Chunk: chunk, Targets: res.Targets, Written: res.Written, Skipped: res.Skipped, Failed: res.Failed,
+		SkipReason: res.SkipReason, ExternalCalls: newCalls, ChunkCalls: chunkCalls,
+	}
 	err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
 		attempt++
-		return queries.InTx(callCtx, r.pool, func(tx pgx.Tx) error {
-			if attempt > 1 {
-				owner, err := r.queries.JobCheckpointOwner(callCtx, tx, &queries.JobCheckpointOwnerParams{InstanceID: rs.exec.InstanceID, Chunk: chunk})
-				switch {
-				case err == nil && owner == rs.exec.ID:
-					status, err := r.queries.JobExecutionOwned(callCtx, tx, &queries.JobExecutionOwnedParams{
-						ID: rs.exec.ID, WorkerID: rs.exec.WorkerID, LeaseEpoch: rs.exec.LeaseEpoch,
-					})
-					if errors.Is(err, pgx.ErrNoRows) {
-						return rs.lost()
-					}
-					execStatus = status
-					return err // the earlier attempt committed
-				case err == nil:
-					return rs.lost() // another execution committed the chunk
-				case !errors.Is(err, pgx.ErrNoRows):
-					return err
-				}
+		if attempt > 1 {
+			committed, status, err := r.committedBefore(callCtx, rs, chunk)
+			if err != nil || committed {
+				execStatus = status
+				return err
 			}
-			status, err := r.queries.JobExecutionChunkCommitted(callCtx, tx, &queries.JobExecutionChunkCommittedParams{
-				ID: rs.exec.ID, Written: res.Written, Skipped: res.Skipped, Failed: res.Failed, ExternalCalls: newCalls,
-				WorkerID: rs.exec.WorkerID, LeaseEpoch: rs.exec.LeaseEpoch,
-			})
-			if errors.Is(err, pgx.ErrNoRows) {
-				return rs.lost()
-			}
-			if err != nil {
-				return fmt.Errorf("error updating the execution: %w", err)
-			}
+		}
+		var status string
+		err := queries.InTxBatch(callCtx, r.pool, func(b *pgx.Batch) {
+			queries.Queue(b, func(db queries.DBTX) { _, _ = r.queries.JobExecutionChunkCommit(callCtx, db, params) }).
+				QueryRow(func(row pgx.Row) error { return row.Scan(&status) })
+		}, func(tx pgx.Tx) error {
 			if res.Write != nil {
 				if err := res.Write(callCtx, tx); err != nil {
 					return fmt.Errorf("error writing chunk: %w", err)
 				}
 			}
-			if err := r.queries.JobCheckpointInsert(callCtx, tx, &queries.JobCheckpointInsertParams{
-				InstanceID: rs.exec.InstanceID, Chunk: chunk, ExecutionID: rs.exec.ID,
-				Targets: res.Targets, Written: res.Written, Skipped: res.Skipped, Failed: res.Failed,
-				SkipReason: res.SkipReason, ExternalCalls: chunkCalls,
-			}); err != nil {
-				return fmt.Errorf("error writing checkpoint: %w", err)
-			}
-			execStatus = status
 			return nil
 		})
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return rs.lost()
+		case err != nil:
+			return fmt.Errorf("error committing chunk: %w", err)
+		}
+		execStatus = status
+		return nil
 	})
 	return execStatus, err
+}
+
+// committedBefore reports whether an earlier attempt of the chunk's commit
+// landed although its answer was lost, with the execution's status then. A
+// checkpoint of the chunk by another execution, or an execution that is no
+// longer the run's, is ErrOwnershipLost.
+func (r *Runner) committedBefore(ctx context.Context, rs *runState, chunk string) (bool, string, error) {
+	owner, err := r.queries.JobCheckpointOwner(ctx, r.pool, &queries.JobCheckpointOwnerParams{InstanceID: rs.exec.InstanceID, Chunk: chunk})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, "", nil
+	case err != nil:
+		return false, "", err
+	case owner != rs.exec.ID:
+		return false, "", rs.lost() // another execution committed the chunk
+	}
+	status, err := r.queries.JobExecutionOwned(ctx, r.pool, &queries.JobExecutionOwnedParams{
+		ID: rs.exec.ID, WorkerID: rs.exec.WorkerID, LeaseEpoch: rs.exec.LeaseEpoch,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, "", rs.lost()
+	}
+	return err == nil, status, err
 }
 
 // domainRows counts the rows the instance's executions wrote.

@@ -4,7 +4,9 @@
 // recur silently.
 //
 // Targets are the exposure ledger's companies with outstanding_krw > 0, in
-// corp code order, cut into chunks of jobs.CreditEvalChunkSize. In a chunk
+// corp code order, cut into chunks of jobs.CreditEvalChunkSize; the plan
+// is frozen in the database when an execution starts and read back a chunk
+// at a time, so the worker's memory stays flat in the ledger's size. In a chunk
 // every target gets one CREDIT lookup and, when the lookup answers with an
 // empty grade, one call to the fallback crawl. The calls run on the
 // bounded fan-out (batch.FanOutCommit, BUILDRISK_FANOUT slots), with no
@@ -73,16 +75,14 @@ const firstErrorsNamed = 3
 // at a time in the cluster).
 type Job struct {
 	mu   sync.Mutex
-	plan *frozenPlan
+	plan *declared
 }
 
-// frozenPlan is one execution's plan: each chunk's targets as read at the
-// start, so that a chunk's target count never drifts from the declared
-// total when the ledger changes during the run.
-type frozenPlan struct {
+// declared is what the running execution declared: the tolerance of failed
+// targets is a share of it.
+type declared struct {
 	executionID int64
 	targets     int64
-	chunks      map[string][]string
 }
 
 var (
@@ -93,28 +93,25 @@ var (
 // New returns the creditEval job.
 func New() *Job { return &Job{} }
 
-// Plan implements batch.Job. It reads the ordered targets (for a backfill,
-// those without a grade for today), leaves out those inside the ranges of
-// chunks this instance has already committed (a resume), and cuts the rest
-// into chunks keyed "FIRST-LAST" by corp code; targets already committed in
-// a checkpoint part are left out too. It declares as targets the committed
-// chunks' and parts' targets plus the rest, so the runner's accounting
-// covers the whole instance.
+// Plan implements batch.Job. It freezes the execution's plan in the
+// database (credit_eval_plan), a chunk per statement in keyset order of
+// corp code (CreditEvalPlanPage): the ordered targets (for a backfill,
+// those without a grade for today), without those inside the ranges of
+// chunks this instance has already committed (a resume) and those
+// committed in a checkpoint part, cut into chunks keyed "FIRST-LAST". The
+// worker keeps only the chunks' keys and sizes, and reads each chunk's
+// targets back when it processes it, so its memory does not grow with the
+// ledger and no statement grows with it either. A target added to the
+// ledger during the run waits for the next run; one removed during the run
+// is still evaluated: the run does exactly what it declared. It declares
+// as targets the committed chunks' and parts' targets plus the frozen
+// ones, so the runner's accounting covers the whole instance.
 func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 	p, err := decode(run.Params)
 	if err != nil {
 		return nil, err
 	}
 	q := queries.New()
-	var targets []string
-	if p.Backfill {
-		targets, err = q.ExposureTargetsWithoutGrade(ctx, run.DB, run.Calls.Today())
-	} else {
-		targets, err = q.ExposureTargets(ctx, run.DB)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("error reading targets: %w", err)
-	}
 	committed, err := q.JobCheckpointListChunks(ctx, run.DB, run.InstanceID)
 	if err != nil {
 		return nil, fmt.Errorf("error reading checkpoints: %w", err)
@@ -123,33 +120,34 @@ func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("error reading checkpoint totals: %w", err)
 	}
-	inPart, err := batch.CommittedItems(ctx, run)
-	if err != nil {
-		return nil, err
+	if err := q.CreditEvalPlanClear(ctx, run.DB); err != nil {
+		return nil, fmt.Errorf("error clearing earlier plans: %w", err)
 	}
 
-	var done []keyRange
-	for _, key := range committed {
-		if r, ok := parseKey(key); ok {
-			done = append(done, r)
-		}
+	params := &queries.CreditEvalPlanPageParams{
+		ExecutionID: run.ExecutionID, InstanceID: run.InstanceID, ChunkSize: jobs.CreditEvalChunkSize,
+		Backfill: p.Backfill, EvalDate: run.Calls.Today(), DoneChunks: committed,
 	}
-	remaining := targets[:0:0]
-	for _, code := range targets {
-		if !inPart[code] && !slices.ContainsFunc(done, func(r keyRange) bool { return r.contains(code) }) {
-			remaining = append(remaining, code)
-		}
-	}
-
-	frozen := &frozenPlan{executionID: run.ExecutionID, chunks: map[string][]string{}}
+	params.DoneFirsts, params.DoneLasts = doneRanges(committed)
 	keys := slices.Clone(committed)
-	for chunk := range slices.Chunk(remaining, jobs.CreditEvalChunkSize) {
-		key := keyRange{first: chunk[0], last: chunk[len(chunk)-1]}.String()
-		frozen.chunks[key] = chunk
-		keys = append(keys, key)
+	frozen := &declared{executionID: run.ExecutionID, targets: totals.Targets}
+	for {
+		page, err := q.CreditEvalPlanPage(ctx, run.DB, params)
+		if errors.Is(err, pgx.ErrNoRows) {
+			break // after the last target
+		}
+		if err != nil {
+			return nil, fmt.Errorf("error planning the targets after %q: %w", params.After, err)
+		}
+		r, ok := parseKey(page.Chunk)
+		if !ok {
+			return nil, fmt.Errorf("planned a malformed chunk key %q", page.Chunk)
+		}
+		keys = append(keys, page.Chunk)
+		frozen.targets += page.Targets
+		params.After = r.last
 	}
 	slices.Sort(keys)
-	frozen.targets = totals.Targets + int64(len(remaining))
 
 	j.mu.Lock()
 	j.plan = frozen
@@ -157,32 +155,58 @@ func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 	return &batch.Plan{Chunks: keys, Targets: frozen.targets}, nil
 }
 
-// chunk returns the targets of chunk in the execution's frozen plan.
-func (j *Job) chunk(executionID int64, chunk string) (targets []string, declared int64, ok bool) {
+// doneRanges returns the committed chunks' ranges for CreditEvalPlanPage:
+// their first codes, sorted, and for each the greatest last code of the
+// ranges up to it (ranges of different executions may nest).
+func doneRanges(committed []string) (firsts, lasts []string) {
+	var ranges []keyRange
+	for _, key := range committed {
+		if r, ok := parseKey(key); ok {
+			ranges = append(ranges, r)
+		}
+	}
+	slices.SortFunc(ranges, func(a, b keyRange) int { return strings.Compare(a.first, b.first) })
+	firsts, lasts = []string{}, []string{}
+	for _, r := range ranges {
+		last := r.last
+		if n := len(lasts); n > 0 && lasts[n-1] > last {
+			last = lasts[n-1]
+		}
+		firsts, lasts = append(firsts, r.first), append(lasts, last)
+	}
+	return firsts, lasts
+}
+
+// declaredTargets returns the targets declared by the execution's plan.
+func (j *Job) declaredTargets(executionID int64) (int64, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.plan == nil || j.plan.executionID != executionID {
-		return nil, 0, false
+		return 0, false
 	}
-	targets, ok = j.plan.chunks[chunk]
-	return targets, j.plan.targets, ok
+	return j.plan.targets, true
 }
 
 // Process implements batch.Job: it evaluates the chunk's targets on the
 // fan-out, then hands the grades to the checkpoint transaction.
 func (j *Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
-	targets, declared, ok := j.chunk(run.ExecutionID, chunk)
+	declared, ok := j.declaredTargets(run.ExecutionID)
 	if !ok {
+		return nil, fmt.Errorf("execution %d has no plan", run.ExecutionID)
+	}
+	// The chunk's targets as frozen in the plan. A chunk done again (a
+	// transient database error made the runner retry it, after some of its
+	// grades had committed in parts) calls only the targets with no
+	// committed grade, as a resume does.
+	targets, err := queries.New().CreditEvalPlanChunk(ctx, run.DB, &queries.CreditEvalPlanChunkParams{
+		ExecutionID: run.ExecutionID, Chunk: chunk, InstanceID: run.InstanceID,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("chunk %s is not in the plan of execution %d", chunk, run.ExecutionID)
 	}
-	// A chunk done again (a transient database error made the runner retry
-	// it, after some of its grades had committed in parts) calls only the
-	// targets with no committed grade, as a resume does.
-	inPart, err := batch.CommittedItems(ctx, run)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("error reading the targets of chunk %s: %w", chunk, err)
 	}
-	targets = slices.DeleteFunc(slices.Clone(targets), func(code string) bool { return inPart[code] })
 	day := run.Calls.Today()
 	results, err := batch.FanOutCommit(ctx, run, chunk, targets,
 		func(ctx context.Context, corpCode string) (Evaluation, error) {
@@ -378,10 +402,6 @@ func Estimator(today func() time.Time) func(ctx context.Context, db queries.DBTX
 
 // keyRange is a chunk's range of corp codes, both ends included.
 type keyRange struct{ first, last string }
-
-func (r keyRange) String() string { return r.first + "-" + r.last }
-
-func (r keyRange) contains(code string) bool { return r.first <= code && code <= r.last }
 
 // parseKey reads a chunk key "FIRST-LAST".
 func parseKey(key string) (keyRange, bool) {

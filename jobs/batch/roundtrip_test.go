@@ -1,0 +1,196 @@
+package batch_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs/batch"
+)
+
+// roundTripTracer records every round trip a pool makes to the server, in
+// order: each statement (a BEGIN and a COMMIT are statements), each
+// pipelined batch as one, and each prepare.
+type roundTripTracer struct {
+	mu    sync.Mutex
+	trips []string
+}
+
+func (rt *roundTripTracer) add(s string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.trips = append(rt.trips, s)
+}
+
+func (rt *roundTripTracer) log() []string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return append([]string(nil), rt.trips...)
+}
+
+func (rt *roundTripTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	rt.add(data.SQL)
+	return ctx
+}
+
+func (rt *roundTripTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (rt *roundTripTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	var sqls []string
+	for _, q := range data.Batch.QueuedQueries {
+		sqls = append(sqls, q.SQL)
+	}
+	rt.add("batch: " + strings.Join(sqls, "; "))
+	return ctx
+}
+
+func (rt *roundTripTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (rt *roundTripTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+func (rt *roundTripTracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, data pgx.TracePrepareStartData) context.Context {
+	rt.add("prepare: " + data.SQL)
+	return ctx
+}
+
+func (rt *roundTripTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+// writeMarker is the statement writeJob's chunks write: one round trip of
+// data in the chunk's transaction, and a marker in the trace.
+const writeMarker = "SELECT 'chunk write', $1::text"
+
+// writeJob has `chunks` chunks of one target each; each writes one
+// statement in its checkpoint transaction.
+type writeJob struct{ chunks int }
+
+func (j *writeJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	plan := &batch.Plan{Targets: int64(j.chunks)}
+	for i := range j.chunks {
+		plan.Chunks = append(plan.Chunks, fmt.Sprintf("c%02d", i))
+	}
+	return plan, nil
+}
+
+func (j *writeJob) Process(_ context.Context, _ *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	return &batch.ChunkResult{Targets: 1, Written: 1, Write: func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, writeMarker, chunk)
+		return err
+	}}, nil
+}
+
+// A chunk costs the job's own writes plus two round trips: the begin
+// pipelined with the fenced bookkeeping (counts, checkpoint), and the
+// commit. The trace between two chunks' writes is pinned, so a statement
+// added to the chunk path shows here.
+func TestRunner_ChunkRoundTrips(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]batch.Job{"metrics": &writeJob{chunks: 6}})
+
+	cfg, err := pgxpool.ParseConfig(b.pool.Config().ConnString())
+	require.NoError(t, err)
+	tracer := &roundTripTracer{}
+	cfg.ConnConfig.Tracer = tracer
+	cfg.MaxConns = 1 // every statement on one connection: its statements are prepared once
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	runner, err := batch.NewRunner(pool, batch.Config{
+		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"metrics": &writeJob{chunks: 6}},
+		Upstream: b.upstream, Instruments: b.instruments, LeaseCheckInterval: time.Hour,
+	})
+	require.NoError(t, err)
+
+	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "metrics")})
+	require.NoError(t, err)
+	require.Equal(t, "COMPLETED", out.Status, out.Message)
+
+	// The writes of the chunks, by position in the trace.
+	trips := tracer.log()
+	var writes []int
+	for i, s := range trips {
+		if s == writeMarker {
+			writes = append(writes, i)
+		}
+	}
+	require.Len(t, writes, 6)
+	// From the second chunk on, statements are prepared: each interval from
+	// one chunk's write to the next is one whole chunk.
+	for k := 2; k < len(writes); k++ {
+		between := trips[writes[k-1]+1 : writes[k]+1]
+		require.Len(t, between, 3, "round trips of chunk %d: %q", k, between)
+	}
+}
+
+// partTripsJob has one chunk of `items` items committed one part at a time (a
+// fan-out of one slot); each part writes one statement.
+type partTripsJob struct{ items int }
+
+func (j *partTripsJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	return &batch.Plan{Chunks: []string{"c00"}, Targets: int64(j.items)}, nil
+}
+
+func (j *partTripsJob) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	items := make([]string, j.items)
+	for i := range items {
+		items[i] = fmt.Sprintf("i%02d", i)
+	}
+	_, err := batch.FanOutCommit(ctx, run, chunk, items,
+		func(_ context.Context, item string) (string, error) { return item, nil },
+		batch.Committer[string, string]{
+			Key: func(item string) string { return item },
+			Write: func(ctx context.Context, tx pgx.Tx, values []string) error {
+				_, err := tx.Exec(ctx, writeMarker, values[0])
+				return err
+			},
+		})
+	if err != nil {
+		return nil, err
+	}
+	return &batch.ChunkResult{}, nil
+}
+
+// A part commit of a fan-out chunk costs its writes plus two round trips,
+// like a chunk: the begin pipelined with the fenced bookkeeping (count,
+// part), and the commit.
+func TestRunner_PartRoundTrips(t *testing.T) {
+	t.Parallel()
+	b := setup(t, map[string]batch.Job{"creditEval": &partTripsJob{items: 6}})
+
+	cfg, err := pgxpool.ParseConfig(b.pool.Config().ConnString())
+	require.NoError(t, err)
+	tracer := &roundTripTracer{}
+	cfg.ConnConfig.Tracer = tracer
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	runner, err := batch.NewRunner(pool, batch.Config{
+		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"creditEval": &partTripsJob{items: 6}},
+		Upstream: b.upstream, Instruments: b.instruments, LeaseCheckInterval: time.Hour, FanOut: 1,
+	})
+	require.NoError(t, err)
+
+	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
+	require.NoError(t, err)
+	require.Equal(t, "COMPLETED", out.Status, out.Message)
+
+	trips := tracer.log()
+	var writes []int
+	for i, s := range trips {
+		if s == writeMarker {
+			writes = append(writes, i)
+		}
+	}
+	require.Len(t, writes, 6, "one part per item")
+	for k := 2; k < len(writes); k++ {
+		between := trips[writes[k-1]+1 : writes[k]+1]
+		require.Len(t, between, 3, "round trips of part %d: %q", k, between)
+	}
+}

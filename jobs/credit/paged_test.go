@@ -1,0 +1,107 @@
+package credit_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/credit"
+	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+	"github.com/buildrisk/radar/queries"
+)
+
+// A run over more targets than a chunk reads them a chunk at a time from its
+// frozen plan: stopped in the middle (maxCalls) and resumed, every target is
+// called exactly once. During the resume the ledger changes after its first
+// chunk: a company added in a range not yet evaluated waits for the next
+// run, a target whose exposure was repaid is still evaluated (the plan is
+// what the run declared), and the run completes with the targets it
+// declared at its start.
+func TestCreditEval_PagedTargetsOnceEachAcrossStopAndLedgerChange(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{targets: 2500, fanOut: 4})
+	require.Greater(t, len(b.targets), 2*jobs.CreditEvalChunkSize)
+
+	maxCalls := 1300 // the first chunk and part of the second
+	out, first := b.run(t, `{}`, &maxCalls)
+	require.Equal(t, "STOPPED", out.Status, out.Message)
+	require.Equal(t, int32(3), first.ChunksTotal)
+	paid := len(b.fake.Stats().Calls[fakeupstream.EndpointCreditLookup])
+	require.Less(t, paid, len(b.targets))
+
+	// The resume's chunks, in order: the change lands after the first.
+	n, err := strconv.Atoi(b.targets[len(b.targets)-3])
+	require.NoError(t, err)
+	added := fmt.Sprintf("%08d", n+1) // inside the last chunk's range, not a target
+	require.NotContains(t, b.targets, added)
+	require.Less(t, added, b.targets[len(b.targets)-2])
+	repaid := b.targets[len(b.targets)-2] // in the last chunk
+	changed := false
+	id, _ := b.request(t, `{}`, nil)
+	out, err = b.runner.Run(context.Background(), batch.RunOpts{RequestID: id, OnChunk: func(done, _ int) {
+		if changed {
+			return
+		}
+		changed = true
+		_, err := queries.New().ExposureUpsert(context.Background(), b.pool, &queries.ExposureUpsertParams{
+			CorpCodes: []string{added, repaid}, OutstandingKrws: []int64{7, 0},
+		})
+		require.NoError(t, err)
+	}})
+	require.NoError(t, err)
+	require.True(t, changed)
+	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	exec, err := queries.New().JobExecutionGetByID(context.Background(), b.pool, out.ExecutionID)
+	require.NoError(t, err)
+	require.Equal(t, int64(len(b.targets)), exec.Targets, "declared at the start: the ledger's change does not move it")
+
+	lookups := b.fake.Stats().Calls[fakeupstream.EndpointCreditLookup]
+	require.Len(t, lookups, len(b.targets), "every target called, across the stop")
+	for _, code := range b.targets {
+		require.Equal(t, int64(1), lookups[code], "%s called once", code)
+	}
+	require.NotContains(t, lookups, added, "added during the run: waits for the next run")
+	b.requireOneGradeEach(t, b.today(), b.targets)
+}
+
+// Planning holds no target list in the worker: the bytes Plan allocates do
+// not grow with the ledger (the old plan read every target into memory:
+// about 200 bytes a target).
+func TestCreditEval_PlanMemoryFlat(t *testing.T) {
+	small := planAllocs(t, 2_000)
+	big := planAllocs(t, 20_000)
+	perTarget := float64(big-small) / 18_000
+	t.Logf("Plan allocated %d bytes at 2,000 targets, %d at 20,000: %.1f bytes per extra target", small, big, perTarget)
+	require.Less(t, perTarget, 4.0, "Plan's memory grows with the targets")
+}
+
+// planAllocs returns the bytes creditEval's Plan allocates over a ledger of
+// n targets (the smallest of three runs).
+func planAllocs(t *testing.T, n int) uint64 {
+	t.Helper()
+	b := setup(t, setupOpts{targets: n})
+	job := credit.New()
+	run := &batch.Run{
+		Job: jobs.CreditEval, ExecutionID: 1, InstanceID: 1, Params: json.RawMessage(`{}`),
+		Calls: b.client.NewCaller(jobs.CreditEval, 0), DB: b.pool,
+	}
+	least := ^uint64(0)
+	for range 3 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		plan, err := job.Plan(context.Background(), run)
+		runtime.ReadMemStats(&after)
+		require.NoError(t, err)
+		require.Equal(t, int64(n), plan.Targets)
+		least = min(least, after.TotalAlloc-before.TotalAlloc)
+	}
+	return least
+}
