@@ -379,12 +379,21 @@ func plainFanOut(t *testing.T, client *http.Client, base string, codes []string,
 
 // benchPickup: created → claimed, idle (one request at a time, 200 ms
 // apart) and back to back (requests 20 ms apart on different jobs), through
-// the service (the API's insert-only client, a worker) and through raw River
-// in its best configuration (FetchCooldown 1 ms on both clients), on the same
-// database.
+// the service (the API's insert-only client and enqueue path, a worker) and
+// through raw River in its best configuration (FetchCooldown 1 ms on both
+// clients), on the same database. Both sides run as deployed: the service's
+// enqueue on an api pool with the api's cleanup-before-enqueue, its worker
+// on a worker-sized pool with its heartbeat pool, production telemetry and
+// the contract's heartbeat, stale and reap intervals; raw River's inserting
+// and working clients on pools of the same sizes.
 func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	const lanes = 20
-	s := newTestSystem(t, nil)
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{
+		"BUILDRISK_HEARTBEAT_INTERVAL": worker.HeartbeatIntervalDefault.String(),
+		"BUILDRISK_STALE_AFTER":        worker.StaleAfterDefault.String(),
+		"BUILDRISK_REAP_INTERVAL":      worker.ReapIntervalDefault.String(),
+	}})
+	productionTelemetry(t, s)
 	ctx := context.Background()
 	names := make([]string, lanes)
 	registry := map[string]batch.Job{}
@@ -394,10 +403,22 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		registry[names[i]] = noopJob{}
 		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
 	}
-	w, _ := s.startWorkerWith(s.pool, func(wc *worker.Config, rc *batch.Config) { rc.Jobs = registry })
-	insertOnly, err := newInsertOnlyRiver(s.pool, s.tel)
+	openWorkerPool := func() *pgxpool.Pool {
+		pool, err := openPool(ctx, s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	heartbeatPool, err := openHeartbeatPool(ctx, s.dbURL, heartbeatPoolConns, s.env.DBTimeout)
 	require.NoError(t, err)
-	enqueuer, err := request.NewEnqueuer(s.pool, insertOnly, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.tel.instruments})
+	t.Cleanup(heartbeatPool.Close)
+	w, _ := s.startWorkerWith(openWorkerPool(), func(wc *worker.Config, rc *batch.Config) {
+		rc.Jobs = registry
+		wc.HeartbeatPool = heartbeatPool
+	})
+	insertOnly, err := newInsertOnlyRiver(s.apiPool, s.tel)
+	require.NoError(t, err)
+	enqueuer, err := newEnqueuerFor(jobs.NewCatalog(defs...), s.apiPool, insertOnly, s.env, s.tel)
 	require.NoError(t, err)
 	serviceEvents, cancelService := w.River().Subscribe(river.EventKindJobCompleted)
 	defer cancelService()
@@ -405,14 +426,17 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, rawNoopWorker{})
-	raw, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{
+	raw, err := river.NewClient(riverpgxv5.New(openWorkerPool()), &river.Config{
 		Queues: map[string]river.QueueConfig{"bench": {MaxWorkers: 10}}, Workers: workers,
 		FetchCooldown: river.FetchCooldownMin, FetchPollInterval: worker.FetchPollIntervalDefault,
 	})
 	require.NoError(t, err)
 	require.NoError(t, raw.Start(ctx))
 	defer func() { _ = raw.Stop(ctx) }()
-	rawInsert, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{FetchCooldown: river.FetchCooldownMin})
+	rawInsertPool, err := openAPIPool(ctx, s.env, s.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(rawInsertPool.Close)
+	rawInsert, err := river.NewClient(riverpgxv5.New(rawInsertPool), &river.Config{FetchCooldown: river.FetchCooldownMin})
 	require.NoError(t, err)
 	rawEvents, cancelRaw := raw.Subscribe(river.EventKindJobCompleted)
 	defer cancelRaw()
