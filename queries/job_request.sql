@@ -29,9 +29,6 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) AS last ON true;
 
--- name: JobRequestSetRiverJob :exec
-UPDATE job_request SET river_job_id = @river_job_id WHERE id = @id;
-
 -- name: JobRequestGetByID :one
 SELECT * FROM job_request WHERE id = @id;
 

@@ -696,17 +696,3 @@ func (q *Queries) JobRequestSetResumeCause(ctx context.Context, db DBTX, arg *Jo
 	_, err := db.Exec(ctx, jobRequestSetResumeCause, arg.ResumeCause, arg.ID)
 	return err
 }
-
-const jobRequestSetRiverJob = `-- name: JobRequestSetRiverJob :exec
-UPDATE job_request SET river_job_id = $1 WHERE id = $2
-`
-
-type JobRequestSetRiverJobParams struct {
-	RiverJobID *int64
-	ID         int64
-}
-
-func (q *Queries) JobRequestSetRiverJob(ctx context.Context, db DBTX, arg *JobRequestSetRiverJobParams) error {
-	_, err := db.Exec(ctx, jobRequestSetRiverJob, arg.RiverJobID, arg.ID)
-	return err
-}
