@@ -464,38 +464,42 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		return out
 	}
 	type sample struct{ service, raw []float64 }
+	// measure interleaves the two sides (a service request, gap/2, a raw
+	// River job, gap/2, ...), so that both meet the same load on a shared
+	// machine; each side sees one insert per gap. A lane (a job) takes its
+	// next request only once its previous one has ended: the service allows
+	// one active request per job, and a slow moment must not turn into a 409.
 	measure := func(gap time.Duration, waitEach bool) sample {
-		var serviceIDs []int64
-		var riverIDs, waitService, waitRaw []int64
+		var serviceIDs, riverIDs, waitService, waitRaw []int64
+		laneLast := map[int]int64{}
 		for i := range scale.pickups {
-			res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: names[i%lanes], Source: request.SourceAPI})
+			lane := i % lanes
+			if prev, ok := laneLast[lane]; ok {
+				serviceDone.wait(prev)
+			}
+			res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: names[lane], Source: request.SourceAPI})
 			require.NoError(t, err)
 			serviceIDs = append(serviceIDs, res.Request.ID)
 			waitService = append(waitService, *res.Request.RiverJobID)
+			laneLast[lane] = *res.Request.RiverJobID
 			if waitEach {
 				serviceDone.wait(*res.Request.RiverJobID)
 			}
-			time.Sleep(gap)
-		}
-		if !waitEach {
-			for _, id := range waitService {
-				serviceDone.wait(id)
-			}
-		}
-		for range scale.pickups {
-			res, err := rawInsert.Insert(ctx, rawNoopArgs{}, &river.InsertOpts{Queue: "bench"})
+			time.Sleep(gap / 2)
+			inserted, err := rawInsert.Insert(ctx, rawNoopArgs{}, &river.InsertOpts{Queue: "bench"})
 			require.NoError(t, err)
-			riverIDs = append(riverIDs, res.Job.ID)
-			waitRaw = append(waitRaw, res.Job.ID)
+			riverIDs = append(riverIDs, inserted.Job.ID)
+			waitRaw = append(waitRaw, inserted.Job.ID)
 			if waitEach {
-				rawDone.wait(res.Job.ID)
+				rawDone.wait(inserted.Job.ID)
 			}
-			time.Sleep(gap)
+			time.Sleep(gap / 2)
 		}
-		if !waitEach {
-			for _, id := range waitRaw {
-				rawDone.wait(id)
-			}
+		for _, id := range waitService {
+			serviceDone.wait(id)
+		}
+		for _, id := range waitRaw {
+			rawDone.wait(id)
 		}
 		var rawMs []float64
 		rawMu.Lock()
