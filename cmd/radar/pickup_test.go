@@ -88,3 +88,27 @@ func TestPickup_ScheduledAndChainedInsertsAreNotified(t *testing.T) {
 	})
 	waitClaimed(t, s, chained)
 }
+
+// `radar run`'s chained request is claimed on its notification: the CLI
+// runs its own request in the foreground, and the request the run chains
+// to is inserted through the CLI's insert-only River client, whose insert
+// notifies the worker (poll at an hour here).
+func TestPickup_CLIChainedInsertIsNotified(t *testing.T) {
+	t.Parallel()
+	bin := buildRadar(t)
+	s := newTestSystem(t, nil)
+	s.startWorkerWith(s.pool, func(wc *worker.Config, rc *batch.Config) {
+		wc.FetchPollInterval = time.Hour
+		rc.Jobs[jobs.Rules] = noopJob{}
+	})
+	ctx := context.Background()
+	// One tracked company with no data: metrics completes, and chains.
+	_, err := s.pool.Exec(ctx, "INSERT INTO company (corp_code, name, tracked, execution_id) VALUES ('00000001', 'pickup', true, 0)")
+	require.NoError(t, err)
+	cli := startRadar(t, bin, s.processEnv(nil), "run", jobs.Metrics)
+	require.Equal(t, exitOK, cli.wait(t, time.Minute))
+
+	var chained string
+	require.NoError(t, s.pool.QueryRow(ctx, "SELECT id::text FROM job_request WHERE job = $1 AND source = 'chain'", jobs.Rules).Scan(&chained))
+	waitClaimed(t, s, chained)
+}
