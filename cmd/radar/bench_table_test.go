@@ -441,17 +441,20 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	rawEvents, cancelRaw := raw.Subscribe(river.EventKindJobCompleted)
 	defer cancelRaw()
 	rawLatency := map[int64]time.Duration{}
+	rawAttempted := map[int64]time.Time{}
 	var rawMu sync.Mutex
 	rawDone := newCompletions(teeEvents(rawEvents, func(e *river.Event) {
 		if e.Job.AttemptedAt != nil {
 			rawMu.Lock()
 			rawLatency[e.Job.ID] = e.Job.AttemptedAt.Sub(e.Job.CreatedAt)
+			rawAttempted[e.Job.ID] = *e.Job.AttemptedAt
 			rawMu.Unlock()
 		}
 	}))
 
-	serviceLatency := func(ids []int64) []float64 {
-		var out []float64
+	// serviceLatency returns each request's created → claimed and, from
+	// calls (the client's clock when Enqueue was called), call → claimed.
+	serviceLatency := func(ids []int64, calls map[int64]time.Time) (out, fromCall []float64) {
 		for _, id := range ids {
 			var created, claimed, riverCreated, attempted time.Time
 			require.NoError(t, s.pool.QueryRow(ctx, `SELECT r.created_at, r.claimed_at, j.created_at, j.attempted_at
@@ -460,10 +463,14 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 				t.Logf("request %d: river insert +%s, fetched +%s, claimed +%s", id, riverCreated.Sub(created), attempted.Sub(created), claimed.Sub(created))
 			}
 			out = append(out, float64(claimed.Sub(created).Microseconds())/1000)
+			fromCall = append(fromCall, float64(claimed.Sub(calls[id]).Microseconds())/1000)
 		}
-		return out
+		return out, fromCall
 	}
-	type sample struct{ service, raw []float64 }
+	// A sample holds created → claimed (each side's own clocks) and call →
+	// claimed (the same clock for both: the client's just before it calls
+	// Enqueue or Insert, so both include their BEGIN).
+	type sample struct{ service, raw, serviceCall, rawCall []float64 }
 	// measure interleaves the two sides (a service request, gap/2, a raw
 	// River job, gap/2, ...), so that both meet the same load on a shared
 	// machine; each side sees one insert per gap. A lane (a job) takes its
@@ -471,14 +478,17 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	// one active request per job, and a slow moment must not turn into a 409.
 	measure := func(gap time.Duration, waitEach bool) sample {
 		var serviceIDs, riverIDs, waitService, waitRaw []int64
+		serviceCalls, rawCalls := map[int64]time.Time{}, map[int64]time.Time{}
 		laneLast := map[int]int64{}
 		for i := range scale.pickups {
 			lane := i % lanes
 			if prev, ok := laneLast[lane]; ok {
 				serviceDone.wait(prev)
 			}
+			called := time.Now()
 			res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: names[lane], Source: request.SourceAPI})
 			require.NoError(t, err)
+			serviceCalls[res.Request.ID] = called
 			serviceIDs = append(serviceIDs, res.Request.ID)
 			waitService = append(waitService, *res.Request.RiverJobID)
 			laneLast[lane] = *res.Request.RiverJobID
@@ -486,8 +496,10 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 				serviceDone.wait(*res.Request.RiverJobID)
 			}
 			time.Sleep(gap / 2)
+			called = time.Now()
 			inserted, err := rawInsert.Insert(ctx, rawNoopArgs{}, &river.InsertOpts{Queue: "bench"})
 			require.NoError(t, err)
+			rawCalls[inserted.Job.ID] = called
 			riverIDs = append(riverIDs, inserted.Job.ID)
 			waitRaw = append(waitRaw, inserted.Job.ID)
 			if waitEach {
@@ -501,13 +513,15 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		for _, id := range waitRaw {
 			rawDone.wait(id)
 		}
-		var rawMs []float64
+		var rawMs, rawCallMs []float64
 		rawMu.Lock()
 		for _, id := range riverIDs {
 			rawMs = append(rawMs, float64(rawLatency[id].Microseconds())/1000)
+			rawCallMs = append(rawCallMs, float64(rawAttempted[id].Sub(rawCalls[id]).Microseconds())/1000)
 		}
 		rawMu.Unlock()
-		return sample{service: serviceLatency(serviceIDs), raw: rawMs}
+		service, serviceCall := serviceLatency(serviceIDs, serviceCalls)
+		return sample{service: service, raw: rawMs, serviceCall: serviceCall, rawCall: rawCallMs}
 	}
 	pct := func(xs []float64, p float64) float64 {
 		s := slices.Clone(xs)
@@ -523,12 +537,16 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	}{{"idle (one at a time, 200 ms apart)", 200 * time.Millisecond, true}, {"back to back (20 ms apart)", 20 * time.Millisecond, false}} {
 		p50 := &benchRow{name: "pickup created → claimed p50, " + mode.name, unit: "ms", refName: "raw River (FetchCooldown 1 ms)"}
 		p99 := &benchRow{name: "pickup created → claimed p99, " + mode.name, unit: "ms", refName: "raw River (FetchCooldown 1 ms)", target: "≤ 1.5"}
+		callP50 := &benchRow{name: "same, call → claimed p50 (one clock for both), " + mode.name, unit: "ms", refName: "raw River, call → fetched"}
+		callP99 := &benchRow{name: "same, call → claimed p99 (one clock for both), " + mode.name, unit: "ms", refName: "raw River, call → fetched"}
 		for range scale.reps {
 			smp := measure(mode.gap, mode.waitEach)
 			p50.add(pct(smp.service, 0.5), pct(smp.raw, 0.5))
 			p99.add(pct(smp.service, 0.99), pct(smp.raw, 0.99))
+			callP50.add(pct(smp.serviceCall, 0.5), pct(smp.rawCall, 0.5))
+			callP99.add(pct(smp.serviceCall, 0.99), pct(smp.rawCall, 0.99))
 		}
-		rows = append(rows, p50, p99)
+		rows = append(rows, p50, p99, callP50, callP99)
 	}
 	return rows
 }
