@@ -1,10 +1,33 @@
 -- name: JobRequestInsert :one
-INSERT INTO job_request (job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at)
-VALUES (@job, @params, @params_hash, sqlc.narg('max_calls'), @confirm_purge, @source, @requested_by, @estimated_calls, sqlc.narg('resumes_execution_id'), sqlc.narg('worker_id'), sqlc.narg('due_at'))
+-- JobRequestInsert writes a request under the id JobRequestEnqueueState
+-- reserved, already linked to its River job (inserted first, carrying that
+-- id), so the enqueue writes the row once.
+INSERT INTO job_request (id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id)
+VALUES (@id, @job, @params, @params_hash, sqlc.narg('max_calls'), @confirm_purge, @source, @requested_by, @estimated_calls, sqlc.narg('resumes_execution_id'), sqlc.narg('worker_id'), sqlc.narg('due_at'), sqlc.narg('river_job_id'))
 RETURNING *;
 
--- name: JobRequestSetRiverJob :exec
-UPDATE job_request SET river_job_id = @river_job_id WHERE id = @id;
+-- name: JobRequestEnqueueState :one
+-- JobRequestEnqueueState reads what an enqueue decides on, under the job's
+-- advisory lock: the job's active request (0: none), the newest execution
+-- of its newest instance with that instance's identity (the restart rules'
+-- input, as JobExecutionLastByJob; execution id 0: none), and a new request
+-- id. EnqueueStateTx sends it in one round trip with the lock.
+SELECT coalesce((SELECT r.id FROM job_request r WHERE r.job = @job::text AND r.status IN ('QUEUED', 'RUNNING')), 0)::bigint AS active_request_id,
+       nextval(pg_get_serial_sequence('job_request', 'id'))::bigint AS next_request_id,
+       coalesce(last.id, 0)::bigint AS last_execution_id,
+       coalesce(last.instance_id, 0)::bigint AS last_instance_id,
+       coalesce(last.status, '')::text AS last_status,
+       coalesce(last.params_hash, '')::text AS last_params_hash,
+       coalesce(last.confirm_purge, false)::boolean AS last_confirm_purge
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT e.id, e.instance_id, e.status, i.params_hash, i.confirm_purge
+    FROM job_execution e
+    JOIN job_instance i ON i.id = e.instance_id
+    WHERE i.id = (SELECT max(ji.id) FROM job_instance ji WHERE ji.job = @job::text)
+    ORDER BY e.id DESC
+    LIMIT 1
+) AS last ON true;
 
 -- name: JobRequestGetByID :one
 SELECT * FROM job_request WHERE id = @id;

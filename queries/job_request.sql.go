@@ -84,6 +84,55 @@ func (q *Queries) JobRequestClaim(ctx context.Context, db DBTX, arg *JobRequestC
 	return &i, err
 }
 
+const jobRequestEnqueueState = `-- name: JobRequestEnqueueState :one
+SELECT coalesce((SELECT r.id FROM job_request r WHERE r.job = $1::text AND r.status IN ('QUEUED', 'RUNNING')), 0)::bigint AS active_request_id,
+       nextval(pg_get_serial_sequence('job_request', 'id'))::bigint AS next_request_id,
+       coalesce(last.id, 0)::bigint AS last_execution_id,
+       coalesce(last.instance_id, 0)::bigint AS last_instance_id,
+       coalesce(last.status, '')::text AS last_status,
+       coalesce(last.params_hash, '')::text AS last_params_hash,
+       coalesce(last.confirm_purge, false)::boolean AS last_confirm_purge
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT e.id, e.instance_id, e.status, i.params_hash, i.confirm_purge
+    FROM job_execution e
+    JOIN job_instance i ON i.id = e.instance_id
+    WHERE i.id = (SELECT max(ji.id) FROM job_instance ji WHERE ji.job = $1::text)
+    ORDER BY e.id DESC
+    LIMIT 1
+) AS last ON true
+`
+
+type JobRequestEnqueueStateRow struct {
+	ActiveRequestID  int64
+	NextRequestID    int64
+	LastExecutionID  int64
+	LastInstanceID   int64
+	LastStatus       string
+	LastParamsHash   string
+	LastConfirmPurge bool
+}
+
+// JobRequestEnqueueState reads what an enqueue decides on, under the job's
+// advisory lock: the job's active request (0: none), the newest execution
+// of its newest instance with that instance's identity (the restart rules'
+// input, as JobExecutionLastByJob; execution id 0: none), and a new request
+// id. EnqueueStateTx sends it in one round trip with the lock.
+func (q *Queries) JobRequestEnqueueState(ctx context.Context, db DBTX, job string) (*JobRequestEnqueueStateRow, error) {
+	row := db.QueryRow(ctx, jobRequestEnqueueState, job)
+	var i JobRequestEnqueueStateRow
+	err := row.Scan(
+		&i.ActiveRequestID,
+		&i.NextRequestID,
+		&i.LastExecutionID,
+		&i.LastInstanceID,
+		&i.LastStatus,
+		&i.LastParamsHash,
+		&i.LastConfirmPurge,
+	)
+	return &i, err
+}
+
 const jobRequestFinish = `-- name: JobRequestFinish :execrows
 UPDATE job_request
 SET status = $1, message = $2, finished_at = now()
@@ -171,12 +220,13 @@ func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*Jo
 }
 
 const jobRequestInsert = `-- name: JobRequestInsert :one
-INSERT INTO job_request (job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+INSERT INTO job_request (id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause
 `
 
 type JobRequestInsertParams struct {
+	ID                 int64
 	Job                string
 	Params             []byte
 	ParamsHash         string
@@ -188,10 +238,15 @@ type JobRequestInsertParams struct {
 	ResumesExecutionID *int64
 	WorkerID           *string
 	DueAt              *time.Time
+	RiverJobID         *int64
 }
 
+// JobRequestInsert writes a request under the id JobRequestEnqueueState
+// reserved, already linked to its River job (inserted first, carrying that
+// id), so the enqueue writes the row once.
 func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequestInsertParams) (*JobRequest, error) {
 	row := db.QueryRow(ctx, jobRequestInsert,
+		arg.ID,
 		arg.Job,
 		arg.Params,
 		arg.ParamsHash,
@@ -203,6 +258,7 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 		arg.ResumesExecutionID,
 		arg.WorkerID,
 		arg.DueAt,
+		arg.RiverJobID,
 	)
 	var i JobRequest
 	err := row.Scan(
@@ -638,19 +694,5 @@ type JobRequestSetResumeCauseParams struct {
 
 func (q *Queries) JobRequestSetResumeCause(ctx context.Context, db DBTX, arg *JobRequestSetResumeCauseParams) error {
 	_, err := db.Exec(ctx, jobRequestSetResumeCause, arg.ResumeCause, arg.ID)
-	return err
-}
-
-const jobRequestSetRiverJob = `-- name: JobRequestSetRiverJob :exec
-UPDATE job_request SET river_job_id = $1 WHERE id = $2
-`
-
-type JobRequestSetRiverJobParams struct {
-	RiverJobID *int64
-	ID         int64
-}
-
-func (q *Queries) JobRequestSetRiverJob(ctx context.Context, db DBTX, arg *JobRequestSetRiverJobParams) error {
-	_, err := db.Exec(ctx, jobRequestSetRiverJob, arg.RiverJobID, arg.ID)
 	return err
 }

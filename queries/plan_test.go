@@ -81,6 +81,7 @@ ANALYZE;`, historyRows)
 		{"JobExecutionIDsByInstance", jobExecutionIDsByInstance, []any{int64(5)}},
 		{"JobRequestGetByID", jobRequestGetByID, []any{int64(5)}},
 		{"JobRequestGetActiveByJob", jobRequestGetActiveByJob, []any{"aptTrade"}},
+		{"JobRequestEnqueueState", jobRequestEnqueueState, []any{"aptTrade"}},
 		{"JobRequestListFirstPage", jobRequestList, []any{nil, nil, nil, int32(50)}},
 		{"JobRequestListByJob", jobRequestList, []any{"aptTrade", nil, int64(50_000), int32(50)}},
 		{"JobRequestListByStatus", jobRequestList, []any{nil, "FAILED", nil, int32(50)}},

@@ -35,7 +35,11 @@ func startTwoJobs(t *testing.T, pool *pgxpool.Pool, opts pgx.TxOptions, retries 
 		go func() {
 			defer wg.Done()
 			errs[i] = queries.InTxOpts(ctx, pool, opts, retries, func(tx pgx.Tx) error {
-				req, err := q.JobRequestInsert(ctx, tx, &queries.JobRequestInsertParams{Job: job, Params: []byte("{}"), Source: "api"})
+				var id int64
+				if err := tx.QueryRow(ctx, "SELECT nextval(pg_get_serial_sequence('job_request', 'id'))").Scan(&id); err != nil {
+					return err
+				}
+				req, err := q.JobRequestInsert(ctx, tx, &queries.JobRequestInsertParams{ID: id, Job: job, Params: []byte("{}"), Source: "api"})
 				if err != nil {
 					return err
 				}

@@ -380,12 +380,21 @@ func plainFanOut(t *testing.T, client *http.Client, base string, codes []string,
 
 // benchPickup: created → claimed, idle (one request at a time, 200 ms
 // apart) and back to back (requests 20 ms apart on different jobs), through
-// the service (the API's insert-only client, a worker) and through raw River
-// in its best configuration (FetchCooldown 1 ms on both clients), on the same
-// database.
+// the service (the API's insert-only client and enqueue path, a worker) and
+// through raw River in its best configuration (FetchCooldown 1 ms on both
+// clients), on the same database. Both sides run as deployed: the service's
+// enqueue on an api pool with the api's cleanup-before-enqueue, its worker
+// on a worker-sized pool with its heartbeat pool, production telemetry and
+// the contract's heartbeat, stale and reap intervals; raw River's inserting
+// and working clients on pools of the same sizes.
 func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	const lanes = 20
-	s := newTestSystem(t, nil)
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{
+		"BUILDRISK_HEARTBEAT_INTERVAL": worker.HeartbeatIntervalDefault.String(),
+		"BUILDRISK_STALE_AFTER":        worker.StaleAfterDefault.String(),
+		"BUILDRISK_REAP_INTERVAL":      worker.ReapIntervalDefault.String(),
+	}})
+	productionTelemetry(t, s)
 	ctx := context.Background()
 	names := make([]string, lanes)
 	registry := map[string]batch.Job{}
@@ -395,10 +404,22 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		registry[names[i]] = noopJob{}
 		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
 	}
-	w, _ := s.startWorkerWith(s.pool, func(wc *worker.Config, rc *batch.Config) { rc.Jobs = registry })
-	insertOnly, err := newInsertOnlyRiver(s.pool, s.tel)
+	openWorkerPool := func() *pgxpool.Pool {
+		pool, err := openPool(ctx, s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	heartbeatPool, err := openHeartbeatPool(ctx, s.dbURL, heartbeatPoolConns, s.env.DBTimeout)
 	require.NoError(t, err)
-	enqueuer, err := request.NewEnqueuer(s.pool, insertOnly, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.tel.instruments})
+	t.Cleanup(heartbeatPool.Close)
+	w, _ := s.startWorkerWith(openWorkerPool(), func(wc *worker.Config, rc *batch.Config) {
+		rc.Jobs = registry
+		wc.HeartbeatPool = heartbeatPool
+	})
+	insertOnly, err := newInsertOnlyRiver(s.apiPool, s.tel)
+	require.NoError(t, err)
+	enqueuer, err := newEnqueuerFor(jobs.NewCatalog(defs...), s.apiPool, insertOnly, s.env, s.tel)
 	require.NoError(t, err)
 	serviceEvents, cancelService := w.River().Subscribe(river.EventKindJobCompleted)
 	defer cancelService()
@@ -406,29 +427,35 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, rawNoopWorker{})
-	raw, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{
+	raw, err := river.NewClient(riverpgxv5.New(openWorkerPool()), &river.Config{
 		Queues: map[string]river.QueueConfig{"bench": {MaxWorkers: 10}}, Workers: workers,
 		FetchCooldown: river.FetchCooldownMin, FetchPollInterval: worker.FetchPollIntervalDefault,
 	})
 	require.NoError(t, err)
 	require.NoError(t, raw.Start(ctx))
 	defer func() { _ = raw.Stop(ctx) }()
-	rawInsert, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{FetchCooldown: river.FetchCooldownMin})
+	rawInsertPool, err := openAPIPool(ctx, s.env, s.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(rawInsertPool.Close)
+	rawInsert, err := river.NewClient(riverpgxv5.New(rawInsertPool), &river.Config{FetchCooldown: river.FetchCooldownMin})
 	require.NoError(t, err)
 	rawEvents, cancelRaw := raw.Subscribe(river.EventKindJobCompleted)
 	defer cancelRaw()
 	rawLatency := map[int64]time.Duration{}
+	rawAttempted := map[int64]time.Time{}
 	var rawMu sync.Mutex
 	rawDone := newCompletions(teeEvents(rawEvents, func(e *river.Event) {
 		if e.Job.AttemptedAt != nil {
 			rawMu.Lock()
 			rawLatency[e.Job.ID] = e.Job.AttemptedAt.Sub(e.Job.CreatedAt)
+			rawAttempted[e.Job.ID] = *e.Job.AttemptedAt
 			rawMu.Unlock()
 		}
 	}))
 
-	serviceLatency := func(ids []int64) []float64 {
-		var out []float64
+	// serviceLatency returns each request's created → claimed and, from
+	// calls (the client's clock when Enqueue was called), call → claimed.
+	serviceLatency := func(ids []int64, calls map[int64]time.Time) (out, fromCall []float64) {
 		for _, id := range ids {
 			var created, claimed, riverCreated, attempted time.Time
 			require.NoError(t, s.pool.QueryRow(ctx, `SELECT r.created_at, r.claimed_at, j.created_at, j.attempted_at
@@ -437,50 +464,65 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 				t.Logf("request %d: river insert +%s, fetched +%s, claimed +%s", id, riverCreated.Sub(created), attempted.Sub(created), claimed.Sub(created))
 			}
 			out = append(out, float64(claimed.Sub(created).Microseconds())/1000)
+			fromCall = append(fromCall, float64(claimed.Sub(calls[id]).Microseconds())/1000)
 		}
-		return out
+		return out, fromCall
 	}
-	type sample struct{ service, raw []float64 }
+	// A sample holds created → claimed (each side's own clocks) and call →
+	// claimed (the same clock for both: the client's just before it calls
+	// Enqueue or Insert, so both include their BEGIN).
+	type sample struct{ service, raw, serviceCall, rawCall []float64 }
+	// measure interleaves the two sides (a service request, gap/2, a raw
+	// River job, gap/2, ...), so that both meet the same load on a shared
+	// machine; each side sees one insert per gap. A lane (a job) takes its
+	// next request only once its previous one has ended: the service allows
+	// one active request per job, and a slow moment must not turn into a 409.
 	measure := func(gap time.Duration, waitEach bool) sample {
-		var serviceIDs []int64
-		var riverIDs, waitService, waitRaw []int64
+		var serviceIDs, riverIDs, waitService, waitRaw []int64
+		serviceCalls, rawCalls := map[int64]time.Time{}, map[int64]time.Time{}
+		laneLast := map[int]int64{}
 		for i := range scale.pickups {
-			res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: names[i%lanes], Source: request.SourceAPI})
+			lane := i % lanes
+			if prev, ok := laneLast[lane]; ok {
+				serviceDone.wait(prev)
+			}
+			called := time.Now()
+			res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: names[lane], Source: request.SourceAPI})
 			require.NoError(t, err)
+			serviceCalls[res.Request.ID] = called
 			serviceIDs = append(serviceIDs, res.Request.ID)
 			waitService = append(waitService, *res.Request.RiverJobID)
+			laneLast[lane] = *res.Request.RiverJobID
 			if waitEach {
 				serviceDone.wait(*res.Request.RiverJobID)
 			}
-			time.Sleep(gap)
-		}
-		if !waitEach {
-			for _, id := range waitService {
-				serviceDone.wait(id)
-			}
-		}
-		for range scale.pickups {
-			res, err := rawInsert.Insert(ctx, rawNoopArgs{}, &river.InsertOpts{Queue: "bench"})
+			time.Sleep(gap / 2)
+			called = time.Now()
+			inserted, err := rawInsert.Insert(ctx, rawNoopArgs{}, &river.InsertOpts{Queue: "bench"})
 			require.NoError(t, err)
-			riverIDs = append(riverIDs, res.Job.ID)
-			waitRaw = append(waitRaw, res.Job.ID)
+			rawCalls[inserted.Job.ID] = called
+			riverIDs = append(riverIDs, inserted.Job.ID)
+			waitRaw = append(waitRaw, inserted.Job.ID)
 			if waitEach {
-				rawDone.wait(res.Job.ID)
+				rawDone.wait(inserted.Job.ID)
 			}
-			time.Sleep(gap)
+			time.Sleep(gap / 2)
 		}
-		if !waitEach {
-			for _, id := range waitRaw {
-				rawDone.wait(id)
-			}
+		for _, id := range waitService {
+			serviceDone.wait(id)
 		}
-		var rawMs []float64
+		for _, id := range waitRaw {
+			rawDone.wait(id)
+		}
+		var rawMs, rawCallMs []float64
 		rawMu.Lock()
 		for _, id := range riverIDs {
 			rawMs = append(rawMs, float64(rawLatency[id].Microseconds())/1000)
+			rawCallMs = append(rawCallMs, float64(rawAttempted[id].Sub(rawCalls[id]).Microseconds())/1000)
 		}
 		rawMu.Unlock()
-		return sample{service: serviceLatency(serviceIDs), raw: rawMs}
+		service, serviceCall := serviceLatency(serviceIDs, serviceCalls)
+		return sample{service: service, raw: rawMs, serviceCall: serviceCall, rawCall: rawCallMs}
 	}
 	pct := func(xs []float64, p float64) float64 {
 		s := slices.Clone(xs)
@@ -496,12 +538,16 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	}{{"idle (one at a time, 200 ms apart)", 200 * time.Millisecond, true}, {"back to back (20 ms apart)", 20 * time.Millisecond, false}} {
 		p50 := &benchRow{name: "pickup created → claimed p50, " + mode.name, unit: "ms", refName: "raw River (FetchCooldown 1 ms)"}
 		p99 := &benchRow{name: "pickup created → claimed p99, " + mode.name, unit: "ms", refName: "raw River (FetchCooldown 1 ms)", target: "≤ 1.5"}
+		callP50 := &benchRow{name: "same, call → claimed p50 (one clock for both), " + mode.name, unit: "ms", refName: "raw River, call → fetched"}
+		callP99 := &benchRow{name: "same, call → claimed p99 (one clock for both), " + mode.name, unit: "ms", refName: "raw River, call → fetched"}
 		for range scale.reps {
 			smp := measure(mode.gap, mode.waitEach)
 			p50.add(pct(smp.service, 0.5), pct(smp.raw, 0.5))
 			p99.add(pct(smp.service, 0.99), pct(smp.raw, 0.99))
+			callP50.add(pct(smp.serviceCall, 0.5), pct(smp.rawCall, 0.5))
+			callP99.add(pct(smp.serviceCall, 0.99), pct(smp.rawCall, 0.99))
 		}
-		rows = append(rows, p50, p99)
+		rows = append(rows, p50, p99, callP50, callP99)
 	}
 	return rows
 }

@@ -56,9 +56,8 @@ func newCompletions(events <-chan *river.Event) *completions {
 			if ch, ok := c.waiters[e.Job.ID]; ok {
 				close(ch)
 				delete(c.waiters, e.Job.ID)
-			} else {
-				c.done[e.Job.ID] = true
 			}
+			c.done[e.Job.ID] = true // a later wait for the same job returns at once
 			c.mu.Unlock()
 		}
 	}()

@@ -82,6 +82,12 @@ func budgetDay(env *envConfig) func() time.Time {
 // schedules): stale-worker cleanup, then dedupe, under the job's lock.
 // riverClient nil records requests the caller runs itself.
 func newEnqueuer(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *envConfig, tel *telemetry) (*request.Enqueuer, error) {
+	return newEnqueuerFor(jobs.Default(), pool, riverClient, env, tel)
+}
+
+// newEnqueuerFor is newEnqueuer for another catalog (benchmarks enqueue
+// no-op jobs through the production path).
+func newEnqueuerFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *envConfig, tel *telemetry) (*request.Enqueuer, error) {
 	// The cleanup reaps dead workers' runs, and a reaped run resumes through
 	// this same enqueuer: the two refer to each other.
 	var enqueuer *request.Enqueuer
@@ -93,7 +99,7 @@ func newEnqueuer(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *env
 		},
 	})
 	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
-		Catalog: jobs.Default(), DailyCaps: env.capsByName(), Estimators: estimators(env),
+		Catalog: catalog, DailyCaps: env.capsByName(), Estimators: estimators(env),
 		Instruments: tel.instruments, Logger: tel.logger, Resume: env.AutoResume,
 		Cleanup: func(ctx context.Context, tx pgx.Tx, job string) error {
 			_, err := reaper.ReapTx(ctx, tx, job)

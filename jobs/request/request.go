@@ -220,54 +220,46 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams) (
 	return e.enqueueTx(ctx, tx, p, params)
 }
 
+// enqueueTx decides and writes a request in as few round trips as the
+// rules allow, because every one of them is pickup latency: the job's lock
+// and everything the decision reads (the active request, the restart rule's
+// input, a new request id) in one pipelined batch; the stale cleanup only
+// when the job has an active request (the cleanup finalizes only active
+// requests, so without one it has nothing to do); then the River job, which
+// carries the reserved id, and the request row written once, already
+// linked to it.
 func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *jobs.Params) (*EnqueueResult, error) {
-	if err := e.queries.AdvisoryXactLockJob(ctx, tx, p.Job); err != nil {
-		return nil, fmt.Errorf("error taking job lock: %w", err)
+	state, err := e.queries.EnqueueStateTx(ctx, tx, p.Job)
+	if err != nil {
+		return nil, fmt.Errorf("error taking job lock and reading its requests: %w", err)
 	}
-	if e.cfg.Cleanup != nil && !p.skipCleanup {
+	if state.ActiveRequestID != 0 && e.cfg.Cleanup != nil && !p.skipCleanup {
 		if err := e.cfg.Cleanup(ctx, tx, p.Job); err != nil {
 			return nil, fmt.Errorf("error cleaning up stale requests: %w", err)
 		}
+		// The cleanup may have finalized the active request (and inserted
+		// its automatic resume): read again, still under the lock.
+		if state, err = e.queries.JobRequestEnqueueState(ctx, tx, p.Job); err != nil {
+			return nil, fmt.Errorf("error reading the job's requests: %w", err)
+		}
 	}
-	active, err := e.queries.JobRequestGetActiveByJob(ctx, tx, p.Job)
-	switch err := queries.Interpret(err); {
-	case err == nil:
-		return nil, &DuplicateError{Job: p.Job, ActiveRequestID: active.ID}
-	case !errors.Is(err, queries.ErrNotFound):
-		return nil, fmt.Errorf("error checking active request: %w", err)
+	if state.ActiveRequestID != 0 {
+		return nil, &DuplicateError{Job: p.Job, ActiveRequestID: state.ActiveRequestID}
 	}
 
-	resume, err := ResumeCandidate(ctx, tx, p.Job, jobs.ParamsHash(params.Canonical), p.ConfirmPurge)
-	if err != nil {
-		return nil, err
-	}
+	paramsHash := jobs.ParamsHash(params.Canonical)
 	var resumesID *int64
-	if resume != nil {
-		resumesID = &resume.JobExecution.ID
+	if !p.ConfirmPurge && state.LastExecutionID != 0 && resumes(state.LastStatus, state.LastParamsHash, state.LastConfirmPurge, paramsHash) {
+		resumesID = &state.LastExecutionID
 	}
 	var maxCalls *int32
 	if p.MaxCalls != nil {
 		v := int32(*p.MaxCalls)
 		maxCalls = &v
 	}
-	row, err := e.queries.JobRequestInsert(ctx, tx, &queries.JobRequestInsertParams{
-		Job:                p.Job,
-		Params:             params.Canonical,
-		ParamsHash:         jobs.ParamsHash(params.Canonical),
-		MaxCalls:           maxCalls,
-		ConfirmPurge:       p.ConfirmPurge,
-		Source:             p.Source,
-		RequestedBy:        p.RequestedBy,
-		EstimatedCalls:     int32(params.EstimatedCalls),
-		ResumesExecutionID: resumesID,
-		WorkerID:           workerIDOrNil(p.WorkerID),
-		DueAt:              p.DueAt,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("error inserting request: %w", queries.Interpret(err))
-	}
+	var riverJobID *int64
 	if e.river != nil {
-		res, err := e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job, RequestID: row.ID}, p.insertOpts())
+		res, err := e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job, RequestID: state.NextRequestID}, p.insertOpts())
 		if err != nil {
 			return nil, fmt.Errorf("error inserting river job: %w", err)
 		}
@@ -276,10 +268,25 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 			// owns: refuse, pointing at the request that job carries.
 			return nil, &DuplicateError{Job: p.Job, ActiveRequestID: riverRequestID(res.Job.EncodedArgs)}
 		}
-		if err := e.queries.JobRequestSetRiverJob(ctx, tx, &queries.JobRequestSetRiverJobParams{ID: row.ID, RiverJobID: &res.Job.ID}); err != nil {
-			return nil, fmt.Errorf("error linking river job: %w", err)
-		}
-		row.RiverJobID = &res.Job.ID
+		riverJobID = &res.Job.ID
+	}
+	row, err := e.queries.JobRequestInsert(ctx, tx, &queries.JobRequestInsertParams{
+		ID:                 state.NextRequestID,
+		Job:                p.Job,
+		Params:             params.Canonical,
+		ParamsHash:         paramsHash,
+		MaxCalls:           maxCalls,
+		ConfirmPurge:       p.ConfirmPurge,
+		Source:             p.Source,
+		RequestedBy:        p.RequestedBy,
+		EstimatedCalls:     int32(params.EstimatedCalls),
+		ResumesExecutionID: resumesID,
+		WorkerID:           workerIDOrNil(p.WorkerID),
+		DueAt:              p.DueAt,
+		RiverJobID:         riverJobID,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error inserting request: %w", queries.Interpret(err))
 	}
 	return &EnqueueResult{Request: row, EstimatedCalls: params.EstimatedCalls, ResumesExecutionID: resumesID}, nil
 }

@@ -50,15 +50,22 @@ func ResumeCandidate(ctx context.Context, db queries.DBTX, job, paramsHash strin
 		}
 		return nil, fmt.Errorf("error reading last execution: %w", err)
 	}
-	switch last.JobExecution.Status {
-	case ExecutionStopped, ExecutionFailed, ExecutionAbandoned:
-	default:
-		return nil, nil
-	}
-	if last.ParamsHash != paramsHash || last.InstanceConfirmPurge {
+	if !resumes(last.JobExecution.Status, last.ParamsHash, last.InstanceConfirmPurge, paramsHash) {
 		return nil, nil
 	}
 	return last, nil
+}
+
+// resumes is the restart rule on the job's newest execution (its status and
+// its instance's params hash and confirmPurge) for a new request with
+// paramsHash and no confirmPurge of its own.
+func resumes(lastStatus, lastParamsHash string, lastConfirmPurge bool, paramsHash string) bool {
+	switch lastStatus {
+	case ExecutionStopped, ExecutionFailed, ExecutionAbandoned:
+		return lastParamsHash == paramsHash && !lastConfirmPurge
+	default:
+		return false
+	}
 }
 
 // riverRequestID reads the request id out of a River job's encoded args.

@@ -1,0 +1,79 @@
+package request_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/sql/pgtest"
+)
+
+// The enqueue runs the stale cleanup only when the job has an active
+// request (the cleanup finalizes only active requests, so without one it
+// has nothing to do and would cost round trips on every enqueue), and reads
+// the job's state again after a cleanup, so a request the cleanup freed no
+// longer blocks the new one. The request's River job carries the request's
+// id and the request row its River job's.
+func TestEnqueue_CleanupOnlyWithAnActiveRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	providers, _ := observability.NewTestProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	// cleanups counts the cleanup's calls; freeActive makes the next one
+	// finalize the job's active request, as the reaper does for a dead
+	// worker's.
+	var cleanups int
+	var freeActive bool
+	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
+		Catalog:     jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"}),
+		Instruments: instruments,
+		Cleanup: func(ctx context.Context, tx pgx.Tx, job string) error {
+			cleanups++
+			if !freeActive {
+				return nil
+			}
+			_, err := tx.Exec(ctx, `WITH freed AS (
+				UPDATE job_request SET status = 'FAILED', finished_at = now() WHERE job = $1 AND status IN ('QUEUED', 'RUNNING') RETURNING river_job_id)
+				UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE id IN (SELECT river_job_id FROM freed)`, job)
+			return err
+		},
+	})
+	require.NoError(t, err)
+	enqueue := func() (*request.EnqueueResult, error) {
+		return enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
+	}
+
+	first, err := enqueue()
+	require.NoError(t, err)
+	require.Equal(t, 0, cleanups, "no active request: nothing to clean up")
+	require.NotNil(t, first.Request.RiverJobID)
+	var args jobs.RunArgs
+	var encoded []byte
+	require.NoError(t, pool.QueryRow(ctx, `SELECT args FROM river_job WHERE id = $1`, *first.Request.RiverJobID).Scan(&encoded))
+	require.NoError(t, json.Unmarshal(encoded, &args))
+	require.Equal(t, first.Request.ID, args.RequestID, "the River job carries its request's id")
+
+	_, err = enqueue()
+	var dup *request.DuplicateError
+	require.ErrorAs(t, err, &dup)
+	require.Equal(t, first.Request.ID, dup.ActiveRequestID)
+	require.Equal(t, 1, cleanups, "an active request may be a dead worker's: the cleanup runs")
+
+	freeActive = true
+	second, err := enqueue()
+	require.NoError(t, err, "the cleanup freed the active request: the state is read again")
+	require.Equal(t, 2, cleanups)
+	require.NotEqual(t, first.Request.ID, second.Request.ID)
+}
