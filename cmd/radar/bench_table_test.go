@@ -405,12 +405,12 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
 	}
 	openWorkerPool := func() *pgxpool.Pool {
-		pool, err := openPool(ctx, s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout)
+		pool, err := openPool(ctx, s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false)
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		return pool
 	}
-	heartbeatPool, err := openHeartbeatPool(ctx, s.dbURL, heartbeatPoolConns, s.env.DBTimeout)
+	heartbeatPool, err := openHeartbeatPool(ctx, s.dbURL, heartbeatPoolConns, s.env.DBTimeout, false)
 	require.NoError(t, err)
 	t.Cleanup(heartbeatPool.Close)
 	w, _ := s.startWorkerWith(openWorkerPool(), func(wc *worker.Config, rc *batch.Config) {
