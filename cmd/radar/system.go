@@ -294,7 +294,7 @@ func newUpstream(pool *pgxpool.Pool, env *envConfig, tel *telemetry, holder stri
 		Now:    env.Now, Instruments: tel.instruments, FanOut: env.FanOut, Holder: holder,
 		RequestTimeout: env.ProviderTimeout,
 		Transport:      providerTransport(env.FanOut),
-		WrapTransport: providerTracing(tel.providers),
+		WrapTransport:  providerTracing(tel.providers),
 	})
 }
 
