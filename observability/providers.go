@@ -82,6 +82,11 @@ type Providers struct {
 	// Tracer is the tracer provider every span is created from.
 	Tracer trace.TracerProvider
 
+	// SpansRecorded reports whether a finished span goes anywhere (an
+	// exporter, or a test's recorder). When it is false, instrumentation
+	// whose only product is spans can be left out of hot paths.
+	SpansRecorded bool
+
 	meterProvider  *sdkmetric.MeterProvider
 	shutdownErr    error
 	shutdownOnce   sync.Once
@@ -162,7 +167,7 @@ func NewProviders(ctx context.Context, cfg Config) (*Providers, error) {
 
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 
-	return newProvidersFrom(reg, sdkmetric.NewMeterProvider(meterOpts...), sdktrace.NewTracerProvider(tracerOpts...)), nil
+	return newProvidersFrom(reg, sdkmetric.NewMeterProvider(meterOpts...), sdktrace.NewTracerProvider(tracerOpts...), exporting), nil
 }
 
 // NewTestProviders returns providers for tests: metrics go to a fresh
@@ -186,14 +191,16 @@ func NewTestProviders() (*Providers, *tracetest.SpanRecorder) {
 	return newProvidersFrom(reg,
 		sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(promReader)),
 		sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSpanProcessor(spans)),
+		true,
 	), spans
 }
 
-func newProvidersFrom(reg *prometheus.Registry, mp *sdkmetric.MeterProvider, tp *sdktrace.TracerProvider) *Providers {
+func newProvidersFrom(reg *prometheus.Registry, mp *sdkmetric.MeterProvider, tp *sdktrace.TracerProvider, spansRecorded bool) *Providers {
 	return &Providers{
 		Meter:          mp,
 		Registry:       reg,
 		Tracer:         tp,
+		SpansRecorded:  spansRecorded,
 		meterProvider:  mp,
 		tracerProvider: tp,
 	}

@@ -100,6 +100,7 @@ func TestNewProvidersOTLPPush(t *testing.T) {
 	providers, err := NewProviders(ctx, Config{Role: "worker", WorkerID: "1@host#b"})
 	require.NoError(t, err)
 
+	require.True(t, providers.SpansRecorded)
 	inst, err := NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	inst.StaleHeartbeatReaped(ctx)
@@ -141,6 +142,7 @@ func TestNewProvidersWithoutExporterRecordsNoSpans(t *testing.T) {
 	defer span.End()
 	require.False(t, span.IsRecording())
 	require.True(t, span.SpanContext().IsValid(), "a trace id for logs and propagation")
+	require.False(t, providers.SpansRecorded, "span-only instrumentation may stay off hot paths")
 }
 
 func TestProvidersShutdownTwice(t *testing.T) {
@@ -164,4 +166,5 @@ func TestNewTestProvidersRecordsSpans(t *testing.T) {
 	ended := spans.Ended()
 	require.Len(t, ended, 1)
 	require.Equal(t, "chunk", ended[0].Name())
+	require.True(t, providers.SpansRecorded)
 }

@@ -294,11 +294,22 @@ func newUpstream(pool *pgxpool.Pool, env *envConfig, tel *telemetry, holder stri
 		Now:    env.Now, Instruments: tel.instruments, FanOut: env.FanOut, Holder: holder,
 		RequestTimeout: env.ProviderTimeout,
 		Transport:      providerTransport(env.FanOut),
-		// Provider calls are client spans; the key is added below them.
-		WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
-			return otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(tel.providers.Tracer))
-		},
+		WrapTransport:  providerTracing(tel.providers),
 	})
+}
+
+// providerTracing makes provider calls client spans (the key is added below
+// them) when spans are recorded. When no exporter will read them it leaves
+// the wrapper out: at fan-out 64 the span, its attributes and otelhttp's
+// own metrics cost more CPU per call than the key, the budget and the
+// request together (BENCHMARKS.md).
+func providerTracing(providers *observability.Providers) func(http.RoundTripper) http.RoundTripper {
+	if !providers.SpansRecorded {
+		return nil
+	}
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(providers.Tracer), otelhttp.WithMeterProvider(providers.Meter))
+	}
 }
 
 // providerTransport keeps as many idle connections per provider as the

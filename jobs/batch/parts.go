@@ -60,35 +60,35 @@ type partCommitter struct {
 	drain <-chan struct{}
 }
 
-// commit writes one part: the items' results (write), their keys, and the
-// execution's written count, in one transaction whose first statement,
-// sent with its BEGIN, is the part's whole bookkeeping
-// (JobExecutionPartCommit); the items' results follow. It returns the
-// execution's status, STOPPING when a stop was requested.
-func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string, write func(ctx context.Context, tx pgx.Tx) error) (string, error) {
+// commit writes one part: the items' results (queue) and the part's whole
+// bookkeeping (JobExecutionPartCommit: its keys and the execution's written
+// count), in one transaction of two round trips: BEGIN and every statement
+// in one batch, then COMMIT. It returns the execution's status, STOPPING
+// when a stop was requested.
+//
+// Every item's slot stays taken until its part commits (what bounds the
+// calls a kill can repeat), so this latency is paid by every call of a
+// fan-out chunk.
+func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string, queue func(b *pgx.Batch)) (string, error) {
 	var status string
-	var err error
-	if c.executionID == 0 {
-		// No execution (see FanOutCommit): the values are only written.
-		err = queries.InTx(ctx, c.pool, func(tx pgx.Tx) error { return write(ctx, tx) })
-	} else {
-		// The fenced statement comes first: it finds no row (everything
-		// rolls back) unless the execution is still this run's.
+	err := queries.InTxBatch(ctx, c.pool, func(b *pgx.Batch) {
+		queue(b)
+		if c.executionID == 0 {
+			return // no execution (see FanOutCommit): the values are only written
+		}
+		// The fenced statement finds no row (the batch fails, everything
+		// rolls back) unless the execution is still this run's. It comes
+		// last because it locks the execution's row until COMMIT: a part
+		// committing beside this one writes its items meanwhile and waits
+		// only for that lock.
 		params := &queries.JobExecutionPartCommitParams{
 			ID: c.executionID, WorkerID: c.workerID, LeaseEpoch: c.leaseEpoch, Chunk: chunk, Items: keys,
 		}
-		err = queries.InTxBatch(ctx, c.pool, func(b *pgx.Batch) {
-			queries.Queue(b, func(db queries.DBTX) { _, _ = c.queries.JobExecutionPartCommit(ctx, db, params) }).
-				QueryRow(func(row pgx.Row) error { return row.Scan(&status) })
-		}, func(tx pgx.Tx) error {
-			if err := write(ctx, tx); err != nil {
-				return fmt.Errorf("error writing items: %w", err)
-			}
-			return nil
-		})
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = fmt.Errorf("execution %d (worker %s, lease epoch %d): %w", c.executionID, c.workerID, c.leaseEpoch, ErrOwnershipLost)
-		}
+		queries.Queue(b, func(db queries.DBTX) { _, _ = c.queries.JobExecutionPartCommit(ctx, db, params) }).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&status) })
+	}, func(pgx.Tx) error { return nil })
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = fmt.Errorf("execution %d (worker %s, lease epoch %d): %w", c.executionID, c.workerID, c.leaseEpoch, ErrOwnershipLost)
 	}
 	if err != nil {
 		return "", fmt.Errorf("commit of %d finished items of chunk %s: %w", len(keys), chunk, err)
@@ -99,11 +99,18 @@ func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string,
 	return status, nil
 }
 
-// groupCommit commits the values handed to it in parts, one part at a
-// time, each with every value that arrived meanwhile.
+// partCommitsAtOnce is how many parts of a chunk commit at the same time.
+// A finished item holds its slot until its part commits, so the commit's
+// latency is paid by every call: with two, an item finishing while a part
+// commits starts its own part at once instead of waiting for that one to end
+// (the two then serialize only on the execution row's lock, for a COMMIT).
+const partCommitsAtOnce = 2
+
+// groupCommit commits the values handed to it in parts, at most
+// partCommitsAtOnce at a time, each with every value that arrived meanwhile.
 type groupCommit[R any] struct {
 	commit func(keys []string, values []R) error
-	turn   chan struct{} // held by the goroutine committing a part
+	turn   chan struct{} // a token per part being committed
 
 	mu      sync.Mutex
 	pending []pendingValue[R]
@@ -124,22 +131,23 @@ func (g *groupCommit[R]) add(key string, value R) error {
 	g.mu.Unlock()
 
 	g.turn <- struct{}{}
-	defer func() { <-g.turn }()
-	select {
-	case err := <-done: // the part before ours took it along
-		return err
-	default:
-	}
 	g.mu.Lock()
 	part := g.pending
 	g.pending = nil
 	g.mu.Unlock()
+	if len(part) == 0 {
+		// A part before ours, or one committing beside it, took it along:
+		// wait for that one without holding a turn.
+		<-g.turn
+		return <-done
+	}
 	keys := make([]string, len(part))
 	values := make([]R, len(part))
 	for i, p := range part {
 		keys[i], values[i] = p.key, p.value
 	}
 	err := g.commit(keys, values)
+	<-g.turn
 	for _, p := range part {
 		p.done <- err
 	}
@@ -151,9 +159,11 @@ type Committer[T, R any] struct {
 	// Key names an item in a checkpoint part (a resume skips the items
 	// named there); unique within the instance. Required.
 	Key func(T) string
-	// Write stores the values of one part in the part's transaction.
-	// Required.
-	Write func(ctx context.Context, tx pgx.Tx, values []R) error
+	// Queue adds the statements that store the values of one part to the
+	// part's batch (queries.Queue), which commits them with the part's
+	// bookkeeping in one transaction; a statement's callback that returns
+	// an error rolls the part back. Required.
+	Queue func(b *pgx.Batch, values []R)
 	// Keep reports whether a value is committed in a part. Values it
 	// refuses (an item skipped, or with an unusable answer) are left to the
 	// chunk's own commit, which accounts for them. Nil keeps every value.
@@ -163,7 +173,7 @@ type Committer[T, R any] struct {
 // FanOutCommit runs fn for every item on a bounded pool of run.FanOut slots,
 // like FanOutEach, and commits each item whose fn succeeds (and that
 // c.Keep keeps) before its slot is released, in a checkpoint part written
-// by c.Write. ItemResult.Committed tells which items were committed.
+// by c.Queue. ItemResult.Committed tells which items were committed.
 //
 // It stops handing over items when ctx ends, an item returns a Halt error,
 // the worker drains (ErrDrained), a part commit finds the execution
@@ -173,8 +183,8 @@ type Committer[T, R any] struct {
 // nothing more and return it: its committed items are kept, the others stay
 // targets for the resume.
 func FanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items []T, fn func(context.Context, T) (R, error), c Committer[T, R]) ([]ItemResult[R], error) {
-	if c.Key == nil || c.Write == nil {
-		return nil, errors.New("batch: Committer.Key and Committer.Write are required")
+	if c.Key == nil || c.Queue == nil {
+		return nil, errors.New("batch: Committer.Key and Committer.Queue are required")
 	}
 	parts := run.parts
 	if parts == nil {
@@ -199,8 +209,8 @@ func FanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items [
 
 	// Parts commit even when ctx has ended: their calls were paid for.
 	commitCtx := context.WithoutCancel(ctx)
-	group := &groupCommit[R]{turn: make(chan struct{}, 1), commit: func(keys []string, values []R) error {
-		status, err := parts.commit(commitCtx, chunk, keys, func(ctx context.Context, tx pgx.Tx) error { return c.Write(ctx, tx, values) })
+	group := &groupCommit[R]{turn: make(chan struct{}, partCommitsAtOnce), commit: func(keys []string, values []R) error {
+		status, err := parts.commit(commitCtx, chunk, keys, func(b *pgx.Batch) { c.Queue(b, values) })
 		switch {
 		case err != nil:
 			h.halt(err)

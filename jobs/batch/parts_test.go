@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs/batch"
@@ -39,11 +40,13 @@ func (j *partsJob) Process(ctx context.Context, run *batch.Run, chunk string) (*
 		},
 		batch.Committer[string, string]{
 			Key: func(s string) string { return s },
-			Write: func(_ context.Context, _ pgx.Tx, values []string) error {
-				if slices.Contains(values, j.badItem) {
-					return errors.New("disk full")
-				}
-				return nil
+			Queue: func(b *pgx.Batch, values []string) {
+				b.Queue(`SELECT 1`).Exec(func(pgconn.CommandTag) error {
+					if slices.Contains(values, j.badItem) {
+						return errors.New("disk full")
+					}
+					return nil
+				})
 			},
 		})
 	close(calls)
@@ -67,7 +70,7 @@ func TestFanOutCommit_CommitFailureStopsAndKeepsCommitted(t *testing.T) {
 	out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
 	require.NoError(t, err)
 	require.Equal(t, "FAILED", out.Status)
-	require.Regexp(t, `^chunk c: commit of \d+ finished items of chunk c: error writing items: disk full$`, out.Message)
+	require.Regexp(t, `^chunk c: commit of \d+ finished items of chunk c: disk full$`, out.Message)
 
 	results := <-job.results
 	var committed []string
@@ -90,4 +93,71 @@ func TestFanOutCommit_CommitFailureStopsAndKeepsCommitted(t *testing.T) {
 	require.Equal(t, int64(len(committed)), totals.Targets)
 	require.Equal(t, int64(len(committed)), totals.Written)
 	require.Zero(t, totals.Chunks)
+}
+
+// fencedPartsJob is one chunk of 100 items on FanOutCommit whose parts are
+// written to a probe table; the function of item lostAt first runs lose
+// (the execution is abandoned or taken over), so the part holding it, and
+// every part after it, must find the execution no longer the run's.
+type fencedPartsJob struct {
+	lostAt string
+	lose   func()
+}
+
+func (j *fencedPartsJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	return &batch.Plan{Chunks: []string{"c"}, Targets: 100}, nil
+}
+
+func (j *fencedPartsJob) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	items := make([]string, 100)
+	for i := range items {
+		items[i] = fmt.Sprintf("i%03d", i)
+	}
+	_, err := batch.FanOutCommit(ctx, run, chunk, items,
+		func(_ context.Context, item string) (string, error) {
+			if item == j.lostAt {
+				j.lose()
+			}
+			return item, nil
+		},
+		batch.Committer[string, string]{
+			Key: func(s string) string { return s },
+			Queue: func(b *pgx.Batch, values []string) {
+				b.Queue(`INSERT INTO part_probe (item) SELECT unnest($1::text[])`, values)
+			},
+		})
+	if err != nil {
+		return nil, err
+	}
+	return &batch.ChunkResult{}, nil
+}
+
+// A part commit is fenced like a chunk commit: once the execution is
+// abandoned mid-chunk, the next part writes nothing (neither its items nor
+// its part record nor the written count) and the run ends with ownership
+// lost; what committed before stays, listed exactly by its parts.
+func TestFanOutCommit_PartCommitIsFenced(t *testing.T) {
+	t.Parallel()
+	job := &fencedPartsJob{lostAt: "i050"}
+	b := setup(t, map[string]batch.Job{"creditEval": job})
+	_, err := b.pool.Exec(context.Background(), `CREATE TABLE part_probe (item text PRIMARY KEY)`)
+	require.NoError(t, err)
+	id := b.enqueue(t, "creditEval")
+	job.lose = func() { b.abandon(t, id) }
+	out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: id})
+	require.ErrorIs(t, err, batch.ErrOwnershipLost)
+
+	var probed []string
+	rows, err := b.pool.Query(context.Background(), `SELECT item FROM part_probe`)
+	require.NoError(t, err)
+	probed, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.NotContains(t, probed, "i050", "the part holding the item that saw the loss never committed")
+	exec, err := queries.New().JobExecutionGetByID(context.Background(), b.pool, out.ExecutionID)
+	require.NoError(t, err)
+	require.Equal(t, "ABANDONED", exec.Status)
+	parts, err := queries.New().JobCheckpointPartItems(context.Background(), b.pool, exec.InstanceID)
+	require.NoError(t, err)
+	require.ElementsMatch(t, probed, parts, "every written item is in a part, and no part lists an unwritten one")
+	require.Equal(t, int64(len(probed)), exec.ItemsWritten)
 }

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
@@ -213,10 +214,8 @@ func (j *Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch
 			return Evaluate(ctx, run.Calls, corpCode, day)
 		},
 		batch.Committer[string, Evaluation]{
-			Key: func(corpCode string) string { return corpCode },
-			Write: func(ctx context.Context, tx pgx.Tx, grades []Evaluation) error {
-				return upsert(ctx, tx, run.ExecutionID, day, grades)
-			},
+			Key:   func(corpCode string) string { return corpCode },
+			Queue: func(b *pgx.Batch, grades []Evaluation) { queueUpsert(ctx, b, run.ExecutionID, day, grades) },
 		})
 	if err != nil {
 		// Stopped handing over (cap, maxCalls, key, stop or drain): the
@@ -357,7 +356,8 @@ func halts(err error) bool {
 	return errors.As(err, &callErr) && (callErr.Status == http.StatusUnauthorized || callErr.Status == http.StatusForbidden)
 }
 
-func upsert(ctx context.Context, tx pgx.Tx, executionID int64, day time.Time, grades []Evaluation) error {
+// queueUpsert queues the upsert of one part's grades on the part's batch.
+func queueUpsert(ctx context.Context, b *pgx.Batch, executionID int64, day time.Time, grades []Evaluation) {
 	p := &queries.CreditGradeUpsertParams{EvalDate: day, ExecutionID: executionID}
 	for _, g := range grades {
 		p.CorpCodes = append(p.CorpCodes, g.CorpCode)
@@ -365,14 +365,13 @@ func upsert(ctx context.Context, tx pgx.Tx, executionID int64, day time.Time, gr
 		p.Outlooks = append(p.Outlooks, g.Outlook)
 		p.Sources = append(p.Sources, g.Source)
 	}
-	n, err := queries.New().CreditGradeUpsert(ctx, tx, p)
-	if err != nil {
-		return fmt.Errorf("error upserting credit grades: %w", err)
-	}
-	if n != int64(len(grades)) {
-		return fmt.Errorf("upserted %d credit grades, expected %d", n, len(grades))
-	}
-	return nil
+	queries.Queue(b, func(db queries.DBTX) { _, _ = queries.New().CreditGradeUpsert(ctx, db, p) }).
+		Exec(func(tag pgconn.CommandTag) error {
+			if n := tag.RowsAffected(); n != int64(len(grades)) {
+				return fmt.Errorf("upserted %d credit grades, expected %d", n, len(grades))
+			}
+			return nil
+		})
 }
 
 // Estimator returns creditEval's call estimate (a request.EstimateFunc):

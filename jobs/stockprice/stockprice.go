@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
@@ -124,11 +125,9 @@ func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.Ch
 		}
 		return out, nil
 	}, batch.Committer[*queries.CompanyTrackedListedRangeRow, price]{
-		Key: func(c *queries.CompanyTrackedListedRangeRow) string { return c.CorpCode },
-		Write: func(ctx context.Context, tx pgx.Tx, prices []price) error {
-			return upsert(ctx, tx, run.ExecutionID, prices)
-		},
-		Keep: func(v price) bool { return v.bad == nil && v.price != nil },
+		Key:   func(c *queries.CompanyTrackedListedRangeRow) string { return c.CorpCode },
+		Queue: func(b *pgx.Batch, prices []price) { queueUpsert(ctx, b, run.ExecutionID, prices) },
+		Keep:  func(v price) bool { return v.bad == nil && v.price != nil },
 	})
 	if err != nil {
 		return nil, err
@@ -168,8 +167,8 @@ func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.Ch
 	return res, nil
 }
 
-// upsert writes one checkpoint part's prices.
-func upsert(ctx context.Context, tx pgx.Tx, executionID int64, prices []price) error {
+// queueUpsert queues the upsert of one part's prices on the part's batch.
+func queueUpsert(ctx context.Context, b *pgx.Batch, executionID int64, prices []price) {
 	q := &queries.StockPriceUpsertParams{ExecutionID: executionID}
 	for _, v := range prices {
 		q.ShortCodes = append(q.ShortCodes, v.price.ShortCode)
@@ -182,14 +181,13 @@ func upsert(ctx context.Context, tx pgx.Tx, executionID int64, prices []price) e
 		q.Volumes = append(q.Volumes, v.price.Volume)
 		q.MarketCaps = append(q.MarketCaps, v.price.MarketCap)
 	}
-	n, err := queries.New().StockPriceUpsert(ctx, tx, q)
-	if err != nil {
-		return fmt.Errorf("error upserting stock prices: %w", err)
-	}
-	if n != int64(len(prices)) {
-		return fmt.Errorf("upserted %d stock prices, expected %d", n, len(prices))
-	}
-	return nil
+	queries.Queue(b, func(db queries.DBTX) { _, _ = queries.New().StockPriceUpsert(ctx, db, q) }).
+		Exec(func(tag pgconn.CommandTag) error {
+			if n := tag.RowsAffected(); n != int64(len(prices)) {
+				return fmt.Errorf("upserted %d stock prices, expected %d", n, len(prices))
+			}
+			return nil
+		})
 }
 
 // DomainRows implements batch.DomainRowCounter.
