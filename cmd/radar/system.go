@@ -189,6 +189,15 @@ func openNamedPool(ctx context.Context, url string, maxConns int32, statementTim
 // transaction pooling the api sets them per transaction instead
 // (apiTxSettings).
 func openAPIPool(ctx context.Context, env *envConfig, url string) (*pgxpool.Pool, error) {
+	cfg, err := apiPoolConfig(env, url)
+	if err != nil {
+		return nil, err
+	}
+	return connectPool(ctx, cfg, "api")
+}
+
+// apiPoolConfig is the configuration of the api's pool.
+func apiPoolConfig(env *envConfig, url string) (*pgxpool.Config, error) {
 	cfg, err := poolConfig(url, env.apiMaxConns(), env.TxPooling)
 	if err != nil {
 		return nil, err
@@ -196,7 +205,14 @@ func openAPIPool(ctx context.Context, env *envConfig, url string) (*pgxpool.Pool
 	if !env.TxPooling {
 		setAPITimeouts(cfg.ConnConfig, env)
 	}
-	return connectPool(ctx, cfg, "api")
+	// The api's statements are planned at every call, never cached per
+	// connection: a plan PostgreSQL cached while the history was small
+	// outlives ANALYZE on a long-lived connection, and GET /v1/jobs fell
+	// from 940 to 8 requests a second once 100,000 executions had been
+	// added under it (BENCHMARKS.md). Planning costs the api's few,
+	// infrequent reads a fraction of a millisecond.
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	return cfg, nil
 }
 
 // setAPITimeouts sets the api's statement and lock timeouts as session
