@@ -4,7 +4,6 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
@@ -82,40 +81,9 @@ func TestPgBouncer_TransactionPooling(t *testing.T) {
 	{
 		body := aptTradeBody([]string{"11170"}, "2025-01", "2025-02")
 		s.gate.arm(0) // the winner's run holds its first call until every POST is answered
-		const posts = 30
-		start := make(chan struct{})
-		type answer struct {
-			status int
-			out    map[string]any
-		}
-		answers := make(chan answer, posts)
-		var wg sync.WaitGroup
-		for range posts {
-			wg.Go(func() {
-				<-start
-				status, out := s.post("/v1/jobs/aptTrade/requests", body)
-				answers <- answer{status, out}
-			})
-		}
-		close(start)
-		wg.Wait()
-		close(answers)
-		var accepted []string
-		active := map[any]int{}
-		for a := range answers {
-			switch a.status {
-			case http.StatusAccepted:
-				accepted = append(accepted, a.out["requestId"].(string))
-			case http.StatusConflict:
-				active[a.out["activeRequestId"]]++
-			default:
-				t.Fatalf("unexpected answer %d: %v", a.status, a.out)
-			}
-		}
-		require.Len(t, accepted, 1)
-		require.Equal(t, map[any]int{accepted[0]: posts - 1}, active)
+		accepted := s.postBurst(t, body, 30)
 		s.gate.open()
-		done := s.waitRequest(accepted[0], "DONE", "FAILED")
+		done := s.waitRequest(accepted, "DONE", "FAILED")
 		require.Equal(t, "COMPLETED", execution(t, done)["status"], "%v", done)
 		require.Equal(t, 1, s.count(`SELECT count(*) FROM job_request WHERE params->'regions' = '["11170"]'`))
 		require.Equal(t, 1, s.count(`SELECT count(*) FROM job_execution e JOIN job_request r ON r.execution_id = e.id WHERE r.params->'regions' = '["11170"]'`))

@@ -41,48 +41,14 @@ func TestRequestPath_ConcurrentDuplicates(t *testing.T) {
 	s := newTestSystem(t, nil)
 	body := aptTradeBody([]string{"11110"}, "2025-01", "2025-02")
 
-	const posts = 50
-	start := make(chan struct{})
-	type answer struct {
-		status int
-		out    map[string]any
-	}
-	answers := make(chan answer, posts)
-	var wg sync.WaitGroup
-	for range posts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			status, out := s.post("/v1/jobs/aptTrade/requests", body)
-			answers <- answer{status, out}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(answers)
-
-	var accepted []string
-	active := map[any]int{}
-	for a := range answers {
-		switch a.status {
-		case http.StatusAccepted:
-			accepted = append(accepted, a.out["requestId"].(string))
-		case http.StatusConflict:
-			active[a.out["activeRequestId"]]++
-		default:
-			t.Fatalf("unexpected answer %d: %v", a.status, a.out)
-		}
-	}
-	require.Len(t, accepted, 1)
-	require.Equal(t, map[any]int{accepted[0]: posts - 1}, active)
+	accepted := s.postBurst(t, body, 50)
 	require.Equal(t, 1, s.count("SELECT count(*) FROM job_request"))
 	require.Equal(t, 1, s.count("SELECT count(*) FROM river_job"))
 
 	s.startWorker()
-	s.waitRequest(accepted[0], "DONE")
+	s.waitRequest(accepted, "DONE")
 	again := s.requestAptTrade(body)
-	require.NotEqual(t, accepted[0], again)
+	require.NotEqual(t, accepted, again)
 }
 
 // Bad input: a 400 naming the field (or 404), never a 500, and nothing written.
@@ -232,4 +198,43 @@ func TestRequestPath_RefusalsBeforeTheEnqueuerAreCounted(t *testing.T) {
 	}
 	require.Equal(t, float64(3), invalid("aptTrade"))
 	require.Zero(t, s.count(`SELECT count(*) FROM job_request`))
+}
+
+// postBurst sends posts concurrent POSTs of body to the aptTrade requests
+// endpoint, released together, and checks the database decided: exactly one
+// 202, every other answer a 409 naming it. It returns the accepted id.
+func (s *testSystem) postBurst(t *testing.T, body string, posts int) string {
+	t.Helper()
+	start := make(chan struct{})
+	type answer struct {
+		status int
+		out    map[string]any
+	}
+	answers := make(chan answer, posts)
+	var wg sync.WaitGroup
+	for range posts {
+		wg.Go(func() {
+			<-start
+			status, out := s.post("/v1/jobs/aptTrade/requests", body)
+			answers <- answer{status, out}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(answers)
+	var accepted []string
+	active := map[any]int{}
+	for a := range answers {
+		switch a.status {
+		case http.StatusAccepted:
+			accepted = append(accepted, a.out["requestId"].(string))
+		case http.StatusConflict:
+			active[a.out["activeRequestId"]]++
+		default:
+			t.Fatalf("unexpected answer %d: %v", a.status, a.out)
+		}
+	}
+	require.Len(t, accepted, 1)
+	require.Equal(t, map[any]int{accepted[0]: posts - 1}, active)
+	return accepted[0]
 }
