@@ -241,14 +241,3 @@ func TestPgBouncer_Switch(t *testing.T) {
 		})
 	}
 }
-
-// Provider calls are client spans only when spans are recorded: otherwise
-// the wrapper was 1.4 of 3.5 CPU-seconds of the call path at fan-out 64
-// (BENCHMARKS.md) for spans nobody reads.
-func TestProviderTracing_OnlyWhenSpansAreRecorded(t *testing.T) {
-	require.Nil(t, providerTracing(&observability.Providers{}))
-	providers, _ := observability.NewTestProviders()
-	wrap := providerTracing(providers)
-	require.NotNil(t, wrap)
-	require.NotNil(t, wrap(http.DefaultTransport))
-}
