@@ -17,6 +17,8 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/buildrisk/radar/observability"
 )
 
 // otlpReceiver is a minimal OTLP/HTTP trace receiver.
