@@ -43,6 +43,26 @@ func InTxBatch(ctx context.Context, db BatchSender, first func(b *pgx.Batch), fn
 	return nil
 }
 
+// InImplicitTx sends the statements queue adds as one batch, which the
+// server runs as one implicit transaction: committed at the batch's end
+// when every statement succeeded, rolled back entirely when one failed (the
+// statements after it do not run). It is one round trip where InTxBatch
+// takes two (the batch with its BEGIN, then COMMIT), so it suits hot commits
+// whose statements are all known before sending. Because nothing can be
+// decided between the statements, a condition that must undo the batch has
+// to fail inside the server: a fenced statement raises (radar_owned)
+// instead of returning no row. The statements' results are read with their
+// QueuedQuery callbacks; the first error of one is returned. Like InTxBatch
+// it does not retry.
+func InImplicitTx(ctx context.Context, db BatchSender, queue func(b *pgx.Batch)) error {
+	b := &pgx.Batch{}
+	queue(b)
+	if b.Len() == 0 {
+		return nil
+	}
+	return db.SendBatch(ctx, b).Close()
+}
+
 // Queue queues on b the one statement that call runs on its DBTX, with its
 // arguments, and returns it so that its result can be read with a
 // callback. call is meant to be a generated method: a batch is built from

@@ -28,7 +28,7 @@ WITH execution AS (
     SELECT execution.instance_id, @chunk::text, execution.id, @items::text[]
     FROM execution
 )
-SELECT execution.status FROM execution;
+SELECT radar_owned((SELECT execution.status FROM execution))::text AS status;
 
 -- name: JobExecutionItemsFailed :execrows
 -- JobExecutionItemsFailed counts failed items of a chunk that did not

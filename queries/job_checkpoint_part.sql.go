@@ -86,7 +86,7 @@ WITH execution AS (
     SELECT execution.instance_id, $5::text, execution.id, $1::text[]
     FROM execution
 )
-SELECT execution.status FROM execution
+SELECT radar_owned((SELECT execution.status FROM execution))::text AS status
 `
 
 type JobExecutionPartCommitParams struct {

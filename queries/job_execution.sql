@@ -70,7 +70,7 @@ WITH execution AS (
            @failed::bigint, @skip_reason::text, @chunk_calls::int
     FROM execution
 )
-SELECT execution.status FROM execution;
+SELECT radar_owned((SELECT execution.status FROM execution))::text AS status;
 
 -- name: JobExecutionAddCalls :execrows
 -- JobExecutionAddCalls records calls made outside a chunk commit (a failed

@@ -82,7 +82,7 @@ WITH execution AS (
            $3::bigint, $10::text, $11::int
     FROM execution
 )
-SELECT execution.status FROM execution
+SELECT radar_owned((SELECT execution.status FROM execution))::text AS status
 `
 
 type JobExecutionChunkCommitParams struct {

@@ -31,6 +31,17 @@ var ErrNotFound = errors.New("not found")
 // ErrUniqueViolation is returned in place of SQLSTATE 23505.
 var ErrUniqueViolation = errors.New("unique violation")
 
+// NotOwnedCode is the SQLSTATE radar_owned raises when a fenced statement
+// found no execution: the run lost its ownership (see migration 00082).
+const NotOwnedCode = "BR001"
+
+// IsNotOwned reports whether err is a fenced statement's refusal
+// (NotOwnedCode), which rolled back everything sent with it.
+func IsNotOwned(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == NotOwnedCode
+}
+
 // TxRetryAttempts is how many times a metadata transaction is retried after a
 // serialization failure or a deadlock: two different jobs started together
 // must both run, and a conflict between them is transient.

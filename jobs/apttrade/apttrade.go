@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
@@ -86,9 +87,7 @@ func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.Ch
 		res.SkipReason = "trade listed twice in one answer"
 	}
 	if len(unique) > 0 {
-		res.Write = func(ctx context.Context, tx pgx.Tx) error {
-			return upsert(ctx, tx, run.ExecutionID, unique)
-		}
+		res.Queue = func(b *pgx.Batch) { queueUpsert(ctx, b, run.ExecutionID, unique) }
 	}
 	return res, nil
 }
@@ -98,7 +97,11 @@ func (Job) DomainRows(ctx context.Context, db queries.DBTX, executionIDs []int64
 	return queries.New().AptTradeCountByExecutions(ctx, db, executionIDs)
 }
 
-func upsert(ctx context.Context, tx pgx.Tx, executionID int64, trades []upstream.AptTrade) error {
+// queueUpsert adds the upsert of one chunk's trades to its commit batch.
+// The upsert updates every conflicting row, so it affects each trade once;
+// the count check is an alarm, not a guard: the batch has committed when
+// its result is read.
+func queueUpsert(ctx context.Context, b *pgx.Batch, executionID int64, trades []upstream.AptTrade) {
 	p := &queries.AptTradeUpsertParams{ExecutionID: executionID}
 	for _, t := range trades {
 		p.Regions = append(p.Regions, t.Region)
@@ -112,14 +115,13 @@ func upsert(ctx context.Context, tx pgx.Tx, executionID int64, trades []upstream
 		p.Floors = append(p.Floors, int32(t.Floor))
 		p.BuildYears = append(p.BuildYears, int32(t.BuildYear))
 	}
-	n, err := queries.New().AptTradeUpsert(ctx, tx, p)
-	if err != nil {
-		return fmt.Errorf("error upserting trades: %w", err)
-	}
-	if n != int64(len(trades)) {
-		return fmt.Errorf("upserted %d trades, expected %d", n, len(trades))
-	}
-	return nil
+	queries.Queue(b, func(db queries.DBTX) { _, _ = queries.New().AptTradeUpsert(ctx, db, p) }).
+		Exec(func(tag pgconn.CommandTag) error {
+			if n := tag.RowsAffected(); n != int64(len(trades)) {
+				return fmt.Errorf("upserted %d trades, expected %d", n, len(trades))
+			}
+			return nil
+		})
 }
 
 func decode(raw json.RawMessage) (*jobs.AptTradeParams, error) {

@@ -21,7 +21,10 @@
 // chunk's commit with its checkpoint, the external-call counts, the outcome
 // and the request it chains to — is conditional in SQL on the execution
 // still being active under that worker and epoch, and its row count is
-// checked. A run that finds no row has lost its execution (the reaper took
+// checked (a chunk's and a part's commit, sent as one implicit transaction,
+// cannot check between statements, so their fenced statement raises
+// instead: queries.IsNotOwned). A run that finds no row has lost its
+// execution (the reaper took
 // its worker for dead, or a newer execution took over): it stops at once,
 // rolls back what it was writing, writes nothing more, logs one line, counts
 // buildrisk_ownership_lost_total and returns ErrOwnershipLost.
@@ -33,7 +36,7 @@
 // job that calls one at a time, none when a commit found the loss (Process
 // had returned). The chunk's context is cancelled, Process returns only
 // once they have ended, and nothing they returned is written: the chunk's
-// commit is itself a fenced write, so it finds no row and rolls back.
+// commit is itself a fenced write, so it raises and rolls back.
 //
 // # Database outages
 //

@@ -28,6 +28,10 @@ type heldJob struct {
 	// domainRows, when set, runs where the runner counts domain rows: after
 	// the last commit, before the outcome is recorded.
 	domainRows func(ctx context.Context)
+	// probe, when set, makes each chunk queue a write of its name into the
+	// table chunk_probe (ChunkResult.Queue: committed in the chunk's one
+	// implicit transaction).
+	probe bool
 }
 
 func (j *heldJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
@@ -48,7 +52,11 @@ func (j *heldJob) Process(ctx context.Context, _ *batch.Run, chunk string) (*bat
 		}
 		<-j.release
 	}
-	return &batch.ChunkResult{Targets: 1, Written: 1}, nil
+	res := &batch.ChunkResult{Targets: 1, Written: 1}
+	if j.probe {
+		res.Queue = func(b *pgx.Batch) { b.Queue(`INSERT INTO chunk_probe (chunk) VALUES ($1)`, chunk) }
+	}
+	return res, nil
 }
 
 type countingHeldJob struct{ *heldJob }
@@ -113,6 +121,7 @@ func TestRunner_OwnershipLost(t *testing.T) {
 		leaseCheck time.Duration // 0: an hour, so only a fenced write can notice
 		inFlight   bool          // the held chunk never returns by itself
 		atRecord   bool          // lose it after the last commit, before the outcome
+		probe      bool          // chunks queue a write: the lost chunk's must not land
 		wantStatus string        // the execution's status afterwards
 	}
 	abandon := func(t *testing.T, b *testBundle, id int64) { b.abandon(t, id) }
@@ -124,13 +133,14 @@ func TestRunner_OwnershipLost(t *testing.T) {
 	}
 	for name, tc := range map[string]check{
 		"Abandoned_FencedCommit":    {lost: abandon, wantStatus: "ABANDONED"},
+		"Abandoned_FencedWrites":    {lost: abandon, probe: true, wantStatus: "ABANDONED"},
 		"TakenOver_FencedCommit":    {lost: takeOver, wantStatus: "STARTED"},
 		"Abandoned_NoticedInFlight": {lost: abandon, leaseCheck: 10 * time.Millisecond, inFlight: true, wantStatus: "ABANDONED"},
 		"Abandoned_FencedOutcome":   {lost: abandon, atRecord: true, wantStatus: "ABANDONED"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			job := &heldJob{chunks: 4, hold: "c01", entered: make(chan struct{}), release: make(chan struct{}), cancelled: make(chan error, 1)}
+			job := &heldJob{chunks: 4, hold: "c01", entered: make(chan struct{}), release: make(chan struct{}), cancelled: make(chan error, 1), probe: tc.probe}
 			if tc.inFlight {
 				job.release = nil
 			}
@@ -144,6 +154,8 @@ func TestRunner_OwnershipLost(t *testing.T) {
 				leaseCheck = time.Hour
 			}
 			b := setup(t, map[string]batch.Job{"metrics": registered})
+			_, err := b.pool.Exec(context.Background(), `CREATE TABLE chunk_probe (chunk text PRIMARY KEY)`)
+			require.NoError(t, err)
 			chained := 0
 			runner, err := batch.NewRunner(b.pool, batch.Config{
 				WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"metrics": registered}, Upstream: b.upstream, Instruments: b.instruments,
@@ -181,6 +193,12 @@ func TestRunner_OwnershipLost(t *testing.T) {
 			}
 			require.Equal(t, wantChunks, chunksDone)
 			require.Equal(t, wantChunks, countRows(t, b, `SELECT count(*) FROM job_checkpoint`))
+			if tc.probe {
+				// The chunk's writes and its fenced bookkeeping travel in one
+				// implicit transaction: the fence must roll the writes back.
+				require.Equal(t, wantChunks, countRows(t, b, `SELECT count(*) FROM chunk_probe`), "only committed chunks' writes landed")
+				require.Zero(t, countRows(t, b, `SELECT count(*) FROM chunk_probe WHERE chunk = 'c01'`), "the lost chunk's write rolled back")
+			}
 			if tc.wantStatus == "ABANDONED" {
 				require.Equal(t, "reaped by the test", message, "the reaper's record stands")
 			}

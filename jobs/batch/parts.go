@@ -62,32 +62,31 @@ type partCommitter struct {
 
 // commit writes one part: the items' results (queue) and the part's whole
 // bookkeeping (JobExecutionPartCommit: its keys and the execution's written
-// count), in one transaction of two round trips: BEGIN and every statement
-// in one batch, then COMMIT. It returns the execution's status, STOPPING
-// when a stop was requested.
+// count) in one implicit transaction, one round trip (queries.InImplicitTx).
+// It returns the execution's status, STOPPING when a stop was requested.
 //
 // Every item's slot stays taken until its part commits (what bounds the
 // calls a kill can repeat), so this latency is paid by every call of a
 // fan-out chunk.
 func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string, queue func(b *pgx.Batch)) (string, error) {
 	var status string
-	err := queries.InTxBatch(ctx, c.pool, func(b *pgx.Batch) {
+	err := queries.InImplicitTx(ctx, c.pool, func(b *pgx.Batch) {
 		queue(b)
 		if c.executionID == 0 {
 			return // no execution (see FanOutCommit): the values are only written
 		}
-		// The fenced statement finds no row (the batch fails, everything
-		// rolls back) unless the execution is still this run's. It comes
-		// last because it locks the execution's row until COMMIT: a part
-		// committing beside this one writes its items meanwhile and waits
-		// only for that lock.
+		// The fenced statement raises (the whole batch rolls back) unless
+		// the execution is still this run's. It comes last because it locks
+		// the execution's row until the batch commits: a part committing
+		// beside this one writes its items meanwhile and waits only for
+		// that lock.
 		params := &queries.JobExecutionPartCommitParams{
 			ID: c.executionID, WorkerID: c.workerID, LeaseEpoch: c.leaseEpoch, Chunk: chunk, Items: keys,
 		}
 		queries.Queue(b, func(db queries.DBTX) { _, _ = c.queries.JobExecutionPartCommit(ctx, db, params) }).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&status) })
-	}, func(pgx.Tx) error { return nil })
-	if errors.Is(err, pgx.ErrNoRows) {
+	})
+	if queries.IsNotOwned(err) {
 		err = fmt.Errorf("execution %d (worker %s, lease epoch %d): %w", c.executionID, c.workerID, c.leaseEpoch, ErrOwnershipLost)
 	}
 	if err != nil {
@@ -161,8 +160,9 @@ type Committer[T, R any] struct {
 	Key func(T) string
 	// Queue adds the statements that store the values of one part to the
 	// part's batch (queries.Queue), which commits them with the part's
-	// bookkeeping in one transaction; a statement's callback that returns
-	// an error rolls the part back. Required.
+	// bookkeeping in one implicit transaction: a statement that fails rolls
+	// the part back. Their callbacks run once the batch has committed, so a
+	// callback's error fails the chunk but undoes nothing. Required.
 	Queue func(b *pgx.Batch, values []R)
 	// Keep reports whether a value is committed in a part. Values it
 	// refuses (an item skipped, or with an unusable answer) are left to the

@@ -2,21 +2,19 @@ package batch_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/queries"
 )
 
-// partsJob is one chunk of 100 items on FanOutCommit; writing item badItem
-// fails, so its part does not commit.
+// partsJob is one chunk of 100 items on FanOutCommit writing its items to
+// the table part_write, whose check constraint refuses item badItem: the
+// part holding it fails in the server, so it does not commit.
 type partsJob struct {
 	badItem string
 	called  []string // items whose function ran, in no particular order
@@ -41,12 +39,7 @@ func (j *partsJob) Process(ctx context.Context, run *batch.Run, chunk string) (*
 		batch.Committer[string, string]{
 			Key: func(s string) string { return s },
 			Queue: func(b *pgx.Batch, values []string) {
-				b.Queue(`SELECT 1`).Exec(func(pgconn.CommandTag) error {
-					if slices.Contains(values, j.badItem) {
-						return errors.New("disk full")
-					}
-					return nil
-				})
+				b.Queue(`INSERT INTO part_write (item) SELECT unnest($1::text[])`, values)
 			},
 		})
 	close(calls)
@@ -67,10 +60,12 @@ func TestFanOutCommit_CommitFailureStopsAndKeepsCommitted(t *testing.T) {
 	t.Parallel()
 	job := &partsJob{badItem: "i040", results: make(chan []batch.ItemResult[string], 1)}
 	b := setup(t, map[string]batch.Job{"creditEval": job})
+	_, err := b.pool.Exec(context.Background(), `CREATE TABLE part_write (item text PRIMARY KEY CHECK (item <> '`+job.badItem+`'))`)
+	require.NoError(t, err)
 	out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
 	require.NoError(t, err)
 	require.Equal(t, "FAILED", out.Status)
-	require.Regexp(t, `^chunk c: commit of \d+ finished items of chunk c: disk full$`, out.Message)
+	require.Regexp(t, `^chunk c: commit of \d+ finished items of chunk c: .*violates check constraint`, out.Message)
 
 	results := <-job.results
 	var committed []string
@@ -87,6 +82,11 @@ func TestFanOutCommit_CommitFailureStopsAndKeepsCommitted(t *testing.T) {
 	parts, err := queries.New().JobCheckpointPartItems(context.Background(), b.pool, exec.InstanceID)
 	require.NoError(t, err)
 	require.ElementsMatch(t, committed, parts, "the parts list exactly the committed items")
+	rows, err := b.pool.Query(context.Background(), `SELECT item FROM part_write`)
+	require.NoError(t, err)
+	written, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.ElementsMatch(t, committed, written, "exactly the committed items' writes landed: the failed part rolled back whole")
 	require.Equal(t, int64(len(committed)), exec.ItemsWritten)
 	totals, err := queries.New().JobCheckpointTotals(context.Background(), b.pool, exec.InstanceID)
 	require.NoError(t, err)

@@ -67,8 +67,12 @@ func (rt *roundTripTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.Trace
 const writeMarker = "SELECT 'chunk write', $1::text"
 
 // writeJob has `chunks` chunks of one target each; each writes one
-// statement in its checkpoint transaction.
-type writeJob struct{ chunks int }
+// statement in its checkpoint transaction, run by a Write function or, when
+// queued, sent in the commit's batch (ChunkResult.Queue).
+type writeJob struct {
+	chunks int
+	queued bool
+}
 
 func (j *writeJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
 	plan := &batch.Plan{Targets: int64(j.chunks)}
@@ -79,53 +83,78 @@ func (j *writeJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
 }
 
 func (j *writeJob) Process(_ context.Context, _ *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	if j.queued {
+		return &batch.ChunkResult{Targets: 1, Written: 1, Queue: func(b *pgx.Batch) { b.Queue(writeMarker, chunk) }}, nil
+	}
 	return &batch.ChunkResult{Targets: 1, Written: 1, Write: func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, writeMarker, chunk)
 		return err
 	}}, nil
 }
 
-// A chunk costs the job's own writes plus two round trips: the begin
-// pipelined with the fenced bookkeeping (counts, checkpoint), and the
-// commit. The trace between two chunks' writes is pinned, so a statement
-// added to the chunk path shows here.
+// A chunk whose writes are queued statements costs one round trip: its
+// writes and its fenced bookkeeping (counts, checkpoint) in one implicit
+// transaction. A chunk with a Write function costs its writes plus two: the
+// begin pipelined with the bookkeeping, and the commit. The trace between
+// two chunks' writes is pinned, so a statement added to the chunk path
+// shows here.
 func TestRunner_ChunkRoundTrips(t *testing.T) {
 	t.Parallel()
-	b := setup(t, map[string]batch.Job{"metrics": &writeJob{chunks: 6}})
+	for name, tc := range map[string]struct {
+		queued bool
+		trips  int
+	}{
+		"Queued": {queued: true, trips: 1},
+		"Write":  {queued: false, trips: 3},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			job := &writeJob{chunks: 6, queued: tc.queued}
+			b := setup(t, map[string]batch.Job{"metrics": job})
+			pool, tracer := tracedPool(t, b)
+			runner, err := batch.NewRunner(pool, batch.Config{
+				WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"metrics": job},
+				Upstream: b.upstream, Instruments: b.instruments, LeaseCheckInterval: time.Hour,
+			})
+			require.NoError(t, err)
 
+			out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "metrics")})
+			require.NoError(t, err)
+			require.Equal(t, "COMPLETED", out.Status, out.Message)
+
+			// The writes of the chunks, by position in the trace.
+			trips := tracer.log()
+			var writes []int
+			for i, s := range trips {
+				if s == writeMarker || strings.HasPrefix(s, "batch: ") && strings.Contains(s, writeMarker) {
+					writes = append(writes, i)
+				}
+			}
+			require.Len(t, writes, 6)
+			// From the second chunk on, statements are prepared: each
+			// interval from one chunk's write to the next is one whole chunk.
+			for k := 2; k < len(writes); k++ {
+				between := trips[writes[k-1]+1 : writes[k]+1]
+				require.Len(t, between, tc.trips, "round trips of chunk %d: %q", k, between)
+			}
+		})
+	}
+}
+
+// tracedPool returns a pool of one connection to b's database (every
+// statement on one connection: its statements are prepared once) whose
+// round trips the returned tracer records.
+func tracedPool(t *testing.T, b *testBundle) (*pgxpool.Pool, *roundTripTracer) {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(b.pool.Config().ConnString())
 	require.NoError(t, err)
 	tracer := &roundTripTracer{}
 	cfg.ConnConfig.Tracer = tracer
-	cfg.MaxConns = 1 // every statement on one connection: its statements are prepared once
+	cfg.MaxConns = 1
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	runner, err := batch.NewRunner(pool, batch.Config{
-		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"metrics": &writeJob{chunks: 6}},
-		Upstream: b.upstream, Instruments: b.instruments, LeaseCheckInterval: time.Hour,
-	})
-	require.NoError(t, err)
-
-	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "metrics")})
-	require.NoError(t, err)
-	require.Equal(t, "COMPLETED", out.Status, out.Message)
-
-	// The writes of the chunks, by position in the trace.
-	trips := tracer.log()
-	var writes []int
-	for i, s := range trips {
-		if s == writeMarker {
-			writes = append(writes, i)
-		}
-	}
-	require.Len(t, writes, 6)
-	// From the second chunk on, statements are prepared: each interval from
-	// one chunk's write to the next is one whole chunk.
-	for k := 2; k < len(writes); k++ {
-		between := trips[writes[k-1]+1 : writes[k]+1]
-		require.Len(t, between, 3, "round trips of chunk %d: %q", k, between)
-	}
+	return pool, tracer
 }
 
 // partTripsJob has one chunk of `items` items committed one part at a time (a
@@ -153,21 +182,12 @@ func (j *partTripsJob) Process(ctx context.Context, run *batch.Run, chunk string
 	return &batch.ChunkResult{}, nil
 }
 
-// A part commit of a fan-out chunk costs two round trips in all: the begin,
-// the part's writes and its fenced bookkeeping (count, part) in one batch,
-// and the commit.
+// A part commit of a fan-out chunk costs one round trip: the part's writes
+// and its fenced bookkeeping (count, part) in one implicit transaction.
 func TestRunner_PartRoundTrips(t *testing.T) {
 	t.Parallel()
 	b := setup(t, map[string]batch.Job{"creditEval": &partTripsJob{items: 6}})
-
-	cfg, err := pgxpool.ParseConfig(b.pool.Config().ConnString())
-	require.NoError(t, err)
-	tracer := &roundTripTracer{}
-	cfg.ConnConfig.Tracer = tracer
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool, tracer := tracedPool(t, b)
 	runner, err := batch.NewRunner(pool, batch.Config{
 		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"creditEval": &partTripsJob{items: 6}},
 		Upstream: b.upstream, Instruments: b.instruments, LeaseCheckInterval: time.Hour, FanOut: 1,
@@ -188,6 +208,6 @@ func TestRunner_PartRoundTrips(t *testing.T) {
 	require.Len(t, parts, 6, "one part per item")
 	for k := 2; k < len(parts); k++ {
 		between := trips[parts[k-1]+1 : parts[k]+1]
-		require.Len(t, between, 2, "round trips from the end of part %d's batch to the end of part %d's: %q", k-1, k, between)
+		require.Len(t, between, 1, "round trips from the end of part %d's batch to the end of part %d's: %q", k-1, k, between)
 	}
 }

@@ -87,6 +87,12 @@ type ChunkResult struct {
 	SkipReason string
 	// Write runs in the checkpoint transaction. It may be nil.
 	Write func(ctx context.Context, tx pgx.Tx) error
+	// Queue, in place of Write, adds the chunk's writes to the commit's
+	// batch as statements (queries.Queue), each checking its result in its
+	// callback: the chunk then commits in one round trip, its writes and
+	// its bookkeeping in one implicit transaction (queries.InImplicitTx).
+	// Set at most one of Write and Queue.
+	Queue func(b *pgx.Batch)
 }
 
 // Run is what a job sees of its execution.
@@ -711,17 +717,22 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 }
 
 // commitChunk commits a chunk's writes and its checkpoint in one
-// transaction whose first statement, sent in one round trip with its BEGIN,
-// is the chunk's whole bookkeeping (JobExecutionChunkCommit: the counts, the
-// checkpoint, the execution's status). It is fenced: it finds no row
-// (ErrOwnershipLost, everything rolls back) unless the execution is still
-// active under this run's worker and lease epoch, and it locks the
-// execution row until the commit. The chunk's own writes follow; a chunk
-// whose writes are one statement therefore costs three round trips.
-// Transient errors are retried inside the window; an attempt after an error
-// whose commit may have landed first looks for the chunk's checkpoint, so a
-// chunk is never counted twice.
+// transaction with the chunk's whole bookkeeping (JobExecutionChunkCommit:
+// the counts, the checkpoint, the execution's status). The bookkeeping is
+// fenced: it raises (ErrOwnershipLost, everything rolls back) unless the
+// execution is still active under this run's worker and lease epoch, and it
+// locks the execution row until the commit. A chunk whose writes are
+// queued statements (ChunkResult.Queue) commits in one round trip: its
+// bookkeeping and writes in one implicit transaction. A chunk with a Write
+// function runs it in an explicit transaction whose BEGIN travels with the
+// bookkeeping, then commits: a chunk whose writes are one statement takes
+// three round trips. Transient errors are retried inside the window; an
+// attempt after an error whose commit may have landed first looks for the
+// chunk's checkpoint, so a chunk is never counted twice.
 func (r *Runner) commitChunk(ctx context.Context, rs *runState, chunk string, res *ChunkResult, chunkCalls, newCalls int32) (string, error) {
+	if res.Write != nil && res.Queue != nil {
+		return "", fmt.Errorf("chunk %s: a ChunkResult sets Write or Queue, not both", chunk)
+	}
 	var execStatus string
 	attempt := 0
 	params := &queries.JobExecutionChunkCommitParams{
@@ -739,19 +750,28 @@ func (r *Runner) commitChunk(ctx context.Context, rs *runState, chunk string, re
 			}
 		}
 		var status string
-		err := queries.InTxBatch(callCtx, r.pool, func(b *pgx.Batch) {
+		bookkeeping := func(b *pgx.Batch) {
 			queries.Queue(b, func(db queries.DBTX) { _, _ = r.queries.JobExecutionChunkCommit(callCtx, db, params) }).
 				QueryRow(func(row pgx.Row) error { return row.Scan(&status) })
-		}, func(tx pgx.Tx) error {
-			if res.Write != nil {
+		}
+		var err error
+		if res.Write == nil {
+			err = queries.InImplicitTx(callCtx, r.pool, func(b *pgx.Batch) {
+				bookkeeping(b)
+				if res.Queue != nil {
+					res.Queue(b)
+				}
+			})
+		} else {
+			err = queries.InTxBatch(callCtx, r.pool, bookkeeping, func(tx pgx.Tx) error {
 				if err := res.Write(callCtx, tx); err != nil {
 					return fmt.Errorf("error writing chunk: %w", err)
 				}
-			}
-			return nil
-		})
+				return nil
+			})
+		}
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
+		case queries.IsNotOwned(err):
 			return rs.lost()
 		case err != nil:
 			return fmt.Errorf("error committing chunk: %w", err)
