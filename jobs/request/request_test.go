@@ -80,9 +80,9 @@ func TestEnqueue_CleanupOnlyWithAnActiveRequest(t *testing.T) {
 }
 
 // An enqueue is three round trips from its BEGIN (created_at) to its
-// COMMIT: the BEGIN with the job's lock and state, River's INSERT and
-// NOTIFY, then the request row with the COMMIT. Each one is pickup latency,
-// so they are pinned here.
+// COMMIT: the BEGIN with the job's lock and state (read by a function, whose
+// plan the server keeps), River's INSERT and NOTIFY, then the request row
+// with the COMMIT. Each one is pickup latency, so they are pinned here.
 func TestEnqueue_RoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -122,6 +122,7 @@ func TestEnqueue_RoundTrips(t *testing.T) {
 	require.Len(t, trips, 4, "%q", trips)
 	require.True(t, strings.HasPrefix(trips[0], "batch: begin isolation level read committed; "), "BEGIN travels with the lock and the state: %q", trips[0])
 	require.Contains(t, trips[0], "pg_advisory_xact_lock")
+	require.Contains(t, trips[0], "FROM job_request_enqueue_state($1::text)", "the state is read by the function that keeps its plan")
 	require.Contains(t, trips[1], "river_job", "River's INSERT")
 	require.Contains(t, trips[2], "pg_notify", "River's NOTIFY")
 	require.True(t, strings.HasPrefix(trips[3], "batch: -- name: JobRequestInsert"), "the request row travels with the COMMIT: %q", trips[3])
