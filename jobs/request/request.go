@@ -181,7 +181,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 		return nil, err
 	}
 
-	// Three round trips from BEGIN to COMMIT, River's two between them:
+	// Four round trips from BEGIN to COMMIT, River's two between them:
 	// BEGIN with the job's lock and state, River's INSERT and NOTIFY, then
 	// the request row with the COMMIT. created_at is the BEGIN's time, so
 	// each round trip saved here is pickup latency saved.

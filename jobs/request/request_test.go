@@ -79,7 +79,7 @@ func TestEnqueue_CleanupOnlyWithAnActiveRequest(t *testing.T) {
 	require.NotEqual(t, first.Request.ID, second.Request.ID)
 }
 
-// An enqueue is three round trips from its BEGIN (created_at) to its
+// An enqueue is four round trips, from its BEGIN (created_at) to its
 // COMMIT: the BEGIN with the job's lock and state (read by a function, whose
 // plan the server keeps), River's INSERT and NOTIFY, then the request row
 // with the COMMIT. Each one is pickup latency, so they are pinned here.
