@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // BatchSender sends pipelined batches; *pgxpool.Pool and *pgx.Conn satisfy
@@ -61,6 +63,89 @@ func InImplicitTx(ctx context.Context, db BatchSender, queue func(b *pgx.Batch))
 		return nil
 	}
 	return db.SendBatch(ctx, b).Close()
+}
+
+// InTxPipelined runs a READ COMMITTED transaction in the fewest round trips
+// a transaction with a decision in the middle can take: its BEGIN travels
+// with the statements first queues (and, under WithTxSettings, the SET
+// LOCAL of the timeouts, before them), fn then runs in the transaction and
+// queues on last the statements that end it, and those travel with the
+// COMMIT. A transaction of three round trips of its own (say: read under a
+// lock, one statement of a library that needs a pgx.Tx, write) then costs
+// three instead of five. A serialization failure or deadlock rolls back and
+// runs the whole transaction again, as InTx does.
+//
+// The results of first's statements are read with their QueuedQuery
+// callbacks before fn runs; an error of one rolls back and is returned. The
+// statements on last run before the COMMIT in the same pipeline, so an
+// error the server raises for one of them (a unique violation, say) skips
+// the COMMIT and rolls the transaction back. An error a callback of last
+// returns does not: the server has committed by the time the callback
+// runs, so those callbacks should only scan. fn must not keep tx: the
+// transaction ends behind pgx's Tx, on the connection, and the connection
+// returns to the pool when InTxPipelined returns.
+func InTxPipelined(ctx context.Context, pool *pgxpool.Pool, first func(b *pgx.Batch), fn func(tx pgx.Tx, last *pgx.Batch) error) error {
+	return retryConflicts(ctx, TxRetryAttempts, func() error {
+		return inTxPipelinedOnce(ctx, pool, first, fn)
+	})
+}
+
+func inTxPipelinedOnce(ctx context.Context, pool *pgxpool.Pool, first func(b *pgx.Batch), fn func(tx pgx.Tx, last *pgx.Batch) error) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("error acquiring a connection: %w", err)
+	}
+	// Release destroys the connection unless it is idle outside a
+	// transaction, so an error path that could not roll back never hands
+	// an open transaction to the pool's next user.
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if settings, ok := ctx.Value(txSettingsKey{}).(TxSettings); ok {
+		Queue(b, func(db DBTX) {
+			_ = New().TxSettingsSetLocal(ctx, db, &TxSettingsSetLocalParams{
+				StatementTimeoutMs: strconv.FormatInt(settings.StatementTimeout.Milliseconds(), 10),
+				LockTimeoutMs:      strconv.FormatInt(settings.LockTimeout.Milliseconds(), 10),
+			})
+		})
+	}
+	first(b)
+	br := conn.Conn().SendBatch(ctx, b)
+	tx := br.Tx()
+	if err := br.Close(); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx)) // closed already when the batch failed before its BEGIN
+		return err
+	}
+	last := &pgx.Batch{}
+	if err := fn(tx, last); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	last.Queue("commit").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() == "ROLLBACK" {
+			return pgx.ErrTxCommitRollback // the transaction had failed already
+		}
+		return nil
+	})
+	if err := conn.Conn().SendBatch(ctx, last).Close(); err != nil {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			// A statement before the COMMIT failed: the COMMIT was skipped.
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+		return fmt.Errorf("error committing transaction: %w", err)
+	}
+	return nil
+}
+
+// QueueRow queues on b the one-row statement call runs on its DBTX (as
+// Queue does) and, when b's results are read, runs call again on the row
+// the batch returned: the generated method scans its own result, and call
+// handles it as after a direct call. The error call returns while its
+// statement is being captured is ignored.
+func QueueRow(b *pgx.Batch, call func(db DBTX) error) {
+	Queue(b, func(db DBTX) { _ = call(db) }).QueryRow(func(row pgx.Row) error {
+		return call(batchRow{row: row})
+	})
 }
 
 // Queue queues on b the one statement that call runs on its DBTX, with its

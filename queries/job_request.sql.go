@@ -85,22 +85,14 @@ func (q *Queries) JobRequestClaim(ctx context.Context, db DBTX, arg *JobRequestC
 }
 
 const jobRequestEnqueueState = `-- name: JobRequestEnqueueState :one
-SELECT coalesce((SELECT r.id FROM job_request r WHERE r.job = $1::text AND r.status IN ('QUEUED', 'RUNNING')), 0)::bigint AS active_request_id,
-       nextval(pg_get_serial_sequence('job_request', 'id'))::bigint AS next_request_id,
-       coalesce(last.id, 0)::bigint AS last_execution_id,
-       coalesce(last.instance_id, 0)::bigint AS last_instance_id,
-       coalesce(last.status, '')::text AS last_status,
-       coalesce(last.params_hash, '')::text AS last_params_hash,
-       coalesce(last.confirm_purge, false)::boolean AS last_confirm_purge
-FROM (SELECT 1) AS one
-LEFT JOIN LATERAL (
-    SELECT e.id, e.instance_id, e.status, i.params_hash, i.confirm_purge
-    FROM job_execution e
-    JOIN job_instance i ON i.id = e.instance_id
-    WHERE i.id = (SELECT max(ji.id) FROM job_instance ji WHERE ji.job = $1::text)
-    ORDER BY e.id DESC
-    LIMIT 1
-) AS last ON true
+SELECT active_request_id::bigint AS active_request_id,
+       next_request_id::bigint AS next_request_id,
+       last_execution_id::bigint AS last_execution_id,
+       last_instance_id::bigint AS last_instance_id,
+       last_status::text AS last_status,
+       last_params_hash::text AS last_params_hash,
+       last_confirm_purge::boolean AS last_confirm_purge
+FROM job_request_enqueue_state($1::text)
 `
 
 type JobRequestEnqueueStateRow struct {
@@ -117,7 +109,9 @@ type JobRequestEnqueueStateRow struct {
 // advisory lock: the job's active request (0: none), the newest execution
 // of its newest instance with that instance's identity (the restart rules'
 // input, as JobExecutionLastByJob; execution id 0: none), and a new request
-// id. EnqueueStateTx sends it in one round trip with the lock.
+// id. EnqueueStateTx sends it in one round trip with the lock. The query
+// lives in the function job_request_enqueue_state (migration 00083) so that
+// its plan is kept for the session instead of made at every enqueue.
 func (q *Queries) JobRequestEnqueueState(ctx context.Context, db DBTX, job string) (*JobRequestEnqueueStateRow, error) {
 	row := db.QueryRow(ctx, jobRequestEnqueueState, job)
 	var i JobRequestEnqueueStateRow

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/sql/pgtest"
@@ -102,6 +103,9 @@ ANALYZE;`, historyRows)
 		{"WorkerCountAlive", workerCountAlive, []any{60.0}},
 		{"WorkerDeleteExpired", workerDeleteExpired, []any{7 * 24 * 3600.0}},
 		{"ProviderCallBudgetGet", providerCallBudgetGet, []any{"MOLIT", now}},
+		// The function's own query: EXPLAIN of the call shows only a
+		// function scan.
+		{"job_request_enqueue_state", functionQuery(t, pool, "job_request_enqueue_state"), []any{"aptTrade"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -129,6 +133,22 @@ ANALYZE;`, historyRows)
 			require.LessOrEqual(t, rowsRead, float64(maxRowsRead), "rows read from the big tables; plan:\n%s", raw)
 		})
 	}
+}
+
+// functionQuery returns the query the PL/pgSQL function name returns (its
+// RETURN QUERY), as installed by the migrations, with its one parameter
+// p_job as $1.
+func functionQuery(t *testing.T, pool interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, name string) string {
+	t.Helper()
+	var src string
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT prosrc FROM pg_proc WHERE proname = $1`, name).Scan(&src))
+	_, query, ok := strings.Cut(src, "RETURN QUERY")
+	require.True(t, ok, "no RETURN QUERY in %s:\n%s", name, src)
+	query, _, ok = strings.Cut(query, ";")
+	require.True(t, ok, "no end of the query in %s:\n%s", name, src)
+	return strings.ReplaceAll(query, "p_job", "$1::text")
 }
 
 // planNode is one node of EXPLAIN (FORMAT JSON).

@@ -167,12 +167,19 @@ func InTx(ctx context.Context, db Beginner, fn func(tx pgx.Tx) error) error {
 // two different jobs started together read each other's execution tables
 // and one of them failed to start with a serialization error.
 func InTxOpts(ctx context.Context, db Beginner, opts pgx.TxOptions, retries int, fn func(tx pgx.Tx) error) error {
-	for attempt := 0; ; attempt++ {
-		err := inTxOnce(ctx, db, opts, fn)
-		if err == nil || !IsRetryable(err) || attempt >= retries {
+	return retryConflicts(ctx, retries, func() error { return inTxOnce(ctx, db, opts, fn) })
+}
+
+// retryConflicts runs attempt and, while it fails with a serialization
+// failure or a deadlock, runs it again up to retries more times with a
+// short jittered backoff.
+func retryConflicts(ctx context.Context, retries int, attempt func() error) error {
+	for n := 0; ; n++ {
+		err := attempt()
+		if err == nil || !IsRetryable(err) || n >= retries {
 			return err
 		}
-		backoff := time.Duration(10*(attempt+1))*time.Millisecond + rand.N(10*time.Millisecond)
+		backoff := time.Duration(10*(n+1))*time.Millisecond + rand.N(10*time.Millisecond)
 		select {
 		case <-ctx.Done():
 			return err
@@ -214,20 +221,28 @@ func inTxOnce(ctx context.Context, db Beginner, opts pgx.TxOptions, fn func(tx p
 func (q *Queries) EnqueueStateTx(ctx context.Context, tx pgx.Tx, job string) (*JobRequestEnqueueStateRow, error) {
 	var state *JobRequestEnqueueStateRow
 	batch := &pgx.Batch{}
-	batch.Queue(advisoryXactLockJob, job).Exec(func(pgconn.CommandTag) error { return nil })
-	batch.Queue(jobRequestEnqueueState, job).QueryRow(func(row pgx.Row) error {
-		var err error
-		state, err = q.JobRequestEnqueueState(ctx, batchRow{DBTX: tx, row: row}, job)
-		return err
-	})
+	q.QueueEnqueueState(ctx, batch, job, &state)
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, err
 	}
 	return state, nil
 }
 
+// QueueEnqueueState queues on b what EnqueueStateTx sends: the job's
+// advisory lock, then JobRequestEnqueueState, whose row is stored in
+// *state when b's results are read. The enqueue sends them with its BEGIN.
+func (q *Queries) QueueEnqueueState(ctx context.Context, b *pgx.Batch, job string, state **JobRequestEnqueueStateRow) {
+	Queue(b, func(db DBTX) { _ = q.AdvisoryXactLockJob(ctx, db, job) }).Exec(func(pgconn.CommandTag) error { return nil })
+	QueueRow(b, func(db DBTX) error {
+		var err error
+		*state, err = q.JobRequestEnqueueState(ctx, db, job)
+		return err
+	})
+}
+
 // batchRow hands a generated query method the row a batch already
 // returned, so the batch reuses the generated scan instead of a copy of it.
+// It answers nothing but QueryRow.
 type batchRow struct {
 	DBTX
 	row pgx.Row

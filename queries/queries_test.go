@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -128,4 +129,96 @@ func TestInTx_RetriesOnlyConflicts(t *testing.T) {
 	})
 	require.Error(t, err)
 	require.Equal(t, 1, attempts, "other errors are not retried")
+}
+
+// InTxPipelined ends a transaction with the statements queued on last and
+// the COMMIT in one round trip; a server error of one of them skips the
+// COMMIT, so nothing of the transaction stays, and the connection goes back
+// to the pool outside any transaction. A conflict runs the transaction
+// again, as InTx does.
+func TestInTxPipelined_CommitsWithTheLastStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tracer := &pgtest.RoundTripTracer{}
+	pool := pgtest.NewTracedPool(t, pgtest.NewPool(t), tracer)
+	_, err := pool.Exec(ctx, `CREATE TABLE pipelined (id int PRIMARY KEY, note text)`)
+	require.NoError(t, err)
+	insert := `INSERT INTO pipelined (id, note) VALUES ($1, $2) RETURNING id`
+	count := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pipelined`).Scan(&n))
+		return n
+	}
+
+	t.Run("committed", func(t *testing.T) {
+		tracer.Reset()
+		var read, written int
+		err := queries.InTxPipelined(ctx, pool, func(b *pgx.Batch) {
+			b.Queue(`SELECT 41`).QueryRow(func(row pgx.Row) error { return row.Scan(&read) })
+		}, func(tx pgx.Tx, last *pgx.Batch) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO pipelined (id, note) VALUES (1, 'in fn')`); err != nil {
+				return err
+			}
+			last.Queue(insert, read+1, "last").QueryRow(func(row pgx.Row) error { return row.Scan(&written) })
+			return nil
+		})
+		require.NoError(t, err)
+		trips := tracer.Log()
+		require.Equal(t, []string{
+			"batch: begin isolation level read committed; SELECT 41",
+			"INSERT INTO pipelined (id, note) VALUES (1, 'in fn')",
+			"batch: " + insert + "; commit",
+		}, trips)
+		require.Equal(t, 42, written)
+		require.Equal(t, 2, count())
+	})
+
+	t.Run("a failed last statement rolls back", func(t *testing.T) {
+		connsBefore := pool.Stat().NewConnsCount()
+		err := queries.InTxPipelined(ctx, pool, func(*pgx.Batch) {}, func(tx pgx.Tx, last *pgx.Batch) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO pipelined (id, note) VALUES (2, 'in fn')`); err != nil {
+				return err
+			}
+			last.Queue(insert, 42, "duplicate key")
+			return nil
+		})
+		require.ErrorIs(t, queries.Interpret(err), queries.ErrUniqueViolation)
+		require.Equal(t, 2, count(), "the statement of fn rolled back with the transaction")
+		conn, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer conn.Release()
+		require.Equal(t, byte('I'), conn.Conn().PgConn().TxStatus(), "the connection is back outside a transaction")
+		require.Equal(t, connsBefore, pool.Stat().NewConnsCount(), "the connection was rolled back and reused, not destroyed")
+	})
+
+	t.Run("an aborted transaction reports its rollback", func(t *testing.T) {
+		err := queries.InTxPipelined(ctx, pool, func(*pgx.Batch) {}, func(tx pgx.Tx, _ *pgx.Batch) error {
+			_, _ = tx.Exec(ctx, `SELECT 1/0`) // swallowed: the transaction is aborted
+			return nil
+		})
+		require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
+	})
+
+	t.Run("conflicts are retried", func(t *testing.T) {
+		attempts := 0
+		err := queries.InTxPipelined(ctx, pool, func(*pgx.Batch) {}, func(tx pgx.Tx, last *pgx.Batch) error {
+			attempts++
+			if attempts < 3 {
+				last.Queue(`DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40P01'; END $$`)
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, 3, attempts, "two deadlocks absorbed")
+	})
+
+	t.Run("the transaction's settings travel with its BEGIN", func(t *testing.T) {
+		settingsCtx := queries.WithTxSettings(ctx, queries.TxSettings{StatementTimeout: 4 * time.Second, LockTimeout: 3 * time.Second})
+		var lockTimeout string
+		err := queries.InTxPipelined(settingsCtx, pool, func(b *pgx.Batch) {
+			b.Queue(`SELECT current_setting('lock_timeout')`).QueryRow(func(row pgx.Row) error { return row.Scan(&lockTimeout) })
+		}, func(pgx.Tx, *pgx.Batch) error { return nil })
+		require.NoError(t, err)
+		require.Equal(t, "3s", lockTimeout)
+	})
 }

@@ -387,6 +387,28 @@ func plainFanOut(t *testing.T, client *http.Client, base string, codes []string,
 // on a worker-sized pool with its heartbeat pool, production telemetry and
 // the contract's heartbeat, stale and reap intervals; raw River's inserting
 // and working clients on pools of the same sizes.
+//
+// What each clock includes (River v0.51.2's source, riverpgxv5 driver):
+//   - River's created_at is the inserting client's time.Now(), taken by the
+//     driver in JobInsertFastMany when the insert carries no time: after the
+//     inserting transaction's BEGIN and River's insert middleware, just
+//     before the INSERT is sent. Its attempted_at is now() of the fetch
+//     (JobGetAvailable, one statement in its own transaction on the working
+//     client's pool): the fetch's start on the server. So River's figure
+//     is: the INSERT's round trip, the NOTIFY's (River's InsertTx sends
+//     pg_notify in the inserting transaction, when its limiter allows: once
+//     per FetchCooldown per queue), the COMMIT's, the notification's
+//     delivery to the working client's listener, and its producer starting
+//     the fetch (at most FetchCooldown after its previous fetch).
+//   - The service's created_at is now() of the enqueue transaction: the
+//     server's start of its BEGIN, which travels with the job's lock and
+//     state read. Its claimed_at is now() of the claim transaction: its
+//     BEGIN, sent once River's fetch has returned and its executor has
+//     called Work. So the service's figure also counts the BEGIN batch's
+//     execution and its answer, the request row (sent with the COMMIT),
+//     and after River's attempted_at: the fetch's own execution, the return
+//     of its rows, River's executor, the claim's pool acquire and its BEGIN
+//     reaching the server.
 func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	const lanes = 20
 	s := newTestSystem(t, &testSystemOpts{env: map[string]string{

@@ -4,63 +4,15 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/sql/pgtest"
 )
-
-// roundTripTracer records every round trip a pool makes to the server, in
-// order: each statement (a BEGIN and a COMMIT are statements), each
-// pipelined batch as one, and each prepare.
-type roundTripTracer struct {
-	mu    sync.Mutex
-	trips []string
-}
-
-func (rt *roundTripTracer) add(s string) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	rt.trips = append(rt.trips, s)
-}
-
-func (rt *roundTripTracer) log() []string {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	return append([]string(nil), rt.trips...)
-}
-
-func (rt *roundTripTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	rt.add(data.SQL)
-	return ctx
-}
-
-func (rt *roundTripTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (rt *roundTripTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
-	var sqls []string
-	for _, q := range data.Batch.QueuedQueries {
-		sqls = append(sqls, q.SQL)
-	}
-	rt.add("batch: " + strings.Join(sqls, "; "))
-	return ctx
-}
-
-func (rt *roundTripTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-
-func (rt *roundTripTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
-
-func (rt *roundTripTracer) TracePrepareStart(ctx context.Context, _ *pgx.Conn, data pgx.TracePrepareStartData) context.Context {
-	rt.add("prepare: " + data.SQL)
-	return ctx
-}
-
-func (rt *roundTripTracer) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
 
 // writeMarker is the statement writeJob's chunks write: one round trip of
 // data in the chunk's transaction, and a marker in the trace.
@@ -111,7 +63,8 @@ func TestRunner_ChunkRoundTrips(t *testing.T) {
 			t.Parallel()
 			job := &writeJob{chunks: 6, queued: tc.queued}
 			b := setup(t, map[string]batch.Job{"metrics": job})
-			pool, tracer := tracedPool(t, b)
+			tracer := &pgtest.RoundTripTracer{}
+			pool := pgtest.NewTracedPool(t, b.pool, tracer)
 			runner, err := batch.NewRunner(pool, batch.Config{
 				WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"metrics": job},
 				Upstream: b.upstream, Instruments: b.instruments, LeaseCheckInterval: time.Hour,
@@ -123,7 +76,7 @@ func TestRunner_ChunkRoundTrips(t *testing.T) {
 			require.Equal(t, "COMPLETED", out.Status, out.Message)
 
 			// The writes of the chunks, by position in the trace.
-			trips := tracer.log()
+			trips := tracer.Log()
 			var writes []int
 			for i, s := range trips {
 				if s == writeMarker || strings.HasPrefix(s, "batch: ") && strings.Contains(s, writeMarker) {
@@ -139,22 +92,6 @@ func TestRunner_ChunkRoundTrips(t *testing.T) {
 			}
 		})
 	}
-}
-
-// tracedPool returns a pool of one connection to b's database (every
-// statement on one connection: its statements are prepared once) whose
-// round trips the returned tracer records.
-func tracedPool(t *testing.T, b *testBundle) (*pgxpool.Pool, *roundTripTracer) {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(b.pool.Config().ConnString())
-	require.NoError(t, err)
-	tracer := &roundTripTracer{}
-	cfg.ConnConfig.Tracer = tracer
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool, tracer
 }
 
 // partTripsJob has one chunk of `items` items committed one part at a time (a
@@ -187,7 +124,8 @@ func (j *partTripsJob) Process(ctx context.Context, run *batch.Run, chunk string
 func TestRunner_PartRoundTrips(t *testing.T) {
 	t.Parallel()
 	b := setup(t, map[string]batch.Job{"creditEval": &partTripsJob{items: 6}})
-	pool, tracer := tracedPool(t, b)
+	tracer := &pgtest.RoundTripTracer{}
+	pool := pgtest.NewTracedPool(t, b.pool, tracer)
 	runner, err := batch.NewRunner(pool, batch.Config{
 		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"creditEval": &partTripsJob{items: 6}},
 		Upstream: b.upstream, Instruments: b.instruments, LeaseCheckInterval: time.Hour, FanOut: 1,
@@ -198,7 +136,7 @@ func TestRunner_PartRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "COMPLETED", out.Status, out.Message)
 
-	trips := tracer.log()
+	trips := tracer.Log()
 	var parts []int
 	for i, s := range trips {
 		if strings.HasPrefix(s, "batch: ") && strings.Contains(s, writeMarker) {

@@ -181,11 +181,28 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 		return nil, err
 	}
 
+	// Four round trips from BEGIN to COMMIT, River's two between them:
+	// BEGIN with the job's lock and state, River's INSERT and NOTIFY, then
+	// the request row with the COMMIT. created_at is the BEGIN's time, so
+	// each round trip saved here is pickup latency saved.
 	var result *EnqueueResult
-	err = queries.InTx(ctx, e.pool, func(tx pgx.Tx) error {
-		res, err := e.enqueueTx(ctx, tx, p, params)
+	var state *queries.JobRequestEnqueueStateRow
+	err = queries.InTxPipelined(ctx, e.pool, func(b *pgx.Batch) {
+		e.queries.QueueEnqueueState(ctx, b, p.Job, &state)
+	}, func(tx pgx.Tx, last *pgx.Batch) error {
+		res, insert, err := e.decide(ctx, tx, p, params, state)
+		if err != nil {
+			return err
+		}
+		queries.QueueRow(last, func(db queries.DBTX) error {
+			res.Request, err = e.queries.JobRequestInsert(ctx, db, insert)
+			if err != nil {
+				return fmt.Errorf("error inserting request: %w", queries.Interpret(err))
+			}
+			return nil
+		})
 		result = res
-		return err
+		return nil
 	})
 	var dup *DuplicateError
 	switch {
@@ -220,31 +237,48 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams) (
 	return e.enqueueTx(ctx, tx, p, params)
 }
 
-// enqueueTx decides and writes a request in as few round trips as the
-// rules allow, because every one of them is pickup latency: the job's lock
-// and everything the decision reads (the active request, the restart rule's
-// input, a new request id) in one pipelined batch; the stale cleanup only
-// when the job has an active request (the cleanup finalizes only active
-// requests, so without one it has nothing to do); then the River job, which
-// carries the reserved id, and the request row written once, already
-// linked to it.
+// enqueueTx decides and writes a request in the caller's transaction in as
+// few round trips as the rules allow, because every one of them is pickup
+// latency: the job's lock and everything the decision reads (the active
+// request, the restart rule's input, a new request id) in one pipelined
+// batch, then decide, then the request row written once, already linked to
+// its River job.
 func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *jobs.Params) (*EnqueueResult, error) {
 	state, err := e.queries.EnqueueStateTx(ctx, tx, p.Job)
 	if err != nil {
 		return nil, fmt.Errorf("error taking job lock and reading its requests: %w", err)
 	}
+	res, insert, err := e.decide(ctx, tx, p, params, state)
+	if err != nil {
+		return nil, err
+	}
+	if res.Request, err = e.queries.JobRequestInsert(ctx, tx, insert); err != nil {
+		return nil, fmt.Errorf("error inserting request: %w", queries.Interpret(err))
+	}
+	return res, nil
+}
+
+// decide runs, under the job's lock, what stands between the job's state
+// (read with the lock) and the request row: the stale cleanup only when the
+// job has an active request (the cleanup finalizes only active requests,
+// so without one it has nothing to do), the duplicate check, the restart
+// rule, and the River job, which carries the reserved request id. It
+// returns the result without its Request and the row to insert, which the
+// caller writes (alone, or queued with the COMMIT).
+func (e *Enqueuer) decide(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *jobs.Params, state *queries.JobRequestEnqueueStateRow) (*EnqueueResult, *queries.JobRequestInsertParams, error) {
 	if state.ActiveRequestID != 0 && e.cfg.Cleanup != nil && !p.skipCleanup {
 		if err := e.cfg.Cleanup(ctx, tx, p.Job); err != nil {
-			return nil, fmt.Errorf("error cleaning up stale requests: %w", err)
+			return nil, nil, fmt.Errorf("error cleaning up stale requests: %w", err)
 		}
 		// The cleanup may have finalized the active request (and inserted
 		// its automatic resume): read again, still under the lock.
+		var err error
 		if state, err = e.queries.JobRequestEnqueueState(ctx, tx, p.Job); err != nil {
-			return nil, fmt.Errorf("error reading the job's requests: %w", err)
+			return nil, nil, fmt.Errorf("error reading the job's requests: %w", err)
 		}
 	}
 	if state.ActiveRequestID != 0 {
-		return nil, &DuplicateError{Job: p.Job, ActiveRequestID: state.ActiveRequestID}
+		return nil, nil, &DuplicateError{Job: p.Job, ActiveRequestID: state.ActiveRequestID}
 	}
 
 	paramsHash := jobs.ParamsHash(params.Canonical)
@@ -261,16 +295,16 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 	if e.river != nil {
 		res, err := e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job, RequestID: state.NextRequestID}, p.insertOpts())
 		if err != nil {
-			return nil, fmt.Errorf("error inserting river job: %w", err)
+			return nil, nil, fmt.Errorf("error inserting river job: %w", err)
 		}
 		if res.UniqueSkippedAsDuplicate {
 			// River holds an active job for this name that no active request
 			// owns: refuse, pointing at the request that job carries.
-			return nil, &DuplicateError{Job: p.Job, ActiveRequestID: riverRequestID(res.Job.EncodedArgs)}
+			return nil, nil, &DuplicateError{Job: p.Job, ActiveRequestID: riverRequestID(res.Job.EncodedArgs)}
 		}
 		riverJobID = &res.Job.ID
 	}
-	row, err := e.queries.JobRequestInsert(ctx, tx, &queries.JobRequestInsertParams{
+	insert := &queries.JobRequestInsertParams{
 		ID:                 state.NextRequestID,
 		Job:                p.Job,
 		Params:             params.Canonical,
@@ -284,11 +318,8 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 		WorkerID:           workerIDOrNil(p.WorkerID),
 		DueAt:              p.DueAt,
 		RiverJobID:         riverJobID,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("error inserting request: %w", queries.Interpret(err))
 	}
-	return &EnqueueResult{Request: row, EstimatedCalls: params.EstimatedCalls, ResumesExecutionID: resumesID}, nil
+	return &EnqueueResult{EstimatedCalls: params.EstimatedCalls, ResumesExecutionID: resumesID}, insert, nil
 }
 
 func workerIDOrNil(id string) *string {

@@ -3,6 +3,7 @@ package request_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -76,4 +77,58 @@ func TestEnqueue_CleanupOnlyWithAnActiveRequest(t *testing.T) {
 	require.NoError(t, err, "the cleanup freed the active request: the state is read again")
 	require.Equal(t, 2, cleanups)
 	require.NotEqual(t, first.Request.ID, second.Request.ID)
+}
+
+// An enqueue is four round trips, from its BEGIN (created_at) to its
+// COMMIT: the BEGIN with the job's lock and state (read by a function, whose
+// plan the server keeps), River's INSERT and NOTIFY, then the request row
+// with the COMMIT. Each one is pickup latency, so they are pinned here.
+func TestEnqueue_RoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tracer := &pgtest.RoundTripTracer{}
+	pool := pgtest.NewTracedPool(t, pgtest.NewPool(t), tracer)
+	providers, _ := observability.NewTestProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	// Two clients on one driver: River spaces one client's insert
+	// notifications (by its FetchCooldown), so the measured enqueue goes
+	// through a client that has not notified yet.
+	driver := riverpgxv5.New(pool)
+	newEnqueuer := func() *request.Enqueuer {
+		riverClient, err := river.NewClient(driver, &river.Config{FetchCooldown: river.FetchCooldownMin})
+		require.NoError(t, err)
+		enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
+			Catalog: jobs.NewCatalog(
+				&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"},
+				&jobs.Spec[noParams]{JobName: "filingParse", Desc: "test job"},
+			),
+			Instruments: instruments,
+			Cleanup:     func(context.Context, pgx.Tx, string) error { return nil },
+		})
+		require.NoError(t, err)
+		return enqueuer
+	}
+	// The first enqueue prepares the statements and lets River read the
+	// server's version; the second is the steady state.
+	_, err = newEnqueuer().Enqueue(ctx, &request.EnqueueParams{Job: "filingParse", Params: []byte("{}"), Source: request.SourceAPI})
+	require.NoError(t, err)
+	tracer.Reset()
+	res, err := newEnqueuer().Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
+	require.NoError(t, err)
+	require.NotNil(t, res.Request.RiverJobID)
+
+	trips := tracer.Log()
+	require.Len(t, trips, 4, "%q", trips)
+	require.True(t, strings.HasPrefix(trips[0], "batch: begin isolation level read committed; "), "BEGIN travels with the lock and the state: %q", trips[0])
+	require.Contains(t, trips[0], "pg_advisory_xact_lock")
+	require.Contains(t, trips[0], "FROM job_request_enqueue_state($1::text)", "the state is read by the function that keeps its plan")
+	require.Contains(t, trips[1], "river_job", "River's INSERT")
+	require.Contains(t, trips[2], "pg_notify", "River's NOTIFY")
+	require.True(t, strings.HasPrefix(trips[3], "batch: -- name: JobRequestInsert"), "the request row travels with the COMMIT: %q", trips[3])
+	require.True(t, strings.HasSuffix(trips[3], "; commit"), "the request row travels with the COMMIT: %q", trips[3])
+
+	var status string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM job_request WHERE id = $1 AND river_job_id = $2`, res.Request.ID, *res.Request.RiverJobID).Scan(&status))
+	require.Equal(t, request.StatusQueued, status, "committed, linked to its River job")
 }
