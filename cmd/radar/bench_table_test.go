@@ -269,12 +269,17 @@ func productionTelemetry(t *testing.T, s *testSystem) {
 // test process, as `radar run` does.
 func benchRunner(t *testing.T, s *testSystem, jobsByName map[string]batch.Job) (*batch.Runner, *request.Enqueuer) {
 	t.Helper()
-	up, err := newUpstream(s.pool, s.env, s.tel, "bench")
+	// The runner works on a pool of the worker's size, as deployed (the
+	// test system's own pool has pgxpool's default of 4 connections).
+	pool, err := openPool(context.Background(), s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	up, err := newUpstream(pool, s.env, s.tel, "bench")
 	require.NoError(t, err)
 	if jobsByName == nil {
 		jobsByName = registry(s.env)
 	}
-	runner, err := batch.NewRunner(s.pool, batch.Config{
+	runner, err := batch.NewRunner(pool, batch.Config{
 		WorkerID: "1@bench#b", Jobs: jobsByName, Upstream: up, Instruments: s.tel.instruments, Logger: s.tel.logger, FanOut: s.env.FanOut,
 	})
 	require.NoError(t, err)
