@@ -362,8 +362,10 @@ const (
 	// heartbeatPoolConns is the worker's separate pool for its registry
 	// row: a heartbeat never waits behind chunk work for a connection.
 	heartbeatPoolConns = 2
-	// workerConnsPerJob: a running job holds at most one connection for its
-	// chunk work, and its call leases take one more now and then.
+	// workerConnsPerJob: a running job holds one connection for its chunk
+	// work (a fan-out chunk two for a moment, while two parts commit side by
+	// side), and its call leases take one more now and then; each only for
+	// a round trip, so a moment's third waits briefly for the pool.
 	workerConnsPerJob = 2
 	// workerConnsBase: River (its LISTEN connection, producer fetches,
 	// completer, leader election and maintenance) and the worker's own loops
