@@ -88,9 +88,11 @@ type ChunkResult struct {
 	// Write runs in the checkpoint transaction. It may be nil.
 	Write func(ctx context.Context, tx pgx.Tx) error
 	// Queue, in place of Write, adds the chunk's writes to the commit's
-	// batch as statements (queries.Queue), each checking its result in its
-	// callback: the chunk then commits in one round trip, its writes and
-	// its bookkeeping in one implicit transaction (queries.InImplicitTx).
+	// batch as statements (queries.Queue): the chunk then commits in one
+	// round trip, its writes and its bookkeeping in one implicit
+	// transaction (queries.InImplicitTx). A statement that fails rolls the
+	// chunk back; a statement's result callback runs once the batch has
+	// committed, so an error it returns fails the run but undoes nothing.
 	// Set at most one of Write and Queue.
 	Queue func(b *pgx.Batch)
 }
