@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,14 +34,7 @@ func InTxBatch(ctx context.Context, db BatchSender, first func(b *pgx.Batch), fn
 		_ = tx.Rollback(context.WithoutCancel(ctx)) // closed already when the batch failed before its BEGIN
 		return err
 	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("error committing transaction: %w", err)
-	}
-	return nil
+	return runAndCommit(ctx, tx, fn)
 }
 
 // InImplicitTx sends the statements queue adds as one batch, which the
@@ -101,13 +93,8 @@ func inTxPipelinedOnce(ctx context.Context, pool *pgxpool.Pool, first func(b *pg
 	defer conn.Release()
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if settings, ok := ctx.Value(txSettingsKey{}).(TxSettings); ok {
-		Queue(b, func(db DBTX) {
-			_ = New().TxSettingsSetLocal(ctx, db, &TxSettingsSetLocalParams{
-				StatementTimeoutMs: strconv.FormatInt(settings.StatementTimeout.Milliseconds(), 10),
-				LockTimeoutMs:      strconv.FormatInt(settings.LockTimeout.Milliseconds(), 10),
-			})
-		})
+	if params, ok := txSettings(ctx); ok {
+		Queue(b, func(db DBTX) { _ = New().TxSettingsSetLocal(ctx, db, params) })
 	}
 	first(b)
 	br := conn.Conn().SendBatch(ctx, b)

@@ -147,6 +147,19 @@ type TxSettings struct {
 
 type txSettingsKey struct{}
 
+// txSettings returns the settings ctx carries for its transactions as the
+// arguments of TxSettingsSetLocal, and whether it carries any.
+func txSettings(ctx context.Context) (*TxSettingsSetLocalParams, bool) {
+	settings, ok := ctx.Value(txSettingsKey{}).(TxSettings)
+	if !ok {
+		return nil, false
+	}
+	return &TxSettingsSetLocalParams{
+		StatementTimeoutMs: strconv.FormatInt(settings.StatementTimeout.Milliseconds(), 10),
+		LockTimeoutMs:      strconv.FormatInt(settings.LockTimeout.Milliseconds(), 10),
+	}, true
+}
+
 // WithTxSettings returns ctx carrying settings for the transactions InTx
 // runs under it.
 func WithTxSettings(ctx context.Context, settings TxSettings) context.Context {
@@ -193,15 +206,17 @@ func inTxOnce(ctx context.Context, db Beginner, opts pgx.TxOptions, fn func(tx p
 	if err != nil {
 		return fmt.Errorf("error beginning transaction: %w", err)
 	}
-	if settings, ok := ctx.Value(txSettingsKey{}).(TxSettings); ok {
-		if err := New().TxSettingsSetLocal(ctx, tx, &TxSettingsSetLocalParams{
-			StatementTimeoutMs: strconv.FormatInt(settings.StatementTimeout.Milliseconds(), 10),
-			LockTimeoutMs:      strconv.FormatInt(settings.LockTimeout.Milliseconds(), 10),
-		}); err != nil {
+	if params, ok := txSettings(ctx); ok {
+		if err := New().TxSettingsSetLocal(ctx, tx, params); err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 			return fmt.Errorf("error setting transaction timeouts: %w", err)
 		}
 	}
+	return runAndCommit(ctx, tx, fn)
+}
+
+// runAndCommit runs fn in tx and commits, or rolls back when fn fails.
+func runAndCommit(ctx context.Context, tx pgx.Tx, fn func(tx pgx.Tx) error) error {
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return err

@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/jobs/upstream"
@@ -505,6 +506,10 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	// next request only once its previous one has ended: the service allows
 	// one active request per job, and a slow moment must not turn into a 409.
 	measure := func(gap time.Duration, waitEach bool) sample {
+		// The two sides take turns on one ticker of half a gap: the
+		// arrivals keep their spacing whatever an insert takes.
+		turn := time.NewTicker(gap / 2)
+		defer turn.Stop()
 		var serviceIDs, riverIDs, waitService, waitRaw []int64
 		serviceCalls, rawCalls := map[int64]time.Time{}, map[int64]time.Time{}
 		laneLast := map[int]int64{}
@@ -523,7 +528,7 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 			if waitEach {
 				serviceDone.wait(*res.Request.RiverJobID)
 			}
-			time.Sleep(gap / 2)
+			<-turn.C
 			called = time.Now()
 			inserted, err := rawInsert.Insert(ctx, rawNoopArgs{}, &river.InsertOpts{Queue: "bench"})
 			require.NoError(t, err)
@@ -533,7 +538,7 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 			if waitEach {
 				rawDone.wait(inserted.Job.ID)
 			}
-			time.Sleep(gap / 2)
+			<-turn.C
 		}
 		for _, id := range waitService {
 			serviceDone.wait(id)
@@ -662,19 +667,7 @@ func benchChunk(t *testing.T, scale benchScale) []*benchRow {
 				require.NoError(t, err)
 				trades, _, err := upstream.ParseAptTrades(region, month, body)
 				require.NoError(t, err)
-				p := &queries.AptTradeUpsertParams{ExecutionID: 0}
-				for _, tr := range trades {
-					p.Regions = append(p.Regions, tr.Region)
-					p.DealYms = append(p.DealYms, tr.DealYM)
-					p.Serials = append(p.Serials, tr.Serial)
-					p.AptNames = append(p.AptNames, tr.AptName)
-					p.Dongs = append(p.Dongs, tr.Dong)
-					p.DealDates = append(p.DealDates, tr.DealDate)
-					p.Amounts = append(p.Amounts, tr.AmountKRW)
-					p.Areas = append(p.Areas, tr.AreaM2)
-					p.Floors = append(p.Floors, int32(tr.Floor))
-					p.BuildYears = append(p.BuildYears, int32(tr.BuildYear))
-				}
+				p := apttrade.UpsertParams(0, trades)
 				if pipelined {
 					require.NoError(t, queries.InImplicitTx(context.Background(), s.pool, func(b *pgx.Batch) {
 						queries.Queue(b, func(db queries.DBTX) { _, _ = queries.New().AptTradeUpsert(context.Background(), db, p) })

@@ -22,6 +22,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/buildrisk/radar/sql/pglocal"
 )
 
 //go:embed audit.sql
@@ -128,7 +130,7 @@ func (s *system) start(ctx context.Context) error {
 	}
 
 	// The fake upstream, and the proxy the workers call it through.
-	fakePort, err := freePort()
+	fakePort, err := pglocal.FreePort()
 	if err != nil {
 		return err
 	}
@@ -155,7 +157,7 @@ func (s *system) start(ctx context.Context) error {
 	go func() { _ = s.proxy.Serve(listener) }()
 
 	// The api.
-	apiPort, err := freePort()
+	apiPort, err := pglocal.FreePort()
 	if err != nil {
 		return err
 	}
@@ -183,7 +185,7 @@ func (s *system) start(ctx context.Context) error {
 // startWorker starts the next generation of the slot's worker and waits
 // until it has registered.
 func (s *system) startWorker(ctx context.Context, slot *workerSlot) error {
-	port, err := freePort()
+	port, err := pglocal.FreePort()
 	if err != nil {
 		return err
 	}

@@ -97,11 +97,9 @@ func (Job) DomainRows(ctx context.Context, db queries.DBTX, executionIDs []int64
 	return queries.New().AptTradeCountByExecutions(ctx, db, executionIDs)
 }
 
-// queueUpsert adds the upsert of one chunk's trades to its commit batch.
-// The upsert updates every conflicting row, so it affects each trade once;
-// the count check is an alarm, not a guard: the batch has committed when
-// its result is read.
-func queueUpsert(ctx context.Context, b *pgx.Batch, executionID int64, trades []upstream.AptTrade) {
+// UpsertParams are the arguments of the upsert (AptTradeUpsert) that writes
+// trades for an execution.
+func UpsertParams(executionID int64, trades []upstream.AptTrade) *queries.AptTradeUpsertParams {
 	p := &queries.AptTradeUpsertParams{ExecutionID: executionID}
 	for _, t := range trades {
 		p.Regions = append(p.Regions, t.Region)
@@ -115,6 +113,15 @@ func queueUpsert(ctx context.Context, b *pgx.Batch, executionID int64, trades []
 		p.Floors = append(p.Floors, int32(t.Floor))
 		p.BuildYears = append(p.BuildYears, int32(t.BuildYear))
 	}
+	return p
+}
+
+// queueUpsert adds the upsert of one chunk's trades to its commit batch.
+// The upsert updates every conflicting row, so it affects each trade once;
+// the count check is an alarm, not a guard: the batch has committed when
+// its result is read.
+func queueUpsert(ctx context.Context, b *pgx.Batch, executionID int64, trades []upstream.AptTrade) {
+	p := UpsertParams(executionID, trades)
 	queries.Queue(b, func(db queries.DBTX) { _, _ = queries.New().AptTradeUpsert(ctx, db, p) }).
 		Exec(func(tag pgconn.CommandTag) error {
 			if n := tag.RowsAffected(); n != int64(len(trades)) {

@@ -238,7 +238,7 @@ func startIn(ctx context.Context, cfg Config, dir string, cred *syscall.Credenti
 		port := cfg.Port
 		if port == 0 {
 			var err error
-			if port, err = freePort(); err != nil {
+			if port, err = FreePort(); err != nil {
 				return nil, err
 			}
 		}
@@ -676,8 +676,8 @@ func childEnv() []string {
 	return env
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("error picking a free port: %w", err)

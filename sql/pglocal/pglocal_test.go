@@ -127,7 +127,7 @@ func TestStopConcurrent(t *testing.T) {
 func TestStartFixedPort(t *testing.T) {
 	t.Parallel()
 
-	port, err := freePort()
+	port, err := FreePort()
 	require.NoError(t, err)
 	cluster, err := Start(context.Background(), Config{Port: port})
 	require.NoError(t, err)

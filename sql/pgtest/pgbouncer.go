@@ -153,7 +153,7 @@ func startPgBouncer(opts *PgBouncerOpts, databaseURLs []string) (*PgBouncer, err
 	if err != nil {
 		return nil, fmt.Errorf("error creating pgbouncer directory: %w", err)
 	}
-	listen, err := freeLoopbackPort()
+	listen, err := pglocal.FreePort()
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -231,15 +231,4 @@ server_login_retry = 1
 			return nil, fmt.Errorf("pgbouncer not accepting connections after %s:\n%s", pgBouncerStartTimeout, tail)
 		}
 	}
-}
-
-// freeLoopbackPort returns a TCP port on 127.0.0.1 that was free a moment
-// ago.
-func freeLoopbackPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("error picking a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
