@@ -116,6 +116,8 @@ type groupCommit[R any] struct {
 
 	mu      sync.Mutex
 	pending []pendingValue[R]
+
+	queued func() // test hook: runs once a value is pending, before its add waits for a turn
 }
 
 type pendingValue[R any] struct {
@@ -131,6 +133,9 @@ func (g *groupCommit[R]) add(key string, value R) error {
 	g.mu.Lock()
 	g.pending = append(g.pending, pendingValue[R]{key: key, value: value, done: done})
 	g.mu.Unlock()
+	if g.queued != nil {
+		g.queued()
+	}
 
 	g.turn <- struct{}{}
 	g.mu.Lock()

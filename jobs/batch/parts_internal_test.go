@@ -23,6 +23,8 @@ func TestGroupCommit_PartsCommitSideBySide(t *testing.T) {
 		entered <- p
 		return <-p.release
 	}}
+	queued := make(chan struct{}, 4)
+	g.queued = func() { queued <- struct{}{} }
 	add := func(key string) <-chan error {
 		result := make(chan error, 1)
 		go func() { result <- g.add(key, key) }()
@@ -38,10 +40,13 @@ func TestGroupCommit_PartsCommitSideBySide(t *testing.T) {
 			return part{}
 		}
 	}
-	pending := func() int {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return len(g.pending)
+	waitQueued := func(what string) {
+		t.Helper()
+		select {
+		case <-queued:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("never pending: %s", what)
+		}
 	}
 
 	resultA := add("a")
@@ -51,10 +56,8 @@ func TestGroupCommit_PartsCommitSideBySide(t *testing.T) {
 	partB := next("b, while a's part commits")
 	require.Equal(t, []string{"b"}, partB.keys, "b's part commits while a's is in flight")
 	resultC, resultD := add("c"), add("d")
-	deadline := time.Now().Add(10 * time.Second)
-	for pending() < 2 {
-		require.True(t, time.Now().Before(deadline), "c and d never waited for a turn")
-		time.Sleep(time.Millisecond)
+	for _, what := range []string{"a", "b", "c", "d"} {
+		waitQueued(what) // c and d are pending while both parts hold the turns
 	}
 	partA.release <- nil
 	partCD := next("c and d, once a's part committed")
