@@ -2,7 +2,6 @@ package batch_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,9 +16,7 @@ type skewedJob struct{ chunks int }
 
 func (j *skewedJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
 	plan := &batch.Plan{Targets: batch.TargetsUnknown}
-	for i := range j.chunks {
-		plan.Chunks = append(plan.Chunks, fmt.Sprintf("c%02d", i))
-	}
+	plan.Chunks = chunkKeys(j.chunks)
 	return plan, nil
 }
 

@@ -3,7 +3,6 @@ package batch_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -36,9 +35,7 @@ type heldJob struct {
 
 func (j *heldJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
 	plan := &batch.Plan{Targets: int64(j.chunks)}
-	for i := range j.chunks {
-		plan.Chunks = append(plan.Chunks, fmt.Sprintf("c%02d", i))
-	}
+	plan.Chunks = chunkKeys(j.chunks)
 	return plan, nil
 }
 
@@ -231,9 +228,7 @@ type flakyWriteJob struct {
 
 func (j *flakyWriteJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
 	plan := &batch.Plan{Targets: int64(j.chunks)}
-	for i := range j.chunks {
-		plan.Chunks = append(plan.Chunks, fmt.Sprintf("c%02d", i))
-	}
+	plan.Chunks = chunkKeys(j.chunks)
 	return plan, nil
 }
 

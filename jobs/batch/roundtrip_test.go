@@ -28,9 +28,7 @@ type writeJob struct {
 
 func (j *writeJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
 	plan := &batch.Plan{Targets: int64(j.chunks)}
-	for i := range j.chunks {
-		plan.Chunks = append(plan.Chunks, fmt.Sprintf("c%02d", i))
-	}
+	plan.Chunks = chunkKeys(j.chunks)
 	return plan, nil
 }
 

@@ -20,6 +20,15 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// chunkKeys returns the keys c00, c01, ... of n chunks.
+func chunkKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("c%02d", i)
+	}
+	return keys
+}
+
 type noParams struct{}
 
 // itemsJob has `chunks` chunks of `perChunk` targets each; lose drops items
@@ -35,9 +44,7 @@ func (j *itemsJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
 	if j.declare {
 		plan.Targets = j.chunks * j.perChunk
 	}
-	for i := range j.chunks {
-		plan.Chunks = append(plan.Chunks, fmt.Sprintf("c%02d", i))
-	}
+	plan.Chunks = chunkKeys(int(j.chunks))
 	return plan, nil
 }
 
