@@ -387,7 +387,7 @@ func FanOutEach[T, R any](ctx context.Context, run *Run, items []T, fn func(cont
 func fanOutEach[T, R any](ctx context.Context, pool *FanOut, items []T, fn func(context.Context, T) (R, error)) ([]ItemResult[R], error) {
 	h := newHandout(ctx)
 	defer h.stop()
-	return fanOutWith(ctx, h, pool, items, fn)
+	return fanOutWith(ctx, h, pool, items, fn, nil)
 }
 
 // handout decides when a fan-out stops handing over items: when its parent
@@ -412,8 +412,10 @@ func (h *handout) halt(err error) {
 	h.stop()
 }
 
-// fanOutWith is fanOutEach with its handout given; it closes the pool.
-func fanOutWith[T, R any](ctx context.Context, h *handout, pool *FanOut, items []T, fn func(context.Context, T) (R, error)) ([]ItemResult[R], error) {
+// fanOutWith is fanOutEach with its handout given; it closes the pool. With
+// paid set, an item is handed over only once it holds one of paid's tokens,
+// which fn gives back (see FanOutCommit).
+func fanOutWith[T, R any](ctx context.Context, h *handout, pool *FanOut, items []T, fn func(context.Context, T) (R, error), paid *paidItems) ([]ItemResult[R], error) {
 	results := make([]ItemResult[R], len(items))
 	// h.ctx ends handing over; the items themselves run with ctx, so a
 	// halt does not cancel the ones already in flight.
@@ -421,6 +423,9 @@ func fanOutWith[T, R any](ctx context.Context, h *handout, pool *FanOut, items [
 	for i, item := range items {
 		if h.ctx.Err() != nil {
 			break
+		}
+		if paid != nil && paid.take(h.ctx) != nil {
+			break // halted or ctx ended while waiting for a commit
 		}
 		err := pool.Submit(h.ctx, func(context.Context) error {
 			value, err := callItem(ctx, item, fn)
@@ -432,6 +437,9 @@ func fanOutWith[T, R any](ctx context.Context, h *handout, pool *FanOut, items [
 			return err
 		})
 		if err != nil {
+			if paid != nil {
+				paid.give() // not handed over
+			}
 			break // ctx ended or an item halted while waiting for a slot
 		}
 		handedOver++

@@ -17,10 +17,13 @@ import (
 // A fan-out chunk pays for each item with provider calls. FanOutCommit keeps
 // what was paid for: every item whose function succeeds is committed — its
 // result written and its key listed in a checkpoint part
-// (job_checkpoint_part) — before its slot is released, so at any moment at
-// most Size items are paid for and not yet committed. Items that finish
-// while a part is committing wait and commit together in the next part
-// (group commit), so the parts grow when the database is the slower side.
+// (job_checkpoint_part). An item's slot is free for the next call once its
+// value is handed to the part commits, but at any moment at most
+// paidWindow(Size) = 2 × Size items are paid for and not yet committed (Size
+// calls in flight and Size finished items waiting for their part); beyond
+// that, the producer waits for a commit. Items that finish while both parts
+// commit go together in the next part (group commit), so the parts grow when
+// the database is the slower side.
 //
 // The chunk can therefore end at any item: on a drain (the runner's Drain),
 // a stop request (learned at each part commit), a daily cap, maxCalls or a
@@ -65,9 +68,9 @@ type partCommitter struct {
 // count) in one implicit transaction, one round trip (queries.InImplicitTx).
 // It returns the execution's status, STOPPING when a stop was requested.
 //
-// Every item's slot stays taken until its part commits (what bounds the
-// calls a kill can repeat), so this latency is paid by every call of a
-// fan-out chunk.
+// The items of a part stay paid for and uncommitted until it returns, and
+// at most paidWindow of them may be, so a commit slower than the calls
+// makes the calls wait for it.
 func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string, queue func(b *pgx.Batch)) (string, error) {
 	var status string
 	err := queries.InImplicitTx(ctx, c.pool, func(b *pgx.Batch) {
@@ -98,67 +101,103 @@ func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string,
 	return status, nil
 }
 
-// partCommitsAtOnce is how many parts of a chunk commit at the same time.
-// A finished item holds its slot until its part commits, so the commit's
-// latency is paid by every call: with two, an item finishing while a part
-// commits starts its own part at once instead of waiting for that one to end
-// (the two then serialize only on the execution row's lock, for a COMMIT).
-// More did not help when measured (the fan-out rows of make bench at 4 and
-// 8): items no longer waited for a turn, but each commit took as much longer,
-// queued on that row lock and on the pool's connections.
+// partCommitsAtOnce is how many parts of a chunk commit at the same time:
+// the number of committer goroutines of a groupCommit. With two, a value
+// that arrives while a part commits starts its own part at once instead of
+// waiting for that one to end (the two then serialize only on the execution
+// row's lock, for a COMMIT). More did not help when measured (the fan-out
+// rows of make bench at 4 and 8): values no longer waited for a turn, but
+// each commit took as much longer, queued on that row lock and on the
+// pool's connections.
 const partCommitsAtOnce = 2
 
-// groupCommit commits the values handed to it in parts, at most
-// partCommitsAtOnce at a time, each with every value that arrived meanwhile.
+// paidWindow is how many items of a fan-out chunk may be paid for (handed
+// over to a provider call) and not yet committed: the size calls in flight
+// and as many finished ones whose part is committing. It bounds what a kill
+// repeats. Twice the slots is what lets a slot start its next call while the
+// previous one's part commits: at FANOUT slots' worth of finished items, a
+// whole wave of completions can wait for its commit while the next wave's
+// calls are in flight, so the commit no longer adds to every call's time.
+func paidWindow(size int) int { return 2 * size }
+
+// groupCommit commits the values handed to it in parts, on
+// partCommitsAtOnce committer goroutines, each taking every value pending
+// when it is free. add does not wait for the commit: done reports it.
 type groupCommit[R any] struct {
 	commit func(keys []string, values []R) error
-	turn   chan struct{} // a token per part being committed
 
 	mu      sync.Mutex
+	wake    *sync.Cond // signalled when a value is pending or the group closes
 	pending []pendingValue[R]
+	closed  bool
+	wg      sync.WaitGroup // the committers
 
-	queued func() // test hook: runs once a value is pending, before its add waits for a turn
+	queued func() // test hook: runs once a value is pending
 }
 
 type pendingValue[R any] struct {
 	key   string
 	value R
-	done  chan error
+	done  func(error)
 }
 
-// add hands value over and returns when it is committed (nil) or its part
-// failed to commit.
-func (g *groupCommit[R]) add(key string, value R) error {
-	done := make(chan error, 1)
+// newGroupCommit starts the committers of a group; close it to wait for
+// them.
+func newGroupCommit[R any](commit func(keys []string, values []R) error) *groupCommit[R] {
+	g := &groupCommit[R]{commit: commit}
+	g.wake = sync.NewCond(&g.mu)
+	for range partCommitsAtOnce {
+		g.wg.Go(g.committer)
+	}
+	return g
+}
+
+// add hands value over; done is called with its part's result once the part
+// has committed (nil) or failed to. add does not wait for that.
+func (g *groupCommit[R]) add(key string, value R, done func(error)) {
 	g.mu.Lock()
 	g.pending = append(g.pending, pendingValue[R]{key: key, value: value, done: done})
+	g.wake.Signal()
 	g.mu.Unlock()
 	if g.queued != nil {
 		g.queued()
 	}
+}
 
-	g.turn <- struct{}{}
+// close commits what is pending and waits for every part to end. Nothing may
+// be added after it.
+func (g *groupCommit[R]) close() {
 	g.mu.Lock()
-	part := g.pending
-	g.pending = nil
+	g.closed = true
+	g.wake.Broadcast()
 	g.mu.Unlock()
-	if len(part) == 0 {
-		// A part before ours, or one committing beside it, took it along:
-		// wait for that one without holding a turn.
-		<-g.turn
-		return <-done
+	g.wg.Wait()
+}
+
+// committer commits parts until the group is closed and nothing is pending:
+// each part is every value pending when it begins.
+func (g *groupCommit[R]) committer() {
+	for {
+		g.mu.Lock()
+		for len(g.pending) == 0 && !g.closed {
+			g.wake.Wait()
+		}
+		part := g.pending
+		g.pending = nil
+		g.mu.Unlock()
+		if len(part) == 0 {
+			return // closed, nothing left
+		}
+		keys := make([]string, len(part))
+		values := make([]R, len(part))
+		for i, p := range part {
+			keys[i], values[i] = p.key, p.value
+		}
+		err := g.commit(keys, values)
+		for _, p := range part {
+			p.done(err)
+		}
 	}
-	keys := make([]string, len(part))
-	values := make([]R, len(part))
-	for i, p := range part {
-		keys[i], values[i] = p.key, p.value
-	}
-	err := g.commit(keys, values)
-	<-g.turn
-	for _, p := range part {
-		p.done <- err
-	}
-	return <-done
 }
 
 // Committer says how FanOutCommit commits the items' values.
@@ -180,8 +219,11 @@ type Committer[T, R any] struct {
 
 // FanOutCommit runs fn for every item on a bounded pool of run.FanOut slots,
 // like FanOutEach, and commits each item whose fn succeeds (and that
-// c.Keep keeps) before its slot is released, in a checkpoint part written
-// by c.Queue. ItemResult.Committed tells which items were committed.
+// c.Keep keeps) in a checkpoint part written by c.Queue. An item's slot is
+// free for the next call as soon as its value is handed to the part
+// commits, but at most paidWindow(run.FanOut) items are ever paid for and
+// not yet committed: the producer waits for a commit before handing over
+// more. ItemResult.Committed tells which items were committed.
 //
 // It stops handing over items when ctx ends, an item returns a Halt error,
 // the worker drains (ErrDrained), a part commit finds the execution
@@ -191,6 +233,12 @@ type Committer[T, R any] struct {
 // nothing more and return it: its committed items are kept, the others stay
 // targets for the resume.
 func FanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items []T, fn func(context.Context, T) (R, error), c Committer[T, R]) ([]ItemResult[R], error) {
+	return fanOutCommit(ctx, run, chunk, items, fn, c, nil)
+}
+
+// fanOutCommit is FanOutCommit; windowFull, when set, runs each time the
+// producer waits because paidWindow items are paid for and uncommitted.
+func fanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items []T, fn func(context.Context, T) (R, error), c Committer[T, R], windowFull func()) ([]ItemResult[R], error) {
 	if c.Key == nil || c.Queue == nil {
 		return nil, errors.New("batch: Committer.Key and Committer.Queue are required")
 	}
@@ -217,7 +265,7 @@ func FanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items [
 
 	// Parts commit even when ctx has ended: their calls were paid for.
 	commitCtx := context.WithoutCancel(ctx)
-	group := &groupCommit[R]{turn: make(chan struct{}, partCommitsAtOnce), commit: func(keys []string, values []R) error {
+	group := newGroupCommit(func(keys []string, values []R) error {
 		status, err := parts.commit(commitCtx, chunk, keys, func(b *pgx.Batch) { c.Queue(b, values) })
 		switch {
 		case err != nil:
@@ -226,27 +274,70 @@ func FanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items [
 			h.halt(ErrStopRequested)
 		}
 		return err
-	}}
-	type committed struct {
-		value R
-		ok    bool
-	}
-	results, err := fanOutWith(ctx, h, pool, items, func(ctx context.Context, item T) (committed, error) {
-		value, err := fn(ctx, item)
-		if err != nil || (c.Keep != nil && !c.Keep(value)) {
-			return committed{value: value}, err
-		}
-		if err := group.add(c.Key(item), value); err != nil {
-			return committed{value: value}, nil // succeeded, not committed: the halt says why
-		}
-		return committed{value: value, ok: true}, nil
 	})
+	paid := &paidItems{tokens: make(chan struct{}, paidWindow(pool.Size())), full: windowFull}
+	committed := make([]bool, len(items)) // written by the committers, read after group.close
+	indexes := make([]int, len(items))
+	for i := range indexes {
+		indexes[i] = i
+	}
+	results, err := fanOutWith(ctx, h, pool, indexes, func(ctx context.Context, i int) (value R, err error) {
+		handedToGroup := false
+		defer func() {
+			if !handedToGroup {
+				paid.give() // failed, skipped or panicked: nothing to commit
+			}
+		}()
+		value, err = fn(ctx, items[i])
+		if err != nil || (c.Keep != nil && !c.Keep(value)) {
+			return value, err
+		}
+		handedToGroup = true
+		group.add(c.Key(items[i]), value, func(err error) {
+			committed[i] = err == nil // not committed: the halt says why
+			paid.give()
+		})
+		return value, nil
+	}, paid)
+	// Every finished item's part commits, even after a halt or a stop.
+	group.close()
+	if halted := h.halted.Load(); halted != nil {
+		err = halted.err // a part that failed after the last item ended
+	}
 	out := make([]ItemResult[R], len(results))
 	for i, r := range results {
-		out[i] = ItemResult[R]{Value: r.Value.value, Err: r.Err, Done: r.Done, Committed: r.Value.ok}
+		out[i] = ItemResult[R]{Value: r.Value, Err: r.Err, Done: r.Done, Committed: committed[i]}
 	}
 	return out, err
 }
+
+// paidItems holds a token for every item handed over and not yet committed
+// (or ended without a value to commit): at most paidWindow of them.
+type paidItems struct {
+	tokens chan struct{}
+	full   func() // test hook: runs when an item has to wait for a token
+}
+
+// take waits for a token, or until ctx ends.
+func (w *paidItems) take(ctx context.Context) error {
+	select {
+	case w.tokens <- struct{}{}:
+		return nil
+	default:
+	}
+	if w.full != nil {
+		w.full()
+	}
+	select {
+	case w.tokens <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// give returns a token.
+func (w *paidItems) give() { <-w.tokens }
 
 // partCommitter returns the committer of st's parts.
 func (r *Runner) partCommitter(st *started) *partCommitter {

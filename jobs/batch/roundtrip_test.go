@@ -135,15 +135,23 @@ func TestRunner_PartRoundTrips(t *testing.T) {
 	require.Equal(t, "COMPLETED", out.Status, out.Message)
 
 	trips := tracer.Log()
-	var parts []int
-	for i, s := range trips {
-		if strings.HasPrefix(s, "batch: ") && strings.Contains(s, writeMarker) {
-			parts = append(parts, i)
+	isPart := func(trip string) bool { return strings.HasPrefix(trip, "batch: ") && strings.Contains(trip, writeMarker) }
+	first, last := -1, -1
+	for i, trip := range trips {
+		if !isPart(trip) {
+			continue
 		}
+		if first < 0 {
+			first = i
+		}
+		last = i
 	}
-	require.Len(t, parts, 6, "one part per item")
-	for k := 2; k < len(parts); k++ {
-		between := trips[parts[k-1]+1 : parts[k]+1]
-		require.Len(t, between, 1, "round trips from the end of part %d's batch to the end of part %d's: %q", k-1, k, between)
+	require.GreaterOrEqual(t, first, 0, "no part committed: %q", trips)
+	parts := trips[first : last+1]
+	// With one slot, at most paidWindow(1) = 2 items wait for their parts,
+	// so six items take at least three parts.
+	require.GreaterOrEqual(t, len(parts), 3, "%q", parts)
+	for _, trip := range parts {
+		require.True(t, isPart(trip), "every round trip from the first part to the last is a whole part: %q", parts)
 	}
 }

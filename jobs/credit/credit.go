@@ -11,10 +11,11 @@
 // empty grade, one call to the fallback crawl. The calls run on the
 // bounded fan-out (batch.FanOutCommit, BUILDRISK_FANOUT slots), with no
 // transaction and no database connection held; each grade is upserted on
-// (corp_code, eval_date) in a checkpoint part before its slot is freed, so
+// (corp_code, eval_date) in a checkpoint part as it comes back, so
 // a company is written exactly once per day however often the job is
 // stopped, killed and resumed, and a resume calls only the targets without
-// a committed grade: a kill repeats at most BUILDRISK_FANOUT evaluations.
+// a committed grade: a kill repeats at most 2 × BUILDRISK_FANOUT
+// evaluations (those in flight and those whose part was committing).
 //
 // Every target is accounted: written, or failed when its calls still failed
 // after the client's retries. More failures than FailureTolerance fail the
