@@ -135,7 +135,9 @@ func TestRunner_PartRoundTrips(t *testing.T) {
 	require.Equal(t, "COMPLETED", out.Status, out.Message)
 
 	trips := tracer.Log()
-	isPart := func(trip string) bool { return strings.HasPrefix(trip, "batch: ") && strings.Contains(trip, writeMarker) }
+	isPart := func(trip string) bool {
+		return strings.HasPrefix(trip, "batch: ") && strings.Contains(trip, writeMarker)
+	}
 	first, last := -1, -1
 	for i, trip := range trips {
 		if !isPart(trip) {
