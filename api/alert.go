@@ -70,7 +70,7 @@ func (s *Server) listAlerts(ctx context.Context, in *alertListInput) (*AlertList
 			return nil, badQuery("date", fmt.Sprintf("%s is not a date in the form YYYY-MM-DD", jobs.Quote(in.Date)))
 		}
 	} else {
-		latest, err := s.queries.RiskAlertLatestDate(ctx, s.pool, company)
+		latest, err := s.queries.RiskAlertLatestDate(ctx, s.reads, company)
 		if err := queries.Interpret(err); err != nil {
 			if errors.Is(err, queries.ErrNotFound) {
 				return out, nil
@@ -81,7 +81,7 @@ func (s *Server) listAlerts(ctx context.Context, in *alertListInput) (*AlertList
 	}
 	date := day.Format(time.DateOnly)
 	out.Body.Date = &date
-	rows, err := s.queries.RiskAlertList(ctx, s.pool, &queries.RiskAlertListParams{AlertDate: day, CorpCode: company})
+	rows, err := s.queries.RiskAlertList(ctx, s.reads, &queries.RiskAlertListParams{AlertDate: day, CorpCode: company})
 	if err != nil {
 		return nil, s.problemFrom(ctx, err)
 	}

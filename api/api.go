@@ -108,8 +108,12 @@ type Config struct {
 
 // Server is the API.
 type Server struct {
-	cfg      Config
-	pool     *pgxpool.Pool
+	cfg  Config
+	pool *pgxpool.Pool
+	// reads is pool with every statement planned at each call
+	// (queries.PlanEachCall): the api's reads depend on how much history
+	// there is, and a plan cached on a long-lived connection outlives it.
+	reads    queries.DBTX
 	queries  *queries.Queries
 	api      huma.API
 	mux      *http.ServeMux
@@ -141,7 +145,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 		cfg.Today = func() time.Time { return time.Now().UTC().Truncate(24 * time.Hour) }
 	}
 	s := &Server{
-		cfg: cfg, pool: pool, queries: queries.New(), mux: http.NewServeMux(),
+		cfg: cfg, pool: pool, reads: queries.PlanEachCall(pool), queries: queries.New(), mux: http.NewServeMux(),
 		sessions: newSessionSigner(cfg.Tokens, time.Now), crossOrigin: http.NewCrossOriginProtection(),
 	}
 

@@ -121,7 +121,7 @@ func (s *Server) registerJobs(api huma.API) {
 
 // jobViews builds the job list with one SQL statement.
 func (s *Server) jobViews(ctx context.Context, names []string) ([]*JobView, error) {
-	rows, err := s.queries.JobListSummary(ctx, s.pool, &queries.JobListSummaryParams{Jobs: names, StaleSeconds: s.cfg.StaleAfter.Seconds()})
+	rows, err := s.queries.JobListSummary(ctx, s.reads, &queries.JobListSummaryParams{Jobs: names, StaleSeconds: s.cfg.StaleAfter.Seconds()})
 	if err != nil {
 		return nil, fmt.Errorf("error listing jobs: %w", err)
 	}
@@ -185,7 +185,7 @@ func (s *Server) stopJob(ctx context.Context, in *jobInput) (*JobStopOutput, err
 	var stopped *queries.JobExecution
 	err := queries.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		stopped, err = s.queries.JobExecutionRequestStop(ctx, tx, in.Job)
+		stopped, err = s.queries.JobExecutionRequestStop(ctx, queries.PlanEachCall(tx), in.Job) // finds the job's active execution among its history
 		return queries.Interpret(err)
 	})
 	if errors.Is(err, queries.ErrNotFound) {

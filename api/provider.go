@@ -58,7 +58,7 @@ func (s *Server) listProviders(ctx context.Context, _ *struct{}) (*ProviderListO
 	out := &ProviderListOutput{}
 	out.Body.Providers = make([]*ProviderView, 0, len(names))
 	for _, p := range names {
-		used, err := s.queries.ProviderCallBudgetGet(ctx, s.pool, &queries.ProviderCallBudgetGetParams{Provider: p, Day: day})
+		used, err := s.queries.ProviderCallBudgetGet(ctx, s.reads, &queries.ProviderCallBudgetGetParams{Provider: p, Day: day})
 		if err := queries.Interpret(err); err != nil && !errors.Is(err, queries.ErrNotFound) {
 			return nil, s.problemFrom(ctx, err)
 		}

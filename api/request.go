@@ -212,7 +212,7 @@ func (s *Server) estimateRequest(ctx context.Context, in *requestCreateInput) (*
 	if err != nil {
 		return nil, err
 	}
-	_, decoded, err := s.cfg.Enqueuer.Validate(ctx, s.pool, params)
+	_, decoded, err := s.cfg.Enqueuer.Validate(ctx, s.reads, params)
 	if err != nil {
 		return nil, s.problemFrom(ctx, err)
 	}
@@ -227,7 +227,7 @@ func (s *Server) getRequest(ctx context.Context, in *requestGetInput) (*RequestG
 	if !ok {
 		return nil, badID("id", in.ID)
 	}
-	row, err := s.queries.JobRequestGetByID(ctx, s.pool, id)
+	row, err := s.queries.JobRequestGetByID(ctx, s.reads, id)
 	if err := queries.Interpret(err); err != nil {
 		if errors.Is(err, queries.ErrNotFound) {
 			return nil, huma.Error404NotFound(fmt.Sprintf("request %s not found", in.ID))
@@ -236,7 +236,7 @@ func (s *Server) getRequest(ctx context.Context, in *requestGetInput) (*RequestG
 	}
 	var exec *queries.JobExecution
 	if row.ExecutionID != nil {
-		exec, err = s.queries.JobExecutionGetByID(ctx, s.pool, *row.ExecutionID)
+		exec, err = s.queries.JobExecutionGetByID(ctx, s.reads, *row.ExecutionID)
 		if err != nil {
 			return nil, s.problemFrom(ctx, err)
 		}
@@ -252,11 +252,11 @@ func (s *Server) getRequest(ctx context.Context, in *requestGetInput) (*RequestG
 
 // instanceView reads an instance's figures across its executions.
 func (s *Server) instanceView(ctx context.Context, instanceID int64) (*InstanceView, error) {
-	commits, err := s.queries.JobCheckpointTotals(ctx, s.pool, instanceID)
+	commits, err := s.queries.JobCheckpointTotals(ctx, s.reads, instanceID)
 	if err != nil {
 		return nil, fmt.Errorf("error reading the instance's commits: %w", err)
 	}
-	execs, err := s.queries.JobInstanceExecutionTotals(ctx, s.pool, instanceID)
+	execs, err := s.queries.JobInstanceExecutionTotals(ctx, s.reads, instanceID)
 	if err != nil {
 		return nil, fmt.Errorf("error reading the instance's executions: %w", err)
 	}
@@ -293,7 +293,7 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 		}
 		params.BeforeID = &before
 	}
-	rows, err := s.queries.JobRequestList(ctx, s.pool, params)
+	rows, err := s.queries.JobRequestList(ctx, s.reads, params)
 	if err != nil {
 		return nil, s.problemFrom(ctx, err)
 	}
@@ -305,7 +305,7 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 	}
 	execs := map[int64]*queries.JobExecution{}
 	if len(execIDs) > 0 {
-		list, err := s.queries.JobExecutionListByIDs(ctx, s.pool, execIDs)
+		list, err := s.queries.JobExecutionListByIDs(ctx, s.reads, execIDs)
 		if err != nil {
 			return nil, s.problemFrom(ctx, err)
 		}

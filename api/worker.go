@@ -99,11 +99,11 @@ func (s *Server) registerWorkers(api huma.API) {
 			}
 			params.BeforeStartedAt, params.BeforeID = &at, &id
 		}
-		rows, err := s.queries.WorkerList(ctx, s.pool, params)
+		rows, err := s.queries.WorkerList(ctx, s.reads, params)
 		if err != nil {
 			return nil, s.problemFrom(ctx, err)
 		}
-		active, err := s.queries.JobRequestActiveIDsByWorker(ctx, s.pool)
+		active, err := s.queries.JobRequestActiveIDsByWorker(ctx, s.reads)
 		if err != nil {
 			return nil, s.problemFrom(ctx, err)
 		}

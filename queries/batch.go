@@ -58,31 +58,37 @@ func InImplicitTx(ctx context.Context, db BatchSender, queue func(b *pgx.Batch))
 }
 
 // InTxPipelined runs a READ COMMITTED transaction in the fewest round trips
-// a transaction with a decision in the middle can take: its BEGIN travels
+// a transaction with a decision in the middle can take. Its BEGIN travels
 // with the statements first queues (and, under WithTxSettings, the SET
-// LOCAL of the timeouts, before them), fn then runs in the transaction and
-// queues on last the statements that end it, and those travel with the
-// COMMIT. A transaction of three round trips of its own (say: read under a
-// lock, one statement of a library that needs a pgx.Tx, write) then costs
-// three instead of five. A serialization failure or deadlock rolls back and
-// runs the whole transaction again, as InTx does.
+// LOCAL of the timeouts, before them) and with the first statement fn runs
+// on tx: a library that needs a pgx.Tx (River's insert) thus joins the
+// first round trip. While tx.DeferExecs is on, Exec statements after that
+// one are not sent but queued to go with the COMMIT (River's NOTIFY, which
+// the server delivers at COMMIT anyway). fn then queues on tx.Last the
+// statements that end the transaction, and those travel with the COMMIT.
+// The enqueue (lock and state read, River's INSERT; River's NOTIFY, the
+// request row) thus costs two round trips instead of five. A serialization
+// failure or deadlock rolls back and runs the whole transaction again, as
+// InTx does.
 //
 // The results of first's statements are read with their QueuedQuery
-// callbacks before fn runs; an error of one rolls back and is returned. The
-// statements on last run before the COMMIT in the same pipeline, so an
+// callbacks when the first round trip returns; fn must call tx.Flush before
+// it reads them unless it has run a statement on tx, and an error of one
+// is returned to the statement that carried them (and by Flush). The
+// statements on Last run before the COMMIT in the same pipeline, so an
 // error the server raises for one of them (a unique violation, say) skips
-// the COMMIT and rolls the transaction back. An error a callback of last
+// the COMMIT and rolls the transaction back. An error a callback of Last
 // returns does not: the server has committed by the time the callback
 // runs, so those callbacks should only scan. fn must not keep tx: the
-// transaction ends behind pgx's Tx, on the connection, and the connection
+// transaction ends behind it, on the connection, and the connection
 // returns to the pool when InTxPipelined returns.
-func InTxPipelined(ctx context.Context, pool *pgxpool.Pool, first func(b *pgx.Batch), fn func(tx pgx.Tx, last *pgx.Batch) error) error {
+func InTxPipelined(ctx context.Context, pool *pgxpool.Pool, first func(b *pgx.Batch), fn func(tx *PipelinedTx) error) error {
 	return retryConflicts(ctx, TxRetryAttempts, func() error {
 		return inTxPipelinedOnce(ctx, pool, first, fn)
 	})
 }
 
-func inTxPipelinedOnce(ctx context.Context, pool *pgxpool.Pool, first func(b *pgx.Batch), fn func(tx pgx.Tx, last *pgx.Batch) error) error {
+func inTxPipelinedOnce(ctx context.Context, pool *pgxpool.Pool, first func(b *pgx.Batch), fn func(tx *PipelinedTx) error) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("error acquiring a connection: %w", err)
@@ -97,17 +103,16 @@ func inTxPipelinedOnce(ctx context.Context, pool *pgxpool.Pool, first func(b *pg
 		Queue(b, func(db DBTX) { _ = New().TxSettingsSetLocal(ctx, db, params) })
 	}
 	first(b)
-	br := conn.Conn().SendBatch(ctx, b)
-	tx := br.Tx()
-	if err := br.Close(); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx)) // closed already when the batch failed before its BEGIN
+	tx := &PipelinedTx{conn: conn.Conn(), lead: b, Last: &pgx.Batch{}}
+	if err := fn(tx); err != nil {
+		tx.rollback(ctx)
 		return err
 	}
-	last := &pgx.Batch{}
-	if err := fn(tx, last); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+	if err := tx.Flush(ctx); err != nil {
+		tx.rollback(ctx)
 		return err
 	}
+	last := &pgx.Batch{QueuedQueries: append(tx.deferred, tx.Last.QueuedQueries...)}
 	last.Queue("commit").Exec(func(tag pgconn.CommandTag) error {
 		if tag.String() == "ROLLBACK" {
 			return pgx.ErrTxCommitRollback // the transaction had failed already
@@ -117,11 +122,225 @@ func inTxPipelinedOnce(ctx context.Context, pool *pgxpool.Pool, first func(b *pg
 	if err := conn.Conn().SendBatch(ctx, last).Close(); err != nil {
 		if conn.Conn().PgConn().TxStatus() != 'I' {
 			// A statement before the COMMIT failed: the COMMIT was skipped.
-			_ = tx.Rollback(context.WithoutCancel(ctx))
+			tx.rollback(ctx)
 		}
 		return fmt.Errorf("error committing transaction: %w", err)
 	}
 	return nil
+}
+
+// PipelinedTx is the transaction InTxPipelined hands to its fn: a pgx.Tx
+// whose first statement travels with the BEGIN and the statements queued
+// ahead of it, and whose later Execs can be deferred to the COMMIT.
+type PipelinedTx struct {
+	conn *pgx.Conn
+	lead *pgx.Batch // BEGIN and the statements queued ahead; nil once sent
+	tx   pgx.Tx     // the transaction once lead was sent
+	err  error      // the error of the lead's round trip
+
+	// Last holds the statements that end the transaction; they travel with
+	// the COMMIT.
+	Last *pgx.Batch
+	// DeferExecs, while true, queues each Exec run after the first round
+	// trip to go with the COMMIT, before Last's statements, instead of
+	// sending it: for statements whose result nothing waits for. An error
+	// of one fails the COMMIT.
+	DeferExecs bool
+	deferred   []*pgx.QueuedQuery
+}
+
+var _ pgx.Tx = (*PipelinedTx)(nil)
+
+// Flush sends the statements queued ahead, with the BEGIN, when no
+// statement has carried them yet, and reads their results.
+func (t *PipelinedTx) Flush(ctx context.Context) error {
+	if t.lead == nil {
+		return t.err
+	}
+	if br := t.sendWith(ctx, "", nil); br != nil {
+		t.err = br.Close()
+	}
+	return t.err
+}
+
+// sendWith sends the lead batch, with the statement sql appended unless it
+// is empty, and reads the results of the statements queued ahead. It
+// returns the results positioned at sql's, for the caller to read and
+// close, or nil when the round trip failed (t.err).
+func (t *PipelinedTx) sendWith(ctx context.Context, sql string, args []any) pgx.BatchResults {
+	b := t.lead
+	t.lead = nil
+	ahead := b.Len()
+	if sql != "" {
+		b.Queue(sql, args...)
+	}
+	br := t.conn.SendBatch(ctx, b)
+	t.tx = br.Tx()
+	for _, qq := range b.QueuedQueries[:ahead] {
+		var err error
+		if qq.Fn != nil {
+			err = qq.Fn(br)
+		} else {
+			_, err = br.Exec()
+		}
+		if err != nil {
+			t.err = err
+			_ = br.Close()
+			return nil
+		}
+	}
+	return br
+}
+
+// rollback ends the transaction when it was begun.
+func (t *PipelinedTx) rollback(ctx context.Context) {
+	if t.tx != nil {
+		_ = t.tx.Rollback(context.WithoutCancel(ctx)) // closed already when the batch failed before its BEGIN
+	}
+}
+
+// Query implements pgx.Tx; the first statement carries the lead.
+func (t *PipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if t.lead == nil {
+		if t.err != nil {
+			return nil, t.err
+		}
+		return t.tx.Query(ctx, sql, args...)
+	}
+	br := t.sendWith(ctx, sql, args)
+	if br == nil {
+		return nil, t.err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// QueryRow implements pgx.Tx.
+func (t *PipelinedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	rows, err := t.Query(ctx, sql, args...)
+	return rowsRow{rows: rows, err: err}
+}
+
+// Exec implements pgx.Tx; the first statement carries the lead, and later
+// ones wait for the COMMIT while DeferExecs is on.
+func (t *PipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	switch {
+	case t.lead != nil:
+		br := t.sendWith(ctx, sql, args)
+		if br == nil {
+			return pgconn.CommandTag{}, t.err
+		}
+		tag, err := br.Exec()
+		return tag, errors.Join(err, br.Close())
+	case t.err != nil:
+		return pgconn.CommandTag{}, t.err
+	case t.DeferExecs:
+		t.deferred = append(t.deferred, &pgx.QueuedQuery{SQL: sql, Arguments: args})
+		return pgconn.CommandTag{}, nil
+	}
+	return t.tx.Exec(ctx, sql, args...)
+}
+
+// SendBatch implements pgx.Tx.
+func (t *PipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := t.Flush(ctx); err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return t.tx.SendBatch(ctx, b)
+}
+
+// CopyFrom implements pgx.Tx.
+func (t *PipelinedTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.Flush(ctx); err != nil {
+		return 0, err
+	}
+	return t.tx.CopyFrom(ctx, table, columns, src)
+}
+
+// Prepare implements pgx.Tx.
+func (t *PipelinedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := t.Flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.tx.Prepare(ctx, name, sql)
+}
+
+// Begin implements pgx.Tx (a savepoint).
+func (t *PipelinedTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := t.Flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.tx.Begin(ctx)
+}
+
+// LargeObjects implements pgx.Tx.
+func (t *PipelinedTx) LargeObjects() pgx.LargeObjects {
+	_ = t.Flush(context.Background()) // an error shows on the first use
+	return t.tx.LargeObjects()
+}
+
+// errEndsWithFn is what Commit and Rollback answer: the transaction of
+// InTxPipelined ends with its fn.
+var errEndsWithFn = errors.New("queries: an InTxPipelined transaction commits when its fn returns nil and rolls back when it returns an error")
+
+// Commit implements pgx.Tx; InTxPipelined commits.
+func (t *PipelinedTx) Commit(context.Context) error { return errEndsWithFn }
+
+// Rollback implements pgx.Tx; InTxPipelined rolls back.
+func (t *PipelinedTx) Rollback(context.Context) error { return errEndsWithFn }
+
+// Conn implements pgx.Tx.
+func (t *PipelinedTx) Conn() *pgx.Conn { return t.conn }
+
+// batchRows are the rows of a statement that carried a lead: closing them
+// closes the batch's results, which frees the connection.
+type batchRows struct {
+	pgx.Rows
+	br       pgx.BatchResults
+	closeErr error
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	if r.br != nil {
+		r.closeErr = r.br.Close()
+		r.br = nil
+	}
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.closeErr
+}
+
+// rowsRow is a pgx.Row over rows.
+type rowsRow struct {
+	rows pgx.Rows
+	err  error
+}
+
+func (r rowsRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
 }
 
 // QueueRow queues on b the one-row statement call runs on its DBTX (as

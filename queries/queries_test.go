@@ -131,11 +131,12 @@ func TestInTx_RetriesOnlyConflicts(t *testing.T) {
 	require.Equal(t, 1, attempts, "other errors are not retried")
 }
 
-// InTxPipelined ends a transaction with the statements queued on last and
-// the COMMIT in one round trip; a server error of one of them skips the
-// COMMIT, so nothing of the transaction stays, and the connection goes back
-// to the pool outside any transaction. A conflict runs the transaction
-// again, as InTx does.
+// InTxPipelined sends the BEGIN and the statements queued ahead with the
+// first statement fn runs, and ends the transaction with the deferred Execs,
+// the statements queued on Last and the COMMIT in one round trip; a server
+// error of one of them skips the COMMIT, so nothing of the transaction
+// stays, and the connection goes back to the pool outside any transaction.
+// A conflict runs the transaction again, as InTx does.
 func TestInTxPipelined_CommitsWithTheLastStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -150,36 +151,73 @@ func TestInTxPipelined_CommitsWithTheLastStatements(t *testing.T) {
 		return n
 	}
 
-	t.Run("committed", func(t *testing.T) {
+	t.Run("committed in two round trips", func(t *testing.T) {
 		tracer.Reset()
-		var read, written int
+		var read, returned, written int
 		err := queries.InTxPipelined(ctx, pool, func(b *pgx.Batch) {
 			b.Queue(`SELECT 41`).QueryRow(func(row pgx.Row) error { return row.Scan(&read) })
-		}, func(tx pgx.Tx, last *pgx.Batch) error {
-			if _, err := tx.Exec(ctx, `INSERT INTO pipelined (id, note) VALUES (1, 'in fn')`); err != nil {
+		}, func(tx *queries.PipelinedTx) error {
+			// A library's statement (a Query, as River's insert is) carries
+			// the lead and gets its own rows back.
+			rows, err := tx.Query(ctx, `INSERT INTO pipelined (id, note) VALUES (1, 'in fn') RETURNING id`)
+			if err != nil {
 				return err
 			}
-			last.Queue(insert, read+1, "last").QueryRow(func(row pgx.Row) error { return row.Scan(&written) })
+			if returned, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int]); err != nil {
+				return err
+			}
+			tx.DeferExecs = true
+			if _, err := tx.Exec(ctx, `SELECT pg_notify('pipelined', 'deferred')`); err != nil {
+				return err
+			}
+			tx.Last.Queue(insert, read+1, "last").QueryRow(func(row pgx.Row) error { return row.Scan(&written) })
 			return nil
 		})
 		require.NoError(t, err)
-		trips := tracer.Log()
 		require.Equal(t, []string{
-			"batch: begin isolation level read committed; SELECT 41",
-			"INSERT INTO pipelined (id, note) VALUES (1, 'in fn')",
-			"batch: " + insert + "; commit",
-		}, trips)
+			"batch: begin isolation level read committed; SELECT 41; INSERT INTO pipelined (id, note) VALUES (1, 'in fn') RETURNING id",
+			"batch: SELECT pg_notify('pipelined', 'deferred'); " + insert + "; commit",
+		}, tracer.Log())
+		require.Equal(t, 1, returned)
 		require.Equal(t, 42, written)
 		require.Equal(t, 2, count())
 	})
 
+	t.Run("a failed statement queued ahead fails the one that carried it", func(t *testing.T) {
+		err := queries.InTxPipelined(ctx, pool, func(b *pgx.Batch) {
+			b.Queue(`SELECT 1/0`)
+		}, func(tx *queries.PipelinedTx) error {
+			_, err := tx.Exec(ctx, `INSERT INTO pipelined (id, note) VALUES (3, 'after a failure')`)
+			return err
+		})
+		require.ErrorContains(t, err, "division by zero")
+		require.Equal(t, 2, count())
+	})
+
+	t.Run("Flush sends what is queued ahead when fn runs nothing on tx", func(t *testing.T) {
+		tracer.Reset()
+		var read int
+		err := queries.InTxPipelined(ctx, pool, func(b *pgx.Batch) {
+			b.Queue(`SELECT 7`).QueryRow(func(row pgx.Row) error { return row.Scan(&read) })
+		}, func(tx *queries.PipelinedTx) error {
+			if err := tx.Flush(ctx); err != nil {
+				return err
+			}
+			require.Equal(t, 7, read, "read once Flush returns")
+			tx.Last.Queue(`SELECT 8`)
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, []string{"batch: begin isolation level read committed; SELECT 7", "batch: SELECT 8; commit"}, tracer.Log())
+	})
+
 	t.Run("a failed last statement rolls back", func(t *testing.T) {
 		connsBefore := pool.Stat().NewConnsCount()
-		err := queries.InTxPipelined(ctx, pool, func(*pgx.Batch) {}, func(tx pgx.Tx, last *pgx.Batch) error {
+		err := queries.InTxPipelined(ctx, pool, func(*pgx.Batch) {}, func(tx *queries.PipelinedTx) error {
 			if _, err := tx.Exec(ctx, `INSERT INTO pipelined (id, note) VALUES (2, 'in fn')`); err != nil {
 				return err
 			}
-			last.Queue(insert, 42, "duplicate key")
+			tx.Last.Queue(insert, 42, "duplicate key")
 			return nil
 		})
 		require.ErrorIs(t, queries.Interpret(err), queries.ErrUniqueViolation)
@@ -192,7 +230,7 @@ func TestInTxPipelined_CommitsWithTheLastStatements(t *testing.T) {
 	})
 
 	t.Run("an aborted transaction reports its rollback", func(t *testing.T) {
-		err := queries.InTxPipelined(ctx, pool, func(*pgx.Batch) {}, func(tx pgx.Tx, _ *pgx.Batch) error {
+		err := queries.InTxPipelined(ctx, pool, func(*pgx.Batch) {}, func(tx *queries.PipelinedTx) error {
 			_, _ = tx.Exec(ctx, `SELECT 1/0`) // swallowed: the transaction is aborted
 			return nil
 		})
@@ -201,10 +239,10 @@ func TestInTxPipelined_CommitsWithTheLastStatements(t *testing.T) {
 
 	t.Run("conflicts are retried", func(t *testing.T) {
 		attempts := 0
-		err := queries.InTxPipelined(ctx, pool, func(*pgx.Batch) {}, func(tx pgx.Tx, last *pgx.Batch) error {
+		err := queries.InTxPipelined(ctx, pool, func(*pgx.Batch) {}, func(tx *queries.PipelinedTx) error {
 			attempts++
 			if attempts < 3 {
-				last.Queue(`DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40P01'; END $$`)
+				tx.Last.Queue(`DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40P01'; END $$`)
 			}
 			return nil
 		})
@@ -217,8 +255,35 @@ func TestInTxPipelined_CommitsWithTheLastStatements(t *testing.T) {
 		var lockTimeout string
 		err := queries.InTxPipelined(settingsCtx, pool, func(b *pgx.Batch) {
 			b.Queue(`SELECT current_setting('lock_timeout')`).QueryRow(func(row pgx.Row) error { return row.Scan(&lockTimeout) })
-		}, func(pgx.Tx, *pgx.Batch) error { return nil })
+		}, func(*queries.PipelinedTx) error { return nil })
 		require.NoError(t, err)
 		require.Equal(t, "3s", lockTimeout)
 	})
+}
+
+// PlanEachCall sends its statements unnamed, planned at each call, on a
+// connection whose default caches them as prepared statements (whose plans
+// would outlive the data they were chosen for).
+func TestPlanEachCall_LeavesNoPreparedStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	require.Equal(t, pgx.QueryExecModeCacheStatement, pool.Config().ConnConfig.DefaultQueryExecMode)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	prepared := func() int {
+		var n int
+		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%radar_marker%'`, pgx.QueryExecModeSimpleProtocol).Scan(&n))
+		return n
+	}
+
+	var one int
+	require.NoError(t, queries.PlanEachCall(conn).QueryRow(ctx, `SELECT $1::int /* radar_marker */`, 1).Scan(&one))
+	_, err = queries.PlanEachCall(conn).Exec(ctx, `SELECT $1::int /* radar_marker exec */`, 1)
+	require.NoError(t, err)
+	require.Zero(t, prepared(), "planned at each call: nothing kept on the connection")
+
+	require.NoError(t, conn.QueryRow(ctx, `SELECT $1::int /* radar_marker */`, 1).Scan(&one))
+	require.Equal(t, 1, prepared(), "the connection's default keeps the statement prepared")
 }

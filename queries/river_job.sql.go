@@ -36,3 +36,36 @@ func (q *Queries) RiverJobGetState(ctx context.Context, db DBTX, id int64) (Rive
 	err := row.Scan(&state)
 	return state, err
 }
+
+const riverJobSetRequestID = `-- name: RiverJobSetRequestID :exec
+UPDATE river_job
+SET args = jsonb_set(args, '{request_id}', to_jsonb($1::bigint))
+WHERE id = $2
+`
+
+type RiverJobSetRequestIDParams struct {
+	RequestID int64
+	ID        int64
+}
+
+// RiverJobSetRequestID writes the request id into a River job's args in the
+// transaction that inserted both: the enqueue sends River's INSERT in its
+// first round trip, before the request id it reserves there is known, and
+// sets it with the COMMIT. Workers only ever see the committed args. The id
+// is no part of the job's unique key (RunArgs is unique by job name).
+func (q *Queries) RiverJobSetRequestID(ctx context.Context, db DBTX, arg *RiverJobSetRequestIDParams) error {
+	_, err := db.Exec(ctx, riverJobSetRequestID, arg.RequestID, arg.ID)
+	return err
+}
+
+const riverJobWithdraw = `-- name: RiverJobWithdraw :exec
+DELETE FROM river_job WHERE id = $1
+`
+
+// RiverJobWithdraw deletes a River job inserted earlier in the same
+// transaction, before anything else could see it: the enqueue withdraws the
+// job it sent early when the job's state calls for the stale cleanup first.
+func (q *Queries) RiverJobWithdraw(ctx context.Context, db DBTX, id int64) error {
+	_, err := db.Exec(ctx, riverJobWithdraw, id)
+	return err
+}

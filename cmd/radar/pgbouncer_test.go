@@ -210,13 +210,12 @@ func TestPgBouncer_Switch(t *testing.T) {
 				require.Equal(t, pgx.QueryExecModeCacheStatement, cfg.ConnConfig.DefaultQueryExecMode)
 				require.Nil(t, apiTxSettings(env))
 			}
-			// The api plans at every call in both modes: a plan cached on a
-			// long-lived connection while the history was small outlived
-			// ANALYZE (GET /v1/jobs fell from 940 to 8 req/s at 100,000
-			// executions; the bench's job-list row).
+			// The api's pool is configured like any other: its reads are
+			// planned at every call by the api itself (queries.PlanEachCall),
+			// its enqueue keeps cached statements where they may be.
 			apiCfg, err := apiPoolConfig(env, "postgres://radar@127.0.0.1:1/radar")
 			require.NoError(t, err)
-			require.Equal(t, pgx.QueryExecModeCacheDescribe, apiCfg.ConnConfig.DefaultQueryExecMode)
+			require.Equal(t, cfg.ConnConfig.DefaultQueryExecMode, apiCfg.ConnConfig.DefaultQueryExecMode)
 			if c.pgbouncer {
 				require.ErrorContains(t, refuseTxPoolingMigrations(env, "radar migrate"), "session-level advisory lock")
 			} else {

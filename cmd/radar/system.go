@@ -205,13 +205,12 @@ func apiPoolConfig(env *envConfig, url string) (*pgxpool.Config, error) {
 	if !env.TxPooling {
 		setAPITimeouts(cfg.ConnConfig, env)
 	}
-	// The api's statements are planned at every call, never cached per
-	// connection: a plan PostgreSQL cached while the history was small
-	// outlives ANALYZE on a long-lived connection, and GET /v1/jobs fell
-	// from 940 to 8 requests a second once 100,000 executions had been
-	// added under it (BENCHMARKS.md). Planning costs the api's few,
-	// infrequent reads a fraction of a millisecond.
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	// The api's reads are planned at every call (queries.PlanEachCall in
+	// the api), never from a plan cached on a long-lived connection, which
+	// outlives the history it was chosen for. The enqueue's statements
+	// (lookups by key, River's INSERT, the request row) keep pgx's cached
+	// statements: planning them at every call cost each request's pickup
+	// about 0.7 ms (BENCHMARKS.md).
 	return cfg, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
@@ -181,20 +182,42 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 		return nil, err
 	}
 
-	// Four round trips from BEGIN to COMMIT, River's two between them:
-	// BEGIN with the job's lock and state, River's INSERT and NOTIFY, then
-	// the request row with the COMMIT. created_at is the BEGIN's time, so
-	// each round trip saved here is pickup latency saved.
+	// Two round trips from BEGIN to COMMIT: BEGIN with the job's lock, its
+	// state and River's INSERT (of a job whose args do not hold the request
+	// id yet: it is reserved by the state read in the same round trip), then
+	// River's NOTIFY, the request id into the River job's args and the
+	// request row with the COMMIT. created_at is the BEGIN's time, so each
+	// round trip saved here is pickup latency saved.
 	var result *EnqueueResult
 	var state *queries.JobRequestEnqueueStateRow
 	err = queries.InTxPipelined(ctx, e.pool, func(b *pgx.Batch) {
 		e.queries.QueueEnqueueState(ctx, b, p.Job, &state)
-	}, func(tx pgx.Tx, last *pgx.Batch) error {
-		res, insert, err := e.decide(ctx, tx, p, params, state)
+	}, func(tx *queries.PipelinedTx) error {
+		var early *rivertype.JobInsertResult
+		if e.river != nil {
+			// Inserted under the lock (queued after it), before the state
+			// is known: when the state refuses the request, the rollback
+			// takes this job along.
+			tx.DeferExecs = true
+			var err error
+			if early, err = e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job}, p.insertOpts()); err != nil {
+				return fmt.Errorf("error inserting river job: %w", err)
+			}
+			tx.DeferExecs = false
+		}
+		if err := tx.Flush(ctx); err != nil {
+			return fmt.Errorf("error taking job lock and reading its requests: %w", err)
+		}
+		res, insert, err := e.decide(ctx, tx, p, params, state, early)
 		if err != nil {
 			return err
 		}
-		queries.QueueRow(last, func(db queries.DBTX) error {
+		if early != nil && insert.RiverJobID != nil && *insert.RiverJobID == early.Job.ID {
+			queries.Queue(tx.Last, func(db queries.DBTX) {
+				_ = e.queries.RiverJobSetRequestID(ctx, db, &queries.RiverJobSetRequestIDParams{ID: early.Job.ID, RequestID: insert.ID})
+			})
+		}
+		queries.QueueRow(tx.Last, func(db queries.DBTX) error {
 			res.Request, err = e.queries.JobRequestInsert(ctx, db, insert)
 			if err != nil {
 				return fmt.Errorf("error inserting request: %w", queries.Interpret(err))
@@ -248,7 +271,7 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 	if err != nil {
 		return nil, fmt.Errorf("error taking job lock and reading its requests: %w", err)
 	}
-	res, insert, err := e.decide(ctx, tx, p, params, state)
+	res, insert, err := e.decide(ctx, tx, p, params, state, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -262,11 +285,24 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 // (read with the lock) and the request row: the stale cleanup only when the
 // job has an active request (the cleanup finalizes only active requests,
 // so without one it has nothing to do), the duplicate check, the restart
-// rule, and the River job, which carries the reserved request id. It
-// returns the result without its Request and the row to insert, which the
-// caller writes (alone, or queued with the COMMIT).
-func (e *Enqueuer) decide(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *jobs.Params, state *queries.JobRequestEnqueueStateRow) (*EnqueueResult, *queries.JobRequestInsertParams, error) {
+// rule, and the River job, which carries the reserved request id. early is
+// a River job the caller inserted already, under the lock but before the
+// state was known, whose args still lack the request id (the caller sets
+// it); decide uses it unless the cleanup has to run, which must not see it. It returns the result without its Request and the row to insert,
+// which the caller writes (alone, or queued with the COMMIT).
+func (e *Enqueuer) decide(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *jobs.Params, state *queries.JobRequestEnqueueStateRow, early *rivertype.JobInsertResult) (*EnqueueResult, *queries.JobRequestInsertParams, error) {
 	if state.ActiveRequestID != 0 && e.cfg.Cleanup != nil && !p.skipCleanup {
+		if early != nil {
+			if !early.UniqueSkippedAsDuplicate {
+				// Withdraw it: the cleanup may insert an automatic resume,
+				// which must find River's unique slot as the stale request
+				// left it, not taken by this request.
+				if err := e.queries.RiverJobWithdraw(ctx, tx, early.Job.ID); err != nil {
+					return nil, nil, fmt.Errorf("error withdrawing river job: %w", err)
+				}
+			}
+			early = nil // inserted again below when the request is accepted
+		}
 		if err := e.cfg.Cleanup(ctx, tx, p.Job); err != nil {
 			return nil, nil, fmt.Errorf("error cleaning up stale requests: %w", err)
 		}
@@ -293,9 +329,12 @@ func (e *Enqueuer) decide(ctx context.Context, tx pgx.Tx, p *EnqueueParams, para
 	}
 	var riverJobID *int64
 	if e.river != nil {
-		res, err := e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job, RequestID: state.NextRequestID}, p.insertOpts())
-		if err != nil {
-			return nil, nil, fmt.Errorf("error inserting river job: %w", err)
+		res := early
+		if res == nil {
+			var err error
+			if res, err = e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job, RequestID: state.NextRequestID}, p.insertOpts()); err != nil {
+				return nil, nil, fmt.Errorf("error inserting river job: %w", err)
+			}
 		}
 		if res.UniqueSkippedAsDuplicate {
 			// River holds an active job for this name that no active request

@@ -79,10 +79,58 @@ func TestEnqueue_CleanupOnlyWithAnActiveRequest(t *testing.T) {
 	require.NotEqual(t, first.Request.ID, second.Request.ID)
 }
 
-// An enqueue is four round trips, from its BEGIN (created_at) to its
-// COMMIT: the BEGIN with the job's lock and state (read by a function, whose
-// plan the server keeps), River's INSERT and NOTIFY, then the request row
-// with the COMMIT. Each one is pickup latency, so they are pinned here.
+// River's INSERT goes with the enqueue's first round trip, before the job's
+// state is known. When that state calls for the stale cleanup, the cleanup
+// still runs before this request's River job exists: an automatic resume it
+// inserts must find River's unique slot as the stale request left it.
+func TestEnqueue_CleanupSeesNoRiverJobOfTheNewRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	providers, _ := observability.NewTestProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	liveRiverJobs := -1
+	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
+		Catalog:     jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"}),
+		Instruments: instruments,
+		Cleanup: func(ctx context.Context, tx pgx.Tx, job string) error {
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'job' = $1 AND finalized_at IS NULL`, job).Scan(&liveRiverJobs); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `UPDATE job_request SET status = 'FAILED', finished_at = now() WHERE job = $1 AND status IN ('QUEUED', 'RUNNING')`, job)
+			return err
+		},
+	})
+	require.NoError(t, err)
+	enqueue := func() (*request.EnqueueResult, error) {
+		return enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
+	}
+	first, err := enqueue()
+	require.NoError(t, err)
+	// A stale request whose River job is gone already (cancelled), so River's
+	// unique slot is free and the next enqueue's early INSERT succeeds.
+	_, err = pool.Exec(ctx, `UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE id = $1`, *first.Request.RiverJobID)
+	require.NoError(t, err)
+
+	second, err := enqueue()
+	require.NoError(t, err)
+	require.Zero(t, liveRiverJobs, "the cleanup ran before this request's River job was inserted")
+	var args jobs.RunArgs
+	require.NoError(t, pool.QueryRow(ctx, `SELECT args FROM river_job WHERE id = $1`, *second.Request.RiverJobID).Scan(&args))
+	require.Equal(t, second.Request.ID, args.RequestID, "the River job inserted after the cleanup carries its request's id")
+	var riverJobs int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&riverJobs))
+	require.Equal(t, 2, riverJobs, "the early River job was withdrawn, not left behind")
+}
+
+// An enqueue is two round trips, from its BEGIN (created_at) to its COMMIT:
+// the BEGIN with the job's lock, its state (read by a function, whose plan
+// the server keeps) and River's INSERT, then River's NOTIFY, the request id
+// into the River job's args and the request row with the COMMIT. Each one is
+// pickup latency, so they are pinned here.
 func TestEnqueue_RoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -119,15 +167,20 @@ func TestEnqueue_RoundTrips(t *testing.T) {
 	require.NotNil(t, res.Request.RiverJobID)
 
 	trips := tracer.Log()
-	require.Len(t, trips, 4, "%q", trips)
-	require.True(t, strings.HasPrefix(trips[0], "batch: begin isolation level read committed; "), "BEGIN travels with the lock and the state: %q", trips[0])
+	require.Len(t, trips, 2, "%q", trips)
+	require.True(t, strings.HasPrefix(trips[0], "batch: begin isolation level read committed; "), "BEGIN travels with the lock, the state and River's INSERT: %q", trips[0])
 	require.Contains(t, trips[0], "pg_advisory_xact_lock")
 	require.Contains(t, trips[0], "FROM job_request_enqueue_state($1::text)", "the state is read by the function that keeps its plan")
-	require.Contains(t, trips[1], "river_job", "River's INSERT")
-	require.Contains(t, trips[2], "pg_notify", "River's NOTIFY")
-	require.True(t, strings.HasPrefix(trips[3], "batch: -- name: JobRequestInsert"), "the request row travels with the COMMIT: %q", trips[3])
-	require.True(t, strings.HasSuffix(trips[3], "; commit"), "the request row travels with the COMMIT: %q", trips[3])
+	require.Contains(t, trips[0], "INSERT INTO river_job", "River's INSERT")
+	require.Less(t, strings.Index(trips[0], "pg_advisory_xact_lock"), strings.Index(trips[0], "INSERT INTO river_job"), "River's INSERT runs under the job's lock")
+	require.Contains(t, trips[1], "pg_notify", "River's NOTIFY travels with the COMMIT")
+	require.Contains(t, trips[1], "RiverJobSetRequestID", "the River job's args get the request id before the COMMIT")
+	require.Contains(t, trips[1], "-- name: JobRequestInsert", "the request row travels with the COMMIT: %q", trips[1])
+	require.True(t, strings.HasSuffix(trips[1], "; commit"), "the request row travels with the COMMIT: %q", trips[1])
 
+	var args jobs.RunArgs
+	require.NoError(t, pool.QueryRow(ctx, `SELECT args FROM river_job WHERE id = $1`, *res.Request.RiverJobID).Scan(&args))
+	require.Equal(t, jobs.RunArgs{Job: "stockPrice", RequestID: res.Request.ID}, args, "the worker reads the request id from the committed args")
 	var status string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM job_request WHERE id = $1 AND river_job_id = $2`, res.Request.ID, *res.Request.RiverJobID).Scan(&status))
 	require.Equal(t, request.StatusQueued, status, "committed, linked to its River job")
