@@ -454,7 +454,11 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	serviceDone := newCompletions(serviceEvents)
 
 	workers := river.NewWorkers()
-	river.AddWorker(workers, rawNoopWorker{})
+	// rawStarted records when raw River's worker was handed each job:
+	// the moment that compares with the service's claim, which its worker
+	// runs once River has handed it the job.
+	rawStarted := &stampWorker{at: map[int64]time.Time{}}
+	river.AddWorker(workers, river.Worker[rawNoopArgs](rawStarted))
 	raw, err := river.NewClient(riverpgxv5.New(openWorkerPool()), &river.Config{
 		Queues: map[string]river.QueueConfig{"bench": {MaxWorkers: 10}}, Workers: workers,
 		FetchCooldown: river.FetchCooldownMin, FetchPollInterval: worker.FetchPollIntervalDefault,
@@ -499,7 +503,7 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	// A sample holds created → claimed (each side's own clocks) and call →
 	// claimed (the same clock for both: the client's just before it calls
 	// Enqueue or Insert, so both include their BEGIN).
-	type sample struct{ service, raw, serviceCall, rawCall []float64 }
+	type sample struct{ service, raw, serviceCall, rawCall, rawStarted []float64 }
 	// measure interleaves the two sides (a service request, gap/2, a raw
 	// River job, gap/2, ...), so that both meet the same load on a shared
 	// machine; each side sees one insert per gap. A lane (a job) takes its
@@ -546,15 +550,16 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		for _, id := range waitRaw {
 			rawDone.wait(id)
 		}
-		var rawMs, rawCallMs []float64
+		var rawMs, rawCallMs, rawStartedMs []float64
 		rawMu.Lock()
 		for _, id := range riverIDs {
 			rawMs = append(rawMs, float64(rawLatency[id].Microseconds())/1000)
 			rawCallMs = append(rawCallMs, float64(rawAttempted[id].Sub(rawCalls[id]).Microseconds())/1000)
+			rawStartedMs = append(rawStartedMs, float64(rawStarted.since(id, rawAttempted[id].Add(-rawLatency[id])).Microseconds())/1000)
 		}
 		rawMu.Unlock()
 		service, serviceCall := serviceLatency(serviceIDs, serviceCalls)
-		return sample{service: service, raw: rawMs, serviceCall: serviceCall, rawCall: rawCallMs}
+		return sample{service: service, raw: rawMs, serviceCall: serviceCall, rawCall: rawCallMs, rawStarted: rawStartedMs}
 	}
 	pct := func(xs []float64, p float64) float64 {
 		s := slices.Clone(xs)
@@ -572,16 +577,43 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		p99 := &benchRow{name: "pickup created → claimed p99, " + mode.name, unit: "ms", refName: "raw River (FetchCooldown 1 ms)", target: "≤ 1.5"}
 		callP50 := &benchRow{name: "same, call → claimed p50 (one clock for both), " + mode.name, unit: "ms", refName: "raw River, call → fetched"}
 		callP99 := &benchRow{name: "same, call → claimed p99 (one clock for both), " + mode.name, unit: "ms", refName: "raw River, call → fetched"}
+		startedP50 := &benchRow{name: "same, created → claimed p50, against raw River's worker started, " + mode.name, unit: "ms", refName: "raw River, created → its Work called"}
+		startedP99 := &benchRow{name: "same, created → claimed p99, against raw River's worker started, " + mode.name, unit: "ms", refName: "raw River, created → its Work called"}
 		for range scale.reps {
 			smp := measure(mode.gap, mode.waitEach)
 			p50.add(pct(smp.service, 0.5), pct(smp.raw, 0.5))
 			p99.add(pct(smp.service, 0.99), pct(smp.raw, 0.99))
 			callP50.add(pct(smp.serviceCall, 0.5), pct(smp.rawCall, 0.5))
 			callP99.add(pct(smp.serviceCall, 0.99), pct(smp.rawCall, 0.99))
+			startedP50.add(pct(smp.service, 0.5), pct(smp.rawStarted, 0.5))
+			startedP99.add(pct(smp.service, 0.99), pct(smp.rawStarted, 0.99))
 		}
-		rows = append(rows, p50, p99, callP50, callP99)
+		rows = append(rows, p50, p99, callP50, callP99, startedP50, startedP99)
 	}
 	return rows
+}
+
+// stampWorker is raw River's no-op worker that records when it was handed
+// each job.
+type stampWorker struct {
+	river.WorkerDefaults[rawNoopArgs]
+	mu sync.Mutex
+	at map[int64]time.Time
+}
+
+func (w *stampWorker) Work(_ context.Context, job *river.Job[rawNoopArgs]) error {
+	now := time.Now()
+	w.mu.Lock()
+	w.at[job.ID] = now
+	w.mu.Unlock()
+	return nil
+}
+
+// since returns how long after from job id's Work was called.
+func (w *stampWorker) since(id int64, from time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.at[id].Sub(from)
 }
 
 // teeEvents calls fn on every event and passes it on.
