@@ -67,7 +67,7 @@ func InImplicitTx(ctx context.Context, db BatchSender, queue func(b *pgx.Batch))
 // the server delivers at COMMIT anyway). fn then queues on tx.Last the
 // statements that end the transaction, and those travel with the COMMIT.
 // The enqueue (lock and state read, River's INSERT; River's NOTIFY, the
-// request row) thus costs two round trips instead of five. A serialization
+// request row) thus costs two round trips instead of four. A serialization
 // failure or deadlock rolls back and runs the whole transaction again, as
 // InTx does.
 //

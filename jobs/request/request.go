@@ -288,8 +288,9 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 // rule, and the River job, which carries the reserved request id. early is
 // a River job the caller inserted already, under the lock but before the
 // state was known, whose args still lack the request id (the caller sets
-// it); decide uses it unless the cleanup has to run, which must not see it. It returns the result without its Request and the row to insert,
-// which the caller writes (alone, or queued with the COMMIT).
+// it); decide uses it unless the cleanup has to run, which must not see it.
+// It returns the result without its Request and the row to insert, which
+// the caller writes (alone, or queued with the COMMIT).
 func (e *Enqueuer) decide(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *jobs.Params, state *queries.JobRequestEnqueueStateRow, early *rivertype.JobInsertResult) (*EnqueueResult, *queries.JobRequestInsertParams, error) {
 	if state.ActiveRequestID != 0 && e.cfg.Cleanup != nil && !p.skipCleanup {
 		if early != nil {
