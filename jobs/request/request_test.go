@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
@@ -17,6 +18,25 @@ import (
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
+// newStockPriceEnqueuer returns a database and an enqueuer of the one job
+// stockPrice, with a River client and cleanup.
+func newStockPriceEnqueuer(t *testing.T, cleanup request.CleanupFunc) (*pgxpool.Pool, *request.Enqueuer) {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	providers, _ := observability.NewTestProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
+		Catalog:     jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"}),
+		Instruments: instruments,
+		Cleanup:     cleanup,
+	})
+	require.NoError(t, err)
+	return pool, enqueuer
+}
+
 // The enqueue runs the stale cleanup only when the job has an active
 // request (the cleanup finalizes only active requests, so without one it
 // has nothing to do and would cost round trips on every enqueue), and reads
@@ -26,32 +46,21 @@ import (
 func TestEnqueue_CleanupOnlyWithAnActiveRequest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	providers, _ := observability.NewTestProviders()
-	instruments, err := observability.NewInstruments(providers.Meter)
-	require.NoError(t, err)
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-	require.NoError(t, err)
 	// cleanups counts the cleanup's calls; freeActive makes the next one
 	// finalize the job's active request, as the reaper does for a dead
 	// worker's.
 	var cleanups int
 	var freeActive bool
-	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
-		Catalog:     jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"}),
-		Instruments: instruments,
-		Cleanup: func(ctx context.Context, tx pgx.Tx, job string) error {
-			cleanups++
-			if !freeActive {
-				return nil
-			}
-			_, err := tx.Exec(ctx, `WITH freed AS (
-				UPDATE job_request SET status = 'FAILED', finished_at = now() WHERE job = $1 AND status IN ('QUEUED', 'RUNNING') RETURNING river_job_id)
-				UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE id IN (SELECT river_job_id FROM freed)`, job)
-			return err
-		},
+	pool, enqueuer := newStockPriceEnqueuer(t, func(ctx context.Context, tx pgx.Tx, job string) error {
+		cleanups++
+		if !freeActive {
+			return nil
+		}
+		_, err := tx.Exec(ctx, `WITH freed AS (
+			UPDATE job_request SET status = 'FAILED', finished_at = now() WHERE job = $1 AND status IN ('QUEUED', 'RUNNING') RETURNING river_job_id)
+			UPDATE river_job SET state = 'cancelled', finalized_at = now() WHERE id IN (SELECT river_job_id FROM freed)`, job)
+		return err
 	})
-	require.NoError(t, err)
 	enqueue := func() (*request.EnqueueResult, error) {
 		return enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
 	}
@@ -86,25 +95,14 @@ func TestEnqueue_CleanupOnlyWithAnActiveRequest(t *testing.T) {
 func TestEnqueue_CleanupSeesNoRiverJobOfTheNewRequest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	providers, _ := observability.NewTestProviders()
-	instruments, err := observability.NewInstruments(providers.Meter)
-	require.NoError(t, err)
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-	require.NoError(t, err)
 	liveRiverJobs := -1
-	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
-		Catalog:     jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"}),
-		Instruments: instruments,
-		Cleanup: func(ctx context.Context, tx pgx.Tx, job string) error {
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'job' = $1 AND finalized_at IS NULL`, job).Scan(&liveRiverJobs); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `UPDATE job_request SET status = 'FAILED', finished_at = now() WHERE job = $1 AND status IN ('QUEUED', 'RUNNING')`, job)
+	pool, enqueuer := newStockPriceEnqueuer(t, func(ctx context.Context, tx pgx.Tx, job string) error {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE args->>'job' = $1 AND finalized_at IS NULL`, job).Scan(&liveRiverJobs); err != nil {
 			return err
-		},
+		}
+		_, err := tx.Exec(ctx, `UPDATE job_request SET status = 'FAILED', finished_at = now() WHERE job = $1 AND status IN ('QUEUED', 'RUNNING')`, job)
+		return err
 	})
-	require.NoError(t, err)
 	enqueue := func() (*request.EnqueueResult, error) {
 		return enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
 	}
