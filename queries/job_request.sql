@@ -13,7 +13,9 @@ RETURNING *;
 -- input, as JobExecutionLastByJob; execution id 0: none), and a new request
 -- id. EnqueueStateTx sends it in one round trip with the lock. The query
 -- lives in the function job_request_enqueue_state (migration 00083) so that
--- its plan is kept for the session instead of made at every enqueue.
+-- its plan is kept for the session even where pgx cannot keep a prepared
+-- statement (behind PgBouncer's transaction pooling, which plans every
+-- other statement at each call).
 SELECT active_request_id::bigint AS active_request_id,
        next_request_id::bigint AS next_request_id,
        last_execution_id::bigint AS last_execution_id,

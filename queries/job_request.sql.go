@@ -111,7 +111,9 @@ type JobRequestEnqueueStateRow struct {
 // input, as JobExecutionLastByJob; execution id 0: none), and a new request
 // id. EnqueueStateTx sends it in one round trip with the lock. The query
 // lives in the function job_request_enqueue_state (migration 00083) so that
-// its plan is kept for the session instead of made at every enqueue.
+// its plan is kept for the session even where pgx cannot keep a prepared
+// statement (behind PgBouncer's transaction pooling, which plans every
+// other statement at each call).
 func (q *Queries) JobRequestEnqueueState(ctx context.Context, db DBTX, job string) (*JobRequestEnqueueStateRow, error) {
 	row := db.QueryRow(ctx, jobRequestEnqueueState, job)
 	var i JobRequestEnqueueStateRow

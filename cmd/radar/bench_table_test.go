@@ -407,8 +407,8 @@ func plainFanOut(t *testing.T, client *http.Client, base string, codes []string,
 //     delivery to the working client's listener, and its producer starting
 //     the fetch (at most FetchCooldown after its previous fetch).
 //   - The service's created_at is now() of the enqueue transaction: the
-//     server's start of its BEGIN, which travels with the job's lock and
-//     state read. Its claimed_at is now() of the claim transaction: its
+//     server's start of its BEGIN, which travels with the job's lock, its
+//     state read and River's INSERT. Its claimed_at is now() of the claim transaction: its
 //     BEGIN, sent once River's fetch has returned and its executor has
 //     called Work. So the service's figure also counts the BEGIN batch's
 //     execution and its answer, the request row (sent with the COMMIT),
@@ -454,10 +454,10 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	serviceDone := newCompletions(serviceEvents)
 
 	workers := river.NewWorkers()
-	// rawStarted records when raw River's worker was handed each job:
-	// the moment that compares with the service's claim, which its worker
-	// runs once River has handed it the job.
-	rawStarted := &stampWorker{at: map[int64]time.Time{}}
+	// rawStarted records, for each job, created → raw River's worker being
+	// handed it: the moment that compares with the service's claim, which
+	// its worker runs once River has handed it the job.
+	rawStarted := &stampWorker{latency: map[int64]time.Duration{}}
 	river.AddWorker(workers, river.Worker[rawNoopArgs](rawStarted))
 	raw, err := river.NewClient(riverpgxv5.New(openWorkerPool()), &river.Config{
 		Queues: map[string]river.QueueConfig{"bench": {MaxWorkers: 10}}, Workers: workers,
@@ -555,7 +555,7 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		for _, id := range riverIDs {
 			rawMs = append(rawMs, float64(rawLatency[id].Microseconds())/1000)
 			rawCallMs = append(rawCallMs, float64(rawAttempted[id].Sub(rawCalls[id]).Microseconds())/1000)
-			rawStartedMs = append(rawStartedMs, float64(rawStarted.since(id, rawAttempted[id].Add(-rawLatency[id])).Microseconds())/1000)
+			rawStartedMs = append(rawStartedMs, float64(rawStarted.latencyOf(id).Microseconds())/1000)
 		}
 		rawMu.Unlock()
 		service, serviceCall := serviceLatency(serviceIDs, serviceCalls)
@@ -593,27 +593,28 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	return rows
 }
 
-// stampWorker is raw River's no-op worker that records when it was handed
-// each job.
+// stampWorker is raw River's no-op worker that records, for each job, how
+// long after its created_at (the inserting client's clock, the same as the
+// worker's) it was handed the job.
 type stampWorker struct {
 	river.WorkerDefaults[rawNoopArgs]
-	mu sync.Mutex
-	at map[int64]time.Time
+	mu      sync.Mutex
+	latency map[int64]time.Duration
 }
 
 func (w *stampWorker) Work(_ context.Context, job *river.Job[rawNoopArgs]) error {
-	now := time.Now()
+	latency := time.Since(job.CreatedAt)
 	w.mu.Lock()
-	w.at[job.ID] = now
+	w.latency[job.ID] = latency
 	w.mu.Unlock()
 	return nil
 }
 
-// since returns how long after from job id's Work was called.
-func (w *stampWorker) since(id int64, from time.Time) time.Duration {
+// latencyOf returns created → Work called of job id.
+func (w *stampWorker) latencyOf(id int64) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.at[id].Sub(from)
+	return w.latency[id]
 }
 
 // teeEvents calls fn on every event and passes it on.

@@ -24,10 +24,10 @@
 // checked (a chunk's and a part's commit, sent as one implicit transaction,
 // cannot check between statements, so their fenced statement raises
 // instead: queries.IsNotOwned). A run that finds no row has lost its
-// execution (the reaper took
-// its worker for dead, or a newer execution took over): it stops at once,
-// rolls back what it was writing, writes nothing more, logs one line, counts
-// buildrisk_ownership_lost_total and returns ErrOwnershipLost.
+// execution (the reaper took its worker for dead, or a newer execution took
+// over): it stops at once, rolls back what it was writing, writes nothing
+// more, logs one line, counts buildrisk_ownership_lost_total and returns
+// ErrOwnershipLost.
 //
 // The loss is found by a fenced write, by the lease check that runs every
 // Config.LeaseCheckInterval while a chunk is in flight, or by the process's
