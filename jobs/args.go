@@ -7,6 +7,9 @@ import (
 
 // RunArgs carries one job request to a worker. The job name alone is the
 // unique key, so River refuses a second active job of the same name.
+// RequestID is written by the fetch that hands the job to a worker (a
+// trigger on river_job, which also claims the request): the enqueue inserts
+// the River job in the round trip that reserves the request's id.
 type RunArgs struct {
 	Job       string `json:"job" river:"unique"`
 	RequestID int64  `json:"request_id"`

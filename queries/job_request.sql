@@ -28,6 +28,10 @@ FROM job_request_enqueue_state(@job::text);
 -- name: JobRequestGetByID :one
 SELECT * FROM job_request WHERE id = @id;
 
+-- name: JobRequestIDByRiverJob :one
+-- JobRequestIDByRiverJob returns the id of the request a River job carries.
+SELECT id FROM job_request WHERE river_job_id = @river_job_id ORDER BY id DESC LIMIT 1;
+
 -- name: JobRequestGetActiveByJob :one
 SELECT * FROM job_request WHERE job = @job AND status IN ('QUEUED', 'RUNNING');
 
@@ -40,10 +44,12 @@ ORDER BY id DESC
 LIMIT @max_rows;
 
 -- name: JobRequestClaim :one
--- JobRequestClaim moves a QUEUED request to RUNNING for one worker. It
--- returns no row when the request is no longer QUEUED.
+-- JobRequestClaim moves a QUEUED request to RUNNING for one worker, keeping
+-- the claimed_at of the River fetch that claimed it for that worker
+-- (migration 00084; a CLI run's own request has none: now). It returns no
+-- row when the request is no longer QUEUED.
 UPDATE job_request
-SET status = 'RUNNING', claimed_at = now(), worker_id = @worker_id
+SET status = 'RUNNING', claimed_at = coalesce(claimed_at, now()), worker_id = @worker_id
 WHERE id = @id AND status = 'QUEUED'
 RETURNING *;
 
@@ -75,8 +81,11 @@ GROUP BY job;
 -- JobRequestListStale returns the active requests held by a worker whose
 -- heartbeat is older than the stale window (or that never registered), with
 -- the worker's last heartbeat and its age, both by the database's clock.
--- Rows are locked, skipping ones another reaper
--- holds, so every worker may reap at once.
+-- A request its River job's fetch claimed is held by the fetching worker
+-- until the run starts, but not once its River job waits to be fetched
+-- again (its worker snoozed it): whoever fetches it next claims it. Rows
+-- are locked, skipping ones another reaper holds, so every worker may reap
+-- at once.
 SELECT r.id, r.job, r.status, r.worker_id, r.execution_id, r.river_job_id,
        w.heartbeat_at AS worker_heartbeat_at,
        coalesce(extract(epoch FROM now() - w.heartbeat_at), -1)::float8 AS heartbeat_age_seconds
@@ -86,6 +95,7 @@ WHERE r.status IN ('QUEUED', 'RUNNING')
   AND r.worker_id IS NOT NULL
   AND (sqlc.narg('job')::text IS NULL OR r.job = sqlc.narg('job'))
   AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => @stale_seconds::float8))
+  AND NOT radar_waits_for_fetch(r.status, r.river_job_id)
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED;
 
@@ -97,15 +107,16 @@ FROM job_request r
 WHERE r.status IN ('QUEUED', 'RUNNING')
   AND r.worker_id LIKE @slot_prefix::text
   AND r.worker_id <> @current_id::text
+  AND NOT radar_waits_for_fetch(r.status, r.river_job_id)
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED;
 
 -- name: JobRequestListOrphaned :many
 -- JobRequestListOrphaned returns QUEUED requests that nobody will run and
 -- that would block their job forever: their River job ended (or vanished)
--- without running them, or a worker fetched it and died before claiming the
--- request (River names the fetching client, which is our worker id, last in
--- attempted_by).
+-- without running them, or a worker fetched it and died before starting
+-- the run (River names the fetching client, which is our worker id, last in
+-- attempted_by; the stale reap usually finds it first, by the claim).
 SELECT r.id, r.job, r.river_job_id
 FROM job_request r
 LEFT JOIN river_job j ON j.id = r.river_job_id

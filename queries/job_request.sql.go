@@ -44,7 +44,7 @@ func (q *Queries) JobRequestActiveIDsByWorker(ctx context.Context, db DBTX) ([]*
 
 const jobRequestClaim = `-- name: JobRequestClaim :one
 UPDATE job_request
-SET status = 'RUNNING', claimed_at = now(), worker_id = $1
+SET status = 'RUNNING', claimed_at = coalesce(claimed_at, now()), worker_id = $1
 WHERE id = $2 AND status = 'QUEUED'
 RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause
 `
@@ -54,8 +54,10 @@ type JobRequestClaimParams struct {
 	ID       int64
 }
 
-// JobRequestClaim moves a QUEUED request to RUNNING for one worker. It
-// returns no row when the request is no longer QUEUED.
+// JobRequestClaim moves a QUEUED request to RUNNING for one worker, keeping
+// the claimed_at of the River fetch that claimed it for that worker
+// (migration 00084; a CLI run's own request has none: now). It returns no
+// row when the request is no longer QUEUED.
 func (q *Queries) JobRequestClaim(ctx context.Context, db DBTX, arg *JobRequestClaimParams) (*JobRequest, error) {
 	row := db.QueryRow(ctx, jobRequestClaim, arg.WorkerID, arg.ID)
 	var i JobRequest
@@ -213,6 +215,18 @@ func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*Jo
 		&i.ResumeCause,
 	)
 	return &i, err
+}
+
+const jobRequestIDByRiverJob = `-- name: JobRequestIDByRiverJob :one
+SELECT id FROM job_request WHERE river_job_id = $1 ORDER BY id DESC LIMIT 1
+`
+
+// JobRequestIDByRiverJob returns the id of the request a River job carries.
+func (q *Queries) JobRequestIDByRiverJob(ctx context.Context, db DBTX, riverJobID *int64) (int64, error) {
+	row := db.QueryRow(ctx, jobRequestIDByRiverJob, riverJobID)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
 }
 
 const jobRequestInsert = `-- name: JobRequestInsert :one
@@ -374,9 +388,9 @@ type JobRequestListOrphanedRow struct {
 
 // JobRequestListOrphaned returns QUEUED requests that nobody will run and
 // that would block their job forever: their River job ended (or vanished)
-// without running them, or a worker fetched it and died before claiming the
-// request (River names the fetching client, which is our worker id, last in
-// attempted_by).
+// without running them, or a worker fetched it and died before starting
+// the run (River names the fetching client, which is our worker id, last in
+// attempted_by; the stale reap usually finds it first, by the claim).
 func (q *Queries) JobRequestListOrphaned(ctx context.Context, db DBTX, arg *JobRequestListOrphanedParams) ([]*JobRequestListOrphanedRow, error) {
 	rows, err := db.Query(ctx, jobRequestListOrphaned, arg.Job, arg.StaleSeconds)
 	if err != nil {
@@ -403,6 +417,7 @@ FROM job_request r
 WHERE r.status IN ('QUEUED', 'RUNNING')
   AND r.worker_id LIKE $1::text
   AND r.worker_id <> $2::text
+  AND NOT radar_waits_for_fetch(r.status, r.river_job_id)
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED
 `
@@ -550,6 +565,7 @@ WHERE r.status IN ('QUEUED', 'RUNNING')
   AND r.worker_id IS NOT NULL
   AND ($1::text IS NULL OR r.job = $1)
   AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => $2::float8))
+  AND NOT radar_waits_for_fetch(r.status, r.river_job_id)
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED
 `
@@ -573,8 +589,11 @@ type JobRequestListStaleRow struct {
 // JobRequestListStale returns the active requests held by a worker whose
 // heartbeat is older than the stale window (or that never registered), with
 // the worker's last heartbeat and its age, both by the database's clock.
-// Rows are locked, skipping ones another reaper
-// holds, so every worker may reap at once.
+// A request its River job's fetch claimed is held by the fetching worker
+// until the run starts, but not once its River job waits to be fetched
+// again (its worker snoozed it): whoever fetches it next claims it. Rows
+// are locked, skipping ones another reaper holds, so every worker may reap
+// at once.
 func (q *Queries) JobRequestListStale(ctx context.Context, db DBTX, arg *JobRequestListStaleParams) ([]*JobRequestListStaleRow, error) {
 	rows, err := db.Query(ctx, jobRequestListStale, arg.Job, arg.StaleSeconds)
 	if err != nil {

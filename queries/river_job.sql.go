@@ -37,27 +37,6 @@ func (q *Queries) RiverJobGetState(ctx context.Context, db DBTX, id int64) (Rive
 	return state, err
 }
 
-const riverJobSetRequestID = `-- name: RiverJobSetRequestID :exec
-UPDATE river_job
-SET args = jsonb_set(args, '{request_id}', to_jsonb($1::bigint))
-WHERE id = $2
-`
-
-type RiverJobSetRequestIDParams struct {
-	RequestID int64
-	ID        int64
-}
-
-// RiverJobSetRequestID writes the request id into a River job's args in the
-// transaction that inserted both: the enqueue sends River's INSERT in its
-// first round trip, before the request id it reserves there is known, and
-// sets it with the COMMIT. Workers only ever see the committed args. The id
-// is no part of the job's unique key (RunArgs is unique by job name).
-func (q *Queries) RiverJobSetRequestID(ctx context.Context, db DBTX, arg *RiverJobSetRequestIDParams) error {
-	_, err := db.Exec(ctx, riverJobSetRequestID, arg.RequestID, arg.ID)
-	return err
-}
-
 const riverJobWithdraw = `-- name: RiverJobWithdraw :exec
 DELETE FROM river_job WHERE id = $1
 `

@@ -376,25 +376,27 @@ func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) Write(p []byte) (int, error) { return r.body.Write(p) }
 func (r *recorder) WriteHeader(status int)      { r.status = status }
 
-// A worker that died after River handed it the job but before it claimed
-// the request leaves a QUEUED request behind a running River job; a River
-// job that ended without running leaves one too. Neither blocks the job.
+// A worker that died after River handed it the job but before it started
+// the run leaves a request its fetch claimed behind a running River job; a
+// River job that ended without running leaves a QUEUED request. Neither
+// blocks the job, and each message says what happened.
 func TestRegistry_OrphanedQueuedRequests(t *testing.T) {
 	t.Parallel()
 	s := newTestSystem(t, nil)
 	body := aptTradeBody([]string{"11110"}, "2025-01", "2025-01")
-	for _, orphaning := range []string{
-		`UPDATE river_job SET state = 'running', attempted_at = now(), attempted_by = '{9@dead-host#b00t}'`,
-		`UPDATE river_job SET state = 'discarded', finalized_at = now()`,
+	for _, orphaning := range []struct{ statement, message string }{
+		{`UPDATE river_job SET state = 'running', attempted_at = now(), attempted_by = '{9@dead-host#b00t}'`,
+			"worker 9@dead-host#b00t stopped heartbeating (last heartbeat never) before it started the run"},
+		{`UPDATE river_job SET state = 'discarded', finalized_at = now()`, "no worker will run it"},
 	} {
 		first := s.requestAptTrade(body)
-		_, err := s.pool.Exec(context.Background(), orphaning+` WHERE id = (SELECT river_job_id FROM job_request WHERE id = $1)`, first)
+		_, err := s.pool.Exec(context.Background(), orphaning.statement+` WHERE id = (SELECT river_job_id FROM job_request WHERE id = $1)`, first)
 		require.NoError(t, err)
 		second := s.requestAptTrade(body) // 202: the cleanup under the lock freed the job
 		require.NotEqual(t, first, second)
 		_, old := s.get("/v1/requests/" + first)
 		require.Equal(t, "FAILED", old["status"])
-		require.Contains(t, old["message"], "no worker will run it")
+		require.Contains(t, old["message"], orphaning.message)
 		_, err = s.pool.Exec(context.Background(), `UPDATE job_request SET status = 'DONE' WHERE id = $1`, second)
 		require.NoError(t, err)
 		_, err = s.pool.Exec(context.Background(), `UPDATE river_job SET state = 'completed', finalized_at = now()
@@ -402,6 +404,8 @@ func TestRegistry_OrphanedQueuedRequests(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, 0, s.count(`SELECT count(*) FROM river_job WHERE state = 'running'`))
-	require.Equal(t, float64(2), s.metric("buildrisk_requests_failed_total", map[string]string{"job": "aptTrade", "reason": "orphaned"}),
-		"each orphaned request failed is counted")
+	require.Equal(t, float64(1), s.metric("buildrisk_requests_failed_total", map[string]string{"job": "aptTrade", "reason": "orphaned"}),
+		"the orphaned request failed is counted")
+	require.Equal(t, float64(1), s.metric("buildrisk_worker_stale_heartbeats_total", nil),
+		"the dead worker's claim is counted as a stale worker's")
 }

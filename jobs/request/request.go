@@ -184,10 +184,11 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 
 	// Two round trips from BEGIN to COMMIT: BEGIN with the job's lock, its
 	// state and River's INSERT (of a job whose args do not hold the request
-	// id yet: it is reserved by the state read in the same round trip), then
-	// River's NOTIFY, the request id into the River job's args and the
-	// request row with the COMMIT. created_at is the BEGIN's time, so each
-	// round trip saved here is pickup latency saved.
+	// id: it is reserved by the state read in the same round trip; River's
+	// fetch writes it into the args it hands the worker, migration 00084),
+	// then River's NOTIFY and the request row, linked to the River job, with
+	// the COMMIT. created_at is the BEGIN's time, so each round trip saved
+	// here is pickup latency saved.
 	var result *EnqueueResult
 	var state *queries.JobRequestEnqueueStateRow
 	err = queries.InTxPipelined(ctx, e.pool, func(b *pgx.Batch) {
@@ -211,11 +212,6 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 		res, insert, err := e.decide(ctx, tx, p, params, state, early)
 		if err != nil {
 			return err
-		}
-		if early != nil && insert.RiverJobID != nil && *insert.RiverJobID == early.Job.ID {
-			queries.Queue(tx.Last, func(db queries.DBTX) {
-				_ = e.queries.RiverJobSetRequestID(ctx, db, &queries.RiverJobSetRequestIDParams{ID: early.Job.ID, RequestID: insert.ID})
-			})
 		}
 		queries.QueueRow(tx.Last, func(db queries.DBTX) error {
 			res.Request, err = e.queries.JobRequestInsert(ctx, db, insert)
@@ -287,7 +283,7 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 // so without one it has nothing to do), the duplicate check, the restart
 // rule, and the River job, which carries the reserved request id. early is
 // a River job the caller inserted already, under the lock but before the
-// state was known, whose args still lack the request id (the caller sets
+// state was known, whose args lack the request id (River's fetch writes
 // it); decide uses it unless the cleanup has to run, which must not see it.
 // It returns the result without its Request and the row to insert, which
 // the caller writes (alone, or queued with the COMMIT).
@@ -340,7 +336,11 @@ func (e *Enqueuer) decide(ctx context.Context, tx pgx.Tx, p *EnqueueParams, para
 		if res.UniqueSkippedAsDuplicate {
 			// River holds an active job for this name that no active request
 			// owns: refuse, pointing at the request that job carries.
-			return nil, nil, &DuplicateError{Job: p.Job, ActiveRequestID: riverRequestID(res.Job.EncodedArgs)}
+			dup := &DuplicateError{Job: p.Job}
+			if id, err := e.queries.JobRequestIDByRiverJob(ctx, tx, &res.Job.ID); err == nil {
+				dup.ActiveRequestID = id
+			}
+			return nil, nil, dup
 		}
 		riverJobID = &res.Job.ID
 	}

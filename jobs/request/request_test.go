@@ -2,7 +2,6 @@ package request_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -41,8 +40,7 @@ func newStockPriceEnqueuer(t *testing.T, cleanup request.CleanupFunc) (*pgxpool.
 // request (the cleanup finalizes only active requests, so without one it
 // has nothing to do and would cost round trips on every enqueue), and reads
 // the job's state again after a cleanup, so a request the cleanup freed no
-// longer blocks the new one. The request's River job carries the request's
-// id and the request row its River job's.
+// longer blocks the new one. The request row carries its River job's id.
 func TestEnqueue_CleanupOnlyWithAnActiveRequest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -69,11 +67,9 @@ func TestEnqueue_CleanupOnlyWithAnActiveRequest(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0, cleanups, "no active request: nothing to clean up")
 	require.NotNil(t, first.Request.RiverJobID)
-	var args jobs.RunArgs
-	var encoded []byte
-	require.NoError(t, pool.QueryRow(ctx, `SELECT args FROM river_job WHERE id = $1`, *first.Request.RiverJobID).Scan(&encoded))
-	require.NoError(t, json.Unmarshal(encoded, &args))
-	require.Equal(t, first.Request.ID, args.RequestID, "the River job carries its request's id")
+	var linked int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM job_request WHERE river_job_id = $1`, *first.Request.RiverJobID).Scan(&linked))
+	require.Equal(t, first.Request.ID, linked, "the request row carries its River job's id")
 
 	_, err = enqueue()
 	var dup *request.DuplicateError
@@ -172,13 +168,13 @@ func TestEnqueue_RoundTrips(t *testing.T) {
 	require.Contains(t, trips[0], "INSERT INTO river_job", "River's INSERT")
 	require.Less(t, strings.Index(trips[0], "pg_advisory_xact_lock"), strings.Index(trips[0], "INSERT INTO river_job"), "River's INSERT runs under the job's lock")
 	require.Contains(t, trips[1], "pg_notify", "River's NOTIFY travels with the COMMIT")
-	require.Contains(t, trips[1], "RiverJobSetRequestID", "the River job's args get the request id before the COMMIT")
+	require.NotContains(t, strings.Join(trips, " "), "UPDATE river_job", "the River job is written once (its fetch writes the request id into its args)")
 	require.Contains(t, trips[1], "-- name: JobRequestInsert", "the request row travels with the COMMIT: %q", trips[1])
 	require.True(t, strings.HasSuffix(trips[1], "; commit"), "the request row travels with the COMMIT: %q", trips[1])
 
 	var args jobs.RunArgs
 	require.NoError(t, pool.QueryRow(ctx, `SELECT args FROM river_job WHERE id = $1`, *res.Request.RiverJobID).Scan(&args))
-	require.Equal(t, jobs.RunArgs{Job: "stockPrice", RequestID: res.Request.ID}, args, "the worker reads the request id from the committed args")
+	require.Equal(t, jobs.RunArgs{Job: "stockPrice"}, args, "the args get the request id at the fetch")
 	var status string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM job_request WHERE id = $1 AND river_job_id = $2`, res.Request.ID, *res.Request.RiverJobID).Scan(&status))
 	require.Equal(t, request.StatusQueued, status, "committed, linked to its River job")

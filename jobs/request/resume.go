@@ -2,11 +2,9 @@ package request
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queries"
 )
 
@@ -66,11 +64,4 @@ func resumes(lastStatus, lastParamsHash string, lastConfirmPurge bool, paramsHas
 	default:
 		return false
 	}
-}
-
-// riverRequestID reads the request id out of a River job's encoded args.
-func riverRequestID(encoded []byte) int64 {
-	var args jobs.RunArgs
-	_ = json.Unmarshal(encoded, &args)
-	return args.RequestID
 }

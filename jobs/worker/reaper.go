@@ -81,6 +81,10 @@ func (r *Reaper) ReapTx(ctx context.Context, tx pgx.Tx, job string) (int, error)
 			last = fmt.Sprintf("%s (%s ago)", s.WorkerHeartbeatAt.UTC().Format(time.RFC3339), age.Round(time.Second))
 		}
 		msg := fmt.Sprintf("worker %s stopped heartbeating (last heartbeat %s); execution abandoned; a new request resumes from the last commit", deref(s.WorkerID), last)
+		if s.ExecutionID == nil {
+			// Claimed (at its River job's fetch) but never started.
+			msg = fmt.Sprintf("worker %s stopped heartbeating (last heartbeat %s) before it started the run; nothing ran; request again", deref(s.WorkerID), last)
+		}
 		ok, err := request.Abandon(ctx, tx, s.ID, s.ExecutionID, s.RiverJobID, msg)
 		if err != nil {
 			return reaped, err
