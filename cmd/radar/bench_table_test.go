@@ -49,7 +49,7 @@ type benchScale struct {
 	reps         int
 	creditN      int           // creditEval targets per fan-out run
 	latency      time.Duration // provider latency of the fan-out rows
-	pickups      int           // pickup samples per repetition and mode
+	pickups      int           // pickup samples per repetition and mode (a p99 needs a few hundred)
 	chunkRegions int           // aptTrade regions (× 12 months) per per-chunk run
 	chunkReps    int           // repetitions of the per-chunk row (cheap, noisy: more than reps)
 	jobsGets     int           // GET /v1/jobs per measurement
@@ -63,7 +63,7 @@ type benchScale struct {
 
 func benchScaleFor(mode string) benchScale {
 	if mode == "full" {
-		return benchScale{mode: mode, reps: 3, creditN: 4000, latency: 20 * time.Millisecond, pickups: 40,
+		return benchScale{mode: mode, reps: 3, creditN: 4000, latency: 20 * time.Millisecond, pickups: 200,
 			chunkRegions: 20, chunkReps: 7, jobsGets: 300, jobsBig: 100_000, importSmall: 10_000, importBig: 200_000,
 			workerSmall: 10_000, workerBig: 200_000, scaleChunks: 20}
 	}
