@@ -67,9 +67,9 @@ type RequestView struct {
 	ResumesExecutionID *string         `json:"resumesExecutionId"`
 	ResumeCause        string          `json:"resumeCause,omitempty" enum:"drain,reap,database" doc:"for source resume: what stopped the run it resumes"`
 	CreatedAt          time.Time       `json:"createdAt"`
-	ClaimedAt          *time.Time      `json:"claimedAt"`
+	ClaimedAt          *time.Time      `json:"claimedAt" doc:"when a worker took the request: the database's time of the fetch that handed it to that worker; the status turns RUNNING a moment later, when the run starts"`
 	FinishedAt         *time.Time      `json:"finishedAt"`
-	WorkerID           *string         `json:"workerId"`
+	WorkerID           *string         `json:"workerId" doc:"the worker that took the request (set at claimedAt)"`
 	Message            string          `json:"message"`
 	DueAt              *time.Time      `json:"dueAt" doc:"the due time of the schedule this request was made for; null unless source is schedule"`
 	Execution          *ExecutionView  `json:"execution"`
