@@ -458,8 +458,8 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 
 	workers := river.NewWorkers()
 	// rawStarted records, for each job, created → raw River's worker being
-	// handed it: the moment that compares with the service's claim, which
-	// its worker runs once River has handed it the job.
+	// handed it: the moment that compares with the service's run start,
+	// which its worker begins once River has handed it the job.
 	rawStarted := &stampWorker{latency: map[int64]time.Duration{}}
 	river.AddWorker(workers, river.Worker[rawNoopArgs](rawStarted))
 	raw, err := river.NewClient(riverpgxv5.New(openWorkerPool()), &river.Config{
@@ -488,8 +488,9 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		}
 	}))
 
-	// serviceLatency returns each request's created → claimed and, from
-	// calls (the client's clock when Enqueue was called), call → claimed.
+	// serviceLatency returns each request's created → claimed, from calls
+	// (the client's clock when Enqueue was called) call → claimed, and
+	// created → run started (its execution created).
 	serviceLatency := func(ids []int64, calls map[int64]time.Time) (out, fromCall, toStart []float64) {
 		for _, id := range ids {
 			var created, claimed, riverCreated, attempted, started time.Time
@@ -505,9 +506,10 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		}
 		return out, fromCall, toStart
 	}
-	// A sample holds created → claimed (each side's own clocks) and call →
+	// A sample holds created → claimed (each side's own clocks), call →
 	// claimed (the same clock for both: the client's just before it calls
-	// Enqueue or Insert, so both include their BEGIN).
+	// Enqueue or Insert, so both include their BEGIN) and created → run
+	// started (raw River: its Work called).
 	type sample struct{ service, raw, serviceCall, rawCall, serviceStarted, rawStarted []float64 }
 	// measure interleaves the two sides (a service request, gap/2, a raw
 	// River job, gap/2, ...), so that both meet the same load on a shared

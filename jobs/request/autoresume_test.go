@@ -31,14 +31,23 @@ type resumeBundle struct {
 
 func newResumeBundle(t *testing.T, policy request.ResumePolicy) *resumeBundle {
 	t.Helper()
+	return newStockPriceBundle(t, request.Config{Resume: policy})
+}
+
+// newStockPriceBundle returns a database and an enqueuer of the one job
+// stockPrice, with a River client, configured by cfg (its Catalog and
+// Instruments are set here).
+func newStockPriceBundle(t *testing.T, cfg request.Config) *resumeBundle {
+	t.Helper()
 	pool := pgtest.NewPool(t)
 	providers, _ := observability.NewTestProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	catalog := jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"})
-	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{Catalog: catalog, Instruments: instruments, Resume: policy})
+	cfg.Catalog = jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"})
+	cfg.Instruments = instruments
+	enqueuer, err := request.NewEnqueuer(pool, riverClient, cfg)
 	require.NoError(t, err)
 	return &resumeBundle{pool: pool, enqueuer: enqueuer, providers: providers, instruments: instruments}
 }

@@ -201,8 +201,8 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 			// takes this job along.
 			tx.DeferExecs = true
 			var err error
-			if early, err = e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job}, p.insertOpts()); err != nil {
-				return fmt.Errorf("error inserting river job: %w", err)
+			if early, err = e.insertRun(ctx, tx, p, 0); err != nil {
+				return err
 			}
 			tx.DeferExecs = false
 		}
@@ -329,8 +329,8 @@ func (e *Enqueuer) decide(ctx context.Context, tx pgx.Tx, p *EnqueueParams, para
 		res := early
 		if res == nil {
 			var err error
-			if res, err = e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job, RequestID: state.NextRequestID}, p.insertOpts()); err != nil {
-				return nil, nil, fmt.Errorf("error inserting river job: %w", err)
+			if res, err = e.insertRun(ctx, tx, p, state.NextRequestID); err != nil {
+				return nil, nil, err
 			}
 		}
 		if res.UniqueSkippedAsDuplicate {
@@ -360,6 +360,17 @@ func (e *Enqueuer) decide(ctx context.Context, tx pgx.Tx, p *EnqueueParams, para
 		RiverJobID:         riverJobID,
 	}
 	return &EnqueueResult{EstimatedCalls: params.EstimatedCalls, ResumesExecutionID: resumesID}, insert, nil
+}
+
+// insertRun inserts the River job that runs p's request in tx. requestID
+// is 0 when the id is not known yet: River's fetch writes it into the args
+// it hands the worker either way (migration 00084).
+func (e *Enqueuer) insertRun(ctx context.Context, tx pgx.Tx, p *EnqueueParams, requestID int64) (*rivertype.JobInsertResult, error) {
+	res, err := e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job, RequestID: requestID}, p.insertOpts())
+	if err != nil {
+		return nil, fmt.Errorf("error inserting river job: %w", err)
+	}
+	return res, nil
 }
 
 func workerIDOrNil(id string) *string {

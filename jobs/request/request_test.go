@@ -21,19 +21,8 @@ import (
 // stockPrice, with a River client and cleanup.
 func newStockPriceEnqueuer(t *testing.T, cleanup request.CleanupFunc) (*pgxpool.Pool, *request.Enqueuer) {
 	t.Helper()
-	pool := pgtest.NewPool(t)
-	providers, _ := observability.NewTestProviders()
-	instruments, err := observability.NewInstruments(providers.Meter)
-	require.NoError(t, err)
-	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-	require.NoError(t, err)
-	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
-		Catalog:     jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"}),
-		Instruments: instruments,
-		Cleanup:     cleanup,
-	})
-	require.NoError(t, err)
-	return pool, enqueuer
+	b := newStockPriceBundle(t, request.Config{Cleanup: cleanup})
+	return b.pool, b.enqueuer
 }
 
 // The enqueue runs the stale cleanup only when the job has an active
@@ -122,9 +111,9 @@ func TestEnqueue_CleanupSeesNoRiverJobOfTheNewRequest(t *testing.T) {
 
 // An enqueue is two round trips, from its BEGIN (created_at) to its COMMIT:
 // the BEGIN with the job's lock, its state (read by a function, whose plan
-// the server keeps) and River's INSERT, then River's NOTIFY, the request id
-// into the River job's args and the request row with the COMMIT. Each one is
-// pickup latency, so they are pinned here.
+// the server keeps) and River's INSERT, then River's NOTIFY and the request
+// row with the COMMIT (River's fetch writes the request id into the job's
+// args). Each one is pickup latency, so they are pinned here.
 func TestEnqueue_RoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
