@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
@@ -31,6 +32,16 @@ func (w *heldWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 	return nil
 }
 
+// enqueueStockPrice enqueues one stockPrice request on a database of its
+// own and returns the database and the request.
+func enqueueStockPrice(t *testing.T) (*pgxpool.Pool, *request.EnqueueResult) {
+	t.Helper()
+	pool, enqueuer := newStockPriceEnqueuer(t, nil)
+	res, err := enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
+	require.NoError(t, err)
+	return pool, res
+}
+
 // River's fetch claims the request in the same statement: the request is
 // the fetching worker's, claimed at the fetch's time, before the worker has
 // run a statement of its own (it stays QUEUED until the worker starts the
@@ -39,9 +50,7 @@ func (w *heldWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 func TestFetch_ClaimsTheRequest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, enqueuer := newStockPriceEnqueuer(t, nil)
-	res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
-	require.NoError(t, err)
+	pool, res := enqueueStockPrice(t)
 
 	held := &heldWorker{fetched: make(chan int64, 1), release: make(chan struct{})}
 	workers := river.NewWorkers()
@@ -81,9 +90,7 @@ func TestFetch_ClaimsTheRequest(t *testing.T) {
 func TestFetch_SnoozedClaimWaitsForTheNextFetch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, enqueuer := newStockPriceEnqueuer(t, nil)
-	res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
-	require.NoError(t, err)
+	pool, res := enqueueStockPrice(t)
 	riverJobID := *res.Request.RiverJobID
 	q := queries.New()
 
@@ -121,7 +128,7 @@ func TestFetch_SnoozedClaimWaitsForTheNextFetch(t *testing.T) {
 	require.True(t, previousBoot, "a restarted slot's claim is reaped")
 
 	// Snoozed: River holds the job again; nobody holds the request.
-	_, err = pool.Exec(ctx, `UPDATE river_job SET state = 'scheduled', scheduled_at = now() + interval '1 minute' WHERE id = $1`, riverJobID)
+	_, err := pool.Exec(ctx, `UPDATE river_job SET state = 'scheduled', scheduled_at = now() + interval '1 minute' WHERE id = $1`, riverJobID)
 	require.NoError(t, err)
 	stale, orphaned, previousBoot := listed()
 	require.False(t, stale, "a snoozed claim is left for the next fetch")
