@@ -113,12 +113,7 @@ func inTxPipelinedOnce(ctx context.Context, pool *pgxpool.Pool, first func(b *pg
 		return err
 	}
 	last := &pgx.Batch{QueuedQueries: append(tx.deferred, tx.Last.QueuedQueries...)}
-	last.Queue("commit").Exec(func(tag pgconn.CommandTag) error {
-		if tag.String() == "ROLLBACK" {
-			return pgx.ErrTxCommitRollback // the transaction had failed already
-		}
-		return nil
-	})
+	queueCommit(last)
 	if err := conn.Conn().SendBatch(ctx, last).Close(); err != nil {
 		if conn.Conn().PgConn().TxStatus() != 'I' {
 			// A statement before the COMMIT failed: the COMMIT was skipped.
@@ -129,6 +124,62 @@ func inTxPipelinedOnce(ctx context.Context, pool *pgxpool.Pool, first func(b *pg
 	return nil
 }
 
+// InOneTrip runs a READ COMMITTED transaction in one round trip: its BEGIN
+// travels with the statements lead queues (and, under WithTxSettings, the
+// SET LOCAL of the timeouts), the first statement fn runs on tx (River's
+// INSERT, which needs a pgx.Tx), the statements trail queues and the
+// COMMIT, all sent together when fn runs that first statement (or when fn
+// returns without one). Nothing can be decided between the statements, so
+// a condition that must undo the transaction has to fail inside the server:
+// the first statement that raises rolls everything back, and InOneTrip
+// returns that error (its callers then take a slower path that decides in
+// the client).
+//
+// fn sees its first statement's own result; the trail's results are read,
+// with their QueuedQuery callbacks, when that result is closed. Statements
+// fn runs after the first are sent once the transaction has committed, each
+// in an implicit transaction of its own (River's NOTIFY of the insert,
+// which the server then delivers at once). After a rollback an Exec is not
+// sent and answers with no error (there is nothing to announce), and a
+// Query answers with the transaction's error: nothing may run outside the
+// transaction as if it had committed. So fn's own view of success is not
+// the transaction's: InOneTrip returns the transaction's first error, and
+// does not retry. The trail has to check that the first statement was the
+// one it follows (the enqueue's checks that River's INSERT wrote a job).
+func InOneTrip(ctx context.Context, pool *pgxpool.Pool, lead, trail func(b *pgx.Batch), fn func(tx pgx.Tx) error) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("error acquiring a connection: %w", err)
+	}
+	// Release destroys the connection unless it is idle outside a
+	// transaction (see inTxPipelinedOnce).
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if params, ok := txSettings(ctx); ok {
+		Queue(b, func(db DBTX) { _ = New().TxSettingsSetLocal(ctx, db, params) })
+	}
+	lead(b)
+	tx := &PipelinedTx{conn: conn.Conn(), lead: b, trail: &pgx.Batch{}}
+	trail(tx.trail)
+	fnErr := fn(tx)
+	if err := tx.Flush(ctx); err != nil {
+		return err
+	}
+	return fnErr
+}
+
+// queueCommit queues the COMMIT that ends a pipelined transaction; it fails
+// with pgx.ErrTxCommitRollback when the server answers that it rolled back.
+func queueCommit(b *pgx.Batch) {
+	b.Queue("commit").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() == "ROLLBACK" {
+			return pgx.ErrTxCommitRollback // the transaction had failed already
+		}
+		return nil
+	})
+}
+
 // PipelinedTx is the transaction InTxPipelined hands to its fn: a pgx.Tx
 // whose first statement travels with the BEGIN and the statements queued
 // ahead of it, and whose later Execs can be deferred to the COMMIT.
@@ -137,6 +188,12 @@ type PipelinedTx struct {
 	lead *pgx.Batch // BEGIN and the statements queued ahead; nil once sent
 	tx   pgx.Tx     // the transaction once lead was sent
 	err  error      // the error of the lead's round trip
+
+	// trail, under InOneTrip, holds the statements that follow the first
+	// one, before the COMMIT that travels with them; ended is set once
+	// their results were read (the transaction is over, err its failure).
+	trail *pgx.Batch
+	ended bool
 
 	// Last holds the statements that end the transaction; they travel with
 	// the COMMIT.
@@ -159,8 +216,26 @@ func (t *PipelinedTx) Flush(ctx context.Context) error {
 	}
 	if br := t.sendWith(ctx, "", nil); br != nil {
 		t.err = br.Close()
+		t.endWith(ctx, t.err)
 	}
 	return t.err
+}
+
+// endWith records how the batch that carried the statements ended (its
+// results closed with err). Under InOneTrip that ends the transaction: a
+// failure before the COMMIT leaves it aborted on the connection, and it is
+// rolled back here.
+func (t *PipelinedTx) endWith(ctx context.Context, err error) {
+	if t.trail == nil {
+		return // InTxPipelined: the error goes to the statement that carried the batch
+	}
+	if err != nil && t.err == nil {
+		t.err = err
+	}
+	t.ended = true
+	if t.conn.PgConn().TxStatus() != 'I' {
+		t.rollback(ctx)
+	}
 }
 
 // sendWith sends the lead batch, with the statement sql appended unless it
@@ -174,6 +249,10 @@ func (t *PipelinedTx) sendWith(ctx context.Context, sql string, args []any) pgx.
 	if sql != "" {
 		b.Queue(sql, args...)
 	}
+	if t.trail != nil {
+		b.QueuedQueries = append(b.QueuedQueries, t.trail.QueuedQueries...)
+		queueCommit(b)
+	}
 	br := t.conn.SendBatch(ctx, b)
 	t.tx = br.Tx()
 	for _, qq := range b.QueuedQueries[:ahead] {
@@ -186,6 +265,7 @@ func (t *PipelinedTx) sendWith(ctx context.Context, sql string, args []any) pgx.
 		if err != nil {
 			t.err = err
 			_ = br.Close()
+			t.endWith(ctx, err)
 			return nil
 		}
 	}
@@ -205,6 +285,15 @@ func (t *PipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.R
 		if t.err != nil {
 			return nil, t.err
 		}
+		if t.trail != nil {
+			if !t.ended {
+				return nil, errOneTripOpen
+			}
+			if t.err != nil {
+				return nil, t.err // rolled back: nothing may run as if it had not
+			}
+			return t.conn.Query(ctx, sql, args...)
+		}
 		return t.tx.Query(ctx, sql, args...)
 	}
 	br := t.sendWith(ctx, sql, args)
@@ -216,7 +305,7 @@ func (t *PipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.R
 		_ = br.Close()
 		return nil, err
 	}
-	return &batchRows{Rows: rows, br: br}, nil
+	return &batchRows{Rows: rows, br: br, tx: t, ctx: ctx}, nil
 }
 
 // QueryRow implements pgx.Tx.
@@ -235,7 +324,17 @@ func (t *PipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn
 			return pgconn.CommandTag{}, t.err
 		}
 		tag, err := br.Exec()
-		return tag, errors.Join(err, br.Close())
+		closeErr := br.Close()
+		t.endWith(ctx, closeErr)
+		return tag, errors.Join(err, closeErr)
+	case t.trail != nil:
+		if !t.ended {
+			return pgconn.CommandTag{}, errOneTripOpen
+		}
+		if t.err != nil {
+			return pgconn.CommandTag{}, nil // rolled back: nothing to announce; InOneTrip reports the failure
+		}
+		return t.conn.Exec(ctx, sql, args...)
 	case t.err != nil:
 		return pgconn.CommandTag{}, t.err
 	case t.DeferExecs:
@@ -283,6 +382,10 @@ func (t *PipelinedTx) LargeObjects() pgx.LargeObjects {
 	return t.tx.LargeObjects()
 }
 
+// errOneTripOpen refuses a statement while the first statement's rows of an
+// InOneTrip transaction are still open.
+var errOneTripOpen = errors.New("queries: close the first statement's rows before running another")
+
 // errEndsWithFn is what Commit and Rollback answer: the transaction of
 // InTxPipelined ends with its fn.
 var errEndsWithFn = errors.New("queries: an InTxPipelined transaction commits when its fn returns nil and rolls back when it returns an error")
@@ -301,6 +404,8 @@ func (t *PipelinedTx) Conn() *pgx.Conn { return t.conn }
 type batchRows struct {
 	pgx.Rows
 	br       pgx.BatchResults
+	tx       *PipelinedTx
+	ctx      context.Context
 	closeErr error
 }
 
@@ -309,6 +414,7 @@ func (r *batchRows) Close() {
 	if r.br != nil {
 		r.closeErr = r.br.Close()
 		r.br = nil
+		r.tx.endWith(r.ctx, r.closeErr)
 	}
 }
 

@@ -6,6 +6,18 @@ INSERT INTO job_request (id, job, params, params_hash, max_calls, confirm_purge,
 VALUES (@id, @job, @params, @params_hash, sqlc.narg('max_calls'), @confirm_purge, @source, @requested_by, @estimated_calls, sqlc.narg('resumes_execution_id'), sqlc.narg('worker_id'), sqlc.narg('due_at'), sqlc.narg('river_job_id'))
 RETURNING *;
 
+-- name: JobRequestInsertDecided :one
+-- JobRequestInsertDecided writes a request the server decides on, for the
+-- enqueue's one-round-trip path (migration 00085): it follows River's
+-- INSERT of the request's job in the same batch, under the job's lock, and
+-- links the job that INSERT wrote (raising BR002 when it wrote none); the
+-- restart rule picks the execution it resumes; the partial unique index on
+-- active requests refuses it when the job has one.
+INSERT INTO job_request (job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id)
+VALUES (@job, @params, @params_hash, sqlc.narg('max_calls'), @confirm_purge, @source, @requested_by, @estimated_calls,
+        job_request_resumes(@job, @params_hash, @confirm_purge), sqlc.narg('worker_id'), sqlc.narg('due_at'), radar_inserted_river_job())
+RETURNING *;
+
 -- name: JobRequestEnqueueState :one
 -- JobRequestEnqueueState reads what an enqueue decides on, under the job's
 -- advisory lock: the job's active request (0: none), the newest execution

@@ -296,6 +296,71 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 	return &i, err
 }
 
+const jobRequestInsertDecided = `-- name: JobRequestInsertDecided :one
+INSERT INTO job_request (job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+        job_request_resumes($1, $3, $5), $9, $10, radar_inserted_river_job())
+RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause
+`
+
+type JobRequestInsertDecidedParams struct {
+	Job            string
+	Params         []byte
+	ParamsHash     string
+	MaxCalls       *int32
+	ConfirmPurge   bool
+	Source         string
+	RequestedBy    string
+	EstimatedCalls int32
+	WorkerID       *string
+	DueAt          *time.Time
+}
+
+// JobRequestInsertDecided writes a request the server decides on, for the
+// enqueue's one-round-trip path (migration 00085): it follows River's
+// INSERT of the request's job in the same batch, under the job's lock, and
+// links the job that INSERT wrote (raising BR002 when it wrote none); the
+// restart rule picks the execution it resumes; the partial unique index on
+// active requests refuses it when the job has one.
+func (q *Queries) JobRequestInsertDecided(ctx context.Context, db DBTX, arg *JobRequestInsertDecidedParams) (*JobRequest, error) {
+	row := db.QueryRow(ctx, jobRequestInsertDecided,
+		arg.Job,
+		arg.Params,
+		arg.ParamsHash,
+		arg.MaxCalls,
+		arg.ConfirmPurge,
+		arg.Source,
+		arg.RequestedBy,
+		arg.EstimatedCalls,
+		arg.WorkerID,
+		arg.DueAt,
+	)
+	var i JobRequest
+	err := row.Scan(
+		&i.ID,
+		&i.Job,
+		&i.Params,
+		&i.ParamsHash,
+		&i.MaxCalls,
+		&i.ConfirmPurge,
+		&i.Source,
+		&i.RequestedBy,
+		&i.Status,
+		&i.EstimatedCalls,
+		&i.ResumesExecutionID,
+		&i.RiverJobID,
+		&i.ExecutionID,
+		&i.WorkerID,
+		&i.Message,
+		&i.CreatedAt,
+		&i.ClaimedAt,
+		&i.FinishedAt,
+		&i.DueAt,
+		&i.ResumeCause,
+	)
+	return &i, err
+}
+
 const jobRequestList = `-- name: JobRequestList :many
 SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause FROM job_request
 WHERE ($1::text IS NULL OR job = $1)

@@ -68,6 +68,22 @@ type Beginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
+// NotInsertedCode is the SQLSTATE radar_inserted_river_job raises when
+// the River INSERT of the transaction wrote no job (migration 00085).
+const NotInsertedCode = "BR002"
+
+// IsUndecided reports whether err is a refusal of a statement that let the
+// server decide (an enqueue in one round trip): a unique violation, River
+// skipping its insert as a duplicate (NotInsertedCode), River's INSERT not
+// being the statement the trail followed (55000: currval of its sequence is
+// not defined in the session, as on a River client's first insert, which
+// first reads the server's version), or a conflict. The caller then decides
+// in the client, on its slower path.
+func IsUndecided(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == NotInsertedCode || pgErr.Code == "55000") || IsRetryable(err)
+}
+
 // IsRetryable reports whether err is a serialization failure (40001) or a
 // deadlock (40P01), the conflicts a short retry resolves.
 func IsRetryable(err error) bool {

@@ -261,6 +261,92 @@ func TestInTxPipelined_CommitsWithTheLastStatements(t *testing.T) {
 	})
 }
 
+// InOneTrip sends BEGIN, the statements queued ahead, the first statement
+// fn runs, the trail and COMMIT as one batch; a statement of fn after the
+// first runs after the COMMIT, outside the transaction. A server error in
+// the trail rolls everything back and is returned even when fn saw its own
+// statement succeed, and the connection goes back to the pool clean.
+func TestInOneTrip_CommitsWithTheFirstStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tracer := &pgtest.RoundTripTracer{}
+	pool := pgtest.NewTracedPool(t, pgtest.NewPool(t), tracer)
+	_, err := pool.Exec(ctx, `CREATE TABLE one_trip (id int PRIMARY KEY, note text)`)
+	require.NoError(t, err)
+	count := func() int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM one_trip`).Scan(&n))
+		return n
+	}
+
+	t.Run("one round trip, then the statements after it on their own", func(t *testing.T) {
+		tracer.Reset()
+		var read, returned, trailed int
+		var afterTx byte
+		err := queries.InOneTrip(ctx, pool, func(b *pgx.Batch) {
+			b.Queue(`SELECT 41`).QueryRow(func(row pgx.Row) error { return row.Scan(&read) })
+		}, func(b *pgx.Batch) {
+			b.Queue(`INSERT INTO one_trip (id, note) VALUES (2, 'trail') RETURNING id`).QueryRow(func(row pgx.Row) error { return row.Scan(&trailed) })
+		}, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `INSERT INTO one_trip (id, note) VALUES (1, 'first') RETURNING id`)
+			if err != nil {
+				return err
+			}
+			if returned, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int]); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `SELECT pg_notify('one_trip', 'after')`); err != nil {
+				return err
+			}
+			afterTx = tx.Conn().PgConn().TxStatus()
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, []string{
+			"batch: begin isolation level read committed; SELECT 41; INSERT INTO one_trip (id, note) VALUES (1, 'first') RETURNING id; " +
+				"INSERT INTO one_trip (id, note) VALUES (2, 'trail') RETURNING id; commit",
+			"SELECT pg_notify('one_trip', 'after')",
+		}, tracer.Log())
+		require.Equal(t, 41, read)
+		require.Equal(t, 1, returned)
+		require.Equal(t, 2, trailed)
+		require.Equal(t, byte('I'), afterTx, "the statement after the first ran outside the transaction")
+		require.Equal(t, 2, count())
+	})
+
+	t.Run("a failed trail rolls back what fn saw succeed", func(t *testing.T) {
+		connsBefore := pool.Stat().NewConnsCount()
+		var firstErr error
+		err := queries.InOneTrip(ctx, pool, func(*pgx.Batch) {}, func(b *pgx.Batch) {
+			b.Queue(`INSERT INTO one_trip (id, note) VALUES (2, 'duplicate key')`)
+		}, func(tx pgx.Tx) error {
+			_, firstErr = tx.Exec(ctx, `INSERT INTO one_trip (id, note) VALUES (3, 'first')`)
+			return nil
+		})
+		require.ErrorIs(t, queries.Interpret(err), queries.ErrUniqueViolation)
+		require.True(t, queries.IsUndecided(err), "the server refused: the caller decides again")
+		require.ErrorIs(t, queries.Interpret(firstErr), queries.ErrUniqueViolation, "the Exec that carried the batch reads the whole batch")
+		require.Equal(t, 2, count(), "the first statement rolled back with the transaction")
+		conn, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer conn.Release()
+		require.Equal(t, byte('I'), conn.Conn().PgConn().TxStatus(), "the connection is back outside a transaction")
+		require.Equal(t, connsBefore, pool.Stat().NewConnsCount(), "the connection was rolled back and reused, not destroyed")
+	})
+
+	t.Run("without a statement of fn the batch goes when fn returns", func(t *testing.T) {
+		tracer.Reset()
+		err := queries.InOneTrip(ctx, pool, func(b *pgx.Batch) {
+			b.Queue(`SELECT 7`)
+		}, func(b *pgx.Batch) {
+			b.Queue(`INSERT INTO one_trip (id, note) VALUES (4, 'trail only')`)
+		}, func(pgx.Tx) error { return nil })
+		require.NoError(t, err)
+		require.Equal(t, []string{"batch: begin isolation level read committed; SELECT 7; INSERT INTO one_trip (id, note) VALUES (4, 'trail only'); commit"}, tracer.Log())
+		require.Equal(t, 3, count())
+	})
+}
+
 // PlanEachCall sends its statements unnamed, planned at each call, on a
 // connection whose default caches them as prepared statements (whose plans
 // would outlive the data they were chosen for).

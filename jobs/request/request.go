@@ -182,6 +182,19 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 		return nil, err
 	}
 
+	if e.river != nil {
+		res, err := e.enqueueInOneTrip(ctx, p, params)
+		if err == nil {
+			e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultAccepted)
+			return res, nil
+		}
+		if !queries.IsUndecided(err) {
+			return nil, err
+		}
+		// The job has an active request (or River a job in its unique
+		// slot): the cleanup and the duplicate's answer are decided below.
+	}
+
 	// Two round trips from BEGIN to COMMIT: BEGIN with the job's lock, its
 	// state and River's INSERT (of a job whose args do not hold the request
 	// id: it is reserved by the state read in the same round trip; River's
@@ -242,6 +255,48 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 	}
 	e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultAccepted)
 	return result, nil
+}
+
+// enqueueInOneTrip is the enqueue's common case, a job without an active
+// request, in one round trip: BEGIN, the job's lock, River's INSERT, the
+// request row and COMMIT travel together, because the server decides what
+// the client decides on the slower path (migration 00085): the restart rule
+// picks the execution the request resumes, the request links the River job
+// the INSERT wrote, and the partial unique index on active requests refuses
+// a second one. River's NOTIFY follows the COMMIT. A refusal (see
+// queries.IsUndecided) has rolled everything back, and Enqueue decides
+// again in the client: the cleanup runs only when the job has an active
+// request, so skipping it here changes nothing.
+func (e *Enqueuer) enqueueInOneTrip(ctx context.Context, p *EnqueueParams, params *jobs.Params) (*EnqueueResult, error) {
+	insert := &queries.JobRequestInsertDecidedParams{
+		Job:            p.Job,
+		Params:         params.Canonical,
+		ParamsHash:     jobs.ParamsHash(params.Canonical),
+		MaxCalls:       maxCallsOrNil(p.MaxCalls),
+		ConfirmPurge:   p.ConfirmPurge,
+		Source:         p.Source,
+		RequestedBy:    p.RequestedBy,
+		EstimatedCalls: int32(params.EstimatedCalls),
+		WorkerID:       workerIDOrNil(p.WorkerID),
+		DueAt:          p.DueAt,
+	}
+	var request *queries.JobRequest
+	err := queries.InOneTrip(ctx, e.pool, func(b *pgx.Batch) {
+		queries.Queue(b, func(db queries.DBTX) { _ = e.queries.AdvisoryXactLockJob(ctx, db, p.Job) })
+	}, func(b *pgx.Batch) {
+		queries.QueueRow(b, func(db queries.DBTX) error {
+			var err error
+			request, err = e.queries.JobRequestInsertDecided(ctx, db, insert)
+			return err
+		})
+	}, func(tx pgx.Tx) error {
+		_, err := e.insertRun(ctx, tx, p, 0)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &EnqueueResult{Request: request, EstimatedCalls: params.EstimatedCalls, ResumesExecutionID: request.ResumesExecutionID}, nil
 }
 
 // EnqueueTx is Enqueue inside the caller's transaction (chains insert the
@@ -319,11 +374,6 @@ func (e *Enqueuer) decide(ctx context.Context, tx pgx.Tx, p *EnqueueParams, para
 	if !p.ConfirmPurge && state.LastExecutionID != 0 && resumes(state.LastStatus, state.LastParamsHash, state.LastConfirmPurge, paramsHash) {
 		resumesID = &state.LastExecutionID
 	}
-	var maxCalls *int32
-	if p.MaxCalls != nil {
-		v := int32(*p.MaxCalls)
-		maxCalls = &v
-	}
 	var riverJobID *int64
 	if e.river != nil {
 		res := early
@@ -349,7 +399,7 @@ func (e *Enqueuer) decide(ctx context.Context, tx pgx.Tx, p *EnqueueParams, para
 		Job:                p.Job,
 		Params:             params.Canonical,
 		ParamsHash:         paramsHash,
-		MaxCalls:           maxCalls,
+		MaxCalls:           maxCallsOrNil(p.MaxCalls),
 		ConfirmPurge:       p.ConfirmPurge,
 		Source:             p.Source,
 		RequestedBy:        p.RequestedBy,
@@ -371,6 +421,14 @@ func (e *Enqueuer) insertRun(ctx context.Context, tx pgx.Tx, p *EnqueueParams, r
 		return nil, fmt.Errorf("error inserting river job: %w", err)
 	}
 	return res, nil
+}
+
+func maxCallsOrNil(maxCalls *int) *int32 {
+	if maxCalls == nil {
+		return nil
+	}
+	v := int32(*maxCalls)
+	return &v
 }
 
 func workerIDOrNil(id string) *string {

@@ -3,6 +3,7 @@ package request_test
 import (
 	"context"
 	"strings"
+	"time"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -109,11 +110,12 @@ func TestEnqueue_CleanupSeesNoRiverJobOfTheNewRequest(t *testing.T) {
 	require.Equal(t, 2, riverJobs, "the early River job was withdrawn, not left behind")
 }
 
-// An enqueue is two round trips, from its BEGIN (created_at) to its COMMIT:
-// the BEGIN with the job's lock, its state (read by a function, whose plan
-// the server keeps) and River's INSERT, then River's NOTIFY and the request
-// row with the COMMIT (River's fetch writes the request id into the job's
-// args). Each one is pickup latency, so they are pinned here.
+// An enqueue of a job without an active request is one round trip from
+// its BEGIN (created_at) to its COMMIT: the job's lock, River's INSERT and
+// the request row, which the server decides on (the restart rule, the link
+// to the River job), travel with both. The job's notification is delivered
+// at that COMMIT (a trigger); River's own NOTIFY follows it, on its own.
+// Each round trip is pickup latency, so they are pinned here.
 func TestEnqueue_RoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -151,15 +153,15 @@ func TestEnqueue_RoundTrips(t *testing.T) {
 
 	trips := tracer.Log()
 	require.Len(t, trips, 2, "%q", trips)
-	require.True(t, strings.HasPrefix(trips[0], "batch: begin isolation level read committed; "), "BEGIN travels with the lock, the state and River's INSERT: %q", trips[0])
-	require.Contains(t, trips[0], "pg_advisory_xact_lock")
-	require.Contains(t, trips[0], "FROM job_request_enqueue_state($1::text)", "the state is read by the function that keeps its plan")
-	require.Contains(t, trips[0], "INSERT INTO river_job", "River's INSERT")
-	require.Less(t, strings.Index(trips[0], "pg_advisory_xact_lock"), strings.Index(trips[0], "INSERT INTO river_job"), "River's INSERT runs under the job's lock")
-	require.Contains(t, trips[1], "pg_notify", "River's NOTIFY travels with the COMMIT")
+	one := trips[0]
+	require.True(t, strings.HasPrefix(one, "batch: begin isolation level read committed; "), "BEGIN travels with the lock, River's INSERT and the request row: %q", one)
+	require.True(t, strings.HasSuffix(one, "; commit"), "... and with the COMMIT: %q", one)
+	lock, insert, row := strings.Index(one, "pg_advisory_xact_lock"), strings.Index(one, "INSERT INTO river_job"), strings.Index(one, "-- name: JobRequestInsertDecided")
+	require.True(t, lock > 0 && insert > lock && row > insert, "the lock, then River's INSERT, then the request row that links it: %q", one)
+	require.NotContains(t, one, "job_request_enqueue_state", "the server decides: no state read for the client")
+	require.Contains(t, trips[1], "pg_notify", "River's NOTIFY follows the COMMIT")
+	require.NotContains(t, trips[1], "commit", "River's NOTIFY is its own statement, after the transaction")
 	require.NotContains(t, strings.Join(trips, " "), "UPDATE river_job", "the River job is written once (its fetch writes the request id into its args)")
-	require.Contains(t, trips[1], "-- name: JobRequestInsert", "the request row travels with the COMMIT: %q", trips[1])
-	require.True(t, strings.HasSuffix(trips[1], "; commit"), "the request row travels with the COMMIT: %q", trips[1])
 
 	var args jobs.RunArgs
 	require.NoError(t, pool.QueryRow(ctx, `SELECT args FROM river_job WHERE id = $1`, *res.Request.RiverJobID).Scan(&args))
@@ -167,4 +169,92 @@ func TestEnqueue_RoundTrips(t *testing.T) {
 	var status string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT status FROM job_request WHERE id = $1 AND river_job_id = $2`, res.Request.ID, *res.Request.RiverJobID).Scan(&status))
 	require.Equal(t, request.StatusQueued, status, "committed, linked to its River job")
+}
+
+// When River holds an active job of the name that no active request owns,
+// the one-round-trip enqueue cannot link a job (River skipped its insert as
+// a duplicate and took a new id anyway): the server refuses, everything
+// rolls back, and the client-side path answers with the duplicate. No
+// request is written, least of all one linked to a River job that does not
+// exist.
+func TestEnqueue_RiverSlotHeldWithoutARequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, enqueuer := newStockPriceEnqueuer(t, nil)
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	held, err := riverClient.Insert(ctx, jobs.RunArgs{Job: "stockPrice"}, nil)
+	require.NoError(t, err)
+	require.False(t, held.UniqueSkippedAsDuplicate)
+
+	_, err = enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
+	var dup *request.DuplicateError
+	require.ErrorAs(t, err, &dup, "River's unique slot is taken")
+	var requests, riverJobs int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job_request`).Scan(&requests))
+	require.Zero(t, requests, "no request was written")
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&riverJobs))
+	require.Equal(t, 1, riverJobs, "only the job that held the slot")
+}
+
+// A buildrisk_run job is announced at the COMMIT that inserts it, in the
+// message River's producers listen for (topic river_insert under the
+// current schema, the queue as JSON), whoever inserts it: here a plain
+// INSERT that no River client notifies for.
+func TestEnqueue_RunJobAnnouncedAtCommit(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool := pgtest.NewPool(t)
+	listener, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer listener.Release()
+	_, err = listener.Exec(ctx, `LISTEN "public.river_insert"`)
+	require.NoError(t, err)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state) VALUES ('{"job": "stockPrice"}', 'buildrisk_run', 1, 'default', 'available')`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state) VALUES ('{}', 'other_kind', 1, 'default', 'available')`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at) VALUES ('{"job": "filingParse"}', 'buildrisk_run', 1, 'default', 'scheduled', now() + interval '1 hour')`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	// A later transaction's notification marks the end: the server
+	// delivers notifications in commit order.
+	_, err = pool.Exec(ctx, `SELECT pg_notify('public.river_insert', 'end')`)
+	require.NoError(t, err)
+	var payloads []string
+	for {
+		n, err := listener.Conn().WaitForNotification(ctx)
+		require.NoError(t, err, "the notifications arrive before the deadline")
+		require.Equal(t, "public.river_insert", n.Channel)
+		if n.Payload == "end" {
+			break
+		}
+		payloads = append(payloads, n.Payload)
+	}
+	require.Len(t, payloads, 1, "one announcement: not for another kind, nor for a job that is not available yet")
+	require.JSONEq(t, `{"queue": "default"}`, payloads[0])
+}
+
+// A River client's first insert reads the server's version before its
+// INSERT, so that statement, not the INSERT, carries the one-round-trip
+// batch: the request row finds no River job of the transaction, everything
+// rolls back (River's INSERT is refused, not run after the rollback), and
+// the client-side path enqueues. Exactly one River job and one request,
+// linked.
+func TestEnqueue_FirstInsertOfAFreshRiverClient(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, enqueuer := newStockPriceEnqueuer(t, nil) // a River client that has not inserted yet
+	res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
+	require.NoError(t, err)
+	var riverJobs int
+	var linked int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), max(id) FROM river_job`).Scan(&riverJobs, &linked))
+	require.Equal(t, 1, riverJobs, "one River job, inserted inside the transaction that committed")
+	require.Equal(t, linked, *res.Request.RiverJobID)
 }
