@@ -3,8 +3,8 @@ package request_test
 import (
 	"context"
 	"strings"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
