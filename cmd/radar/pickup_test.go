@@ -15,11 +15,14 @@ import (
 )
 
 // A request inserted right after another is claimed on its insert
-// notification, not on the poll: the API's River client notifies on every
-// insert (River spaces an inserting client's NOTIFYs by its FetchCooldown,
-// which was 100 ms). The worker's poll is an hour here and both runs are
-// held at their first provider call, so no poll and no completion can
-// trigger the fetch that claims the second request.
+// notification, not on the poll: the database announces every run's River
+// job at its COMMIT (a trigger, in the message River's producers listen
+// for), while the API's River client sends at most one notification of its
+// own a day (River spaces an inserting client's NOTIFYs by its
+// FetchCooldown; at its default of 100 ms, a request soon after another
+// used to wait for the poll). The worker's poll is an hour here and both
+// runs are held at their first provider call, so no poll and no completion
+// can trigger the fetch that claims the second request.
 func TestPickup_BackToBackInsertsAreNotified(t *testing.T) {
 	t.Parallel()
 	s := newTestSystem(t, nil)

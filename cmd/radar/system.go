@@ -380,14 +380,22 @@ func observeSchedules(ctx context.Context, pool *pgxpool.Pool, env *envConfig, t
 	})
 }
 
+// insertOnlyNotifySpacing is how far apart an insert-only River client
+// sends its own insert notifications: at most one a day, since the
+// database's trigger announces each job.
+const insertOnlyNotifySpacing = 24 * time.Hour
+
 // newInsertOnlyRiver returns a River client that only inserts (no queues,
-// no workers), with the trace propagation of every insert. Its
-// FetchCooldown is River's minimum because River also spaces an inserting
-// client's NOTIFYs by it: with the default 100 ms, a request inserted soon
-// after another sent no notification and waited for the workers' poll.
+// no workers), with the trace propagation of every insert. River's own
+// insert notification is spaced out of the way (River spaces an inserting
+// client's NOTIFYs by its FetchCooldown): the database announces every
+// buildrisk_run job at the COMMIT that inserts it (migration 00085), and
+// River's NOTIFY would follow that COMMIT in a round trip of its own, only
+// to wake the workers for a fetch that finds nothing.
 func newInsertOnlyRiver(pool *pgxpool.Pool, tel *telemetry) (*river.Client[pgx.Tx], error) {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger: tel.logger, Plugins: riverPlugins(tel), FetchCooldown: river.FetchCooldownMin,
+		Logger: tel.logger, Plugins: riverPlugins(tel),
+		FetchCooldown: insertOnlyNotifySpacing, FetchPollInterval: insertOnlyNotifySpacing,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error creating river client: %w", err)
