@@ -171,8 +171,11 @@ func (e *Enqueuer) Validate(ctx context.Context, db queries.DBTX, p *EnqueuePara
 
 // Enqueue validates p and, in one transaction under the job's advisory lock,
 // runs the stale cleanup, refuses a duplicate, inserts the request and (when
-// the Enqueuer has a River client) its River job. Errors: ErrUnknownJob,
-// *jobs.ParamError, *DuplicateError, or an internal error.
+// the Enqueuer has a River client) its River job. A job without an active
+// request, the common case, is enqueued in one round trip that the server
+// decides (enqueueInOneTrip); anything else is decided here, in the client.
+// Errors: ErrUnknownJob, *jobs.ParamError, *DuplicateError, or an internal
+// error.
 func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, error) {
 	_, params, err := e.Validate(ctx, e.pool, p)
 	if err != nil {
@@ -195,13 +198,12 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 		// slot): the cleanup and the duplicate's answer are decided below.
 	}
 
-	// Two round trips from BEGIN to COMMIT: BEGIN with the job's lock, its
-	// state and River's INSERT (of a job whose args do not hold the request
-	// id: it is reserved by the state read in the same round trip; River's
-	// fetch writes it into the args it hands the worker, migration 00084),
-	// then River's NOTIFY and the request row, linked to the River job, with
-	// the COMMIT. created_at is the BEGIN's time, so each round trip saved
-	// here is pickup latency saved.
+	// Decided in the client, in two round trips from BEGIN to COMMIT: BEGIN
+	// with the job's lock, its state and River's INSERT (of a job whose args
+	// do not hold the request id: it is reserved by the state read in the
+	// same round trip; River's fetch writes it into the args it hands the
+	// worker, migration 00084), then River's NOTIFY and the request row,
+	// linked to the River job, with the COMMIT.
 	var result *EnqueueResult
 	var state *queries.JobRequestEnqueueStateRow
 	err = queries.InTxPipelined(ctx, e.pool, func(b *pgx.Batch) {
@@ -263,7 +265,8 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 // the client decides on the slower path (migration 00085): the restart rule
 // picks the execution the request resumes, the request links the River job
 // the INSERT wrote, and the partial unique index on active requests refuses
-// a second one. River's NOTIFY follows the COMMIT. A refusal (see
+// a second one. A trigger announces the River job at the COMMIT (River's
+// own NOTIFY, if its client sends one, follows it). A refusal (see
 // queries.IsUndecided) has rolled everything back, and Enqueue decides
 // again in the client: the cleanup runs only when the job has an active
 // request, so skipping it here changes nothing.
