@@ -97,11 +97,7 @@ func inTxPipelinedOnce(ctx context.Context, pool *pgxpool.Pool, first func(b *pg
 	// transaction, so an error path that could not roll back never hands
 	// an open transaction to the pool's next user.
 	defer conn.Release()
-	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if params, ok := txSettings(ctx); ok {
-		Queue(b, func(db DBTX) { _ = New().TxSettingsSetLocal(ctx, db, params) })
-	}
+	b := beginBatch(ctx)
 	first(b)
 	tx := &PipelinedTx{conn: conn.Conn(), lead: b, Last: &pgx.Batch{}}
 	if err := fn(tx); err != nil {
@@ -144,8 +140,10 @@ func inTxPipelinedOnce(ctx context.Context, pool *pgxpool.Pool, first func(b *pg
 // Query answers with the transaction's error: nothing may run outside the
 // transaction as if it had committed. So fn's own view of success is not
 // the transaction's: InOneTrip returns the transaction's first error, and
-// does not retry. The trail has to check that the first statement was the
-// one it follows (the enqueue's checks that River's INSERT wrote a job).
+// does not retry; and an error fn returns once the batch has gone undoes
+// nothing (InOneTrip returns it all the same). The trail has to check that
+// the first statement was the one it follows (the enqueue checks that
+// River's INSERT wrote a job).
 func InOneTrip(ctx context.Context, pool *pgxpool.Pool, lead, trail func(b *pgx.Batch), fn func(tx pgx.Tx) error) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -154,11 +152,7 @@ func InOneTrip(ctx context.Context, pool *pgxpool.Pool, lead, trail func(b *pgx.
 	// Release destroys the connection unless it is idle outside a
 	// transaction (see inTxPipelinedOnce).
 	defer conn.Release()
-	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if params, ok := txSettings(ctx); ok {
-		Queue(b, func(db DBTX) { _ = New().TxSettingsSetLocal(ctx, db, params) })
-	}
+	b := beginBatch(ctx)
 	lead(b)
 	tx := &PipelinedTx{conn: conn.Conn(), lead: b, trail: &pgx.Batch{}}
 	trail(tx.trail)
@@ -167,6 +161,17 @@ func InOneTrip(ctx context.Context, pool *pgxpool.Pool, lead, trail func(b *pgx.
 		return err
 	}
 	return fnErr
+}
+
+// beginBatch starts a batch with the BEGIN of a READ COMMITTED transaction
+// and, under WithTxSettings, the SET LOCAL of its timeouts.
+func beginBatch(ctx context.Context) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if params, ok := txSettings(ctx); ok {
+		Queue(b, func(db DBTX) { _ = New().TxSettingsSetLocal(ctx, db, params) })
+	}
+	return b
 }
 
 // queueCommit queues the COMMIT that ends a pipelined transaction; it fails
@@ -180,9 +185,10 @@ func queueCommit(b *pgx.Batch) {
 	})
 }
 
-// PipelinedTx is the transaction InTxPipelined hands to its fn: a pgx.Tx
-// whose first statement travels with the BEGIN and the statements queued
-// ahead of it, and whose later Execs can be deferred to the COMMIT.
+// PipelinedTx is the transaction InTxPipelined (and InOneTrip) hands to its
+// fn: a pgx.Tx whose first statement travels with the BEGIN and the
+// statements queued ahead of it, and whose later Execs can be deferred to
+// the COMMIT (under InOneTrip: the COMMIT travels with the first statement).
 type PipelinedTx struct {
 	conn *pgx.Conn
 	lead *pgx.Batch // BEGIN and the statements queued ahead; nil once sent
@@ -289,10 +295,7 @@ func (t *PipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.R
 			if !t.ended {
 				return nil, errOneTripOpen
 			}
-			if t.err != nil {
-				return nil, t.err // rolled back: nothing may run as if it had not
-			}
-			return t.conn.Query(ctx, sql, args...)
+			return t.conn.Query(ctx, sql, args...) // committed (a rollback returned its error above)
 		}
 		return t.tx.Query(ctx, sql, args...)
 	}
