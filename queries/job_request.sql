@@ -12,10 +12,13 @@ RETURNING *;
 -- INSERT of the request's job in the same batch, under the job's lock, and
 -- links the job that INSERT wrote (raising BR002 when it wrote none); the
 -- restart rule picks the execution it resumes; the partial unique index on
--- active requests refuses it when the job has one.
+-- active requests refuses it when the job has one. The River job is looked
+-- up in a subquery of its own, so that its check runs before the request's
+-- id is drawn: a refusal there leaves no gap in the ids.
 INSERT INTO job_request (job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id)
-VALUES (@job, @params, @params_hash, sqlc.narg('max_calls'), @confirm_purge, @source, @requested_by, @estimated_calls,
-        job_request_resumes(@job, @params_hash, @confirm_purge), sqlc.narg('worker_id'), sqlc.narg('due_at'), radar_inserted_river_job())
+SELECT @job, @params, @params_hash, sqlc.narg('max_calls'), @confirm_purge, @source, @requested_by, @estimated_calls,
+       job_request_resumes(@job, @params_hash, @confirm_purge), sqlc.narg('worker_id'), sqlc.narg('due_at'), inserted.id
+FROM (SELECT radar_inserted_river_job() AS id) AS inserted
 RETURNING *;
 
 -- name: JobRequestEnqueueState :one

@@ -298,8 +298,9 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 
 const jobRequestInsertDecided = `-- name: JobRequestInsertDecided :one
 INSERT INTO job_request (job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-        job_request_resumes($1, $3, $5), $9, $10, radar_inserted_river_job())
+SELECT $1, $2, $3, $4, $5, $6, $7, $8,
+       job_request_resumes($1, $3, $5), $9, $10, inserted.id
+FROM (SELECT radar_inserted_river_job() AS id) AS inserted
 RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause
 `
 
@@ -321,7 +322,9 @@ type JobRequestInsertDecidedParams struct {
 // INSERT of the request's job in the same batch, under the job's lock, and
 // links the job that INSERT wrote (raising BR002 when it wrote none); the
 // restart rule picks the execution it resumes; the partial unique index on
-// active requests refuses it when the job has one.
+// active requests refuses it when the job has one. The River job is looked
+// up in a subquery of its own, so that its check runs before the request's
+// id is drawn: a refusal there leaves no gap in the ids.
 func (q *Queries) JobRequestInsertDecided(ctx context.Context, db DBTX, arg *JobRequestInsertDecidedParams) (*JobRequest, error) {
 	row := db.QueryRow(ctx, jobRequestInsertDecided,
 		arg.Job,

@@ -245,7 +245,8 @@ func TestEnqueue_RunJobAnnouncedAtCommit(t *testing.T) {
 // batch: the request row finds no River job of the transaction, everything
 // rolls back (River's INSERT is refused, not run after the rollback), and
 // the client-side path enqueues. Exactly one River job and one request,
-// linked.
+// linked, and the refusal drew no request id: a fresh database's first
+// request is request 1 (as the README's walk-through shows).
 func TestEnqueue_FirstInsertOfAFreshRiverClient(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -257,4 +258,5 @@ func TestEnqueue_FirstInsertOfAFreshRiverClient(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), max(id) FROM river_job`).Scan(&riverJobs, &linked))
 	require.Equal(t, 1, riverJobs, "one River job, inserted inside the transaction that committed")
 	require.Equal(t, linked, *res.Request.RiverJobID)
+	require.Equal(t, int64(1), res.Request.ID, "the refused round trip drew no id")
 }
