@@ -157,6 +157,9 @@ func InOneTrip(ctx context.Context, pool *pgxpool.Pool, lead, trail func(b *pgx.
 	tx := &PipelinedTx{conn: conn.Conn(), lead: b, trail: &pgx.Batch{}}
 	trail(tx.trail)
 	fnErr := fn(tx)
+	if fnErr != nil && tx.lead != nil {
+		return fnErr // failed before its first statement: nothing was sent, nothing is
+	}
 	if err := tx.Flush(ctx); err != nil {
 		return err
 	}
@@ -222,7 +225,7 @@ func (t *PipelinedTx) Flush(ctx context.Context) error {
 	}
 	if br := t.sendWith(ctx, "", nil); br != nil {
 		t.err = br.Close()
-		t.endWith(ctx, t.err)
+		t.endWith(t.err)
 	}
 	return t.err
 }
@@ -231,7 +234,7 @@ func (t *PipelinedTx) Flush(ctx context.Context) error {
 // results closed with err). Under InOneTrip that ends the transaction: a
 // failure before the COMMIT leaves it aborted on the connection, and it is
 // rolled back here.
-func (t *PipelinedTx) endWith(ctx context.Context, err error) {
+func (t *PipelinedTx) endWith(err error) {
 	if t.trail == nil {
 		return // InTxPipelined: the error goes to the statement that carried the batch
 	}
@@ -240,7 +243,7 @@ func (t *PipelinedTx) endWith(ctx context.Context, err error) {
 	}
 	t.ended = true
 	if t.conn.PgConn().TxStatus() != 'I' {
-		t.rollback(ctx)
+		t.rollback(context.Background()) // the statement that ended it may have been cancelled
 	}
 }
 
@@ -271,7 +274,7 @@ func (t *PipelinedTx) sendWith(ctx context.Context, sql string, args []any) pgx.
 		if err != nil {
 			t.err = err
 			_ = br.Close()
-			t.endWith(ctx, err)
+			t.endWith(err)
 			return nil
 		}
 	}
@@ -308,7 +311,7 @@ func (t *PipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.R
 		_ = br.Close()
 		return nil, err
 	}
-	return &batchRows{Rows: rows, br: br, tx: t, ctx: ctx}, nil
+	return &batchRows{Rows: rows, br: br, tx: t}, nil
 }
 
 // QueryRow implements pgx.Tx.
@@ -328,7 +331,7 @@ func (t *PipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn
 		}
 		tag, err := br.Exec()
 		closeErr := br.Close()
-		t.endWith(ctx, closeErr)
+		t.endWith(closeErr)
 		return tag, errors.Join(err, closeErr)
 	case t.trail != nil:
 		if !t.ended {
@@ -408,7 +411,6 @@ type batchRows struct {
 	pgx.Rows
 	br       pgx.BatchResults
 	tx       *PipelinedTx
-	ctx      context.Context
 	closeErr error
 }
 
@@ -417,7 +419,7 @@ func (r *batchRows) Close() {
 	if r.br != nil {
 		r.closeErr = r.br.Close()
 		r.br = nil
-		r.tx.endWith(r.ctx, r.closeErr)
+		r.tx.endWith(r.closeErr)
 	}
 }
 

@@ -259,11 +259,17 @@ func (q *Queries) EnqueueStateTx(ctx context.Context, tx pgx.Tx, job string) (*J
 	return state, nil
 }
 
+// QueueJobLock queues on b the job's transaction-scoped advisory lock
+// (AdvisoryXactLockJob), which both enqueue paths send with their BEGIN.
+func (q *Queries) QueueJobLock(ctx context.Context, b *pgx.Batch, job string) {
+	Queue(b, func(db DBTX) { _ = q.AdvisoryXactLockJob(ctx, db, job) }).Exec(func(pgconn.CommandTag) error { return nil })
+}
+
 // QueueEnqueueState queues on b what EnqueueStateTx sends: the job's
 // advisory lock, then JobRequestEnqueueState, whose row is stored in
 // *state when b's results are read. The enqueue sends them with its BEGIN.
 func (q *Queries) QueueEnqueueState(ctx context.Context, b *pgx.Batch, job string, state **JobRequestEnqueueStateRow) {
-	Queue(b, func(db DBTX) { _ = q.AdvisoryXactLockJob(ctx, db, job) }).Exec(func(pgconn.CommandTag) error { return nil })
+	q.QueueJobLock(ctx, b, job)
 	QueueRow(b, func(db DBTX) error {
 		var err error
 		*state, err = q.JobRequestEnqueueState(ctx, db, job)

@@ -334,6 +334,42 @@ func TestInOneTrip_CommitsWithTheFirstStatement(t *testing.T) {
 		require.Equal(t, connsBefore, pool.Stat().NewConnsCount(), "the connection was rolled back and reused, not destroyed")
 	})
 
+	t.Run("after a rollback a Query of fn is refused and an Exec not sent", func(t *testing.T) {
+		var afterErr, execErr error
+		err := queries.InOneTrip(ctx, pool, func(*pgx.Batch) {}, func(b *pgx.Batch) {
+			b.Queue(`INSERT INTO one_trip (id, note) VALUES (2, 'duplicate key')`)
+		}, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `SELECT 1`)
+			if err != nil {
+				return err
+			}
+			rows.Close() // the trail's failure is read here
+			rows, afterErr = tx.Query(ctx, `INSERT INTO one_trip (id, note) VALUES (6, 'after the rollback') RETURNING id`)
+			if afterErr == nil {
+				rows.Close()
+			}
+			_, execErr = tx.Exec(ctx, `INSERT INTO one_trip (id, note) VALUES (7, 'an Exec after the rollback')`)
+			return nil
+		})
+		require.ErrorIs(t, queries.Interpret(err), queries.ErrUniqueViolation)
+		require.ErrorIs(t, queries.Interpret(afterErr), queries.ErrUniqueViolation, "the Query answers with the transaction's error")
+		require.NoError(t, execErr, "an Exec is not sent: nothing to announce, the failure is InOneTrip's to report")
+		require.Equal(t, 2, count(), "nothing ran after the rollback")
+	})
+
+	t.Run("an error of fn before its first statement sends nothing", func(t *testing.T) {
+		tracer.Reset()
+		failed := errors.New("refused before the insert")
+		err := queries.InOneTrip(ctx, pool, func(b *pgx.Batch) {
+			b.Queue(`SELECT 7`)
+		}, func(b *pgx.Batch) {
+			b.Queue(`INSERT INTO one_trip (id, note) VALUES (5, 'trail of a failed fn')`)
+		}, func(pgx.Tx) error { return failed })
+		require.ErrorIs(t, err, failed)
+		require.Empty(t, tracer.Log(), "no round trip")
+		require.Equal(t, 2, count(), "the trail did not run")
+	})
+
 	t.Run("without a statement of fn the batch goes when fn returns", func(t *testing.T) {
 		tracer.Reset()
 		err := queries.InOneTrip(ctx, pool, func(b *pgx.Batch) {

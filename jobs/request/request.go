@@ -285,7 +285,7 @@ func (e *Enqueuer) enqueueInOneTrip(ctx context.Context, p *EnqueueParams, param
 	}
 	var request *queries.JobRequest
 	err := queries.InOneTrip(ctx, e.pool, func(b *pgx.Batch) {
-		queries.Queue(b, func(db queries.DBTX) { _ = e.queries.AdvisoryXactLockJob(ctx, db, p.Job) })
+		e.queries.QueueJobLock(ctx, b, p.Job)
 	}, func(b *pgx.Batch) {
 		queries.QueueRow(b, func(db queries.DBTX) error {
 			var err error
