@@ -96,6 +96,11 @@ WHERE job_execution.id = @id
 -- name: JobExecutionRequestStop :one
 -- JobExecutionRequestStop marks the job's running execution STOPPING without
 -- an end time: it still counts as running until its goroutine has ended.
+-- The status is checked on the updated row itself, not only in the subquery
+-- that picks it: when the run's outcome commits while this statement waits
+-- for the row, READ COMMITTED re-checks only the outer WHERE against the
+-- committed row, and a stop must then find nothing (the run already ended)
+-- rather than turn a finished execution back into STOPPING.
 UPDATE job_execution
 SET status = 'STOPPING', last_updated = now()
 WHERE id = (
@@ -103,6 +108,7 @@ WHERE id = (
     WHERE je.job = @job::text AND je.status IN ('STARTING', 'STARTED')
     ORDER BY id DESC LIMIT 1
 )
+  AND status IN ('STARTING', 'STARTED')
 RETURNING *;
 
 -- name: JobExecutionFinish :execrows

@@ -401,11 +401,17 @@ WHERE id = (
     WHERE je.job = $1::text AND je.status IN ('STARTING', 'STARTED')
     ORDER BY id DESC LIMIT 1
 )
+  AND status IN ('STARTING', 'STARTED')
 RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause
 `
 
 // JobExecutionRequestStop marks the job's running execution STOPPING without
 // an end time: it still counts as running until its goroutine has ended.
+// The status is checked on the updated row itself, not only in the subquery
+// that picks it: when the run's outcome commits while this statement waits
+// for the row, READ COMMITTED re-checks only the outer WHERE against the
+// committed row, and a stop must then find nothing (the run already ended)
+// rather than turn a finished execution back into STOPPING.
 func (q *Queries) JobExecutionRequestStop(ctx context.Context, db DBTX, job string) (*JobExecution, error) {
 	row := db.QueryRow(ctx, jobExecutionRequestStop, job)
 	var i JobExecution
