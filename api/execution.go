@@ -73,7 +73,7 @@ func (s *Server) abandonExecution(ctx context.Context, in *executionInput) (*Exe
 			return err
 		}
 		msg := fmt.Sprintf("abandoned by an operator: worker %s stopped heartbeating; a new request resumes from the last commit", exec.WorkerID)
-		if ok, err := request.Abandon(ctx, tx, req.ID, &exec.ID, req.RiverJobID, msg); err != nil {
+		if ok, err := request.Abandon(ctx, tx, s.cfg.Enqueuer.Canceller(), req.ID, &exec.ID, req.RiverJobID, msg); err != nil {
 			return err
 		} else if !ok {
 			_, err := s.queries.JobExecutionAbandon(ctx, tx, &queries.JobExecutionAbandonParams{ID: exec.ID, ExitMessage: msg})

@@ -1,32 +1,18 @@
 -- name: JobRequestInsert :one
 -- JobRequestInsert writes a request under the id JobRequestEnqueueState
--- reserved, already linked to its River job (inserted first, carrying that
--- id), so the enqueue writes the row once.
+-- drew, already linked to its River job (inserted first, carrying that id),
+-- so the enqueue writes the row once.
 INSERT INTO job_request (id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id)
 VALUES (@id, @job, @params, @params_hash, sqlc.narg('max_calls'), @confirm_purge, @source, @requested_by, @estimated_calls, sqlc.narg('resumes_execution_id'), sqlc.narg('worker_id'), sqlc.narg('due_at'), sqlc.narg('river_job_id'))
-RETURNING *;
-
--- name: JobRequestInsertDecided :one
--- JobRequestInsertDecided writes a request the server decides on, for the
--- enqueue's one-round-trip path (migration 00085): it follows River's
--- INSERT of the request's job in the same batch, under the job's lock, and
--- links the job that INSERT wrote (raising BR002 when it wrote none); the
--- restart rule picks the execution it resumes; the partial unique index on
--- active requests refuses it when the job has one. The River job is looked
--- up in a subquery of its own, so that its check runs before the request's
--- id is drawn: a refusal there leaves no gap in the ids.
-INSERT INTO job_request (job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id)
-SELECT @job, @params, @params_hash, sqlc.narg('max_calls'), @confirm_purge, @source, @requested_by, @estimated_calls,
-       job_request_resumes(@job, @params_hash, @confirm_purge), sqlc.narg('worker_id'), sqlc.narg('due_at'), inserted.id
-FROM (SELECT radar_inserted_river_job() AS id) AS inserted
 RETURNING *;
 
 -- name: JobRequestEnqueueState :one
 -- JobRequestEnqueueState reads what an enqueue decides on, under the job's
 -- advisory lock: the job's active request (0: none), the newest execution
 -- of its newest instance with that instance's identity (the restart rules'
--- input, as JobExecutionLastByJob; execution id 0: none), and a new request
--- id. EnqueueStateTx sends it in one round trip with the lock. The query
+-- input, as JobExecutionLastByJob; execution id 0: none), and, only when
+-- the job has no active request, a new request id (0 otherwise: a
+-- duplicate draws none). EnqueueStateTx sends it in one round trip with the lock. The query
 -- lives in the function job_request_enqueue_state (migration 00083) so that
 -- its plan is kept for the session even where pgx cannot keep a prepared
 -- statement (behind PgBouncer's transaction pooling, which plans every
@@ -59,12 +45,11 @@ ORDER BY id DESC
 LIMIT @max_rows;
 
 -- name: JobRequestClaim :one
--- JobRequestClaim moves a QUEUED request to RUNNING for one worker, keeping
--- the claimed_at of the River fetch that claimed it for that worker
--- (migration 00084; a CLI run's own request has none: now). It returns no
--- row when the request is no longer QUEUED.
+-- JobRequestClaim moves a QUEUED request to RUNNING for one worker, in the
+-- transaction that starts its run. It returns no row when the request is no
+-- longer QUEUED.
 UPDATE job_request
-SET status = 'RUNNING', claimed_at = coalesce(claimed_at, now()), worker_id = @worker_id
+SET status = 'RUNNING', claimed_at = now(), worker_id = @worker_id
 WHERE id = @id AND status = 'QUEUED'
 RETURNING *;
 
@@ -96,11 +81,9 @@ GROUP BY job;
 -- JobRequestListStale returns the active requests held by a worker whose
 -- heartbeat is older than the stale window (or that never registered), with
 -- the worker's last heartbeat and its age, both by the database's clock.
--- A request its River job's fetch claimed is held by the fetching worker
--- until the run starts, but not once its River job waits to be fetched
--- again (its worker snoozed it): whoever fetches it next claims it. Rows
--- are locked, skipping ones another reaper holds, so every worker may reap
--- at once.
+-- A QUEUED request is held by a worker only when that worker enqueued it to
+-- run it itself (the CLI). Rows are locked, skipping ones another reaper
+-- holds, so every worker may reap at once.
 SELECT r.id, r.job, r.status, r.worker_id, r.execution_id, r.river_job_id,
        w.heartbeat_at AS worker_heartbeat_at,
        coalesce(extract(epoch FROM now() - w.heartbeat_at), -1)::float8 AS heartbeat_age_seconds
@@ -110,7 +93,6 @@ WHERE r.status IN ('QUEUED', 'RUNNING')
   AND r.worker_id IS NOT NULL
   AND (sqlc.narg('job')::text IS NULL OR r.job = sqlc.narg('job'))
   AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => @stale_seconds::float8))
-  AND NOT radar_waits_for_fetch(r.status, r.river_job_id)
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED;
 
@@ -122,7 +104,6 @@ FROM job_request r
 WHERE r.status IN ('QUEUED', 'RUNNING')
   AND r.worker_id LIKE @slot_prefix::text
   AND r.worker_id <> @current_id::text
-  AND NOT radar_waits_for_fetch(r.status, r.river_job_id)
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED;
 
@@ -131,7 +112,9 @@ FOR UPDATE OF r SKIP LOCKED;
 -- that would block their job forever: their River job ended (or vanished)
 -- without running them, or a worker fetched it and died before starting
 -- the run (River names the fetching client, which is our worker id, last in
--- attempted_by; the stale reap usually finds it first, by the claim).
+-- attempted_by). It reads River's job table directly, which River's public
+-- API allows for nothing else here: JobList cannot join the request rows
+-- and lock them in one statement, which the reapers need to agree.
 SELECT r.id, r.job, r.river_job_id
 FROM job_request r
 LEFT JOIN river_job j ON j.id = r.river_job_id

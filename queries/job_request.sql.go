@@ -44,7 +44,7 @@ func (q *Queries) JobRequestActiveIDsByWorker(ctx context.Context, db DBTX) ([]*
 
 const jobRequestClaim = `-- name: JobRequestClaim :one
 UPDATE job_request
-SET status = 'RUNNING', claimed_at = coalesce(claimed_at, now()), worker_id = $1
+SET status = 'RUNNING', claimed_at = now(), worker_id = $1
 WHERE id = $2 AND status = 'QUEUED'
 RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause
 `
@@ -54,10 +54,9 @@ type JobRequestClaimParams struct {
 	ID       int64
 }
 
-// JobRequestClaim moves a QUEUED request to RUNNING for one worker, keeping
-// the claimed_at of the River fetch that claimed it for that worker
-// (migration 00084; a CLI run's own request has none: now). It returns no
-// row when the request is no longer QUEUED.
+// JobRequestClaim moves a QUEUED request to RUNNING for one worker, in the
+// transaction that starts its run. It returns no row when the request is no
+// longer QUEUED.
 func (q *Queries) JobRequestClaim(ctx context.Context, db DBTX, arg *JobRequestClaimParams) (*JobRequest, error) {
 	row := db.QueryRow(ctx, jobRequestClaim, arg.WorkerID, arg.ID)
 	var i JobRequest
@@ -110,8 +109,9 @@ type JobRequestEnqueueStateRow struct {
 // JobRequestEnqueueState reads what an enqueue decides on, under the job's
 // advisory lock: the job's active request (0: none), the newest execution
 // of its newest instance with that instance's identity (the restart rules'
-// input, as JobExecutionLastByJob; execution id 0: none), and a new request
-// id. EnqueueStateTx sends it in one round trip with the lock. The query
+// input, as JobExecutionLastByJob; execution id 0: none), and, only when
+// the job has no active request, a new request id (0 otherwise: a
+// duplicate draws none). EnqueueStateTx sends it in one round trip with the lock. The query
 // lives in the function job_request_enqueue_state (migration 00083) so that
 // its plan is kept for the session even where pgx cannot keep a prepared
 // statement (behind PgBouncer's transaction pooling, which plans every
@@ -252,8 +252,8 @@ type JobRequestInsertParams struct {
 }
 
 // JobRequestInsert writes a request under the id JobRequestEnqueueState
-// reserved, already linked to its River job (inserted first, carrying that
-// id), so the enqueue writes the row once.
+// drew, already linked to its River job (inserted first, carrying that id),
+// so the enqueue writes the row once.
 func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequestInsertParams) (*JobRequest, error) {
 	row := db.QueryRow(ctx, jobRequestInsert,
 		arg.ID,
@@ -269,74 +269,6 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 		arg.WorkerID,
 		arg.DueAt,
 		arg.RiverJobID,
-	)
-	var i JobRequest
-	err := row.Scan(
-		&i.ID,
-		&i.Job,
-		&i.Params,
-		&i.ParamsHash,
-		&i.MaxCalls,
-		&i.ConfirmPurge,
-		&i.Source,
-		&i.RequestedBy,
-		&i.Status,
-		&i.EstimatedCalls,
-		&i.ResumesExecutionID,
-		&i.RiverJobID,
-		&i.ExecutionID,
-		&i.WorkerID,
-		&i.Message,
-		&i.CreatedAt,
-		&i.ClaimedAt,
-		&i.FinishedAt,
-		&i.DueAt,
-		&i.ResumeCause,
-	)
-	return &i, err
-}
-
-const jobRequestInsertDecided = `-- name: JobRequestInsertDecided :one
-INSERT INTO job_request (job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id)
-SELECT $1, $2, $3, $4, $5, $6, $7, $8,
-       job_request_resumes($1, $3, $5), $9, $10, inserted.id
-FROM (SELECT radar_inserted_river_job() AS id) AS inserted
-RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause
-`
-
-type JobRequestInsertDecidedParams struct {
-	Job            string
-	Params         []byte
-	ParamsHash     string
-	MaxCalls       *int32
-	ConfirmPurge   bool
-	Source         string
-	RequestedBy    string
-	EstimatedCalls int32
-	WorkerID       *string
-	DueAt          *time.Time
-}
-
-// JobRequestInsertDecided writes a request the server decides on, for the
-// enqueue's one-round-trip path (migration 00085): it follows River's
-// INSERT of the request's job in the same batch, under the job's lock, and
-// links the job that INSERT wrote (raising BR002 when it wrote none); the
-// restart rule picks the execution it resumes; the partial unique index on
-// active requests refuses it when the job has one. The River job is looked
-// up in a subquery of its own, so that its check runs before the request's
-// id is drawn: a refusal there leaves no gap in the ids.
-func (q *Queries) JobRequestInsertDecided(ctx context.Context, db DBTX, arg *JobRequestInsertDecidedParams) (*JobRequest, error) {
-	row := db.QueryRow(ctx, jobRequestInsertDecided,
-		arg.Job,
-		arg.Params,
-		arg.ParamsHash,
-		arg.MaxCalls,
-		arg.ConfirmPurge,
-		arg.Source,
-		arg.RequestedBy,
-		arg.EstimatedCalls,
-		arg.WorkerID,
-		arg.DueAt,
 	)
 	var i JobRequest
 	err := row.Scan(
@@ -458,7 +390,9 @@ type JobRequestListOrphanedRow struct {
 // that would block their job forever: their River job ended (or vanished)
 // without running them, or a worker fetched it and died before starting
 // the run (River names the fetching client, which is our worker id, last in
-// attempted_by; the stale reap usually finds it first, by the claim).
+// attempted_by). It reads River's job table directly, which River's public
+// API allows for nothing else here: JobList cannot join the request rows
+// and lock them in one statement, which the reapers need to agree.
 func (q *Queries) JobRequestListOrphaned(ctx context.Context, db DBTX, arg *JobRequestListOrphanedParams) ([]*JobRequestListOrphanedRow, error) {
 	rows, err := db.Query(ctx, jobRequestListOrphaned, arg.Job, arg.StaleSeconds)
 	if err != nil {
@@ -485,7 +419,6 @@ FROM job_request r
 WHERE r.status IN ('QUEUED', 'RUNNING')
   AND r.worker_id LIKE $1::text
   AND r.worker_id <> $2::text
-  AND NOT radar_waits_for_fetch(r.status, r.river_job_id)
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED
 `
@@ -633,7 +566,6 @@ WHERE r.status IN ('QUEUED', 'RUNNING')
   AND r.worker_id IS NOT NULL
   AND ($1::text IS NULL OR r.job = $1)
   AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => $2::float8))
-  AND NOT radar_waits_for_fetch(r.status, r.river_job_id)
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED
 `
@@ -657,11 +589,9 @@ type JobRequestListStaleRow struct {
 // JobRequestListStale returns the active requests held by a worker whose
 // heartbeat is older than the stale window (or that never registered), with
 // the worker's last heartbeat and its age, both by the database's clock.
-// A request its River job's fetch claimed is held by the fetching worker
-// until the run starts, but not once its River job waits to be fetched
-// again (its worker snoozed it): whoever fetches it next claims it. Rows
-// are locked, skipping ones another reaper holds, so every worker may reap
-// at once.
+// A QUEUED request is held by a worker only when that worker enqueued it to
+// run it itself (the CLI). Rows are locked, skipping ones another reaper
+// holds, so every worker may reap at once.
 func (q *Queries) JobRequestListStale(ctx context.Context, db DBTX, arg *JobRequestListStaleParams) ([]*JobRequestListStaleRow, error) {
 	rows, err := db.Query(ctx, jobRequestListStale, arg.Job, arg.StaleSeconds)
 	if err != nil {

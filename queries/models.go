@@ -289,13 +289,6 @@ type RiverJob struct {
 	Metadata    []byte
 }
 
-type RiverLeader struct {
-	ElectedAt time.Time
-	ExpiresAt time.Time
-	LeaderID  string
-	Name      string
-}
-
 type ScheduleTick struct {
 	Job           string
 	DueAt         time.Time

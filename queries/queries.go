@@ -68,22 +68,6 @@ type Beginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
-// NotInsertedCode is the SQLSTATE radar_inserted_river_job raises when
-// the River INSERT of the transaction wrote no job (migration 00085).
-const NotInsertedCode = "BR002"
-
-// IsUndecided reports whether err is a refusal of a statement that let the
-// server decide (an enqueue in one round trip): a unique violation, River
-// skipping its insert as a duplicate (NotInsertedCode), River's INSERT not
-// being the statement the trail followed (55000: currval of its sequence is
-// not defined in the session, as on a River client's first insert, which
-// first reads the server's version), or a conflict. The caller then decides
-// in the client, on its slower path.
-func IsUndecided(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == NotInsertedCode || pgErr.Code == "55000") || IsRetryable(err)
-}
-
 // IsRetryable reports whether err is a serialization failure (40001) or a
 // deadlock (40P01), the conflicts a short retry resolves.
 func IsRetryable(err error) bool {
@@ -260,14 +244,14 @@ func (q *Queries) EnqueueStateTx(ctx context.Context, tx pgx.Tx, job string) (*J
 }
 
 // QueueJobLock queues on b the job's transaction-scoped advisory lock
-// (AdvisoryXactLockJob), which both enqueue paths send with their BEGIN.
+// (AdvisoryXactLockJob).
 func (q *Queries) QueueJobLock(ctx context.Context, b *pgx.Batch, job string) {
 	Queue(b, func(db DBTX) { _ = q.AdvisoryXactLockJob(ctx, db, job) }).Exec(func(pgconn.CommandTag) error { return nil })
 }
 
 // QueueEnqueueState queues on b what EnqueueStateTx sends: the job's
 // advisory lock, then JobRequestEnqueueState, whose row is stored in
-// *state when b's results are read. The enqueue sends them with its BEGIN.
+// *state when b's results are read.
 func (q *Queries) QueueEnqueueState(ctx context.Context, b *pgx.Batch, job string, state **JobRequestEnqueueStateRow) {
 	q.QueueJobLock(ctx, b, job)
 	QueueRow(b, func(db DBTX) error {

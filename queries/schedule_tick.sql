@@ -79,8 +79,3 @@ FROM (
     SELECT job, NULL, min(due_at), false FROM schedule_tick GROUP BY job
 ) s
 GROUP BY job;
-
--- name: RiverLeaderIs :one
--- RiverLeaderIs reports whether the River client id currently holds
--- leadership.
-SELECT EXISTS (SELECT 1 FROM river_leader WHERE leader_id = @leader_id AND expires_at > now())::boolean AS leader;

@@ -78,19 +78,6 @@ func (q *Queries) JobScheduleSince(ctx context.Context, db DBTX, arg *JobSchedul
 	return since, err
 }
 
-const riverLeaderIs = `-- name: RiverLeaderIs :one
-SELECT EXISTS (SELECT 1 FROM river_leader WHERE leader_id = $1 AND expires_at > now())::boolean AS leader
-`
-
-// RiverLeaderIs reports whether the River client id currently holds
-// leadership.
-func (q *Queries) RiverLeaderIs(ctx context.Context, db DBTX, leaderID string) (bool, error) {
-	row := db.QueryRow(ctx, riverLeaderIs, leaderID)
-	var leader bool
-	err := row.Scan(&leader)
-	return leader, err
-}
-
 const scheduleTickDeferredByParams = `-- name: ScheduleTickDeferredByParams :one
 SELECT job, due_at, spec, outcome, params, params_hash, request_id, coalesced_into, message, recorded_at, updated_at FROM schedule_tick
 WHERE job = $1 AND outcome = 'deferred' AND params_hash = $2

@@ -63,6 +63,7 @@ func runAPI(ctx context.Context) error {
 	}
 	reaper := worker.NewReaper(pool, worker.ReaperConfig{
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger,
+		River: enqueuer.Canceller(),
 		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
 			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
 			return err

@@ -34,7 +34,7 @@ func (s *testSystem) abandonRequest(id any, msg string) {
 		if err := tx.QueryRow(ctx, `SELECT id, execution_id FROM job_request WHERE id = $1::bigint`, id).Scan(&requestID, &executionID); err != nil {
 			return err
 		}
-		ok, err := request.Abandon(ctx, tx, requestID, executionID, nil, msg)
+		ok, err := request.Abandon(ctx, tx, nil, requestID, executionID, nil, msg)
 		require.True(s.t, ok, "request %v was not active", id)
 		return err
 	}))

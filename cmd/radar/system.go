@@ -93,6 +93,7 @@ func newEnqueuerFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *rive
 	var enqueuer *request.Enqueuer
 	reaper := worker.NewReaper(pool, worker.ReaperConfig{
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger,
+		River: request.RiverCanceller(riverClient),
 		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
 			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
 			return err
@@ -380,22 +381,14 @@ func observeSchedules(ctx context.Context, pool *pgxpool.Pool, env *envConfig, t
 	})
 }
 
-// insertOnlyNotifySpacing is how far apart an insert-only River client
-// sends its own insert notifications: at most one a day, since the
-// database's trigger announces each job.
-const insertOnlyNotifySpacing = 24 * time.Hour
-
 // newInsertOnlyRiver returns a River client that only inserts (no queues,
-// no workers), with the trace propagation of every insert. River's own
-// insert notification is spaced out of the way (River spaces an inserting
-// client's NOTIFYs by its FetchCooldown): the database announces every
-// buildrisk_run job at the COMMIT that inserts it (migration 00085), and
-// River's NOTIFY would follow that COMMIT in a round trip of its own, only
-// to wake the workers for a fetch that finds nothing.
+// no workers), with the trace propagation of every insert. River's InsertTx
+// announces each job to the workers itself, at most once per FetchCooldown
+// per queue: at River's minimum, so that back-to-back requests each wake a
+// worker instead of waiting for its fetch poll.
 func newInsertOnlyRiver(pool *pgxpool.Pool, tel *telemetry) (*river.Client[pgx.Tx], error) {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger: tel.logger, Plugins: riverPlugins(tel),
-		FetchCooldown: insertOnlyNotifySpacing, FetchPollInterval: insertOnlyNotifySpacing,
+		Logger: tel.logger, Plugins: riverPlugins(tel), FetchCooldown: river.FetchCooldownMin,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error creating river client: %w", err)

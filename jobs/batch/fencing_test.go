@@ -72,7 +72,7 @@ func (b *testBundle) abandon(t *testing.T, requestID int64) {
 		if err != nil {
 			return err
 		}
-		ok, err := request.Abandon(ctx, tx, requestID, req.ExecutionID, nil, "reaped by the test")
+		ok, err := request.Abandon(ctx, tx, nil, requestID, req.ExecutionID, nil, "reaped by the test")
 		if err == nil && !ok {
 			err = errors.New("request was not active")
 		}

@@ -237,9 +237,10 @@ func (r *Runner) Drain() { r.drainOnce.Do(func() { close(r.drain) }) }
 // RunOpts are one Run's options.
 type RunOpts struct {
 	RequestID int64
-	// FinishTx runs inside the transaction that records the outcome; the
-	// worker completes its River job there so both commit together.
-	FinishTx func(ctx context.Context, tx pgx.Tx) error
+	// FinishTx runs inside the transaction that records the request's
+	// outcome (nil: the request was no longer queued, nothing ran); the
+	// worker ends its River job there so both commit together.
+	FinishTx func(ctx context.Context, tx pgx.Tx, outcome *Outcome) error
 	// OnChunk is called after each committed chunk (the CLI prints it).
 	OnChunk func(done, total int)
 }
@@ -350,7 +351,7 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	})
 	if err != nil {
 		if errors.Is(err, ErrNotQueued) && opts.FinishTx != nil {
-			recordErr := queries.InTx(context.WithoutCancel(ctx), r.pool, func(tx pgx.Tx) error { return opts.FinishTx(context.WithoutCancel(ctx), tx) })
+			recordErr := queries.InTx(context.WithoutCancel(ctx), r.pool, func(tx pgx.Tx) error { return opts.FinishTx(context.WithoutCancel(ctx), tx, nil) })
 			return nil, errors.Join(err, recordErr)
 		}
 		return nil, err
@@ -914,7 +915,7 @@ func (r *Runner) classify(ctx context.Context, rs *runState, err error, where st
 // The first step is fenced: when the execution is no longer the run's, it
 // records nothing (neither the result, nor the chained request, nor the
 // request's end) and returns an error wrapping ErrOwnershipLost.
-func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, domainRows *int64, finishTx func(context.Context, pgx.Tx) error) error {
+func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, domainRows *int64, finishTx func(context.Context, pgx.Tx, *Outcome) error) error {
 	st := rs.started
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RecordRetryWindow)
 	defer cancel()
@@ -974,9 +975,7 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 				return fmt.Errorf("error finishing request: %w", err)
 			}
 			if finishTx != nil {
-				// Completes the River job first: its unique slot must be free
-				// for the resume's River job.
-				if err := finishTx(callCtx, tx); err != nil {
+				if err := finishTx(callCtx, tx, outcome); err != nil {
 					return err
 				}
 			}

@@ -163,7 +163,7 @@ func TestRunner_NotQueued(t *testing.T) {
 	id := b.enqueue(t, "metrics")
 	_, err := b.pool.Exec(context.Background(), `UPDATE job_request SET status = 'FAILED' WHERE id = $1`, id)
 	require.NoError(t, err)
-	_, err = b.runner.Run(context.Background(), batch.RunOpts{RequestID: id, FinishTx: func(context.Context, pgx.Tx) error { return nil }})
+	_, err = b.runner.Run(context.Background(), batch.RunOpts{RequestID: id, FinishTx: func(context.Context, pgx.Tx, *batch.Outcome) error { return nil }})
 	require.ErrorIs(t, err, batch.ErrNotQueued)
 	var n int
 	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM job_execution").Scan(&n))

@@ -170,10 +170,9 @@ func (e *Enqueuer) Validate(ctx context.Context, db queries.DBTX, p *EnqueuePara
 }
 
 // Enqueue validates p and, in one transaction under the job's advisory lock,
-// runs the stale cleanup, refuses a duplicate, inserts the request and (when
-// the Enqueuer has a River client) its River job. A job without an active
-// request, the common case, is enqueued in one round trip that the server
-// decides (enqueueInOneTrip); anything else is decided here, in the client.
+// runs the stale cleanup, refuses a duplicate, inserts the request's River
+// job (when the Enqueuer has a River client) and the request. A conflict
+// (serialization failure, deadlock) runs the transaction again (queries.InTx).
 // Errors: ErrUnknownJob, *jobs.ParamError, *DuplicateError, or an internal
 // error.
 func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, error) {
@@ -184,59 +183,11 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 		}
 		return nil, err
 	}
-
-	if e.river != nil {
-		res, err := e.enqueueInOneTrip(ctx, p, params)
-		if err == nil {
-			e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultAccepted)
-			return res, nil
-		}
-		if !queries.IsUndecided(err) {
-			return nil, err
-		}
-		// The job has an active request (or River a job in its unique
-		// slot): the cleanup and the duplicate's answer are decided below.
-	}
-
-	// Decided in the client, in two round trips from BEGIN to COMMIT: BEGIN
-	// with the job's lock, its state and River's INSERT (of a job whose args
-	// do not hold the request id: it is reserved by the state read in the
-	// same round trip; River's fetch writes it into the args it hands the
-	// worker, migration 00084), then River's NOTIFY and the request row,
-	// linked to the River job, with the COMMIT.
 	var result *EnqueueResult
-	var state *queries.JobRequestEnqueueStateRow
-	err = queries.InTxPipelined(ctx, e.pool, func(b *pgx.Batch) {
-		e.queries.QueueEnqueueState(ctx, b, p.Job, &state)
-	}, func(tx *queries.PipelinedTx) error {
-		var early *rivertype.JobInsertResult
-		if e.river != nil {
-			// Inserted under the lock (queued after it), before the state
-			// is known: when the state refuses the request, the rollback
-			// takes this job along.
-			tx.DeferExecs = true
-			var err error
-			if early, err = e.insertRun(ctx, tx, p, 0); err != nil {
-				return err
-			}
-			tx.DeferExecs = false
-		}
-		if err := tx.Flush(ctx); err != nil {
-			return fmt.Errorf("error taking job lock and reading its requests: %w", err)
-		}
-		res, insert, err := e.decide(ctx, tx, p, params, state, early)
-		if err != nil {
-			return err
-		}
-		queries.QueueRow(tx.Last, func(db queries.DBTX) error {
-			res.Request, err = e.queries.JobRequestInsert(ctx, db, insert)
-			if err != nil {
-				return fmt.Errorf("error inserting request: %w", queries.Interpret(err))
-			}
-			return nil
-		})
-		result = res
-		return nil
+	err = queries.InTx(ctx, e.pool, func(tx pgx.Tx) error {
+		var err error
+		result, err = e.enqueueTx(ctx, tx, p, params)
+		return err
 	})
 	var dup *DuplicateError
 	switch {
@@ -259,49 +210,6 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 	return result, nil
 }
 
-// enqueueInOneTrip is the enqueue's common case, a job without an active
-// request, in one round trip: BEGIN, the job's lock, River's INSERT, the
-// request row and COMMIT travel together, because the server decides what
-// the client decides on the slower path (migration 00085): the restart rule
-// picks the execution the request resumes, the request links the River job
-// the INSERT wrote, and the partial unique index on active requests refuses
-// a second one. A trigger announces the River job at the COMMIT (River's
-// own NOTIFY, if its client sends one, follows it). A refusal (see
-// queries.IsUndecided) has rolled everything back, and Enqueue decides
-// again in the client: the cleanup runs only when the job has an active
-// request, so skipping it here changes nothing.
-func (e *Enqueuer) enqueueInOneTrip(ctx context.Context, p *EnqueueParams, params *jobs.Params) (*EnqueueResult, error) {
-	insert := &queries.JobRequestInsertDecidedParams{
-		Job:            p.Job,
-		Params:         params.Canonical,
-		ParamsHash:     jobs.ParamsHash(params.Canonical),
-		MaxCalls:       maxCallsOrNil(p.MaxCalls),
-		ConfirmPurge:   p.ConfirmPurge,
-		Source:         p.Source,
-		RequestedBy:    p.RequestedBy,
-		EstimatedCalls: int32(params.EstimatedCalls),
-		WorkerID:       workerIDOrNil(p.WorkerID),
-		DueAt:          p.DueAt,
-	}
-	var request *queries.JobRequest
-	err := queries.InOneTrip(ctx, e.pool, func(b *pgx.Batch) {
-		e.queries.QueueJobLock(ctx, b, p.Job)
-	}, func(b *pgx.Batch) {
-		queries.QueueRow(b, func(db queries.DBTX) error {
-			var err error
-			request, err = e.queries.JobRequestInsertDecided(ctx, db, insert)
-			return err
-		})
-	}, func(tx pgx.Tx) error {
-		_, err := e.insertRun(ctx, tx, p, 0)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &EnqueueResult{Request: request, EstimatedCalls: params.EstimatedCalls, ResumesExecutionID: request.ResumesExecutionID}, nil
-}
-
 // EnqueueTx is Enqueue inside the caller's transaction (chains insert the
 // next job's request in the transaction that records a completion). The
 // params must already be valid; a duplicate returns *DuplicateError and
@@ -314,62 +222,29 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams) (
 	return e.enqueueTx(ctx, tx, p, params)
 }
 
-// enqueueTx decides and writes a request in the caller's transaction in as
-// few round trips as the rules allow, because every one of them is pickup
-// latency: the job's lock and everything the decision reads (the active
-// request, the restart rule's input, a new request id) in one pipelined
-// batch, then decide, then the request row written once, already linked to
-// its River job.
+// enqueueTx is the one enqueue: in tx, the job's advisory lock and its
+// state (one round trip), the stale cleanup when the job has an active
+// request, the duplicate check, the restart rule, River's InsertTx of a job
+// that carries the request's id, and the request row, linked to that job.
+// A duplicate draws no request id: the state reads one only for a job
+// without an active request.
 func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *jobs.Params) (*EnqueueResult, error) {
 	state, err := e.queries.EnqueueStateTx(ctx, tx, p.Job)
 	if err != nil {
 		return nil, fmt.Errorf("error taking job lock and reading its requests: %w", err)
 	}
-	res, insert, err := e.decide(ctx, tx, p, params, state, nil)
-	if err != nil {
-		return nil, err
-	}
-	if res.Request, err = e.queries.JobRequestInsert(ctx, tx, insert); err != nil {
-		return nil, fmt.Errorf("error inserting request: %w", queries.Interpret(err))
-	}
-	return res, nil
-}
-
-// decide runs, under the job's lock, what stands between the job's state
-// (read with the lock) and the request row: the stale cleanup only when the
-// job has an active request (the cleanup finalizes only active requests,
-// so without one it has nothing to do), the duplicate check, the restart
-// rule, and the River job, which carries the reserved request id. early is
-// a River job the caller inserted already, under the lock but before the
-// state was known, whose args lack the request id (River's fetch writes
-// it); decide uses it unless the cleanup has to run, which must not see it.
-// It returns the result without its Request and the row to insert, which
-// the caller writes (alone, or queued with the COMMIT).
-func (e *Enqueuer) decide(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *jobs.Params, state *queries.JobRequestEnqueueStateRow, early *rivertype.JobInsertResult) (*EnqueueResult, *queries.JobRequestInsertParams, error) {
 	if state.ActiveRequestID != 0 && e.cfg.Cleanup != nil && !p.skipCleanup {
-		if early != nil {
-			if !early.UniqueSkippedAsDuplicate {
-				// Withdraw it: the cleanup may insert an automatic resume,
-				// which must find River's unique slot as the stale request
-				// left it, not taken by this request.
-				if err := e.queries.RiverJobWithdraw(ctx, tx, early.Job.ID); err != nil {
-					return nil, nil, fmt.Errorf("error withdrawing river job: %w", err)
-				}
-			}
-			early = nil // inserted again below when the request is accepted
-		}
 		if err := e.cfg.Cleanup(ctx, tx, p.Job); err != nil {
-			return nil, nil, fmt.Errorf("error cleaning up stale requests: %w", err)
+			return nil, fmt.Errorf("error cleaning up stale requests: %w", err)
 		}
 		// The cleanup may have finalized the active request (and inserted
 		// its automatic resume): read again, still under the lock.
-		var err error
 		if state, err = e.queries.JobRequestEnqueueState(ctx, tx, p.Job); err != nil {
-			return nil, nil, fmt.Errorf("error reading the job's requests: %w", err)
+			return nil, fmt.Errorf("error reading the job's requests: %w", err)
 		}
 	}
 	if state.ActiveRequestID != 0 {
-		return nil, nil, &DuplicateError{Job: p.Job, ActiveRequestID: state.ActiveRequestID}
+		return nil, &DuplicateError{Job: p.Job, ActiveRequestID: state.ActiveRequestID}
 	}
 
 	paramsHash := jobs.ParamsHash(params.Canonical)
@@ -379,25 +254,13 @@ func (e *Enqueuer) decide(ctx context.Context, tx pgx.Tx, p *EnqueueParams, para
 	}
 	var riverJobID *int64
 	if e.river != nil {
-		res := early
-		if res == nil {
-			var err error
-			if res, err = e.insertRun(ctx, tx, p, state.NextRequestID); err != nil {
-				return nil, nil, err
-			}
-		}
-		if res.UniqueSkippedAsDuplicate {
-			// River holds an active job for this name that no active request
-			// owns: refuse, pointing at the request that job carries.
-			dup := &DuplicateError{Job: p.Job}
-			if id, err := e.queries.JobRequestIDByRiverJob(ctx, tx, &res.Job.ID); err == nil {
-				dup.ActiveRequestID = id
-			}
-			return nil, nil, dup
+		res, err := e.insertRun(ctx, tx, p, state.NextRequestID)
+		if err != nil {
+			return nil, err
 		}
 		riverJobID = &res.Job.ID
 	}
-	insert := &queries.JobRequestInsertParams{
+	request, err := e.queries.JobRequestInsert(ctx, tx, &queries.JobRequestInsertParams{
 		ID:                 state.NextRequestID,
 		Job:                p.Job,
 		Params:             params.Canonical,
@@ -411,13 +274,15 @@ func (e *Enqueuer) decide(ctx context.Context, tx pgx.Tx, p *EnqueueParams, para
 		WorkerID:           workerIDOrNil(p.WorkerID),
 		DueAt:              p.DueAt,
 		RiverJobID:         riverJobID,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error inserting request: %w", queries.Interpret(err))
 	}
-	return &EnqueueResult{EstimatedCalls: params.EstimatedCalls, ResumesExecutionID: resumesID}, insert, nil
+	return &EnqueueResult{Request: request, EstimatedCalls: params.EstimatedCalls, ResumesExecutionID: resumesID}, nil
 }
 
-// insertRun inserts the River job that runs p's request in tx. requestID
-// is 0 when the id is not known yet: River's fetch writes it into the args
-// it hands the worker either way (migration 00084).
+// insertRun inserts, through River's InsertTx, the River job that runs
+// p's request requestID in tx.
 func (e *Enqueuer) insertRun(ctx context.Context, tx pgx.Tx, p *EnqueueParams, requestID int64) (*rivertype.JobInsertResult, error) {
 	res, err := e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job, RequestID: requestID}, p.insertOpts())
 	if err != nil {

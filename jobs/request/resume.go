@@ -56,9 +56,8 @@ func ResumeCandidate(ctx context.Context, db queries.DBTX, job, paramsHash strin
 
 // resumes is the restart rule on the job's newest execution (its status and
 // its instance's params hash and confirmPurge) for a new request with
-// paramsHash and no confirmPurge of its own. The one-round-trip enqueue
-// applies the same rule on the server (job_request_resumes, migration
-// 00085); TestResumes_ServerRuleAgreesWithTheClientRule keeps the two equal.
+// paramsHash and no confirmPurge of its own. It is the rule's one copy:
+// the enqueue and the automatic resume both apply it.
 func resumes(lastStatus, lastParamsHash string, lastConfirmPurge bool, paramsHash string) bool {
 	switch lastStatus {
 	case ExecutionStopped, ExecutionFailed, ExecutionAbandoned:

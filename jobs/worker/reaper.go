@@ -24,6 +24,9 @@ type ReaperConfig struct {
 	// worker's execution, so the run's automatic resume (if the policy
 	// allows it) commits with the reap.
 	Resume ResumeFunc
+	// River cancels the River jobs of the requests it reaps; nil when the
+	// process inserts none.
+	River request.JobCanceller
 }
 
 // ResumeFunc applies the resume policy to a run that stopped, inside the
@@ -85,7 +88,7 @@ func (r *Reaper) ReapTx(ctx context.Context, tx pgx.Tx, job string) (int, error)
 			// Claimed (at its River job's fetch) but never started.
 			msg = fmt.Sprintf("worker %s stopped heartbeating (last heartbeat %s) before it started the run; nothing ran; request again", deref(s.WorkerID), last)
 		}
-		ok, err := request.Abandon(ctx, tx, s.ID, s.ExecutionID, s.RiverJobID, msg)
+		ok, err := request.Abandon(ctx, tx, r.cfg.River, s.ID, s.ExecutionID, s.RiverJobID, msg)
 		if err != nil {
 			return reaped, err
 		}
@@ -106,7 +109,7 @@ func (r *Reaper) ReapTx(ctx context.Context, tx pgx.Tx, job string) (int, error)
 		return reaped, fmt.Errorf("error listing orphaned requests: %w", err)
 	}
 	for _, o := range orphans {
-		ok, err := request.Abandon(ctx, tx, o.ID, nil, o.RiverJobID, "no worker will run it (its River job ended, or its worker died before starting it); request again")
+		ok, err := request.Abandon(ctx, tx, r.cfg.River, o.ID, nil, o.RiverJobID, "no worker will run it (its River job ended, or its worker died before starting it); request again")
 		if err != nil {
 			return reaped, err
 		}
@@ -156,7 +159,7 @@ func (r *Reaper) CleanupPreviousBoots(ctx context.Context, hostname string, pid 
 		}
 		for _, row := range rows {
 			msg := fmt.Sprintf("worker %s restarted as %s; execution abandoned; a new request resumes from the last commit", deref(row.WorkerID), currentID)
-			ok, err := request.Abandon(ctx, tx, row.ID, row.ExecutionID, row.RiverJobID, msg)
+			ok, err := request.Abandon(ctx, tx, r.cfg.River, row.ID, row.ExecutionID, row.RiverJobID, msg)
 			if err != nil {
 				return err
 			}

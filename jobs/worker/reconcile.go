@@ -16,7 +16,7 @@ import (
 // longer holds (their result recording failed past its retry window), from
 // the execution's recorded result, and only while they are still RUNNING.
 func (w *Worker) Reconcile(ctx context.Context) (int, error) {
-	return Reconcile(ctx, w.pool, w.cfg.ID, w.runner.Held(), w.cfg.Resume, w.cfg.Logger)
+	return Reconcile(ctx, w.pool, w.river, w.cfg.ID, w.runner.Held(), w.cfg.Resume, w.cfg.Logger)
 }
 
 // heldChecker is the part of batch.HeldSet Reconcile needs.
@@ -25,7 +25,7 @@ type heldChecker interface{ Has(id int64) bool }
 // Reconcile is the reconcile loop's body for one worker id. A request it
 // finishes whose execution recorded a stop cause goes to resume (nil resumes
 // nothing), in the same transaction, as the runner would have done.
-func Reconcile(ctx context.Context, db queries.Beginner, workerID string, held heldChecker, resume ResumeFunc, logger *slog.Logger) (int, error) {
+func Reconcile(ctx context.Context, db queries.Beginner, river request.JobCanceller, workerID string, held heldChecker, resume ResumeFunc, logger *slog.Logger) (int, error) {
 	q := queries.New()
 	n := 0
 	err := queries.InTx(ctx, db, func(tx pgx.Tx) error {
@@ -62,8 +62,8 @@ func Reconcile(ctx context.Context, db queries.Beginner, workerID string, held h
 			if err != nil {
 				return err
 			}
-			if done > 0 && req.RiverJobID != nil {
-				if _, err := q.RiverJobFinalize(ctx, tx, *req.RiverJobID); err != nil {
+			if done > 0 {
+				if err := request.CancelRiverJob(ctx, tx, river, req.RiverJobID); err != nil {
 					return err
 				}
 			}

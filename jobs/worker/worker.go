@@ -1,8 +1,9 @@
 // Package worker is the worker role: a River client that claims job requests
 // and runs them through the batch runner, the worker registry with its
 // heartbeats, the reaper that frees jobs held by dead workers, the reconcile
-// loop, the scheduler (run by River's elected leader; its state is in the
-// database), and graceful drain.
+// loop, the scheduler (its passes are River periodic jobs, inserted by
+// River's elected leader; its state is in the database), and graceful
+// drain.
 //
 // It must not know about HTTP beyond its admin health endpoints.
 package worker
@@ -47,9 +48,9 @@ const (
 	// connections' statement_timeout); FenceAfterFor and DBTimeoutFor
 	// derive the defaults from the stale window.
 	DBTimeoutDefault = 5 * time.Second
-	// SchedulePollIntervalDefault is how often the leader checks its
-	// schedules between due times: how soon it notices it became leader
-	// and that a deferred due time's blocking request ended.
+	// SchedulePollIntervalDefault is the longest time between scheduler
+	// passes besides the due times: how soon a deferred due time is
+	// enqueued after its blocking request ended.
 	SchedulePollIntervalDefault = 5 * time.Second
 	// SchedulePassTimeoutDefault bounds one scheduler pass.
 	SchedulePassTimeoutDefault = time.Minute
@@ -216,6 +217,10 @@ type Worker struct {
 	// scheduler is nil without schedules.
 	scheduler *Scheduler
 
+	// leading is closed once River made this worker its leader.
+	leading  chan struct{}
+	leadOnce sync.Once
+
 	mu       sync.Mutex
 	presence *Presence // nil until Start registers the worker
 	cancel   context.CancelFunc
@@ -228,7 +233,7 @@ func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) 
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, pool: pool, runner: runner}
+	w := &Worker{cfg: cfg, pool: pool, runner: runner, leading: make(chan struct{})}
 	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger, Resume: cfg.Resume})
 
 	if len(cfg.Schedules) > 0 {
@@ -245,22 +250,39 @@ func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) 
 	if err := river.AddWorkerSafely(workers, &runWorker{w: w}); err != nil {
 		return nil, fmt.Errorf("error registering river worker: %w", err)
 	}
+	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxConcurrentJobs}}
+	var periodic []*river.PeriodicJob
+	if w.scheduler != nil {
+		if err := river.AddWorkerSafely(workers, &schedulePassWorker{w: w}); err != nil {
+			return nil, fmt.Errorf("error registering river worker: %w", err)
+		}
+		queues[ScheduleQueue] = river.QueueConfig{MaxWorkers: 1}
+		periodic = append(periodic, w.schedulePeriodicJob())
+	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		ID:                  cfg.ID,
-		Queues:              map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxConcurrentJobs}},
+		Queues:              queues,
 		Workers:             workers,
+		PeriodicJobs:        periodic,
+		Hooks:               []rivertype.Hook{w.leaderHook()},
 		FetchCooldown:       cfg.FetchCooldown,
 		FetchPollInterval:   cfg.FetchPollInterval,
 		FetchOnlyKnownKinds: true,
 		JobTimeout:          -1, // a job runs as long as its chunks; dead workers are handled by the reaper
-		Logger:              cfg.Logger,
-		Plugins:             cfg.RiverPlugins,
-		PollOnly:            cfg.PollOnly,
+		// River's rescuer finalizes a job River still shows running after
+		// this long only when it was cancelled (JobCancelTx of a dead
+		// worker's job) or, for a scheduler pass, timed out: runs have no
+		// timeout, so a live run is never rescued.
+		RescueStuckJobsAfter: cfg.StaleAfter + cfg.SchedulePassTimeout,
+		Logger:               cfg.Logger,
+		Plugins:              cfg.RiverPlugins,
+		PollOnly:             cfg.PollOnly,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error creating river client: %w", err)
 	}
 	w.river = client
+	w.reaper.cfg.River = client // built before the client: they refer to each other
 	return w, nil
 }
 
@@ -350,13 +372,6 @@ func (w *Worker) Start(ctx context.Context) error {
 		_, err := w.Reconcile(ctx)
 		return err
 	})
-	if w.scheduler != nil {
-		w.loops.Add(1)
-		go func() {
-			defer w.loops.Done()
-			w.scheduleLoop(loopCtx)
-		}()
-	}
 	// River's fetch and work contexts derive from this one; drain stops the
 	// client explicitly, so a cancelled ctx must not hard-cancel jobs.
 	if err := w.river.Start(context.WithoutCancel(ctx)); err != nil {
@@ -450,41 +465,8 @@ func (w *Worker) loop(ctx context.Context, interval time.Duration, name string, 
 	}()
 }
 
-// scheduleLoop runs a scheduler pass whenever this worker is River's
-// leader: at once, at each due time and every SchedulePollInterval (which
-// is how a new leader catches up, and how a deferred due time is enqueued
-// soon after the request it waited for ends). Each pass is bounded by
-// SchedulePassTimeout.
-func (w *Worker) scheduleLoop(ctx context.Context) {
-	q := queries.New()
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		leader, err := q.RiverLeaderIs(ctx, w.pool, w.cfg.ID)
-		if err != nil && ctx.Err() == nil {
-			w.cfg.Logger.WarnContext(ctx, "schedule leader check failed", slog.String("error", err.Error()))
-		}
-		if leader {
-			passCtx, cancel := context.WithTimeout(ctx, w.cfg.SchedulePassTimeout)
-			if err := w.scheduler.Pass(passCtx); err != nil && ctx.Err() == nil {
-				w.cfg.Logger.WarnContext(ctx, "scheduler pass failed", slog.String("error", err.Error()))
-			}
-			cancel()
-		}
-		wait := w.cfg.SchedulePollInterval
-		if until, ok := w.scheduler.UntilNextDue(); ok {
-			wait = min(wait, max(until, time.Millisecond))
-		}
-		timer.Reset(wait)
-	}
-}
-
-// runWorker is the single River worker: every job kind runs through it.
+// runWorker is the River worker of runs: every job of the catalog runs
+// through it.
 type runWorker struct {
 	river.WorkerDefaults[jobs.RunArgs]
 	w *Worker
@@ -494,10 +476,18 @@ type runWorker struct {
 // reaper handles dead workers.
 func (rw *runWorker) Timeout(*river.Job[jobs.RunArgs]) time.Duration { return -1 }
 
-// Work runs one request. The River job is completed in the transaction that
-// records the outcome, so a request and its River job end together.
+// Work runs one request. Its River job ends in the transaction that records
+// the request's outcome, so the two end together and agree: completed for a
+// COMPLETED run (or a request that was no longer queued: nothing ran),
+// cancelled through River's public API for any other outcome, so that River
+// (and River UI) never calls a FAILED or STOPPED run completed. A cancel of
+// a running job is finished by River when Work returns JobCancel, or by
+// River's rescuer if this process dies first.
 func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) error {
-	finishTx := func(ctx context.Context, tx pgx.Tx) error {
+	finishTx := func(ctx context.Context, tx pgx.Tx, outcome *batch.Outcome) error {
+		if outcome != nil && outcome.Status != request.ExecutionCompleted {
+			return request.CancelRiverJob(ctx, tx, rw.w.river, &job.ID)
+		}
 		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 		if errors.Is(err, rivertype.ErrNotFound) {
 			return nil // finalized meanwhile (reaped): nothing left to complete
@@ -511,6 +501,8 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 	}
 	outcome, err := rw.w.runner.Run(ctx, batch.RunOpts{RequestID: job.Args.RequestID, FinishTx: finishTx})
 	switch {
+	case err == nil && outcome != nil && outcome.Status != request.ExecutionCompleted:
+		return river.JobCancel(fmt.Errorf("execution %d ended %s: %s", outcome.ExecutionID, outcome.Status, outcome.Message))
 	case err == nil, errors.Is(err, batch.ErrNotQueued):
 		return nil
 	case errors.Is(err, batch.ErrFenced) && outcome == nil:
@@ -543,7 +535,7 @@ func (w *Worker) failStart(ctx context.Context, job *river.Job[jobs.RunArgs], st
 			return fmt.Errorf("error reading request: %w", err)
 		}
 		jobName = req.Job
-		_, err = request.Abandon(ctx, tx, req.ID, nil, &job.ID, msg)
+		_, err = request.Abandon(ctx, tx, w.river, req.ID, nil, &job.ID, msg)
 		return err
 	})
 	logger := w.cfg.Logger.With(slog.Int64("request_id", job.Args.RequestID), slog.String("job", jobName))

@@ -16,6 +16,10 @@ import (
 // each prepare. Tests pin a hot path's round trips with it, so a statement
 // added to the path shows as a failure.
 type RoundTripTracer struct {
+	// OnTrip, when set, is called with each round trip as it starts, on the
+	// goroutine that makes it (a test marks which of its calls made it).
+	OnTrip func(statement string)
+
 	mu    sync.Mutex
 	trips []string
 }
@@ -41,8 +45,12 @@ func NewTracedPool(t testing.TB, pool *pgxpool.Pool, tracer *RoundTripTracer) *p
 
 func (rt *RoundTripTracer) add(s string) {
 	rt.mu.Lock()
-	defer rt.mu.Unlock()
 	rt.trips = append(rt.trips, s)
+	onTrip := rt.OnTrip
+	rt.mu.Unlock()
+	if onTrip != nil {
+		onTrip(s)
+	}
 }
 
 // Log returns the round trips recorded so far.

@@ -1,5 +1,82 @@
 -- +goose Up
 
+-- The radar's domain tables: what the jobs fetch and compute, each row
+-- stamped with the execution that wrote it.
+
+-- apt_trade is one apartment trade (aptTrade).
+CREATE TABLE apt_trade (
+    region          text        NOT NULL,
+    deal_ym         text        NOT NULL,
+    serial          text        NOT NULL,
+    apt_name        text        NOT NULL,
+    dong            text        NOT NULL DEFAULT '',
+    deal_date       date        NOT NULL,
+    deal_amount_krw bigint      NOT NULL,
+    area_m2         numeric(10, 2) NOT NULL,
+    floor           integer     NOT NULL DEFAULT 0,
+    build_year      integer     NOT NULL DEFAULT 0,
+    execution_id    bigint      NOT NULL,
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (region, deal_ym, serial)
+);
+-- aptTrade counts its domain rows by execution at the end of every run.
+CREATE INDEX apt_trade_execution_idx ON apt_trade (execution_id);
+
+-- exposure is the ledger of what each company still owes: creditEval's
+-- targets are the companies with outstanding_krw > 0. Loaded by
+-- `radar import exposure FILE.csv` (and seeded by `radar dev`).
+CREATE TABLE exposure (
+    corp_code       text PRIMARY KEY CHECK (corp_code ~ '^[0-9]{8}$'),
+    outstanding_krw bigint NOT NULL CHECK (outstanding_krw >= 0),
+    updated_at      timestamptz
+);
+
+-- credit_grade holds one grade per company and evaluation day: creditEval
+-- upserts on (corp_code, eval_date), so a company is written exactly once a
+-- day however often the job is resumed. source says which CREDIT endpoint
+-- answered: the lookup, or the fallback crawl when the lookup was empty.
+CREATE TABLE credit_grade (
+    corp_code    text,
+    eval_date    date,
+    grade        text        NOT NULL,
+    outlook      text,
+    source       text        NOT NULL CHECK (source IN ('lookup', 'fallback')),
+    execution_id bigint      NOT NULL,
+    updated_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (corp_code, eval_date)
+);
+-- The two-way count: the rows an instance's executions wrote.
+CREATE INDEX credit_grade_execution_id_idx ON credit_grade (execution_id);
+
+-- exposure_import stages one `radar import exposure` run inside its
+-- transaction, so the importer streams the file instead of holding it in
+-- memory: lines are copied here in batches (bad ones with their reason), the
+-- repeats of a company are found by SQL, the good lines go to exposure, and
+-- the staged rows are deleted before the commit. UNLOGGED: nothing here
+-- outlives its transaction.
+CREATE UNLOGGED TABLE exposure_import (
+    import_id       bigint  NOT NULL,
+    line            integer NOT NULL,
+    corp_code       text,
+    outstanding_krw bigint,
+    reason          text,
+    PRIMARY KEY (import_id, line)
+);
+
+-- credit_eval_plan holds a creditEval execution's plan: each chunk's targets
+-- as the exposure ledger had them when the execution planned, so the worker
+-- never holds the whole target list (its memory stays flat in the ledger's
+-- size) and a chunk's targets never drift from the declared total when the
+-- ledger changes during the run. One row per chunk (CreditEvalChunkSize
+-- codes). Only one creditEval execution runs at a time, so the next plan
+-- deletes every other execution's rows.
+CREATE TABLE credit_eval_plan (
+    execution_id bigint NOT NULL,
+    chunk        text   NOT NULL,
+    corp_codes   text[] NOT NULL,
+    PRIMARY KEY (execution_id, chunk)
+);
+
 -- company is DART's corp-code archive as corpCodeSync last loaded it.
 -- tracked marks the construction companies the radar watches (the name rule
 -- of jobs/corpcode). Rows are upserted, never deleted: a company DART drops
@@ -117,3 +194,8 @@ DROP TABLE filing;
 DROP TABLE company_region;
 DROP TABLE corp_code_download;
 DROP TABLE company;
+DROP TABLE credit_eval_plan;
+DROP TABLE exposure_import;
+DROP TABLE credit_grade;
+DROP TABLE exposure;
+DROP TABLE apt_trade;
