@@ -84,9 +84,9 @@ type Config struct {
 	// date in the budget's time zone); nil uses today's UTC date.
 	Today func() time.Time
 	// RiverUI, when set, is served under /riverui/ to operators only (a
-	// console session or an operator bearer token) and linked from the
-	// console. It is an opaque handler: the api knows nothing of River's
-	// internals.
+	// console session or an operator bearer token), read-only (its
+	// mutations are refused with 403), and linked from the console. It is
+	// an opaque handler: the api knows nothing of River's internals.
 	RiverUI http.Handler
 	// RequestTimeout bounds the database work of one /v1 call, waiting for
 	// a pooled connection included; when it passes the call answers 503.
@@ -162,7 +162,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	}
 	s.registerConsole()
 	if cfg.RiverUI != nil {
-		s.mux.Handle(riverUIPrefix+"/", cfg.RiverUI)
+		s.mux.Handle(riverUIPrefix+"/", riverUIReadOnly(cfg.RiverUI))
 		s.mux.Handle(riverUIPrefix, http.RedirectHandler(riverUIPrefix+"/", http.StatusMovedPermanently))
 	}
 	return s, nil

@@ -115,7 +115,9 @@ FOR UPDATE OF r SKIP LOCKED;
 -- attempted_by). It reads River's job table directly, which River's public
 -- API allows for nothing else here: JobList cannot join the request rows
 -- and lock them in one statement, which the reapers need to agree.
-SELECT r.id, r.job, r.river_job_id
+SELECT r.id, r.job, r.river_job_id,
+       coalesce(CASE WHEN j.state = 'running' THEN j.attempted_by[array_length(j.attempted_by, 1)] END, '')::text AS fetched_by,
+       w.heartbeat_at AS fetched_by_heartbeat_at
 FROM job_request r
 LEFT JOIN river_job j ON j.id = r.river_job_id
 LEFT JOIN worker w ON w.id = j.attempted_by[array_length(j.attempted_by, 1)]

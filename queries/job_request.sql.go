@@ -359,7 +359,9 @@ func (q *Queries) JobRequestList(ctx context.Context, db DBTX, arg *JobRequestLi
 }
 
 const jobRequestListOrphaned = `-- name: JobRequestListOrphaned :many
-SELECT r.id, r.job, r.river_job_id
+SELECT r.id, r.job, r.river_job_id,
+       coalesce(CASE WHEN j.state = 'running' THEN j.attempted_by[array_length(j.attempted_by, 1)] END, '')::text AS fetched_by,
+       w.heartbeat_at AS fetched_by_heartbeat_at
 FROM job_request r
 LEFT JOIN river_job j ON j.id = r.river_job_id
 LEFT JOIN worker w ON w.id = j.attempted_by[array_length(j.attempted_by, 1)]
@@ -381,9 +383,11 @@ type JobRequestListOrphanedParams struct {
 }
 
 type JobRequestListOrphanedRow struct {
-	ID         int64
-	Job        string
-	RiverJobID *int64
+	ID                   int64
+	Job                  string
+	RiverJobID           *int64
+	FetchedBy            string
+	FetchedByHeartbeatAt *time.Time
 }
 
 // JobRequestListOrphaned returns QUEUED requests that nobody will run and
@@ -402,7 +406,13 @@ func (q *Queries) JobRequestListOrphaned(ctx context.Context, db DBTX, arg *JobR
 	var items []*JobRequestListOrphanedRow
 	for rows.Next() {
 		var i JobRequestListOrphanedRow
-		if err := rows.Scan(&i.ID, &i.Job, &i.RiverJobID); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.Job,
+			&i.RiverJobID,
+			&i.FetchedBy,
+			&i.FetchedByHeartbeatAt,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)

@@ -183,7 +183,7 @@ func TestAutoResume_CrashLoopStopsAtTheAttemptLimit(t *testing.T) {
 	enqueuer, err := newEnqueuer(s.pool, riverClient, s.env, s.tel)
 	require.NoError(t, err)
 	reaper := worker.NewReaper(s.pool, worker.ReaperConfig{
-		StaleAfter: s.env.StaleAfter, Instruments: s.tel.instruments, Logger: s.tel.logger,
+		StaleAfter: s.env.StaleAfter, Instruments: s.tel.instruments, Logger: s.tel.logger, River: riverClient,
 		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
 			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
 			return err

@@ -163,7 +163,11 @@ func BenchmarkServiceVsRiver(b *testing.B) {
 // reap-seconds per request.
 func BenchmarkReapLatency(b *testing.B) {
 	s := newTestSystem(b, nil)
-	reaper := worker.NewReaper(s.pool, worker.ReaperConfig{StaleAfter: s.env.StaleAfter, Instruments: s.tel.instruments, Logger: s.tel.logger})
+	riverClient, err := newInsertOnlyRiver(s.pool, s.tel)
+	if err != nil {
+		b.Fatal(err)
+	}
+	reaper := worker.NewReaper(s.pool, worker.ReaperConfig{StaleAfter: s.env.StaleAfter, Instruments: s.tel.instruments, Logger: s.tel.logger, River: riverClient})
 	ctx, cancel := context.WithCancel(context.Background())
 	var reaping sync.WaitGroup
 	reaping.Go(func() { reaper.Run(ctx, s.env.ReapInterval) })

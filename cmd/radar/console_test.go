@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -328,4 +330,55 @@ func TestConsole_RiverUI(t *testing.T) {
 	resp, _ = back.send(http.MethodPost, "/login", "application/x-www-form-urlencoded",
 		url.Values{"token": {testOperatorToken}, "next": {"/riverui/"}}.Encode(), nil)
 	require.Equal(t, "/riverui/", resp.Header.Get("Location"))
+}
+
+// River UI is read-only: its own API's mutations (cancel, delete, retry,
+// queue pause) are refused with 403 naming the service's operation to use
+// instead, and nothing about the request, its execution or its River job
+// changes; the run then completes as if nobody had clicked. Its pages
+// cannot be framed.
+func TestConsole_RiverUIMutationsRefused(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	s.gate.arm(0)
+	s.startWorker()
+	id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
+	<-s.gate.blocked // the run is at the provider
+	var riverJobID int64
+	require.NoError(t, s.pool.QueryRow(context.Background(), "SELECT river_job_id FROM job_request WHERE id = $1", id).Scan(&riverJobID))
+
+	op := newConsoleClient(t, s.api)
+	bearer := map[string]string{"Authorization": "Bearer " + testOperatorToken}
+	resp, _ := op.send(http.MethodGet, "/riverui/", "", "", bearer)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "DENY", resp.Header.Get("X-Frame-Options"))
+	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'")
+
+	jobIDs := fmt.Sprintf(`{"job_ids":["%d"]}`, riverJobID)
+	for _, call := range []struct{ method, path, body, names string }{
+		{http.MethodPost, "/riverui/api/jobs/cancel", jobIDs, "/v1/jobs/{job}/stop"},
+		{http.MethodPost, "/riverui/api/jobs/delete", jobIDs, "reaper"},
+		{http.MethodPost, "/riverui/api/jobs/retry", jobIDs, "/v1/jobs/{job}/requests"},
+		{http.MethodPut, "/riverui/api/queues/default/pause", "", "/v1/jobs/{job}/stop"},
+		{http.MethodPatch, "/riverui/api/queues/default", `{}`, "/v1/jobs/{job}/stop"},
+	} {
+		resp, body := op.send(call.method, call.path, "application/json", call.body, bearer)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s %s: %s", call.method, call.path, body)
+		require.Contains(t, body, "River UI is read-only")
+		require.Contains(t, body, call.names, "%s %s names the operation to use", call.method, call.path)
+	}
+	var requestStatus, riverState string
+	var cancelAttempted bool
+	require.NoError(t, s.pool.QueryRow(context.Background(),
+		"SELECT r.status, j.state::text, j.metadata ? 'cancel_attempted_at' FROM job_request r JOIN river_job j ON j.id = r.river_job_id WHERE r.id = $1", id).
+		Scan(&requestStatus, &riverState, &cancelAttempted))
+	require.Equal(t, "RUNNING", requestStatus)
+	require.Equal(t, "running", riverState)
+	require.False(t, cancelAttempted, "River never heard of the cancel")
+
+	s.gate.open()
+	out := s.waitRequest(id, "DONE", "FAILED")
+	require.Equal(t, "DONE", out["status"])
+	require.Equal(t, "COMPLETED", execution(t, out)["status"])
+	require.Equal(t, 1, s.count("SELECT count(*) FROM job_request"), "no resume, no second run")
 }

@@ -79,5 +79,7 @@ func TestWorker_StartFailureKeepsItsError(t *testing.T) {
 	require.Contains(t, out["message"], "the run could not start")
 	require.Contains(t, out["message"], `job "aptTrade" is not registered in this process`)
 	require.Equal(t, float64(1), s.metric("buildrisk_requests_failed_total", map[string]string{"job": "aptTrade", "reason": "start_failed"}))
-	require.Equal(t, 1, s.count(`SELECT count(*) FROM river_job WHERE state = 'cancelled'`))
+	s.eventually("the River job to end cancelled", func() bool {
+		return s.count(`SELECT count(*) FROM river_job WHERE state = 'cancelled'`) == 1
+	})
 }

@@ -220,12 +220,19 @@ func TestLifecycle_UpstreamFailure(t *testing.T) {
 	s.startWorker()
 
 	body := aptTradeBody([]string{"11110", "11140"}, "2025-01", "2025-03")
-	out := s.waitRequest(s.requestAptTrade(body), "DONE", "FAILED")
+	id := s.requestAptTrade(body)
+	out := s.waitRequest(id, "DONE", "FAILED")
 	require.Equal(t, "FAILED", out["status"])
 	exec := execution(t, out)
 	require.Equal(t, "FAILED", exec["status"])
 	require.Contains(t, exec["exitMessage"], "MOLIT aptTrade 11140:202502: HTTP 500 after 3 attempts")
 	require.Equal(t, float64(4), exec["chunksDone"], "the chunks before the failure stay committed")
+	// River agrees: the failed run's River job ended cancelled, with the
+	// run's outcome as its error, not completed.
+	s.eventually("the failed run's River job to end cancelled with the run's outcome", func() bool {
+		return s.count(`SELECT count(*) FROM river_job j JOIN job_request r ON r.river_job_id = j.id
+			WHERE r.id = $1 AND j.state = 'cancelled' AND j.errors::text LIKE '%ended FAILED%'`, id) == 1
+	})
 
 	s.fake.SetConfig(fakeupstream.Config{})
 	status, again := s.post("/v1/jobs/aptTrade/requests", body)
@@ -260,7 +267,9 @@ func TestLifecycle_DrainTimeout(t *testing.T) {
 	require.Equal(t, batch.MessageDrainTimeout, exec["exitMessage"])
 	require.Equal(t, float64(2), exec["chunksDone"], "the cancelled chunk rolled back")
 	require.Equal(t, 2, s.count("SELECT count(*) FROM job_checkpoint"))
-	require.Equal(t, 1, s.count("SELECT count(*) FROM river_job WHERE state = 'completed'"))
+	s.eventually("the stopped run's River job to end cancelled", func() bool {
+		return s.count("SELECT count(*) FROM river_job WHERE state = 'cancelled'") == 1
+	})
 	s.gate.open()
 }
 

@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/api"
@@ -376,36 +378,87 @@ func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) Write(p []byte) (int, error) { return r.body.Write(p) }
 func (r *recorder) WriteHeader(status int)      { r.status = status }
 
+// heldRun is a River worker of runs that never starts them: it reports each
+// River job it was handed and holds it until its context ends (River's
+// cancel, or the client's stop), like a worker process that died after the
+// fetch.
+type heldRun struct {
+	river.WorkerDefaults[jobs.RunArgs]
+	fetched chan int64
+}
+
+func (h *heldRun) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) error {
+	h.fetched <- job.ID
+	<-ctx.Done()
+	return river.JobCancel(ctx.Err())
+}
+
 // A worker that died after River handed it the job but before it started
-// the run leaves a request its fetch claimed behind a running River job; a
-// River job that ended without running leaves a QUEUED request. Neither
-// blocks the job, and each message says what happened.
+// the run leaves a QUEUED request behind a running River job; a River job
+// that ended without running leaves a QUEUED request too. Neither blocks
+// the job: the next request's cleanup fails the old one, cancels its River
+// job through River's API, and the message says what happened. Both
+// situations are made with River's public API: a River client whose worker
+// id no live worker has, and River's JobCancel.
 func TestRegistry_OrphanedQueuedRequests(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	s := newTestSystem(t, nil)
 	body := aptTradeBody([]string{"11110"}, "2025-01", "2025-01")
-	for _, orphaning := range []struct{ statement, message string }{
-		{`UPDATE river_job SET state = 'running', attempted_at = now(), attempted_by = '{9@dead-host#b00t}'`,
-			"worker 9@dead-host#b00t stopped heartbeating (last heartbeat never) before it started the run"},
-		{`UPDATE river_job SET state = 'discarded', finalized_at = now()`, "no worker will run it"},
-	} {
-		first := s.requestAptTrade(body)
-		_, err := s.pool.Exec(context.Background(), orphaning.statement+` WHERE id = (SELECT river_job_id FROM job_request WHERE id = $1)`, first)
-		require.NoError(t, err)
-		second := s.requestAptTrade(body) // 202: the cleanup under the lock freed the job
-		require.NotEqual(t, first, second)
-		_, old := s.get("/v1/requests/" + first)
-		require.Equal(t, "FAILED", old["status"])
-		require.Contains(t, old["message"], orphaning.message)
-		_, err = s.pool.Exec(context.Background(), `UPDATE job_request SET status = 'DONE' WHERE id = $1`, second)
-		require.NoError(t, err)
-		_, err = s.pool.Exec(context.Background(), `UPDATE river_job SET state = 'completed', finalized_at = now()
-			WHERE id = (SELECT river_job_id FROM job_request WHERE id = $1)`, second)
+	riverJobOf := func(requestID string) int64 {
+		var id int64
+		require.NoError(t, s.pool.QueryRow(ctx, "SELECT river_job_id FROM job_request WHERE id = $1", requestID).Scan(&id))
+		return id
+	}
+	finish := func(requestID string) {
+		t.Helper()
+		_, err := s.pool.Exec(ctx, `UPDATE job_request SET status = 'DONE' WHERE id = $1`, requestID)
 		require.NoError(t, err)
 	}
-	require.Equal(t, 0, s.count(`SELECT count(*) FROM river_job WHERE state = 'running'`))
+
+	// A worker that fetched the job and died (no heartbeat ever).
+	held := &heldRun{fetched: make(chan int64, 4)}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.Worker[jobs.RunArgs](held))
+	dead, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{
+		ID: "9@dead-host#b00t", Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}, Workers: workers,
+		FetchCooldown: river.FetchCooldownMin, FetchPollInterval: 10 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, dead.Start(ctx))
+	first := s.requestAptTrade(body)
+	select {
+	case id := <-held.fetched:
+		require.Equal(t, riverJobOf(first), id)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the River client did not fetch the request's job within 30s")
+	}
+	second := s.requestAptTrade(body) // 202: the cleanup under the lock freed the job
+	require.NotEqual(t, first, second)
+	_, old := s.get("/v1/requests/" + first)
+	require.Equal(t, "FAILED", old["status"])
+	require.Contains(t, old["message"], "worker 9@dead-host#b00t stopped heartbeating (last heartbeat never) before it started the run")
+	finish(second)
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, dead.StopAndCancel(stopCtx))
+	s.eventually("River to end the dead worker's job cancelled", func() bool {
+		return s.count("SELECT count(*) FROM river_job WHERE id = $1 AND state = 'cancelled'", riverJobOf(first)) == 1
+	})
+
+	// A River job that ended without running.
+	third := s.requestAptTrade(body)
+	_, err = dead.JobCancel(ctx, riverJobOf(third))
+	require.NoError(t, err)
+	fourth := s.requestAptTrade(body)
+	require.NotEqual(t, third, fourth)
+	_, old = s.get("/v1/requests/" + third)
+	require.Equal(t, "FAILED", old["status"])
+	require.Contains(t, old["message"], "no worker will run it")
+	finish(fourth)
+
 	require.Equal(t, float64(1), s.metric("buildrisk_requests_failed_total", map[string]string{"job": "aptTrade", "reason": "orphaned"}),
 		"the orphaned request failed is counted")
 	require.Equal(t, float64(1), s.metric("buildrisk_worker_stale_heartbeats_total", nil),
-		"the dead worker's claim is counted as a stale worker's")
+		"the dead worker's request is counted as a stale worker's")
 }

@@ -109,11 +109,25 @@ func (r *Reaper) ReapTx(ctx context.Context, tx pgx.Tx, job string) (int, error)
 		return reaped, fmt.Errorf("error listing orphaned requests: %w", err)
 	}
 	for _, o := range orphans {
-		ok, err := request.Abandon(ctx, tx, r.cfg.River, o.ID, nil, o.RiverJobID, "no worker will run it (its River job ended, or its worker died before starting it); request again")
+		msg := "no worker will run it: its River job ended without running it; request again"
+		if o.FetchedBy != "" {
+			last := "never"
+			if o.FetchedByHeartbeatAt != nil {
+				last = o.FetchedByHeartbeatAt.UTC().Format(time.RFC3339)
+			}
+			msg = fmt.Sprintf("worker %s stopped heartbeating (last heartbeat %s) before it started the run; nothing ran; request again", o.FetchedBy, last)
+		}
+		ok, err := request.Abandon(ctx, tx, r.cfg.River, o.ID, nil, o.RiverJobID, msg)
 		if err != nil {
 			return reaped, err
 		}
-		if ok {
+		if ok && o.FetchedBy != "" {
+			// A dead worker's request, found by its River job: counted as
+			// the stale reap counts the ones it finds by their worker.
+			r.cfg.Instruments.StaleHeartbeatReaped(ctx)
+			r.cfg.Logger.WarnContext(ctx, "reaped request of a stale worker",
+				slog.Int64("request_id", o.ID), slog.String("job", o.Job), slog.String("worker_id", o.FetchedBy))
+		} else if ok {
 			r.cfg.Instruments.RequestFailed(ctx, o.Job, observability.ReasonOrphaned)
 			r.cfg.Logger.WarnContext(ctx, "failed an orphaned request: no worker will run it",
 				slog.Int64("request_id", o.ID), slog.String("job", o.Job), slog.Any("river_job_id", o.RiverJobID))
