@@ -78,8 +78,6 @@ func (b *resumeBundle) stopRun(t *testing.T, confirmPurge bool, status string) (
 	_, err = b.pool.Exec(ctx, `UPDATE job_request SET status = $2, execution_id = $3, finished_at = now() WHERE id = $1`,
 		req.ID, request.StatusForExecution(status), execID)
 	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, *req.RiverJobID)
-	require.NoError(t, err)
 	req.Status = request.StatusForExecution(status)
 	return req, execID
 }
@@ -146,8 +144,6 @@ func TestResume_AttemptLimitPerInstanceAndDay(t *testing.T) {
 		require.NotZero(t, id, "attempt %d", attempt)
 		// The resumed run dies too: its worker is reaped again.
 		got, err := queries.New().JobRequestGetByID(context.Background(), b.pool, id)
-		require.NoError(t, err)
-		_, err = b.pool.Exec(context.Background(), `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = $1`, *got.RiverJobID)
 		require.NoError(t, err)
 		_, err = b.pool.Exec(context.Background(), `UPDATE job_request SET status = 'FAILED' WHERE id = $1`, id)
 		require.NoError(t, err)
