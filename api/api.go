@@ -162,6 +162,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 		s.mux.Handle("GET /metrics", cfg.MetricsHandler)
 	}
 	s.registerConsole()
+	s.registerDocs()
 	if cfg.RiverUI != nil {
 		s.mux.Handle(riverUIPrefix+"/", cfg.RiverUI)
 		s.mux.Handle(riverUIPrefix, http.RedirectHandler(riverUIPrefix+"/", http.StatusMovedPermanently))
@@ -195,6 +196,9 @@ func openAPIConfig(version string) huma.Config {
 	// transformer): the bodies are exactly the documented shapes, and no
 	// body carries a URL built from a Host header a proxy may have changed.
 	c.CreateHooks = nil
+	// /docs is served by registerDocs, with the renderer embedded: Huma's
+	// own page loads it from a CDN and is blank offline.
+	c.DocsPath = ""
 	c.Tags = []*huma.Tag{
 		{Name: "jobs", Description: "The job catalog: each job's params, last execution, schedule and whether its provider keys are configured; stopping a run."},
 		{Name: "requests", Description: "Requesting a run (202 at once, 409 while the job has an active request) and following its progress."},
