@@ -30,7 +30,7 @@ BUILD_ENV = CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 BUILD_FLAGS = -trimpath -tags timetzdata -ldflags "-s -w -X main.version=$(VERSION)"
 REDOCLY_DIR = tools/redocly
 
-.PHONY: run test bench bench-smoke bench-go build soak soak-ci generate check-generated fmt vet lint vuln promtool-test openapi-lint fuzz ci
+.PHONY: run test bench bench-smoke bench-go build soak soak-ci generate generate-client check-generated fmt vet lint vuln promtool-test openapi-lint fuzz ci
 
 ## run: everything in one process (embedded PostgreSQL, migrations, fake upstream, api + worker)
 run: build
@@ -83,6 +83,15 @@ fuzz:
 ## generate: regenerate sqlc code from queries/*.sql
 generate:
 	$(SQLC) generate
+
+## generate-client: regenerate examples/goclient/client from the served
+## OpenAPI document with oapi-codegen (pinned in tools/go.mod);
+## TestGeneratedClients fails when it is stale
+OAPI_CODEGEN = $(GO) tool -modfile=tools/go.mod oapi-codegen
+generate-client:
+	mkdir -p .cache
+	$(GO) test -count=1 -run '^TestOpenAPIDocument$$' ./api -args -openapi.out=$(CURDIR)/.cache/openapi.json
+	$(OAPI_CODEGEN) -config examples/goclient/client/oapi-codegen.yaml -o examples/goclient/client/client.gen.go $(CURDIR)/.cache/openapi.json
 
 ## check-generated: fails when committed sqlc output is stale
 check-generated:

@@ -151,6 +151,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 
 	s.api = humago.New(s.mux, openAPIConfig(cfg.Version))
 	s.Register(s.api)
+	nullableRefs(s.api.OpenAPI())
 
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -161,6 +162,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 		s.mux.Handle("GET /metrics", cfg.MetricsHandler)
 	}
 	s.registerConsole()
+	s.registerDocs()
 	if cfg.RiverUI != nil {
 		s.mux.Handle(riverUIPrefix+"/", riverUIReadOnly(cfg.RiverUI))
 		s.mux.Handle(riverUIPrefix, http.RedirectHandler(riverUIPrefix+"/", http.StatusMovedPermanently))
@@ -194,6 +196,9 @@ func openAPIConfig(version string) huma.Config {
 	// transformer): the bodies are exactly the documented shapes, and no
 	// body carries a URL built from a Host header a proxy may have changed.
 	c.CreateHooks = nil
+	// /docs is served by registerDocs, with the renderer embedded: Huma's
+	// own page loads it from a CDN and is blank offline.
+	c.DocsPath = ""
 	c.Tags = []*huma.Tag{
 		{Name: "jobs", Description: "The job catalog: each job's params, last execution, schedule and whether its provider keys are configured; stopping a run."},
 		{Name: "requests", Description: "Requesting a run (202 at once, 409 while the job has an active request) and following its progress."},
@@ -208,37 +213,66 @@ func openAPIConfig(version string) huma.Config {
 	return c
 }
 
-// documentErrors adds to op the errors that happen outside its handler:
-// 401 for an operation that needs a token, 403 for one that needs an
-// operator's (every POST); and it documents Huma's schema-validation
-// failures as the 400 this API answers them with (see init), not as 422.
+// documentErrors adds to op the errors that happen outside its handler, so
+// that the document lists every status a client can see:
+//   - 401 (with WWW-Authenticate) for an operation that needs a token, 403
+//     for one that needs an operator's (every POST);
+//   - 413 for an operation that takes a body (every POST): limitBody
+//     answers it before auth or the handler;
+//   - 503 with Retry-After for every /v1 operation: the database is
+//     unavailable or busy (problemFrom);
+//   - the 409 as ConflictError, the problem with activeRequestId;
+//   - Huma's schema-validation failure as the 400 this API answers it with
+//     (see init), and only where Huma can raise one: an operation whose
+//     inputs are all unconstrained strings (every one but a JSON body) never
+//     fails Huma's validation, and a 400 it does answer is declared by its
+//     handler's Errors.
 func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 	if op.Responses == nil {
 		op.Responses = map[string]*huma.Response{}
 	}
-	errorResponse := func(status int) *huma.Response {
-		schema := oapi.Components.Schemas.Schema(reflect.TypeFor[huma.ErrorModel](), true, "ErrorModel")
+	problem := func(status int, schema *huma.Schema) *huma.Response {
+		if schema == nil {
+			schema = oapi.Components.Schemas.Schema(reflect.TypeFor[huma.ErrorModel](), true, "ErrorModel")
+		}
 		return &huma.Response{
 			Description: http.StatusText(status),
 			Content:     map[string]*huma.MediaType{"application/problem+json": {Schema: schema}},
 		}
 	}
-	add := func(status int) {
-		if key := strconv.Itoa(status); op.Responses[key] == nil {
-			op.Responses[key] = errorResponse(status)
+	add := func(status int) *huma.Response {
+		key := strconv.Itoa(status)
+		if op.Responses[key] == nil {
+			op.Responses[key] = problem(status, nil)
 		}
+		return op.Responses[key]
 	}
 	if r, ok := op.Responses["422"]; ok {
 		delete(op.Responses, "422")
-		if op.Responses["400"] == nil {
+		if op.Responses["400"] == nil && humaValidates(op) {
 			r.Description = http.StatusText(http.StatusBadRequest)
 			op.Responses["400"] = r
 		}
 	}
+	if r, ok := op.Responses["409"]; ok {
+		r.Content = problem(http.StatusConflict, oapi.Components.Schemas.Schema(reflect.TypeFor[ConflictError](), true, "ConflictError")).Content
+	}
 	if len(op.Security) > 0 {
-		add(http.StatusUnauthorized)
+		add(http.StatusUnauthorized).Headers = map[string]*huma.Header{
+			"WWW-Authenticate": {Description: "the Bearer challenge", Schema: &huma.Schema{Type: huma.TypeString}},
+		}
 		if op.Method != http.MethodGet {
 			add(http.StatusForbidden)
+		}
+	}
+	if op.Method != http.MethodGet {
+		add(http.StatusRequestEntityTooLarge).Description = "The body is over the limit (BUILDRISK_MAX_BODY_BYTES)"
+	}
+	if strings.HasPrefix(op.Path, "/v1/") {
+		r := add(http.StatusServiceUnavailable)
+		r.Description = "The database is unavailable or busy; retry after Retry-After seconds"
+		r.Headers = map[string]*huma.Header{
+			"Retry-After": {Description: "seconds to wait before retrying", Required: true, Schema: &huma.Schema{Type: huma.TypeInteger, Minimum: new(float64(1))}},
 		}
 	}
 	if _, ok := op.Responses["default"]; ok && len(op.Responses) > 2 {
@@ -246,6 +280,58 @@ func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 		// that its errors are listed, list the 500 instead.
 		delete(op.Responses, "default")
 		add(http.StatusInternalServerError)
+	}
+}
+
+// humaValidates reports whether Huma can refuse op's input before its
+// handler runs: a JSON body, or a parameter that is not a plain string.
+func humaValidates(op *huma.Operation) bool {
+	if op.RequestBody != nil && op.RequestBody.Content["application/json"] != nil {
+		return true
+	}
+	for _, p := range op.Parameters {
+		s := p.Schema
+		if s == nil {
+			continue
+		}
+		if s.Type != huma.TypeString || s.Format != "" || s.Pattern != "" || len(s.Enum) > 0 || s.MinLength != nil || s.MaxLength != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// nullableRefs makes every object-valued field the server sends as null
+// nullable in the document. Huma refuses `nullable` on a field whose schema
+// is a $ref; in OpenAPI 3.1 such a field is anyOf [the object, null]. A
+// field counts when its Go type is a pointer to a struct (not time.Time,
+// which is a string) and its JSON tag has no omitempty, so encoding/json
+// writes null for nil.
+func nullableRefs(oapi *huma.OpenAPI) {
+	registry := oapi.Components.Schemas
+	for name, schema := range registry.Map() {
+		t := registry.TypeFromRef("#/components/schemas/" + name)
+		if t == nil || t.Kind() != reflect.Struct || schema.Properties == nil {
+			continue
+		}
+		for _, f := range reflect.VisibleFields(t) {
+			tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if !f.IsExported() || f.Anonymous || tag == "-" || strings.Contains(f.Tag.Get("json"), ",omitempty") {
+				continue
+			}
+			if f.Type.Kind() != reflect.Pointer || f.Type.Elem().Kind() != reflect.Struct || f.Type.Elem() == reflect.TypeFor[time.Time]() {
+				continue
+			}
+			key := cmp.Or(tag, f.Name)
+			prop := schema.Properties[key]
+			if prop == nil || prop.Ref == "" {
+				continue
+			}
+			schema.Properties[key] = &huma.Schema{
+				Description: prop.Description,
+				AnyOf:       []*huma.Schema{{Ref: prop.Ref}, {Type: "null"}},
+			}
+		}
 	}
 }
 
@@ -298,20 +384,21 @@ func (s *Server) Register(api huma.API) {
 	s.registerProviders(api)
 }
 
-// conflictError is a 409 that carries the active request's id.
-type conflictError struct {
+// ConflictError is the 409 problem: RFC 9457's members plus, when the job
+// already has a QUEUED or RUNNING request, activeRequestId.
+type ConflictError struct {
 	huma.ErrorModel
-	ActiveRequestID string `json:"activeRequestId,omitempty"`
+	ActiveRequestID string `json:"activeRequestId,omitempty" doc:"the job's active (QUEUED or RUNNING) request, when that is the conflict"`
 }
 
 // GetStatus implements huma.StatusError.
-func (e *conflictError) GetStatus() int { return http.StatusConflict }
+func (e *ConflictError) GetStatus() int { return http.StatusConflict }
 
 // ContentType implements huma.ContentTypeFilter.
-func (e *conflictError) ContentType(string) string { return "application/problem+json" }
+func (e *ConflictError) ContentType(string) string { return "application/problem+json" }
 
-func newConflict(detail string, activeRequestID int64) *conflictError {
-	e := &conflictError{ErrorModel: huma.ErrorModel{Title: http.StatusText(http.StatusConflict), Status: http.StatusConflict, Detail: detail}}
+func newConflict(detail string, activeRequestID int64) *ConflictError {
+	e := &ConflictError{ErrorModel: huma.ErrorModel{Title: http.StatusText(http.StatusConflict), Status: http.StatusConflict, Detail: detail}}
 	if activeRequestID != 0 {
 		e.ActiveRequestID = formatID(activeRequestID)
 	}

@@ -35,7 +35,7 @@ func (s *Server) registerExecutions(api huma.API) {
 		Description: "Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409).",
 		Tags:        []string{"executions"},
 		Security:    []map[string][]string{{"bearer": {}}},
-		Errors:      []int{http.StatusNotFound, http.StatusConflict},
+		Errors:      []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict},
 	}, s.abandonExecution)
 }
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -44,8 +45,10 @@ type JobListOutput struct {
 // JobDetail is GET /v1/jobs/{job}.
 type JobDetail struct {
 	JobView
-	ParamsSchema *huma.Schema `json:"paramsSchema"`
-	Example      any          `json:"example"`
+	// ParamsSchema is a JSON Schema (2020-12) object: free-form for the
+	// document, whatever keywords the job's params need.
+	ParamsSchema map[string]any `json:"paramsSchema" doc:"the JSON Schema (2020-12) of the job's params, the params member of the request body"`
+	Example      any            `json:"example" doc:"example params"`
 }
 
 // JobGetOutput is GET /v1/jobs/{job}.
@@ -99,12 +102,11 @@ func (s *Server) registerJobs(api huma.API) {
 		if err != nil {
 			return nil, s.problemFrom(ctx, err)
 		}
-		registry := huma.NewMapRegistry("#/components/schemas/", huma.DefaultSchemaNamer)
-		return &JobGetOutput{Body: &JobDetail{
-			JobView:      *views[0],
-			ParamsSchema: registry.Schema(def.ParamsType(), false, ""),
-			Example:      def.Example(),
-		}}, nil
+		schema, err := paramsSchema(def)
+		if err != nil {
+			return nil, s.problemFrom(ctx, err)
+		}
+		return &JobGetOutput{Body: &JobDetail{JobView: *views[0], ParamsSchema: schema, Example: def.Example()}}, nil
 	})
 	huma.Register(api, huma.Operation{
 		OperationID:   "job-stop",
@@ -117,6 +119,20 @@ func (s *Server) registerJobs(api huma.API) {
 		Security:      []map[string][]string{{"bearer": {}}},
 		Errors:        []int{http.StatusNotFound, http.StatusConflict},
 	}, s.stopJob)
+}
+
+// paramsSchema is the JSON Schema of def's params as a plain JSON object.
+func paramsSchema(def jobs.Definition) (map[string]any, error) {
+	registry := huma.NewMapRegistry("#/components/schemas/", huma.DefaultSchemaNamer)
+	raw, err := json.Marshal(registry.Schema(def.ParamsType(), false, ""))
+	if err != nil {
+		return nil, fmt.Errorf("error encoding the params schema of %s: %w", def.Name(), err)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		return nil, fmt.Errorf("error decoding the params schema of %s: %w", def.Name(), err)
+	}
+	return schema, nil
 }
 
 // jobViews builds the job list with one SQL statement.

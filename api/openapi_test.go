@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -55,6 +56,9 @@ type openAPIDoc struct {
 	Servers []struct {
 		URL string `json:"url"`
 	} `json:"servers"`
+	Components struct {
+		Schemas map[string]json.RawMessage `json:"schemas"`
+	} `json:"components"`
 	Paths map[string]map[string]struct {
 		OperationID string                     `json:"operationId"`
 		Security    []map[string][]string      `json:"security"`
@@ -83,6 +87,11 @@ func TestOpenAPIDocument(t *testing.T) {
 	require.NotNil(t, doc.Info.Contact, "info.contact")
 	require.NotEmpty(t, doc.Info.Contact.Name)
 
+	// paramsSchema is plain JSON Schema, not Huma's Go struct (which
+	// generated clients cannot build: it refers to itself).
+	require.NotContains(t, doc.Components.Schemas, "Schema")
+	require.Contains(t, doc.Components.Schemas, "ConflictError")
+
 	require.NotEmpty(t, doc.Paths)
 	for path, item := range doc.Paths {
 		for method, op := range item {
@@ -99,6 +108,13 @@ func TestOpenAPIDocument(t *testing.T) {
 				if method != "get" {
 					require.Contains(t, op.Responses, "403", where)
 				}
+			}
+			if method != "get" {
+				require.Contains(t, op.Responses, "413", where)
+			}
+			if strings.HasPrefix(path, "/v1/") {
+				require.Contains(t, op.Responses, "503", where)
+				require.Contains(t, string(op.Responses["503"]), `"Retry-After"`, where)
 			}
 		}
 	}

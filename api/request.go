@@ -123,10 +123,13 @@ func (s *Server) registerRequests(api huma.API) {
 		Tags:          []string{"requests"},
 		DefaultStatus: http.StatusAccepted,
 		Security:      []map[string][]string{{"bearer": {}}},
-		Errors:        []int{http.StatusNotFound},
+		// A named job's own path takes precedence and answers the same way:
+		// a client calling this operation for a known job sees its answers.
+		Errors: []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict},
 	}, func(ctx context.Context, in *requestCreateInput) (*RequestCreateOutput, error) {
 		return s.createRequest(ctx, in.Job, in.RawBody)
 	})
+	documentAnyJobBody(api, "/v1/jobs/{job}/requests")
 	huma.Register(api, huma.Operation{
 		OperationID: "request-estimate",
 		Method:      http.MethodPost,
@@ -138,6 +141,7 @@ func (s *Server) registerRequests(api huma.API) {
 		Security: []map[string][]string{{"bearer": {}}},
 		Errors:   []int{http.StatusBadRequest, http.StatusNotFound},
 	}, s.estimateRequest)
+	documentAnyJobBody(api, "/v1/jobs/{job}/estimate")
 	huma.Register(api, huma.Operation{
 		OperationID: "request-get",
 		Method:      http.MethodGet,
@@ -145,7 +149,7 @@ func (s *Server) registerRequests(api huma.API) {
 		Summary:     "Get a request with its execution's progress",
 		Tags:        []string{"requests"},
 		Security:    []map[string][]string{{"bearer": {}}},
-		Errors:      []int{http.StatusNotFound},
+		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
 	}, s.getRequest)
 	huma.Register(api, huma.Operation{
 		OperationID: "request-list",
@@ -156,6 +160,17 @@ func (s *Server) registerRequests(api huma.API) {
 		Security:    []map[string][]string{{"bearer": {}}},
 		Errors:      []int{http.StatusBadRequest},
 	}, s.listRequests)
+}
+
+// documentAnyJobBody documents the JSON body of the POST at path, an
+// operation for any job: params is then any JSON object (GET /v1/jobs/{job}
+// gives each job's paramsSchema).
+func documentAnyJobBody(api huma.API, path string) {
+	op := api.OpenAPI().Paths[path].Post
+	schema := huma.SchemaFromType(api.OpenAPI().Components.Schemas, documentedBody(reflect.TypeFor[map[string]any]()))
+	op.RequestBody = &huma.RequestBody{Required: true, Content: map[string]*huma.MediaType{
+		"application/json": {Schema: schema, Example: map[string]any{"params": map[string]any{"regions": []string{"11110"}, "from": "2025-01", "to": "2025-03"}}},
+	}}
 }
 
 // decodeRequestBody decodes a request (or estimate) body for job: 404 for an

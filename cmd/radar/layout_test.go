@@ -29,6 +29,8 @@ var allowedImports = map[string][]string{
 	"deploy":                     {},
 	"docs":                       {},
 	"cmd/soak":                   {"sql/pglocal"},
+	"examples/goclient":          {"examples/goclient/client"},
+	"examples/goclient/client":   {},
 	"jobs/apttrade":              jobPackageImports,
 	"jobs/corpcode":              jobPackageImports,
 	"jobs/credit":                jobPackageImports,

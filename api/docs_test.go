@@ -1,0 +1,61 @@
+package api
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/observability"
+)
+
+// /docs works with no network: the page references no other host (no
+// absolute or protocol-relative URL, a CSP of 'self' only), and every
+// script, stylesheet and document it loads is served by the api itself,
+// without a token.
+func TestDocs_Offline(t *testing.T) {
+	t.Parallel()
+	instruments, err := observability.NewInstruments(noop.NewMeterProvider())
+	require.NoError(t, err)
+	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: jobs.Default(), Instruments: instruments})
+	require.NoError(t, err)
+	server, err := New(nil, Config{Catalog: jobs.Default(), Enqueuer: enqueuer, Instruments: instruments,
+		Tokens: map[string]Role{"v": RoleViewer}})
+	require.NoError(t, err)
+	get := func(path string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec
+	}
+
+	rec := get("/docs")
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.Contains(t, rec.Header().Get("Content-Type"), "text/html")
+	page := rec.Body.String()
+	require.NotRegexp(t, `(?i)(https?:)?//[a-z0-9]`, page, "the page names another host")
+	csp := rec.Header().Get("Content-Security-Policy")
+	require.Contains(t, csp, "script-src 'self'")
+	require.NotRegexp(t, `(?i)https?:|//`, csp, "the CSP allows another host")
+
+	refs := regexp.MustCompile(`(?:src|href|apiDescriptionUrl)="([^"]+)"`).FindAllStringSubmatch(page, -1)
+	require.Len(t, refs, 3, "stylesheet, script, document")
+	want := map[string]string{".js": "javascript", ".css": "text/css", ".yaml": "yaml"}
+	for _, ref := range refs {
+		path := ref[1]
+		require.True(t, strings.HasPrefix(path, "/"), "%s is not a path on this api", path)
+		rec := get(path)
+		require.Equal(t, http.StatusOK, rec.Code, path)
+		require.Greater(t, rec.Body.Len(), 1000, path)
+		for ext, ct := range want {
+			if strings.HasSuffix(path, ext) {
+				require.Contains(t, rec.Header().Get("Content-Type"), ct, path)
+			}
+		}
+	}
+}

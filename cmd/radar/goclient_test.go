@@ -1,0 +1,40 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+)
+
+// The example program (examples/goclient, the oapi-codegen client) runs
+// against a real system: it requests a run, reads the duplicate's 409
+// activeRequestId, polls the run to DONE and reads a 400's field errors.
+// Provider calls take 200 ms, so the duplicate surely meets an active run.
+func TestGoClientExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the example program")
+	}
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Latency: 200 * time.Millisecond}})
+	s.startWorker()
+
+	bin := filepath.Join(t.TempDir(), "goclient")
+	build := exec.Command("go", "build", "-o", bin, "./examples/goclient")
+	build.Dir = filepath.Join("..", "..")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	run := exec.CommandContext(t.Context(), bin, "-url", s.api.URL, "-token", testOperatorToken, "-timeout", "1m")
+	out, err = run.CombinedOutput()
+	t.Logf("examples/goclient:\n%s", out)
+	require.NoError(t, err)
+	require.Regexp(t, `requested: request (\d+), QUEUED`, string(out))
+	require.Regexp(t, `duplicate: 409, activeRequestId (\d+)`, string(out))
+	require.Regexp(t, `request \d+: DONE \(execution \d+ COMPLETED, 4/4 chunks\)`, string(out))
+	require.Regexp(t, `field body\.params\.\S+: `, string(out))
+}
