@@ -60,6 +60,7 @@ func StartPresence(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Presen
 	if err := p.register(ctx); err != nil {
 		return nil, err
 	}
+	p.recordDatabaseUp(ctx, true)
 	p.mu.Lock()
 	p.lastBeat = sent
 	p.timer = time.AfterFunc(p.cfg.FenceAfter, p.checkFence)
@@ -153,6 +154,7 @@ func (p *Presence) register(ctx context.Context) error {
 func (p *Presence) heartbeat(ctx context.Context) error {
 	sent := time.Now()
 	err := p.beat(ctx)
+	p.recordDatabaseUp(ctx, err == nil)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
@@ -189,6 +191,17 @@ func (p *Presence) beat(ctx context.Context) error {
 		return p.register(ctx)
 	}
 	return nil
+}
+
+// recordDatabaseUp exports the heartbeat's result as buildrisk_database_up:
+// a heartbeat is the worker's database probe. A heartbeat cut short by the
+// process's own shutdown says nothing about the database and is not
+// recorded.
+func (p *Presence) recordDatabaseUp(ctx context.Context, up bool) {
+	if p.cfg.Instruments == nil || (!up && ctx.Err() != nil) {
+		return
+	}
+	p.cfg.Instruments.DatabaseUpSet(ctx, up)
 }
 
 // checkFence fences the process when its last successful heartbeat was sent
