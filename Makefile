@@ -30,7 +30,7 @@ BUILD_ENV = CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 BUILD_FLAGS = -trimpath -tags timetzdata -ldflags "-s -w -X main.version=$(VERSION)"
 REDOCLY_DIR = tools/redocly
 
-.PHONY: run test bench bench-smoke bench-go build soak soak-ci generate check-generated fmt vet lint vuln promtool-test openapi-lint fuzz ci
+.PHONY: run test bench bench-smoke bench-go build soak soak-ci generate check-generated fmt vet lint vuln promtool-test alert-e2e openapi-lint fuzz ci
 
 ## run: everything in one process (embedded PostgreSQL, migrations, fake upstream, api + worker)
 run: build
@@ -112,6 +112,12 @@ $(VULNDB_DIR)/index/db.json:
 		-vulns "$$($(GO) list -modfile=tools/vulndb/go.mod -m -f '{{.Dir}}' golang.org/x/vulndb)/data/osv" \
 		-out $(VULNDB_DIR).tmp
 	mv $(VULNDB_DIR).tmp $(VULNDB_DIR)
+
+## alert-e2e: the shipped rules through a real Prometheus and Alertmanager
+## (Debian's prometheus and prometheus-alertmanager) to a test webhook;
+## part of make test too, skipped there when the binaries are missing
+alert-e2e:
+	BUILDRISK_REQUIRE_PROMETHEUS=1 $(GO) test -count=1 -run '^TestAlertRouting_' -v ./deploy/
 
 promtool-test:
 	promtool check rules deploy/prometheus/rules.yml

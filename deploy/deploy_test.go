@@ -916,7 +916,7 @@ func TestCompose(t *testing.T) {
 	t.Parallel()
 
 	c := loadCompose(t)
-	for _, name := range []string{"postgres", "migrate", "api", "worker", "fakeupstream", "prometheus", "grafana"} {
+	for _, name := range []string{"postgres", "migrate", "api", "worker", "fakeupstream", "prometheus", "alertmanager", "grafana"} {
 		require.Contains(t, c.Services, name)
 	}
 
