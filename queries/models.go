@@ -334,4 +334,5 @@ type Worker struct {
 	Status         string
 	ConfiguredKeys []string
 	Version        string
+	DailyCaps      []byte
 }

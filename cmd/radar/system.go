@@ -446,6 +446,7 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 		Boot:              boot,
 		Version:           version,
 		ConfiguredKeys:    env.configuredKeyNames(),
+		DailyCaps:         env.capsByName(),
 		HeartbeatInterval: env.HeartbeatInterval,
 		StaleAfter:        env.StaleAfter,
 		FenceAfter:        env.FenceAfter,

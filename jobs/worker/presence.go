@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -139,9 +140,18 @@ func (p *Presence) Stop(ctx context.Context) {
 func (p *Presence) register(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
 	defer cancel()
-	err := p.queries.WorkerUpsert(ctx, p.pool, &queries.WorkerUpsertParams{
+	caps := p.cfg.DailyCaps
+	if caps == nil {
+		caps = map[string]int{}
+	}
+	dailyCaps, err := json.Marshal(caps)
+	if err != nil {
+		return fmt.Errorf("error encoding daily caps: %w", err)
+	}
+	err = p.queries.WorkerUpsert(ctx, p.pool, &queries.WorkerUpsertParams{
 		ID: p.cfg.ID, Hostname: p.cfg.Hostname, Pid: int32(p.cfg.PID), Boot: p.cfg.Boot,
 		Status: p.Status(), ConfiguredKeys: p.cfg.ConfiguredKeys, Version: p.cfg.Version,
+		DailyCaps: dailyCaps,
 	})
 	if err != nil {
 		return fmt.Errorf("error registering worker %s: %w", p.cfg.ID, err)

@@ -286,10 +286,20 @@
       el("td", {}, w.version))), "no workers registered");
   }
 
+  // capNote says where a provider's cap comes from: the api's own setting
+  // when no live worker reported one, or, when live workers enforce
+  // different caps, which worker reported the one shown and every cap.
+  function capNote(p) {
+    if (p.capSource === "api") return el("div", { class: "hint" }, "api setting: no live worker reported a cap");
+    if (!p.capReportedBy) return null;
+    return el("div", { class: "hint cap-disagree" }, "workers disagree: highest from ", el("code", {}, p.capReportedBy), " (",
+      (p.capsByWorker || []).map((c) => c.workerId + " " + num(c.dailyCap)).join(", "), ")");
+  }
+
   function renderProviders() {
     fillTable("providers", state.providers.map((p) => el("tr", { dataset: { provider: p.provider } },
       el("td", {}, p.provider), el("td", {}, p.jobs.join(", ")), el("td", {}, num(p.usedToday)),
-      el("td", {}, p.dailyCap === null ? "no cap" : num(p.dailyCap)),
+      el("td", { class: "cap" }, p.dailyCap === null ? "no cap" : num(p.dailyCap), capNote(p)),
       el("td", { class: "remaining" }, p.remaining === null ? "—" : num(p.remaining)))), "no providers");
   }
 
