@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"slices"
 	"time"
@@ -17,9 +19,74 @@ type ProviderView struct {
 	Provider  string   `json:"provider"`
 	Jobs      []string `json:"jobs" doc:"the jobs that call this provider"`
 	Day       string   `json:"day" doc:"the budget day, YYYY-MM-DD in BUILDRISK_TIMEZONE"`
-	DailyCap  *int     `json:"dailyCap" doc:"calls allowed per day; null when the provider has no cap"`
-	UsedToday int      `json:"usedToday" doc:"calls spent today by every worker together"`
-	Remaining *int     `json:"remaining" doc:"calls left today; null when the provider has no cap"`
+	DailyCap  *int     `json:"dailyCap" doc:"calls allowed per day, as the live workers enforce it (the highest when they disagree: calls go on until it); null when the provider has no cap"`
+	CapSource string   `json:"capSource" enum:"workers,api" doc:"workers: dailyCap is the cap the live workers recorded in the registry; api: no live worker reported one, so dailyCap is the api's own BUILDRISK_DAILY_CAP_<P>"`
+	// CapReportedBy and CapsByWorker are set only when live workers
+	// enforce different caps.
+	CapReportedBy string           `json:"capReportedBy,omitempty" doc:"when live workers disagree: the worker whose cap dailyCap is"`
+	CapsByWorker  []*WorkerCapView `json:"capsByWorker,omitempty" doc:"when live workers disagree: the cap each live worker enforces, newest worker first"`
+	UsedToday     int              `json:"usedToday" doc:"calls spent today by every worker together"`
+	Remaining     *int             `json:"remaining" doc:"calls left today under dailyCap; null when the provider has no cap"`
+}
+
+// WorkerCapView is the daily cap one live worker enforces for a provider.
+type WorkerCapView struct {
+	WorkerID string `json:"workerId"`
+	DailyCap int    `json:"dailyCap"`
+}
+
+// Cap sources of ProviderView.CapSource.
+const (
+	capSourceAPI     = "api"
+	capSourceWorkers = "workers"
+)
+
+// workerCaps reads the daily caps the live workers recorded, per provider,
+// newest worker first.
+func (s *Server) workerCaps(ctx context.Context) (map[string][]*WorkerCapView, error) {
+	rows, err := s.queries.WorkerDailyCapsAlive(ctx, s.reads, s.cfg.StaleAfter.Seconds())
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]*WorkerCapView{}
+	for _, row := range rows {
+		var caps map[string]int
+		if err := json.Unmarshal(row.DailyCaps, &caps); err != nil {
+			s.cfg.Logger.WarnContext(ctx, "unreadable daily caps on a worker row", slog.String("worker_id", row.ID), slog.String("error", err.Error()))
+			continue
+		}
+		for p, c := range caps {
+			out[p] = append(out[p], &WorkerCapView{WorkerID: row.ID, DailyCap: c})
+		}
+	}
+	return out, nil
+}
+
+// providerCap fills view's cap from the live workers' caps, or from the
+// api's own configuration when no live worker reported one.
+func (s *Server) providerCap(view *ProviderView, reported []*WorkerCapView) {
+	if len(reported) == 0 {
+		view.CapSource = capSourceAPI
+		if limit, ok := s.cfg.DailyCaps[view.Provider]; ok {
+			view.DailyCap = &limit
+		}
+		return
+	}
+	view.CapSource = capSourceWorkers
+	highest := reported[0]
+	agree := true
+	for _, r := range reported[1:] {
+		agree = agree && r.DailyCap == highest.DailyCap
+		if r.DailyCap > highest.DailyCap {
+			highest = r
+		}
+	}
+	limit := highest.DailyCap
+	view.DailyCap = &limit
+	if !agree {
+		view.CapReportedBy = highest.WorkerID
+		view.CapsByWorker = reported
+	}
 }
 
 // ProviderListOutput is GET /v1/providers.
@@ -55,6 +122,10 @@ func (s *Server) listProviders(ctx context.Context, _ *struct{}) (*ProviderListO
 	}
 	slices.Sort(names)
 	day := s.cfg.Today()
+	reported, err := s.workerCaps(ctx)
+	if err != nil {
+		return nil, s.problemFrom(ctx, err)
+	}
 	out := &ProviderListOutput{}
 	out.Body.Providers = make([]*ProviderView, 0, len(names))
 	for _, p := range names {
@@ -63,9 +134,10 @@ func (s *Server) listProviders(ctx context.Context, _ *struct{}) (*ProviderListO
 			return nil, s.problemFrom(ctx, err)
 		}
 		view := &ProviderView{Provider: p, Jobs: byProvider[p], Day: day.Format(time.DateOnly), UsedToday: int(used)}
-		if limit, ok := s.cfg.DailyCaps[p]; ok {
-			remaining := max(limit-int(used), 0)
-			view.DailyCap, view.Remaining = &limit, &remaining
+		s.providerCap(view, reported[p])
+		if view.DailyCap != nil {
+			remaining := max(*view.DailyCap-int(used), 0)
+			view.Remaining = &remaining
 		}
 		out.Body.Providers = append(out.Body.Providers, view)
 	}

@@ -32,6 +32,10 @@ import (
 // promtool is not on PATH. CI sets it after `apt-get install prometheus`.
 const requirePromtoolEnv = "BUILDRISK_REQUIRE_PROMTOOL"
 
+// dashboardDatasourceUID is how dashboard panels and variables name their
+// datasource: the dashboard's datasource variable.
+const dashboardDatasourceUID = "${datasource}"
+
 // exprDatasourceUID is the datasource uid of Grafana's server-side
 // expressions (threshold, reduce, math).
 const exprDatasourceUID = "__expr__"
@@ -641,10 +645,13 @@ func TestGrafanaDashboards(t *testing.T) {
 		require.Positive(t, d.SchemaVersion, path)
 		require.NotEmpty(t, d.Panels, path)
 
+		// Panels and query variables use the dashboard's datasource
+		// variable, whose default is the provisioned (default) datasource.
+		require.NotEmpty(t, uid)
 		for _, v := range d.Templating.List {
 			if v.Type == "query" {
 				require.NotNil(t, v.Datasource, "variable %s", v.Name)
-				require.Equal(t, uid, v.Datasource.UID, "variable %s", v.Name)
+				require.Equal(t, dashboardDatasourceUID, v.Datasource.UID, "variable %s", v.Name)
 			}
 		}
 
@@ -663,7 +670,7 @@ func TestGrafanaDashboards(t *testing.T) {
 			titles[p.Title] = true
 
 			require.NotNil(t, p.Datasource, p.Title)
-			require.Equal(t, uid, p.Datasource.UID, p.Title)
+			require.Equal(t, dashboardDatasourceUID, p.Datasource.UID, p.Title)
 			require.NotEmpty(t, p.Targets, "panel %q has no targets", p.Title)
 			refIDs := map[string]bool{}
 			for _, target := range p.Targets {
@@ -672,7 +679,7 @@ func TestGrafanaDashboards(t *testing.T) {
 				require.False(t, refIDs[target.RefID], "%s: duplicate refId %s", p.Title, target.RefID)
 				refIDs[target.RefID] = true
 				require.NotNil(t, target.Datasource, p.Title)
-				require.Equal(t, uid, target.Datasource.UID, p.Title)
+				require.Equal(t, dashboardDatasourceUID, target.Datasource.UID, p.Title)
 			}
 		}
 
@@ -916,7 +923,7 @@ func TestCompose(t *testing.T) {
 	t.Parallel()
 
 	c := loadCompose(t)
-	for _, name := range []string{"postgres", "migrate", "api", "worker", "fakeupstream", "prometheus", "grafana"} {
+	for _, name := range []string{"postgres", "migrate", "api", "worker", "fakeupstream", "prometheus", "alertmanager", "grafana"} {
 		require.Contains(t, c.Services, name)
 	}
 

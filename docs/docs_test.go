@@ -383,3 +383,38 @@ func TestCitedTestsExist(t *testing.T) {
 	}
 	require.NotZero(t, cited, "docs/architecture.md cites the tests behind its guarantees")
 }
+
+// readmeAlertRowRE matches a row of the README's alert table: name, what,
+// severity.
+var readmeAlertRowRE = regexp.MustCompile(`(?m)^\| (Buildrisk[A-Za-z]+) \| .+ \| (critical|warning) \|$`)
+
+// The README's alert table lists exactly the alerts of rules.yml, each with
+// its severity, so a new alert cannot be left out of it.
+func TestReadmeAlertTable(t *testing.T) {
+	t.Parallel()
+
+	var prom struct {
+		Groups []struct {
+			Rules []struct {
+				Alert  string            `yaml:"alert"`
+				Labels map[string]string `yaml:"labels"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(readRepoFile(t, "deploy/prometheus/rules.yml")), &prom))
+	want := map[string]string{}
+	for _, g := range prom.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				want[r.Alert] = r.Labels["severity"]
+			}
+		}
+	}
+	got := map[string]string{}
+	for _, m := range readmeAlertRowRE.FindAllStringSubmatch(readRepoFile(t, "README.md"), -1) {
+		_, dup := got[m[1]]
+		require.False(t, dup, "README.md lists %s twice", m[1])
+		got[m[1]] = m[2]
+	}
+	require.Equal(t, want, got, "README.md's alert table (name and severity) differs from deploy/prometheus/rules.yml")
+}

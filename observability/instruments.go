@@ -66,6 +66,24 @@ const (
 	StatusStopped   = "STOPPED"
 )
 
+// Values of the cause attribute of buildrisk_executions_stopped_total: what
+// stopped an execution that ended STOPPED. StopCap and StopMaxCalls feed the
+// alert BuildriskRunCapped.
+const (
+	// StopCap is a provider's daily cap reached (resumable tomorrow).
+	StopCap = "cap"
+	// StopDrain is a worker shutting down (resumable at once).
+	StopDrain = "drain"
+	// StopMaxCalls is the request's maxCalls reached (resumable).
+	StopMaxCalls = "max_calls"
+	// StopOperator is an operator's stop.
+	StopOperator = "operator"
+)
+
+// stopCauses lists every allowed value of the cause attribute of
+// buildrisk_executions_stopped_total.
+var stopCauses = []string{StopCap, StopDrain, StopMaxCalls, StopOperator}
+
 // Values of the outcome attribute of buildrisk_items_total: what became of
 // the items a chunked job declared as its targets.
 const (
@@ -186,7 +204,9 @@ const (
 	MetricAutoResumes            = "buildrisk_auto_resumes_total"
 	MetricAutoResumesRefused     = "buildrisk_auto_resumes_refused_total"
 	MetricChunkDuration          = "buildrisk_chunk_duration_seconds"
+	MetricDatabaseUp             = "buildrisk_database_up"
 	MetricExecutions             = "buildrisk_executions_total"
+	MetricExecutionsStopped      = "buildrisk_executions_stopped_total"
 	MetricExternalCalls          = "buildrisk_external_calls_total"
 	MetricFanoutCapacity         = "buildrisk_fanout_capacity"
 	MetricFanoutInflight         = "buildrisk_fanout_inflight"
@@ -215,6 +235,8 @@ var MetricNames = []string{
 	MetricAutoResumesRefused,
 	MetricAutoResumes,
 	MetricChunkDuration,
+	MetricDatabaseUp,
+	MetricExecutionsStopped,
 	MetricExecutions,
 	MetricExternalCalls,
 	MetricFanoutCapacity,
@@ -282,7 +304,9 @@ type Instruments struct {
 	autoResumes            metric.Int64Counter
 	autoResumesRefused     metric.Int64Counter
 	chunkDuration          metric.Float64Histogram
+	databaseUp             metric.Int64Gauge
 	executions             metric.Int64Counter
+	executionsStopped      metric.Int64Counter
 	externalCalls          metric.Int64Counter
 	fanoutCapacity         metric.Int64Gauge
 	fanoutInflight         metric.Int64UpDownCounter
@@ -373,6 +397,20 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 	i.executions, err = meter.Int64Counter("buildrisk.executions",
 		metric.WithDescription("Job executions that ended, by final status."),
 		metric.WithUnit("{execution}"))
+	check(err)
+
+	// buildrisk_executions_stopped_total{job,cause}: executions that ended
+	// STOPPED, by what stopped them (stopCauses).
+	i.executionsStopped, err = meter.Int64Counter("buildrisk.executions.stopped",
+		metric.WithDescription("Job executions that ended STOPPED, by cause: cap (a provider's daily cap), max_calls (the request's maxCalls), operator (a stop), drain (a worker shutting down)."),
+		metric.WithUnit("{execution}"))
+	check(err)
+
+	// buildrisk_database_up: 1 while the process's last database probe (a
+	// worker's heartbeat, the api's probe) succeeded, 0 after one failed.
+	i.databaseUp, err = meter.Int64Gauge("buildrisk.database.up",
+		metric.WithDescription("1 when the process's last database probe (worker heartbeat, api probe) succeeded, 0 when it failed: the database is unreachable from this process."),
+		metric.WithUnit("{up}"))
 	check(err)
 
 	// buildrisk_items_total{job,outcome}: target items by outcome (written,
@@ -519,6 +557,9 @@ func (i *Instruments) InitSeries(ctx context.Context, jobs, providers []string) 
 		for _, status := range []string{StatusAbandoned, StatusCompleted, StatusFailed, StatusStopped} {
 			i.executions.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrStatus.String(status)))
 		}
+		for _, cause := range stopCauses {
+			i.executionsStopped.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrCause.String(cause)))
+		}
 		for _, outcome := range []string{OutcomeFailed, OutcomeSkipped, OutcomeUnaccounted, OutcomeWritten} {
 			i.items.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrOutcome.String(outcome)))
 		}
@@ -611,6 +652,28 @@ func (i *Instruments) ExecutionFinished(ctx context.Context, job, status string)
 		attrJob.String(job),
 		attrStatus.String(oneOf(status, StatusAbandoned, StatusCompleted, StatusFailed, StatusStopped)),
 	))
+}
+
+// ExecutionStopped counts one execution of job that ended STOPPED because
+// of cause (StopCap, StopMaxCalls, StopOperator, StopDrain). The cap causes
+// feed the alert BuildriskRunCapped.
+func (i *Instruments) ExecutionStopped(ctx context.Context, job, cause string) {
+	i.executionsStopped.Add(ctx, 1, metric.WithAttributes(
+		attrJob.String(job),
+		attrCause.String(oneOf(cause, stopCauses...)),
+	))
+}
+
+// DatabaseUpSet records whether the process's last database probe
+// succeeded. Every process records it on its heartbeat or probe, from its
+// start, so /metrics (which never needs the database) says 0 while the
+// database is down: the alert BuildriskDatabaseDown reads it.
+func (i *Instruments) DatabaseUpSet(ctx context.Context, up bool) {
+	var v int64
+	if up {
+		v = 1
+	}
+	i.databaseUp.Record(ctx, v)
 }
 
 // ItemsCounted adds n target items of job with outcome (OutcomeWritten,

@@ -78,6 +78,8 @@ func recordOneOfEach(ctx context.Context, inst *Instruments) {
 	inst.StaleHeartbeatReaped(ctx)
 	inst.RequestRecorded(ctx, "aptTrade", SourceAPI, ResultAccepted)
 	inst.ExecutionFinished(ctx, "aptTrade", StatusCompleted)
+	inst.ExecutionStopped(ctx, "stockPrice", StopCap)
+	inst.DatabaseUpSet(ctx, true)
 	inst.OwnershipLost(ctx, "aptTrade")
 	inst.RequestFailed(ctx, "aptTrade", ReasonOrphaned)
 	inst.ItemsCounted(ctx, "aptTrade", OutcomeWritten, 72)
@@ -122,6 +124,8 @@ func TestInstrumentsScrapedNames(t *testing.T) {
 		"buildrisk_auto_resumes_total":                   {[]string{"cause", "job"}, dto.MetricType_COUNTER},
 		"buildrisk_auto_resumes_refused_total":           {[]string{"cause", "job"}, dto.MetricType_COUNTER},
 		"buildrisk_chunk_duration_seconds":               {[]string{"job"}, dto.MetricType_HISTOGRAM},
+		"buildrisk_database_up":                          {nil, dto.MetricType_GAUGE},
+		"buildrisk_executions_stopped_total":             {[]string{"cause", "job"}, dto.MetricType_COUNTER},
 		"buildrisk_executions_total":                     {[]string{"job", "status"}, dto.MetricType_COUNTER},
 		"buildrisk_external_calls_total":                 {[]string{"outcome", "provider"}, dto.MetricType_COUNTER},
 		"buildrisk_fanout_capacity":                      {[]string{"job"}, dto.MetricType_GAUGE},

@@ -327,4 +327,5 @@ type Worker struct {
 	Status         string
 	ConfiguredKeys []string
 	Version        string
+	DailyCaps      []byte
 }

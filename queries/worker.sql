@@ -1,9 +1,9 @@
 -- name: WorkerUpsert :exec
-INSERT INTO worker (id, hostname, pid, boot, status, configured_keys, version)
-VALUES (@id, @hostname, @pid, @boot, @status, @configured_keys, @version)
+INSERT INTO worker (id, hostname, pid, boot, status, configured_keys, version, daily_caps)
+VALUES (@id, @hostname, @pid, @boot, @status, @configured_keys, @version, @daily_caps)
 ON CONFLICT (id) DO UPDATE
 SET status = excluded.status, configured_keys = excluded.configured_keys,
-    version = excluded.version, heartbeat_at = now();
+    version = excluded.version, daily_caps = excluded.daily_caps, heartbeat_at = now();
 
 -- name: WorkerHeartbeat :execrows
 UPDATE worker SET heartbeat_at = now(), status = @status WHERE id = @id;
@@ -33,3 +33,10 @@ WHERE w.heartbeat_at < now() - make_interval(secs => @retention_seconds::float8)
 -- name: WorkerCountAlive :one
 SELECT count(*) FROM worker
 WHERE status <> 'stopped' AND heartbeat_at >= now() - make_interval(secs => @stale_seconds::float8);
+
+-- name: WorkerDailyCapsAlive :many
+-- WorkerDailyCapsAlive returns the daily caps the live processes enforce,
+-- the newest process first.
+SELECT id, daily_caps FROM worker
+WHERE status <> 'stopped' AND heartbeat_at >= now() - make_interval(secs => @stale_seconds::float8)
+ORDER BY started_at DESC, id;

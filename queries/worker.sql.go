@@ -22,6 +22,39 @@ func (q *Queries) WorkerCountAlive(ctx context.Context, db DBTX, staleSeconds fl
 	return count, err
 }
 
+const workerDailyCapsAlive = `-- name: WorkerDailyCapsAlive :many
+SELECT id, daily_caps FROM worker
+WHERE status <> 'stopped' AND heartbeat_at >= now() - make_interval(secs => $1::float8)
+ORDER BY started_at DESC, id
+`
+
+type WorkerDailyCapsAliveRow struct {
+	ID        string
+	DailyCaps []byte
+}
+
+// WorkerDailyCapsAlive returns the daily caps the live processes enforce,
+// the newest process first.
+func (q *Queries) WorkerDailyCapsAlive(ctx context.Context, db DBTX, staleSeconds float64) ([]*WorkerDailyCapsAliveRow, error) {
+	rows, err := db.Query(ctx, workerDailyCapsAlive, staleSeconds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*WorkerDailyCapsAliveRow
+	for rows.Next() {
+		var i WorkerDailyCapsAliveRow
+		if err := rows.Scan(&i.ID, &i.DailyCaps); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const workerDeleteExpired = `-- name: WorkerDeleteExpired :execrows
 DELETE FROM worker w
 WHERE w.heartbeat_at < now() - make_interval(secs => $1::float8)
@@ -42,7 +75,7 @@ func (q *Queries) WorkerDeleteExpired(ctx context.Context, db DBTX, retentionSec
 }
 
 const workerGetByID = `-- name: WorkerGetByID :one
-SELECT id, hostname, pid, boot, started_at, heartbeat_at, status, configured_keys, version FROM worker WHERE id = $1
+SELECT id, hostname, pid, boot, started_at, heartbeat_at, status, configured_keys, version, daily_caps FROM worker WHERE id = $1
 `
 
 func (q *Queries) WorkerGetByID(ctx context.Context, db DBTX, id string) (*Worker, error) {
@@ -58,6 +91,7 @@ func (q *Queries) WorkerGetByID(ctx context.Context, db DBTX, id string) (*Worke
 		&i.Status,
 		&i.ConfiguredKeys,
 		&i.Version,
+		&i.DailyCaps,
 	)
 	return &i, err
 }
@@ -80,7 +114,7 @@ func (q *Queries) WorkerHeartbeat(ctx context.Context, db DBTX, arg *WorkerHeart
 }
 
 const workerList = `-- name: WorkerList :many
-SELECT id, hostname, pid, boot, started_at, heartbeat_at, status, configured_keys, version FROM worker
+SELECT id, hostname, pid, boot, started_at, heartbeat_at, status, configured_keys, version, daily_caps FROM worker
 WHERE $1::timestamptz IS NULL
    OR (started_at, id) < ($1::timestamptz, $2::text)
 ORDER BY started_at DESC, id DESC
@@ -114,6 +148,7 @@ func (q *Queries) WorkerList(ctx context.Context, db DBTX, arg *WorkerListParams
 			&i.Status,
 			&i.ConfiguredKeys,
 			&i.Version,
+			&i.DailyCaps,
 		); err != nil {
 			return nil, err
 		}
@@ -126,11 +161,11 @@ func (q *Queries) WorkerList(ctx context.Context, db DBTX, arg *WorkerListParams
 }
 
 const workerUpsert = `-- name: WorkerUpsert :exec
-INSERT INTO worker (id, hostname, pid, boot, status, configured_keys, version)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+INSERT INTO worker (id, hostname, pid, boot, status, configured_keys, version, daily_caps)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (id) DO UPDATE
 SET status = excluded.status, configured_keys = excluded.configured_keys,
-    version = excluded.version, heartbeat_at = now()
+    version = excluded.version, daily_caps = excluded.daily_caps, heartbeat_at = now()
 `
 
 type WorkerUpsertParams struct {
@@ -141,6 +176,7 @@ type WorkerUpsertParams struct {
 	Status         string
 	ConfiguredKeys []string
 	Version        string
+	DailyCaps      []byte
 }
 
 func (q *Queries) WorkerUpsert(ctx context.Context, db DBTX, arg *WorkerUpsertParams) error {
@@ -152,6 +188,7 @@ func (q *Queries) WorkerUpsert(ctx context.Context, db DBTX, arg *WorkerUpsertPa
 		arg.Status,
 		arg.ConfiguredKeys,
 		arg.Version,
+		arg.DailyCaps,
 	)
 	return err
 }

@@ -95,6 +95,10 @@ func TestMetrics_ScriptedScenario(t *testing.T) {
 	}
 	requireMetric(t, wm, "buildrisk_executions_total", 1, `job="aptTrade"`, `status="COMPLETED"`)
 	requireMetric(t, wm, "buildrisk_executions_total", 1, `job="creditEval"`, `status="STOPPED"`)
+	requireMetric(t, wm, "buildrisk_executions_stopped_total", 1, `job="creditEval"`, `cause="cap"`)
+	requireMetric(t, wm, "buildrisk_executions_stopped_total", 0, `job="aptTrade"`, `cause="max_calls"`)
+	requireMetric(t, wm, "buildrisk_database_up", 1)
+	requireMetric(t, api, "buildrisk_database_up", 1)
 	requireMetric(t, wm, "buildrisk_external_calls_total", 3, `provider="MOLIT"`, `outcome="ok"`)
 	requireMetric(t, wm, "buildrisk_external_calls_total", 1, `provider="CREDIT"`, `outcome="capped"`)
 	requireMetric(t, wm, "buildrisk_fanout_rejections_total", 1, `job="creditEval"`, `reason="cap"`)

@@ -105,7 +105,7 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 	defer heartbeatPool.Close()
 	presence, err := worker.StartPresence(ctx, heartbeatPool, worker.Config{
 		ID: workerID, Hostname: hostname, PID: os.Getpid(), Boot: boot, Version: version,
-		ConfiguredKeys: env.configuredKeyNames(), HeartbeatInterval: env.HeartbeatInterval,
+		ConfiguredKeys: env.configuredKeyNames(), DailyCaps: env.capsByName(), HeartbeatInterval: env.HeartbeatInterval,
 		StaleAfter: env.StaleAfter, FenceAfter: env.FenceAfter, DBTimeout: env.DBTimeout,
 	})
 	if err != nil {

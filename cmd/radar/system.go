@@ -439,6 +439,7 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 		Boot:              boot,
 		Version:           version,
 		ConfiguredKeys:    env.configuredKeyNames(),
+		DailyCaps:         env.capsByName(),
 		HeartbeatInterval: env.HeartbeatInterval,
 		StaleAfter:        env.StaleAfter,
 		FenceAfter:        env.FenceAfter,
@@ -491,7 +492,8 @@ func apiRequestTimeout(env *envConfig) time.Duration { return 2 * env.APIStateme
 
 // newAPIServer builds the api role's server with an insert-only River client,
 // and River UI on that client (the api authenticates it; see api.Config).
-// River UI's background services run until ctx is done.
+// River UI's background services and the database probe behind
+// buildrisk_database_up run until ctx is done.
 func newAPIServer(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *telemetry) (*api.Server, error) {
 	insertOnly, err := newInsertOnlyRiver(pool, tel)
 	if err != nil {
@@ -506,6 +508,7 @@ func newAPIServer(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *
 		return nil, err
 	}
 	observeSchedules(context.Background(), pool, env, tel)
+	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.instruments)
 	return api.New(pool, api.Config{
 		Tokens: env.Tokens, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),

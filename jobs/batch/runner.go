@@ -386,6 +386,9 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 		outcome := &Outcome{ExecutionID: st.exec.ID, Status: status, Message: message, RequestStatus: request.StatusForExecution(status)}
 		if err = r.record(ctx, rs, outcome, domainRows, opts.FinishTx); err == nil {
 			r.cfg.Instruments.ExecutionFinished(ctx, st.request.Job, status)
+			if status == request.ExecutionStopped {
+				r.cfg.Instruments.ExecutionStopped(ctx, st.request.Job, rs.cause)
+			}
 			rs.logger.InfoContext(ctx, "execution finished", slog.String("status", status), slog.String("message", message))
 			return outcome, nil
 		}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -60,6 +61,7 @@ func StartPresence(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Presen
 	if err := p.register(ctx); err != nil {
 		return nil, err
 	}
+	p.recordDatabaseUp(ctx, true)
 	p.mu.Lock()
 	p.lastBeat = sent
 	p.timer = time.AfterFunc(p.cfg.FenceAfter, p.checkFence)
@@ -138,9 +140,18 @@ func (p *Presence) Stop(ctx context.Context) {
 func (p *Presence) register(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
 	defer cancel()
-	err := p.queries.WorkerUpsert(ctx, p.pool, &queries.WorkerUpsertParams{
+	caps := p.cfg.DailyCaps
+	if caps == nil {
+		caps = map[string]int{}
+	}
+	dailyCaps, err := json.Marshal(caps)
+	if err != nil {
+		return fmt.Errorf("error encoding daily caps: %w", err)
+	}
+	err = p.queries.WorkerUpsert(ctx, p.pool, &queries.WorkerUpsertParams{
 		ID: p.cfg.ID, Hostname: p.cfg.Hostname, Pid: int32(p.cfg.PID), Boot: p.cfg.Boot,
 		Status: p.Status(), ConfiguredKeys: p.cfg.ConfiguredKeys, Version: p.cfg.Version,
+		DailyCaps: dailyCaps,
 	})
 	if err != nil {
 		return fmt.Errorf("error registering worker %s: %w", p.cfg.ID, err)
@@ -153,6 +164,7 @@ func (p *Presence) register(ctx context.Context) error {
 func (p *Presence) heartbeat(ctx context.Context) error {
 	sent := time.Now()
 	err := p.beat(ctx)
+	p.recordDatabaseUp(ctx, err == nil)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
@@ -189,6 +201,17 @@ func (p *Presence) beat(ctx context.Context) error {
 		return p.register(ctx)
 	}
 	return nil
+}
+
+// recordDatabaseUp exports the heartbeat's result as buildrisk_database_up:
+// a heartbeat is the worker's database probe. A heartbeat cut short by the
+// process's own shutdown says nothing about the database and is not
+// recorded.
+func (p *Presence) recordDatabaseUp(ctx context.Context, up bool) {
+	if p.cfg.Instruments == nil || (!up && ctx.Err() != nil) {
+		return
+	}
+	p.cfg.Instruments.DatabaseUpSet(ctx, up)
 }
 
 // checkFence fences the process when its last successful heartbeat was sent

@@ -106,6 +106,10 @@ type Config struct {
 	Version string
 	// ConfiguredKeys are the NAMES of the provider keys this worker holds.
 	ConfiguredKeys []string
+	// DailyCaps are the daily call caps per provider this process enforces
+	// (BUILDRISK_DAILY_CAP_<P>), recorded on its registry row so the api
+	// shows the caps really enforced (GET /v1/providers).
+	DailyCaps map[string]int
 
 	HeartbeatInterval time.Duration
 	StaleAfter        time.Duration

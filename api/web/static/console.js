@@ -58,7 +58,16 @@
 
   function since(iso) { return iso ? age((state.serverNow - Date.parse(iso)) / 1000) : "—"; }
 
-  function when(iso) { return iso ? new Date(iso).toLocaleString() : "—"; }
+  // when shows a time in the browser's zone, with the zone named ("GMT+9",
+  // "KST"), so it never reads as the schedule's zone by mistake.
+  function when(iso) { return iso ? new Date(iso).toLocaleString(undefined, { timeZoneName: "short" }) : "—"; }
+
+  // zoneOf names the UTC offset an ISO time was written with (the api
+  // writes schedule times in BUILDRISK_TIMEZONE): "UTC+09:00".
+  function zoneOf(iso) {
+    const m = /([+-]\d\d:\d\d|Z)$/.exec(iso || "");
+    return m ? "UTC" + (m[1] === "Z" ? "" : m[1]) : "";
+  }
 
   function statusBadge(status) {
     return el("span", { class: "status s-" + String(status || "none").toLowerCase() }, status || "—");
@@ -176,7 +185,8 @@
       clearError("poll");
       render();
       await refreshDetail();
-      document.getElementById("updated").textContent = new Date(state.serverNow).toLocaleTimeString();
+      await followRequest();
+      document.getElementById("updated").textContent = new Date(state.serverNow).toLocaleTimeString(undefined, { timeZoneName: "short" });
     } catch (err) {
       showError("Refreshing", err, "poll");
     } finally {
@@ -229,7 +239,7 @@
       const cells = [
         el("td", {}, el("strong", {}, j.name), el("div", { class: "hint" }, j.chunking)),
         el("td", {}, j.provider || "—", el("div", { class: j.keysConfigured ? "ok" : "bad" }, keys)),
-        el("td", {}, j.schedule ? [el("code", {}, j.schedule), el("div", { class: "hint" }, "next " + when(j.next))] : "not scheduled"),
+        el("td", {}, j.schedule ? [el("code", {}, j.schedule), el("span", { class: "hint" }, " (cron in " + zoneOf(j.next) + ")"), el("div", { class: "hint" }, "next " + when(j.next))] : "not scheduled"),
         el("td", { class: "running" }, j.running ? ["running", el("div", { class: "hint" }, "heartbeat " + age(j.heartbeatAgeSeconds))] : "idle"),
         el("td", {}, j.activeRequestId ? requestLink(j.activeRequestId) : "—"),
         el("td", { class: "last-exec" }, exec ? [statusBadge(exec.status), " #" + exec.id,
@@ -286,10 +296,20 @@
       el("td", {}, w.version))), "no workers registered");
   }
 
+  // capNote says where a provider's cap comes from: the api's own setting
+  // when no live worker reported one, or, when live workers enforce
+  // different caps, which worker reported the one shown and every cap.
+  function capNote(p) {
+    if (p.capSource === "api") return el("div", { class: "hint" }, "api setting: no live worker reported a cap");
+    if (!p.capReportedBy) return null;
+    return el("div", { class: "hint cap-disagree" }, "workers disagree: highest from ", el("code", {}, p.capReportedBy), " (",
+      (p.capsByWorker || []).map((c) => c.workerId + " " + num(c.dailyCap)).join(", "), ")");
+  }
+
   function renderProviders() {
     fillTable("providers", state.providers.map((p) => el("tr", { dataset: { provider: p.provider } },
       el("td", {}, p.provider), el("td", {}, p.jobs.join(", ")), el("td", {}, num(p.usedToday)),
-      el("td", {}, p.dailyCap === null ? "no cap" : num(p.dailyCap)),
+      el("td", { class: "cap" }, p.dailyCap === null ? "no cap" : num(p.dailyCap), capNote(p)),
       el("td", { class: "remaining" }, p.remaining === null ? "—" : num(p.remaining)))), "no providers");
   }
 
@@ -474,6 +494,30 @@
     }
   }
 
+  // showFollowed says what became of the request the form sent: QUEUED,
+  // RUNNING, then DONE or FAILED with its execution's status and message.
+  // refresh() re-reads it at every poll until it ends.
+  function showFollowed(r) {
+    const f = state.form;
+    const exec = r.execution;
+    let text = " is " + r.status;
+    if (exec && (r.status === "DONE" || r.status === "FAILED")) text += " (execution " + exec.id + " " + exec.status + ")";
+    else if (exec) text += " (execution " + exec.id + ", " + num(exec.chunksDone) + " of " + num(exec.chunksTotal) + " chunks)";
+    if (f.followed.resumes) text += ", resuming execution " + f.followed.resumes;
+    text += ".";
+    if (r.message && (r.status === "DONE" || r.status === "FAILED")) text += " " + r.message;
+    document.getElementById("estimate-result").replaceChildren("Requested: ", requestLink(r.requestId), text);
+    if (r.status === "DONE" || r.status === "FAILED") f.followed = null;
+  }
+
+  async function followRequest() {
+    const f = state.form;
+    if (!f || !f.followed) return;
+    const id = f.followed.id;
+    const r = await api("GET", "/v1/requests/" + encodeURIComponent(id));
+    if (f.followed && f.followed.id === id) showFollowed(r);
+  }
+
   async function submitRequest(event) {
     event.preventDefault();
     const f = state.form;
@@ -483,8 +527,8 @@
     try {
       const out = await api("POST", "/v1/jobs/" + encodeURIComponent(f.job) + "/requests", body);
       document.getElementById("form-error").replaceChildren();
-      document.getElementById("estimate-result").replaceChildren("Requested: ", requestLink(out.requestId),
-        " is " + out.status + (out.resumesExecutionId ? ", resuming execution " + out.resumesExecutionId : "") + ".");
+      f.followed = { id: out.requestId, resumes: out.resumesExecutionId };
+      showFollowed(out);
       f.estimated = null;
     } catch (err) {
       document.getElementById("submit-request").disabled = false;

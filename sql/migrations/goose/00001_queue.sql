@@ -122,7 +122,14 @@ CREATE TABLE worker (
     heartbeat_at    timestamptz NOT NULL DEFAULT now(),
     status          text        NOT NULL DEFAULT 'running',
     configured_keys text[]      NOT NULL DEFAULT '{}',
-    version         text        NOT NULL DEFAULT ''
+    version         text        NOT NULL DEFAULT '',
+    -- daily_caps is the daily call cap per provider that the worker (or
+    -- `radar run`) enforces, as configured when the process registered
+    -- (BUILDRISK_DAILY_CAP_<P>): {"KRX": 320, ...}. The api reads it from
+    -- the live processes for GET /v1/providers instead of its own
+    -- environment, so the cap it shows is the one enforced, and it can say
+    -- which process reported it when they disagree.
+    daily_caps      jsonb       NOT NULL DEFAULT '{}'
 );
 -- GET /v1/workers pages newest first; retention and the live count read
 -- the heartbeat.
