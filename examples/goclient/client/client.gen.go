@@ -221,6 +221,24 @@ func (e JobViewLastDueOutcome) Valid() bool {
 	}
 }
 
+// Defines values for ProviderViewCapSource.
+const (
+	ProviderViewCapSourceApi     ProviderViewCapSource = "api"
+	ProviderViewCapSourceWorkers ProviderViewCapSource = "workers"
+)
+
+// Valid indicates whether the value is a known member of the ProviderViewCapSource enum.
+func (e ProviderViewCapSource) Valid() bool {
+	switch e {
+	case ProviderViewCapSourceApi:
+		return true
+	case ProviderViewCapSourceWorkers:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RequestCreateOutputBodyStatus.
 const (
 	RequestCreateOutputBodyStatusQUEUED RequestCreateOutputBodyStatus = "QUEUED"
@@ -259,25 +277,25 @@ func (e RequestViewResumeCause) Valid() bool {
 
 // Defines values for RequestViewSource.
 const (
-	Api      RequestViewSource = "api"
-	Chain    RequestViewSource = "chain"
-	Cli      RequestViewSource = "cli"
-	Resume   RequestViewSource = "resume"
-	Schedule RequestViewSource = "schedule"
+	RequestViewSourceApi      RequestViewSource = "api"
+	RequestViewSourceChain    RequestViewSource = "chain"
+	RequestViewSourceCli      RequestViewSource = "cli"
+	RequestViewSourceResume   RequestViewSource = "resume"
+	RequestViewSourceSchedule RequestViewSource = "schedule"
 )
 
 // Valid indicates whether the value is a known member of the RequestViewSource enum.
 func (e RequestViewSource) Valid() bool {
 	switch e {
-	case Api:
+	case RequestViewSourceApi:
 		return true
-	case Chain:
+	case RequestViewSourceChain:
 		return true
-	case Cli:
+	case RequestViewSourceCli:
 		return true
-	case Resume:
+	case RequestViewSourceResume:
 		return true
-	case Schedule:
+	case RequestViewSourceSchedule:
 		return true
 	default:
 		return false
@@ -677,7 +695,16 @@ type ProviderListOutputBody struct {
 
 // ProviderView defines model for ProviderView.
 type ProviderView struct {
-	// DailyCap calls allowed per day; null when the provider has no cap
+	// CapReportedBy when live workers disagree: the worker whose cap dailyCap is
+	CapReportedBy *string `json:"capReportedBy,omitempty"`
+
+	// CapSource workers: dailyCap is the cap the live workers recorded in the registry; api: no live worker reported one, so dailyCap is the api's own BUILDRISK_DAILY_CAP_<P>
+	CapSource ProviderViewCapSource `json:"capSource"`
+
+	// CapsByWorker when live workers disagree: the cap each live worker enforces, newest worker first
+	CapsByWorker *[]WorkerCapView `json:"capsByWorker,omitempty"`
+
+	// DailyCap calls allowed per day, as the live workers enforce it (the highest when they disagree: calls go on until it); null when the provider has no cap
 	DailyCap *int64 `json:"dailyCap"`
 
 	// Day the budget day, YYYY-MM-DD in BUILDRISK_TIMEZONE
@@ -687,12 +714,15 @@ type ProviderView struct {
 	Jobs     *[]string `json:"jobs"`
 	Provider string    `json:"provider"`
 
-	// Remaining calls left today; null when the provider has no cap
+	// Remaining calls left today under dailyCap; null when the provider has no cap
 	Remaining *int64 `json:"remaining"`
 
 	// UsedToday calls spent today by every worker together
 	UsedToday int64 `json:"usedToday"`
 }
+
+// ProviderViewCapSource workers: dailyCap is the cap the live workers recorded in the registry; api: no live worker reported one, so dailyCap is the api's own BUILDRISK_DAILY_CAP_<P>
+type ProviderViewCapSource string
 
 // RequestCreateOutputBody defines model for RequestCreateOutputBody.
 type RequestCreateOutputBody struct {
@@ -779,6 +809,12 @@ type StockPriceParams struct {
 	//
 	// Examples: 2025-03-14
 	Date string `json:"date"`
+}
+
+// WorkerCapView defines model for WorkerCapView.
+type WorkerCapView struct {
+	DailyCap int64  `json:"dailyCap"`
+	WorkerId string `json:"workerId"`
 }
 
 // WorkerListOutputBody defines model for WorkerListOutputBody.
