@@ -51,7 +51,7 @@ const (
 	// SchedulePollIntervalDefault is the longest time between scheduler
 	// passes besides the due times: how soon a deferred due time is
 	// enqueued after its blocking request ended.
-	SchedulePollIntervalDefault = 5 * time.Second
+	SchedulePollIntervalDefault = 30 * time.Second
 	// SchedulePassTimeoutDefault bounds one scheduler pass.
 	SchedulePassTimeoutDefault = time.Minute
 	// FetchCooldownDefault is River's minimum spacing of fetches, and of
