@@ -450,7 +450,7 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	})
 	insertOnly, err := newInsertOnlyRiver(s.apiPool, s.tel)
 	require.NoError(t, err)
-	enqueuer, err := newEnqueuerFor(jobs.NewCatalog(defs...), s.apiPool, insertOnly, s.env, s.tel)
+	enqueuer, err := newEnqueuerFor(jobs.NewCatalog(defs...), s.apiPool, insertOnly, insertOnly, s.env, s.tel)
 	require.NoError(t, err)
 	serviceEvents, cancelService := w.River().Subscribe(river.EventKindJobCompleted)
 	defer cancelService()

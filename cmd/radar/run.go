@@ -115,11 +115,11 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 
 	// The CLI's own request has no River job (the CLI runs it); the request
 	// a completed run chains to does, so that a worker picks it up.
-	enqueuer, err := newEnqueuer(pool, nil, env, tel)
+	insertOnly, err := newInsertOnlyRiver(pool, tel)
 	if err != nil {
 		return exitFailed, err
 	}
-	insertOnly, err := newInsertOnlyRiver(pool, tel)
+	enqueuer, err := newCLIEnqueuer(pool, insertOnly, env, tel)
 	if err != nil {
 		return exitFailed, err
 	}

@@ -82,18 +82,25 @@ func budgetDay(env *envConfig) func() time.Time {
 // schedules): stale-worker cleanup, then dedupe, under the job's lock.
 // riverClient nil records requests the caller runs itself.
 func newEnqueuer(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *envConfig, tel *telemetry) (*request.Enqueuer, error) {
-	return newEnqueuerFor(jobs.Default(), pool, riverClient, env, tel)
+	return newEnqueuerFor(jobs.Default(), pool, riverClient, request.RiverCanceller(riverClient), env, tel)
+}
+
+// newCLIEnqueuer returns the enqueuer of `radar run`'s own request, which
+// has no River job (the CLI runs it); its cleanup still cancels the River
+// job of a dead worker's request through cancelWith.
+func newCLIEnqueuer(pool *pgxpool.Pool, cancelWith *river.Client[pgx.Tx], env *envConfig, tel *telemetry) (*request.Enqueuer, error) {
+	return newEnqueuerFor(jobs.Default(), pool, nil, request.RiverCanceller(cancelWith), env, tel)
 }
 
 // newEnqueuerFor is newEnqueuer for another catalog (benchmarks enqueue
 // no-op jobs through the production path).
-func newEnqueuerFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *envConfig, tel *telemetry) (*request.Enqueuer, error) {
+func newEnqueuerFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], canceller request.JobCanceller, env *envConfig, tel *telemetry) (*request.Enqueuer, error) {
 	// The cleanup reaps dead workers' runs, and a reaped run resumes through
 	// this same enqueuer: the two refer to each other.
 	var enqueuer *request.Enqueuer
 	reaper := worker.NewReaper(pool, worker.ReaperConfig{
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger,
-		River: request.RiverCanceller(riverClient),
+		River: canceller,
 		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
 			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
 			return err
