@@ -82,16 +82,6 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return loadExposure(ctx, pool, path, ledger, stdout, stderr)
 }
 
-// importExposure is `radar import exposure path` on pool.
-func importExposure(ctx context.Context, pool *pgxpool.Pool, path string, stdout, stderr io.Writer) int {
-	ledger, closeFile, code := openExposure(path, stderr)
-	if code != exitOK {
-		return code
-	}
-	defer closeFile()
-	return loadExposure(ctx, pool, path, ledger, stdout, stderr)
-}
-
 // openExposure opens the ledger at path and checks its header. code is
 // exitUsage when the file cannot be read or its header is wrong.
 func openExposure(path string, stderr io.Writer) (*exposureReader, func(), int) {
