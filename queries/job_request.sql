@@ -2,9 +2,18 @@
 -- JobRequestInsert writes a request under the id JobRequestEnqueueState
 -- drew, already linked to its River job (inserted first, carrying that id),
 -- so the enqueue writes the row once.
-INSERT INTO job_request (id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id)
-VALUES (@id, @job, @params, @params_hash, sqlc.narg('max_calls'), @confirm_purge, @source, @requested_by, @estimated_calls, sqlc.narg('resumes_execution_id'), sqlc.narg('worker_id'), sqlc.narg('due_at'), sqlc.narg('river_job_id'))
+-- A delay (not_before_seconds, an automatic resume's backoff) is counted
+-- from the database's clock.
+INSERT INTO job_request (id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id, not_before)
+VALUES (@id, @job, @params, @params_hash, sqlc.narg('max_calls'), @confirm_purge, @source, @requested_by, @estimated_calls, sqlc.narg('resumes_execution_id'), sqlc.narg('worker_id'), sqlc.narg('due_at'), sqlc.narg('river_job_id'),
+        now() + make_interval(secs => sqlc.narg('not_before_seconds')::float8))
 RETURNING *;
+
+-- name: JobRequestWait :one
+-- JobRequestWait returns how many seconds remain, by the database's clock,
+-- before the request may start (0 when it may start now).
+SELECT coalesce(greatest(extract(epoch FROM not_before - now()), 0), 0)::float8 AS wait_seconds
+FROM job_request WHERE id = @id;
 
 -- name: JobRequestEnqueueState :one
 -- JobRequestEnqueueState reads what an enqueue decides on, under the job's
@@ -140,10 +149,16 @@ GROUP BY worker_id;
 
 -- name: JobRequestResumesToday :one
 -- JobRequestResumesToday counts the automatic resumes of one instance since
--- the start of the day (the attempt limit of the resume policy).
+-- the start of the day in time zone tz, by the database's clock (never a
+-- process's: every worker and api counts the same day): the attempt limit
+-- of the resume policy, which stops crash loops. Resumes of drains are not
+-- counted: a drain is a deploy, not a failure, and a rolling deploy of a
+-- large fleet must not spend the day's attempts.
 SELECT count(*) FROM job_request r
 JOIN job_execution e ON e.id = r.resumes_execution_id
-WHERE r.source = 'resume' AND e.instance_id = @instance_id AND r.created_at >= @since;
+WHERE r.source = 'resume' AND e.instance_id = @instance_id
+  AND r.resume_cause <> 'drain'
+  AND r.created_at >= (date_trunc('day', now() AT TIME ZONE @tz::text) AT TIME ZONE @tz::text);
 
 -- name: JobRequestSetResumeCause :exec
 UPDATE job_request SET resume_cause = @resume_cause WHERE id = @id;
