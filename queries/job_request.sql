@@ -92,7 +92,11 @@ GROUP BY job;
 -- the worker's last heartbeat and its age, both by the database's clock.
 -- A QUEUED request is held by a worker only when that worker enqueued it to
 -- run it itself (the CLI). Rows are locked, skipping ones another reaper
--- holds, so every worker may reap at once.
+-- holds, so every worker may reap at once. Staleness is judged over time the
+-- database was up: a heartbeat counts from the server's start at the
+-- earliest, so a worker that beat before an outage (when nobody could beat)
+-- is not stale the moment the database is back, but only if it stays silent
+-- for the stale window after the restart.
 SELECT r.id, r.job, r.status, r.worker_id, r.execution_id, r.river_job_id,
        w.heartbeat_at AS worker_heartbeat_at,
        coalesce(extract(epoch FROM now() - w.heartbeat_at), -1)::float8 AS heartbeat_age_seconds
@@ -101,7 +105,7 @@ LEFT JOIN worker w ON w.id = r.worker_id
 WHERE r.status IN ('QUEUED', 'RUNNING')
   AND r.worker_id IS NOT NULL
   AND (sqlc.narg('job')::text IS NULL OR r.job = sqlc.narg('job'))
-  AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => @stale_seconds::float8))
+  AND (w.id IS NULL OR greatest(w.heartbeat_at, pg_postmaster_start_time()) < now() - make_interval(secs => @stale_seconds::float8))
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED;
 
@@ -136,7 +140,7 @@ WHERE r.status = 'QUEUED'
   AND (
     j.id IS NULL
     OR j.state IN ('cancelled', 'discarded', 'completed')
-    OR (j.state = 'running' AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => @stale_seconds::float8)))
+    OR (j.state = 'running' AND (w.id IS NULL OR greatest(w.heartbeat_at, pg_postmaster_start_time()) < now() - make_interval(secs => @stale_seconds::float8)))
   )
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED;

@@ -383,7 +383,7 @@ WHERE r.status = 'QUEUED'
   AND (
     j.id IS NULL
     OR j.state IN ('cancelled', 'discarded', 'completed')
-    OR (j.state = 'running' AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => $2::float8)))
+    OR (j.state = 'running' AND (w.id IS NULL OR greatest(w.heartbeat_at, pg_postmaster_start_time()) < now() - make_interval(secs => $2::float8)))
   )
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED
@@ -589,7 +589,7 @@ LEFT JOIN worker w ON w.id = r.worker_id
 WHERE r.status IN ('QUEUED', 'RUNNING')
   AND r.worker_id IS NOT NULL
   AND ($1::text IS NULL OR r.job = $1)
-  AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => $2::float8))
+  AND (w.id IS NULL OR greatest(w.heartbeat_at, pg_postmaster_start_time()) < now() - make_interval(secs => $2::float8))
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED
 `
@@ -615,7 +615,11 @@ type JobRequestListStaleRow struct {
 // the worker's last heartbeat and its age, both by the database's clock.
 // A QUEUED request is held by a worker only when that worker enqueued it to
 // run it itself (the CLI). Rows are locked, skipping ones another reaper
-// holds, so every worker may reap at once.
+// holds, so every worker may reap at once. Staleness is judged over time the
+// database was up: a heartbeat counts from the server's start at the
+// earliest, so a worker that beat before an outage (when nobody could beat)
+// is not stale the moment the database is back, but only if it stays silent
+// for the stale window after the restart.
 func (q *Queries) JobRequestListStale(ctx context.Context, db DBTX, arg *JobRequestListStaleParams) ([]*JobRequestListStaleRow, error) {
 	rows, err := db.Query(ctx, jobRequestListStale, arg.Job, arg.StaleSeconds)
 	if err != nil {

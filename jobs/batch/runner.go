@@ -882,12 +882,16 @@ func (r *Runner) classify(ctx context.Context, rs *runState, err error, where st
 	case errors.Is(cause, ErrOwnershipLost):
 		return "", "", cause
 	case errors.Is(cause, ErrFenced), errors.Is(err, ErrFenced):
-		msg := "database outage: the worker went without a successful heartbeat past its fencing threshold, so it cancelled the work in flight uncommitted; a new request resumes from the last commit"
+		// An outage is infrastructure's doing, like a drain or a reap: the
+		// run stops (it does not fail) with cause database, and the resume
+		// policy resumes it, so the same outage ends the same way whether it
+		// outlasts the stale window (reaped) or not (fenced).
+		msg := "database outage: the worker went without a successful heartbeat past its fencing threshold, so it cancelled the work in flight uncommitted; resumes from the last commit"
 		if dbErr := rs.dbError(); dbErr != nil {
 			msg += fmt.Sprintf(" (last database error: %v)", dbErr)
 		}
 		rs.cause = request.CauseDatabase
-		return request.ExecutionFailed, msg, nil
+		return request.ExecutionStopped, msg, nil
 	case ctx.Err() != nil:
 		rs.cause = request.CauseDrain
 		return request.ExecutionStopped, MessageDrainTimeout, nil
