@@ -92,7 +92,7 @@ func newEnqueuerFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *rive
 	// this same enqueuer: the two refer to each other.
 	var enqueuer *request.Enqueuer
 	reaper := worker.NewReaper(pool, worker.ReaperConfig{
-		StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger,
+		StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger, Reachability: tel.reach,
 		River: request.RiverCanceller(riverClient),
 		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
 			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
@@ -115,6 +115,10 @@ type telemetry struct {
 	providers   *observability.Providers
 	instruments *observability.Instruments
 	logger      *slog.Logger
+	// reach is the process's link to the database as its heartbeats (a
+	// worker) or its probe (the api) see it; every reaper of the process
+	// waits on it after a cut. Nil: each reaper keeps its own.
+	reach *worker.Reachability
 }
 
 func newTelemetry(ctx context.Context, env *envConfig, role, workerID, defaultFormat string) (*telemetry, error) {
@@ -134,7 +138,7 @@ func newTelemetry(ctx context.Context, env *envConfig, role, workerID, defaultFo
 	instruments.InitSeries(ctx, jobs.Default().Names(), providerNames)
 	logger := observability.NewLogger(os.Stderr, orDefault(env.LogFormat, defaultFormat), slog.LevelInfo).With(slog.String("role", role))
 	slog.SetDefault(logger)
-	return &telemetry{providers: providers, instruments: instruments, logger: logger}, nil
+	return &telemetry{providers: providers, instruments: instruments, logger: logger, reach: worker.NewReachability()}, nil
 }
 
 // shutdown flushes telemetry; it runs last, after drain.
@@ -451,6 +455,7 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 		PollOnly:          env.TxPooling,
 		Instruments:       tel.instruments,
 		Logger:            tel.logger,
+		Reachability:      tel.reach,
 		RiverPlugins:      riverPlugins(tel),
 		Gauges: &worker.Gauges{
 			Pool: pool, Jobs: jobs.Default().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.instruments,
@@ -508,7 +513,7 @@ func newAPIServer(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *
 		return nil, err
 	}
 	observeSchedules(context.Background(), pool, env, tel)
-	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.instruments)
+	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.instruments, tel.reach)
 	return api.New(pool, api.Config{
 		Tokens: env.Tokens, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),

@@ -176,6 +176,10 @@ type Config struct {
 	Now func() time.Time
 	// Gauges, when set, are recorded on every heartbeat.
 	Gauges *Gauges
+	// Reachability is the process's link to the database as its heartbeats
+	// see it; the worker's reaper waits on it (see Reachability). Nil makes
+	// one of the worker's own.
+	Reachability *Reachability
 	// HeartbeatPool, when set, carries the registry's heartbeats and status
 	// changes, so that they never wait for a connection behind chunk work
 	// on the main pool. Nil uses the main pool.
@@ -197,6 +201,9 @@ func (c Config) withDefaults() Config {
 	c.FetchCooldown = cmp.Or(c.FetchCooldown, FetchCooldownDefault)
 	c.FetchPollInterval = cmp.Or(c.FetchPollInterval, FetchPollIntervalDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if c.Reachability == nil {
+		c.Reachability = NewReachability()
+	}
 	if c.ConfiguredKeys == nil {
 		c.ConfiguredKeys = []string{}
 	}
@@ -251,7 +258,7 @@ func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) 
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, pool: pool, runner: runner, leading: make(chan struct{})}
-	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger, Resume: cfg.Resume})
+	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger, Resume: cfg.Resume, Reachability: cfg.Reachability})
 
 	if len(cfg.Schedules) > 0 {
 		scheduler, err := NewScheduler(pool, SchedulerConfig{
