@@ -540,6 +540,11 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 		return river.JobCancel(fmt.Errorf("execution %d ended %s: %s", outcome.ExecutionID, outcome.Status, outcome.Message))
 	case err == nil, errors.Is(err, batch.ErrNotQueued):
 		return nil
+	case errors.Is(err, batch.ErrExecutionActive) && outcome == nil:
+		// An execution of the job is still ending (STOPPING): the request
+		// waits for it, still QUEUED, instead of failing at start.
+		rw.w.cfg.Logger.InfoContext(ctx, "request waits for the job's active execution to end", slog.Int64("request_id", job.Args.RequestID), slog.String("reason", err.Error()))
+		return river.JobSnooze(time.Second)
 	case errors.Is(err, batch.ErrFenced) && outcome == nil:
 		// Fenced before the run could start: the request is still QUEUED;
 		// try again once the database answers.
