@@ -57,8 +57,8 @@ func registry(env *envConfig) map[string]batch.Job {
 
 // estimators returns the call estimates that need the database. "Today"
 // follows the configured clock and BUILDRISK_TIMEZONE, like the call budget.
-func estimators(env *envConfig) map[string]request.EstimateFunc {
-	today := budgetDay(env)
+func estimators(env *envConfig, db queries.DBTX) map[string]request.EstimateFunc {
+	today := budgetDay(env, db)
 	return map[string]request.EstimateFunc{
 		jobs.CreditEval:  credit.Estimator(today),
 		jobs.FilingParse: filing.Estimate,
@@ -66,15 +66,22 @@ func estimators(env *envConfig) map[string]request.EstimateFunc {
 	}
 }
 
-// budgetDay returns the call budget's current day: the configured clock's
-// date in BUILDRISK_TIMEZONE.
-func budgetDay(env *envConfig) func() time.Time {
+// budgetDay returns the call budget's current day: the date in
+// BUILDRISK_TIMEZONE of the database's clock (read through db at each
+// call), or of env.Now when a test sets one; never the process's clock,
+// unless the database does not answer (nothing is charged then).
+func budgetDay(env *envConfig, db queries.DBTX) func() time.Time {
 	return func() time.Time {
-		now := time.Now
 		if env.Now != nil {
-			now = env.Now
+			return upstream.Day(env.Now(), env.Location)
 		}
-		return upstream.Day(now(), env.Location)
+		ctx, cancel := context.WithTimeout(context.Background(), databaseProbeTimeout(env))
+		defer cancel()
+		now, err := queries.New().DatabaseNow(ctx, db)
+		if err != nil {
+			now = time.Now()
+		}
+		return upstream.Day(now, env.Location)
 	}
 }
 
@@ -100,7 +107,7 @@ func newEnqueuerFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *rive
 		},
 	})
 	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
-		Catalog: catalog, DailyCaps: env.capsByName(), Estimators: estimators(env),
+		Catalog: catalog, DailyCaps: env.capsByName(), Estimators: estimators(env, pool),
 		Instruments: tel.instruments, Logger: tel.logger, Resume: env.AutoResume,
 		Cleanup: func(ctx context.Context, tx pgx.Tx, job string) error {
 			_, err := reaper.ReapTx(ctx, tx, job)
@@ -519,7 +526,7 @@ func newAPIServer(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),
 		Logger: tel.logger, Version: version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
 		RequestTimeout: apiRequestTimeout(env), TxSettings: apiTxSettings(env),
-		DailyCaps: env.capsByName(), Today: budgetDay(env), RiverUI: riverUI,
+		DailyCaps: env.capsByName(), Today: budgetDay(env, pool), RiverUI: riverUI,
 	})
 }
 
