@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs/batch"
@@ -208,4 +209,53 @@ func TestReap_APIReapsWithNoWorker(t *testing.T) {
 	require.Contains(t, out["message"], "9@dead-host#b00t stopped heartbeating")
 	require.NoError(t, api.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, exitOK, api.wait(t, 30*time.Second))
+}
+
+// A reaper that was itself cut off from the database (a partition of its
+// node) may have been cut off with the workers it judges: once it reaches
+// the database again, it reaps nobody for one stale window, then reaps the
+// dead worker as before. A reaper never cut off reaps at once.
+func TestReaper_CutOffWaitsOneStaleWindowAfterReconnecting(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	ctx := context.Background()
+	_, err := s.pool.Exec(ctx, `INSERT INTO worker (id, hostname, pid, boot, heartbeat_at) VALUES ('1@gone#dead', 'gone', 1, 'dead', now() - interval '1 hour')`)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, `INSERT INTO job_request (job, source, requested_by, estimated_calls, status, worker_id, claimed_at)
+		VALUES ('aptTrade', 'api', 'test', 1, 'RUNNING', '1@gone#dead', now())`)
+	require.NoError(t, err)
+
+	// Staleness counts from the server's start at the earliest: let the
+	// test's cluster be up for a stale window first.
+	waitUntil(t, time.Minute, "the database to be up for a stale window", func() bool {
+		return s.count(`SELECT (now() - pg_postmaster_start_time() > make_interval(secs => $1))::int`, s.env.StaleAfter.Seconds()) == 1
+	})
+	proxy := newCutProxy(t, s.dbURL)
+	pool, err := pgxpool.New(ctx, proxy.url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: s.env.StaleAfter, Instruments: s.tel.instruments, Logger: s.tel.logger})
+
+	proxy.cut()
+	_, err = reaper.Reap(ctx, "")
+	require.Error(t, err, "the reaper is cut off")
+	proxy.restore()
+	n, err := reaper.Reap(ctx, "")
+	require.NoError(t, err)
+	require.Zero(t, n, "just reconnected: the reaper waits one stale window before judging anyone")
+	require.Equal(t, "RUNNING", s.requestStatusByWorker("1@gone#dead"))
+
+	waitUntil(t, time.Minute, "the reaper to reap the dead worker once the window has passed", func() bool {
+		n, err := reaper.Reap(ctx, "")
+		require.NoError(t, err)
+		return n == 1
+	})
+	require.Equal(t, "FAILED", s.requestStatusByWorker("1@gone#dead"))
+}
+
+func (s *testSystem) requestStatusByWorker(workerID string) string {
+	s.t.Helper()
+	var status string
+	require.NoError(s.t, s.pool.QueryRow(context.Background(), `SELECT status FROM job_request WHERE worker_id = $1`, workerID).Scan(&status))
+	return status
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -190,12 +191,25 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 		}
 	}()
 
-	outcome, err := runner.Run(runCtx, batch.RunOpts{
+	runOpts := batch.RunOpts{
 		RequestID: res.Request.ID,
 		OnChunk: func(done, total int) {
 			fmt.Fprintf(stdout, "  chunk %d/%d committed\n", done, total)
 		},
-	})
+	}
+	outcome, err := runner.Run(runCtx, runOpts)
+	for waited := false; errors.Is(err, batch.ErrExecutionActive) && runCtx.Err() == nil; waited = true {
+		// An execution of the job is still ending (STOPPING): wait for it
+		// rather than fail; SIGINT/SIGTERM ends the wait.
+		if !waited {
+			fmt.Fprintf(stdout, "waiting: %v\n", err)
+		}
+		select {
+		case <-runCtx.Done():
+		case <-time.After(time.Second):
+			outcome, err = runner.Run(runCtx, runOpts)
+		}
+	}
 	if errors.Is(err, batch.ErrOwnershipLost) {
 		fmt.Fprintf(stdout, "execution %d: ownership lost (abandoned, or taken over by another run); stopped without writing anything more\n", outcome.ExecutionID)
 		return exitFailed, err

@@ -57,8 +57,8 @@ func registry(env *envConfig) map[string]batch.Job {
 
 // estimators returns the call estimates that need the database. "Today"
 // follows the configured clock and BUILDRISK_TIMEZONE, like the call budget.
-func estimators(env *envConfig) map[string]request.EstimateFunc {
-	today := budgetDay(env)
+func estimators(env *envConfig, db queries.DBTX) map[string]request.EstimateFunc {
+	today := budgetDay(env, db)
 	return map[string]request.EstimateFunc{
 		jobs.CreditEval:  credit.Estimator(today),
 		jobs.FilingParse: filing.Estimate,
@@ -66,15 +66,22 @@ func estimators(env *envConfig) map[string]request.EstimateFunc {
 	}
 }
 
-// budgetDay returns the call budget's current day: the configured clock's
-// date in BUILDRISK_TIMEZONE.
-func budgetDay(env *envConfig) func() time.Time {
+// budgetDay returns the call budget's current day: the date in
+// BUILDRISK_TIMEZONE of the database's clock (read through db at each
+// call), or of env.Now when a test sets one; never the process's clock,
+// unless the database does not answer (nothing is charged then).
+func budgetDay(env *envConfig, db queries.DBTX) func() time.Time {
 	return func() time.Time {
-		now := time.Now
 		if env.Now != nil {
-			now = env.Now
+			return upstream.Day(env.Now(), env.Location)
 		}
-		return upstream.Day(now(), env.Location)
+		ctx, cancel := context.WithTimeout(context.Background(), databaseProbeTimeout(env))
+		defer cancel()
+		now, err := queries.New().DatabaseNow(ctx, db)
+		if err != nil {
+			now = time.Now()
+		}
+		return upstream.Day(now, env.Location)
 	}
 }
 
@@ -99,7 +106,7 @@ func newEnqueuerFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *rive
 	// this same enqueuer: the two refer to each other.
 	var enqueuer *request.Enqueuer
 	reaper := worker.NewReaper(pool, worker.ReaperConfig{
-		StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger,
+		StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger, Reachability: tel.reach,
 		River: canceller,
 		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
 			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
@@ -107,7 +114,7 @@ func newEnqueuerFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *rive
 		},
 	})
 	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
-		Catalog: catalog, DailyCaps: env.capsByName(), Estimators: estimators(env),
+		Catalog: catalog, DailyCaps: env.capsByName(), Estimators: estimators(env, pool),
 		Instruments: tel.instruments, Logger: tel.logger, Resume: env.AutoResume,
 		Cleanup: func(ctx context.Context, tx pgx.Tx, job string) error {
 			_, err := reaper.ReapTx(ctx, tx, job)
@@ -122,6 +129,10 @@ type telemetry struct {
 	providers   *observability.Providers
 	instruments *observability.Instruments
 	logger      *slog.Logger
+	// reach is the process's link to the database as its heartbeats (a
+	// worker) or its probe (the api) see it; every reaper of the process
+	// waits on it after a cut. Nil: each reaper keeps its own.
+	reach *worker.Reachability
 }
 
 func newTelemetry(ctx context.Context, env *envConfig, role, workerID, defaultFormat string) (*telemetry, error) {
@@ -141,7 +152,7 @@ func newTelemetry(ctx context.Context, env *envConfig, role, workerID, defaultFo
 	instruments.InitSeries(ctx, jobs.Default().Names(), providerNames)
 	logger := observability.NewLogger(os.Stderr, orDefault(env.LogFormat, defaultFormat), slog.LevelInfo).With(slog.String("role", role))
 	slog.SetDefault(logger)
-	return &telemetry{providers: providers, instruments: instruments, logger: logger}, nil
+	return &telemetry{providers: providers, instruments: instruments, logger: logger, reach: worker.NewReachability()}, nil
 }
 
 // shutdown flushes telemetry; it runs last, after drain.
@@ -458,6 +469,7 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 		PollOnly:          env.TxPooling,
 		Instruments:       tel.instruments,
 		Logger:            tel.logger,
+		Reachability:      tel.reach,
 		RiverPlugins:      riverPlugins(tel),
 		Gauges: &worker.Gauges{
 			Pool: pool, Jobs: jobs.Default().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.instruments,
@@ -515,13 +527,13 @@ func newAPIServer(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *
 		return nil, err
 	}
 	observeSchedules(context.Background(), pool, env, tel)
-	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.instruments)
+	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.instruments, tel.reach)
 	return api.New(pool, api.Config{
 		Tokens: env.Tokens, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),
 		Logger: tel.logger, Version: version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
 		RequestTimeout: apiRequestTimeout(env), TxSettings: apiTxSettings(env),
-		DailyCaps: env.capsByName(), Today: budgetDay(env), RiverUI: riverUI,
+		DailyCaps: env.capsByName(), Today: budgetDay(env, pool), RiverUI: riverUI,
 	})
 }
 

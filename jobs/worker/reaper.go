@@ -27,6 +27,10 @@ type ReaperConfig struct {
 	// River cancels the River jobs of the requests it reaps; nil when the
 	// process inserts none.
 	River request.JobCanceller
+	// Reachability is the process's link to the database, shared with its
+	// heartbeat or probe; the reaper's own passes feed it too. Nil makes one
+	// of the reaper's own.
+	Reachability *Reachability
 }
 
 // ResumeFunc applies the resume policy to a run that stopped, inside the
@@ -46,6 +50,9 @@ type Reaper struct {
 func NewReaper(pool *pgxpool.Pool, cfg ReaperConfig) *Reaper {
 	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, StaleAfterDefault)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.Reachability == nil {
+		cfg.Reachability = NewReachability()
+	}
 	return &Reaper{cfg: cfg, pool: pool, queries: queries.New()}
 }
 
@@ -58,12 +65,23 @@ func (r *Reaper) Reap(ctx context.Context, job string) (int, error) {
 		n, err = r.ReapTx(ctx, tx, job)
 		return err
 	})
+	r.cfg.Reachability.Observe(err)
 	return n, err
 }
 
 // ReapTx is Reap inside the caller's transaction; the API runs it under the
 // job's advisory lock before its duplicate check (cleanup before enqueue).
+//
+// A reaper whose process was cut off from the database reaps nothing until
+// it has reached the database again for one stale window (Reachability):
+// the workers it would judge may have been cut off with it, and a live one
+// must have had the chance to beat again.
 func (r *Reaper) ReapTx(ctx context.Context, tx pgx.Tx, job string) (int, error) {
+	if wait := r.cfg.Reachability.Wait(r.cfg.StaleAfter); wait > 0 {
+		r.cfg.Logger.DebugContext(ctx, "not reaping: this process was cut off from the database; it waits one stale window after reconnecting",
+			slog.Duration("wait", wait))
+		return 0, nil
+	}
 	var jobFilter *string
 	if job != "" {
 		jobFilter = &job
