@@ -11,3 +11,11 @@ SELECT pg_advisory_xact_lock(hashtextextended('buildrisk.job:' || @job::text, 0)
 -- whichever client gets the server connection next.
 SELECT set_config('statement_timeout', @statement_timeout_ms::text, true),
        set_config('lock_timeout', @lock_timeout_ms::text, true);
+
+-- name: SessionTransactionTimeoutSet :exec
+-- SessionTransactionTimeoutSet sets the session's transaction_timeout
+-- (milliseconds; PostgreSQL 17 and later): the server ends any transaction
+-- of the session older than that, however its client went silent. Run once
+-- per new connection, only on a server that knows the setting (an older one
+-- refuses it, as a startup parameter too).
+SELECT set_config('transaction_timeout', @timeout_ms::text, false);

@@ -272,7 +272,7 @@ func benchRunner(t *testing.T, s *testSystem, jobsByName map[string]batch.Job) (
 	t.Helper()
 	// The runner works on a pool of the worker's size, as deployed (the
 	// test system's own pool has pgxpool's default of 4 connections).
-	pool, err := openPool(context.Background(), s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false)
+	pool, err := openPool(context.Background(), s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false, sessionLimits{})
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	up, err := newUpstream(pool, s.env, s.tel, "bench")
@@ -436,12 +436,12 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
 	}
 	openWorkerPool := func() *pgxpool.Pool {
-		pool, err := openPool(ctx, s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false)
+		pool, err := openPool(ctx, s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false, sessionLimits{})
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		return pool
 	}
-	heartbeatPool, err := openHeartbeatPool(ctx, s.dbURL, heartbeatPoolConns, s.env.DBTimeout, false)
+	heartbeatPool, err := openHeartbeatPool(ctx, s.dbURL, heartbeatPoolConns, s.env.DBTimeout, false, sessionLimits{})
 	require.NoError(t, err)
 	t.Cleanup(heartbeatPool.Close)
 	w, _ := s.startWorkerWith(openWorkerPool(), func(wc *worker.Config, rc *batch.Config) {

@@ -236,14 +236,14 @@ func TestOpenPool_StatementTimeout(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	for timeout, want := range map[time.Duration]string{1500 * time.Millisecond: "1500ms", 0: "0"} {
-		pool, err := openPool(ctx, url, 2, timeout, false)
+		pool, err := openPool(ctx, url, 2, timeout, false, sessionLimits{})
 		require.NoError(t, err)
 		var got string
 		require.NoError(t, pool.QueryRow(ctx, "SHOW statement_timeout").Scan(&got))
 		pool.Close()
 		require.Equal(t, want, got)
 	}
-	pool, err := openPool(ctx, url, 2, 200*time.Millisecond, false)
+	pool, err := openPool(ctx, url, 2, 200*time.Millisecond, false, sessionLimits{})
 	require.NoError(t, err)
 	defer pool.Close()
 	_, err = pool.Exec(ctx, "SELECT pg_sleep(5)")
@@ -270,7 +270,7 @@ func TestOutage_LongerThanStaleEndsResumedNobodyReaped(t *testing.T) {
 			// for a moment after the database is back: the moment before a
 			// live worker re-registers, when a reaper used to take it for dead.
 			heartbeats := newCutProxy(t, s.dbURL)
-			hbPool, err := openHeartbeatPool(context.Background(), heartbeats.url, 4, s.env.DBTimeout, false)
+			hbPool, err := openHeartbeatPool(context.Background(), heartbeats.url, 4, s.env.DBTimeout, false, sessionLimits{})
 			require.NoError(t, err)
 			t.Cleanup(hbPool.Close)
 			a, _ := s.startWorkerWith(s.pool, withHeartbeatPool(hbPool))
@@ -321,4 +321,59 @@ func TestOutage_LongerThanStaleEndsResumedNobodyReaped(t *testing.T) {
 			requireEachKeyOnce(t, s, 6)
 		})
 	}
+}
+
+// Every connection of a worker carries the server-side limits derived from
+// the fencing window (idle in a transaction no longer than FENCE_AFTER,
+// keepalives that notice a dead peer within about FENCE_AFTER) and the
+// worker's id as application_name, unless DATABASE_URL names one (an
+// operator's or a harness's own), which wins. On PostgreSQL 17 and later
+// transaction_timeout is set too; an older server is not asked for it.
+func TestOpenPool_SessionLimits(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	env, err := loadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_STALE_AFTER": "12s", "BUILDRISK_HEARTBEAT_INTERVAL": "2s"}[k]
+	})
+	require.NoError(t, err)
+	require.Equal(t, 6*time.Second, env.FenceAfter)
+	pool, err := openPool(ctx, url, 2, env.DBTimeout, false, env.sessionLimits("7@host#b00t"))
+	require.NoError(t, err)
+	defer pool.Close()
+	show := func(p *pgxpool.Pool, name string) string {
+		var v string
+		require.NoError(t, p.QueryRow(ctx, "SELECT current_setting($1, true)", name).Scan(&v))
+		return v
+	}
+	require.Equal(t, "7@host#b00t", show(pool, "application_name"))
+	require.Equal(t, "6s", show(pool, "idle_in_transaction_session_timeout"))
+	require.Equal(t, "6000", show(pool, "tcp_user_timeout"), "milliseconds")
+	require.Equal(t, "2", show(pool, "tcp_keepalives_idle"), "a third of FENCE_AFTER, in seconds")
+	var major int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int / 10000").Scan(&major))
+	if major >= 17 {
+		require.Equal(t, "11s", show(pool, "transaction_timeout"), "FENCE_AFTER + HEARTBEAT_INTERVAL + DB timeout")
+	}
+	// The idle transaction is ended by the server.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SET LOCAL idle_in_transaction_session_timeout = '100ms'")
+	require.NoError(t, err)
+	waitUntil(t, 30*time.Second, "the server to end the idle transaction", func() bool {
+		_, err := tx.Exec(ctx, "SELECT 1")
+		return err != nil
+	})
+	_ = tx.Rollback(ctx)
+
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["application_name"] = "operator-choice" // as DATABASE_URL or PGAPPNAME give it
+	cfg.MaxConns = 1
+	env.sessionLimits("7@host#b00t").apply(cfg, false)
+	named, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer named.Close()
+	require.Equal(t, "operator-choice", show(named, "application_name"))
+	require.Equal(t, "6s", show(named, "idle_in_transaction_session_timeout"))
 }

@@ -90,7 +90,7 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 		return exitFailed, err
 	}
 	defer tel.shutdown()
-	pool, err := openPool(ctx, env.DatabaseURL, 4, env.DBTimeout, env.TxPooling)
+	pool, err := openPool(ctx, env.DatabaseURL, 4, env.DBTimeout, env.TxPooling, env.sessionLimits(workerID))
 	if err != nil {
 		return exitFailed, err
 	}
@@ -99,7 +99,7 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 		return exitUsage, err
 	}
 	// The CLI's heartbeat has a connection of its own, like a worker's.
-	heartbeatPool, err := openHeartbeatPool(ctx, env.DatabaseURL, 1, env.DBTimeout, env.TxPooling)
+	heartbeatPool, err := openHeartbeatPool(ctx, env.DatabaseURL, 1, env.DBTimeout, env.TxPooling, env.sessionLimits(workerID))
 	if err != nil {
 		return exitFailed, err
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/exaring/otelpgx"
@@ -168,23 +169,25 @@ func (t *telemetry) shutdown() {
 // can outlast it, whatever its caller does, and bounds the time to open a
 // connection. txPooling (BUILDRISK_DB_PGBOUNCER=transaction) adapts the
 // pool to PgBouncer's transaction pooling (poolConfig).
-func openPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, txPooling bool) (*pgxpool.Pool, error) {
-	return openNamedPool(ctx, url, maxConns, statementTimeout, txPooling, "main")
+// limits are the server-side limits of its sessions (sessionLimits).
+func openPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, txPooling bool, limits sessionLimits) (*pgxpool.Pool, error) {
+	return openNamedPool(ctx, url, maxConns, statementTimeout, txPooling, "main", limits)
 }
 
 // openHeartbeatPool opens the small pool a worker's or CLI's heartbeats use,
 // so they never wait behind chunk work for a connection.
-func openHeartbeatPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, txPooling bool) (*pgxpool.Pool, error) {
-	return openNamedPool(ctx, url, maxConns, statementTimeout, txPooling, "heartbeat")
+func openHeartbeatPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, txPooling bool, limits sessionLimits) (*pgxpool.Pool, error) {
+	return openNamedPool(ctx, url, maxConns, statementTimeout, txPooling, "heartbeat", limits)
 }
 
 // openNamedPool opens a pool; name tells its statistics apart from another
 // pool's.
-func openNamedPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, txPooling bool, name string) (*pgxpool.Pool, error) {
+func openNamedPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, txPooling bool, name string, limits sessionLimits) (*pgxpool.Pool, error) {
 	cfg, err := poolConfig(url, maxConns, txPooling)
 	if err != nil {
 		return nil, err
 	}
+	limits.apply(cfg, txPooling)
 	if statementTimeout > 0 {
 		// Behind PgBouncer's transaction pooling a startup parameter is
 		// refused; the worker's and the CLI's calls each carry a deadline
@@ -200,6 +203,102 @@ func openNamedPool(ctx context.Context, url string, maxConns int32, statementTim
 		}
 	}
 	return connectPool(ctx, cfg, name)
+}
+
+// sessionLimits are the server-side limits every connection of a process
+// carries, so that the server itself ends the transaction of a process that
+// went silent inside it (SIGSTOP, a network partition that keeps the
+// socket open, a node gone) instead of keeping it, and its row locks, for
+// as long as TCP takes to notice (7200 s + 9 × 75 s by default). They
+// derive from the fencing window (envConfig.sessionLimits), so a dead
+// worker's transaction ends before any reaper can find it stale.
+type sessionLimits struct {
+	// appName becomes application_name unless DATABASE_URL or PGAPPNAME
+	// set one: a worker's id, by which the reaper finds (and ends) the
+	// backends of a stale worker.
+	appName string
+	// idleInTransaction is idle_in_transaction_session_timeout.
+	idleInTransaction time.Duration
+	// transactionTimeout is transaction_timeout, set after connecting on
+	// PostgreSQL 17 and later only (older servers refuse the name).
+	transactionTimeout time.Duration
+	// keepalive bounds how long a dead peer goes unnoticed on an idle
+	// connection, on both sides: the server's tcp_keepalives_* and
+	// tcp_user_timeout, and the client's socket keepalives.
+	keepalive time.Duration
+}
+
+// sessionLimits returns the limits of a process's connections: idle in a
+// transaction for no longer than BUILDRISK_FENCE_AFTER (no transaction of
+// the service waits on anything but the database), no transaction older
+// than FENCE_AFTER + HEARTBEAT_INTERVAL + DB_STATEMENT_TIMEOUT (less than
+// STALE_AFTER, by CheckFencing), and a dead peer noticed within about
+// FENCE_AFTER.
+func (c *envConfig) sessionLimits(appName string) sessionLimits {
+	return sessionLimits{
+		appName:            appName,
+		idleInTransaction:  c.FenceAfter,
+		transactionTimeout: c.FenceAfter + c.HeartbeatInterval + c.DBTimeout,
+		keepalive:          c.FenceAfter,
+	}
+}
+
+// apply sets the limits on cfg. Behind PgBouncer's transaction pooling only
+// application_name and the client's keepalives are set: PgBouncer refuses
+// other startup parameters, and a session SET would follow the server
+// connection to other clients; the operator sets them on the role instead
+// (docs/operations.md, "Server-side limits").
+func (l sessionLimits) apply(cfg *pgxpool.Config, txPooling bool) {
+	cc := cfg.ConnConfig
+	if l.appName != "" && cc.RuntimeParams["application_name"] == "" {
+		cc.RuntimeParams["application_name"] = l.appName
+	}
+	var idle, interval time.Duration
+	if l.keepalive > 0 {
+		idle, interval = max(l.keepalive/3, time.Second), max(l.keepalive/9, time.Second)
+		dialer := &net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: idle, Interval: interval, Count: 3}}
+		cc.DialFunc = dialer.DialContext
+	}
+	if txPooling {
+		return
+	}
+	ms := func(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
+	if l.idleInTransaction > 0 {
+		cc.RuntimeParams["idle_in_transaction_session_timeout"] = ms(l.idleInTransaction)
+	}
+	if l.keepalive > 0 {
+		secs := func(d time.Duration) string { return strconv.FormatInt(int64(d/time.Second), 10) }
+		cc.RuntimeParams["tcp_keepalives_idle"] = secs(idle)
+		cc.RuntimeParams["tcp_keepalives_interval"] = secs(interval)
+		cc.RuntimeParams["tcp_keepalives_count"] = "3"
+		cc.RuntimeParams["tcp_user_timeout"] = ms(l.keepalive)
+	}
+	if l.transactionTimeout > 0 {
+		timeout := ms(l.transactionTimeout)
+		next := cfg.AfterConnect
+		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			if serverMajor(conn.PgConn().ParameterStatus("server_version")) >= 17 {
+				if err := queries.New().SessionTransactionTimeoutSet(ctx, conn, timeout); err != nil {
+					return fmt.Errorf("error setting transaction_timeout: %w", err)
+				}
+			}
+			if next != nil {
+				return next(ctx, conn)
+			}
+			return nil
+		}
+	}
+}
+
+// serverMajor returns the major version of a server_version such as
+// "17.2 (Debian 17.2-1)", 0 when it cannot tell.
+func serverMajor(version string) int {
+	end := strings.IndexFunc(version, func(r rune) bool { return r < '0' || r > '9' })
+	if end < 0 {
+		end = len(version)
+	}
+	n, _ := strconv.Atoi(version[:end])
+	return n
 }
 
 // openAPIPool opens the api's pool: every connection runs with the api's
@@ -224,6 +323,10 @@ func apiPoolConfig(env *envConfig, url string) (*pgxpool.Config, error) {
 	if !env.TxPooling {
 		setAPITimeouts(cfg.ConnConfig, env)
 	}
+	limits := env.sessionLimits("")
+	// An api transaction may run statements up to its statement_timeout.
+	limits.transactionTimeout = max(limits.transactionTimeout, 2*env.APIStatementTimeout)
+	limits.apply(cfg, env.TxPooling)
 	// The api's reads are planned at every call (queries.PlanEachCall in
 	// the api), never from a plan cached on a long-lived connection, which
 	// outlives the history it was chosen for. The enqueue's statements

@@ -95,6 +95,12 @@ func (e *CallError) Error() string {
 // Unwrap returns the transport error, if any.
 func (e *CallError) Unwrap() error { return e.Err }
 
+// ProviderName implements queries.ProviderError: a call error is the
+// provider's, whatever transport error it wraps.
+func (e *CallError) ProviderName() string { return string(e.Provider) }
+
+var _ queries.ProviderError = (*CallError)(nil)
+
 // ClientConfig configures a Client. Only cmd/radar reads the environment.
 type ClientConfig struct {
 	// BaseURLs is each provider's base URL (BUILDRISK_UPSTREAM_URL or

@@ -71,14 +71,27 @@ const (
 	SnoozeMax = 4 * time.Second
 )
 
-// FenceAfterFor returns the default fencing threshold for a stale window:
-// half of it.
-func FenceAfterFor(staleAfter time.Duration) time.Duration { return staleAfter / 2 }
+// FenceAfterFor returns the default fencing threshold for a stale window,
+// a heartbeat interval and a database timeout: half of the window, or, when
+// that would break the inequality CheckFencing checks, three quarters of
+// what the window leaves after the other two (so the default always passes
+// CheckFencing when the other two leave any room).
+func FenceAfterFor(staleAfter, heartbeatInterval, dbTimeout time.Duration) time.Duration {
+	if fence := staleAfter / 2; CheckFencing(fence, heartbeatInterval, dbTimeout, staleAfter) == nil {
+		return fence
+	}
+	return max((staleAfter-heartbeatInterval-dbTimeout)*3/4, time.Millisecond)
+}
 
 // DBTimeoutFor returns the default database call timeout for a stale
-// window: DBTimeoutDefault, at most a quarter of the window.
-func DBTimeoutFor(staleAfter time.Duration) time.Duration {
-	return min(DBTimeoutDefault, staleAfter/4)
+// window and a heartbeat interval: DBTimeoutDefault, at most a quarter of
+// the window and at most a third of what the window leaves after one
+// heartbeat interval, so that FenceAfterFor still finds room; never below
+// a millisecond (statement_timeout is set in whole milliseconds, 0 would
+// disable it).
+func DBTimeoutFor(staleAfter, heartbeatInterval time.Duration) time.Duration {
+	d := min(DBTimeoutDefault, staleAfter/4, (staleAfter-heartbeatInterval)/3)
+	return max(d.Truncate(time.Millisecond), time.Millisecond)
 }
 
 // CheckFencing returns an error unless fenceAfter + heartbeatInterval +
@@ -189,8 +202,8 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, HeartbeatIntervalDefault)
 	c.StaleAfter = cmp.Or(c.StaleAfter, StaleAfterDefault)
-	c.FenceAfter = cmp.Or(c.FenceAfter, FenceAfterFor(c.StaleAfter))
-	c.DBTimeout = cmp.Or(c.DBTimeout, DBTimeoutFor(c.StaleAfter))
+	c.DBTimeout = cmp.Or(c.DBTimeout, DBTimeoutFor(c.StaleAfter, c.HeartbeatInterval))
+	c.FenceAfter = cmp.Or(c.FenceAfter, FenceAfterFor(c.StaleAfter, c.HeartbeatInterval, c.DBTimeout))
 	c.ReapInterval = cmp.Or(c.ReapInterval, ReapIntervalDefault)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
