@@ -50,6 +50,11 @@ func metricsSpec(now func() time.Time) *Spec[MetricsParams] {
 		},
 		Validate: func(p *MetricsParams) error { return validateOptionalDate(&p.Date, now) },
 		Estimate: func(*MetricsParams) int { return 0 },
+		CoverageDef: &Coverage{
+			Targets:  "tracked companies (company.tracked)",
+			Current:  "a risk_metric row for the metric date (today in BUILDRISK_TIMEZONE)",
+			DataDate: DayIn,
+		},
 	}
 }
 

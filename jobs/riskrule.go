@@ -129,5 +129,10 @@ func rulesSpec(now func() time.Time) *Spec[RulesParams] {
 		ExampleValue: RulesParams{Date: "2025-03-14"},
 		Validate:     func(p *RulesParams) error { return validateOptionalDate(&p.Date, now) },
 		Estimate:     func(*RulesParams) int { return 0 },
+		CoverageDef: &Coverage{
+			Targets:  "companies with a risk_metric row for the date (what rules evaluates)",
+			Current:  "a risk_rule_check marker for the date (rules evaluated them, whether or not a rule fired)",
+			DataDate: DayIn,
+		},
 	}
 }

@@ -49,5 +49,10 @@ func StockPriceSpec() *Spec[StockPriceParams] {
 			return err
 		},
 		Estimate: func(*StockPriceParams) int { return 0 },
+		CoverageDef: &Coverage{
+			Targets:  "listed tracked companies (company.tracked with a stock_code)",
+			Current:  "a stock_price row for the trading date (today, or the last weekday on a weekend)",
+			DataDate: LastWeekdayIn,
+		},
 	}
 }

@@ -92,7 +92,16 @@ func (j Job) Process(ctx context.Context, run *batch.Run, corpCode string) (*bat
 		}
 	}
 	res.Write = func(ctx context.Context, tx pgx.Tx) error {
-		return replace(ctx, tx, corpCode, day, inserts)
+		if err := replace(ctx, tx, corpCode, day, inserts); err != nil {
+			return err
+		}
+		if res.Written == 0 {
+			return nil
+		}
+		// The coverage marker: this company's metrics of day were evaluated.
+		return queries.New().RiskRuleCheckUpsert(ctx, tx, &queries.RiskRuleCheckUpsertParams{
+			AlertDate: day, CorpCode: corpCode, ExecutionID: run.ExecutionID,
+		})
 	}
 	return res, nil
 }
