@@ -3,7 +3,7 @@ package jobs
 import "time"
 
 // Coverage is a job's coverage definition, the second direction of the
-// post-mortem's count: from the domain tables alone, how many targets the
+// lost-events count (docs/architecture.md): from the domain tables alone, how many targets the
 // job's source of truth names for a data date, and how many of them are
 // current. The SQL of both sides is in queries/coverage.sql (one count and
 // one missing list per job, bound by jobs/coverage); Targets and Current

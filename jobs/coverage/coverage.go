@@ -1,6 +1,7 @@
 // Package coverage counts, from the domain tables alone, each job's targets
-// for its data date and how many of them are current: the post-mortem's
-// second direction (targets against the rows actually there), which no run's
+// for its data date and how many of them are current: the second direction
+// of the lost-events count (docs/architecture.md: targets against the rows
+// actually updated that day), which no run's
 // own accounting can see once the run has ended — a grade deleted after a
 // COMPLETED run, a day the schedule never ran, a plan over the wrong set.
 //
