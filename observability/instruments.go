@@ -206,6 +206,7 @@ const (
 	MetricChunkDuration          = "buildrisk_chunk_duration_seconds"
 	MetricCoverageAsOf           = "buildrisk_coverage_as_of_timestamp_seconds"
 	MetricCoverageCheckFailures  = "buildrisk_coverage_check_failures_total"
+	MetricCoverageDataDate       = "buildrisk_coverage_data_date_timestamp_seconds"
 	MetricCoverageMissing        = "buildrisk_coverage_missing"
 	MetricCoverageTargets        = "buildrisk_coverage_targets"
 	MetricDatabaseUp             = "buildrisk_database_up"
@@ -242,6 +243,7 @@ var MetricNames = []string{
 	MetricChunkDuration,
 	MetricCoverageAsOf,
 	MetricCoverageCheckFailures,
+	MetricCoverageDataDate,
 	MetricCoverageMissing,
 	MetricCoverageTargets,
 	MetricDatabaseUp,
@@ -316,6 +318,7 @@ type Instruments struct {
 	chunkDuration          metric.Float64Histogram
 	coverageAsOf           metric.Float64ObservableGauge
 	coverageCheckFailures  metric.Int64Counter
+	coverageDataDate       metric.Float64ObservableGauge
 	coverageMissing        metric.Int64ObservableGauge
 	coverageTargets        metric.Int64ObservableGauge
 	databaseUp             metric.Int64Gauge
@@ -356,6 +359,8 @@ type CoverageSample struct {
 	Missing int64
 	// AsOf is when the counts were taken.
 	AsOf time.Time
+	// DataDateStart is the start of the data date in the job's zone.
+	DataDateStart time.Time
 }
 
 // CoverageFunc returns every job's coverage counted from the database (a
@@ -587,8 +592,14 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 		metric.WithDescription("Unix time the job's coverage counts were taken."),
 		metric.WithUnit("s"))
 	check(err)
-	if i.coverageTargets != nil && i.coverageMissing != nil && i.coverageAsOf != nil {
-		_, err = meter.RegisterCallback(i.observeCoverage, i.coverageTargets, i.coverageMissing, i.coverageAsOf)
+	// buildrisk_coverage_data_date_timestamp_seconds{job}: the start of the
+	// data date, so an alert can tell a COMPLETED run of that date.
+	i.coverageDataDate, err = meter.Float64ObservableGauge("buildrisk.coverage.data_date_timestamp",
+		metric.WithDescription("Unix time of the start (in BUILDRISK_TIMEZONE) of the data date the job's coverage counts."),
+		metric.WithUnit("s"))
+	check(err)
+	if i.coverageTargets != nil && i.coverageMissing != nil && i.coverageAsOf != nil && i.coverageDataDate != nil {
+		_, err = meter.RegisterCallback(i.observeCoverage, i.coverageTargets, i.coverageMissing, i.coverageAsOf, i.coverageDataDate)
 		check(err)
 	}
 
@@ -704,6 +715,7 @@ func (i *Instruments) observeCoverage(ctx context.Context, o metric.Observer) er
 		o.ObserveInt64(i.coverageTargets, c.Targets, attrs)
 		o.ObserveInt64(i.coverageMissing, c.Missing, attrs)
 		o.ObserveFloat64(i.coverageAsOf, float64(c.AsOf.UnixNano())/1e9, attrs)
+		o.ObserveFloat64(i.coverageDataDate, float64(c.DataDateStart.Unix()), attrs)
 	}
 	if err != nil {
 		return fmt.Errorf("error reading coverage: %w", err)

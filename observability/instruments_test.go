@@ -132,6 +132,7 @@ func TestInstrumentsScrapedNames(t *testing.T) {
 		"buildrisk_database_up":                          {nil, dto.MetricType_GAUGE},
 		"buildrisk_coverage_as_of_timestamp_seconds":     {[]string{"job"}, dto.MetricType_GAUGE},
 		"buildrisk_coverage_check_failures_total":        {[]string{"job"}, dto.MetricType_COUNTER},
+		"buildrisk_coverage_data_date_timestamp_seconds": {[]string{"job"}, dto.MetricType_GAUGE},
 		"buildrisk_coverage_missing":                     {[]string{"job"}, dto.MetricType_GAUGE},
 		"buildrisk_coverage_targets":                     {[]string{"job"}, dto.MetricType_GAUGE},
 		"buildrisk_http_refusals_total":                  {[]string{"reason"}, dto.MetricType_COUNTER},

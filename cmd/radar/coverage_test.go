@@ -75,6 +75,10 @@ func TestCoverage_LostRowsSeenAndRepairedByOnlyMissing(t *testing.T) {
 	require.Equal(t, float64(300), s.metric(observability.MetricCoverageTargets, map[string]string{"job": jobs.CreditEval}))
 	asOf := s.metric(observability.MetricCoverageAsOf, map[string]string{"job": jobs.CreditEval})
 	require.InDelta(t, float64(time.Now().Unix()), asOf, 60)
+	today := s.creditToday()
+	y, m, d := today.Date()
+	require.Equal(t, float64(time.Date(y, m, d, 0, 0, 0, 0, s.env.Location).Unix()),
+		s.metric(observability.MetricCoverageDataDate, map[string]string{"job": jobs.CreditEval}))
 	c := s.coverageOf(jobs.CreditEval)
 	require.Equal(t, float64(300), c["targets"])
 	require.Equal(t, float64(300), c["current"])

@@ -398,7 +398,11 @@ func observeCoverage(ctx context.Context, pool *pgxpool.Pool, env *envConfig, te
 		snap, err := r.Snapshot(ctx)
 		out := make([]observability.CoverageSample, len(snap))
 		for i, c := range snap {
-			out[i] = observability.CoverageSample{Job: c.Job, Targets: c.Targets, Missing: c.Missing(), AsOf: c.AsOf}
+			y, m, d := c.DataDate.Date()
+			out[i] = observability.CoverageSample{
+				Job: c.Job, Targets: c.Targets, Missing: c.Missing(), AsOf: c.AsOf,
+				DataDateStart: time.Date(y, m, d, 0, 0, 0, 0, env.Location),
+			}
 		}
 		return out, err
 	})
