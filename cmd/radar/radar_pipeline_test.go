@@ -157,6 +157,11 @@ func TestRadar_MetricsAndRulesPipeline(t *testing.T) {
 	s.runJob(jobs.Rules, fmt.Sprintf(`{"params":{"date":%q}}`, date))
 	require.Equal(t, len(want), s.count(`SELECT count(*) FROM risk_alert WHERE alert_date = $1`, day))
 	require.Zero(t, s.count(`SELECT count(*) FROM risk_alert WHERE id <= $1`, before), "the old alerts were replaced")
+	// rules' coverage marker: every company with metrics on the date was
+	// checked, whether or not a rule fired for it.
+	withMetrics := s.count(`SELECT count(*) FROM risk_metric WHERE metric_date = $1`, day)
+	require.Positive(t, withMetrics)
+	require.Equal(t, withMetrics, s.count(`SELECT count(*) FROM risk_rule_check WHERE alert_date = $1`, day))
 
 	// Filters and bad queries.
 	status, one := s.get("/v1/alerts?date=" + date + "&company=" + dropper.CorpCode)
