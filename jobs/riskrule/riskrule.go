@@ -44,6 +44,16 @@ func (Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 		return nil, err
 	}
 	q := queries.New()
+	if p.OnlyMissing {
+		// Coverage's own definition of the missing targets.
+		chunks, err := batch.AllPages(func(after string, limit int32) ([]string, error) {
+			return q.CoverageRulesMissing(ctx, run.DB, &queries.CoverageRulesMissingParams{DataDate: p.Day(), After: after, RowLimit: limit})
+		})
+		if err != nil {
+			return nil, fmt.Errorf("error listing the companies not checked: %w", err)
+		}
+		return &batch.Plan{Chunks: chunks, Targets: batch.TargetsUnknown}, nil
+	}
 	withMetrics, err := q.RiskMetricCorpCodesByDate(ctx, run.DB, p.Day())
 	if err != nil {
 		return nil, fmt.Errorf("error listing the date's metrics: %w", err)

@@ -732,6 +732,11 @@ type MetricsParams struct {
 	//
 	// Examples: 2025-03-14
 	Date *string `json:"date,omitempty"`
+
+	// OnlyMissing compute only the tracked companies without metrics for the date (/v1/coverage's missing targets)
+	//
+	// Examples: false
+	OnlyMissing *bool `json:"onlyMissing,omitempty"`
 }
 
 // ProviderListOutputBody defines model for ProviderListOutputBody.
@@ -847,6 +852,11 @@ type RulesParams struct {
 	//
 	// Examples: 2025-03-14
 	Date *string `json:"date,omitempty"`
+
+	// OnlyMissing evaluate only the companies with metrics for the date not yet checked for it (/v1/coverage's missing targets)
+	//
+	// Examples: false
+	OnlyMissing *bool `json:"onlyMissing,omitempty"`
 }
 
 // StockPriceParams defines model for StockPriceParams.
