@@ -246,7 +246,7 @@
         : "0"),
       el("td", {}, since(c.asOf) + " ago"),
       operator ? el("td", {}, c.onlyMissing && c.missing > 0
-        ? el("button", { type: "button", class: "action", onclick: () => openForm(c.job, { onlyMissing: true }) }, "Run only missing")
+        ? el("button", { type: "button", class: "action", dataset: { action: "only-missing", job: c.job }, onclick: () => openForm(c.job, { onlyMissing: true }) }, "Run only missing")
         : null) : null)), "no job has a coverage definition");
   }
 
