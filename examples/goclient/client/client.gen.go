@@ -865,6 +865,11 @@ type StockPriceParams struct {
 	//
 	// Examples: 2025-03-14
 	Date string `json:"date"`
+
+	// OnlyMissing price only the listed tracked companies without a price for the date (/v1/coverage's missing targets)
+	//
+	// Examples: false
+	OnlyMissing *bool `json:"onlyMissing,omitempty"`
 }
 
 // WorkerCapView defines model for WorkerCapView.
