@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/coverage"
 	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
@@ -67,6 +68,9 @@ type Config struct {
 	Enqueuer *request.Enqueuer
 	// StaleAfter tells live workers from dead ones (job list keys, abandon).
 	StaleAfter time.Duration
+	// Coverage counts every job's coverage (GET /v1/coverage); nil counts
+	// on the server's pool in UTC with the default cache age.
+	Coverage *coverage.Reader
 	// Instruments count API events. Required.
 	Instruments *observability.Instruments
 	// MetricsHandler serves /metrics; nil serves 404.
@@ -143,6 +147,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	}
 	if cfg.Today == nil {
 		cfg.Today = func() time.Time { return time.Now().UTC().Truncate(24 * time.Hour) }
+	}
+	if cfg.Coverage == nil {
+		cfg.Coverage = coverage.New(pool, coverage.Config{Catalog: cfg.Catalog})
 	}
 	s := &Server{
 		cfg: cfg, pool: pool, reads: queries.PlanEachCall(pool), queries: queries.New(), mux: http.NewServeMux(),
@@ -382,6 +389,7 @@ func (s *Server) Register(api huma.API) {
 	s.registerExecutions(api)
 	s.registerAlerts(api)
 	s.registerProviders(api)
+	s.registerCoverage(api)
 }
 
 // ConflictError is the 409 problem: RFC 9457's members plus, when the job
@@ -429,6 +437,7 @@ func (s *Server) problemFrom(ctx context.Context, err error) error {
 		return huma.NewError(499, "client closed request")
 	case queries.IsTransient(err):
 		s.cfg.Logger.WarnContext(ctx, "database unavailable; answered 503", slog.String("error", err.Error()))
+		s.cfg.Instruments.HTTPRefused(ctx, observability.RefusalUnavailable)
 		return unavailable("the database is unavailable or busy (restarting, out of connections, or a statement or lock timed out); retry shortly")
 	default:
 		s.cfg.Logger.ErrorContext(ctx, "internal error", slog.String("error", err.Error()))

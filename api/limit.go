@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/buildrisk/radar/observability"
 )
 
 // MaxBodyBytesDefault is the default request body limit (1 MiB): far more
@@ -47,7 +49,8 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 	})
 }
 
-func (s *Server) tooLarge(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) tooLarge(w http.ResponseWriter, r *http.Request) {
+	s.cfg.Instruments.HTTPRefused(r.Context(), observability.RefusalBodyTooLarge)
 	w.Header().Set("Connection", "close")
 	writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over the limit of %d bytes", s.cfg.MaxBodyBytes))
 }

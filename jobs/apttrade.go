@@ -47,6 +47,12 @@ func (p *AptTradeParams) Months() []string {
 }
 
 // AptTradeSpec defines aptTrade: MOLIT apartment trades per region×month.
+//
+// Coverage: none yet. Its targets (the requested regions × months) come
+// from each request's params, not from a table, and a region×month with
+// no trade leaves no apt_trade row, so "fetched" is invisible in the
+// domain tables; a fetched-marker per region×month (as risk_rule_check is
+// for rules) would make it countable.
 func AptTradeSpec() *Spec[AptTradeParams] {
 	return &Spec[AptTradeParams]{
 		JobName:         AptTrade,

@@ -45,6 +45,9 @@ type Definition interface {
 	Schedule() string
 	// ScheduledParams are the params of a request a schedule makes at now.
 	ScheduledParams(now time.Time) json.RawMessage
+	// Coverage is the job's coverage definition; nil when the job has none
+	// (its spec's doc says why).
+	Coverage() *Coverage
 }
 
 // Spec is the generic Definition every catalog job is made of.
@@ -64,7 +67,13 @@ type Spec[P any] struct {
 	// Scheduled returns the params of a scheduled request at now; nil
 	// means the zero params ({}).
 	Scheduled func(now time.Time) P
+	// CoverageDef is the job's coverage definition (nil: none, and the
+	// spec's doc says why).
+	CoverageDef *Coverage
 }
+
+// Coverage implements Definition.
+func (s *Spec[P]) Coverage() *Coverage { return s.CoverageDef }
 
 // Name implements Definition.
 func (s *Spec[P]) Name() string { return s.JobName }

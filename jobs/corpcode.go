@@ -11,6 +11,13 @@ type CorpCodeSyncParams struct{}
 
 // CorpCodeSyncSpec defines corpCodeSync: DART's corp-code archive (one
 // download) loaded into company in chunks of 1,000.
+//
+// Coverage: none. Its target set is the archive itself, which only a
+// download shows (the service keeps the file's company count per instance,
+// not per day), and company rows are upserted and never deleted, so "the
+// rows of the archive are in company" cannot go below 100% after a first
+// load: a count would be a gauge that never moves. Its freshness alert
+// (BuildriskJobNotCompleted) is the signal that matters.
 func CorpCodeSyncSpec() *Spec[CorpCodeSyncParams] {
 	return &Spec[CorpCodeSyncParams]{
 		JobName: CorpCodeSync,

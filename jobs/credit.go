@@ -15,8 +15,15 @@ const CreditEvalFallbackAllowancePercent = 10
 
 // CreditEvalParams are creditEval's params.
 type CreditEvalParams struct {
-	Backfill bool `json:"backfill,omitempty" doc:"re-evaluate only the targets that have no grade for today (repairs a day with failed items)" example:"false"`
+	Backfill bool `json:"backfill,omitempty" doc:"re-evaluate only the targets that have no grade for today (repairs a day with failed items); the older name of onlyMissing" example:"false"`
+	// OnlyMissing plans only the targets coverage counts as missing today:
+	// the same target set as Backfill, under the name every job with a
+	// coverage definition shares.
+	OnlyMissing bool `json:"onlyMissing,omitempty" doc:"evaluate only the targets /v1/coverage counts as missing for today (companies with outstanding exposure and no grade for today)" example:"false"`
 }
+
+// Missing reports whether the run plans only the missing targets.
+func (p *CreditEvalParams) Missing() bool { return p.Backfill || p.OnlyMissing }
 
 // CreditEvalEstimate returns the calls of a run over targets companies: one
 // lookup each plus the fallback allowance, rounded up.
@@ -44,5 +51,11 @@ func CreditEvalSpec() *Spec[CreditEvalParams] {
 		ExampleValue:    CreditEvalParams{},
 		DefaultSchedule: "0 5 * * *",
 		Estimate:        func(*CreditEvalParams) int { return 0 },
+		CoverageDef: &Coverage{
+			Targets:     "companies in exposure with outstanding_krw > 0",
+			Current:     "a credit_grade row for the eval date (today in BUILDRISK_TIMEZONE)",
+			DataDate:    DayIn,
+			OnlyMissing: true,
+		},
 	}
 }

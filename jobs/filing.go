@@ -52,6 +52,11 @@ func (p *FilingParseParams) Range() (from, to time.Time) {
 // company's filings over a year in all but rare cases; len(corpCodes) when
 // given. Without corpCodes the targets are the tracked companies, which only
 // the database knows: the api's estimator (filing.Estimate) counts them.
+//
+// Coverage: none yet. A company with no filing in the window leaves no
+// filing row, so "checked for the window" is invisible in the domain
+// tables; a checked-marker per company and window (as risk_rule_check is
+// for rules) would make it countable.
 func FilingParseSpec() *Spec[FilingParseParams] {
 	return &Spec[FilingParseParams]{
 		JobName: FilingParse,

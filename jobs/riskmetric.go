@@ -21,6 +21,10 @@ const (
 // MetricsParams are the params of metrics (and of rules, which it chains to).
 type MetricsParams struct {
 	Date string `json:"date,omitempty" doc:"metric date, YYYY-MM-DD, from 2006 to the end of next year; default: today in Asia/Seoul" pattern:"^[0-9]{4}-[0-9]{2}-[0-9]{2}$" example:"2025-03-14"`
+	// OnlyMissing plans only the tracked companies without metrics for
+	// Date (coverage's missing targets); the rules run it chains to takes
+	// it too.
+	OnlyMissing bool `json:"onlyMissing,omitempty" doc:"compute only the tracked companies without metrics for the date (/v1/coverage's missing targets)" example:"false"`
 }
 
 // Day returns Date as a date. Only valid params.
@@ -50,6 +54,12 @@ func metricsSpec(now func() time.Time) *Spec[MetricsParams] {
 		},
 		Validate: func(p *MetricsParams) error { return validateOptionalDate(&p.Date, now) },
 		Estimate: func(*MetricsParams) int { return 0 },
+		CoverageDef: &Coverage{
+			Targets:     "tracked companies (company.tracked)",
+			Current:     "a risk_metric row for the metric date (today in BUILDRISK_TIMEZONE)",
+			DataDate:    DayIn,
+			OnlyMissing: true,
+		},
 	}
 }
 

@@ -107,6 +107,9 @@ func ValidateRuleThreshold(r RuleDef, v float64) error {
 // chained rules run evaluates the date metrics computed.
 type RulesParams struct {
 	Date string `json:"date,omitempty" doc:"date whose risk metrics are evaluated, YYYY-MM-DD, from 2006 to the end of next year; default: today in Asia/Seoul" pattern:"^[0-9]{4}-[0-9]{2}-[0-9]{2}$" example:"2025-03-14"`
+	// OnlyMissing plans only the companies with metrics for Date that
+	// rules has not checked for it (coverage's missing targets).
+	OnlyMissing bool `json:"onlyMissing,omitempty" doc:"evaluate only the companies with metrics for the date not yet checked for it (/v1/coverage's missing targets)" example:"false"`
 }
 
 // Day returns Date as a date. Only valid params.
@@ -129,5 +132,11 @@ func rulesSpec(now func() time.Time) *Spec[RulesParams] {
 		ExampleValue: RulesParams{Date: "2025-03-14"},
 		Validate:     func(p *RulesParams) error { return validateOptionalDate(&p.Date, now) },
 		Estimate:     func(*RulesParams) int { return 0 },
+		CoverageDef: &Coverage{
+			Targets:     "companies with a risk_metric row for the date (what rules evaluates)",
+			Current:     "a risk_rule_check marker for the date (rules evaluated them, whether or not a rule fired)",
+			DataDate:    DayIn,
+			OnlyMissing: true,
+		},
 	}
 }

@@ -11,6 +11,9 @@ const StockPriceChunkSize = 100
 // StockPriceParams are stockPrice's params.
 type StockPriceParams struct {
 	Date string `json:"date" doc:"trading date, YYYY-MM-DD, from 2006 to the end of next year; weekends and holidays are skipped, not failed" pattern:"^[0-9]{4}-[0-9]{2}-[0-9]{2}$" example:"2025-03-14"`
+	// OnlyMissing prices only the listed tracked companies without a price
+	// for Date (coverage's missing targets).
+	OnlyMissing bool `json:"onlyMissing,omitempty" doc:"price only the listed tracked companies without a price for the date (/v1/coverage's missing targets)" example:"false"`
 }
 
 // Day returns Date as a date. Only valid params.
@@ -49,5 +52,11 @@ func StockPriceSpec() *Spec[StockPriceParams] {
 			return err
 		},
 		Estimate: func(*StockPriceParams) int { return 0 },
+		CoverageDef: &Coverage{
+			Targets:     "listed tracked companies (company.tracked with a stock_code)",
+			Current:     "a stock_price row for the trading date (today, or the last weekday on a weekend)",
+			DataDate:    LastWeekdayIn,
+			OnlyMissing: true,
+		},
 	}
 }

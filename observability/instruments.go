@@ -204,6 +204,11 @@ const (
 	MetricAutoResumes            = "buildrisk_auto_resumes_total"
 	MetricAutoResumesRefused     = "buildrisk_auto_resumes_refused_total"
 	MetricChunkDuration          = "buildrisk_chunk_duration_seconds"
+	MetricCoverageAsOf           = "buildrisk_coverage_as_of_timestamp_seconds"
+	MetricCoverageCheckFailures  = "buildrisk_coverage_check_failures_total"
+	MetricCoverageDataDate       = "buildrisk_coverage_data_date_timestamp_seconds"
+	MetricCoverageMissing        = "buildrisk_coverage_missing"
+	MetricCoverageTargets        = "buildrisk_coverage_targets"
 	MetricDatabaseUp             = "buildrisk_database_up"
 	MetricExecutions             = "buildrisk_executions_total"
 	MetricExecutionsStopped      = "buildrisk_executions_stopped_total"
@@ -211,6 +216,7 @@ const (
 	MetricFanoutCapacity         = "buildrisk_fanout_capacity"
 	MetricFanoutInflight         = "buildrisk_fanout_inflight"
 	MetricFanoutRejections       = "buildrisk_fanout_rejections_total"
+	MetricHTTPRefusals           = "buildrisk_http_refusals_total"
 	MetricItems                  = "buildrisk_items_total"
 	MetricOwnershipLost          = "buildrisk_ownership_lost_total"
 	MetricJobLastCompleted       = "buildrisk_job_last_completed_timestamp_seconds"
@@ -235,6 +241,11 @@ var MetricNames = []string{
 	MetricAutoResumesRefused,
 	MetricAutoResumes,
 	MetricChunkDuration,
+	MetricCoverageAsOf,
+	MetricCoverageCheckFailures,
+	MetricCoverageDataDate,
+	MetricCoverageMissing,
+	MetricCoverageTargets,
 	MetricDatabaseUp,
 	MetricExecutionsStopped,
 	MetricExecutions,
@@ -242,6 +253,7 @@ var MetricNames = []string{
 	MetricFanoutCapacity,
 	MetricFanoutInflight,
 	MetricFanoutRejections,
+	MetricHTTPRefusals,
 	MetricItems,
 	MetricJobLastCompleted,
 	MetricOwnershipLost,
@@ -304,6 +316,11 @@ type Instruments struct {
 	autoResumes            metric.Int64Counter
 	autoResumesRefused     metric.Int64Counter
 	chunkDuration          metric.Float64Histogram
+	coverageAsOf           metric.Float64ObservableGauge
+	coverageCheckFailures  metric.Int64Counter
+	coverageDataDate       metric.Float64ObservableGauge
+	coverageMissing        metric.Int64ObservableGauge
+	coverageTargets        metric.Int64ObservableGauge
 	databaseUp             metric.Int64Gauge
 	executions             metric.Int64Counter
 	executionsStopped      metric.Int64Counter
@@ -311,6 +328,7 @@ type Instruments struct {
 	fanoutCapacity         metric.Int64Gauge
 	fanoutInflight         metric.Int64UpDownCounter
 	fanoutRejections       metric.Int64Counter
+	httpRefusals           metric.Int64Counter
 	items                  metric.Int64Counter
 	ownershipLost          metric.Int64Counter
 	jobLastCompleted       metric.Float64ObservableGauge
@@ -329,7 +347,38 @@ type Instruments struct {
 	// freshness is the source of buildrisk_job_last_completed_timestamp_seconds
 	// (see SetJobFreshnessSource); nil exports no series.
 	freshness atomic.Pointer[JobFreshnessFunc]
+	// coverage is the source of the buildrisk_coverage_* gauges (see
+	// SetCoverageSource); nil exports no series.
+	coverage atomic.Pointer[CoverageFunc]
 }
+
+// CoverageSample is one job's coverage as the gauges export it.
+type CoverageSample struct {
+	Job     string
+	Targets int64
+	Missing int64
+	// AsOf is when the counts were taken.
+	AsOf time.Time
+	// DataDateStart is the start of the data date in the job's zone.
+	DataDateStart time.Time
+}
+
+// CoverageFunc returns every job's coverage counted from the database (a
+// cached count: jobs/coverage), so every process exports the same values.
+type CoverageFunc func(ctx context.Context) ([]CoverageSample, error)
+
+// Values of the reason attribute of buildrisk_http_refusals_total.
+const (
+	// RefusalBodyTooLarge is a 413: a body over BUILDRISK_MAX_BODY_BYTES.
+	RefusalBodyTooLarge = "body_too_large"
+	// RefusalUnavailable is a 503: the database unreachable, the pool
+	// exhausted or a statement or lock timeout.
+	RefusalUnavailable = "database_unavailable"
+)
+
+// refusalReasons lists every allowed value of the reason attribute of
+// buildrisk_http_refusals_total.
+var refusalReasons = []string{RefusalBodyTooLarge, RefusalUnavailable}
 
 // JobFreshnessFunc returns, per job, the time since which the job is
 // expected to complete: the end of its newest COMPLETED execution (or,
@@ -528,6 +577,46 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 		check(err)
 	}
 
+	// buildrisk_coverage_targets{job}, buildrisk_coverage_missing{job},
+	// buildrisk_coverage_as_of_timestamp_seconds{job}: read from the
+	// database (cached) at collection time through the coverage source.
+	i.coverageTargets, err = meter.Int64ObservableGauge("buildrisk.coverage.targets",
+		metric.WithDescription("Targets the job's source of truth names for its data date (jobs.Coverage), counted from the domain tables."),
+		metric.WithUnit("{target}"))
+	check(err)
+	i.coverageMissing, err = meter.Int64ObservableGauge("buildrisk.coverage.missing",
+		metric.WithDescription("Targets without the job's current row for its data date, counted from the domain tables: rows lost or never written, whatever the runs reported."),
+		metric.WithUnit("{target}"))
+	check(err)
+	i.coverageAsOf, err = meter.Float64ObservableGauge("buildrisk.coverage.as_of_timestamp",
+		metric.WithDescription("Unix time the job's coverage counts were taken."),
+		metric.WithUnit("s"))
+	check(err)
+	// buildrisk_coverage_data_date_timestamp_seconds{job}: the start of the
+	// data date, so an alert can tell a COMPLETED run of that date.
+	i.coverageDataDate, err = meter.Float64ObservableGauge("buildrisk.coverage.data_date_timestamp",
+		metric.WithDescription("Unix time of the start (in BUILDRISK_TIMEZONE) of the data date the job's coverage counts."),
+		metric.WithUnit("s"))
+	check(err)
+	if i.coverageTargets != nil && i.coverageMissing != nil && i.coverageAsOf != nil && i.coverageDataDate != nil {
+		_, err = meter.RegisterCallback(i.observeCoverage, i.coverageTargets, i.coverageMissing, i.coverageAsOf, i.coverageDataDate)
+		check(err)
+	}
+
+	// buildrisk_coverage_check_failures_total{job}: coverage counts that
+	// could not run (the gauges then keep no value for the job).
+	i.coverageCheckFailures, err = meter.Int64Counter("buildrisk.coverage.check_failures",
+		metric.WithDescription("Coverage counts of a job that failed (database error or timeout): while it grows, the coverage gauges of the job are missing, not zero."),
+		metric.WithUnit("{check}"))
+	check(err)
+
+	// buildrisk_http_refusals_total{reason}: answers refused before any
+	// work: 413 (body too large) and 503 (database unavailable).
+	i.httpRefusals, err = meter.Int64Counter("buildrisk.http.refusals",
+		metric.WithDescription("HTTP answers refused by the api before doing the work, by reason: body_too_large (413) or database_unavailable (503, with Retry-After)."),
+		metric.WithUnit("{response}"))
+	check(err)
+
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("error creating instruments: %w", errors.Join(errs...))
 	}
@@ -581,7 +670,57 @@ func (i *Instruments) InitSeries(ctx context.Context, jobs, providers []string) 
 			i.externalCalls.Add(ctx, 0, metric.WithAttributes(attrProvider.String(provider), attrOutcome.String(outcome)))
 		}
 	}
+	for _, reason := range refusalReasons {
+		i.httpRefusals.Add(ctx, 0, metric.WithAttributes(attrReason.String(reason)))
+	}
 	i.workerStaleHeartbeats.Add(ctx, 0)
+}
+
+// InitCoverageSeries records 0 on buildrisk_coverage_check_failures_total
+// for every job with a coverage definition.
+func (i *Instruments) InitCoverageSeries(ctx context.Context, jobs []string) {
+	for _, job := range jobs {
+		i.coverageCheckFailures.Add(ctx, 0, metric.WithAttributes(attrJob.String(job)))
+	}
+}
+
+// CoverageCheckFailed counts one coverage count of job that could not run.
+func (i *Instruments) CoverageCheckFailed(ctx context.Context, job string) {
+	i.coverageCheckFailures.Add(ctx, 1, metric.WithAttributes(attrJob.String(job)))
+}
+
+// HTTPRefused counts one answer refused for reason (one of the Refusal
+// constants; anything else is recorded as [ValueOther]).
+func (i *Instruments) HTTPRefused(ctx context.Context, reason string) {
+	i.httpRefusals.Add(ctx, 1, metric.WithAttributes(attrReason.String(oneOf(reason, refusalReasons...))))
+}
+
+// SetCoverageSource makes the buildrisk_coverage_* gauges read f at every
+// collection. Setting it again replaces f.
+func (i *Instruments) SetCoverageSource(f CoverageFunc) {
+	i.coverage.Store(&f)
+}
+
+func (i *Instruments) observeCoverage(ctx context.Context, o metric.Observer) error {
+	f := i.coverage.Load()
+	if f == nil || *f == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, freshnessTimeout)
+	defer cancel()
+	samples, err := (*f)(ctx)
+	// A failed job is left out of samples; the others are still exported.
+	for _, c := range samples {
+		attrs := metric.WithAttributes(attrJob.String(c.Job))
+		o.ObserveInt64(i.coverageTargets, c.Targets, attrs)
+		o.ObserveInt64(i.coverageMissing, c.Missing, attrs)
+		o.ObserveFloat64(i.coverageAsOf, float64(c.AsOf.UnixNano())/1e9, attrs)
+		o.ObserveFloat64(i.coverageDataDate, float64(c.DataDateStart.Unix()), attrs)
+	}
+	if err != nil {
+		return fmt.Errorf("error reading coverage: %w", err)
+	}
+	return nil
 }
 
 // FanoutRejected counts one item of job's fan-out refused for reason (one

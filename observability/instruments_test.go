@@ -99,6 +99,11 @@ func recordOneOfEach(ctx context.Context, inst *Instruments) {
 	inst.SetJobFreshnessSource(func(context.Context) (map[string]time.Time, error) {
 		return map[string]time.Time{"stockPrice": time.Unix(1_700_000_000, 500_000_000)}, nil
 	})
+	inst.SetCoverageSource(func(context.Context) ([]CoverageSample, error) {
+		return []CoverageSample{{Job: "creditEval", Targets: 300, Missing: 7, AsOf: time.Unix(1_700_000_000, 0)}}, nil
+	})
+	inst.CoverageCheckFailed(ctx, "creditEval")
+	inst.HTTPRefused(ctx, RefusalBodyTooLarge)
 }
 
 func TestInstrumentsScrapedNames(t *testing.T) {
@@ -125,6 +130,12 @@ func TestInstrumentsScrapedNames(t *testing.T) {
 		"buildrisk_auto_resumes_refused_total":           {[]string{"cause", "job"}, dto.MetricType_COUNTER},
 		"buildrisk_chunk_duration_seconds":               {[]string{"job"}, dto.MetricType_HISTOGRAM},
 		"buildrisk_database_up":                          {nil, dto.MetricType_GAUGE},
+		"buildrisk_coverage_as_of_timestamp_seconds":     {[]string{"job"}, dto.MetricType_GAUGE},
+		"buildrisk_coverage_check_failures_total":        {[]string{"job"}, dto.MetricType_COUNTER},
+		"buildrisk_coverage_data_date_timestamp_seconds": {[]string{"job"}, dto.MetricType_GAUGE},
+		"buildrisk_coverage_missing":                     {[]string{"job"}, dto.MetricType_GAUGE},
+		"buildrisk_coverage_targets":                     {[]string{"job"}, dto.MetricType_GAUGE},
+		"buildrisk_http_refusals_total":                  {[]string{"reason"}, dto.MetricType_COUNTER},
 		"buildrisk_executions_stopped_total":             {[]string{"cause", "job"}, dto.MetricType_COUNTER},
 		"buildrisk_executions_total":                     {[]string{"job", "status"}, dto.MetricType_COUNTER},
 		"buildrisk_external_calls_total":                 {[]string{"outcome", "provider"}, dto.MetricType_COUNTER},

@@ -276,6 +276,13 @@ type RiskMetric struct {
 	UpdatedAt          time.Time
 }
 
+type RiskRuleCheck struct {
+	AlertDate   time.Time
+	CorpCode    string
+	ExecutionID int64
+	CheckedAt   time.Time
+}
+
 type RiverJob struct {
 	ID          int64
 	State       RiverJobState

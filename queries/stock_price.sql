@@ -19,3 +19,11 @@ SELECT trade_date, close FROM stock_price
 WHERE corp_code = @corp_code AND trade_date <= @as_of::date
 ORDER BY trade_date DESC
 LIMIT @max_rows;
+
+-- name: StockPriceShortCodesInRange :many
+-- StockPriceShortCodesInRange returns the stock codes in [first_code,
+-- last_code] with a price for trade_date (stockPrice onlyMissing leaves
+-- them out of a chunk).
+SELECT short_code FROM stock_price
+WHERE trade_date = @trade_date::date AND short_code BETWEEN @first_code::text AND @last_code::text
+ORDER BY short_code;

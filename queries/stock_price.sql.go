@@ -61,6 +61,41 @@ func (q *Queries) StockPriceRecentByCorp(ctx context.Context, db DBTX, arg *Stoc
 	return items, nil
 }
 
+const stockPriceShortCodesInRange = `-- name: StockPriceShortCodesInRange :many
+SELECT short_code FROM stock_price
+WHERE trade_date = $1::date AND short_code BETWEEN $2::text AND $3::text
+ORDER BY short_code
+`
+
+type StockPriceShortCodesInRangeParams struct {
+	TradeDate time.Time
+	FirstCode string
+	LastCode  string
+}
+
+// StockPriceShortCodesInRange returns the stock codes in [first_code,
+// last_code] with a price for trade_date (stockPrice onlyMissing leaves
+// them out of a chunk).
+func (q *Queries) StockPriceShortCodesInRange(ctx context.Context, db DBTX, arg *StockPriceShortCodesInRangeParams) ([]string, error) {
+	rows, err := db.Query(ctx, stockPriceShortCodesInRange, arg.TradeDate, arg.FirstCode, arg.LastCode)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var short_code string
+		if err := rows.Scan(&short_code); err != nil {
+			return nil, err
+		}
+		items = append(items, short_code)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const stockPriceUpsert = `-- name: StockPriceUpsert :execrows
 INSERT INTO stock_price (short_code, trade_date, corp_code, close, open, high, low, volume, market_cap, execution_id, updated_at)
 SELECT unnest($1::text[]), unnest($2::date[]), unnest($3::text[]),

@@ -367,3 +367,37 @@ func (s *testSystem) executionStatus(id int64) string {
 	require.NoError(s.t, s.pool.QueryRow(context.Background(), `SELECT status FROM job_execution WHERE id = $1`, id).Scan(&status))
 	return status
 }
+
+// The console's Coverage section in headless Chromium: creditEval's two
+// targets without a grade for today are counted, the count opens their
+// list, and an operator's "Run only missing" opens the request form with
+// onlyMissing checked; no script error.
+func TestConsole_BrowserCoverage(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_COVERAGE_MAX_AGE": "200ms"}})
+	ctx := context.Background()
+	codes := []string{s.fake.Companies()[0].CorpCode, s.fake.Companies()[1].CorpCode, s.fake.Companies()[2].CorpCode}
+	_, err := s.pool.Exec(ctx, `INSERT INTO exposure (corp_code, outstanding_krw) SELECT unnest($1::text[]), 1000`, codes)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, `INSERT INTO credit_grade (corp_code, eval_date, grade, source, execution_id) VALUES ($1, $2, 'A', 'lookup', 1)`,
+		codes[1], s.creditToday())
+	require.NoError(t, err)
+	b := newBrowser(t, s.api.URL)
+
+	b.login(testOperatorToken)
+	row := `#coverage tr[data-job="creditEval"]`
+	b.waitFor("creditEval's coverage", fmt.Sprintf(`document.querySelector('%s .missing') !== null && document.querySelector('%s .missing').innerText === "2"`, row, row))
+	require.Equal(t, "3", b.text(row+" .targets"))
+	require.Equal(t, "1", b.text(row+" .current"))
+	b.screenshot("coverage")
+	b.click(row + " .missing a")
+	b.waitFor("the missing list", `!document.querySelector("#coverage-missing").hidden`)
+	missing := b.text("#coverage-missing")
+	require.Contains(t, missing, codes[0])
+	require.Contains(t, missing, codes[2])
+	require.NotContains(t, missing, codes[1])
+	b.click(`button[data-action="only-missing"][data-job="creditEval"]`)
+	b.waitFor("the request form", `!document.querySelector("#request-panel").hidden && document.querySelector("#field-onlyMissing") !== null`)
+	require.True(t, eval[bool](b, `document.querySelector("#field-onlyMissing").checked`))
+	require.Empty(t, b.scriptErrors(), "the page's console has no script error")
+}

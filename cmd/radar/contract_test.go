@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -258,7 +259,10 @@ func (c *contract) unseen() []string {
 // every answer the document lists is one the test has seen.
 func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 	t.Parallel()
-	s := newTestSystem(t, &testSystemOpts{env: unavailableEnv})
+	// Coverage counted at every call, so the locked database answers 503.
+	env := map[string]string{"BUILDRISK_COVERAGE_MAX_AGE": "1ms"}
+	maps.Copy(env, unavailableEnv)
+	s := newTestSystem(t, &testSystemOpts{env: env})
 	c := newContract(t, s.api.URL)
 	op, viewer := testOperatorToken, testViewerToken
 	catalog := jobs.Default()
@@ -362,11 +366,18 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 	c.do(exchange{method: http.MethodGet, path: "/v1/alerts", invalid: true, want: http.StatusUnauthorized})
 	c.do(exchange{method: http.MethodGet, path: "/v1/providers", token: viewer, want: http.StatusOK})
 	c.do(exchange{method: http.MethodGet, path: "/v1/providers", invalid: true, want: http.StatusUnauthorized})
+	c.do(exchange{method: http.MethodGet, path: "/v1/coverage", token: viewer, want: http.StatusOK})
+	c.do(exchange{method: http.MethodGet, path: "/v1/coverage", invalid: true, want: http.StatusUnauthorized})
+	c.do(exchange{method: http.MethodGet, path: "/v1/coverage/creditEval/missing?limit=1", token: viewer, want: http.StatusOK})
+	c.do(exchange{method: http.MethodGet, path: "/v1/coverage/creditEval/missing?limit=0", token: viewer, invalid: true, want: http.StatusBadRequest})
+	c.do(exchange{method: http.MethodGet, path: "/v1/coverage/aptTrade/missing", token: viewer, want: http.StatusNotFound})
+	c.do(exchange{method: http.MethodGet, path: "/v1/coverage/creditEval/missing", invalid: true, want: http.StatusUnauthorized})
 
 	// The database unavailable: every table locked, so each operation's
 	// statement hits the api's lock_timeout and answers 503 + Retry-After.
 	lockEverything(t, s.ownerURL, func() {
-		reads := []string{"/v1/jobs", "/v1/jobs/aptTrade", "/v1/requests", "/v1/requests/" + id, "/v1/workers", "/v1/alerts", "/v1/providers"}
+		reads := []string{"/v1/jobs", "/v1/jobs/aptTrade", "/v1/requests", "/v1/requests/" + id, "/v1/workers", "/v1/alerts", "/v1/providers",
+			"/v1/coverage", "/v1/coverage/creditEval/missing"}
 		for _, path := range reads {
 			c.do(exchange{method: http.MethodGet, path: path, token: viewer, want: http.StatusServiceUnavailable})
 		}

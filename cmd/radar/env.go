@@ -14,6 +14,7 @@ import (
 	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/coverage"
 	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/jobs/upstream"
 	"github.com/buildrisk/radar/jobs/worker"
@@ -30,6 +31,9 @@ type envConfig struct {
 	InsecureNoAuth    bool
 	HeartbeatInterval time.Duration
 	StaleAfter        time.Duration
+	// CoverageMaxAge is how old the coverage counts behind the gauges and
+	// GET /v1/coverage may be before they are counted again.
+	CoverageMaxAge time.Duration
 	// FenceAfter is the fencing threshold (BUILDRISK_FENCE_AFTER, default
 	// half of BUILDRISK_STALE_AFTER): a worker or CLI whose last successful
 	// heartbeat is older cancels its work in flight uncommitted.
@@ -167,6 +171,7 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		{"BUILDRISK_API_STATEMENT_TIMEOUT", &c.APIStatementTimeout, apiStatementTimeoutDefault},
 		{"BUILDRISK_API_LOCK_TIMEOUT", &c.APILockTimeout, apiLockTimeoutDefault},
 		{"BUILDRISK_WORKER_RETENTION", &c.WorkerRetention, worker.RetentionDefault},
+		{"BUILDRISK_COVERAGE_MAX_AGE", &c.CoverageMaxAge, coverage.MaxAgeDefault},
 	}
 	for _, d := range durations {
 		*d.dst = d.def

@@ -14,10 +14,11 @@ const module = "github.com/buildrisk/radar/"
 // module's packages each package may import (non-test code). Imports point
 // down only.
 var allowedImports = map[string][]string{
-	"api":                        {"jobs/request", "jobs", "queries", "observability"},
+	"api":                        {"jobs/coverage", "jobs/request", "jobs", "queries", "observability"},
 	"jobs/worker":                {"jobs/batch", "jobs/request", "jobs/upstream", "jobs", "queries", "observability"},
 	"jobs/batch":                 {"jobs/upstream", "jobs/request", "jobs", "queries", "observability"},
 	"jobs/request":               {"jobs", "queries", "observability"},
+	"jobs/coverage":              {"jobs", "queries"},
 	"jobs/upstream":              {"queries", "observability"},
 	"jobs/upstream/fakeupstream": {},
 	"jobs":                       {},

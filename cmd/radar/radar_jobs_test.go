@@ -339,6 +339,22 @@ func TestRadar_StockPrice(t *testing.T) {
 	s.runJob(jobs.StockPrice, `{"params":{"date":"2025-03-14"}}`)
 	require.Equal(t, listed, s.count(`SELECT count(*) FROM stock_price`))
 
+	// onlyMissing: 5 prices lost, in the first and the last chunk; the estimate and
+	// the calls are exactly those 5.
+	n, err := s.pool.Exec(context.Background(), `DELETE FROM stock_price WHERE trade_date = '2025-03-14' AND short_code IN (
+		(SELECT short_code FROM stock_price WHERE trade_date = '2025-03-14' ORDER BY short_code OFFSET 3 LIMIT 2)
+		UNION ALL (SELECT short_code FROM stock_price WHERE trade_date = '2025-03-14' ORDER BY short_code OFFSET $1 LIMIT 3))`, listed-3)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), n.RowsAffected())
+	before := s.fake.Stats().Total
+	accepted, done = s.runJob(jobs.StockPrice, `{"params":{"date":"2025-03-14","onlyMissing":true}}`)
+	require.Equal(t, float64(5), accepted["estimatedCalls"])
+	exec = execution(t, done)
+	require.Equal(t, float64(5), exec["externalCalls"])
+	require.Equal(t, float64(5), exec["itemsWritten"])
+	require.Equal(t, int64(5), s.fake.Stats().Total-before)
+	require.Equal(t, listed, s.count(`SELECT count(*) FROM stock_price WHERE trade_date = '2025-03-14'`))
+
 	status, out := s.post("/v1/jobs/stockPrice/requests", `{"params":{}}`)
 	require.Equal(t, http.StatusBadRequest, status)
 	require.Contains(t, out["detail"], "params.date")

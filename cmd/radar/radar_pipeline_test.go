@@ -157,6 +157,34 @@ func TestRadar_MetricsAndRulesPipeline(t *testing.T) {
 	s.runJob(jobs.Rules, fmt.Sprintf(`{"params":{"date":%q}}`, date))
 	require.Equal(t, len(want), s.count(`SELECT count(*) FROM risk_alert WHERE alert_date = $1`, day))
 	require.Zero(t, s.count(`SELECT count(*) FROM risk_alert WHERE id <= $1`, before), "the old alerts were replaced")
+	// rules' coverage marker: every company with metrics on the date was
+	// checked, whether or not a rule fired for it.
+	withMetrics := s.count(`SELECT count(*) FROM risk_metric WHERE metric_date = $1`, day)
+	require.Positive(t, withMetrics)
+	require.Equal(t, withMetrics, s.count(`SELECT count(*) FROM risk_rule_check WHERE alert_date = $1`, day))
+
+	// onlyMissing: 3 companies' metrics (and their rule checks) lost;
+	// metrics computes exactly those and the rules run it chains to checks
+	// exactly those, with the same params.
+	rows, err := s.pool.Query(ctx, `SELECT corp_code FROM risk_metric WHERE metric_date = $1 ORDER BY corp_code LIMIT 3`, day)
+	require.NoError(t, err)
+	lost, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, lost, 3)
+	_, err = s.pool.Exec(ctx, `DELETE FROM risk_metric WHERE metric_date = $1 AND corp_code = ANY($2)`, day, lost)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, `DELETE FROM risk_rule_check WHERE alert_date = $1 AND corp_code = ANY($2)`, day, lost)
+	require.NoError(t, err)
+	onlyMissing := fmt.Sprintf(`{"date":%q,"onlyMissing":true}`, date)
+	_, metricsDone = s.runJob(jobs.Metrics, `{"params":`+onlyMissing+`}`)
+	require.Equal(t, float64(3), execution(t, metricsDone)["chunksTotal"])
+	require.Equal(t, withMetrics, s.count(`SELECT count(*) FROM risk_metric WHERE metric_date = $1`, day))
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT id, params::text FROM job_request WHERE job = 'rules' ORDER BY id DESC LIMIT 1`).Scan(&rulesID, &rulesParams))
+	require.JSONEq(t, onlyMissing, rulesParams)
+	rulesDone = s.waitRequest(fmt.Sprint(rulesID), "DONE", "FAILED")
+	require.Equal(t, "COMPLETED", execution(t, rulesDone)["status"], "%v", rulesDone)
+	require.Equal(t, float64(3), execution(t, rulesDone)["chunksTotal"])
+	require.Equal(t, withMetrics, s.count(`SELECT count(*) FROM risk_rule_check WHERE alert_date = $1`, day))
 
 	// Filters and bad queries.
 	status, one := s.get("/v1/alerts?date=" + date + "&company=" + dropper.CorpCode)

@@ -30,6 +30,7 @@ import (
 	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/corpcode"
+	"github.com/buildrisk/radar/jobs/coverage"
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/jobs/filing"
 	"github.com/buildrisk/radar/jobs/request"
@@ -502,6 +503,48 @@ func observeSchedules(ctx context.Context, pool *pgxpool.Pool, env *envConfig, t
 	})
 }
 
+// observeCoverage exports, from any process, every job's coverage counted
+// from the database (jobs/coverage, cached for BUILDRISK_COVERAGE_MAX_AGE),
+// and returns the reader, which the api also serves as GET /v1/coverage.
+func observeCoverage(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *telemetry) *coverage.Reader {
+	r := coverage.New(pool, coverage.Config{
+		Catalog: jobs.Default(), Location: env.Location, MaxAge: env.CoverageMaxAge, Now: env.now,
+		OnError: func(ctx context.Context, job string, err error) {
+			tel.instruments.CoverageCheckFailed(ctx, job)
+			tel.logger.WarnContext(ctx, "coverage count failed", slog.String("job", job), slog.String("error", err.Error()))
+		},
+	})
+	tel.instruments.InitCoverageSeries(ctx, r.Jobs())
+	tel.instruments.SetCoverageSource(func(ctx context.Context) ([]observability.CoverageSample, error) {
+		snap, err := r.Snapshot(ctx)
+		out := make([]observability.CoverageSample, len(snap))
+		for i, c := range snap {
+			y, m, d := c.DataDate.Date()
+			out[i] = observability.CoverageSample{
+				Job: c.Job, Targets: c.Targets, Missing: c.Missing(), AsOf: c.AsOf,
+				DataDateStart: time.Date(y, m, d, 0, 0, 0, 0, env.Location),
+			}
+		}
+		return out, err
+	})
+	return r
+}
+
+// fanOutJobs are the jobs whose chunks fan out over BUILDRISK_FANOUT slots
+// (batch.FanOut).
+var fanOutJobs = []string{jobs.CreditEval, jobs.StockPrice}
+
+// observeFanOut exports buildrisk_fanout_capacity (BUILDRISK_FANOUT) and
+// buildrisk_fanout_inflight (0) for every fan-out job from the worker's
+// start, so a rule or a dashboard reading them sees a series before the
+// first fan-out job ran.
+func observeFanOut(ctx context.Context, env *envConfig, tel *telemetry) {
+	for _, job := range fanOutJobs {
+		tel.instruments.FanoutCapacitySet(ctx, job, int64(env.FanOut))
+		tel.instruments.FanoutInflightAdd(ctx, job, 0)
+	}
+}
+
 // newInsertOnlyRiver returns a River client that only inserts (no queues,
 // no workers), with the trace propagation of every insert. River's InsertTx
 // announces each job to the workers itself, at most once per FetchCooldown
@@ -601,6 +644,8 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 	}
 	scheduleEnqueuer.Enqueuer = enqueuer
 	observeSchedules(context.Background(), pool, env, tel)
+	observeCoverage(context.Background(), pool, env, tel)
+	observeFanOut(context.Background(), env, tel)
 	return w, runner, nil
 }
 
@@ -630,13 +675,14 @@ func newAPIServer(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *
 		return nil, err
 	}
 	observeSchedules(context.Background(), pool, env, tel)
+	cover := observeCoverage(context.Background(), pool, env, tel)
 	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.instruments, tel.reach)
 	return api.New(pool, api.Config{
 		Tokens: env.Tokens, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),
 		Logger: tel.logger, Version: version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
 		RequestTimeout: apiRequestTimeout(env), TxSettings: apiTxSettings(env),
-		DailyCaps: env.capsByName(), Today: budgetDay(env, pool), RiverUI: riverUI,
+		DailyCaps: env.capsByName(), Today: budgetDay(env, pool), RiverUI: riverUI, Coverage: cover,
 	})
 }
 

@@ -81,6 +81,8 @@ func TestUnavailable_TableLock(t *testing.T) {
 	require503(t, s.api.URL, http.MethodGet, "/v1/jobs", "")
 	require503(t, s.api.URL, http.MethodPost, "/v1/jobs/stockPrice/requests", `{"params":{"date":"2025-03-14"}}`)
 	require.Contains(t, logs.String(), "lock timeout", "the server's lock_timeout cancelled the statements")
+	// Each 503 is counted as a refusal.
+	require.Equal(t, float64(4), s.metric(observability.MetricHTTPRefusals, map[string]string{"reason": observability.RefusalUnavailable}))
 
 	for _, path := range []string{"/v1/alerts", "/healthz", "/readyz"} {
 		status, _, out := call(t, s.api.URL, http.MethodGet, path, "")

@@ -389,3 +389,25 @@ func CommittedItems(ctx context.Context, run *Run) (map[string]bool, error) {
 	}
 	return set, nil
 }
+
+// AllPagesLimit is the page size of [AllPages].
+const AllPagesLimit = 1000
+
+// AllPages collects every key a keyset-paged query returns: page(after,
+// limit) returns up to limit keys after after ("" first), in key order.
+// Plans use it to list coverage's missing targets.
+func AllPages(page func(after string, limit int32) ([]string, error)) ([]string, error) {
+	var all []string
+	after := ""
+	for {
+		keys, err := page(after, AllPagesLimit)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, keys...)
+		if len(keys) < AllPagesLimit {
+			return all, nil
+		}
+		after = keys[len(keys)-1]
+	}
+}

@@ -128,7 +128,7 @@ func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 
 	params := &queries.CreditEvalPlanPageParams{
 		ExecutionID: run.ExecutionID, InstanceID: run.InstanceID, ChunkSize: jobs.CreditEvalChunkSize,
-		Backfill: p.Backfill, EvalDate: run.Calls.Today(), DoneChunks: committed,
+		Backfill: p.Missing(), EvalDate: run.Calls.Today(), DoneChunks: committed,
 	}
 	params.DoneFirsts, params.DoneLasts = doneRanges(committed)
 	keys := slices.Clone(committed)
@@ -423,7 +423,7 @@ func Estimator(today func() time.Time) func(ctx context.Context, db queries.DBTX
 		q := queries.New()
 		var n int64
 		var err error
-		if p.Backfill {
+		if p.Missing() {
 			n, err = q.ExposureTargetCountWithoutGrade(ctx, db, today())
 		} else {
 			n, err = q.ExposureTargetCount(ctx, db)

@@ -48,7 +48,8 @@ var _ batch.DomainRowCounter = (*Job)(nil)
 // Plan implements batch.Job: one chunk per tracked company, keyed by its
 // corp code (the date is in the params, hence in the instance).
 func (Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
-	if _, err := decode(run.Params); err != nil {
+	p, err := decode(run.Params)
+	if err != nil {
 		return nil, err
 	}
 	rows, err := queries.New().CompanyTrackedList(ctx, run.DB)
@@ -57,6 +58,16 @@ func (Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 	}
 	if len(rows) == 0 {
 		return nil, ErrNoCompanies
+	}
+	if p.OnlyMissing {
+		// Coverage's own definition of the missing targets.
+		chunks, err := batch.AllPages(func(after string, limit int32) ([]string, error) {
+			return queries.New().CoverageMetricsMissing(ctx, run.DB, &queries.CoverageMetricsMissingParams{After: after, DataDate: p.Day(), RowLimit: limit})
+		})
+		if err != nil {
+			return nil, fmt.Errorf("error listing the companies without metrics: %w", err)
+		}
+		return &batch.Plan{Chunks: chunks, Targets: batch.TargetsUnknown}, nil
 	}
 	chunks := make([]string, len(rows))
 	for i, r := range rows {

@@ -44,6 +44,16 @@ func (Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 		return nil, err
 	}
 	q := queries.New()
+	if p.OnlyMissing {
+		// Coverage's own definition of the missing targets.
+		chunks, err := batch.AllPages(func(after string, limit int32) ([]string, error) {
+			return q.CoverageRulesMissing(ctx, run.DB, &queries.CoverageRulesMissingParams{DataDate: p.Day(), After: after, RowLimit: limit})
+		})
+		if err != nil {
+			return nil, fmt.Errorf("error listing the companies not checked: %w", err)
+		}
+		return &batch.Plan{Chunks: chunks, Targets: batch.TargetsUnknown}, nil
+	}
 	withMetrics, err := q.RiskMetricCorpCodesByDate(ctx, run.DB, p.Day())
 	if err != nil {
 		return nil, fmt.Errorf("error listing the date's metrics: %w", err)
@@ -92,7 +102,16 @@ func (j Job) Process(ctx context.Context, run *batch.Run, corpCode string) (*bat
 		}
 	}
 	res.Write = func(ctx context.Context, tx pgx.Tx) error {
-		return replace(ctx, tx, corpCode, day, inserts)
+		if err := replace(ctx, tx, corpCode, day, inserts); err != nil {
+			return err
+		}
+		if res.Written == 0 {
+			return nil
+		}
+		// The coverage marker: this company's metrics of day were evaluated.
+		return queries.New().RiskRuleCheckUpsert(ctx, tx, &queries.RiskRuleCheckUpsertParams{
+			AlertDate: day, CorpCode: corpCode, ExecutionID: run.ExecutionID,
+		})
 	}
 	return res, nil
 }

@@ -42,7 +42,8 @@ var _ batch.DomainRowCounter = (*Job)(nil)
 // order, in chunks keyed FIRST-LAST (their first and last stock codes), so
 // a resume skips exactly the ranges already committed.
 func (Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
-	if _, err := decode(run.Params); err != nil {
+	p, err := decode(run.Params)
+	if err != nil {
 		return nil, err
 	}
 	rows, err := queries.New().CompanyTrackedListedList(ctx, run.DB)
@@ -52,10 +53,23 @@ func (Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 	if len(rows) == 0 {
 		return nil, ErrNoCompanies
 	}
+	codes := make([]string, len(rows))
+	for i, r := range rows {
+		codes[i] = r.StockCode
+	}
+	if p.OnlyMissing {
+		// Coverage's own definition of the missing targets, for the date.
+		codes, err = batch.AllPages(func(after string, limit int32) ([]string, error) {
+			return queries.New().CoverageStockPriceMissing(ctx, run.DB, &queries.CoverageStockPriceMissingParams{After: after, DataDate: p.Day(), RowLimit: limit})
+		})
+		if err != nil {
+			return nil, fmt.Errorf("error listing the companies without a price: %w", err)
+		}
+	}
 	var chunks []string
-	for i := 0; i < len(rows); i += jobs.StockPriceChunkSize {
-		last := min(i+jobs.StockPriceChunkSize, len(rows)) - 1
-		chunks = append(chunks, rows[i].StockCode+"-"+rows[last].StockCode)
+	for i := 0; i < len(codes); i += jobs.StockPriceChunkSize {
+		last := min(i+jobs.StockPriceChunkSize, len(codes)) - 1
+		chunks = append(chunks, codes[i]+"-"+codes[last])
 	}
 	return &batch.Plan{Chunks: chunks, Targets: batch.TargetsUnknown}, nil
 }
@@ -92,7 +106,19 @@ func (Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.Ch
 	if err != nil {
 		return nil, err
 	}
-	companies := slices.DeleteFunc(listed, func(c *queries.CompanyTrackedListedRangeRow) bool { return committed[c.CorpCode] })
+	priced := map[string]bool{}
+	if p.OnlyMissing {
+		codes, err := queries.New().StockPriceShortCodesInRange(ctx, run.DB, &queries.StockPriceShortCodesInRangeParams{TradeDate: p.Day(), FirstCode: first, LastCode: last})
+		if err != nil {
+			return nil, fmt.Errorf("error listing the chunk's prices: %w", err)
+		}
+		for _, c := range codes {
+			priced[c] = true
+		}
+	}
+	companies := slices.DeleteFunc(listed, func(c *queries.CompanyTrackedListedRangeRow) bool {
+		return committed[c.CorpCode] || priced[c.StockCode]
+	})
 	res := &batch.ChunkResult{Targets: int64(len(companies))}
 	if p.Weekend() {
 		res.Skipped = res.Targets
@@ -196,10 +222,19 @@ func (Job) DomainRows(ctx context.Context, db queries.DBTX, executionIDs []int64
 }
 
 // Estimate is stockPrice's call estimate for the api (request.EstimateFunc):
-// one call per listed tracked company, none on a weekend.
+// one call per listed tracked company (with onlyMissing, per one without a
+// price for the date), none on a weekend.
 func Estimate(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, error) {
-	if params.Value.(*jobs.StockPriceParams).Weekend() {
+	p := params.Value.(*jobs.StockPriceParams)
+	if p.Weekend() {
 		return 0, nil
+	}
+	if p.OnlyMissing {
+		c, err := queries.New().CoverageStockPriceCount(ctx, db, p.Day())
+		if err != nil {
+			return 0, fmt.Errorf("error counting the companies without a price: %w", err)
+		}
+		return int(c.Targets - c.Current), nil
 	}
 	n, err := queries.New().CompanyTrackedListedCount(ctx, db)
 	if err != nil {

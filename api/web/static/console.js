@@ -13,7 +13,7 @@
   const csrf = document.querySelector('meta[name="csrf-token"]').content;
 
   const state = {
-    jobs: [], workers: [], requests: [], providers: [], extraRequests: {},
+    jobs: [], workers: [], requests: [], providers: [], coverage: [], extraRequests: {},
     serverNow: Date.now(), polls: 0, busy: false, form: null,
   };
 
@@ -164,10 +164,11 @@
     if (state.busy) return;
     state.busy = true;
     try {
-      const [jobs, workers, requests, providers] = await Promise.all([
+      const [jobs, workers, requests, providers, coverage] = await Promise.all([
         api("GET", "/v1/jobs"), api("GET", "/v1/workers"),
-        api("GET", "/v1/requests?limit=25"), api("GET", "/v1/providers"),
+        api("GET", "/v1/requests?limit=25"), api("GET", "/v1/providers"), api("GET", "/v1/coverage"),
       ]);
+      state.coverage = coverage.coverage;
       state.jobs = jobs.jobs;
       state.workers = workers.workers;
       state.requests = requests.requests;
@@ -229,6 +230,38 @@
     renderRequests();
     renderWorkers();
     renderProviders();
+    renderCoverage();
+  }
+
+  // renderCoverage shows each job's coverage; the missing count opens the
+  // list of missing targets, and operators can request a run of only those.
+  function renderCoverage() {
+    fillTable("coverage", state.coverage.map((c) => el("tr", { dataset: { job: c.job }, class: c.missing > 0 ? "incomplete" : null },
+      el("td", {}, c.job, el("div", { class: "hint" }, c.targetsDescription)),
+      el("td", {}, c.dataDate),
+      el("td", { class: "targets" }, num(c.targets)),
+      el("td", { class: "current" }, num(c.current)),
+      el("td", { class: "missing" }, c.missing > 0
+        ? el("a", { href: "#coverage-" + c.job, onclick: (ev) => { ev.preventDefault(); showMissing(c.job); } }, num(c.missing))
+        : "0"),
+      el("td", {}, since(c.asOf) + " ago"),
+      operator ? el("td", {}, c.onlyMissing && c.missing > 0
+        ? el("button", { type: "button", class: "action", dataset: { action: "only-missing", job: c.job }, onclick: () => openForm(c.job, { onlyMissing: true }) }, "Run only missing")
+        : null) : null)), "no job has a coverage definition");
+  }
+
+  async function showMissing(job, cursor) {
+    const box = document.getElementById("coverage-missing");
+    try {
+      const out = await api("GET", "/v1/coverage/" + encodeURIComponent(job) + "/missing?limit=100" +
+        (cursor ? "&cursor=" + encodeURIComponent(cursor) : ""));
+      box.replaceChildren(el("h3", {}, "Missing targets of " + job + " for " + out.dataDate),
+        el("p", {}, out.missing.map((t) => el("code", {}, t, " "))),
+        out.nextCursor ? el("button", { type: "button", class: "link", onclick: () => showMissing(job, out.nextCursor) }, "Next page") : null);
+      box.hidden = false;
+    } catch (err) {
+      showError("Listing " + job + "'s missing targets", err);
+    }
   }
 
   function renderJobs() {
@@ -390,8 +423,9 @@
 
   // openForm builds the request form from the job's params schema: a text
   // field per string (lists comma-separated), a checkbox per boolean, a
-  // number field per integer, prefilled with the job's example.
-  async function openForm(job) {
+  // number field per integer, prefilled with the job's example (and the
+  // values of preset, such as onlyMissing from the coverage table).
+  async function openForm(job, preset) {
     let detail;
     try {
       detail = await api("GET", "/v1/jobs/" + encodeURIComponent(job));
@@ -402,7 +436,7 @@
     const schema = detail.paramsSchema || {};
     const props = schema.properties || {};
     const required = new Set(schema.required || []);
-    const example = detail.example || {};
+    const example = Object.assign({}, detail.example || {}, preset || {});
     const fields = Object.entries(props).map(([name, prop]) => {
       const id = "field-" + name;
       const hint = prop.description || "";

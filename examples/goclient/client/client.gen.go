@@ -439,12 +439,58 @@ type ConflictError struct {
 // CorpCodeSyncParams defines model for CorpCodeSyncParams.
 type CorpCodeSyncParams = map[string]interface{}
 
+// CoverageListOutputBody defines model for CoverageListOutputBody.
+type CoverageListOutputBody struct {
+	Coverage *[]CoverageView `json:"coverage"`
+}
+
+// CoverageMissingOutputBody defines model for CoverageMissingOutputBody.
+type CoverageMissingOutputBody struct {
+	DataDate string `json:"dataDate"`
+	Job      string `json:"job"`
+
+	// Missing the missing targets in key order (corp codes; stock codes for stockPrice)
+	Missing *[]string `json:"missing"`
+
+	// NextCursor pass as cursor for the next page; null on the last page
+	NextCursor *string `json:"nextCursor"`
+}
+
+// CoverageView defines model for CoverageView.
+type CoverageView struct {
+	// AsOf when the counts were taken (at most BUILDRISK_COVERAGE_MAX_AGE ago)
+	AsOf time.Time `json:"asOf"`
+
+	// Current targets with the job's row for the data date
+	Current            int64  `json:"current"`
+	CurrentDescription string `json:"currentDescription"`
+
+	// DataDate the date whose rows must be current, YYYY-MM-DD in BUILDRISK_TIMEZONE
+	DataDate string `json:"dataDate"`
+	Job      string `json:"job"`
+
+	// Missing targets - current: rows lost or never written, whatever the runs reported
+	Missing int64 `json:"missing"`
+
+	// OnlyMissing the job's params take onlyMissing: a request that plans only the missing targets
+	OnlyMissing bool `json:"onlyMissing"`
+
+	// Targets targets the job's source of truth names for the data date
+	Targets            int64  `json:"targets"`
+	TargetsDescription string `json:"targetsDescription"`
+}
+
 // CreditEvalParams defines model for CreditEvalParams.
 type CreditEvalParams struct {
-	// Backfill re-evaluate only the targets that have no grade for today (repairs a day with failed items)
+	// Backfill re-evaluate only the targets that have no grade for today (repairs a day with failed items); the older name of onlyMissing
 	//
 	// Examples: false
 	Backfill *bool `json:"backfill,omitempty"`
+
+	// OnlyMissing evaluate only the targets /v1/coverage counts as missing for today (companies with outstanding exposure and no grade for today)
+	//
+	// Examples: false
+	OnlyMissing *bool `json:"onlyMissing,omitempty"`
 }
 
 // ErrorDetail defines model for ErrorDetail.
@@ -686,6 +732,11 @@ type MetricsParams struct {
 	//
 	// Examples: 2025-03-14
 	Date *string `json:"date,omitempty"`
+
+	// OnlyMissing compute only the tracked companies without metrics for the date (/v1/coverage's missing targets)
+	//
+	// Examples: false
+	OnlyMissing *bool `json:"onlyMissing,omitempty"`
 }
 
 // ProviderListOutputBody defines model for ProviderListOutputBody.
@@ -801,6 +852,11 @@ type RulesParams struct {
 	//
 	// Examples: 2025-03-14
 	Date *string `json:"date,omitempty"`
+
+	// OnlyMissing evaluate only the companies with metrics for the date not yet checked for it (/v1/coverage's missing targets)
+	//
+	// Examples: false
+	OnlyMissing *bool `json:"onlyMissing,omitempty"`
 }
 
 // StockPriceParams defines model for StockPriceParams.
@@ -809,6 +865,11 @@ type StockPriceParams struct {
 	//
 	// Examples: 2025-03-14
 	Date string `json:"date"`
+
+	// OnlyMissing price only the listed tracked companies without a price for the date (/v1/coverage's missing targets)
+	//
+	// Examples: false
+	OnlyMissing *bool `json:"onlyMissing,omitempty"`
 }
 
 // WorkerCapView defines model for WorkerCapView.
@@ -854,6 +915,15 @@ type AlertListParams struct {
 
 	// Company only this company: its 8-digit DART corp code
 	Company *string `form:"company,omitempty" json:"company,omitempty"`
+}
+
+// CoverageMissingParams defines parameters for CoverageMissing.
+type CoverageMissingParams struct {
+	// Limit page size, 1..1000 (default 100)
+	Limit *string `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor nextCursor of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // RequestCreateAptTradeJSONBody defines parameters for RequestCreateAptTrade.
@@ -1096,6 +1166,16 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/alerts (the `AlertList` operationId).
 	AlertList(ctx context.Context, params *AlertListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// CoverageList Every job's coverage: targets, current and missing for its data date
+	//
+	// Corresponds with GET /v1/coverage (the `CoverageList` operationId).
+	CoverageList(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CoverageMissing A job's missing targets for its data date, paged
+	//
+	// Corresponds with GET /v1/coverage/{job}/missing (the `CoverageMissing` operationId).
+	CoverageMissing(ctx context.Context, job string, params *CoverageMissingParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ExecutionAbandon Abandon an execution whose worker stopped heartbeating
 	//
 	// Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409).
@@ -1306,6 +1386,36 @@ type ClientInterface interface {
 // Corresponds with GET /v1/alerts (the `AlertList` operationId).
 func (c *Client) AlertList(ctx context.Context, params *AlertListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAlertListRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CoverageList Every job's coverage: targets, current and missing for its data date
+//
+// Corresponds with GET /v1/coverage (the `CoverageList` operationId).
+func (c *Client) CoverageList(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCoverageListRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CoverageMissing A job's missing targets for its data date, paged
+//
+// Corresponds with GET /v1/coverage/{job}/missing (the `CoverageMissing` operationId).
+func (c *Client) CoverageMissing(ctx context.Context, job string, params *CoverageMissingParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCoverageMissingRequest(c.Server, job, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1821,6 +1931,106 @@ func NewAlertListRequest(server string, params *AlertListParams) (*http.Request,
 		if params.Company != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "company", *params.Company, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCoverageListRequest constructs an http.Request for the CoverageList method
+func NewCoverageListRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/coverage")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCoverageMissingRequest constructs an http.Request for the CoverageMissing method
+func NewCoverageMissingRequest(server string, job string, params *CoverageMissingParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "job", job, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/coverage/%s/missing", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -2617,6 +2827,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/alerts (the `AlertList` operationId).
 	AlertListWithResponse(ctx context.Context, params *AlertListParams, reqEditors ...RequestEditorFn) (*AlertListResponse, error)
 
+	// CoverageListWithResponse Every job's coverage: targets, current and missing for its data date
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/coverage (the `CoverageList` operationId).
+	CoverageListWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CoverageListResponse, error)
+
+	// CoverageMissingWithResponse A job's missing targets for its data date, paged
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/coverage/{job}/missing (the `CoverageMissing` operationId).
+	CoverageMissingWithResponse(ctx context.Context, job string, params *CoverageMissingParams, reqEditors ...RequestEditorFn) (*CoverageMissingResponse, error)
+
 	// ExecutionAbandonWithResponse Abandon an execution whose worker stopped heartbeating
 	//
 	// Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409).
@@ -2913,6 +3137,172 @@ func (r AlertListResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r AlertListResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CoverageListResponse401Headers the declared response headers of an HTTP 401 response for CoverageList
+type CoverageListResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CoverageListResponse503Headers the declared response headers of an HTTP 503 response for CoverageList
+type CoverageListResponse503Headers struct {
+	RetryAfter int
+}
+
+type CoverageListResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CoverageListOutputBody
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CoverageListResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CoverageListResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CoverageListResponse) GetJSON200() *CoverageListOutputBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CoverageListResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CoverageListResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CoverageListResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CoverageListResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CoverageListResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CoverageListResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CoverageListResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CoverageMissingResponse401Headers the declared response headers of an HTTP 401 response for CoverageMissing
+type CoverageMissingResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CoverageMissingResponse503Headers the declared response headers of an HTTP 503 response for CoverageMissing
+type CoverageMissingResponse503Headers struct {
+	RetryAfter int
+}
+
+type CoverageMissingResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CoverageMissingOutputBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CoverageMissingResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CoverageMissingResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CoverageMissingResponse) GetJSON200() *CoverageMissingOutputBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CoverageMissingResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CoverageMissingResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CoverageMissingResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CoverageMissingResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CoverageMissingResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CoverageMissingResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CoverageMissingResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CoverageMissingResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CoverageMissingResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4576,6 +4966,32 @@ func (c *ClientWithResponses) AlertListWithResponse(ctx context.Context, params 
 	return ParseAlertListResponse(rsp)
 }
 
+// CoverageListWithResponse Every job's coverage: targets, current and missing for its data date
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/coverage (the `CoverageList` operationId).
+func (c *ClientWithResponses) CoverageListWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CoverageListResponse, error) {
+	rsp, err := c.CoverageList(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCoverageListResponse(rsp)
+}
+
+// CoverageMissingWithResponse A job's missing targets for its data date, paged
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/coverage/{job}/missing (the `CoverageMissing` operationId).
+func (c *ClientWithResponses) CoverageMissingWithResponse(ctx context.Context, job string, params *CoverageMissingParams, reqEditors ...RequestEditorFn) (*CoverageMissingResponse, error) {
+	rsp, err := c.CoverageMissing(ctx, job, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCoverageMissingResponse(rsp)
+}
+
 // ExecutionAbandonWithResponse Abandon an execution whose worker stopped heartbeating
 //
 // Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409).
@@ -5014,6 +5430,160 @@ func ParseAlertListResponse(rsp *http.Response) (*AlertListResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 503:
 		var headers AlertListResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCoverageListResponse parses an HTTP response from a CoverageListWithResponse call
+func ParseCoverageListResponse(rsp *http.Response) (*CoverageListResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CoverageListResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CoverageListOutputBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CoverageListResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers CoverageListResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCoverageMissingResponse parses an HTTP response from a CoverageMissingWithResponse call
+func ParseCoverageMissingResponse(rsp *http.Response) (*CoverageMissingResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CoverageMissingResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CoverageMissingOutputBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers CoverageMissingResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers CoverageMissingResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

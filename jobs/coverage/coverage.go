@@ -1,0 +1,235 @@
+// Package coverage counts, from the domain tables alone, each job's targets
+// for its data date and how many of them are current: the second direction
+// of the lost-events count (docs/architecture.md: targets against the rows
+// actually updated that day), which no run's
+// own accounting can see once the run has ended — a grade deleted after a
+// COMPLETED run, a day the schedule never ran, a plan over the wrong set.
+//
+// The definitions are the catalog's (jobs.Coverage, beside each job's
+// params); the SQL is queries/coverage.sql; this package binds the two and
+// caches the counts for [Config.MaxAge] so that every scrape of the api and
+// of each worker, and every GET /v1/coverage, costs at most one count per
+// job per MaxAge. It must not write anything.
+package coverage
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queries"
+)
+
+// MaxAgeDefault is how old a served count may be: the gauges and
+// GET /v1/coverage count again when their counts are older.
+const MaxAgeDefault = 15 * time.Second
+
+// MissingLimitMax bounds one page of a missing list.
+const MissingLimitMax = 1000
+
+// ErrNoCoverage is returned for a job without a coverage definition.
+var ErrNoCoverage = errors.New("job has no coverage definition")
+
+// Job is one job's coverage at AsOf.
+type Job struct {
+	Job      string
+	DataDate time.Time
+	Targets  int64
+	Current  int64
+	AsOf     time.Time
+}
+
+// Missing is the targets not current (never negative).
+func (j *Job) Missing() int64 { return max(j.Targets-j.Current, 0) }
+
+// Config configures a Reader.
+type Config struct {
+	// Catalog is the job catalog (nil: jobs.Default()).
+	Catalog *jobs.Catalog
+	// Location is the jobs' zone (BUILDRISK_TIMEZONE; nil: UTC).
+	Location *time.Location
+	// MaxAge is how long counts are served from the cache (0:
+	// MaxAgeDefault).
+	MaxAge time.Duration
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+	// OnError is told about every count that failed (a coverage check that
+	// could not run); nil ignores them.
+	OnError func(ctx context.Context, job string, err error)
+}
+
+// WithDefaults returns a copy of c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	if c.Catalog == nil {
+		c.Catalog = jobs.Default()
+	}
+	if c.Location == nil {
+		c.Location = time.UTC
+	}
+	c.MaxAge = cmp.Or(c.MaxAge, MaxAgeDefault)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Reader counts coverage on a database and caches the counts.
+type Reader struct {
+	cfg Config
+	db  queries.DBTX
+
+	mu   sync.Mutex // held during a count, so concurrent readers share it
+	last []*Job
+	at   time.Time
+}
+
+// New returns a Reader over db (a pool: the counts never run in a
+// caller's transaction).
+func New(db queries.DBTX, cfg Config) *Reader {
+	return &Reader{cfg: cfg.WithDefaults(), db: db}
+}
+
+// Jobs returns the names of the catalog's jobs with a coverage definition,
+// in catalog order.
+func (r *Reader) Jobs() []string {
+	var names []string
+	for _, d := range r.cfg.Catalog.All() {
+		if _, ok := bindings[d.Name()]; ok && d.Coverage() != nil {
+			names = append(names, d.Name())
+		}
+	}
+	return names
+}
+
+// DataDate returns job's data date now.
+func (r *Reader) DataDate(job string) (time.Time, error) {
+	def, ok := r.cfg.Catalog.Lookup(job)
+	if !ok || def.Coverage() == nil {
+		return time.Time{}, fmt.Errorf("%s: %w", job, ErrNoCoverage)
+	}
+	return def.Coverage().DataDate(r.cfg.Now(), r.cfg.Location), nil
+}
+
+// Snapshot returns every job's coverage, counted at most MaxAge ago. A
+// job whose count failed is left out (and told to OnError); the error
+// joins those failures.
+func (r *Reader) Snapshot(ctx context.Context) ([]*Job, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last != nil && r.cfg.Now().Sub(r.at) < r.cfg.MaxAge {
+		return r.last, nil
+	}
+	var (
+		out  []*Job
+		errs []error
+	)
+	for _, job := range r.Jobs() {
+		c, err := r.Count(ctx, job)
+		if err != nil {
+			if r.cfg.OnError != nil {
+				r.cfg.OnError(ctx, job, err)
+			}
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, c)
+	}
+	if len(errs) > 0 {
+		// Not cached: the next reader tries again.
+		return out, errors.Join(errs...)
+	}
+	r.last, r.at = out, r.cfg.Now()
+	return out, nil
+}
+
+// Count counts job's coverage now, bypassing the cache.
+func (r *Reader) Count(ctx context.Context, job string) (*Job, error) {
+	b, ok := bindings[job]
+	day, err := r.DataDate(job)
+	if err != nil || !ok {
+		return nil, fmt.Errorf("%s: %w", job, ErrNoCoverage)
+	}
+	targets, current, err := b.count(ctx, r.db, day)
+	if err != nil {
+		return nil, fmt.Errorf("error counting coverage of %s: %w", job, err)
+	}
+	return &Job{Job: job, DataDate: day, Targets: targets, Current: current, AsOf: r.cfg.Now()}, nil
+}
+
+// Missing returns up to limit of job's missing targets for its data date
+// after the target `after` ("" from the first), in key order, and the data
+// date. Returns ErrNoCoverage for a job without a definition.
+func (r *Reader) Missing(ctx context.Context, job, after string, limit int) ([]string, time.Time, error) {
+	b, ok := bindings[job]
+	day, err := r.DataDate(job)
+	if err != nil || !ok {
+		return nil, time.Time{}, fmt.Errorf("%s: %w", job, ErrNoCoverage)
+	}
+	limit = min(max(limit, 1), MissingLimitMax)
+	targets, err := b.missing(ctx, r.db, day, after, int32(limit))
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("error listing missing targets of %s: %w", job, err)
+	}
+	return targets, day, nil
+}
+
+// binding ties a job to its two queries in queries/coverage.sql.
+type binding struct {
+	count   func(ctx context.Context, db queries.DBTX, day time.Time) (targets, current int64, err error)
+	missing func(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error)
+}
+
+var bindings = map[string]binding{
+	jobs.CreditEval: {
+		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
+			row, err := queries.New().CoverageCreditEvalCount(ctx, db, day)
+			if err != nil {
+				return 0, 0, err
+			}
+			return row.Targets, row.Current, nil
+		},
+		missing: func(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error) {
+			return queries.New().CoverageCreditEvalMissing(ctx, db, &queries.CoverageCreditEvalMissingParams{After: after, DataDate: day, RowLimit: limit})
+		},
+	},
+	jobs.StockPrice: {
+		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
+			row, err := queries.New().CoverageStockPriceCount(ctx, db, day)
+			if err != nil {
+				return 0, 0, err
+			}
+			return row.Targets, row.Current, nil
+		},
+		missing: func(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error) {
+			return queries.New().CoverageStockPriceMissing(ctx, db, &queries.CoverageStockPriceMissingParams{After: after, DataDate: day, RowLimit: limit})
+		},
+	},
+	jobs.Metrics: {
+		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
+			row, err := queries.New().CoverageMetricsCount(ctx, db, day)
+			if err != nil {
+				return 0, 0, err
+			}
+			return row.Targets, row.Current, nil
+		},
+		missing: func(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error) {
+			return queries.New().CoverageMetricsMissing(ctx, db, &queries.CoverageMetricsMissingParams{After: after, DataDate: day, RowLimit: limit})
+		},
+	},
+	jobs.Rules: {
+		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
+			row, err := queries.New().CoverageRulesCount(ctx, db, day)
+			if err != nil {
+				return 0, 0, err
+			}
+			return row.Targets, row.Current, nil
+		},
+		missing: func(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error) {
+			return queries.New().CoverageRulesMissing(ctx, db, &queries.CoverageRulesMissingParams{After: after, DataDate: day, RowLimit: limit})
+		},
+	},
+}
