@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -170,6 +171,9 @@ func TestBenchTable(t *testing.T) {
 	}
 	if want("jobs") {
 		rows = append(rows, benchJobList(t, scale))
+	}
+	if want("api") {
+		rows = append(rows, benchAPI(t, scale)...)
 	}
 	var bin string
 	if want("import") || want("memory") || want("drain") || want("stale") {
@@ -1015,3 +1019,74 @@ func benchScaleOut(t *testing.T, scale benchScale) []*benchRow {
 }
 
 func formatRequestID(id int64) string { return strconv.FormatInt(id, 10) }
+
+// benchAPIRate returns how many calls of do per second conc clients make
+// together, n calls in all.
+func benchAPIRate(t *testing.T, n, conc int, do func(client *http.Client) int, want int) float64 {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc}}
+	defer client.CloseIdleConnections()
+	var next, bad atomic.Int64
+	var wg sync.WaitGroup
+	began := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if do(client) != want {
+					bad.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(began)
+	require.Zero(t, bad.Load(), "every call answered %d", want)
+	return float64(n) / took.Seconds()
+}
+
+// benchAPICall sends one call to the api and returns its status, the body
+// read and dropped.
+func benchAPICall(t *testing.T, client *http.Client, method, url, token, body string) int {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// benchAPI: cheap api calls beside GET /healthz (the api's floor: routing,
+// one handler, no database), each measured by 8 concurrent clients on
+// kept-alive connections in the same repetition: POST of a duplicate
+// request (409) while the job's request is active.
+func benchAPI(t *testing.T, scale benchScale) []*benchRow {
+	s := newTestSystem(t, nil)
+	const conc = 8
+	n := scale.jobsGets * 5
+	status, out := s.post("/v1/jobs/aptTrade/requests", `{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01"}}`)
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	healthz := func(c *http.Client) int {
+		return benchAPICall(t, c, http.MethodGet, s.api.URL+"/healthz", "", "")
+	}
+	duplicate := func(c *http.Client) int {
+		return benchAPICall(t, c, http.MethodPost, s.api.URL+"/v1/jobs/aptTrade/requests", testOperatorToken,
+			`{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01"}}`)
+	}
+	dup := &benchRow{name: "POST of a duplicate request (409), 8 clients", unit: "req/s", refName: "GET /healthz", target: "—"}
+	for range scale.reps {
+		ref := benchAPIRate(t, n, conc, healthz, http.StatusOK)
+		dup.add(benchAPIRate(t, n, conc, duplicate, http.StatusConflict), ref)
+	}
+	return []*benchRow{dup}
+}

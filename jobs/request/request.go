@@ -86,6 +86,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Cleanup runs before the duplicate check; nil skips it.
 	Cleanup CleanupFunc
+	// StaleAfter is the cleanup's stale window (the reaper's): an active
+	// request held by a worker that heartbeat within it, and that its River
+	// job will still run, is one Cleanup cannot free, so Enqueue answers a
+	// duplicate of it without the job's advisory lock. Zero with a Cleanup
+	// set sends every enqueue down the locked path.
+	StaleAfter time.Duration
 	// Resume is the policy of ResumeTx; its zero value resumes nothing.
 	Resume ResumePolicy
 }
@@ -169,7 +175,9 @@ func (e *Enqueuer) Validate(ctx context.Context, db queries.DBTX, p *EnqueuePara
 	return def, params, nil
 }
 
-// Enqueue validates p and, in one transaction under the job's advisory lock,
+// Enqueue validates p, answers a duplicate of an active request the cleanup
+// could not free without the lock (settledDuplicate), and otherwise, in one
+// transaction under the job's advisory lock (taken once),
 // runs the stale cleanup, refuses a duplicate, inserts the request's River
 // job (when the Enqueuer has a River client) and the request. A conflict
 // (serialization failure, deadlock) runs the transaction again (queries.InTx).
@@ -182,6 +190,10 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 			e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultInvalid)
 		}
 		return nil, err
+	}
+	if active, ok := e.settledDuplicate(ctx, p.Job); ok {
+		e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultDuplicate)
+		return nil, &DuplicateError{Job: p.Job, ActiveRequestID: active}
 	}
 	var result *EnqueueResult
 	err = queries.InTx(ctx, e.pool, func(tx pgx.Tx) error {
@@ -208,6 +220,29 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 	}
 	e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultAccepted)
 	return result, nil
+}
+
+// settledDuplicate reports the job's active request when the stale cleanup
+// could not free it (JobRequestActiveSettled): the duplicate is then decided
+// in one statement outside any transaction, without the job's advisory
+// lock, so duplicates never queue on the lock the run's start takes. The
+// answer is the one the locked path would give: the cleanup would find
+// nothing to finalize and the state read after it would show the same
+// active request. Any doubt (no such row, an error, no stale window to
+// judge by) returns false: the locked path decides, taking the lock once.
+func (e *Enqueuer) settledDuplicate(ctx context.Context, job string) (int64, bool) {
+	stale := e.cfg.StaleAfter
+	if e.cfg.Cleanup == nil {
+		stale = 100 * 365 * 24 * time.Hour // no cleanup: every active request stays
+	}
+	if stale <= 0 {
+		return 0, false
+	}
+	id, err := e.queries.JobRequestActiveSettled(ctx, e.pool, &queries.JobRequestActiveSettledParams{Job: job, StaleSeconds: stale.Seconds()})
+	if err != nil {
+		return 0, false
+	}
+	return id, true
 }
 
 // EnqueueTx is Enqueue inside the caller's transaction (chains insert the

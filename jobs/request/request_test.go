@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,6 +21,7 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
@@ -213,4 +216,94 @@ func TestEnqueue_DuplicateDrawsNoID(t *testing.T) {
 	var riverJobs int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&riverJobs))
 	require.Equal(t, 2, riverJobs, "a duplicate inserts no River job")
+}
+
+// A duplicate (409) of an active request that the stale cleanup could not
+// free takes no advisory lock: a burst of 200 duplicates while the run's
+// start holds the job's lock (as the runner's start does) all answer 409
+// without waiting for it, whether the request is still QUEUED with its River
+// job available or RUNNING under a live worker, so they never queue ahead
+// of the run's start. A duplicate whose holder is stale goes down the locked
+// path and takes the lock exactly once, with the cleanup.
+func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tracer := &pgtest.RoundTripTracer{}
+	base := pgtest.NewPool(t)
+	pool := pgtest.NewTracedPool(t, base, tracer)
+	providers, _ := observability.NewTestProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	var cleanups atomic.Int64
+	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
+		Catalog:     jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"}),
+		Instruments: instruments,
+		StaleAfter:  time.Minute,
+		Cleanup: func(context.Context, pgx.Tx, string) error {
+			cleanups.Add(1)
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	enqueue := func(ctx context.Context) error {
+		_, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
+		return err
+	}
+	require.NoError(t, enqueue(ctx))
+	var active int64
+	require.NoError(t, base.QueryRow(ctx, `SELECT id FROM job_request WHERE status = 'QUEUED'`).Scan(&active))
+	lockTrips := func() int {
+		n := 0
+		for _, trip := range tracer.Log() {
+			n += strings.Count(trip, "-- name: AdvisoryXactLockJob")
+		}
+		return n
+	}
+	// burst sends 200 duplicates at once while another connection holds the
+	// job's lock, as the run's start does; each must answer before the
+	// deadline, which only a lock-free answer can.
+	burst := func(t *testing.T) {
+		t.Helper()
+		runStart, err := base.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = runStart.Rollback(ctx) }()
+		require.NoError(t, queries.New().AdvisoryXactLockJob(ctx, runStart, "stockPrice"))
+		tracer.Reset()
+		deadline, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		errs := make([]error, 200)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() { errs[i] = enqueue(deadline) })
+		}
+		wg.Wait()
+		for _, err := range errs {
+			var dup *request.DuplicateError
+			require.ErrorAs(t, err, &dup)
+			require.Equal(t, active, dup.ActiveRequestID)
+		}
+		require.Zero(t, lockTrips(), "no duplicate took the job's lock")
+		require.Zero(t, cleanups.Load(), "nothing a cleanup could free")
+	}
+
+	t.Run("Queued", burst)
+
+	_, err = base.Exec(ctx, `INSERT INTO worker (id, hostname, pid, boot) VALUES ('1@host#b', 'host', 1, 'b')`)
+	require.NoError(t, err)
+	_, err = base.Exec(ctx, `UPDATE job_request SET status = 'RUNNING', worker_id = '1@host#b' WHERE id = $1`, active)
+	require.NoError(t, err)
+	t.Run("RunningUnderLiveWorker", burst)
+
+	_, err = base.Exec(ctx, `UPDATE worker SET heartbeat_at = now() - interval '1 hour'`)
+	require.NoError(t, err)
+	tracer.Reset()
+	for range 5 {
+		var dup *request.DuplicateError
+		require.ErrorAs(t, enqueue(ctx), &dup)
+		require.Equal(t, active, dup.ActiveRequestID)
+	}
+	require.Equal(t, 5, lockTrips(), "a stale holder's duplicate takes the lock once, for the cleanup")
+	require.Equal(t, int64(5), cleanups.Load())
 }
