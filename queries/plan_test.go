@@ -62,6 +62,7 @@ FROM generate_series(1, %[1]d) g;
 UPDATE job_request SET status = 'RUNNING', worker_id = 'live@host#b' WHERE id = %[1]d;
 UPDATE job_execution SET status = 'STARTED' WHERE id = %[1]d;
 INSERT INTO worker (id, hostname, pid, boot) VALUES ('live@host#b', 'host', 1, 'b');
+UPDATE job_request SET execution_id = id WHERE id IN (5, %[1]d);
 ANALYZE;`, historyRows)
 	_, err := pool.Exec(ctx, seed)
 	require.NoError(t, err)
@@ -81,6 +82,9 @@ ANALYZE;`, historyRows)
 		{"JobExecutionListByIDs", jobExecutionListByIDs, []any{ids}},
 		{"JobExecutionIDsByInstance", jobExecutionIDsByInstance, []any{int64(5)}},
 		{"JobRequestGetByID", jobRequestGetByID, []any{int64(5)}},
+		{"JobRequestView", jobRequestView, []any{int64(5)}},
+		{"JobRequestViewRunning", jobRequestView, []any{int64(historyRows)}},
+		{"JobRequestActiveSettled", jobRequestActiveSettled, []any{"aptTrade", 60.0}},
 		{"JobRequestGetActiveByJob", jobRequestGetActiveByJob, []any{"aptTrade"}},
 		{"JobRequestEnqueueState", jobRequestEnqueueState, []any{"aptTrade"}},
 		{"JobRequestListFirstPage", jobRequestList, []any{nil, nil, nil, int32(50)}},

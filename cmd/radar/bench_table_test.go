@@ -1069,7 +1069,9 @@ func benchAPICall(t *testing.T, client *http.Client, method, url, token, body st
 // benchAPI: cheap api calls beside GET /healthz (the api's floor: routing,
 // one handler, no database), each measured by 8 concurrent clients on
 // kept-alive connections in the same repetition: POST of a duplicate
-// request (409) while the job's request is active.
+// request (409) while the job's request is active, and GET
+// /v1/requests/{id} of a finished request with jobsBig executions in
+// history.
 func benchAPI(t *testing.T, scale benchScale) []*benchRow {
 	s := newTestSystem(t, nil)
 	const conc = 8
@@ -1083,10 +1085,25 @@ func benchAPI(t *testing.T, scale benchScale) []*benchRow {
 		return benchAPICall(t, c, http.MethodPost, s.api.URL+"/v1/jobs/aptTrade/requests", testOperatorToken,
 			`{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01"}}`)
 	}
+	// A finished request with an execution, its instance holding chunks,
+	// among jobsBig executions of history.
+	seedHistory(t, s.pool, scale.jobsBig)
+	var requestID int64
+	require.NoError(t, s.pool.QueryRow(context.Background(), `
+		WITH e AS (SELECT id, instance_id, request_id FROM job_execution ORDER BY id DESC LIMIT 1),
+		     c AS (INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written)
+		           SELECT e.instance_id, 'c' || g, e.id, 10, 10 FROM e, generate_series(1, 40) g)
+		UPDATE job_request r SET execution_id = e.id FROM e WHERE r.id = e.request_id RETURNING r.id`).Scan(&requestID))
+	getRequest := func(c *http.Client) int {
+		return benchAPICall(t, c, http.MethodGet, s.api.URL+"/v1/requests/"+formatRequestID(requestID), testViewerToken, "")
+	}
 	dup := &benchRow{name: "POST of a duplicate request (409), 8 clients", unit: "req/s", refName: "GET /healthz", target: "—"}
+	get := &benchRow{name: fmt.Sprintf("GET /v1/requests/{id} with %d executions in history, 8 clients", scale.jobsBig),
+		unit: "req/s", refName: "GET /healthz", target: "≥ 0.25"}
 	for range scale.reps {
 		ref := benchAPIRate(t, n, conc, healthz, http.StatusOK)
 		dup.add(benchAPIRate(t, n, conc, duplicate, http.StatusConflict), ref)
+		get.add(benchAPIRate(t, n, conc, getRequest, http.StatusOK), ref)
 	}
-	return []*benchRow{dup}
+	return []*benchRow{dup, get}
 }
