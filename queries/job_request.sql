@@ -26,30 +26,6 @@ SELECT active_request_id::bigint AS active_request_id,
        last_confirm_purge::boolean AS last_confirm_purge
 FROM job_request_enqueue_state(@job::text);
 
--- name: JobRequestActiveSettled :one
--- JobRequestActiveSettled returns the job's active request when the stale
--- cleanup could not finalize it: it is held by a worker whose heartbeat is
--- within the stale window (JobRequestListStale finds none), and, while it is
--- QUEUED, its River job will still run it (JobRequestListOrphaned finds
--- none; River's job row is read here exactly as there). Such a request
--- answers a new one with 409 without the job's advisory lock, so a burst
--- of duplicates neither queues on the lock nor delays the run's start,
--- which takes it. No row (no active request, or one the cleanup might
--- free) sends the enqueue down the locked path. A condition that is
--- unknown (NULL) counts as unsettled, the safe side.
-SELECT r.id
-FROM job_request r
-LEFT JOIN worker w ON w.id = r.worker_id
-LEFT JOIN river_job j ON j.id = r.river_job_id
-LEFT JOIN worker fw ON fw.id = j.attempted_by[array_length(j.attempted_by, 1)]
-WHERE r.job = @job::text
-  AND r.status IN ('QUEUED', 'RUNNING')
-  AND (r.worker_id IS NULL OR w.heartbeat_at >= now() - make_interval(secs => @stale_seconds::float8)) IS TRUE
-  AND (r.status = 'RUNNING' OR r.river_job_id IS NULL
-       OR j.state IN ('available', 'scheduled', 'retryable', 'pending')
-       OR (j.state = 'running' AND fw.heartbeat_at >= now() - make_interval(secs => @stale_seconds::float8))) IS TRUE
-LIMIT 1;
-
 -- name: JobRequestView :one
 -- JobRequestView answers GET /v1/requests/{id} in one statement (it took
 -- four, one round trip each): the request, its execution, and the figures

@@ -42,43 +42,6 @@ func (q *Queries) JobRequestActiveIDsByWorker(ctx context.Context, db DBTX) ([]*
 	return items, nil
 }
 
-const jobRequestActiveSettled = `-- name: JobRequestActiveSettled :one
-SELECT r.id
-FROM job_request r
-LEFT JOIN worker w ON w.id = r.worker_id
-LEFT JOIN river_job j ON j.id = r.river_job_id
-LEFT JOIN worker fw ON fw.id = j.attempted_by[array_length(j.attempted_by, 1)]
-WHERE r.job = $1::text
-  AND r.status IN ('QUEUED', 'RUNNING')
-  AND (r.worker_id IS NULL OR w.heartbeat_at >= now() - make_interval(secs => $2::float8)) IS TRUE
-  AND (r.status = 'RUNNING' OR r.river_job_id IS NULL
-       OR j.state IN ('available', 'scheduled', 'retryable', 'pending')
-       OR (j.state = 'running' AND fw.heartbeat_at >= now() - make_interval(secs => $2::float8))) IS TRUE
-LIMIT 1
-`
-
-type JobRequestActiveSettledParams struct {
-	Job          string
-	StaleSeconds float64
-}
-
-// JobRequestActiveSettled returns the job's active request when the stale
-// cleanup could not finalize it: it is held by a worker whose heartbeat is
-// within the stale window (JobRequestListStale finds none), and, while it is
-// QUEUED, its River job will still run it (JobRequestListOrphaned finds
-// none; River's job row is read here exactly as there). Such a request
-// answers a new one with 409 without the job's advisory lock, so a burst
-// of duplicates neither queues on the lock nor delays the run's start,
-// which takes it. No row (no active request, or one the cleanup might
-// free) sends the enqueue down the locked path. A condition that is
-// unknown (NULL) counts as unsettled, the safe side.
-func (q *Queries) JobRequestActiveSettled(ctx context.Context, db DBTX, arg *JobRequestActiveSettledParams) (int64, error) {
-	row := db.QueryRow(ctx, jobRequestActiveSettled, arg.Job, arg.StaleSeconds)
-	var id int64
-	err := row.Scan(&id)
-	return id, err
-}
-
 const jobRequestClaim = `-- name: JobRequestClaim :one
 UPDATE job_request
 SET status = 'RUNNING', claimed_at = now(), worker_id = $1

@@ -84,7 +84,6 @@ ANALYZE;`, historyRows)
 		{"JobRequestGetByID", jobRequestGetByID, []any{int64(5)}},
 		{"JobRequestView", jobRequestView, []any{int64(5)}},
 		{"JobRequestViewRunning", jobRequestView, []any{int64(historyRows)}},
-		{"JobRequestActiveSettled", jobRequestActiveSettled, []any{"aptTrade", 60.0}},
 		{"JobRequestGetActiveByJob", jobRequestGetActiveByJob, []any{"aptTrade"}},
 		{"JobRequestEnqueueState", jobRequestEnqueueState, []any{"aptTrade"}},
 		{"JobRequestListFirstPage", jobRequestList, []any{nil, nil, nil, int32(50)}},
@@ -110,6 +109,7 @@ ANALYZE;`, historyRows)
 		// The function's own query: EXPLAIN of the call shows only a
 		// function scan.
 		{"job_request_enqueue_state", functionQuery(t, pool, "job_request_enqueue_state"), []any{"aptTrade"}},
+		{"job_lock_unless_settled", settledQuery(t, pool), []any{"aptTrade", 60.0}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -153,6 +153,23 @@ func functionQuery(t *testing.T, pool interface {
 	query, _, ok = strings.Cut(query, ";")
 	require.True(t, ok, "no end of the query in %s:\n%s", name, src)
 	return strings.ReplaceAll(query, "p_job", "$1::text")
+}
+
+// settledQuery returns the query of job_lock_unless_settled (its SELECT
+// INTO), as installed by the migrations, with p_job as $1 and
+// p_stale_seconds as $2.
+func settledQuery(t *testing.T, pool interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) string {
+	t.Helper()
+	var src string
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT prosrc FROM pg_proc WHERE proname = 'job_lock_unless_settled'`).Scan(&src))
+	_, query, ok := strings.Cut(src, "SELECT r.id INTO settled")
+	require.True(t, ok, "no SELECT INTO in job_lock_unless_settled:\n%s", src)
+	query, _, ok = strings.Cut(query, ";")
+	require.True(t, ok, "no end of the query in job_lock_unless_settled:\n%s", src)
+	query = strings.ReplaceAll(query, "p_stale_seconds", "$2::float8")
+	return "SELECT r.id " + strings.ReplaceAll(query, "p_job", "$1::text")
 }
 
 // planNode is one node of EXPLAIN (FORMAT JSON).

@@ -88,9 +88,9 @@ type Config struct {
 	Cleanup CleanupFunc
 	// StaleAfter is the cleanup's stale window (the reaper's): an active
 	// request held by a worker that heartbeat within it, and that its River
-	// job will still run, is one Cleanup cannot free, so Enqueue answers a
-	// duplicate of it without the job's advisory lock. Zero with a Cleanup
-	// set sends every enqueue down the locked path.
+	// job will still run, is one Cleanup cannot free, so a duplicate of it
+	// is answered without the job's advisory lock. Zero with a Cleanup set
+	// takes the lock for every enqueue.
 	StaleAfter time.Duration
 	// Resume is the policy of ResumeTx; its zero value resumes nothing.
 	Resume ResumePolicy
@@ -175,10 +175,9 @@ func (e *Enqueuer) Validate(ctx context.Context, db queries.DBTX, p *EnqueuePara
 	return def, params, nil
 }
 
-// Enqueue validates p, answers a duplicate of an active request the cleanup
-// could not free without the lock (settledDuplicate), and otherwise, in one
-// transaction under the job's advisory lock (taken once),
-// runs the stale cleanup, refuses a duplicate, inserts the request's River
+// Enqueue validates p and, in one transaction under the job's advisory lock
+// (taken once; not at all for a duplicate of an active request the cleanup
+// could not free, see settledStaleSeconds), runs the stale cleanup, refuses a duplicate, inserts the request's River
 // job (when the Enqueuer has a River client) and the request. A conflict
 // (serialization failure, deadlock) runs the transaction again (queries.InTx).
 // Errors: ErrUnknownJob, *jobs.ParamError, *DuplicateError, or an internal
@@ -190,10 +189,6 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 			e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultInvalid)
 		}
 		return nil, err
-	}
-	if active, ok := e.settledDuplicate(ctx, p.Job); ok {
-		e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultDuplicate)
-		return nil, &DuplicateError{Job: p.Job, ActiveRequestID: active}
 	}
 	var result *EnqueueResult
 	err = queries.InTx(ctx, e.pool, func(tx pgx.Tx) error {
@@ -222,31 +217,24 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 	return result, nil
 }
 
-// settledDuplicate reports the job's active request when the stale cleanup
-// could not free it (JobRequestActiveSettled): the duplicate is then decided
-// in one statement outside any transaction, without the job's advisory
-// lock, so duplicates never queue on the lock the run's start takes. The
+// settledStaleSeconds is the stale window enqueueTx hands to
+// JobLockUnlessSettled for p: an active request held by a worker that
+// heartbeat within it, and that its River job will still run, is one the
+// cleanup cannot free, so its duplicate is answered without the job's
+// advisory lock and never queues on the lock the run's start takes. The
 // answer is the one the locked path would give: the cleanup would find
 // nothing to finalize and the state read after it would show the same
-// active request. Any doubt (no such row, an error, no stale window to
-// judge by) returns false: the locked path decides, taking the lock once.
-// Its cost: an accepted request pays this statement's round trip before
-// its BEGIN (the enqueue transaction itself is unchanged). Folding the check
-// into the BEGIN batch needs a lock taken only when the check finds nothing,
-// i.e. a PL/pgSQL function like job_request_enqueue_state.
-func (e *Enqueuer) settledDuplicate(ctx context.Context, job string) (int64, bool) {
-	stale := e.cfg.StaleAfter
-	if e.cfg.Cleanup == nil {
-		stale = 100 * 365 * 24 * time.Hour // no cleanup: every active request stays
+// active request. Without a cleanup every active request stays (a window
+// of a century); without a stale window, or for a request the cleanup
+// itself makes (ResumeTx), 0: the lock is always taken, once.
+func (e *Enqueuer) settledStaleSeconds(p *EnqueueParams) float64 {
+	switch {
+	case p.skipCleanup:
+		return 0
+	case e.cfg.Cleanup == nil:
+		return (100 * 365 * 24 * time.Hour).Seconds()
 	}
-	if stale <= 0 {
-		return 0, false
-	}
-	id, err := e.queries.JobRequestActiveSettled(ctx, e.pool, &queries.JobRequestActiveSettledParams{Job: job, StaleSeconds: stale.Seconds()})
-	if err != nil {
-		return 0, false
-	}
-	return id, true
+	return e.cfg.StaleAfter.Seconds()
 }
 
 // EnqueueTx is Enqueue inside the caller's transaction (chains insert the
@@ -261,16 +249,21 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams) (
 	return e.enqueueTx(ctx, tx, p, params)
 }
 
-// enqueueTx is the one enqueue: in tx, the job's advisory lock and its
-// state (one round trip), the stale cleanup when the job has an active
+// enqueueTx is the one enqueue: in tx, the job's advisory lock (unless its
+// active request is settled: a duplicate without the lock) and its state
+// (one round trip), the stale cleanup when the job has an active
 // request, the duplicate check, the restart rule, River's InsertTx of a job
 // that carries the request's id, and the request row, linked to that job.
 // A duplicate draws no request id: the state reads one only for a job
 // without an active request.
 func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *jobs.Params) (*EnqueueResult, error) {
-	state, err := e.queries.EnqueueStateTx(ctx, tx, p.Job)
+	state, settled, err := e.queries.EnqueueStateTx(ctx, tx, p.Job, e.settledStaleSeconds(p))
 	if err != nil {
 		return nil, fmt.Errorf("error taking job lock and reading its requests: %w", err)
+	}
+	if settled != 0 {
+		// A duplicate of a request the cleanup cannot free: no lock taken.
+		return nil, &DuplicateError{Job: p.Job, ActiveRequestID: settled}
 	}
 	if state.ActiveRequestID != 0 && e.cfg.Cleanup != nil && !p.skipCleanup {
 		if err := e.cfg.Cleanup(ctx, tx, p.Job); err != nil {

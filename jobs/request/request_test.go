@@ -161,7 +161,7 @@ func TestEnqueue_OneTransactionOfOwnStatementsAndRiversInsertTx(t *testing.T) {
 	begin, state, last := trips[0], trips[1], trips[len(trips)-1]
 	require.Equal(t, "begin isolation level read committed", begin.statement)
 	require.True(t, strings.HasPrefix(state.statement, "batch: "), "the lock and the state travel together: %q", state.statement)
-	require.Contains(t, state.statement, "-- name: AdvisoryXactLockJob")
+	require.Contains(t, state.statement, "-- name: JobLockUnlessSettled")
 	require.Contains(t, state.statement, "-- name: JobRequestEnqueueState")
 	require.Equal(t, "commit", last.statement)
 	phase := "state"
@@ -223,8 +223,9 @@ func TestEnqueue_DuplicateDrawsNoID(t *testing.T) {
 // start holds the job's lock (as the runner's start does) all answer 409
 // without waiting for it, whether the request is still QUEUED with its River
 // job available or RUNNING under a live worker, so they never queue ahead
-// of the run's start. A duplicate whose holder is stale goes down the locked
-// path and takes the lock exactly once, with the cleanup.
+// of the run's start; each sends one lock statement (JobLockUnlessSettled,
+// in its BEGIN batch) and no other. A duplicate whose holder is stale waits
+// for the lock, takes it once and runs the cleanup under it.
 func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -254,22 +255,26 @@ func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
 	require.NoError(t, enqueue(ctx))
 	var active int64
 	require.NoError(t, base.QueryRow(ctx, `SELECT id FROM job_request WHERE status = 'QUEUED'`).Scan(&active))
-	lockTrips := func() int {
-		n := 0
+	lockStatements := func() (conditional, plain int) {
 		for _, trip := range tracer.Log() {
-			n += strings.Count(trip, "-- name: AdvisoryXactLockJob")
+			conditional += strings.Count(trip, "-- name: JobLockUnlessSettled")
+			plain += strings.Count(trip, "-- name: AdvisoryXactLockJob")
 		}
-		return n
+		return conditional, plain
+	}
+	holdLock := func(t *testing.T) pgx.Tx {
+		t.Helper()
+		runStart, err := base.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = runStart.Rollback(ctx) })
+		require.NoError(t, queries.New().AdvisoryXactLockJob(ctx, runStart, "stockPrice"))
+		return runStart
 	}
 	// burst sends 200 duplicates at once while another connection holds the
 	// job's lock, as the run's start does; each must answer before the
 	// deadline, which only a lock-free answer can.
 	burst := func(t *testing.T) {
-		t.Helper()
-		runStart, err := base.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = runStart.Rollback(ctx) }()
-		require.NoError(t, queries.New().AdvisoryXactLockJob(ctx, runStart, "stockPrice"))
+		holdLock(t)
 		tracer.Reset()
 		deadline, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
@@ -284,7 +289,9 @@ func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
 			require.ErrorAs(t, err, &dup)
 			require.Equal(t, active, dup.ActiveRequestID)
 		}
-		require.Zero(t, lockTrips(), "no duplicate took the job's lock")
+		conditional, plain := lockStatements()
+		require.Equal(t, 200, conditional, "one conditional lock statement per duplicate")
+		require.Zero(t, plain)
 		require.Zero(t, cleanups.Load(), "nothing a cleanup could free")
 	}
 
@@ -298,12 +305,30 @@ func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
 
 	_, err = base.Exec(ctx, `UPDATE worker SET heartbeat_at = now() - interval '1 hour'`)
 	require.NoError(t, err)
-	tracer.Reset()
-	for range 5 {
+	t.Run("StaleHolderWaitsForTheLock", func(t *testing.T) {
+		runStart := holdLock(t)
+		tracer.Reset()
+		answered := make(chan error, 1)
+		go func() { answered <- enqueue(ctx) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var waiting int
+			require.NoError(t, base.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`).Scan(&waiting))
+			if waiting == 1 {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "the stale holder's duplicate never waited for the job's lock")
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.Zero(t, cleanups.Load(), "the cleanup waits for the lock")
+		require.NoError(t, runStart.Rollback(ctx))
 		var dup *request.DuplicateError
-		require.ErrorAs(t, enqueue(ctx), &dup)
+		require.ErrorAs(t, <-answered, &dup)
 		require.Equal(t, active, dup.ActiveRequestID)
-	}
-	require.Equal(t, 5, lockTrips(), "a stale holder's duplicate takes the lock once, for the cleanup")
-	require.Equal(t, int64(5), cleanups.Load())
+		require.Equal(t, int64(1), cleanups.Load())
+		conditional, plain := lockStatements()
+		require.Equal(t, 1, conditional, "the lock is taken once")
+		require.Zero(t, plain)
+	})
 }
