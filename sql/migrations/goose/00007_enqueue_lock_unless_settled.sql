@@ -1,11 +1,12 @@
 -- +goose Up
 -- job_lock_unless_settled is the first step of an enqueue, sent in the
 -- BEGIN batch before job_request_enqueue_state: it returns the job's active
--- request when the stale cleanup could not free it (the query of
--- JobRequestActiveSettled: held by a worker that heartbeat within
--- p_stale_seconds and, while QUEUED, with a River job that will still run
--- it), and otherwise takes the job's advisory lock (AdvisoryXactLockJob's)
--- and returns 0. A duplicate of a settled request is thus answered without
+-- request when the stale cleanup could not free it (held by a worker that
+-- heartbeat within p_stale_seconds, so JobRequestListStale finds none, and,
+-- while QUEUED, with a River job that will still run it, so
+-- JobRequestListOrphaned finds none; River's job row is read as there; an
+-- unknown (NULL) condition counts as unsettled), and otherwise takes the
+-- job's advisory lock (AdvisoryXactLockJob's) and returns 0. A duplicate of a settled request is thus answered without
 -- the lock, in the round trip an accepted request makes anyway, so a burst
 -- of duplicates never queues on the lock the run's start takes.
 -- p_stale_seconds <= 0 always takes the lock (no window to judge by). The
