@@ -24,7 +24,7 @@ SOAK_CI_SEED = 20261130
 VALIDATE_DIR = deploy/validate
 VALIDATE_TEST_FLAGS ?= -count=1 -timeout 10m
 # The release build: the flags deploy/Dockerfile builds the image with
-# (deploy/deploy_test.go fails when the two differ). CI builds with them.
+# (deploy/dockerfile_test.go fails when the two differ). CI builds with them.
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 BUILD_ENV = CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 BUILD_FLAGS = -trimpath -tags timetzdata -ldflags "-s -w -X main.version=$(VERSION)"

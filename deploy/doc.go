@@ -11,14 +11,17 @@
 //     unit tests.
 //   - grafana/: the provisioned datasource, dashboard and alert rules.
 //
-// deploy_test.go runs promtool on the rules when it is on PATH (and fails
-// without it when BUILDRISK_REQUIRE_PROMTOOL=1), checks the fields Grafana's
-// provisioning loader requires, and checks that every metric name used by a
-// rule, alert or panel is one of observability.MetricNames, so renaming an
-// instrument can't silently blind an alert. It also checks that the deploy
-// files set only variables docs/configuration.md lists, and that the
-// Dockerfile builds with the Makefile's BUILD_ENV and BUILD_FLAGS (what CI
-// builds with).
+// The tests, one file per product: prometheus_test.go runs promtool on the
+// rules when it is on PATH (and fails without it when
+// BUILDRISK_REQUIRE_PROMTOOL=1) and checks the scrape config and rules;
+// grafana_test.go checks the fields Grafana's provisioning loader requires;
+// deploy_test.go checks that every metric name used by a rule, alert or
+// panel is one of observability.MetricNames, so renaming an instrument can't
+// silently blind an alert. compose_test.go and kubernetes_test.go check that
+// the deploy files set only variables docs/configuration.md lists, and
+// dockerfile_test.go that the Dockerfile builds with the Makefile's
+// BUILD_ENV and BUILD_FLAGS (what CI builds with). alerting_test.go and
+// dashboard_lint_test.go check the alert routing and the dashboard.
 //
 // validate/ is a Go module of its own: it builds k8s/ with kustomize's
 // library, decodes every object strictly into the Kubernetes API types, and

@@ -203,3 +203,10 @@ SELECT * FROM job_execution WHERE id = ANY(@ids::bigint[]);
 -- JobExecutionSetStopCause records why an execution that did not complete
 -- ended; the resume policy reads it.
 UPDATE job_execution SET stop_cause = @stop_cause WHERE id = @id;
+
+-- name: JobExecutionLockSkipLocked :many
+-- JobExecutionLockSkipLocked locks an execution's row for its reap, or
+-- returns no row when another transaction holds it (a dead worker's, still
+-- open on the server): the reaper never waits on it, it skips the request
+-- for this pass.
+SELECT id FROM job_execution WHERE id = @id FOR UPDATE SKIP LOCKED;

@@ -381,6 +381,34 @@ func (q *Queries) JobExecutionListByIDs(ctx context.Context, db DBTX, ids []int6
 	return items, nil
 }
 
+const jobExecutionLockSkipLocked = `-- name: JobExecutionLockSkipLocked :many
+SELECT id FROM job_execution WHERE id = $1 FOR UPDATE SKIP LOCKED
+`
+
+// JobExecutionLockSkipLocked locks an execution's row for its reap, or
+// returns no row when another transaction holds it (a dead worker's, still
+// open on the server): the reaper never waits on it, it skips the request
+// for this pass.
+func (q *Queries) JobExecutionLockSkipLocked(ctx context.Context, db DBTX, id int64) ([]int64, error) {
+	rows, err := db.Query(ctx, jobExecutionLockSkipLocked, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobExecutionOwned = `-- name: JobExecutionOwned :one
 SELECT status FROM job_execution
 WHERE job_execution.id = $1

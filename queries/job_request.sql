@@ -2,9 +2,18 @@
 -- JobRequestInsert writes a request under the id JobRequestEnqueueState
 -- drew, already linked to its River job (inserted first, carrying that id),
 -- so the enqueue writes the row once.
-INSERT INTO job_request (id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id)
-VALUES (@id, @job, @params, @params_hash, sqlc.narg('max_calls'), @confirm_purge, @source, @requested_by, @estimated_calls, sqlc.narg('resumes_execution_id'), sqlc.narg('worker_id'), sqlc.narg('due_at'), sqlc.narg('river_job_id'))
+-- A delay (not_before_seconds, an automatic resume's backoff) is counted
+-- from the database's clock.
+INSERT INTO job_request (id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id, not_before)
+VALUES (@id, @job, @params, @params_hash, sqlc.narg('max_calls'), @confirm_purge, @source, @requested_by, @estimated_calls, sqlc.narg('resumes_execution_id'), sqlc.narg('worker_id'), sqlc.narg('due_at'), sqlc.narg('river_job_id'),
+        now() + make_interval(secs => sqlc.narg('not_before_seconds')::float8))
 RETURNING *;
+
+-- name: JobRequestWait :one
+-- JobRequestWait returns how many seconds remain, by the database's clock,
+-- before the request may start (0 when it may start now).
+SELECT coalesce(greatest(extract(epoch FROM not_before - now()), 0), 0)::float8 AS wait_seconds
+FROM job_request WHERE id = @id;
 
 -- name: JobRequestEnqueueState :one
 -- JobRequestEnqueueState reads what an enqueue decides on, under the job's
@@ -121,7 +130,11 @@ GROUP BY job;
 -- the worker's last heartbeat and its age, both by the database's clock.
 -- A QUEUED request is held by a worker only when that worker enqueued it to
 -- run it itself (the CLI). Rows are locked, skipping ones another reaper
--- holds, so every worker may reap at once.
+-- holds, so every worker may reap at once. Staleness is judged over time the
+-- database was up: a heartbeat counts from the server's start at the
+-- earliest, so a worker that beat before an outage (when nobody could beat)
+-- is not stale the moment the database is back, but only if it stays silent
+-- for the stale window after the restart.
 SELECT r.id, r.job, r.status, r.worker_id, r.execution_id, r.river_job_id,
        w.heartbeat_at AS worker_heartbeat_at,
        coalesce(extract(epoch FROM now() - w.heartbeat_at), -1)::float8 AS heartbeat_age_seconds
@@ -130,7 +143,7 @@ LEFT JOIN worker w ON w.id = r.worker_id
 WHERE r.status IN ('QUEUED', 'RUNNING')
   AND r.worker_id IS NOT NULL
   AND (sqlc.narg('job')::text IS NULL OR r.job = sqlc.narg('job'))
-  AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => @stale_seconds::float8))
+  AND (w.id IS NULL OR greatest(w.heartbeat_at, pg_postmaster_start_time()) < now() - make_interval(secs => @stale_seconds::float8))
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED;
 
@@ -165,7 +178,7 @@ WHERE r.status = 'QUEUED'
   AND (
     j.id IS NULL
     OR j.state IN ('cancelled', 'discarded', 'completed')
-    OR (j.state = 'running' AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => @stale_seconds::float8)))
+    OR (j.state = 'running' AND (w.id IS NULL OR greatest(w.heartbeat_at, pg_postmaster_start_time()) < now() - make_interval(secs => @stale_seconds::float8)))
   )
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED;
@@ -178,10 +191,16 @@ GROUP BY worker_id;
 
 -- name: JobRequestResumesToday :one
 -- JobRequestResumesToday counts the automatic resumes of one instance since
--- the start of the day (the attempt limit of the resume policy).
+-- the start of the day in time zone tz, by the database's clock (never a
+-- process's: every worker and api counts the same day): the attempt limit
+-- of the resume policy, which stops crash loops. Resumes of drains are not
+-- counted: a drain is a deploy, not a failure, and a rolling deploy of a
+-- large fleet must not spend the day's attempts.
 SELECT count(*) FROM job_request r
 JOIN job_execution e ON e.id = r.resumes_execution_id
-WHERE r.source = 'resume' AND e.instance_id = @instance_id AND r.created_at >= @since;
+WHERE r.source = 'resume' AND e.instance_id = @instance_id
+  AND r.resume_cause <> 'drain'
+  AND r.created_at >= (date_trunc('day', now() AT TIME ZONE @tz::text) AT TIME ZONE @tz::text);
 
 -- name: JobRequestSetResumeCause :exec
 UPDATE job_request SET resume_cause = @resume_cause WHERE id = @id;

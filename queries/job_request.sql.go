@@ -8,6 +8,8 @@ package queries
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const jobRequestActiveIDsByWorker = `-- name: JobRequestActiveIDsByWorker :many
@@ -46,7 +48,7 @@ const jobRequestClaim = `-- name: JobRequestClaim :one
 UPDATE job_request
 SET status = 'RUNNING', claimed_at = now(), worker_id = $1
 WHERE id = $2 AND status = 'QUEUED'
-RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause
+RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause, not_before
 `
 
 type JobRequestClaimParams struct {
@@ -81,6 +83,7 @@ func (q *Queries) JobRequestClaim(ctx context.Context, db DBTX, arg *JobRequestC
 		&i.FinishedAt,
 		&i.DueAt,
 		&i.ResumeCause,
+		&i.NotBefore,
 	)
 	return &i, err
 }
@@ -154,7 +157,7 @@ func (q *Queries) JobRequestFinish(ctx context.Context, db DBTX, arg *JobRequest
 }
 
 const jobRequestGetActiveByJob = `-- name: JobRequestGetActiveByJob :one
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause FROM job_request WHERE job = $1 AND status IN ('QUEUED', 'RUNNING')
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause, not_before FROM job_request WHERE job = $1 AND status IN ('QUEUED', 'RUNNING')
 `
 
 func (q *Queries) JobRequestGetActiveByJob(ctx context.Context, db DBTX, job string) (*JobRequest, error) {
@@ -181,12 +184,13 @@ func (q *Queries) JobRequestGetActiveByJob(ctx context.Context, db DBTX, job str
 		&i.FinishedAt,
 		&i.DueAt,
 		&i.ResumeCause,
+		&i.NotBefore,
 	)
 	return &i, err
 }
 
 const jobRequestGetByID = `-- name: JobRequestGetByID :one
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause FROM job_request WHERE id = $1
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause, not_before FROM job_request WHERE id = $1
 `
 
 func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*JobRequest, error) {
@@ -213,6 +217,7 @@ func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*Jo
 		&i.FinishedAt,
 		&i.DueAt,
 		&i.ResumeCause,
+		&i.NotBefore,
 	)
 	return &i, err
 }
@@ -230,9 +235,10 @@ func (q *Queries) JobRequestIDByRiverJob(ctx context.Context, db DBTX, riverJobI
 }
 
 const jobRequestInsert = `-- name: JobRequestInsert :one
-INSERT INTO job_request (id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause
+INSERT INTO job_request (id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id, not_before)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+        now() + make_interval(secs => $14::float8))
+RETURNING id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause, not_before
 `
 
 type JobRequestInsertParams struct {
@@ -249,11 +255,14 @@ type JobRequestInsertParams struct {
 	WorkerID           *string
 	DueAt              *time.Time
 	RiverJobID         *int64
+	NotBeforeSeconds   pgtype.Float8
 }
 
 // JobRequestInsert writes a request under the id JobRequestEnqueueState
 // drew, already linked to its River job (inserted first, carrying that id),
 // so the enqueue writes the row once.
+// A delay (not_before_seconds, an automatic resume's backoff) is counted
+// from the database's clock.
 func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequestInsertParams) (*JobRequest, error) {
 	row := db.QueryRow(ctx, jobRequestInsert,
 		arg.ID,
@@ -269,6 +278,7 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 		arg.WorkerID,
 		arg.DueAt,
 		arg.RiverJobID,
+		arg.NotBeforeSeconds,
 	)
 	var i JobRequest
 	err := row.Scan(
@@ -292,12 +302,13 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 		&i.FinishedAt,
 		&i.DueAt,
 		&i.ResumeCause,
+		&i.NotBefore,
 	)
 	return &i, err
 }
 
 const jobRequestList = `-- name: JobRequestList :many
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause FROM job_request
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause, not_before FROM job_request
 WHERE ($1::text IS NULL OR job = $1)
   AND ($2::text IS NULL OR status = $2)
   AND ($3::bigint IS NULL OR id < $3)
@@ -347,6 +358,7 @@ func (q *Queries) JobRequestList(ctx context.Context, db DBTX, arg *JobRequestLi
 			&i.FinishedAt,
 			&i.DueAt,
 			&i.ResumeCause,
+			&i.NotBefore,
 		); err != nil {
 			return nil, err
 		}
@@ -371,7 +383,7 @@ WHERE r.status = 'QUEUED'
   AND (
     j.id IS NULL
     OR j.state IN ('cancelled', 'discarded', 'completed')
-    OR (j.state = 'running' AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => $2::float8)))
+    OR (j.state = 'running' AND (w.id IS NULL OR greatest(w.heartbeat_at, pg_postmaster_start_time()) < now() - make_interval(secs => $2::float8)))
   )
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED
@@ -477,7 +489,7 @@ func (q *Queries) JobRequestListPreviousBoot(ctx context.Context, db DBTX, arg *
 }
 
 const jobRequestListQueued = `-- name: JobRequestListQueued :many
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause FROM job_request WHERE status = 'QUEUED' ORDER BY id
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause, not_before FROM job_request WHERE status = 'QUEUED' ORDER BY id
 `
 
 func (q *Queries) JobRequestListQueued(ctx context.Context, db DBTX) ([]*JobRequest, error) {
@@ -510,6 +522,7 @@ func (q *Queries) JobRequestListQueued(ctx context.Context, db DBTX) ([]*JobRequ
 			&i.FinishedAt,
 			&i.DueAt,
 			&i.ResumeCause,
+			&i.NotBefore,
 		); err != nil {
 			return nil, err
 		}
@@ -522,7 +535,7 @@ func (q *Queries) JobRequestListQueued(ctx context.Context, db DBTX) ([]*JobRequ
 }
 
 const jobRequestListRunningByWorker = `-- name: JobRequestListRunningByWorker :many
-SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause FROM job_request WHERE status = 'RUNNING' AND worker_id = $1 ORDER BY id
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause, not_before FROM job_request WHERE status = 'RUNNING' AND worker_id = $1 ORDER BY id
 `
 
 func (q *Queries) JobRequestListRunningByWorker(ctx context.Context, db DBTX, workerID *string) ([]*JobRequest, error) {
@@ -555,6 +568,7 @@ func (q *Queries) JobRequestListRunningByWorker(ctx context.Context, db DBTX, wo
 			&i.FinishedAt,
 			&i.DueAt,
 			&i.ResumeCause,
+			&i.NotBefore,
 		); err != nil {
 			return nil, err
 		}
@@ -575,7 +589,7 @@ LEFT JOIN worker w ON w.id = r.worker_id
 WHERE r.status IN ('QUEUED', 'RUNNING')
   AND r.worker_id IS NOT NULL
   AND ($1::text IS NULL OR r.job = $1)
-  AND (w.id IS NULL OR w.heartbeat_at < now() - make_interval(secs => $2::float8))
+  AND (w.id IS NULL OR greatest(w.heartbeat_at, pg_postmaster_start_time()) < now() - make_interval(secs => $2::float8))
 ORDER BY r.id
 FOR UPDATE OF r SKIP LOCKED
 `
@@ -601,7 +615,11 @@ type JobRequestListStaleRow struct {
 // the worker's last heartbeat and its age, both by the database's clock.
 // A QUEUED request is held by a worker only when that worker enqueued it to
 // run it itself (the CLI). Rows are locked, skipping ones another reaper
-// holds, so every worker may reap at once.
+// holds, so every worker may reap at once. Staleness is judged over time the
+// database was up: a heartbeat counts from the server's start at the
+// earliest, so a worker that beat before an outage (when nobody could beat)
+// is not stale the moment the database is back, but only if it stays silent
+// for the stale window after the restart.
 func (q *Queries) JobRequestListStale(ctx context.Context, db DBTX, arg *JobRequestListStaleParams) ([]*JobRequestListStaleRow, error) {
 	rows, err := db.Query(ctx, jobRequestListStale, arg.Job, arg.StaleSeconds)
 	if err != nil {
@@ -675,18 +693,24 @@ func (q *Queries) JobRequestOldestQueuedByJob(ctx context.Context, db DBTX) ([]*
 const jobRequestResumesToday = `-- name: JobRequestResumesToday :one
 SELECT count(*) FROM job_request r
 JOIN job_execution e ON e.id = r.resumes_execution_id
-WHERE r.source = 'resume' AND e.instance_id = $1 AND r.created_at >= $2
+WHERE r.source = 'resume' AND e.instance_id = $1
+  AND r.resume_cause <> 'drain'
+  AND r.created_at >= (date_trunc('day', now() AT TIME ZONE $2::text) AT TIME ZONE $2::text)
 `
 
 type JobRequestResumesTodayParams struct {
 	InstanceID int64
-	Since      time.Time
+	Tz         string
 }
 
 // JobRequestResumesToday counts the automatic resumes of one instance since
-// the start of the day (the attempt limit of the resume policy).
+// the start of the day in time zone tz, by the database's clock (never a
+// process's: every worker and api counts the same day): the attempt limit
+// of the resume policy, which stops crash loops. Resumes of drains are not
+// counted: a drain is a deploy, not a failure, and a rolling deploy of a
+// large fleet must not spend the day's attempts.
 func (q *Queries) JobRequestResumesToday(ctx context.Context, db DBTX, arg *JobRequestResumesTodayParams) (int64, error) {
-	row := db.QueryRow(ctx, jobRequestResumesToday, arg.InstanceID, arg.Since)
+	row := db.QueryRow(ctx, jobRequestResumesToday, arg.InstanceID, arg.Tz)
 	var count int64
 	err := row.Scan(&count)
 	return count, err
@@ -721,7 +745,7 @@ func (q *Queries) JobRequestSetResumeCause(ctx context.Context, db DBTX, arg *Jo
 }
 
 const jobRequestView = `-- name: JobRequestView :one
-SELECT r.id, r.job, r.params, r.params_hash, r.max_calls, r.confirm_purge, r.source, r.requested_by, r.status, r.estimated_calls, r.resumes_execution_id, r.river_job_id, r.execution_id, r.worker_id, r.message, r.created_at, r.claimed_at, r.finished_at, r.due_at, r.resume_cause,
+SELECT r.id, r.job, r.params, r.params_hash, r.max_calls, r.confirm_purge, r.source, r.requested_by, r.status, r.estimated_calls, r.resumes_execution_id, r.river_job_id, r.execution_id, r.worker_id, r.message, r.created_at, r.claimed_at, r.finished_at, r.due_at, r.resume_cause, r.not_before,
        e.id AS exec_id, e.instance_id AS exec_instance_id, e.status AS exec_status,
        e.started_at AS exec_started_at, e.ended_at AS exec_ended_at, e.last_updated AS exec_last_updated,
        e.exit_message AS exec_exit_message, e.chunks_total AS exec_chunks_total, e.chunks_done AS exec_chunks_done,
@@ -808,6 +832,7 @@ func (q *Queries) JobRequestView(ctx context.Context, db DBTX, id int64) (*JobRe
 		&i.JobRequest.FinishedAt,
 		&i.JobRequest.DueAt,
 		&i.JobRequest.ResumeCause,
+		&i.JobRequest.NotBefore,
 		&i.ExecID,
 		&i.ExecInstanceID,
 		&i.ExecStatus,
@@ -831,4 +856,18 @@ func (q *Queries) JobRequestView(ctx context.Context, db DBTX, id int64) (*JobRe
 		&i.InstanceExternalCalls,
 	)
 	return &i, err
+}
+
+const jobRequestWait = `-- name: JobRequestWait :one
+SELECT coalesce(greatest(extract(epoch FROM not_before - now()), 0), 0)::float8 AS wait_seconds
+FROM job_request WHERE id = $1
+`
+
+// JobRequestWait returns how many seconds remain, by the database's clock,
+// before the request may start (0 when it may start now).
+func (q *Queries) JobRequestWait(ctx context.Context, db DBTX, id int64) (float64, error) {
+	row := db.QueryRow(ctx, jobRequestWait, id)
+	var wait_seconds float64
+	err := row.Scan(&wait_seconds)
+	return wait_seconds, err
 }

@@ -19,3 +19,11 @@ SELECT set_config('statement_timeout', @statement_timeout_ms::text, true),
 -- job_lock_unless_settled (migration 00007). stale_seconds <= 0 always
 -- takes the lock.
 SELECT job_lock_unless_settled(@job::text, @stale_seconds::float8)::bigint AS settled_request_id;
+
+-- name: SessionTransactionTimeoutSet :exec
+-- SessionTransactionTimeoutSet sets the session's transaction_timeout
+-- (milliseconds; PostgreSQL 17 and later): the server ends any transaction
+-- of the session older than that, however its client went silent. Run once
+-- per new connection, only on a server that knows the setting (an older one
+-- refuses it, as a startup parameter too).
+SELECT set_config('transaction_timeout', @timeout_ms::text, false);

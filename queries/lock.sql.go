@@ -41,6 +41,20 @@ func (q *Queries) JobLockUnlessSettled(ctx context.Context, db DBTX, arg *JobLoc
 	return settled_request_id, err
 }
 
+const sessionTransactionTimeoutSet = `-- name: SessionTransactionTimeoutSet :exec
+SELECT set_config('transaction_timeout', $1::text, false)
+`
+
+// SessionTransactionTimeoutSet sets the session's transaction_timeout
+// (milliseconds; PostgreSQL 17 and later): the server ends any transaction
+// of the session older than that, however its client went silent. Run once
+// per new connection, only on a server that knows the setting (an older one
+// refuses it, as a startup parameter too).
+func (q *Queries) SessionTransactionTimeoutSet(ctx context.Context, db DBTX, timeoutMs string) error {
+	_, err := db.Exec(ctx, sessionTransactionTimeoutSet, timeoutMs)
+	return err
+}
+
 const txSettingsSetLocal = `-- name: TxSettingsSetLocal :exec
 SELECT set_config('statement_timeout', $1::text, true),
        set_config('lock_timeout', $2::text, true)

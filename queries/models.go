@@ -221,6 +221,7 @@ type JobRequest struct {
 	FinishedAt         *time.Time
 	DueAt              *time.Time
 	ResumeCause        string
+	NotBefore          *time.Time
 }
 
 type JobSchedule struct {

@@ -87,6 +87,17 @@ var transientCodes = map[string]bool{
 	"57014": true, "55P03": true, "53300": true,
 }
 
+// ProviderError is the provider side of the error classification: an error
+// from calling a provider or reading its answer (upstream.CallError). Its
+// retries are the provider client's; IsTransient is false for any error
+// chain that holds one, so a provider's broken answer is never retried as a
+// database outage nor reported as one.
+type ProviderError interface {
+	error
+	// ProviderName names the provider whose answer failed.
+	ProviderName() string
+}
+
 // IsTransient reports whether err is a database error that waiting and
 // trying again can cure: a server that restarts, refuses or resets
 // connections, or times a statement out, and the conflicts of IsRetryable.
@@ -97,13 +108,16 @@ var transientCodes = map[string]bool{
 //
 // A deadline of the caller's context counts (a call that timed out), a
 // cancellation does not (the caller gave up), and neither does an HTTP
-// client error (a provider, not the database).
+// client error nor any error chain holding a ProviderError (a provider, not
+// the database, even when a network error or an unexpected EOF from
+// reading its answer lies underneath).
 func IsTransient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}
 	var urlErr *url.Error
-	if errors.As(err, &urlErr) {
+	var providerErr ProviderError
+	if errors.As(err, &urlErr) || errors.As(err, &providerErr) {
 		return false
 	}
 	var pgErr *pgconn.PgError

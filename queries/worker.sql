@@ -40,3 +40,28 @@ WHERE status <> 'stopped' AND heartbeat_at >= now() - make_interval(secs => @sta
 SELECT id, daily_caps FROM worker
 WHERE status <> 'stopped' AND heartbeat_at >= now() - make_interval(secs => @stale_seconds::float8)
 ORDER BY started_at DESC, id;
+
+-- name: WorkerStaleBackendsTerminate :one
+-- WorkerStaleBackendsTerminate ends the server backends of workers whose
+-- heartbeat is older than the stale window (their connections carry the
+-- worker id as application_name), waiting up to wait_ms for each to exit,
+-- and returns how many ended: a dead worker's open transaction, and the
+-- row locks it holds, never outlive the reap. Only backends the current
+-- role may signal are chosen (a role's it is a member of, any non-superuser's when it
+-- is a member of pg_signal_backend, every one when it is a superuser), so
+-- the statement never fails for want of privilege.
+SELECT (count(*) FILTER (WHERE pg_terminate_backend(a.pid, @wait_ms::bigint)))::bigint AS terminated
+FROM pg_catalog.pg_stat_activity a
+JOIN worker w ON w.id = a.application_name
+WHERE w.heartbeat_at < now() - make_interval(secs => @stale_seconds::float8)
+  AND a.pid <> pg_backend_pid()
+  AND (
+    coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), false)
+    OR (
+      NOT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = a.usesysid), true)
+      AND (
+        pg_has_role(current_user, a.usesysid, 'MEMBER')
+        OR pg_has_role(current_user, 'pg_signal_backend', 'MEMBER')
+      )
+    )
+  );

@@ -160,6 +160,44 @@ func (q *Queries) WorkerList(ctx context.Context, db DBTX, arg *WorkerListParams
 	return items, nil
 }
 
+const workerStaleBackendsTerminate = `-- name: WorkerStaleBackendsTerminate :one
+SELECT (count(*) FILTER (WHERE pg_terminate_backend(a.pid, $1::bigint)))::bigint AS terminated
+FROM pg_catalog.pg_stat_activity a
+JOIN worker w ON w.id = a.application_name
+WHERE w.heartbeat_at < now() - make_interval(secs => $2::float8)
+  AND a.pid <> pg_backend_pid()
+  AND (
+    coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), false)
+    OR (
+      NOT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = a.usesysid), true)
+      AND (
+        pg_has_role(current_user, a.usesysid, 'MEMBER')
+        OR pg_has_role(current_user, 'pg_signal_backend', 'MEMBER')
+      )
+    )
+  )
+`
+
+type WorkerStaleBackendsTerminateParams struct {
+	WaitMs       int64
+	StaleSeconds float64
+}
+
+// WorkerStaleBackendsTerminate ends the server backends of workers whose
+// heartbeat is older than the stale window (their connections carry the
+// worker id as application_name), waiting up to wait_ms for each to exit,
+// and returns how many ended: a dead worker's open transaction, and the
+// row locks it holds, never outlive the reap. Only backends the current
+// role may signal are chosen (a role's it is a member of, any non-superuser's when it
+// is a member of pg_signal_backend, every one when it is a superuser), so
+// the statement never fails for want of privilege.
+func (q *Queries) WorkerStaleBackendsTerminate(ctx context.Context, db DBTX, arg *WorkerStaleBackendsTerminateParams) (int64, error) {
+	row := db.QueryRow(ctx, workerStaleBackendsTerminate, arg.WaitMs, arg.StaleSeconds)
+	var terminated int64
+	err := row.Scan(&terminated)
+	return terminated, err
+}
+
 const workerUpsert = `-- name: WorkerUpsert :exec
 INSERT INTO worker (id, hostname, pid, boot, status, configured_keys, version, daily_caps)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)

@@ -62,7 +62,7 @@ func runAPI(ctx context.Context) error {
 		return err
 	}
 	reaper := worker.NewReaper(pool, worker.ReaperConfig{
-		StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger,
+		StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger, Reachability: tel.reach,
 		River: enqueuer.Canceller(),
 		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
 			_, err := enqueuer.ResumeTx(ctx, tx, stopped)

@@ -227,3 +227,49 @@ func TestAutoResume_CrashLoopStopsAtTheAttemptLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, refused)
 }
+
+// A resume is due while no River client anywhere is (or can become) the
+// leader: its River job is inserted available and snoozed by the worker
+// until the request's not_before, so it starts on time. Before, it was a
+// scheduled River job that only the leader's scheduler makes available,
+// and it never started.
+func TestAutoResume_StartsWithoutALeader(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{
+		"BUILDRISK_AUTO_RESUME": "drain", "BUILDRISK_AUTO_RESUME_BACKOFF": "2s",
+	}})
+	noLeader := func(c *worker.Config, _ *batch.Config) { c.LeaderElectionDisabled = true }
+	a, _ := s.startWorkerWith(s.pool, noLeader)
+	s.gate.arm(2) // chunks 1-2 commit; chunk 3's call is held
+	id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
+	within(t, time.Minute, s.gate.blocked, "the third provider call")
+
+	drained := make(chan error, 1)
+	go func() { drained <- a.Drain(context.Background()) }()
+	waitUntil(t, time.Minute, "worker A to drain", func() bool {
+		return s.count(`SELECT count(*) FROM worker WHERE id = $1 AND status = 'draining'`, a.ID()) == 1
+	})
+	s.gate.open()
+	select {
+	case err := <-drained:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("worker A did not drain within a minute")
+	}
+	stopped := s.waitRequest(id, "DONE", "FAILED")
+	stoppedExec := execution(t, stopped)
+	require.Equal(t, "STOPPED", stoppedExec["status"], "%v", stopped)
+	resumeID := s.resumeOf(stoppedExec["id"].(string))
+	require.NotEmpty(t, resumeID, "a drained run resumes by itself")
+
+	s.startWorkerWith(s.pool, noLeader)
+	done := s.waitRequest(resumeID, "DONE", "FAILED")
+	require.Equal(t, "COMPLETED", execution(t, done)["status"], "%v", done)
+	var delay float64
+	require.NoError(t, s.pool.QueryRow(context.Background(),
+		`SELECT extract(epoch FROM claimed_at - not_before)::float8 FROM job_request WHERE id = $1::bigint`, resumeID).Scan(&delay))
+	t.Logf("resume started %.2f s after it was due, with no River leader", delay)
+	require.GreaterOrEqual(t, delay, 0.0, "never before its backoff")
+	require.Less(t, delay, 10.0, "within 10 s of being due")
+	requireEachKeyOnce(t, s, 6)
+}

@@ -282,7 +282,7 @@ func benchRunner(t *testing.T, s *testSystem, jobsByName map[string]batch.Job) (
 	t.Helper()
 	// The runner works on a pool of the worker's size, as deployed (the
 	// test system's own pool has pgxpool's default of 4 connections).
-	pool, err := openPool(context.Background(), s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false)
+	pool, err := openPool(context.Background(), s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false, sessionLimits{})
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	up, err := newUpstream(pool, s.env, s.tel, "bench")
@@ -446,12 +446,12 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
 	}
 	openWorkerPool := func() *pgxpool.Pool {
-		pool, err := openPool(ctx, s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false)
+		pool, err := openPool(ctx, s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false, sessionLimits{})
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		return pool
 	}
-	heartbeatPool, err := openHeartbeatPool(ctx, s.dbURL, heartbeatPoolConns, s.env.DBTimeout, false)
+	heartbeatPool, err := openHeartbeatPool(ctx, s.dbURL, heartbeatPoolConns, s.env.DBTimeout, false, sessionLimits{})
 	require.NoError(t, err)
 	t.Cleanup(heartbeatPool.Close)
 	w, _ := s.startWorkerWith(openWorkerPool(), func(wc *worker.Config, rc *batch.Config) {
@@ -460,7 +460,7 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	})
 	insertOnly, err := newInsertOnlyRiver(s.apiPool, s.tel)
 	require.NoError(t, err)
-	enqueuer, err := newEnqueuerFor(jobs.NewCatalog(defs...), s.apiPool, insertOnly, s.env, s.tel)
+	enqueuer, err := newEnqueuerFor(jobs.NewCatalog(defs...), s.apiPool, insertOnly, insertOnly, s.env, s.tel)
 	require.NoError(t, err)
 	serviceEvents, cancelService := w.River().Subscribe(river.EventKindJobCompleted)
 	defer cancelService()
@@ -1284,10 +1284,10 @@ func benchCPUBound(t *testing.T, scale benchScale) []*benchRow {
 	runner, enqueuer := benchRunner(t, s, nil)
 	client := &http.Client{Transport: providerTransport(fanOut), Timeout: time.Minute}
 	defer client.CloseIdleConnections()
-	pool, err := openPool(context.Background(), s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false)
+	pool, err := openPool(context.Background(), s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false, sessionLimits{})
 	require.NoError(t, err)
 	defer pool.Close()
-	day := budgetDay(s.env)()
+	day := budgetDay(s.env, s.pool)()
 	name := fmt.Sprintf("creditEval %d targets, 0 ms calls, FANOUT %d", n, fanOut)
 	ref := "plain loop (64 goroutines, upsert per 1,000)"
 	rate := &benchRow{name: name + ": items/s", unit: "items/s", refName: ref, target: "≥ 0.8"}

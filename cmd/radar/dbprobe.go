@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/buildrisk/radar/jobs/worker"
 	"github.com/buildrisk/radar/observability"
 )
 
@@ -18,13 +19,14 @@ type pinger interface {
 // every interval, each ping bounded by timeout, and records the result.
 // /metrics never reads the database for this gauge, so it says 0 while the
 // database is down. A worker's heartbeat records the same gauge
-// (worker.Presence).
-func startDatabaseProbe(ctx context.Context, db pinger, interval, timeout time.Duration, inst *observability.Instruments) {
+// (worker.Presence). Each result also feeds reach, the process's link that
+// its reapers wait on after a cut (nil: none).
+func startDatabaseProbe(ctx context.Context, db pinger, interval, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability) {
 	inst.DatabaseUpSet(ctx, true)
-	go probeDatabase(ctx, db, interval, timeout, inst)
+	go probeDatabase(ctx, db, interval, timeout, inst, reach)
 }
 
-func probeDatabase(ctx context.Context, db pinger, interval, timeout time.Duration, inst *observability.Instruments) {
+func probeDatabase(ctx context.Context, db pinger, interval, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability) {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
@@ -40,6 +42,7 @@ func probeDatabase(ctx context.Context, db pinger, interval, timeout time.Durati
 			return // the process is stopping: the failure says nothing about the database
 		}
 		inst.DatabaseUpSet(ctx, err == nil)
+		reach.Observe(err)
 	}
 }
 

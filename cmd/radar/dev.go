@@ -68,12 +68,12 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 		databaseNote = "embedded, deleted on exit"
 	}
 	// The worker's pool; the api has its own (below), each with its budget.
-	pool, err := openPool(ctx, env.DatabaseURL, env.workerMaxConns(), env.DBTimeout, env.TxPooling)
+	pool, err := openPool(ctx, env.DatabaseURL, env.workerMaxConns(), env.DBTimeout, env.TxPooling, env.sessionLimits(workerID))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	heartbeatPool, err := openHeartbeatPool(ctx, env.DatabaseURL, heartbeatPoolConns, env.DBTimeout, env.TxPooling)
+	heartbeatPool, err := openHeartbeatPool(ctx, env.DatabaseURL, heartbeatPoolConns, env.DBTimeout, env.TxPooling, env.sessionLimits(workerID))
 	if err != nil {
 		return err
 	}

@@ -187,23 +187,35 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 	if c.StaleAfter <= c.HeartbeatInterval {
 		return nil, envError("BUILDRISK_STALE_AFTER", "%s must exceed BUILDRISK_HEARTBEAT_INTERVAL %s", c.StaleAfter, c.HeartbeatInterval)
 	}
-	derived := []struct {
+	// BUILDRISK_FENCE_AFTER and BUILDRISK_DB_STATEMENT_TIMEOUT default to
+	// values derived from the stale window and the heartbeat interval (and
+	// from each other when one is set), chosen so that the inequality
+	// checked below holds: only values the operator set can break it.
+	var fenceSet, dbSet bool
+	for _, d := range []struct {
 		name string
 		dst  *time.Duration
-		def  time.Duration
+		set  *bool
 	}{
-		{"BUILDRISK_FENCE_AFTER", &c.FenceAfter, worker.FenceAfterFor(c.StaleAfter)},
-		{"BUILDRISK_DB_STATEMENT_TIMEOUT", &c.DBTimeout, worker.DBTimeoutFor(c.StaleAfter)},
-	}
-	for _, d := range derived {
-		*d.dst = d.def
+		{"BUILDRISK_FENCE_AFTER", &c.FenceAfter, &fenceSet},
+		{"BUILDRISK_DB_STATEMENT_TIMEOUT", &c.DBTimeout, &dbSet},
+	} {
 		if v := getenv(d.name); v != "" {
 			parsed, err := time.ParseDuration(v)
 			if err != nil || parsed <= 0 {
 				return nil, envError(d.name, "%q is not a positive Go duration such as 10s", v)
 			}
-			*d.dst = parsed
+			*d.dst, *d.set = parsed, true
 		}
+	}
+	if !dbSet {
+		c.DBTimeout = worker.DBTimeoutFor(c.StaleAfter, c.HeartbeatInterval)
+		if room := c.StaleAfter - c.HeartbeatInterval - c.FenceAfter; fenceSet && room > 0 && c.DBTimeout >= room {
+			c.DBTimeout = max((room * 3 / 4).Truncate(time.Millisecond), time.Millisecond)
+		}
+	}
+	if !fenceSet {
+		c.FenceAfter = worker.FenceAfterFor(c.StaleAfter, c.HeartbeatInterval, c.DBTimeout)
 	}
 	if err := worker.CheckFencing(c.FenceAfter, c.HeartbeatInterval, c.DBTimeout, c.StaleAfter); err != nil {
 		return nil, usageError{fmt.Errorf("BUILDRISK_FENCE_AFTER (%s) + BUILDRISK_HEARTBEAT_INTERVAL (%s) + BUILDRISK_DB_STATEMENT_TIMEOUT (%s) must be less than BUILDRISK_STALE_AFTER (%s): "+

@@ -129,10 +129,12 @@ func TestEnv_FencingInequality(t *testing.T) {
 		return loadEnv(func(k string) string { return vars[k] })
 	}
 	for name, vars := range map[string]map[string]string{
-		"FenceTooLate":       {"BUILDRISK_FENCE_AFTER": "50s"},
-		"StatementTooLong":   {"BUILDRISK_DB_STATEMENT_TIMEOUT": "25s"},
-		"HeartbeatTooSparse": {"BUILDRISK_HEARTBEAT_INTERVAL": "25s"},
-		"ExactlyEqual":       {"BUILDRISK_FENCE_AFTER": "45s"}, // 45 + 10 + 5 = 60: not less
+		// A derived value adapts to the ones set (see
+		// TestEnv_DerivedDefaultsKeepFencing): only set values are refused.
+		"FenceTooLate":       {"BUILDRISK_FENCE_AFTER": "50s"}, // leaves no room for any timeout
+		"StatementTooLong":   {"BUILDRISK_DB_STATEMENT_TIMEOUT": "25s", "BUILDRISK_FENCE_AFTER": "30s"},
+		"HeartbeatTooSparse": {"BUILDRISK_HEARTBEAT_INTERVAL": "25s", "BUILDRISK_FENCE_AFTER": "30s", "BUILDRISK_DB_STATEMENT_TIMEOUT": "5s"},
+		"ExactlyEqual":       {"BUILDRISK_FENCE_AFTER": "45s", "BUILDRISK_DB_STATEMENT_TIMEOUT": "5s"}, // 45 + 10 + 5 = 60: not less
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -151,6 +153,54 @@ func TestEnv_FencingInequality(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, time.Second, env.FenceAfter)
 	require.Equal(t, 500*time.Millisecond, env.DBTimeout)
+}
+
+// The derived defaults of BUILDRISK_FENCE_AFTER and
+// BUILDRISK_DB_STATEMENT_TIMEOUT keep the fencing inequality for every stale
+// window and heartbeat interval the service accepts, also when one of the two
+// is set and the other derived: a start is never refused for a value the
+// operator did not choose.
+func TestEnv_DerivedDefaultsKeepFencing(t *testing.T) {
+	t.Parallel()
+	stales := []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 5 * time.Second,
+		7 * time.Second, 10 * time.Second, 15 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute, 10 * time.Minute}
+	heartbeats := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond,
+		time.Second, 2 * time.Second, 3 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second, 30 * time.Second, 50 * time.Second}
+	checked := 0
+	for _, stale := range stales {
+		for _, hb := range heartbeats {
+			if hb*10 < stale/10 || hb >= stale*9/10 {
+				continue // far outside any sane pairing, or too close to the window for any work
+			}
+			for _, explicit := range []string{"", "BUILDRISK_FENCE_AFTER", "BUILDRISK_DB_STATEMENT_TIMEOUT"} {
+				vars := map[string]string{"BUILDRISK_STALE_AFTER": stale.String(), "BUILDRISK_HEARTBEAT_INTERVAL": hb.String()}
+				switch explicit {
+				case "BUILDRISK_FENCE_AFTER":
+					vars[explicit] = ((stale - hb) / 2).String()
+				case "BUILDRISK_DB_STATEMENT_TIMEOUT":
+					vars[explicit] = ((stale - hb) / 4).String()
+				}
+				env, err := loadEnv(func(k string) string { return vars[k] })
+				require.NoError(t, err, "stale %s heartbeat %s explicit %q", stale, hb, explicit)
+				require.Positive(t, env.FenceAfter)
+				require.GreaterOrEqual(t, env.DBTimeout, time.Millisecond, "statement_timeout is set in whole milliseconds")
+				require.Less(t, env.FenceAfter+env.HeartbeatInterval+env.DBTimeout, env.StaleAfter)
+				checked++
+			}
+		}
+	}
+	require.Greater(t, checked, 100)
+	// The case of the report, and the defaults unchanged where they fitted.
+	env, err := loadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_STALE_AFTER": "4s", "BUILDRISK_HEARTBEAT_INTERVAL": "1s"}[k]
+	})
+	require.NoError(t, err)
+	require.Equal(t, time.Second, env.DBTimeout)
+	require.Equal(t, 1500*time.Millisecond, env.FenceAfter)
+	env, err = loadEnv(func(string) string { return "" })
+	require.NoError(t, err)
+	require.Equal(t, 30*time.Second, env.FenceAfter)
+	require.Equal(t, 5*time.Second, env.DBTimeout)
 }
 
 // Tokens from a mounted secret file, several per role; the file and the

@@ -67,7 +67,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "radar import exposure: %v\n", err)
 		return exitUsage
 	}
-	pool, err := openPool(ctx, env.DatabaseURL, 2, 0, env.TxPooling)
+	pool, err := openPool(ctx, env.DatabaseURL, 2, 0, env.TxPooling, importLimits(env))
 	if err == nil {
 		defer pool.Close()
 		err = checkSchema(ctx, pool)
@@ -79,16 +79,6 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return exitFailed
 	}
-	return loadExposure(ctx, pool, path, ledger, stdout, stderr)
-}
-
-// importExposure is `radar import exposure path` on pool.
-func importExposure(ctx context.Context, pool *pgxpool.Pool, path string, stdout, stderr io.Writer) int {
-	ledger, closeFile, code := openExposure(path, stderr)
-	if code != exitOK {
-		return code
-	}
-	defer closeFile()
 	return loadExposure(ctx, pool, path, ledger, stdout, stderr)
 }
 
@@ -364,4 +354,13 @@ func seedExposure(ctx context.Context, pool *pgxpool.Pool, companies []fakeupstr
 		return 0, fmt.Errorf("error seeding the exposure ledger: %w", err)
 	}
 	return int(loaded), nil
+}
+
+// importLimits are the session limits of `radar import exposure`: those of
+// every process but transaction_timeout, since one import loads a whole
+// ledger in one transaction for as long as that takes.
+func importLimits(env *envConfig) sessionLimits {
+	limits := env.sessionLimits("radar import")
+	limits.transactionTimeout = 0
+	return limits
 }

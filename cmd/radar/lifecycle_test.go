@@ -248,6 +248,28 @@ func TestLifecycle_UpstreamFailure(t *testing.T) {
 	}
 }
 
+// A provider answering 200 with its body cut short of its Content-Length
+// (the connection closed) is the provider's failure, not the database's:
+// the client's 3 attempts, then the execution fails naming the provider and
+// the call. Before, queries.IsTransient took the unexpected EOF for a
+// database outage and the runner redid the chunk for RecordRetryWindow
+// (120 calls for one item), ending "database errors ... retried in vain".
+func TestLifecycle_ProviderCutBody(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{CutBodyRate: 1}})
+	s.startWorker()
+
+	id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
+	out := s.waitRequest(id, "DONE", "FAILED")
+	exec := execution(t, out)
+	require.Equal(t, "FAILED", exec["status"])
+	msg, _ := exec["exitMessage"].(string)
+	require.Contains(t, msg, "MOLIT aptTrade 11110:202501")
+	require.Contains(t, msg, "unexpected EOF after 3 attempts")
+	require.NotContains(t, msg, "database")
+	require.LessOrEqual(t, s.fake.Stats().Total, int64(3), "the client's attempts, no chunk retried: %s", msg)
+}
+
 // Past the drain timeout the chunk in flight is cancelled and rolls back;
 // the execution is still recorded STOPPED, the request DONE, and the River
 // job is finalized instead of being handed to another worker.

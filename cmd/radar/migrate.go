@@ -21,7 +21,7 @@ func runMigrate(ctx context.Context, stdout io.Writer) error {
 	if err := refuseTxPoolingMigrations(env, "radar migrate"); err != nil {
 		return err
 	}
-	pool, err := openPool(ctx, env.DatabaseURL, 4, 0, false)
+	pool, err := openPool(ctx, env.DatabaseURL, 4, 0, false, sessionLimits{})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/jobs/worker"
 	"github.com/buildrisk/radar/sql/migrations"
 	"github.com/buildrisk/radar/sql/pglocal"
@@ -128,9 +129,10 @@ func TestOutage_RestartMidRunCompletes(t *testing.T) {
 // PostgreSQL down for longer than STALE_AFTER while a provider call is in
 // flight: the worker fences itself (not ready) and cancels the call before
 // anyone can reap it, commits nothing; when the database is back, the
-// execution ends FAILED (recorded by the worker, naming the outage) or
+// execution ends STOPPED (recorded by the worker, naming the outage) or
 // ABANDONED (reaped, and the worker writes nothing); a new request resumes
-// it. No two executions overlap and no provider call is repeated.
+// it (the execution ends STOPPED, cause database, when its worker records
+// it). No two executions overlap and no provider call is repeated.
 func TestOutage_LongerThanStaleDuringSlowCall(t *testing.T) {
 	t.Parallel()
 	cluster, url := privateCluster(t)
@@ -150,11 +152,10 @@ func TestOutage_LongerThanStaleDuringSlowCall(t *testing.T) {
 	require.NoError(t, cluster.Resume(context.Background()))
 
 	first := s.waitRequestAfterOutage(id, "FAILED", "DONE")
-	require.Equal(t, "FAILED", first["status"], "%v", first)
 	firstExec := execution(t, first)
 	t.Logf("first execution: %s: %s", firstExec["status"], firstExec["exitMessage"])
-	require.Contains(t, []any{"FAILED", "ABANDONED"}, firstExec["status"])
-	if firstExec["status"] == "FAILED" {
+	require.Contains(t, []any{"STOPPED", "ABANDONED"}, firstExec["status"])
+	if firstExec["status"] == "STOPPED" {
 		require.Contains(t, firstExec["exitMessage"], "database outage")
 	}
 	require.Equal(t, float64(2), firstExec["chunksDone"])
@@ -235,16 +236,144 @@ func TestOpenPool_StatementTimeout(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	for timeout, want := range map[time.Duration]string{1500 * time.Millisecond: "1500ms", 0: "0"} {
-		pool, err := openPool(ctx, url, 2, timeout, false)
+		pool, err := openPool(ctx, url, 2, timeout, false, sessionLimits{})
 		require.NoError(t, err)
 		var got string
 		require.NoError(t, pool.QueryRow(ctx, "SHOW statement_timeout").Scan(&got))
 		pool.Close()
 		require.Equal(t, want, got)
 	}
-	pool, err := openPool(ctx, url, 2, 200*time.Millisecond, false)
+	pool, err := openPool(ctx, url, 2, 200*time.Millisecond, false, sessionLimits{})
 	require.NoError(t, err)
 	defer pool.Close()
 	_, err = pool.Exec(ctx, "SELECT pg_sleep(5)")
 	require.ErrorContains(t, err, "57014", "a statement past the timeout is cancelled by the server")
+}
+
+// An outage of the database longer than STALE_AFTER (2 s here), of 4.5 s
+// or 10 s, with two live workers that are both cut off: each worker fences
+// itself and cancels its call in flight; when the database is back, nobody
+// is reaped (staleness counts only time the database was up, and a reaper
+// that was itself cut off waits one stale window), the run ends STOPPED
+// with cause database and resumes by itself to COMPLETED: one outcome
+// whatever the outage's length, no request by anyone, every call once.
+func TestOutage_LongerThanStaleEndsResumedNobodyReaped(t *testing.T) {
+	t.Parallel()
+	for name, outage := range map[string]time.Duration{"4.5s": 4500 * time.Millisecond, "10s": 10 * time.Second} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cluster, url := privateCluster(t)
+			s := newTestSystem(t, &testSystemOpts{dbURL: url, env: map[string]string{
+				"BUILDRISK_AUTO_RESUME": request.AutoResumeCausesDefault,
+			}})
+			// The workers' heartbeats go through a proxy the test keeps cut
+			// for a moment after the database is back: the moment before a
+			// live worker re-registers, when a reaper used to take it for dead.
+			heartbeats := newCutProxy(t, s.dbURL)
+			hbPool, err := openHeartbeatPool(context.Background(), heartbeats.url, 4, s.env.DBTimeout, false, sessionLimits{})
+			require.NoError(t, err)
+			t.Cleanup(hbPool.Close)
+			a, _ := s.startWorkerWith(s.pool, withHeartbeatPool(hbPool))
+			b, _ := s.startWorkerWith(s.pool, withHeartbeatPool(hbPool))
+			s.gate.arm(2) // chunks 1-2 commit; chunk 3's call is held
+			id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
+			within(t, time.Minute, s.gate.blocked, "the third provider call")
+
+			halted := time.Now()
+			require.NoError(t, cluster.Halt())
+			within(t, fenceDeadline, s.gate.abandoned, "the fenced worker to cancel the call in flight")
+			time.Sleep(time.Until(halted.Add(outage)))
+			s.gate.open()
+			heartbeats.cut()
+			require.NoError(t, cluster.Resume(context.Background()))
+			t.Logf("postgres was down for %s", time.Since(halted).Round(time.Millisecond))
+			// A reaper that was not cut off itself (a fresh api's), passing
+			// before the workers re-register: their last heartbeats are older
+			// than STALE_AFTER, but the database has been up for less.
+			fresh, err := pgxpool.New(context.Background(), s.dbURL)
+			require.NoError(t, err)
+			defer fresh.Close()
+			reaper := worker.NewReaper(fresh, worker.ReaperConfig{StaleAfter: s.env.StaleAfter, Instruments: s.tel.instruments, Logger: s.tel.logger, River: request.RiverCanceller(a.River())})
+			reaped, err := reaper.Reap(context.Background(), "")
+			require.NoError(t, err)
+			require.Zero(t, reaped, "a live worker that could not beat through the outage is not stale yet")
+			heartbeats.restore()
+
+			first := s.waitRequestAfterOutage(id, "DONE", "FAILED")
+			firstExec := execution(t, first)
+			t.Logf("first execution: %s: %s", firstExec["status"], firstExec["exitMessage"])
+			require.Equal(t, "DONE", first["status"], "%v", first)
+			require.Equal(t, "STOPPED", firstExec["status"], "the outage stops the run, it does not fail it")
+			require.Contains(t, firstExec["exitMessage"], "database outage")
+			require.Equal(t, "database", s.stopCause(firstExec["id"].(string)))
+			resumeID := s.resumeOf(firstExec["id"].(string))
+			require.NotEmpty(t, resumeID, "the run resumes by itself")
+			done := s.waitRequest(resumeID, "DONE", "FAILED")
+			require.Equal(t, "COMPLETED", execution(t, done)["status"], "%v", done)
+
+			require.Zero(t, s.count(`SELECT count(*) FROM job_execution WHERE status = 'ABANDONED'`), "no live worker reaped")
+			require.Zero(t, s.count(`SELECT count(*) FROM job_request WHERE message LIKE '%stopped heartbeating%'`), "no live worker reaped")
+			require.Equal(t, 2, s.count(`SELECT count(*) FROM job_request`), "no request by anyone but the resume")
+			for _, w := range []*worker.Worker{a, b} {
+				waitUntil(t, time.Minute, "the worker to be ready again", func() bool { return w.Ready(context.Background()) == nil })
+			}
+			s.noOverlap(t)
+			requireEachKeyOnce(t, s, 6)
+		})
+	}
+}
+
+// Every connection of a worker carries the server-side limits derived from
+// the fencing window (idle in a transaction no longer than FENCE_AFTER,
+// keepalives that notice a dead peer within about FENCE_AFTER) and the
+// worker's id as application_name, unless DATABASE_URL names one (an
+// operator's or a harness's own), which wins. On PostgreSQL 17 and later
+// transaction_timeout is set too; an older server is not asked for it.
+func TestOpenPool_SessionLimits(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	env, err := loadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_STALE_AFTER": "12s", "BUILDRISK_HEARTBEAT_INTERVAL": "2s"}[k]
+	})
+	require.NoError(t, err)
+	require.Equal(t, 6*time.Second, env.FenceAfter)
+	pool, err := openPool(ctx, url, 2, env.DBTimeout, false, env.sessionLimits("7@host#b00t"))
+	require.NoError(t, err)
+	defer pool.Close()
+	show := func(p *pgxpool.Pool, name string) string {
+		var v string
+		require.NoError(t, p.QueryRow(ctx, "SELECT current_setting($1, true)", name).Scan(&v))
+		return v
+	}
+	require.Equal(t, "7@host#b00t", show(pool, "application_name"))
+	require.Equal(t, "6s", show(pool, "idle_in_transaction_session_timeout"))
+	require.Equal(t, "6000", show(pool, "tcp_user_timeout"), "milliseconds")
+	require.Equal(t, "2", show(pool, "tcp_keepalives_idle"), "a third of FENCE_AFTER, in seconds")
+	var major int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int / 10000").Scan(&major))
+	if major >= 17 {
+		require.Equal(t, "11s", show(pool, "transaction_timeout"), "FENCE_AFTER + HEARTBEAT_INTERVAL + DB timeout")
+	}
+	// The idle transaction is ended by the server.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SET LOCAL idle_in_transaction_session_timeout = '100ms'")
+	require.NoError(t, err)
+	waitUntil(t, 30*time.Second, "the server to end the idle transaction", func() bool {
+		_, err := tx.Exec(ctx, "SELECT 1")
+		return err != nil
+	})
+	_ = tx.Rollback(ctx)
+
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["application_name"] = "operator-choice" // as DATABASE_URL or PGAPPNAME give it
+	cfg.MaxConns = 1
+	env.sessionLimits("7@host#b00t").apply(cfg, false)
+	named, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer named.Close()
+	require.Equal(t, "operator-choice", show(named, "application_name"))
+	require.Equal(t, "6s", show(named, "idle_in_transaction_session_timeout"))
 }

@@ -19,8 +19,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
 	"github.com/buildrisk/radar/sql/pgtest"
@@ -388,4 +391,42 @@ func TestProcess_FakeUpstream(t *testing.T) {
 	require.Equal(t, exitUsage, startRadar(t, bin, nil, "fakeupstream", "--error-rate", "2").wait(t, 10*time.Second))
 	require.NoError(t, fake.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, exitOK, fake.wait(t, 10*time.Second))
+}
+
+// `radar run` frees a job whose request a dead worker holds, like the api
+// does: its enqueue's cleanup fails that request and cancels its River job
+// through River's API, although the CLI's own request has no River job.
+func TestProcess_CLIFreesADeadWorkersRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bin := buildRadar(t)
+	s := newTestSystem(t, nil)
+	held := &heldRun{fetched: make(chan int64, 1)}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.Worker[jobs.RunArgs](held))
+	dead, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{
+		ID: "9@dead-host#b00t", Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}, Workers: workers,
+		FetchCooldown: river.FetchCooldownMin, FetchPollInterval: 10 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, dead.Start(ctx))
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		require.NoError(t, dead.StopAndCancel(stopCtx))
+	}()
+	stale := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
+	select {
+	case <-held.fetched:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the dead worker's River client did not fetch the job within 30s")
+	}
+
+	cli := startRadar(t, bin, s.processEnv(nil), "run", "aptTrade", "-p", "regions=11110", "-p", "from=2025-01", "-p", "to=2025-01")
+	require.Equal(t, exitOK, cli.wait(t, time.Minute), cli.Output())
+	_, old := s.get("/v1/requests/" + stale)
+	require.Equal(t, "FAILED", old["status"])
+	require.Contains(t, old["message"], "worker 9@dead-host#b00t stopped heartbeating")
+	require.Equal(t, 1, s.count("SELECT count(*) FROM river_job j JOIN job_request r ON r.river_job_id = j.id WHERE r.id = $1 AND j.metadata ? 'cancel_attempted_at'", stale),
+		"the dead worker's River job is cancelled through River")
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs/batch"
@@ -208,4 +209,138 @@ func TestReap_APIReapsWithNoWorker(t *testing.T) {
 	require.Contains(t, out["message"], "9@dead-host#b00t stopped heartbeating")
 	require.NoError(t, api.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, exitOK, api.wait(t, 30*time.Second))
+}
+
+// A reaper that was itself cut off from the database (a partition of its
+// node) may have been cut off with the workers it judges: once it reaches
+// the database again, it reaps nobody for one stale window, then reaps the
+// dead worker as before. A reaper never cut off reaps at once.
+func TestReaper_CutOffWaitsOneStaleWindowAfterReconnecting(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	ctx := context.Background()
+	_, err := s.pool.Exec(ctx, `INSERT INTO worker (id, hostname, pid, boot, heartbeat_at) VALUES ('1@gone#dead', 'gone', 1, 'dead', now() - interval '1 hour')`)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, `INSERT INTO job_request (job, source, requested_by, estimated_calls, status, worker_id, claimed_at)
+		VALUES ('aptTrade', 'api', 'test', 1, 'RUNNING', '1@gone#dead', now())`)
+	require.NoError(t, err)
+
+	// Staleness counts from the server's start at the earliest: let the
+	// test's cluster be up for a stale window first.
+	waitUntil(t, time.Minute, "the database to be up for a stale window", func() bool {
+		return s.count(`SELECT (now() - pg_postmaster_start_time() > make_interval(secs => $1))::int`, s.env.StaleAfter.Seconds()) == 1
+	})
+	proxy := newCutProxy(t, s.dbURL)
+	pool, err := pgxpool.New(ctx, proxy.url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: s.env.StaleAfter, Instruments: s.tel.instruments, Logger: s.tel.logger})
+
+	proxy.cut()
+	_, err = reaper.Reap(ctx, "")
+	require.Error(t, err, "the reaper is cut off")
+	proxy.restore()
+	n, err := reaper.Reap(ctx, "")
+	require.NoError(t, err)
+	require.Zero(t, n, "just reconnected: the reaper waits one stale window before judging anyone")
+	require.Equal(t, "RUNNING", s.requestStatusByWorker("1@gone#dead"))
+
+	waitUntil(t, time.Minute, "the reaper to reap the dead worker once the window has passed", func() bool {
+		n, err := reaper.Reap(ctx, "")
+		require.NoError(t, err)
+		return n == 1
+	})
+	require.Equal(t, "FAILED", s.requestStatusByWorker("1@gone#dead"))
+}
+
+func (s *testSystem) requestStatusByWorker(workerID string) string {
+	s.t.Helper()
+	var status string
+	require.NoError(s.t, s.pool.QueryRow(context.Background(), `SELECT status FROM job_request WHERE worker_id = $1`, workerID).Scan(&status))
+	return status
+}
+
+// A worker frozen (SIGSTOP of a real `radar worker`) while one of its
+// connections holds an open transaction with its execution's row locked —
+// a network partition that keeps the socket open looks the same to the
+// server — has its job freed within STALE_AFTER + 8 s, by either of two
+// mechanisms, each alone:
+//   - ServerLimits: the connection carries the service's session limits
+//     (idle_in_transaction_session_timeout = FENCE_AFTER), so the server
+//     ends the transaction itself; its application_name is not the
+//     worker's, so the reaper cannot end it.
+//   - ReaperEndsBackend: the connection has no limits but carries the
+//     worker's id as application_name; the reaper ends it
+//     (pg_terminate_backend) and never waits on its lock meanwhile.
+//
+// Before, every reap pass failed on the lock (lock timeout) and the job
+// stayed blocked for as long as the transaction lived (about 2 h 11 min
+// with the server's default keepalives).
+func TestReap_FrozenWorkerInTransaction(t *testing.T) {
+	t.Parallel()
+	bin := buildRadar(t)
+	for name, holderLimits := range map[string]func(s *testSystem, workerID string) sessionLimits{
+		"ServerLimits":      func(s *testSystem, _ string) sessionLimits { return s.env.sessionLimits("partition-holder") },
+		"ReaperEndsBackend": func(_ *testSystem, workerID string) sessionLimits { return sessionLimits{appName: workerID} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := newTestSystem(t, nil)
+			// The reaper: `radar api`, as in the report (no other worker).
+			api := startRadar(t, bin, s.processEnv(map[string]string{"BUILDRISK_HTTP_ADDR": "127.0.0.1:0"}), "api")
+			api.waitLine(t, regexp.MustCompile(`api listening`))
+			victim := startRadar(t, bin, s.processEnv(nil), "worker")
+			victim.waitLine(t, adminAddrLine)
+			s.gate.arm(2)
+			t.Cleanup(s.gate.open)
+			id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
+			within(t, time.Minute, s.gate.blocked, "the third provider call")
+			workerID := s.waitHeldBy(id)
+			out := s.waitRequest(id, "RUNNING")
+			execID, err := strconv.ParseInt(execution(t, out)["id"].(string), 10, 64)
+			require.NoError(t, err)
+
+			// The worker freezes; one of its connections sits in a
+			// transaction holding the execution's row.
+			require.NoError(t, victim.cmd.Process.Signal(syscall.SIGSTOP))
+			t.Cleanup(func() { _ = victim.cmd.Process.Signal(syscall.SIGCONT) })
+			ctx := context.Background()
+			holderPool, err := openPool(ctx, s.serviceURL, 1, 0, false, holderLimits(s, workerID))
+			require.NoError(t, err)
+			holder, err := holderPool.Begin(ctx)
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				rollbackCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				_ = holder.Rollback(rollbackCtx) // releases the connection, so Close does not wait for it
+				holderPool.Close()
+			})
+			_, err = holder.Exec(ctx, "SELECT id FROM job_execution WHERE id = $1 FOR UPDATE", execID)
+			require.NoError(t, err)
+
+			bound := s.env.StaleAfter + 8*time.Second
+			deadline := time.Now().Add(bound + 10*time.Second) // the poll's own deadline, beyond the bound
+			for s.count(`SELECT count(*) FROM job_request WHERE id = $1 AND status = 'FAILED'`, id) == 0 {
+				require.True(t, time.Now().Before(deadline), "request %s still not freed", id)
+				time.Sleep(50 * time.Millisecond)
+			}
+			// By the database's clock: freed after the stale window, within
+			// STALE_AFTER + 8 s of the frozen worker's last heartbeat.
+			var freedAfter float64
+			require.NoError(t, s.pool.QueryRow(ctx, `SELECT extract(epoch FROM r.finished_at - w.heartbeat_at)::float8
+				FROM job_request r JOIN worker w ON w.id = r.worker_id WHERE r.id = $1`, id).Scan(&freedAfter))
+			t.Logf("%s: freed %.2f s after the last heartbeat (stale window %s)", name, freedAfter, s.env.StaleAfter)
+			require.GreaterOrEqual(t, freedAfter, s.env.StaleAfter.Seconds())
+			require.Less(t, freedAfter, bound.Seconds())
+			require.Equal(t, 1, s.count(`SELECT count(*) FROM job_execution WHERE id = $1 AND status = 'ABANDONED'`, execID))
+			// The holder's transaction is gone: the server ended it.
+			_, err = holder.Exec(ctx, "SELECT 1")
+			require.Error(t, err)
+
+			// The job is free: a new request is accepted and resumes.
+			s.gate.open()
+			status, again := s.post("/v1/jobs/aptTrade/requests", aptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
+			require.Equal(t, http.StatusAccepted, status, "%v", again)
+		})
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -89,7 +90,7 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 		return exitFailed, err
 	}
 	defer tel.shutdown()
-	pool, err := openPool(ctx, env.DatabaseURL, 4, env.DBTimeout, env.TxPooling)
+	pool, err := openPool(ctx, env.DatabaseURL, 4, env.DBTimeout, env.TxPooling, env.sessionLimits(workerID))
 	if err != nil {
 		return exitFailed, err
 	}
@@ -98,7 +99,7 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 		return exitUsage, err
 	}
 	// The CLI's heartbeat has a connection of its own, like a worker's.
-	heartbeatPool, err := openHeartbeatPool(ctx, env.DatabaseURL, 1, env.DBTimeout, env.TxPooling)
+	heartbeatPool, err := openHeartbeatPool(ctx, env.DatabaseURL, 1, env.DBTimeout, env.TxPooling, env.sessionLimits(workerID))
 	if err != nil {
 		return exitFailed, err
 	}
@@ -115,11 +116,11 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 
 	// The CLI's own request has no River job (the CLI runs it); the request
 	// a completed run chains to does, so that a worker picks it up.
-	enqueuer, err := newEnqueuer(pool, nil, env, tel)
+	insertOnly, err := newInsertOnlyRiver(pool, tel)
 	if err != nil {
 		return exitFailed, err
 	}
-	insertOnly, err := newInsertOnlyRiver(pool, tel)
+	enqueuer, err := newCLIEnqueuer(pool, insertOnly, env, tel)
 	if err != nil {
 		return exitFailed, err
 	}
@@ -190,12 +191,25 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 		}
 	}()
 
-	outcome, err := runner.Run(runCtx, batch.RunOpts{
+	runOpts := batch.RunOpts{
 		RequestID: res.Request.ID,
 		OnChunk: func(done, total int) {
 			fmt.Fprintf(stdout, "  chunk %d/%d committed\n", done, total)
 		},
-	})
+	}
+	outcome, err := runner.Run(runCtx, runOpts)
+	for waited := false; errors.Is(err, batch.ErrExecutionActive) && runCtx.Err() == nil; waited = true {
+		// An execution of the job is still ending (STOPPING): wait for it
+		// rather than fail; SIGINT/SIGTERM ends the wait.
+		if !waited {
+			fmt.Fprintf(stdout, "waiting: %v\n", err)
+		}
+		select {
+		case <-runCtx.Done():
+		case <-time.After(time.Second):
+			outcome, err = runner.Run(runCtx, runOpts)
+		}
+	}
 	if errors.Is(err, batch.ErrOwnershipLost) {
 		fmt.Fprintf(stdout, "execution %d: ownership lost (abandoned, or taken over by another run); stopped without writing anything more\n", outcome.ExecutionID)
 		return exitFailed, err

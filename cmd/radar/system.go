@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/exaring/otelpgx"
@@ -57,8 +58,8 @@ func registry(env *envConfig) map[string]batch.Job {
 
 // estimators returns the call estimates that need the database. "Today"
 // follows the configured clock and BUILDRISK_TIMEZONE, like the call budget.
-func estimators(env *envConfig) map[string]request.EstimateFunc {
-	today := budgetDay(env)
+func estimators(env *envConfig, db queries.DBTX) map[string]request.EstimateFunc {
+	today := budgetDay(env, db)
 	return map[string]request.EstimateFunc{
 		jobs.CreditEval:  credit.Estimator(today),
 		jobs.FilingParse: filing.Estimate,
@@ -66,15 +67,22 @@ func estimators(env *envConfig) map[string]request.EstimateFunc {
 	}
 }
 
-// budgetDay returns the call budget's current day: the configured clock's
-// date in BUILDRISK_TIMEZONE.
-func budgetDay(env *envConfig) func() time.Time {
+// budgetDay returns the call budget's current day: the date in
+// BUILDRISK_TIMEZONE of the database's clock (read through db at each
+// call), or of env.Now when a test sets one; never the process's clock,
+// unless the database does not answer (nothing is charged then).
+func budgetDay(env *envConfig, db queries.DBTX) func() time.Time {
 	return func() time.Time {
-		now := time.Now
 		if env.Now != nil {
-			now = env.Now
+			return upstream.Day(env.Now(), env.Location)
 		}
-		return upstream.Day(now(), env.Location)
+		ctx, cancel := context.WithTimeout(context.Background(), databaseProbeTimeout(env))
+		defer cancel()
+		now, err := queries.New().DatabaseNow(ctx, db)
+		if err != nil {
+			now = time.Now()
+		}
+		return upstream.Day(now, env.Location)
 	}
 }
 
@@ -82,25 +90,32 @@ func budgetDay(env *envConfig) func() time.Time {
 // schedules): stale-worker cleanup, then dedupe, under the job's lock.
 // riverClient nil records requests the caller runs itself.
 func newEnqueuer(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *envConfig, tel *telemetry) (*request.Enqueuer, error) {
-	return newEnqueuerFor(jobs.Default(), pool, riverClient, env, tel)
+	return newEnqueuerFor(jobs.Default(), pool, riverClient, request.RiverCanceller(riverClient), env, tel)
+}
+
+// newCLIEnqueuer returns the enqueuer of `radar run`'s own request, which
+// has no River job (the CLI runs it); its cleanup still cancels the River
+// job of a dead worker's request through cancelWith.
+func newCLIEnqueuer(pool *pgxpool.Pool, cancelWith *river.Client[pgx.Tx], env *envConfig, tel *telemetry) (*request.Enqueuer, error) {
+	return newEnqueuerFor(jobs.Default(), pool, nil, request.RiverCanceller(cancelWith), env, tel)
 }
 
 // newEnqueuerFor is newEnqueuer for another catalog (benchmarks enqueue
 // no-op jobs through the production path).
-func newEnqueuerFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *envConfig, tel *telemetry) (*request.Enqueuer, error) {
+func newEnqueuerFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], canceller request.JobCanceller, env *envConfig, tel *telemetry) (*request.Enqueuer, error) {
 	// The cleanup reaps dead workers' runs, and a reaped run resumes through
 	// this same enqueuer: the two refer to each other.
 	var enqueuer *request.Enqueuer
 	reaper := worker.NewReaper(pool, worker.ReaperConfig{
-		StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger,
-		River: request.RiverCanceller(riverClient),
+		StaleAfter: env.StaleAfter, Instruments: tel.instruments, Logger: tel.logger, Reachability: tel.reach,
+		River: canceller,
 		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
 			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
 			return err
 		},
 	})
 	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
-		Catalog: catalog, DailyCaps: env.capsByName(), Estimators: estimators(env),
+		Catalog: catalog, DailyCaps: env.capsByName(), Estimators: estimators(env, pool),
 		Instruments: tel.instruments, Logger: tel.logger, Resume: env.AutoResume,
 		StaleAfter: env.StaleAfter,
 		Cleanup: func(ctx context.Context, tx pgx.Tx, job string) error {
@@ -116,6 +131,10 @@ type telemetry struct {
 	providers   *observability.Providers
 	instruments *observability.Instruments
 	logger      *slog.Logger
+	// reach is the process's link to the database as its heartbeats (a
+	// worker) or its probe (the api) see it; every reaper of the process
+	// waits on it after a cut. Nil: each reaper keeps its own.
+	reach *worker.Reachability
 }
 
 func newTelemetry(ctx context.Context, env *envConfig, role, workerID, defaultFormat string) (*telemetry, error) {
@@ -135,7 +154,7 @@ func newTelemetry(ctx context.Context, env *envConfig, role, workerID, defaultFo
 	instruments.InitSeries(ctx, jobs.Default().Names(), providerNames)
 	logger := observability.NewLogger(os.Stderr, orDefault(env.LogFormat, defaultFormat), slog.LevelInfo).With(slog.String("role", role))
 	slog.SetDefault(logger)
-	return &telemetry{providers: providers, instruments: instruments, logger: logger}, nil
+	return &telemetry{providers: providers, instruments: instruments, logger: logger, reach: worker.NewReachability()}, nil
 }
 
 // shutdown flushes telemetry; it runs last, after drain.
@@ -151,23 +170,25 @@ func (t *telemetry) shutdown() {
 // can outlast it, whatever its caller does, and bounds the time to open a
 // connection. txPooling (BUILDRISK_DB_PGBOUNCER=transaction) adapts the
 // pool to PgBouncer's transaction pooling (poolConfig).
-func openPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, txPooling bool) (*pgxpool.Pool, error) {
-	return openNamedPool(ctx, url, maxConns, statementTimeout, txPooling, "main")
+// limits are the server-side limits of its sessions (sessionLimits).
+func openPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, txPooling bool, limits sessionLimits) (*pgxpool.Pool, error) {
+	return openNamedPool(ctx, url, maxConns, statementTimeout, txPooling, "main", limits)
 }
 
 // openHeartbeatPool opens the small pool a worker's or CLI's heartbeats use,
 // so they never wait behind chunk work for a connection.
-func openHeartbeatPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, txPooling bool) (*pgxpool.Pool, error) {
-	return openNamedPool(ctx, url, maxConns, statementTimeout, txPooling, "heartbeat")
+func openHeartbeatPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, txPooling bool, limits sessionLimits) (*pgxpool.Pool, error) {
+	return openNamedPool(ctx, url, maxConns, statementTimeout, txPooling, "heartbeat", limits)
 }
 
 // openNamedPool opens a pool; name tells its statistics apart from another
 // pool's.
-func openNamedPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, txPooling bool, name string) (*pgxpool.Pool, error) {
+func openNamedPool(ctx context.Context, url string, maxConns int32, statementTimeout time.Duration, txPooling bool, name string, limits sessionLimits) (*pgxpool.Pool, error) {
 	cfg, err := poolConfig(url, maxConns, txPooling)
 	if err != nil {
 		return nil, err
 	}
+	limits.apply(cfg, txPooling)
 	if statementTimeout > 0 {
 		// Behind PgBouncer's transaction pooling a startup parameter is
 		// refused; the worker's and the CLI's calls each carry a deadline
@@ -183,6 +204,102 @@ func openNamedPool(ctx context.Context, url string, maxConns int32, statementTim
 		}
 	}
 	return connectPool(ctx, cfg, name)
+}
+
+// sessionLimits are the server-side limits every connection of a process
+// carries, so that the server itself ends the transaction of a process that
+// went silent inside it (SIGSTOP, a network partition that keeps the
+// socket open, a node gone) instead of keeping it, and its row locks, for
+// as long as TCP takes to notice (7200 s + 9 × 75 s by default). They
+// derive from the fencing window (envConfig.sessionLimits), so a dead
+// worker's transaction ends before any reaper can find it stale.
+type sessionLimits struct {
+	// appName becomes application_name unless DATABASE_URL or PGAPPNAME
+	// set one: a worker's id, by which the reaper finds (and ends) the
+	// backends of a stale worker.
+	appName string
+	// idleInTransaction is idle_in_transaction_session_timeout.
+	idleInTransaction time.Duration
+	// transactionTimeout is transaction_timeout, set after connecting on
+	// PostgreSQL 17 and later only (older servers refuse the name).
+	transactionTimeout time.Duration
+	// keepalive bounds how long a dead peer goes unnoticed on an idle
+	// connection, on both sides: the server's tcp_keepalives_* and
+	// tcp_user_timeout, and the client's socket keepalives.
+	keepalive time.Duration
+}
+
+// sessionLimits returns the limits of a process's connections: idle in a
+// transaction for no longer than BUILDRISK_FENCE_AFTER (no transaction of
+// the service waits on anything but the database), no transaction older
+// than FENCE_AFTER + HEARTBEAT_INTERVAL + DB_STATEMENT_TIMEOUT (less than
+// STALE_AFTER, by CheckFencing), and a dead peer noticed within about
+// FENCE_AFTER.
+func (c *envConfig) sessionLimits(appName string) sessionLimits {
+	return sessionLimits{
+		appName:            appName,
+		idleInTransaction:  c.FenceAfter,
+		transactionTimeout: c.FenceAfter + c.HeartbeatInterval + c.DBTimeout,
+		keepalive:          c.FenceAfter,
+	}
+}
+
+// apply sets the limits on cfg. Behind PgBouncer's transaction pooling only
+// application_name and the client's keepalives are set: PgBouncer refuses
+// other startup parameters, and a session SET would follow the server
+// connection to other clients; the operator sets them on the role instead
+// (docs/operations.md, "Server-side limits").
+func (l sessionLimits) apply(cfg *pgxpool.Config, txPooling bool) {
+	cc := cfg.ConnConfig
+	if l.appName != "" && cc.RuntimeParams["application_name"] == "" {
+		cc.RuntimeParams["application_name"] = l.appName
+	}
+	var idle, interval time.Duration
+	if l.keepalive > 0 {
+		idle, interval = max(l.keepalive/3, time.Second), max(l.keepalive/9, time.Second)
+		dialer := &net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: idle, Interval: interval, Count: 3}}
+		cc.DialFunc = dialer.DialContext
+	}
+	if txPooling {
+		return
+	}
+	ms := func(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
+	if l.idleInTransaction > 0 {
+		cc.RuntimeParams["idle_in_transaction_session_timeout"] = ms(l.idleInTransaction)
+	}
+	if l.keepalive > 0 {
+		secs := func(d time.Duration) string { return strconv.FormatInt(int64(d/time.Second), 10) }
+		cc.RuntimeParams["tcp_keepalives_idle"] = secs(idle)
+		cc.RuntimeParams["tcp_keepalives_interval"] = secs(interval)
+		cc.RuntimeParams["tcp_keepalives_count"] = "3"
+		cc.RuntimeParams["tcp_user_timeout"] = ms(l.keepalive)
+	}
+	if l.transactionTimeout > 0 {
+		timeout := ms(l.transactionTimeout)
+		next := cfg.AfterConnect
+		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+			if serverMajor(conn.PgConn().ParameterStatus("server_version")) >= 17 {
+				if err := queries.New().SessionTransactionTimeoutSet(ctx, conn, timeout); err != nil {
+					return fmt.Errorf("error setting transaction_timeout: %w", err)
+				}
+			}
+			if next != nil {
+				return next(ctx, conn)
+			}
+			return nil
+		}
+	}
+}
+
+// serverMajor returns the major version of a server_version such as
+// "17.2 (Debian 17.2-1)", 0 when it cannot tell.
+func serverMajor(version string) int {
+	end := strings.IndexFunc(version, func(r rune) bool { return r < '0' || r > '9' })
+	if end < 0 {
+		end = len(version)
+	}
+	n, _ := strconv.Atoi(version[:end])
+	return n
 }
 
 // openAPIPool opens the api's pool: every connection runs with the api's
@@ -207,6 +324,10 @@ func apiPoolConfig(env *envConfig, url string) (*pgxpool.Config, error) {
 	if !env.TxPooling {
 		setAPITimeouts(cfg.ConnConfig, env)
 	}
+	limits := env.sessionLimits("")
+	// An api transaction may run statements up to its statement_timeout.
+	limits.transactionTimeout = max(limits.transactionTimeout, 2*env.APIStatementTimeout)
+	limits.apply(cfg, env.TxPooling)
 	// The api's reads are planned at every call (queries.PlanEachCall in
 	// the api), never from a plan cached on a long-lived connection, which
 	// outlives the history it was chosen for. The enqueue's statements
@@ -452,6 +573,7 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 		PollOnly:          env.TxPooling,
 		Instruments:       tel.instruments,
 		Logger:            tel.logger,
+		Reachability:      tel.reach,
 		RiverPlugins:      riverPlugins(tel),
 		Gauges: &worker.Gauges{
 			Pool: pool, Jobs: jobs.Default().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.instruments,
@@ -509,13 +631,13 @@ func newAPIServer(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *
 		return nil, err
 	}
 	observeSchedules(context.Background(), pool, env, tel)
-	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.instruments)
+	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.instruments, tel.reach)
 	return api.New(pool, api.Config{
 		Tokens: env.Tokens, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),
 		Logger: tel.logger, Version: version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
 		RequestTimeout: apiRequestTimeout(env), TxSettings: apiTxSettings(env),
-		DailyCaps: env.capsByName(), Today: budgetDay(env), RiverUI: riverUI,
+		DailyCaps: env.capsByName(), Today: budgetDay(env, pool), RiverUI: riverUI,
 	})
 }
 

@@ -383,7 +383,7 @@ func TestWorker_HeartbeatNeverWaitsBehindChunkWork(t *testing.T) {
 	mainPool, err := pgxpool.NewWithConfig(ctx, mainCfg)
 	require.NoError(t, err)
 	t.Cleanup(mainPool.Close)
-	heartbeatPool, err := openHeartbeatPool(ctx, s.dbURL, heartbeatPoolConns, s.env.DBTimeout, false)
+	heartbeatPool, err := openHeartbeatPool(ctx, s.dbURL, heartbeatPoolConns, s.env.DBTimeout, false, sessionLimits{})
 	require.NoError(t, err)
 	t.Cleanup(heartbeatPool.Close)
 

@@ -26,12 +26,12 @@ func runWorker(ctx context.Context) error {
 		return err
 	}
 	defer tel.shutdown() // last: after drain and pool close
-	pool, err := openPool(ctx, env.DatabaseURL, env.workerMaxConns(), env.DBTimeout, env.TxPooling)
+	pool, err := openPool(ctx, env.DatabaseURL, env.workerMaxConns(), env.DBTimeout, env.TxPooling, env.sessionLimits(workerID))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	heartbeatPool, err := openHeartbeatPool(ctx, env.DatabaseURL, heartbeatPoolConns, env.DBTimeout, env.TxPooling)
+	heartbeatPool, err := openHeartbeatPool(ctx, env.DatabaseURL, heartbeatPoolConns, env.DBTimeout, env.TxPooling, env.sessionLimits(workerID))
 	if err != nil {
 		return err
 	}

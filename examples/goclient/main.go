@@ -26,7 +26,7 @@ import (
 
 func main() {
 	url := flag.String("url", "http://localhost:8080", "base URL of the api")
-	token := flag.String("token", os.Getenv("BUILDRISK_TOKEN"), "operator token (default $BUILDRISK_TOKEN)")
+	token := flag.String("token", "", "operator token (radar dev prints one)")
 	timeout := flag.Duration("timeout", 2*time.Minute, "give up after this long")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)

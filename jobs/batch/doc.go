@@ -47,4 +47,10 @@
 // its Fence fires; only then does the run fail, with a message naming the
 // outage. The Fence fires safely before any reaper can see the process
 // stale, so a run that rides an outage out is never taken over meanwhile.
+//
+// An error from a provider (upstream.CallError, a queries.ProviderError) is
+// never such an outage, even when it wraps a reset connection, an
+// unexpected EOF or a timeout while its body was read: the provider client
+// retried it already, so the item or chunk fails at once, naming the
+// provider.
 package batch

@@ -219,6 +219,13 @@ type Committer[T, R any] struct {
 	// refuses (an item skipped, or with an unusable answer) are left to the
 	// chunk's own commit, which accounts for them. Nil keeps every value.
 	Keep func(R) bool
+	// Failed, when set, is told of every item whose function failed (a
+	// panic included, a Halt error not), with how many items of this call
+	// have failed so far; calls are serialized. An error it returns stops
+	// handing over items at once, like an item's Halt error, and is what
+	// FanOutCommit returns: a failure tolerance is checked as items fail,
+	// not after the chunk has made every call.
+	Failed func(failed int64, err error) error
 }
 
 // FanOutCommit runs fn for every item on a bounded pool of run.FanOut slots,
@@ -285,9 +292,29 @@ func fanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items [
 	for i := range indexes {
 		indexes[i] = i
 	}
+	var failMu sync.Mutex
+	var failed int64
+	noteFailure := func(err error) {
+		if c.Failed == nil || err == nil {
+			return
+		}
+		if _, halting := errors.AsType[*haltError](err); halting {
+			return
+		}
+		failMu.Lock()
+		defer failMu.Unlock()
+		failed++
+		if stop := c.Failed(failed, err); stop != nil {
+			h.halt(stop)
+		}
+	}
 	results, err := fanOutWith(ctx, h, pool, indexes, func(ctx context.Context, i int) (value R, err error) {
 		handedToGroup := false
 		defer func() {
+			if r := recover(); r != nil {
+				err = &PanicError{Value: r}
+			}
+			noteFailure(err)
 			if !handedToGroup {
 				paid.give() // failed, skipped or panicked: nothing to commit
 			}

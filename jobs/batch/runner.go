@@ -154,6 +154,11 @@ type Config struct {
 	// RecordHook, when set, runs between recording the execution's outcome
 	// and the request's; tests cut the database there.
 	RecordHook func()
+	// OutcomeHook, when set, runs inside the transaction that records the
+	// execution's outcome, after its write and before the commit, while
+	// the row is locked: tests hold it there to race a stop against the
+	// run's end.
+	OutcomeHook func()
 	// Chain runs inside the transaction that records a COMPLETED execution:
 	// it inserts the next job's request there, so there is never a moment
 	// where a job is done and its successor missing. An error rolls the
@@ -439,7 +444,10 @@ func (r *Runner) start(ctx context.Context, requestID int64) (*started, error) {
 		}
 		running, err := r.queries.JobExecutionRunningByJob(ctx, tx, req.Job)
 		if err := queries.Interpret(err); err == nil {
-			return fmt.Errorf("%w: job %s: execution %d is still %s", ErrNotRunnable, req.Job, running.ID, running.Status)
+			// Not a reason to fail the request: the execution ends (its run
+			// records it, or the reaper abandons it) and the request runs
+			// then. The claim rolls back with this transaction.
+			return fmt.Errorf("%w: job %s: execution %d is still %s", ErrExecutionActive, req.Job, running.ID, running.Status)
 		} else if !errors.Is(err, queries.ErrNotFound) {
 			return fmt.Errorf("error checking running executions: %w", err)
 		}
@@ -484,8 +492,14 @@ func (r *Runner) start(ctx context.Context, requestID int64) (*started, error) {
 
 // ErrNotRunnable is returned (wrapped) by Run when the claimed request
 // cannot run in this process: its job is not registered here (a rolling
-// deploy) or another execution of the job is still active.
+// deploy).
 var ErrNotRunnable = errors.New("request cannot run")
+
+// ErrExecutionActive is returned (wrapped) by Run when another execution of
+// the request's job is still active (STARTING, STARTED or STOPPING): the
+// request stays QUEUED, unclaimed, and its caller tries again later (the
+// worker snoozes its River job). It never fails the request.
+var ErrExecutionActive = errors.New("request waits: another execution of the job is still active")
 
 // watch cancels the run's work when the process fences itself or, checked
 // every LeaseCheckInterval, when the execution is no longer the run's: so a
@@ -882,12 +896,16 @@ func (r *Runner) classify(ctx context.Context, rs *runState, err error, where st
 	case errors.Is(cause, ErrOwnershipLost):
 		return "", "", cause
 	case errors.Is(cause, ErrFenced), errors.Is(err, ErrFenced):
-		msg := "database outage: the worker went without a successful heartbeat past its fencing threshold, so it cancelled the work in flight uncommitted; a new request resumes from the last commit"
+		// An outage is infrastructure's doing, like a drain or a reap: the
+		// run stops (it does not fail) with cause database, and the resume
+		// policy resumes it, so the same outage ends the same way whether it
+		// outlasts the stale window (reaped) or not (fenced).
+		msg := "database outage: the worker went without a successful heartbeat past its fencing threshold, so it cancelled the work in flight uncommitted; resumes from the last commit"
 		if dbErr := rs.dbError(); dbErr != nil {
 			msg += fmt.Sprintf(" (last database error: %v)", dbErr)
 		}
 		rs.cause = request.CauseDatabase
-		return request.ExecutionFailed, msg, nil
+		return request.ExecutionStopped, msg, nil
 	case ctx.Err() != nil:
 		rs.cause = request.CauseDrain
 		return request.ExecutionStopped, MessageDrainTimeout, nil
@@ -940,6 +958,9 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 					return nil // an earlier attempt committed
 				}
 				return rs.lost()
+			}
+			if r.cfg.OutcomeHook != nil {
+				r.cfg.OutcomeHook()
 			}
 			if st.cause != "" {
 				// Recorded with the end, so the reconcile loop applies the

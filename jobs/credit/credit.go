@@ -209,6 +209,16 @@ func (j *Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch
 	if err != nil {
 		return nil, fmt.Errorf("error reading the targets of chunk %s: %w", chunk, err)
 	}
+	// The tolerance is checked as targets fail: the failures committed by
+	// earlier chunks, plus this chunk's so far. Past it the fan-out stops
+	// handing over targets at once (the calls in flight finish), so a
+	// provider answering garbage costs about tolerance + BUILDRISK_FANOUT
+	// calls, not one per target.
+	prior, err := queries.New().JobCheckpointTotals(ctx, run.DB, run.InstanceID)
+	if err != nil {
+		return nil, fmt.Errorf("error reading checkpoint totals: %w", err)
+	}
+	tolerance := FailureTolerance(declared)
 	day := run.Calls.Today()
 	results, err := batch.FanOutCommit(ctx, run, chunk, targets,
 		func(ctx context.Context, corpCode string) (Evaluation, error) {
@@ -217,7 +227,18 @@ func (j *Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch
 		batch.Committer[string, Evaluation]{
 			Key:   func(corpCode string) string { return corpCode },
 			Queue: func(b *pgx.Batch, grades []Evaluation) { queueUpsert(ctx, b, run.ExecutionID, day, grades) },
+			Failed: func(failed int64, _ error) error {
+				if prior.Failed+failed > tolerance {
+					return errToleranceExceeded
+				}
+				return nil
+			},
 		})
+	if errors.Is(err, errToleranceExceeded) {
+		// Named with every target that failed in the chunk, those that
+		// were in flight when the line was crossed included.
+		return nil, failuresError(targets, results, prior.Failed, declared, tolerance)
+	}
 	if err != nil {
 		// Stopped handing over (cap, maxCalls, key, stop or drain): the
 		// grades committed so far are kept, the other targets stay for the
@@ -244,13 +265,8 @@ func (j *Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch
 		return nil, fmt.Errorf("%d grades of chunk %s were not committed", uncommitted, chunk)
 	}
 	if len(failures) > 0 {
-		totals, err := queries.New().JobCheckpointTotals(ctx, run.DB, run.InstanceID)
-		if err != nil {
-			return nil, fmt.Errorf("error reading checkpoint totals: %w", err)
-		}
-		failed := totals.Failed + int64(len(failures))
-		if tolerance := FailureTolerance(declared); failed > tolerance {
-			return nil, &FailuresError{Failed: failed, Targets: declared, Tolerance: tolerance, InChunk: int64(len(failures)), First: failures[:min(firstErrorsNamed, len(failures))]}
+		if prior.Failed+int64(len(failures)) > tolerance {
+			return nil, failuresError(targets, results, prior.Failed, declared, tolerance)
 		}
 		// One line per chunk, not one per item.
 		run.Logger.WarnContext(ctx, "credit evaluations failed in chunk; counted as failed, repair with a backfill request",
@@ -266,6 +282,25 @@ func (j *Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch
 // executions wrote, counted by a query — the second, independent count.
 func (j *Job) DomainRows(ctx context.Context, db queries.DBTX, executionIDs []int64) (int64, error) {
 	return queries.New().CreditGradeCountByExecutions(ctx, db, executionIDs)
+}
+
+// errToleranceExceeded stops a chunk's fan-out once more targets have
+// failed than the tolerance; Process turns it into a *FailuresError.
+var errToleranceExceeded = errors.New("failure tolerance exceeded")
+
+// failuresError returns the *FailuresError of a chunk whose failed targets
+// (results' errors) bring the execution's past its tolerance.
+func failuresError(targets []string, results []batch.ItemResult[Evaluation], prior, declared, tolerance int64) *FailuresError {
+	var failures []error
+	for i, r := range results {
+		if r.Done && r.Err != nil {
+			failures = append(failures, fmt.Errorf("%s: %w", targets[i], r.Err))
+		}
+	}
+	return &FailuresError{
+		Failed: prior + int64(len(failures)), Targets: declared, Tolerance: tolerance,
+		InChunk: int64(len(failures)), First: failures[:min(firstErrorsNamed, len(failures))],
+	}
 }
 
 // FailuresError fails an execution whose failed targets exceed the

@@ -85,7 +85,8 @@ func (b *testBundle) requireResumeCallsOnlyTheRest(tb testing.TB, kept map[strin
 
 // creditEval with errorRate 0.3: its one 1,000-target chunk fails its
 // tolerance (about 27 targets still fail after three attempts, 10 are
-// tolerated). The good grades are kept, the failed targets are counted —
+// tolerated): it stops handing over targets as soon as the 11th fails. The
+// good grades are kept, the failed targets are counted —
 // items_total{outcome="failed"} equals them — and the resume calls only
 // the failed targets.
 func TestCreditEval_ToleranceFailureKeepsGoodGrades(t *testing.T) {
@@ -99,12 +100,37 @@ func TestCreditEval_ToleranceFailureKeepsGoodGrades(t *testing.T) {
 	require.Positive(t, exec.ItemsFailed)
 	require.Greater(t, exec.ItemsFailed, credit.FailureTolerance(1000))
 	require.Equal(t, int64(len(kept)), exec.ItemsWritten, "the good grades are committed")
-	require.Equal(t, int64(1000), exec.ItemsWritten+exec.ItemsFailed, "every target written or failed")
+	require.Less(t, exec.ItemsWritten+exec.ItemsFailed, int64(1000),
+		"the fan-out stopped once the tolerance was exceeded: the targets never called stay for the resume")
 	require.Equal(t, float64(exec.ItemsFailed), b.metric(t, observability.MetricItems, map[string]string{"job": jobs.CreditEval, "outcome": observability.OutcomeFailed}),
 		"items_total{outcome=failed} equals the failed targets")
 	require.Equal(t, float64(len(kept)), b.metric(t, observability.MetricItems, map[string]string{"job": jobs.CreditEval, "outcome": observability.OutcomeWritten}))
 
 	b.requireResumeCallsOnlyTheRest(t, kept)
+}
+
+// A provider answering garbage (200, no grade to parse) with a tolerance of
+// 6 failed targets: the fan-out stops handing over as soon as the 7th
+// target fails, so the run costs about tolerance + FANOUT calls (the 7th
+// failure and the calls in flight beside it), not one per target (600 of
+// 600 when the tolerance was checked at the end of the chunk). The targets
+// never called stay for the resume.
+func TestCreditEval_ToleranceStopsTheCalls(t *testing.T) {
+	t.Parallel()
+	const fanOut = 5
+	b := setup(t, setupOpts{targets: 600, fanOut: fanOut, fake: fakeupstream.Config{GarbageRate: 1}})
+	tolerance := credit.FailureTolerance(600)
+	require.Equal(t, int64(6), tolerance)
+
+	out, exec := b.run(t, `{}`, nil)
+	require.Equal(t, "FAILED", out.Status, out.Message)
+	require.Contains(t, out.Message, "of 600 targets failed, more than the 6 tolerated")
+	calls := b.fake.Stats().Total
+	require.LessOrEqual(t, calls, tolerance+1+2*fanOut, "stopped calling once the tolerance was exceeded")
+	require.Greater(t, calls, tolerance, "the 7th failure is what stops it")
+	require.Equal(t, int64(exec.ExternalCalls), calls)
+	require.Equal(t, calls, exec.ItemsFailed, "one call per target, each failed and counted")
+	require.Zero(t, exec.ItemsWritten)
 }
 
 // A drain in the middle of a 1,000-item chunk at 250 ms a call: the

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
@@ -49,16 +48,20 @@ const (
 	autoResumeBackoffMax     = 10 * time.Minute
 )
 
-// AutoResumeCausesDefault is the default of BUILDRISK_AUTO_RESUME.
-const AutoResumeCausesDefault = CauseDrain + "," + CauseReap
+// AutoResumeCausesDefault is the default of BUILDRISK_AUTO_RESUME: every
+// cause that is infrastructure's doing, so the same fault (an outage
+// shorter or longer than the stale window) ends the same way, resumed.
+const AutoResumeCausesDefault = CauseDrain + "," + CauseReap + "," + CauseDatabase
 
 // ResumePolicy decides which stopped runs resume by themselves.
 type ResumePolicy struct {
 	// Causes are the causes that resume; empty turns automatic resumes off.
 	Causes []string
 	// MaxPerDay is how many automatic resumes one instance gets per day (in
-	// Location); past it the run stays stopped or failed and the refusal is
-	// counted, so a run that crashes its worker every time cannot loop.
+	// Location, by the database's clock); past it the run stays stopped or
+	// failed and the refusal is counted, so a run that crashes its worker
+	// every time cannot loop. Resumes of drains do not count: a rolling
+	// deploy is not a crash loop.
 	MaxPerDay int
 	// Backoff is the delay before the first automatic resume of the day; the
 	// n-th waits Backoff·2^(n-1), at most ten minutes.
@@ -141,13 +144,11 @@ func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, 
 	if err != nil {
 		return 0, fmt.Errorf("error reading stopped execution: %w", err)
 	}
-	now := time.Now().In(policy.Location)
-	startOfDay := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, policy.Location)
-	attempts, err := e.queries.JobRequestResumesToday(ctx, tx, &queries.JobRequestResumesTodayParams{InstanceID: exec.InstanceID, Since: startOfDay})
+	attempts, err := e.queries.JobRequestResumesToday(ctx, tx, &queries.JobRequestResumesTodayParams{InstanceID: exec.InstanceID, Tz: policy.Location.String()})
 	if err != nil {
 		return 0, fmt.Errorf("error counting automatic resumes: %w", err)
 	}
-	if int(attempts) >= policy.MaxPerDay {
+	if s.Cause != CauseDrain && int(attempts) >= policy.MaxPerDay {
 		e.cfg.Instruments.AutoResumeRefused(ctx, s.Request.Job, s.Cause)
 		logger.ErrorContext(ctx, "automatic resume refused: the instance has used every attempt of the day; request it by hand once the cause is fixed",
 			slog.Int64("attempts", attempts), slog.Int("max_per_day", policy.MaxPerDay))
@@ -165,7 +166,7 @@ func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, 
 		MaxCalls:    maxCalls,
 		Source:      SourceResume,
 		RequestedBy: fmt.Sprintf("resume:%s:execution %d", s.Cause, s.ExecutionID),
-		ScheduledAt: time.Now().Add(policy.backoff(int(attempts) + 1)),
+		NotBefore:   policy.backoff(int(attempts) + 1),
 		skipCleanup: true,
 	}
 	_, params, err := e.Validate(ctx, tx, p)
@@ -210,15 +211,6 @@ func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, 
 	e.cfg.Instruments.RequestRecorded(ctx, s.Request.Job, SourceResume, observability.ResultAccepted)
 	e.cfg.Instruments.AutoResumed(ctx, s.Request.Job, s.Cause)
 	logger.InfoContext(ctx, "run stopped by infrastructure resumes by itself",
-		slog.Int64("resume_request_id", res.Request.ID), slog.Int64("attempt", attempts+1), slog.Time("not_before", p.ScheduledAt))
+		slog.Int64("resume_request_id", res.Request.ID), slog.Int64("attempt", attempts+1), slog.Duration("backoff", p.NotBefore))
 	return res.Request.ID, nil
-}
-
-// insertOpts are the River insert options of a request: a resume waits for
-// its backoff.
-func (p *EnqueueParams) insertOpts() *river.InsertOpts {
-	if p.ScheduledAt.IsZero() {
-		return nil
-	}
-	return &river.InsertOpts{ScheduledAt: p.ScheduledAt}
 }

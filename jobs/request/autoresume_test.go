@@ -110,10 +110,17 @@ func TestResume_DrainedRunResumesItself(t *testing.T) {
 	require.Equal(t, execID, *got.ResumesExecutionID)
 	require.Equal(t, request.StatusQueued, got.Status)
 
-	// The River job waits for the backoff, so a crash loop cannot spin.
-	var scheduledAt time.Time
-	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT scheduled_at FROM river_job WHERE id = $1`, *got.RiverJobID).Scan(&scheduledAt))
-	require.False(t, scheduledAt.Before(before.Add(time.Minute)), "scheduled at %s, want at least a minute after %s", scheduledAt, before)
+	// The request waits for the backoff (by the database's clock), so a
+	// crash loop cannot spin; its River job is available at once, so no
+	// River leader has to move it from scheduled before it can start.
+	require.NotNil(t, got.NotBefore)
+	require.False(t, got.NotBefore.Before(before.Add(time.Minute-time.Second)), "not before %s, want about a minute after %s", got.NotBefore, before)
+	var state string
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT state FROM river_job WHERE id = $1`, *got.RiverJobID).Scan(&state))
+	require.Equal(t, "available", state)
+	wait, err := queries.New().JobRequestWait(context.Background(), b.pool, id)
+	require.NoError(t, err)
+	require.InDelta(t, 60, wait, 5)
 
 	requireMetric(t, b.providers, 1, observability.MetricAutoResumes, map[string]string{"job": "stockPrice", "cause": "drain"})
 	requireMetric(t, b.providers, 1, observability.MetricRequests, map[string]string{"job": "stockPrice", "source": "resume", "result": "accepted"})
@@ -157,11 +164,42 @@ func TestResume_AttemptLimitPerInstanceAndDay(t *testing.T) {
 	requireMetric(t, b.providers, 1, observability.MetricAutoResumesRefused, map[string]string{"job": "stockPrice", "cause": "reap"})
 }
 
+// A rolling deploy drains every worker in turn: the drains' resumes never
+// count toward the day's attempts, which stop crash loops only.
+func TestResume_DrainsDoNotSpendTheDayAttempts(t *testing.T) {
+	t.Parallel()
+	b := newResumeBundle(t, request.ResumePolicy{Causes: []string{request.CauseDrain, request.CauseReap}, MaxPerDay: 1, Backoff: time.Millisecond})
+	req, execID := b.stopRun(t, false, request.ExecutionStopped)
+	next := func(id int64, status string) {
+		t.Helper()
+		got, err := queries.New().JobRequestGetByID(context.Background(), b.pool, id)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(context.Background(), `UPDATE job_request SET status = $2 WHERE id = $1`, id, request.StatusForExecution(status))
+		require.NoError(t, err)
+		require.NoError(t, b.pool.QueryRow(context.Background(), `INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, ended_at)
+			SELECT instance_id, job, $1, $3, 'w', now() FROM job_execution WHERE id = $2 RETURNING id`, id, execID, status).Scan(&execID))
+		req = got
+	}
+	// Four workers drained one after another (a deploy): four resumes.
+	for drain := 1; drain <= 4; drain++ {
+		id := b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: request.CauseDrain})
+		require.NotZero(t, id, "drain %d resumes", drain)
+		next(id, request.ExecutionAbandoned)
+	}
+	// The day's one attempt is still there for a crash.
+	id := b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: request.CauseReap})
+	require.NotZero(t, id, "the drains spent none of the day's attempts")
+	next(id, request.ExecutionAbandoned)
+	require.Zero(t, b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: request.CauseReap}), "a second crash is refused")
+	requireMetric(t, b.providers, 4, observability.MetricAutoResumes, map[string]string{"job": "stockPrice", "cause": "drain"})
+	requireMetric(t, b.providers, 1, observability.MetricAutoResumesRefused, map[string]string{"job": "stockPrice", "cause": "reap"})
+}
+
 func TestParseResumeCauses(t *testing.T) {
 	t.Parallel()
 	causes, err := request.ParseResumeCauses(request.AutoResumeCausesDefault)
 	require.NoError(t, err)
-	require.Equal(t, []string{"drain", "reap"}, causes)
+	require.Equal(t, []string{"drain", "reap", "database"}, causes, "every cause of infrastructure resumes by default")
 	causes, err = request.ParseResumeCauses("none")
 	require.NoError(t, err)
 	require.Empty(t, causes)

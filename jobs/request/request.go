@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -128,9 +129,13 @@ type EnqueueParams struct {
 	// WorkerID is set when the enqueuing process will run the request
 	// itself (the CLI): the reaper then frees it if that process dies.
 	WorkerID string
-	// ScheduledAt, when set, keeps the River job from running before it (an
-	// automatic resume's backoff).
-	ScheduledAt time.Time
+	// NotBefore, when positive, keeps the request from starting before that
+	// long after its insert, by the database's clock (an automatic resume's
+	// backoff): it is stored on the request (not_before) and its River job
+	// is inserted available, the worker snoozing it until then, so that no
+	// River leader (whose scheduler alone moves scheduled jobs) is on the
+	// path of a resume.
+	NotBefore time.Duration
 
 	// skipCleanup is set by ResumeTx, whose callers are the cleanup.
 	skipCleanup bool
@@ -306,6 +311,7 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 		WorkerID:           workerIDOrNil(p.WorkerID),
 		DueAt:              p.DueAt,
 		RiverJobID:         riverJobID,
+		NotBeforeSeconds:   notBeforeSeconds(p.NotBefore),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error inserting request: %w", queries.Interpret(err))
@@ -316,11 +322,15 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 // insertRun inserts, through River's InsertTx, the River job that runs
 // p's request requestID in tx.
 func (e *Enqueuer) insertRun(ctx context.Context, tx pgx.Tx, p *EnqueueParams, requestID int64) (*rivertype.JobInsertResult, error) {
-	res, err := e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job, RequestID: requestID}, p.insertOpts())
+	res, err := e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job, RequestID: requestID}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("error inserting river job: %w", err)
 	}
 	return res, nil
+}
+
+func notBeforeSeconds(d time.Duration) pgtype.Float8 {
+	return pgtype.Float8{Float64: d.Seconds(), Valid: d > 0}
 }
 
 func maxCallsOrNil(maxCalls *int) *int32 {

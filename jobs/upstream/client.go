@@ -95,6 +95,12 @@ func (e *CallError) Error() string {
 // Unwrap returns the transport error, if any.
 func (e *CallError) Unwrap() error { return e.Err }
 
+// ProviderName implements queries.ProviderError: a call error is the
+// provider's, whatever transport error it wraps.
+func (e *CallError) ProviderName() string { return string(e.Provider) }
+
+var _ queries.ProviderError = (*CallError)(nil)
+
 // ClientConfig configures a Client. Only cmd/radar reads the environment.
 type ClientConfig struct {
 	// BaseURLs is each provider's base URL (BUILDRISK_UPSTREAM_URL or
@@ -106,8 +112,15 @@ type ClientConfig struct {
 	DailyCaps map[Provider]int
 	// Location is the day boundary of the caps (BUILDRISK_TIMEZONE).
 	Location *time.Location
-	// Now is the clock; tests inject one to cross a day.
+	// Now, when set, replaces the database's clock as the clock of the
+	// budget day; tests inject one to cross a day.
 	Now func() time.Time
+	// ProcessClock is this process's clock (default time.Now). Without Now,
+	// the budget day is the database's: its clock is read as an offset from
+	// this one at every lease taken (and before the first), so a process
+	// whose clock is off charges the same day as every other process.
+	// Tests skew it.
+	ProcessClock func() time.Time
 	// Attempts per call (first try included); default 3.
 	Attempts int
 	// Backoff is the first retry delay, doubled per retry; Retry-After wins.
@@ -175,8 +188,8 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	if c.Location == nil {
 		c.Location = time.UTC
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.ProcessClock == nil {
+		c.ProcessClock = time.Now
 	}
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, RequestTimeoutDefault)
 	c.MaxResponseBytes = cmp.Or(c.MaxResponseBytes, MaxResponseBytesDefault)
@@ -220,6 +233,10 @@ type Client struct {
 	// one summary line at most every SummaryInterval.
 	limitLowered  *observability.Summary
 	lastLimitLine atomic.Int64 // unix nanoseconds of the last such line
+	// dbOffset is the database's clock minus ProcessClock, in nanoseconds,
+	// as last read (dbClockRead once it was read at least once).
+	dbOffset    atomic.Int64
+	dbClockRead atomic.Bool
 }
 
 // NewClient returns a Client.
@@ -272,10 +289,45 @@ func Day(t time.Time, loc *time.Location) time.Time {
 // Day returns the budget day of t in the configured time zone.
 func (c *Client) Day(t time.Time) time.Time { return Day(t, c.cfg.Location) }
 
-// Today returns the budget day of the client's clock (ClientConfig.Now)
-// in the configured time zone: the day a job stamps its results with, so
+// Today returns the budget day in the configured time zone: of the
+// database's clock (ClientConfig.Now when a test injects one), known as an
+// offset from the process's clock read at every lease; before the first
+// read it reads the database's clock (and falls back to the process's
+// only when the database does not answer, which no lease could then
+// charge anyway). It is also the day a job stamps its results with, so
 // that tests crossing a day boundary move it too.
-func (c *Client) Today() time.Time { return c.Day(c.cfg.Now()) }
+func (c *Client) Today() time.Time { return c.Day(c.now()) }
+
+// now is the clock of the budget day (see Today).
+func (c *Client) now() time.Time {
+	if c.cfg.Now != nil {
+		return c.cfg.Now()
+	}
+	if !c.dbClockRead.Load() && c.pool != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = c.syncClock(ctx, c.pool)
+		cancel()
+	}
+	return c.cfg.ProcessClock().Add(time.Duration(c.dbOffset.Load()))
+}
+
+// syncClock reads the database's clock through db and keeps its offset
+// from the process's (the midpoint of the round trip).
+func (c *Client) syncClock(ctx context.Context, db queries.DBTX) error {
+	if c.cfg.Now != nil {
+		return nil
+	}
+	before := c.cfg.ProcessClock()
+	dbNow, err := c.queries.DatabaseNow(ctx, db)
+	if err != nil {
+		return fmt.Errorf("error reading the database's clock: %w", err)
+	}
+	after := c.cfg.ProcessClock()
+	mid := before.Add(after.Sub(before) / 2)
+	c.dbOffset.Store(int64(dbNow.Sub(mid)))
+	c.dbClockRead.Store(true)
+	return nil
+}
 
 // Remaining returns how many calls of the provider's cap are left today.
 func (c *Client) Remaining(ctx context.Context, p Provider) (int, error) {

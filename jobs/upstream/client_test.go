@@ -3,6 +3,7 @@ package upstream_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/buildrisk/radar/jobs/upstream"
 	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
@@ -65,6 +67,54 @@ func TestClient_RetryAfter(t *testing.T) {
 	v, err := providers.MetricValue("buildrisk_fanout_rejections_total", map[string]string{"job": "aptTrade", "reason": "provider_429"})
 	require.NoError(t, err)
 	require.Equal(t, float64(1), v)
+}
+
+// A provider's broken body (cut short of its Content-Length, or stalled
+// until the attempt's timeout) costs the client's attempts and ends in a
+// CallError naming the provider, which the database side of the error
+// classification never takes for a database outage (queries.IsTransient),
+// however the transport error underneath reads.
+func TestClient_BrokenBodyIsTheProviders(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	for name, cfg := range map[string]fakeupstream.Config{
+		"CutBody":  {CutBodyRate: 1},
+		"HangBody": {HangBodyRate: 1},
+		"Garbage":  {GarbageRate: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			fake := fakeupstream.New(cfg)
+			server := httptest.NewServer(fake)
+			defer server.Close()
+			providers, _ := observability.NewTestProviders()
+			instruments, err := observability.NewInstruments(providers.Meter)
+			require.NoError(t, err)
+			client, err := upstream.NewClient(pool, upstream.ClientConfig{
+				BaseURLs:    map[upstream.Provider]string{upstream.ProviderMOLIT: server.URL},
+				Keys:        map[upstream.Provider]string{upstream.ProviderMOLIT: "secret-key-value"},
+				Backoff:     time.Millisecond,
+				Instruments: instruments,
+				// The hanging body ends at this timeout, while the body is read.
+				RequestTimeout: 300 * time.Millisecond,
+			})
+			require.NoError(t, err)
+			body, err := client.NewCaller("aptTrade", 0).Get(context.Background(), upstream.EndpointAptTrade, upstream.AptTradeQuery("11110", "202501", 1, 10))
+			if name == "Garbage" {
+				require.NoError(t, err, "a 200 in the wrong format is the parser's to judge")
+				require.Contains(t, string(body), "injected garbage")
+				return
+			}
+			var callErr *upstream.CallError
+			require.ErrorAs(t, err, &callErr)
+			require.Equal(t, upstream.ProviderMOLIT, callErr.Provider)
+			require.Equal(t, 3, callErr.Attempts)
+			require.Contains(t, err.Error(), "MOLIT aptTrade")
+			require.False(t, queries.IsTransient(err), "a provider's body is no database error: %v", err)
+			require.False(t, queries.IsTransient(fmt.Errorf("chunk 11110:202501: %w", err)), "nor once wrapped")
+			require.Equal(t, int64(3), fake.Stats().Total, "the client's 3 attempts, no more")
+		})
+	}
 }
 
 // A call that keeps failing names provider, endpoint, call and status, and

@@ -120,6 +120,11 @@ func (cl *Caller) take(ctx context.Context, p Provider) error {
 				}
 			}
 		}
+		// A lease is charged to the database's day: read its clock again
+		// (one round trip per lease, none per call).
+		if err := c.syncClock(ctx, c.pool); err == nil {
+			today = c.Today()
+		}
 		l, open, err := c.takeLease(ctx, p, today, cl.leaseWant(p, limit))
 		if err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -214,6 +215,45 @@ func TestCaller_NewDayNewLease(t *testing.T) {
 	require.NoError(t, caller.Release(context.Background()))
 	require.Equal(t, int64(20), served.Load())
 	requireLeases(t, pool, 0)
+}
+
+// Two workers whose clocks disagree by days (one skewed 36 h ahead, one
+// 36 h behind) charge the same day's budget at the same moment: the
+// database's day in the time zone, never a process's; together they make
+// exactly the one cap of that day.
+func TestCaller_DayIsTheDatabasesWhateverTheProcessClock(t *testing.T) {
+	t.Parallel()
+	server, served := countingServer(t)
+	pool := pgtest.NewPool(t)
+	seoul, err := time.LoadLocation("Asia/Seoul")
+	require.NoError(t, err)
+	skewed := func(by time.Duration) func(*upstream.ClientConfig) {
+		return func(c *upstream.ClientConfig) {
+			c.Location = seoul
+			c.ProcessClock = func() time.Time { return time.Now().Add(by) }
+		}
+	}
+	ahead, _ := leaseClient(t, pool, server.URL, 10, 2, skewed(36*time.Hour))
+	behind, _ := leaseClient(t, pool, server.URL, 10, 2, skewed(-36*time.Hour))
+
+	var dbDay time.Time
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT (now() AT TIME ZONE 'Asia/Seoul')::date`).Scan(&dbDay))
+	require.Equal(t, dbDay, ahead.Today(), "the day is the database's")
+	require.Equal(t, dbDay, behind.Today(), "the day is the database's")
+
+	aheadCaller, behindCaller := ahead.NewCaller("aptTrade", 0), behind.NewCaller("aptTrade", 0)
+	okAhead, _ := fanOutUntilRefused(aheadCaller, 2)
+	okBehind, _ := fanOutUntilRefused(behindCaller, 2)
+	require.NoError(t, aheadCaller.Release(context.Background()))
+	require.NoError(t, behindCaller.Release(context.Background()))
+	require.Equal(t, int64(10), okAhead+okBehind, "one day's cap between them")
+	require.Equal(t, int64(10), served.Load())
+	var days []time.Time
+	rows, err := pool.Query(context.Background(), `SELECT day FROM provider_call_budget ORDER BY day`)
+	require.NoError(t, err)
+	days, err = pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	require.NoError(t, err)
+	require.Equal(t, []time.Time{dbDay}, days, "both charged the database's day")
 }
 
 func requireLeases(t *testing.T, pool *pgxpool.Pool, want int) {

@@ -165,6 +165,9 @@ func (p *Presence) heartbeat(ctx context.Context) error {
 	sent := time.Now()
 	err := p.beat(ctx)
 	p.recordDatabaseUp(ctx, err == nil)
+	if err == nil || ctx.Err() == nil {
+		p.cfg.Reachability.Observe(err)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {

@@ -27,6 +27,10 @@ type ReaperConfig struct {
 	// River cancels the River jobs of the requests it reaps; nil when the
 	// process inserts none.
 	River request.JobCanceller
+	// Reachability is the process's link to the database, shared with its
+	// heartbeat or probe; the reaper's own passes feed it too. Nil makes one
+	// of the reaper's own.
+	Reachability *Reachability
 }
 
 // ResumeFunc applies the resume policy to a run that stopped, inside the
@@ -46,24 +50,54 @@ type Reaper struct {
 func NewReaper(pool *pgxpool.Pool, cfg ReaperConfig) *Reaper {
 	cfg.StaleAfter = cmp.Or(cfg.StaleAfter, StaleAfterDefault)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.Reachability == nil {
+		cfg.Reachability = NewReachability()
+	}
 	return &Reaper{cfg: cfg, pool: pool, queries: queries.New()}
 }
 
+// terminateWait is how long the reaper waits for each backend of a dead
+// worker it ends to exit (and release its locks).
+const terminateWait = time.Second
+
 // Reap finalizes, in its own transaction, the requests held by stale
-// workers (job "" = every job) and returns how many.
+// workers (job "" = every job) and returns how many. First, in a statement
+// of its own, it ends the server backends of the stale workers
+// (WorkerStaleBackendsTerminate: those whose application_name is a stale
+// worker's id and that the reaper's role may signal), so that a dead
+// worker's open transaction does not keep its rows locked until the server
+// notices; ReapTx then skips, without waiting, any execution still locked.
 func (r *Reaper) Reap(ctx context.Context, job string) (int, error) {
+	if n, err := r.queries.WorkerStaleBackendsTerminate(ctx, r.pool, &queries.WorkerStaleBackendsTerminateParams{
+		WaitMs: terminateWait.Milliseconds(), StaleSeconds: r.cfg.StaleAfter.Seconds(),
+	}); err != nil {
+		r.cfg.Logger.WarnContext(ctx, "could not end the backends of stale workers", slog.String("error", err.Error()))
+	} else if n > 0 {
+		r.cfg.Logger.WarnContext(ctx, "ended the database backends of stale workers", slog.Int64("backends", n))
+	}
 	var n int
 	err := queries.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 		var err error
 		n, err = r.ReapTx(ctx, tx, job)
 		return err
 	})
+	r.cfg.Reachability.Observe(err)
 	return n, err
 }
 
 // ReapTx is Reap inside the caller's transaction; the API runs it under the
 // job's advisory lock before its duplicate check (cleanup before enqueue).
+//
+// A reaper whose process was cut off from the database reaps nothing until
+// it has reached the database again for one stale window (Reachability):
+// the workers it would judge may have been cut off with it, and a live one
+// must have had the chance to beat again.
 func (r *Reaper) ReapTx(ctx context.Context, tx pgx.Tx, job string) (int, error) {
+	if wait := r.cfg.Reachability.Wait(r.cfg.StaleAfter); wait > 0 {
+		r.cfg.Logger.DebugContext(ctx, "not reaping: this process was cut off from the database; it waits one stale window after reconnecting",
+			slog.Duration("wait", wait))
+		return 0, nil
+	}
 	var jobFilter *string
 	if job != "" {
 		jobFilter = &job
@@ -82,6 +116,21 @@ func (r *Reaper) ReapTx(ctx context.Context, tx pgx.Tx, job string) (int, error)
 			// staleness itself: never this process's clock.
 			age := time.Duration(s.HeartbeatAgeSeconds * float64(time.Second))
 			last = fmt.Sprintf("%s (%s ago)", s.WorkerHeartbeatAt.UTC().Format(time.RFC3339), age.Round(time.Second))
+		}
+		if s.ExecutionID != nil {
+			// The dead worker may still hold the execution's row in a
+			// transaction the server has not ended yet: skip it for this
+			// pass instead of waiting on the lock (and failing the pass for
+			// every other job with a lock timeout).
+			locked, err := r.queries.JobExecutionLockSkipLocked(ctx, tx, *s.ExecutionID)
+			if err != nil {
+				return reaped, fmt.Errorf("error locking execution %d: %w", *s.ExecutionID, err)
+			}
+			if len(locked) == 0 {
+				r.cfg.Logger.WarnContext(ctx, "execution of a stale worker is still locked by an open transaction; reaping it on a later pass",
+					slog.Int64("request_id", s.ID), slog.Int64("execution_id", *s.ExecutionID), slog.String("worker_id", deref(s.WorkerID)))
+				continue
+			}
 		}
 		msg := fmt.Sprintf("worker %s stopped heartbeating (last heartbeat %s); execution abandoned; a new request resumes from the last commit", deref(s.WorkerID), last)
 		if s.ExecutionID == nil {

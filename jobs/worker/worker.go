@@ -51,7 +51,7 @@ const (
 	// SchedulePollIntervalDefault is the longest time between scheduler
 	// passes besides the due times: how soon a deferred due time is
 	// enqueued after its blocking request ended.
-	SchedulePollIntervalDefault = 5 * time.Second
+	SchedulePollIntervalDefault = 30 * time.Second
 	// SchedulePassTimeoutDefault bounds one scheduler pass.
 	SchedulePassTimeoutDefault = time.Minute
 	// FetchCooldownDefault is River's minimum spacing of fetches, and of
@@ -63,16 +63,35 @@ const (
 	// FetchPollIntervalDefault is River's fallback poll, for inserts whose
 	// notification was lost.
 	FetchPollIntervalDefault = 500 * time.Millisecond
+	// SnoozeMax is the longest a run's River job is snoozed at once: River
+	// leaves a job snoozed for up to its scheduler interval (5 s) available,
+	// to be fetched by any client once due; a longer snooze makes it
+	// scheduled, which only River's elected leader makes available again.
+	// Waits longer than this snooze several times.
+	SnoozeMax = 4 * time.Second
 )
 
-// FenceAfterFor returns the default fencing threshold for a stale window:
-// half of it.
-func FenceAfterFor(staleAfter time.Duration) time.Duration { return staleAfter / 2 }
+// FenceAfterFor returns the default fencing threshold for a stale window,
+// a heartbeat interval and a database timeout: half of the window, or, when
+// that would break the inequality CheckFencing checks, three quarters of
+// what the window leaves after the other two (so the default always passes
+// CheckFencing when the other two leave any room).
+func FenceAfterFor(staleAfter, heartbeatInterval, dbTimeout time.Duration) time.Duration {
+	if fence := staleAfter / 2; CheckFencing(fence, heartbeatInterval, dbTimeout, staleAfter) == nil {
+		return fence
+	}
+	return max((staleAfter-heartbeatInterval-dbTimeout)*3/4, time.Millisecond)
+}
 
 // DBTimeoutFor returns the default database call timeout for a stale
-// window: DBTimeoutDefault, at most a quarter of the window.
-func DBTimeoutFor(staleAfter time.Duration) time.Duration {
-	return min(DBTimeoutDefault, staleAfter/4)
+// window and a heartbeat interval: DBTimeoutDefault, at most a quarter of
+// the window and at most a third of what the window leaves after one
+// heartbeat interval, so that FenceAfterFor still finds room; never below
+// a millisecond (statement_timeout is set in whole milliseconds, 0 would
+// disable it).
+func DBTimeoutFor(staleAfter, heartbeatInterval time.Duration) time.Duration {
+	d := min(DBTimeoutDefault, staleAfter/4, (staleAfter-heartbeatInterval)/3)
+	return max(d.Truncate(time.Millisecond), time.Millisecond)
 }
 
 // CheckFencing returns an error unless fenceAfter + heartbeatInterval +
@@ -142,6 +161,11 @@ type Config struct {
 	// DisableReaper turns the periodic reaper off (tests show that the
 	// API's cleanup-before-enqueue alone frees a job).
 	DisableReaper bool
+	// LeaderElectionDisabled keeps the worker's River client from ever
+	// standing for River's leader (River's Config.LeaderElectionDisabled):
+	// tests show that no run, resumes included, waits for a leader. Refused
+	// with Schedules, whose passes only a leader inserts.
+	LeaderElectionDisabled bool
 
 	Instruments *observability.Instruments
 	Logger      *slog.Logger
@@ -165,6 +189,10 @@ type Config struct {
 	Now func() time.Time
 	// Gauges, when set, are recorded on every heartbeat.
 	Gauges *Gauges
+	// Reachability is the process's link to the database as its heartbeats
+	// see it; the worker's reaper waits on it (see Reachability). Nil makes
+	// one of the worker's own.
+	Reachability *Reachability
 	// HeartbeatPool, when set, carries the registry's heartbeats and status
 	// changes, so that they never wait for a connection behind chunk work
 	// on the main pool. Nil uses the main pool.
@@ -174,8 +202,8 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, HeartbeatIntervalDefault)
 	c.StaleAfter = cmp.Or(c.StaleAfter, StaleAfterDefault)
-	c.FenceAfter = cmp.Or(c.FenceAfter, FenceAfterFor(c.StaleAfter))
-	c.DBTimeout = cmp.Or(c.DBTimeout, DBTimeoutFor(c.StaleAfter))
+	c.DBTimeout = cmp.Or(c.DBTimeout, DBTimeoutFor(c.StaleAfter, c.HeartbeatInterval))
+	c.FenceAfter = cmp.Or(c.FenceAfter, FenceAfterFor(c.StaleAfter, c.HeartbeatInterval, c.DBTimeout))
 	c.ReapInterval = cmp.Or(c.ReapInterval, ReapIntervalDefault)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
@@ -186,6 +214,9 @@ func (c Config) withDefaults() Config {
 	c.FetchCooldown = cmp.Or(c.FetchCooldown, FetchCooldownDefault)
 	c.FetchPollInterval = cmp.Or(c.FetchPollInterval, FetchPollIntervalDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if c.Reachability == nil {
+		c.Reachability = NewReachability()
+	}
 	if c.ConfiguredKeys == nil {
 		c.ConfiguredKeys = []string{}
 	}
@@ -202,6 +233,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: StaleAfter (%s) must exceed HeartbeatInterval (%s)", c.StaleAfter, c.HeartbeatInterval)
 	case c.Retention <= c.StaleAfter:
 		return fmt.Errorf("worker: Retention (%s) must exceed StaleAfter (%s)", c.Retention, c.StaleAfter)
+	case len(c.Schedules) > 0 && c.LeaderElectionDisabled:
+		return errors.New("worker: Schedules need River's leader election (LeaderElectionDisabled is set)")
 	case len(c.Schedules) > 0 && c.ScheduleEnqueuer == nil:
 		return errors.New("worker: ScheduleEnqueuer is required with Schedules")
 	}
@@ -238,7 +271,7 @@ func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) 
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, pool: pool, runner: runner, leading: make(chan struct{})}
-	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger, Resume: cfg.Resume})
+	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger, Resume: cfg.Resume, Reachability: cfg.Reachability})
 
 	if len(cfg.Schedules) > 0 {
 		scheduler, err := NewScheduler(pool, SchedulerConfig{
@@ -277,10 +310,11 @@ func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) 
 		// this long only when it was cancelled (JobCancelTx of a dead
 		// worker's job) or, for a scheduler pass, timed out: runs have no
 		// timeout, so a live run is never rescued.
-		RescueStuckJobsAfter: cfg.StaleAfter + cfg.SchedulePassTimeout,
-		Logger:               cfg.Logger,
-		Plugins:              cfg.RiverPlugins,
-		PollOnly:             cfg.PollOnly,
+		RescueStuckJobsAfter:   cfg.StaleAfter + cfg.SchedulePassTimeout,
+		Logger:                 cfg.Logger,
+		Plugins:                cfg.RiverPlugins,
+		PollOnly:               cfg.PollOnly,
+		LeaderElectionDisabled: cfg.LeaderElectionDisabled,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error creating river client: %w", err)
@@ -488,6 +522,16 @@ func (rw *runWorker) Timeout(*river.Job[jobs.RunArgs]) time.Duration { return -1
 // a running job is finished by River when Work returns JobCancel, or by
 // River's rescuer if this process dies first.
 func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) error {
+	// A request that may not start yet (an automatic resume's backoff, by
+	// the database's clock) goes back to River available, for at most
+	// SnoozeMax at a time: River's leader is on no resume's path.
+	wait, err := queries.New().JobRequestWait(ctx, rw.w.pool, job.Args.RequestID)
+	if err != nil && !errors.Is(queries.Interpret(err), queries.ErrNotFound) {
+		return river.JobSnooze(time.Second) // the run's start would meet the same database
+	}
+	if wait > 0 {
+		return river.JobSnooze(min(time.Duration(wait*float64(time.Second)), SnoozeMax))
+	}
 	finishTx := func(ctx context.Context, tx pgx.Tx, outcome *batch.Outcome) error {
 		if outcome != nil && outcome.Status != request.ExecutionCompleted {
 			return request.CancelRiverJob(ctx, tx, rw.w.river, &job.ID)
@@ -509,10 +553,15 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 		return river.JobCancel(fmt.Errorf("execution %d ended %s: %s", outcome.ExecutionID, outcome.Status, outcome.Message))
 	case err == nil, errors.Is(err, batch.ErrNotQueued):
 		return nil
+	case errors.Is(err, batch.ErrExecutionActive) && outcome == nil:
+		// An execution of the job is still ending (STOPPING): the request
+		// waits for it, still QUEUED, instead of failing at start.
+		rw.w.cfg.Logger.InfoContext(ctx, "request waits for the job's active execution to end", slog.Int64("request_id", job.Args.RequestID), slog.String("reason", err.Error()))
+		return river.JobSnooze(time.Second)
 	case errors.Is(err, batch.ErrFenced) && outcome == nil:
 		// Fenced before the run could start: the request is still QUEUED;
 		// try again once the database answers.
-		return river.JobSnooze(rw.w.cfg.HeartbeatInterval)
+		return river.JobSnooze(min(rw.w.cfg.HeartbeatInterval, SnoozeMax))
 	case outcome == nil:
 		// The run could not start: keep its real error on the request
 		// instead of leaving it QUEUED for the reaper to call orphaned.

@@ -44,7 +44,7 @@ var ErrBinariesNotFound = errors.New("postgresql server binaries (initdb, postgr
 	"install them with `apt-get install postgresql` (Debian/Ubuntu) or set DATABASE_URL to use an existing server")
 
 const (
-	// dirPattern names every cluster directory; SweepStale relies on it.
+	// dirPattern names every cluster directory; sweepStale relies on it.
 	dirPattern = "buildrisk-pglocal-*"
 
 	// ownerFileName is the file in a cluster directory holding the pid (and
@@ -156,7 +156,7 @@ type Cluster struct {
 
 // Start creates a cluster in a fresh temporary directory, launches its
 // postmaster and waits until it accepts connections. Before that, it sweeps
-// clusters left behind by processes that died (see SweepStale). ctx bounds
+// clusters left behind by processes that died (see sweepStale). ctx bounds
 // the whole start-up; once Start has returned, the cluster lives until Stop
 // (or until this process dies).
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
@@ -466,18 +466,10 @@ func (c *Cluster) kill() {
 	<-exited
 }
 
-// SweepStale removes the clusters in the temporary directory whose owning
-// process is gone: it kills a postmaster still running there (SIGKILL) and
-// removes the directory. Clusters of live processes are left alone. Start
-// calls it; errors are logged to logger (which may be nil), not returned,
-// since a sweep is best effort.
-func SweepStale(logger *slog.Logger) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	sweepStale(logger, os.TempDir())
-}
-
+// sweepStale removes the clusters in root whose owning process is gone: it
+// kills a postmaster still running there (SIGKILL) and removes the
+// directory. Clusters of live processes are left alone. Start calls it;
+// errors are logged to logger, not returned, since a sweep is best effort.
 func sweepStale(logger *slog.Logger, root string) {
 	dirs, err := filepath.Glob(filepath.Join(root, dirPattern))
 	if err != nil {

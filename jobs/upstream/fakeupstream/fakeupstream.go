@@ -15,7 +15,11 @@
 // with 500 every time, Config.EmptyRate makes a fraction of credit
 // lookups come back with an empty grade, and Config.ShortRate makes a
 // fraction of apartment-trade and filing-list pages come back short of what
-// their declared totals promise. Random choices hash the seed, the
+// their declared totals promise. Config.CutBodyRate, Config.HangBodyRate and
+// Config.GarbageRate break the body of a 200 answer: cut short of its
+// Content-Length with the connection closed, stalled after its first bytes
+// until the caller gives up, or not in the provider's format at all.
+// Random choices hash the seed, the
 // endpoint, the call key and how many times that key was called, so they do
 // not depend on how concurrent calls interleave: the n-th call of a key
 // always gets the same answer for the same seed.
@@ -113,6 +117,20 @@ type Config struct {
 	// provider under load truncates an answer.
 	ShortRate float64 `json:"shortRate"`
 
+	// CutBodyRate is the fraction of provider calls answered 200 with a
+	// Content-Length larger than the body sent, the connection then closed:
+	// the caller reads an unexpected EOF.
+	CutBodyRate float64 `json:"cutBodyRate"`
+
+	// HangBodyRate is the fraction of provider calls answered 200 whose
+	// body stops after its first bytes and never ends: the caller's read
+	// times out.
+	HangBodyRate float64 `json:"hangBodyRate"`
+
+	// GarbageRate is the fraction of provider calls answered 200 with a
+	// body in no provider's format.
+	GarbageRate float64 `json:"garbageRate"`
+
 	// Seed determines all data and all random fault choices. 0 means
 	// SeedDefault.
 	Seed int64 `json:"seed"`
@@ -134,6 +152,9 @@ type configJSON struct {
 	RetryAfter string              `json:"retryAfter"`
 	EmptyRate  float64             `json:"emptyRate"`
 	ShortRate  float64             `json:"shortRate"`
+	CutBody    float64             `json:"cutBodyRate"`
+	HangBody   float64             `json:"hangBodyRate"`
+	Garbage    float64             `json:"garbageRate"`
 	Seed       int64               `json:"seed"`
 	Companies  int                 `json:"companies"`
 	FailKeys   map[string][]string `json:"failKeys"`
@@ -153,6 +174,9 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		RetryAfter: c.RetryAfter.String(),
 		EmptyRate:  c.EmptyRate,
 		ShortRate:  c.ShortRate,
+		CutBody:    c.CutBodyRate,
+		HangBody:   c.HangBodyRate,
+		Garbage:    c.GarbageRate,
 		Seed:       c.Seed,
 		Companies:  c.Companies,
 		FailKeys:   failKeys,
@@ -172,6 +196,9 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		RetryAfter *string         `json:"retryAfter"`
 		EmptyRate  *float64        `json:"emptyRate"`
 		ShortRate  *float64        `json:"shortRate"`
+		CutBody    *float64        `json:"cutBodyRate"`
+		HangBody   *float64        `json:"hangBodyRate"`
+		Garbage    *float64        `json:"garbageRate"`
 		Seed       *int64          `json:"seed"`
 		Companies  *int            `json:"companies"`
 		FailKeys   json.RawMessage `json:"failKeys"`
@@ -211,6 +238,15 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	if patch.ShortRate != nil {
 		next.ShortRate = *patch.ShortRate
 	}
+	if patch.CutBody != nil {
+		next.CutBodyRate = *patch.CutBody
+	}
+	if patch.HangBody != nil {
+		next.HangBodyRate = *patch.HangBody
+	}
+	if patch.Garbage != nil {
+		next.GarbageRate = *patch.Garbage
+	}
 	if patch.Seed != nil {
 		next.Seed = *patch.Seed
 	}
@@ -238,13 +274,17 @@ func (c Config) Validate() error {
 	for _, r := range []struct {
 		name string
 		val  float64
-	}{{"errorRate", c.ErrorRate}, {"rate429", c.Rate429}, {"emptyRate", c.EmptyRate}, {"shortRate", c.ShortRate}} {
+	}{{"errorRate", c.ErrorRate}, {"rate429", c.Rate429}, {"emptyRate", c.EmptyRate}, {"shortRate", c.ShortRate},
+		{"cutBodyRate", c.CutBodyRate}, {"hangBodyRate", c.HangBodyRate}, {"garbageRate", c.GarbageRate}} {
 		if !(r.val >= 0 && r.val <= 1) {
 			return fmt.Errorf("%s %v is outside [0, 1]", r.name, r.val)
 		}
 	}
 	if c.ErrorRate+c.Rate429 > 1 {
 		return fmt.Errorf("errorRate %v plus rate429 %v exceeds 1", c.ErrorRate, c.Rate429)
+	}
+	if body := c.CutBodyRate + c.HangBodyRate + c.GarbageRate; body > 1 {
+		return fmt.Errorf("cutBodyRate %v plus hangBodyRate %v plus garbageRate %v exceeds 1", c.CutBodyRate, c.HangBodyRate, c.GarbageRate)
 	}
 	if c.Companies < 0 || c.Companies > CompaniesMax {
 		return fmt.Errorf("companies %d is outside [0, %d]", c.Companies, CompaniesMax)
@@ -279,6 +319,9 @@ func (c Config) normalized() Config {
 	c.Rate429 = min(clamp(c.Rate429), 1-c.ErrorRate)
 	c.EmptyRate = clamp(c.EmptyRate)
 	c.ShortRate = clamp(c.ShortRate)
+	c.CutBodyRate = clamp(c.CutBodyRate)
+	c.HangBodyRate = min(clamp(c.HangBodyRate), 1-c.CutBodyRate)
+	c.GarbageRate = min(clamp(c.GarbageRate), 1-c.CutBodyRate-c.HangBodyRate)
 	if c.FailKeys != nil {
 		failKeys := make(map[string][]string, len(c.FailKeys))
 		for ep, keys := range c.FailKeys {
@@ -488,12 +531,58 @@ func (s *Server) provider(endpoint string, keyParams []string, keyParam string, 
 				return
 			}
 		}
+		if cfg := c.st.cfg; cfg.CutBodyRate > 0 || cfg.HangBodyRate > 0 || cfg.GarbageRate > 0 {
+			switch f := c.draw("body"); {
+			case f < cfg.CutBodyRate:
+				writeCutBody(w)
+				return
+			case f < cfg.CutBodyRate+cfg.HangBodyRate:
+				writeHangingBody(w, r)
+				return
+			case f < cfg.CutBodyRate+cfg.HangBodyRate+cfg.GarbageRate:
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, "\x00\x7f<<injected garbage, in no provider's format>>{")
+				return
+			}
+		}
 		if strings.TrimSpace(q.Get(keyParam)) == "" {
 			writeKeyError(w)
 			return
 		}
 		serve(w, c)
 	})
+}
+
+// bodyPrefix is the start of a broken body: enough to look like an answer.
+const bodyPrefix = `{"response":{"header":{"resultCode":"00"},"body":{"items":[`
+
+// writeCutBody answers 200 promising more bytes than it sends, then closes
+// the connection (net/http does not reuse a connection whose answer is
+// short of its Content-Length; hijacking makes the close explicit).
+func writeCutBody(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(bodyPrefix)+4096))
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, bodyPrefix)
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, buf, err := hj.Hijack(); err == nil {
+			_ = buf.Flush()
+			_ = conn.Close()
+		}
+	}
+}
+
+// writeHangingBody answers 200 with the first bytes of a body and then
+// sends nothing more until the caller gives up.
+func writeHangingBody(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(bodyPrefix)+4096))
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, bodyPrefix)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	<-r.Context().Done()
 }
 
 // sleep waits for d or until ctx is done, and reports whether it waited the

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/worker"
+)
+
+// A stop that races the run's end, driven by a latch inside the
+// transaction that records the outcome (COMPLETED written, the row locked,
+// not committed): the stop waits for the row, and when the outcome commits
+// it finds the run ended and answers 409; the execution stays COMPLETED,
+// never STOPPING, and the job's next request runs.
+func TestStopRace_StopAfterTheLastChunkLoses(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s.startWorkerWith(s.pool, func(_ *worker.Config, rc *batch.Config) {
+		rc.OutcomeHook = func() {
+			once.Do(func() {
+				close(entered)
+				<-release
+			})
+		}
+	})
+	body := aptTradeBody([]string{"11110"}, "2025-01", "2025-02")
+	id := s.requestAptTrade(body)
+	within(t, time.Minute, entered, "the run to write its outcome")
+
+	type answer struct {
+		status int
+		body   map[string]any
+	}
+	stopped := make(chan answer, 1)
+	go func() {
+		status, out := s.post("/v1/jobs/aptTrade/stop", "")
+		stopped <- answer{status, out}
+	}()
+	waitUntil(t, time.Minute, "the stop to wait for the execution's row", func() bool {
+		return s.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%STOPPING%'`) == 1
+	})
+	close(release)
+	var stop answer
+	select {
+	case stop = <-stopped:
+	case <-time.After(time.Minute):
+		t.Fatal("no answer to the stop within a minute")
+	}
+	require.Equal(t, http.StatusConflict, stop.status, "the run already ended: %v", stop.body)
+
+	done := s.waitRequest(id, "DONE", "FAILED")
+	require.Equal(t, "COMPLETED", execution(t, done)["status"], "%v", done)
+	require.Zero(t, s.count(`SELECT count(*) FROM job_execution WHERE status = 'STOPPING'`), "no execution left STOPPING")
+
+	next := s.requestAptTrade(body)
+	again := s.waitRequest(next, "DONE", "FAILED")
+	require.Equal(t, "DONE", again["status"], "%v", again)
+}
+
+// A request that meets an execution of its job still STOPPING (its run has
+// not ended yet) waits for it, QUEUED, its River job snoozed, instead of
+// failing at start ("execution N is still STOPPING"); once the execution
+// ends, it runs.
+func TestStopRace_RequestWaitsForAStoppingExecution(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	w, _ := s.startWorker()
+	ctx := context.Background()
+	var execID int64
+	// The state a stop racing the end used to leave: the execution still
+	// STOPPING, its request already finished.
+	require.NoError(t, s.pool.QueryRow(ctx, `WITH i AS (
+			INSERT INTO job_instance (job, params, params_hash) VALUES ('aptTrade', '{}', 'other') RETURNING id
+		), r AS (
+			INSERT INTO job_request (job, source, requested_by, estimated_calls, status, finished_at)
+			VALUES ('aptTrade', 'api', 'test', 1, 'DONE', now()) RETURNING id
+		)
+		INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at)
+		SELECT i.id, 'aptTrade', r.id, 'STOPPING', $1, now() FROM i, r RETURNING id`, w.ID()).Scan(&execID))
+
+	id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-02"))
+	var riverJobID int64
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT river_job_id FROM job_request WHERE id = $1::bigint`, id).Scan(&riverJobID))
+	waitUntil(t, time.Minute, "the request's River job to be snoozed twice", func() bool {
+		_, out := s.get("/v1/requests/" + id)
+		require.Equal(t, "QUEUED", out["status"], "the request waits, it never fails at start: %v", out)
+		job, err := w.River().JobGet(ctx, riverJobID)
+		require.NoError(t, err)
+		var meta struct {
+			Snoozes int `json:"snoozes"`
+		}
+		require.NoError(t, json.Unmarshal(job.Metadata, &meta))
+		return meta.Snoozes >= 2
+	})
+
+	_, err := s.pool.Exec(ctx, `UPDATE job_execution SET status = 'STOPPED', ended_at = now() WHERE id = $1`, execID)
+	require.NoError(t, err)
+	done := s.waitRequest(id, "DONE", "FAILED")
+	require.Equal(t, "COMPLETED", execution(t, done)["status"], "%v", done)
+}

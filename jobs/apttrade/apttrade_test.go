@@ -1,0 +1,142 @@
+package apttrade_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/apttrade"
+	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/jobs/request"
+	"github.com/buildrisk/radar/jobs/upstream"
+	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/sql/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type testBundle struct {
+	pool     *pgxpool.Pool
+	fake     *fakeupstream.Server
+	enqueuer *request.Enqueuer
+	runner   *batch.Runner
+}
+
+// setup builds a runner with the aptTrade job against the fake upstream
+// over real HTTP, on a database of its own.
+func setup(t *testing.T, cfg fakeupstream.Config) *testBundle {
+	t.Helper()
+
+	b := &testBundle{pool: pgtest.NewPool(t), fake: fakeupstream.New(cfg)}
+	server := httptest.NewServer(b.fake)
+	t.Cleanup(server.Close)
+
+	providers, _ := observability.NewTestProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	client, err := upstream.NewClient(b.pool, upstream.ClientConfig{
+		BaseURLs:    map[upstream.Provider]string{upstream.ProviderMOLIT: server.URL},
+		Keys:        map[upstream.Provider]string{upstream.ProviderMOLIT: "test-molit-key"},
+		Location:    time.UTC,
+		Backoff:     time.Millisecond,
+		MaxBackoff:  5 * time.Millisecond,
+		Instruments: instruments,
+	})
+	require.NoError(t, err)
+	b.enqueuer, err = request.NewEnqueuer(b.pool, nil, request.Config{Catalog: jobs.Default(), Instruments: instruments, Logger: logger})
+	require.NoError(t, err)
+	b.runner, err = batch.NewRunner(b.pool, batch.Config{
+		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{jobs.AptTrade: apttrade.Job{}},
+		Upstream: client, Instruments: instruments, Logger: logger,
+	})
+	require.NoError(t, err)
+	return b
+}
+
+// run enqueues an aptTrade request with params and runs it to its end.
+func (b *testBundle) run(t *testing.T, params string) *queries.JobExecution {
+	t.Helper()
+
+	ctx := context.Background()
+	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: jobs.AptTrade, Source: request.SourceCLI, Params: []byte(params)})
+	require.NoError(t, err)
+	out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: res.Request.ID})
+	require.NoError(t, err)
+	exec, err := queries.New().JobExecutionGetByID(ctx, b.pool, out.ExecutionID)
+	require.NoError(t, err)
+	return exec
+}
+
+func (b *testBundle) trades(t *testing.T) int64 {
+	t.Helper()
+
+	var n int64
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM apt_trade").Scan(&n))
+	return n
+}
+
+const twoRegionsTwoMonths = `{"regions":["11110","11680"],"from":"2025-01","to":"2025-02"}`
+
+// One call per region×month, every trade MOLIT declares written once and
+// counted: targets = written = the rows in apt_trade = the domain count.
+func TestAptTrade_OneCallPerRegionMonth(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t, fakeupstream.Config{})
+	exec := b.run(t, twoRegionsTwoMonths)
+
+	require.Equal(t, "COMPLETED", exec.Status, exec.ExitMessage)
+	require.EqualValues(t, 4, exec.ChunksDone)
+	require.EqualValues(t, 4, exec.ExternalCalls)
+	calls := b.fake.Stats().Calls[fakeupstream.EndpointAptTrade]
+	require.Equal(t, map[string]int64{"11110:202501": 1, "11110:202502": 1, "11680:202501": 1, "11680:202502": 1}, calls)
+
+	rows := b.trades(t)
+	require.Positive(t, rows, "the fake has trades in these months")
+	require.Equal(t, exec.Targets, exec.ItemsWritten)
+	require.Equal(t, rows, exec.ItemsWritten)
+	require.NotNil(t, exec.DomainRows)
+	require.Equal(t, rows, *exec.DomainRows)
+}
+
+// Running the same months again rewrites the same trades: the upsert keys
+// them by region, month and serial, so no trade is stored twice.
+func TestAptTrade_RerunUpsertsTheSameRows(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t, fakeupstream.Config{})
+	first := b.run(t, twoRegionsTwoMonths)
+	require.Equal(t, "COMPLETED", first.Status, first.ExitMessage)
+	rows := b.trades(t)
+
+	second := b.run(t, twoRegionsTwoMonths)
+	require.Equal(t, "COMPLETED", second.Status, second.ExitMessage)
+	require.Equal(t, first.ItemsWritten, second.ItemsWritten)
+	require.Equal(t, rows, b.trades(t))
+	var restamped int64
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM apt_trade WHERE execution_id = $1", second.ID).Scan(&restamped))
+	require.Equal(t, rows, restamped, "every row now carries the second execution")
+}
+
+// A page shorter than MOLIT's declared total never completes the run: the
+// chunk fails instead of writing the trades that arrived.
+func TestAptTrade_ShortPageFails(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t, fakeupstream.Config{ShortRate: 1})
+	exec := b.run(t, `{"regions":["11680"],"from":"2025-01","to":"2025-01"}`)
+
+	require.Equal(t, "FAILED", exec.Status)
+	require.Zero(t, b.trades(t))
+}
