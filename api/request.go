@@ -242,40 +242,15 @@ func (s *Server) getRequest(ctx context.Context, in *requestGetInput) (*RequestG
 	if !ok {
 		return nil, badID("id", in.ID)
 	}
-	row, err := s.queries.JobRequestGetByID(ctx, s.reads, id)
+	// One statement: the request, its execution and its instance's figures.
+	row, err := s.queries.JobRequestView(ctx, s.reads, id)
 	if err := queries.Interpret(err); err != nil {
 		if errors.Is(err, queries.ErrNotFound) {
 			return nil, huma.Error404NotFound(fmt.Sprintf("request %s not found", in.ID))
 		}
 		return nil, s.problemFrom(ctx, err)
 	}
-	var exec *queries.JobExecution
-	if row.ExecutionID != nil {
-		exec, err = s.queries.JobExecutionGetByID(ctx, s.reads, *row.ExecutionID)
-		if err != nil {
-			return nil, s.problemFrom(ctx, err)
-		}
-	}
-	view := requestViewFromRow(row, exec)
-	if exec != nil {
-		if view.Instance, err = s.instanceView(ctx, exec.InstanceID); err != nil {
-			return nil, s.problemFrom(ctx, err)
-		}
-	}
-	return &RequestGetOutput{Body: view}, nil
-}
-
-// instanceView reads an instance's figures across its executions.
-func (s *Server) instanceView(ctx context.Context, instanceID int64) (*InstanceView, error) {
-	commits, err := s.queries.JobCheckpointTotals(ctx, s.reads, instanceID)
-	if err != nil {
-		return nil, fmt.Errorf("error reading the instance's commits: %w", err)
-	}
-	execs, err := s.queries.JobInstanceExecutionTotals(ctx, s.reads, instanceID)
-	if err != nil {
-		return nil, fmt.Errorf("error reading the instance's executions: %w", err)
-	}
-	return instanceViewFromRows(instanceID, commits, execs), nil
+	return &RequestGetOutput{Body: requestViewFromViewRow(row)}, nil
 }
 
 func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*RequestListOutput, error) {

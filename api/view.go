@@ -122,6 +122,27 @@ func requestViewFromRow(r *queries.JobRequest, e *queries.JobExecution) *Request
 	}
 }
 
+// requestViewFromViewRow is GET /v1/requests/{id}'s view of its one row
+// (queries.JobRequestView): the request, its execution when it has one,
+// and then that execution's instance.
+func requestViewFromViewRow(row *queries.JobRequestViewRow) *RequestView {
+	if row.ExecID == nil {
+		return requestViewFromRow(&row.JobRequest, nil)
+	}
+	exec := &queries.JobExecution{
+		ID: *row.ExecID, InstanceID: *row.ExecInstanceID, Status: *row.ExecStatus,
+		StartedAt: row.ExecStartedAt, EndedAt: row.ExecEndedAt, LastUpdated: *row.ExecLastUpdated,
+		ExitMessage: *row.ExecExitMessage, ChunksTotal: *row.ExecChunksTotal, ChunksDone: *row.ExecChunksDone,
+		Targets: *row.ExecTargets, ItemsWritten: *row.ExecItemsWritten, ItemsSkipped: *row.ExecItemsSkipped,
+		ItemsFailed: *row.ExecItemsFailed, ExternalCalls: *row.ExecExternalCalls, DomainRows: row.ExecDomainRows,
+	}
+	view := requestViewFromRow(&row.JobRequest, exec)
+	view.Instance = instanceViewFromRows(exec.InstanceID,
+		&queries.JobCheckpointTotalsRow{Chunks: row.InstanceChunks, Written: row.InstanceWritten, Skipped: row.InstanceSkipped, Failed: row.InstanceFailed},
+		&queries.JobInstanceExecutionTotalsRow{Executions: row.InstanceExecutions, ExternalCalls: row.InstanceExternalCalls})
+	return view
+}
+
 func instanceViewFromRows(instanceID int64, commits *queries.JobCheckpointTotalsRow, execs *queries.JobInstanceExecutionTotalsRow) *InstanceView {
 	return &InstanceView{
 		ID: formatID(instanceID), Executions: execs.Executions, ChunksDone: commits.Chunks,

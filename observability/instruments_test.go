@@ -369,3 +369,40 @@ func TestProvidersMetricValue(t *testing.T) {
 		require.ErrorIs(t, err, ErrMetricUnknown)
 	})
 }
+
+// The measurements a run makes per provider call and per item keep their
+// attribute sets: once a set of values has been used, ExternalCall,
+// FanoutInflightAdd and ItemsCounted allocate nothing (metric.WithAttributes
+// built and hashed a new set at every call), and each value still lands on
+// its own series. (Not parallel: testing.AllocsPerRun refuses to be.)
+func TestInstrumentsHotPathKeepsAttributeSets(t *testing.T) {
+	ctx := t.Context()
+	bundle := setupInstruments(t)
+	hot := func() {
+		bundle.inst.ExternalCall(ctx, "CREDIT", CallOK)
+		bundle.inst.FanoutInflightAdd(ctx, "creditEval", 1)
+		bundle.inst.FanoutInflightAdd(ctx, "creditEval", -1)
+		bundle.inst.ItemsCounted(ctx, "creditEval", OutcomeWritten, 2)
+	}
+	hot()
+	require.Zero(t, testing.AllocsPerRun(100, hot), "allocations per call")
+	bundle.inst.ExternalCall(ctx, "CREDIT", CallError)
+	bundle.inst.ExternalCall(ctx, "KRX", CallOK)
+	bundle.inst.ItemsCounted(ctx, "stockPrice", OutcomeWritten, 5)
+	for _, tt := range []struct {
+		labels map[string]string
+		name   string
+		want   float64
+	}{
+		{map[string]string{"provider": "CREDIT", "outcome": "ok"}, "buildrisk_external_calls_total", 102},
+		{map[string]string{"provider": "CREDIT", "outcome": "error"}, "buildrisk_external_calls_total", 1},
+		{map[string]string{"provider": "KRX", "outcome": "ok"}, "buildrisk_external_calls_total", 1},
+		{map[string]string{"job": "creditEval", "outcome": "written"}, "buildrisk_items_total", 204},
+		{map[string]string{"job": "stockPrice", "outcome": "written"}, "buildrisk_items_total", 5},
+		{map[string]string{"job": "creditEval"}, "buildrisk_fanout_inflight", 0},
+	} {
+		got, err := bundle.providers.MetricValue(tt.name, tt.labels)
+		require.NoError(t, err, tt.name)
+		require.InDelta(t, tt.want, got, 1e-9, "%s%v", tt.name, tt.labels)
+	}
+}

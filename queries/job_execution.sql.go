@@ -76,11 +76,18 @@ WITH execution AS (
       AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
       AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
     RETURNING job_execution.id, job_execution.instance_id, job_execution.status
+), folded AS (
+    DELETE FROM job_checkpoint_part p
+    USING execution
+    WHERE p.instance_id = execution.instance_id AND p.chunk = $8::text
+    RETURNING cardinality(p.items) AS items
+), folded_items AS (
+    SELECT coalesce(sum(f.items), 0)::bigint AS n FROM folded f
 ), checkpoint AS (
     INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed, skip_reason, external_calls)
-    SELECT execution.instance_id, $8::text, execution.id, $9::bigint, $1::bigint, $2::bigint,
-           $3::bigint, $10::text, $11::int
-    FROM execution
+    SELECT execution.instance_id, $8::text, execution.id, folded_items.n + $9::bigint, folded_items.n + $1::bigint,
+           $2::bigint, $3::bigint, $10::text, $11::int
+    FROM execution, folded_items
 )
 SELECT radar_owned((SELECT execution.status FROM execution))::text AS status
 `
@@ -107,7 +114,13 @@ type JobExecutionChunkCommitParams struct {
 // and inserts no checkpoint. It is the first statement of the chunk's
 // transaction (sent in one round trip with its BEGIN), and it locks the
 // execution row, so a reaper abandoning the execution waits for the chunk's
-// commit or sees it rolled back.
+// commit or sees it rolled back. The chunk's checkpoint parts (its items
+// committed before it, by this execution or an earlier one of the instance)
+// fold into the checkpoint in the same statement: they are deleted and
+// their items added to its targets and written. Once the chunk has
+// committed, a resume skips it whole and nothing reads its parts, so
+// job_checkpoint_part holds only the parts of chunks not yet committed.
+// The counts are unchanged: each folded item was a target written.
 func (q *Queries) JobExecutionChunkCommit(ctx context.Context, db DBTX, arg *JobExecutionChunkCommitParams) (string, error) {
 	row := db.QueryRow(ctx, jobExecutionChunkCommit,
 		arg.Written,

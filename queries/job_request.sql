@@ -35,6 +35,44 @@ SELECT active_request_id::bigint AS active_request_id,
        last_confirm_purge::boolean AS last_confirm_purge
 FROM job_request_enqueue_state(@job::text);
 
+-- name: JobRequestView :one
+-- JobRequestView answers GET /v1/requests/{id} in one statement (it took
+-- four, one round trip each): the request, its execution, and the figures
+-- of that execution's instance across its executions (its committed chunks
+-- and checkpoint parts, as JobCheckpointTotals adds them; its executions
+-- and their calls, as JobInstanceExecutionTotals). Every part is a lookup
+-- down an index (the request's and the execution's primary keys,
+-- job_checkpoint's (instance_id, chunk) key, job_checkpoint_part's and
+-- job_execution's instance indexes), so the plan stays the same however
+-- much history there is. The execution's columns are NULL when the request
+-- has none.
+SELECT sqlc.embed(r),
+       e.id AS exec_id, e.instance_id AS exec_instance_id, e.status AS exec_status,
+       e.started_at AS exec_started_at, e.ended_at AS exec_ended_at, e.last_updated AS exec_last_updated,
+       e.exit_message AS exec_exit_message, e.chunks_total AS exec_chunks_total, e.chunks_done AS exec_chunks_done,
+       e.targets AS exec_targets, e.items_written AS exec_items_written, e.items_skipped AS exec_items_skipped,
+       e.items_failed AS exec_items_failed, e.external_calls AS exec_external_calls, e.domain_rows AS exec_domain_rows,
+       coalesce(ct.chunks, 0)::bigint AS instance_chunks,
+       (coalesce(ct.written, 0) + coalesce(pt.items, 0))::bigint AS instance_written,
+       coalesce(ct.skipped, 0)::bigint AS instance_skipped,
+       coalesce(ct.failed, 0)::bigint AS instance_failed,
+       coalesce(et.executions, 0)::integer AS instance_executions,
+       coalesce(et.external_calls, 0)::bigint AS instance_external_calls
+FROM job_request r
+LEFT JOIN job_execution e ON e.id = r.execution_id
+LEFT JOIN LATERAL (
+    SELECT count(*) AS chunks, sum(c.written) AS written, sum(c.skipped) AS skipped, sum(c.failed) AS failed
+    FROM job_checkpoint c WHERE c.instance_id = e.instance_id
+) ct ON true
+LEFT JOIN LATERAL (
+    SELECT sum(cardinality(p.items)) AS items FROM job_checkpoint_part p WHERE p.instance_id = e.instance_id
+) pt ON true
+LEFT JOIN LATERAL (
+    SELECT count(*) AS executions, sum(x.external_calls) AS external_calls
+    FROM job_execution x WHERE x.instance_id = e.instance_id
+) et ON true
+WHERE r.id = @id;
+
 -- name: JobRequestGetByID :one
 SELECT * FROM job_request WHERE id = @id;
 

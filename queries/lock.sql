@@ -12,6 +12,14 @@ SELECT pg_advisory_xact_lock(hashtextextended('buildrisk.job:' || @job::text, 0)
 SELECT set_config('statement_timeout', @statement_timeout_ms::text, true),
        set_config('lock_timeout', @lock_timeout_ms::text, true);
 
+-- name: JobLockUnlessSettled :one
+-- JobLockUnlessSettled returns the job's active request when the stale
+-- cleanup could not free it, and otherwise takes the job's advisory lock
+-- (AdvisoryXactLockJob's) and returns 0: the function
+-- job_lock_unless_settled (migration 00007). stale_seconds <= 0 always
+-- takes the lock.
+SELECT job_lock_unless_settled(@job::text, @stale_seconds::float8)::bigint AS settled_request_id;
+
 -- name: SessionTransactionTimeoutSet :exec
 -- SessionTransactionTimeoutSet sets the session's transaction_timeout
 -- (milliseconds; PostgreSQL 17 and later): the server ends any transaction

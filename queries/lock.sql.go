@@ -20,6 +20,27 @@ func (q *Queries) AdvisoryXactLockJob(ctx context.Context, db DBTX, job string) 
 	return err
 }
 
+const jobLockUnlessSettled = `-- name: JobLockUnlessSettled :one
+SELECT job_lock_unless_settled($1::text, $2::float8)::bigint AS settled_request_id
+`
+
+type JobLockUnlessSettledParams struct {
+	Job          string
+	StaleSeconds float64
+}
+
+// JobLockUnlessSettled returns the job's active request when the stale
+// cleanup could not free it, and otherwise takes the job's advisory lock
+// (AdvisoryXactLockJob's) and returns 0: the function
+// job_lock_unless_settled (migration 00007). stale_seconds <= 0 always
+// takes the lock.
+func (q *Queries) JobLockUnlessSettled(ctx context.Context, db DBTX, arg *JobLockUnlessSettledParams) (int64, error) {
+	row := db.QueryRow(ctx, jobLockUnlessSettled, arg.Job, arg.StaleSeconds)
+	var settled_request_id int64
+	err := row.Scan(&settled_request_id)
+	return settled_request_id, err
+}
+
 const sessionTransactionTimeoutSet = `-- name: SessionTransactionTimeoutSet :exec
 SELECT set_config('transaction_timeout', $1::text, false)
 `

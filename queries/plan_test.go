@@ -62,6 +62,7 @@ FROM generate_series(1, %[1]d) g;
 UPDATE job_request SET status = 'RUNNING', worker_id = 'live@host#b' WHERE id = %[1]d;
 UPDATE job_execution SET status = 'STARTED' WHERE id = %[1]d;
 INSERT INTO worker (id, hostname, pid, boot) VALUES ('live@host#b', 'host', 1, 'b');
+UPDATE job_request SET execution_id = id WHERE id IN (5, %[1]d);
 ANALYZE;`, historyRows)
 	_, err := pool.Exec(ctx, seed)
 	require.NoError(t, err)
@@ -81,6 +82,8 @@ ANALYZE;`, historyRows)
 		{"JobExecutionListByIDs", jobExecutionListByIDs, []any{ids}},
 		{"JobExecutionIDsByInstance", jobExecutionIDsByInstance, []any{int64(5)}},
 		{"JobRequestGetByID", jobRequestGetByID, []any{int64(5)}},
+		{"JobRequestView", jobRequestView, []any{int64(5)}},
+		{"JobRequestViewRunning", jobRequestView, []any{int64(historyRows)}},
 		{"JobRequestGetActiveByJob", jobRequestGetActiveByJob, []any{"aptTrade"}},
 		{"JobRequestEnqueueState", jobRequestEnqueueState, []any{"aptTrade"}},
 		{"JobRequestListFirstPage", jobRequestList, []any{nil, nil, nil, int32(50)}},
@@ -106,6 +109,7 @@ ANALYZE;`, historyRows)
 		// The function's own query: EXPLAIN of the call shows only a
 		// function scan.
 		{"job_request_enqueue_state", functionQuery(t, pool, "job_request_enqueue_state"), []any{"aptTrade"}},
+		{"job_lock_unless_settled", settledQuery(t, pool), []any{"aptTrade", 60.0}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -149,6 +153,23 @@ func functionQuery(t *testing.T, pool interface {
 	query, _, ok = strings.Cut(query, ";")
 	require.True(t, ok, "no end of the query in %s:\n%s", name, src)
 	return strings.ReplaceAll(query, "p_job", "$1::text")
+}
+
+// settledQuery returns the query of job_lock_unless_settled (its SELECT
+// INTO), as installed by the migrations, with p_job as $1 and
+// p_stale_seconds as $2.
+func settledQuery(t *testing.T, pool interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) string {
+	t.Helper()
+	var src string
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT prosrc FROM pg_proc WHERE proname = 'job_lock_unless_settled'`).Scan(&src))
+	_, query, ok := strings.Cut(src, "SELECT r.id INTO settled")
+	require.True(t, ok, "no SELECT INTO in job_lock_unless_settled:\n%s", src)
+	query, _, ok = strings.Cut(query, ";")
+	require.True(t, ok, "no end of the query in job_lock_unless_settled:\n%s", src)
+	query = strings.ReplaceAll(query, "p_stale_seconds", "$2::float8")
+	return "SELECT r.id " + strings.ReplaceAll(query, "p_job", "$1::text")
 }
 
 // planNode is one node of EXPLAIN (FORMAT JSON).

@@ -241,20 +241,22 @@ func runAndCommit(ctx context.Context, tx pgx.Tx, fn func(tx pgx.Tx) error) erro
 	return nil
 }
 
-// EnqueueStateTx takes the job's advisory lock (AdvisoryXactLockJob) and
-// then reads JobRequestEnqueueState, both in one round trip: a pipelined
-// batch whose statements still run one after the other, each with its own
-// snapshot, so the state is read after the lock is held, exactly as two
-// separate calls would read it. The enqueue's latency is mostly round
-// trips; this saves one.
-func (q *Queries) EnqueueStateTx(ctx context.Context, tx pgx.Tx, job string) (*JobRequestEnqueueStateRow, error) {
-	var state *JobRequestEnqueueStateRow
+// EnqueueStateTx takes the job's advisory lock unless the job's active
+// request is one the stale cleanup could not free (JobLockUnlessSettled;
+// staleSeconds <= 0 always locks), then reads JobRequestEnqueueState, both
+// in one round trip: a pipelined batch whose statements still run one after
+// the other, each with its own snapshot, so the state is read after the
+// lock is held, exactly as two separate calls would read it. settled is
+// that active request's id when the lock was not taken (the state was then
+// read without it: the caller answers a duplicate), 0 when it was. The
+// enqueue's latency is mostly round trips; this saves one.
+func (q *Queries) EnqueueStateTx(ctx context.Context, tx pgx.Tx, job string, staleSeconds float64) (state *JobRequestEnqueueStateRow, settled int64, err error) {
 	batch := &pgx.Batch{}
-	q.QueueEnqueueState(ctx, batch, job, &state)
+	q.QueueEnqueueState(ctx, batch, job, staleSeconds, &settled, &state)
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return state, nil
+	return state, settled, nil
 }
 
 // QueueJobLock queues on b the job's transaction-scoped advisory lock
@@ -264,10 +266,16 @@ func (q *Queries) QueueJobLock(ctx context.Context, b *pgx.Batch, job string) {
 }
 
 // QueueEnqueueState queues on b what EnqueueStateTx sends: the job's
-// advisory lock, then JobRequestEnqueueState, whose row is stored in
-// *state when b's results are read.
-func (q *Queries) QueueEnqueueState(ctx context.Context, b *pgx.Batch, job string, state **JobRequestEnqueueStateRow) {
-	q.QueueJobLock(ctx, b, job)
+// advisory lock unless its active request is settled (JobLockUnlessSettled,
+// whose answer is stored in *settled), then JobRequestEnqueueState, whose
+// row is stored in *state when b's results are read.
+func (q *Queries) QueueEnqueueState(ctx context.Context, b *pgx.Batch, job string, staleSeconds float64, settled *int64, state **JobRequestEnqueueStateRow) {
+	params := &JobLockUnlessSettledParams{Job: job, StaleSeconds: staleSeconds}
+	QueueRow(b, func(db DBTX) error {
+		var err error
+		*settled, err = q.JobLockUnlessSettled(ctx, db, params)
+		return err
+	})
 	QueueRow(b, func(db DBTX) error {
 		var err error
 		*state, err = q.JobRequestEnqueueState(ctx, db, job)

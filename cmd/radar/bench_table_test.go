@@ -7,15 +7,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -48,6 +51,7 @@ type benchScale struct {
 	mode         string
 	reps         int
 	creditN      int           // creditEval targets per fan-out run
+	cpuN         int           // creditEval targets of the CPU-bound row (0 ms calls)
 	latency      time.Duration // provider latency of the fan-out rows
 	pickups      int           // pickup samples per repetition and mode (a p99 needs a few hundred)
 	chunkRegions int           // aptTrade regions (× 12 months) per per-chunk run
@@ -63,11 +67,11 @@ type benchScale struct {
 
 func benchScaleFor(mode string) benchScale {
 	if mode == "full" {
-		return benchScale{mode: mode, reps: 3, creditN: 4000, latency: 20 * time.Millisecond, pickups: 200,
+		return benchScale{mode: mode, reps: 3, creditN: 4000, cpuN: 10_000, latency: 20 * time.Millisecond, pickups: 200,
 			chunkRegions: 20, chunkReps: 15, jobsGets: 300, jobsBig: 100_000, importSmall: 10_000, importBig: 200_000,
 			workerSmall: 10_000, workerBig: 200_000, scaleChunks: 20}
 	}
-	return benchScale{mode: mode, reps: 1, creditN: 300, latency: 5 * time.Millisecond, pickups: 6,
+	return benchScale{mode: mode, reps: 1, creditN: 300, cpuN: 300, latency: 5 * time.Millisecond, pickups: 6,
 		chunkRegions: 1, chunkReps: 1, jobsGets: 20, jobsBig: 5_000, importSmall: 1_000, importBig: 5_000,
 		workerSmall: 300, workerBig: 1_000, scaleChunks: 4}
 }
@@ -162,6 +166,9 @@ func TestBenchTable(t *testing.T) {
 	if want("fanout") {
 		rows = append(rows, benchFanOut(t, scale)...)
 	}
+	if want("cpu") {
+		rows = append(rows, benchCPUBound(t, scale)...)
+	}
 	if want("pickup") {
 		rows = append(rows, benchPickup(t, scale)...)
 	}
@@ -170,6 +177,9 @@ func TestBenchTable(t *testing.T) {
 	}
 	if want("jobs") {
 		rows = append(rows, benchJobList(t, scale))
+	}
+	if want("api") {
+		rows = append(rows, benchAPI(t, scale)...)
 	}
 	var bin string
 	if want("import") || want("memory") || want("drain") || want("stale") {
@@ -1015,3 +1025,301 @@ func benchScaleOut(t *testing.T, scale benchScale) []*benchRow {
 }
 
 func formatRequestID(id int64) string { return strconv.FormatInt(id, 10) }
+
+// benchAPIRate returns how many calls of do per second conc clients make
+// together, n calls in all.
+func benchAPIRate(t *testing.T, n, conc int, do func(client *http.Client) int, want int) float64 {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc}}
+	defer client.CloseIdleConnections()
+	var next, bad atomic.Int64
+	var wg sync.WaitGroup
+	began := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if do(client) != want {
+					bad.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(began)
+	require.Zero(t, bad.Load(), "every call answered %d", want)
+	return float64(n) / took.Seconds()
+}
+
+// benchAPICall sends one call to the api and returns its status, the body
+// read and dropped.
+func benchAPICall(t *testing.T, client *http.Client, method, url, token, body string) int {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// benchAPI: cheap api calls beside GET /healthz (the api's floor: routing,
+// one handler, no database), each measured by 8 concurrent clients on
+// kept-alive connections in the same repetition: POST of a duplicate
+// request (409) while the job's request is active, and GET
+// /v1/requests/{id} of a finished request with jobsBig executions in
+// history.
+func benchAPI(t *testing.T, scale benchScale) []*benchRow {
+	s := newTestSystem(t, nil)
+	const conc = 8
+	n := scale.jobsGets * 5
+	status, out := s.post("/v1/jobs/aptTrade/requests", `{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01"}}`)
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	healthz := func(c *http.Client) int {
+		return benchAPICall(t, c, http.MethodGet, s.api.URL+"/healthz", "", "")
+	}
+	duplicate := func(c *http.Client) int {
+		return benchAPICall(t, c, http.MethodPost, s.api.URL+"/v1/jobs/aptTrade/requests", testOperatorToken,
+			`{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01"}}`)
+	}
+	// A finished request with an execution, its instance holding chunks,
+	// among jobsBig executions of history.
+	seedHistory(t, s.pool, scale.jobsBig)
+	var requestID int64
+	require.NoError(t, s.pool.QueryRow(context.Background(), `
+		WITH e AS (SELECT id, instance_id, request_id FROM job_execution ORDER BY id DESC LIMIT 1),
+		     c AS (INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written)
+		           SELECT e.instance_id, 'c' || g, e.id, 10, 10 FROM e, generate_series(1, 40) g)
+		UPDATE job_request r SET execution_id = e.id FROM e WHERE r.id = e.request_id RETURNING r.id`).Scan(&requestID))
+	getRequest := func(c *http.Client) int {
+		return benchAPICall(t, c, http.MethodGet, s.api.URL+"/v1/requests/"+formatRequestID(requestID), testViewerToken, "")
+	}
+	dup := &benchRow{name: "POST of a duplicate request (409), 8 clients", unit: "req/s", refName: "GET /healthz", target: "—"}
+	get := &benchRow{name: fmt.Sprintf("GET /v1/requests/{id} with %d executions in history, 8 clients", scale.jobsBig),
+		unit: "req/s", refName: "GET /healthz", target: "≥ 0.25"}
+	for range scale.reps {
+		ref := benchAPIRate(t, n, conc, healthz, http.StatusOK)
+		dup.add(benchAPIRate(t, n, conc, duplicate, http.StatusConflict), ref)
+		get.add(benchAPIRate(t, n, conc, getRequest, http.StatusOK), ref)
+	}
+	return []*benchRow{dup, get}
+}
+
+// cpuTicksPerSecond is Linux's USER_HZ, the unit of /proc/<pid>/stat's CPU
+// times (100 on every architecture Go builds for Linux).
+const cpuTicksPerSecond = 100
+
+// processCPU returns the test process's CPU time (user + system) so far.
+func processCPU(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procStat returns a process's parent pid and its CPU ticks: its own user +
+// system, and with children its waited-for children's too.
+func procStat(pid int, children bool) (ppid int, ticks int64, ok bool) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, false
+	}
+	// The command is in parentheses and may hold spaces: fields start after
+	// the last ')'. Field 4 is the ppid, 14-17 utime stime cutime cstime.
+	rest := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+	if len(rest) < 15 {
+		return 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(rest[1])
+	n := 2
+	if children {
+		n = 4
+	}
+	for _, f := range rest[11 : 11+n] {
+		v, _ := strconv.ParseInt(f, 10, 64)
+		ticks += v
+	}
+	return ppid, ticks, true
+}
+
+// postgresCPU returns the CPU time of the whole PostgreSQL cluster behind
+// pool: the postmaster with the children it has reaped (ended backends)
+// and every live child (backends, walwriter, checkpointer...). The cluster
+// is the test package's own (sql/pgtest), so nothing else runs on it.
+func postgresCPU(t *testing.T, pool *pgxpool.Pool) time.Duration {
+	t.Helper()
+	var backend int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&backend))
+	postmaster, _, ok := procStat(backend, false)
+	require.True(t, ok, "read /proc/%d/stat", backend)
+	_, ticks, ok := procStat(postmaster, true)
+	require.True(t, ok, "read /proc/%d/stat", postmaster)
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, own, ok := procStat(pid, false); ok && ppid == postmaster {
+			ticks += own
+		}
+	}
+	return time.Duration(ticks) * time.Second / cpuTicksPerSecond
+}
+
+// cpuSample is the CPU both sides of the CPU-bound row spend.
+type cpuSample struct{ process, postgres time.Duration }
+
+func sampleCPU(t *testing.T, pool *pgxpool.Pool) cpuSample {
+	return cpuSample{process: processCPU(t), postgres: postgresCPU(t, pool)}
+}
+
+// plainCreditLoop is the CPU-bound row's reference: 64 goroutines making
+// creditEval's calls (the lookup, the fallback when it has no grade),
+// parsing them as the job does, and upserting the grades 1,000 at a time
+// with the job's statement, as a plain Go program would. It returns items
+// per second.
+func plainCreditLoop(t *testing.T, client *http.Client, pool *pgxpool.Pool, base string, codes []string, day time.Time, executionID int64) float64 {
+	t.Helper()
+	const goroutines, batchSize = 64, 1000
+	ctx := context.Background()
+	get := func(ep upstream.Endpoint, q url.Values, code string) (upstream.CreditGrade, error) {
+		q.Set(upstream.ProviderCREDIT.KeyParam(), "test-credit-key")
+		q.Set("date", day.Format("20060102"))
+		resp, err := client.Get(base + ep.Path + "?" + q.Encode())
+		if err != nil {
+			return upstream.CreditGrade{}, err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return upstream.CreditGrade{}, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return upstream.CreditGrade{}, fmt.Errorf("%s %s: status %d", ep.Path, code, resp.StatusCode)
+		}
+		return upstream.ParseCreditGrade(body)
+	}
+	var mu sync.Mutex
+	var firstErr error
+	pending := &queries.CreditGradeUpsertParams{EvalDate: day, ExecutionID: executionID}
+	flush := func(p *queries.CreditGradeUpsertParams) {
+		if len(p.CorpCodes) == 0 {
+			return
+		}
+		if _, err := queries.New().CreditGradeUpsert(ctx, pool, p); err != nil {
+			mu.Lock()
+			firstErr = err
+			mu.Unlock()
+		}
+	}
+	work := make(chan string)
+	var wg sync.WaitGroup
+	began := time.Now()
+	for range goroutines {
+		wg.Go(func() {
+			for code := range work {
+				g, err := get(upstream.EndpointCreditLookup, upstream.CreditLookupQuery(code), code)
+				source := "lookup"
+				if err == nil && g.Grade == "" {
+					g, err = get(upstream.EndpointCreditFallback, upstream.CreditFallbackQuery(code), code)
+					source = "fallback"
+				}
+				mu.Lock()
+				if err != nil {
+					firstErr = err
+					mu.Unlock()
+					continue
+				}
+				pending.CorpCodes = append(pending.CorpCodes, code)
+				pending.Grades = append(pending.Grades, g.Grade)
+				pending.Outlooks = append(pending.Outlooks, g.Outlook)
+				pending.Sources = append(pending.Sources, source)
+				var full *queries.CreditGradeUpsertParams
+				if len(pending.CorpCodes) == batchSize {
+					full, pending = pending, &queries.CreditGradeUpsertParams{EvalDate: day, ExecutionID: executionID}
+				}
+				mu.Unlock()
+				if full != nil {
+					flush(full)
+				}
+			}
+		})
+	}
+	for _, code := range codes {
+		work <- code
+	}
+	close(work)
+	wg.Wait()
+	flush(pending)
+	took := time.Since(began)
+	require.NoError(t, firstErr)
+	return float64(len(codes)) / took.Seconds()
+}
+
+// benchCPUBound: creditEval with 0 ms calls at FANOUT 64, where the
+// service's own CPU is what limits it, against plainCreditLoop on the same
+// database, fake upstream and transport; items per second, and CPU per
+// item of the test process (runner, HTTP client and the in-process fake
+// upstream; both sides run there) and of the PostgreSQL cluster.
+func benchCPUBound(t *testing.T, scale benchScale) []*benchRow {
+	const fanOut = 64
+	n := scale.cpuN
+	s := newTestSystem(t, &testSystemOpts{
+		env:  map[string]string{"BUILDRISK_FANOUT": strconv.Itoa(fanOut)},
+		fake: fakeupstream.Config{Companies: max(n+1, fakeupstream.CompaniesDefault)},
+	})
+	productionTelemetry(t, s)
+	codes := seedTargets(t, s, n)
+	runner, enqueuer := benchRunner(t, s, nil)
+	client := &http.Client{Transport: providerTransport(fanOut), Timeout: time.Minute}
+	defer client.CloseIdleConnections()
+	pool, err := openPool(context.Background(), s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false, sessionLimits{})
+	require.NoError(t, err)
+	defer pool.Close()
+	day := budgetDay(s.env, s.pool)()
+	name := fmt.Sprintf("creditEval %d targets, 0 ms calls, FANOUT %d", n, fanOut)
+	ref := "plain loop (64 goroutines, upsert per 1,000)"
+	rate := &benchRow{name: name + ": items/s", unit: "items/s", refName: ref, target: "≥ 0.8"}
+	total := &benchRow{name: "same: CPU per item, test process + PostgreSQL", unit: "ms", refName: ref, target: "≤ 1.25"}
+	proc := &benchRow{name: "same: CPU per item, test process (runner or loop, client, fake upstream)", unit: "ms", refName: ref}
+	pg := &benchRow{name: "same: CPU per item, PostgreSQL", unit: "ms", refName: ref}
+	perItem := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(n) }
+	// BUILDRISK_BENCH_CPUPROFILE=FILE writes a CPU profile of the service's
+	// runs (not the loop's) for go tool pprof.
+	profile := os.Getenv("BUILDRISK_BENCH_CPUPROFILE")
+	for range scale.reps {
+		if profile != "" {
+			f, err := os.Create(profile)
+			require.NoError(t, err)
+			require.NoError(t, pprof.StartCPUProfile(f))
+			t.Cleanup(func() { _ = f.Close() })
+		}
+		before := sampleCPU(t, s.pool)
+		out, took := benchRun(t, runner, enqueuer, jobs.CreditEval, `{}`)
+		mid := sampleCPU(t, s.pool)
+		if profile != "" {
+			pprof.StopCPUProfile()
+			profile = "" // the first repetition's
+		}
+		plain := plainCreditLoop(t, client, pool, s.fakeURL, codes, day, out.ExecutionID)
+		after := sampleCPU(t, s.pool)
+		rate.add(float64(n)/took.Seconds(), plain)
+		sp, pp := mid.process-before.process, after.process-mid.process
+		sg, pg2 := mid.postgres-before.postgres, after.postgres-mid.postgres
+		total.add(perItem(sp+sg), perItem(pp+pg2))
+		proc.add(perItem(sp), perItem(pp))
+		pg.add(perItem(sg), perItem(pg2))
+	}
+	return []*benchRow{rate, total, proc, pg}
+}

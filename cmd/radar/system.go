@@ -118,6 +118,7 @@ func newEnqueuerFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *rive
 	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
 		Catalog: catalog, DailyCaps: env.capsByName(), Estimators: estimators(env, pool),
 		Instruments: tel.instruments, Logger: tel.logger, Resume: env.AutoResume,
+		StaleAfter: env.StaleAfter,
 		Cleanup: func(ctx context.Context, tx pgx.Tx, job string) error {
 			_, err := reaper.ReapTx(ctx, tx, job)
 			return err

@@ -330,7 +330,11 @@ func checkUpstreamCallsSeen(_ context.Context, _ querier, ev *Evidence) ([]strin
 // checkAccounting reads the committed results as the runner writes them:
 // whole chunks (job_checkpoint) and the items of a fan-out chunk committed
 // in parts before the chunk ended (job_checkpoint_part, each item a target
-// written).
+// written). A chunk's commit folds its parts into its checkpoint, also the
+// parts an earlier execution of the instance committed, so written items
+// are compared per instance (the sum of its executions' written counts);
+// skipped and failed items are only ever in the execution's own
+// checkpoints.
 func checkAccounting(ctx context.Context, db querier, _ *Evidence) ([]string, error) {
 	var out []string
 	rows, err := db.Query(ctx, `SELECT c.instance_id, c.chunk, c.execution_id, c.targets, c.written, c.skipped, c.failed
@@ -354,12 +358,11 @@ func checkAccounting(ctx context.Context, db querier, _ *Evidence) ([]string, er
 		SELECT e.id, e.job, e.targets, e.domain_rows,
 		       e.items_written, e.items_skipped, e.items_failed,
 		       coalesce(mine.written, 0), coalesce(mine.skipped, 0), coalesce(mine.failed, 0),
-		       coalesce(inst.written, 0), coalesce(inst.skipped, 0), coalesce(inst.failed, 0)
+		       coalesce(inst.written, 0), coalesce(inst.skipped, 0), coalesce(inst.failed, 0),
+		       (SELECT coalesce(sum(ie.items_written), 0) FROM job_execution ie WHERE ie.instance_id = e.instance_id)
 		FROM job_execution e
 		LEFT JOIN LATERAL (SELECT sum(written) AS written, sum(skipped) AS skipped, sum(failed) AS failed FROM (
-		                       SELECT c.written, c.skipped, c.failed FROM job_checkpoint c WHERE c.execution_id = e.id
-		                       UNION ALL
-		                       SELECT cardinality(p.items), 0, 0 FROM job_checkpoint_part p WHERE p.execution_id = e.id) x) mine ON true
+		                       SELECT c.written, c.skipped, c.failed FROM job_checkpoint c WHERE c.execution_id = e.id) x) mine ON true
 		LEFT JOIN LATERAL (SELECT sum(written) AS written, sum(skipped) AS skipped, sum(failed) AS failed FROM (
 		                       SELECT c.written, c.skipped, c.failed FROM job_checkpoint c WHERE c.instance_id = e.instance_id
 		                       UNION ALL
@@ -375,16 +378,21 @@ func checkAccounting(ctx context.Context, db querier, _ *Evidence) ([]string, er
 		eWritten, eSkipped, eFailed int64
 		mWritten, mSkipped, mFailed int64
 		iWritten, iSkipped, iFailed int64
+		instanceWritten             int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&id, &job, &targets, &domainRows, &eWritten, &eSkipped, &eFailed,
-		&mWritten, &mSkipped, &mFailed, &iWritten, &iSkipped, &iFailed}, func() error {
+		&mWritten, &mSkipped, &mFailed, &iWritten, &iSkipped, &iFailed, &instanceWritten}, func() error {
 		if accounted := iWritten + iSkipped + iFailed; targets != accounted {
 			out = append(out, fmt.Sprintf("execution %d (%s) COMPLETED with targets %d, its instance's checkpoints account for %d (written %d, skipped %d, failed %d)",
 				id, job, targets, accounted, iWritten, iSkipped, iFailed))
 		}
-		if eWritten != mWritten || eSkipped != mSkipped || eFailed != mFailed {
-			out = append(out, fmt.Sprintf("execution %d (%s): its figures (written %d, skipped %d, failed %d) differ from its own checkpoints (%d, %d, %d)",
-				id, job, eWritten, eSkipped, eFailed, mWritten, mSkipped, mFailed))
+		if eSkipped != mSkipped || eFailed != mFailed {
+			out = append(out, fmt.Sprintf("execution %d (%s): its figures (skipped %d, failed %d) differ from its own checkpoints (%d, %d)",
+				id, job, eSkipped, eFailed, mSkipped, mFailed))
+		}
+		if instanceWritten != iWritten {
+			out = append(out, fmt.Sprintf("execution %d (%s): its instance's executions wrote %d items, its instance's checkpoints hold %d",
+				id, job, instanceWritten, iWritten))
 		}
 		if domainRows != nil && !domainRowsNotItems[job] && *domainRows != iWritten {
 			out = append(out, fmt.Sprintf("execution %d (%s): %d domain rows, its instance's checkpoints wrote %d", id, job, *domainRows, iWritten))

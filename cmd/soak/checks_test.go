@@ -288,12 +288,23 @@ func TestAccounting(t *testing.T) {
 	commitChunk(t, w, failed, inst, "a", 1, 1, 0, 0)
 	finish(t, w, failed, "FAILED")
 
+	// A resumed chunk's commit folds the parts an earlier execution of the
+	// instance committed (3 items) into its own checkpoint: the instance's
+	// executions wrote what its checkpoints hold, no breach.
+	stopped, inst := startExecution(t, w, "corpCodeSync", "wA", 0)
+	sqlRow(t, w, `UPDATE job_execution SET items_written = 3 WHERE id = $1`, stopped)
+	finish(t, w, stopped, "STOPPED")
+	resumed, _ := startExecution(t, w, "corpCodeSync", "wA", inst)
+	commitChunk(t, w, resumed, inst, "a", 10, 7, 0, 0)
+	sqlRow(t, w, `UPDATE job_checkpoint SET targets = 10, written = 10 WHERE instance_id = $1`, inst)
+	finish(t, w, resumed, "COMPLETED")
+
 	requireBreaches(t, check(t, "accounting", d.pool, &Evidence{}),
 		"chunk a (execution 3): targets 5, written 6",
 		"chunk b (execution 3): targets 5, written 4",
 		"execution 2 (filingParse) COMPLETED with targets 10, its instance's checkpoints account for 9",
 		"execution 2 (filingParse): 7 domain rows, its instance's checkpoints wrote 9",
-		"execution 4 (creditEval): its figures (written 11, skipped 0, failed 0) differ from its own checkpoints (10, 0, 0)")
+		"execution 4 (creditEval): its instance's executions wrote 11 items, its instance's checkpoints hold 10")
 }
 
 func TestNoLiveAbandoned(t *testing.T) {

@@ -31,8 +31,12 @@ import (
 // items over, waits for the calls in flight, commits those that succeeded
 // and returns the reason. A drain thus takes at most one provider call plus
 // one commit, not a chunk. A resume processes only the items that no part
-// lists (JobCheckpointPartItems). When the chunk itself commits, its
-// checkpoint counts only the items not committed in a part.
+// lists (JobCheckpointPartItems). When the chunk itself commits, its parts
+// fold into its checkpoint in the same statement (JobExecutionChunkCommit
+// deletes them and adds their items to the checkpoint's targets and
+// written): a committed chunk is skipped whole by a resume, so nothing reads
+// its parts again, and job_checkpoint_part holds only the parts of chunks
+// not yet committed instead of growing with every run.
 
 // ErrDrained ends a fan-out chunk whose worker is shutting down: it stopped
 // handing out items and committed the finished ones.

@@ -161,3 +161,101 @@ func TestFanOutCommit_PartCommitIsFenced(t *testing.T) {
 	require.ElementsMatch(t, probed, parts, "every written item is in a part, and no part lists an unwritten one")
 	require.Equal(t, int64(len(probed)), exec.ItemsWritten)
 }
+
+// compactJob is two chunks of 50 items on FanOutCommit writing to the table
+// compact_write; while haltAt is set, the function of that item halts the
+// chunk (the execution fails with the parts before it committed).
+type compactJob struct {
+	haltAt string
+}
+
+func (j *compactJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	return &batch.Plan{Chunks: []string{"a", "b"}, Targets: 100}, nil
+}
+
+func (j *compactJob) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	done, err := batch.CommittedItems(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	var items []string
+	for i := range 50 {
+		if item := fmt.Sprintf("%s%02d", chunk, i); !done[item] {
+			items = append(items, item)
+		}
+	}
+	_, err = batch.FanOutCommit(ctx, run, chunk, items,
+		func(_ context.Context, item string) (string, error) {
+			if item == j.haltAt {
+				return "", batch.Halt(fmt.Errorf("halted at %s", item))
+			}
+			return item, nil
+		},
+		batch.Committer[string, string]{
+			Key: func(s string) string { return s },
+			Queue: func(b *pgx.Batch, values []string) {
+				b.Queue(`INSERT INTO compact_write (item) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, values)
+			},
+		})
+	if err != nil {
+		return nil, err
+	}
+	return &batch.ChunkResult{}, nil
+}
+
+// A chunk's commit folds its checkpoint parts into its checkpoint, also the
+// parts an earlier execution of the instance committed before it failed:
+// job_checkpoint_part does not grow run over run, and the instance's totals
+// and the executions' written counts still account for every item once.
+func TestFanOutCommit_ChunkCommitFoldsParts(t *testing.T) {
+	t.Parallel()
+	job := &compactJob{haltAt: "b20"}
+	b := setup(t, map[string]batch.Job{"creditEval": job})
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, `CREATE TABLE compact_write (item text PRIMARY KEY)`)
+	require.NoError(t, err)
+	partRows := func() int64 {
+		var n int64
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM job_checkpoint_part`).Scan(&n))
+		return n
+	}
+
+	failed, err := b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
+	require.NoError(t, err)
+	require.Equal(t, "FAILED", failed.Status, failed.Message)
+	require.Positive(t, partRows(), "the failed chunk's finished items are kept in parts")
+
+	job.haltAt = ""
+	first, err := b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
+	require.NoError(t, err)
+	require.Equal(t, "COMPLETED", first.Status, first.Message)
+	afterFirst := partRows()
+	require.Zero(t, afterFirst, "every committed chunk's parts folded into its checkpoint")
+
+	q := queries.New()
+	failedExec, err := q.JobExecutionGetByID(ctx, b.pool, failed.ExecutionID)
+	require.NoError(t, err)
+	firstExec, err := q.JobExecutionGetByID(ctx, b.pool, first.ExecutionID)
+	require.NoError(t, err)
+	require.Equal(t, failedExec.InstanceID, firstExec.InstanceID, "the second run resumed the failed one")
+	require.Equal(t, int64(100), failedExec.ItemsWritten+firstExec.ItemsWritten, "each item written once, by one of them")
+	totals, err := q.JobCheckpointTotals(ctx, b.pool, firstExec.InstanceID)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), totals.Chunks)
+	require.Equal(t, int64(100), totals.Targets)
+	require.Equal(t, int64(100), totals.Written)
+	var targetsB, writtenB int64
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT targets, written FROM job_checkpoint WHERE instance_id = $1 AND chunk = 'b'`,
+		firstExec.InstanceID).Scan(&targetsB, &writtenB))
+	require.Equal(t, int64(50), targetsB, "chunk b's checkpoint holds both executions' parts")
+	require.Equal(t, int64(50), writtenB)
+
+	second, err := b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
+	require.NoError(t, err)
+	require.Equal(t, "COMPLETED", second.Status, second.Message)
+	require.LessOrEqual(t, partRows(), afterFirst, "an identical run leaves no more parts than the first")
+	secondExec, err := q.JobExecutionGetByID(ctx, b.pool, second.ExecutionID)
+	require.NoError(t, err)
+	require.NotEqual(t, firstExec.InstanceID, secondExec.InstanceID)
+	require.Equal(t, int64(100), secondExec.ItemsWritten)
+}

@@ -87,6 +87,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Cleanup runs before the duplicate check; nil skips it.
 	Cleanup CleanupFunc
+	// StaleAfter is the cleanup's stale window (the reaper's): an active
+	// request held by a worker that heartbeat within it, and that its River
+	// job will still run, is one Cleanup cannot free, so a duplicate of it
+	// is answered without the job's advisory lock. Zero with a Cleanup set
+	// takes the lock for every enqueue.
+	StaleAfter time.Duration
 	// Resume is the policy of ResumeTx; its zero value resumes nothing.
 	Resume ResumePolicy
 }
@@ -174,8 +180,9 @@ func (e *Enqueuer) Validate(ctx context.Context, db queries.DBTX, p *EnqueuePara
 	return def, params, nil
 }
 
-// Enqueue validates p and, in one transaction under the job's advisory lock,
-// runs the stale cleanup, refuses a duplicate, inserts the request's River
+// Enqueue validates p and, in one transaction under the job's advisory lock
+// (taken once; not at all for a duplicate of an active request the cleanup
+// could not free, see settledStaleSeconds), runs the stale cleanup, refuses a duplicate, inserts the request's River
 // job (when the Enqueuer has a River client) and the request. A conflict
 // (serialization failure, deadlock) runs the transaction again (queries.InTx).
 // Errors: ErrUnknownJob, *jobs.ParamError, *DuplicateError, or an internal
@@ -215,6 +222,26 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 	return result, nil
 }
 
+// settledStaleSeconds is the stale window enqueueTx hands to
+// JobLockUnlessSettled for p: an active request held by a worker that
+// heartbeat within it, and that its River job will still run, is one the
+// cleanup cannot free, so its duplicate is answered without the job's
+// advisory lock and never queues on the lock the run's start takes. The
+// answer is the one the locked path would give: the cleanup would find
+// nothing to finalize and the state read after it would show the same
+// active request. Without a cleanup every active request stays (a window
+// of a century); without a stale window, or for a request the cleanup
+// itself makes (ResumeTx), 0: the lock is always taken, once.
+func (e *Enqueuer) settledStaleSeconds(p *EnqueueParams) float64 {
+	switch {
+	case p.skipCleanup:
+		return 0
+	case e.cfg.Cleanup == nil:
+		return (100 * 365 * 24 * time.Hour).Seconds()
+	}
+	return e.cfg.StaleAfter.Seconds()
+}
+
 // EnqueueTx is Enqueue inside the caller's transaction (chains insert the
 // next job's request in the transaction that records a completion). The
 // params must already be valid; a duplicate returns *DuplicateError and
@@ -227,16 +254,21 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams) (
 	return e.enqueueTx(ctx, tx, p, params)
 }
 
-// enqueueTx is the one enqueue: in tx, the job's advisory lock and its
-// state (one round trip), the stale cleanup when the job has an active
+// enqueueTx is the one enqueue: in tx, the job's advisory lock (unless its
+// active request is settled: a duplicate without the lock) and its state
+// (one round trip), the stale cleanup when the job has an active
 // request, the duplicate check, the restart rule, River's InsertTx of a job
 // that carries the request's id, and the request row, linked to that job.
 // A duplicate draws no request id: the state reads one only for a job
 // without an active request.
 func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *jobs.Params) (*EnqueueResult, error) {
-	state, err := e.queries.EnqueueStateTx(ctx, tx, p.Job)
+	state, settled, err := e.queries.EnqueueStateTx(ctx, tx, p.Job, e.settledStaleSeconds(p))
 	if err != nil {
 		return nil, fmt.Errorf("error taking job lock and reading its requests: %w", err)
+	}
+	if settled != 0 {
+		// A duplicate of a request the cleanup cannot free: no lock taken.
+		return nil, &DuplicateError{Job: p.Job, ActiveRequestID: settled}
 	}
 	if state.ActiveRequestID != 0 && e.cfg.Cleanup != nil && !p.skipCleanup {
 		if err := e.cfg.Cleanup(ctx, tx, p.Job); err != nil {

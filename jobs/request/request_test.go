@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,6 +21,7 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
@@ -158,7 +161,7 @@ func TestEnqueue_OneTransactionOfOwnStatementsAndRiversInsertTx(t *testing.T) {
 	begin, state, last := trips[0], trips[1], trips[len(trips)-1]
 	require.Equal(t, "begin isolation level read committed", begin.statement)
 	require.True(t, strings.HasPrefix(state.statement, "batch: "), "the lock and the state travel together: %q", state.statement)
-	require.Contains(t, state.statement, "-- name: AdvisoryXactLockJob")
+	require.Contains(t, state.statement, "-- name: JobLockUnlessSettled")
 	require.Contains(t, state.statement, "-- name: JobRequestEnqueueState")
 	require.Equal(t, "commit", last.statement)
 	phase := "state"
@@ -213,4 +216,119 @@ func TestEnqueue_DuplicateDrawsNoID(t *testing.T) {
 	var riverJobs int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&riverJobs))
 	require.Equal(t, 2, riverJobs, "a duplicate inserts no River job")
+}
+
+// A duplicate (409) of an active request that the stale cleanup could not
+// free takes no advisory lock: a burst of 200 duplicates while the run's
+// start holds the job's lock (as the runner's start does) all answer 409
+// without waiting for it, whether the request is still QUEUED with its River
+// job available or RUNNING under a live worker, so they never queue ahead
+// of the run's start; each sends one lock statement (JobLockUnlessSettled,
+// in its BEGIN batch) and no other. A duplicate whose holder is stale waits
+// for the lock, takes it once and runs the cleanup under it.
+func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tracer := &pgtest.RoundTripTracer{}
+	base := pgtest.NewPool(t)
+	pool := pgtest.NewTracedPool(t, base, tracer)
+	providers, _ := observability.NewTestProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	var cleanups atomic.Int64
+	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
+		Catalog:     jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"}),
+		Instruments: instruments,
+		StaleAfter:  time.Minute,
+		Cleanup: func(context.Context, pgx.Tx, string) error {
+			cleanups.Add(1)
+			return nil
+		},
+	})
+	require.NoError(t, err)
+	enqueue := func(ctx context.Context) error {
+		_, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
+		return err
+	}
+	require.NoError(t, enqueue(ctx))
+	var active int64
+	require.NoError(t, base.QueryRow(ctx, `SELECT id FROM job_request WHERE status = 'QUEUED'`).Scan(&active))
+	lockStatements := func() (conditional, plain int) {
+		for _, trip := range tracer.Log() {
+			conditional += strings.Count(trip, "-- name: JobLockUnlessSettled")
+			plain += strings.Count(trip, "-- name: AdvisoryXactLockJob")
+		}
+		return conditional, plain
+	}
+	holdLock := func(t *testing.T) pgx.Tx {
+		t.Helper()
+		runStart, err := base.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = runStart.Rollback(ctx) })
+		require.NoError(t, queries.New().AdvisoryXactLockJob(ctx, runStart, "stockPrice"))
+		return runStart
+	}
+	// burst sends 200 duplicates at once while another connection holds the
+	// job's lock, as the run's start does; each must answer before the
+	// deadline, which only a lock-free answer can.
+	burst := func(t *testing.T) {
+		holdLock(t)
+		tracer.Reset()
+		deadline, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		errs := make([]error, 200)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() { errs[i] = enqueue(deadline) })
+		}
+		wg.Wait()
+		for _, err := range errs {
+			var dup *request.DuplicateError
+			require.ErrorAs(t, err, &dup)
+			require.Equal(t, active, dup.ActiveRequestID)
+		}
+		conditional, plain := lockStatements()
+		require.Equal(t, 200, conditional, "one conditional lock statement per duplicate")
+		require.Zero(t, plain)
+		require.Zero(t, cleanups.Load(), "nothing a cleanup could free")
+	}
+
+	t.Run("Queued", burst)
+
+	_, err = base.Exec(ctx, `INSERT INTO worker (id, hostname, pid, boot) VALUES ('1@host#b', 'host', 1, 'b')`)
+	require.NoError(t, err)
+	_, err = base.Exec(ctx, `UPDATE job_request SET status = 'RUNNING', worker_id = '1@host#b' WHERE id = $1`, active)
+	require.NoError(t, err)
+	t.Run("RunningUnderLiveWorker", burst)
+
+	_, err = base.Exec(ctx, `UPDATE worker SET heartbeat_at = now() - interval '1 hour'`)
+	require.NoError(t, err)
+	t.Run("StaleHolderWaitsForTheLock", func(t *testing.T) {
+		runStart := holdLock(t)
+		tracer.Reset()
+		answered := make(chan error, 1)
+		go func() { answered <- enqueue(ctx) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var waiting int
+			require.NoError(t, base.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`).Scan(&waiting))
+			if waiting == 1 {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "the stale holder's duplicate never waited for the job's lock")
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.Zero(t, cleanups.Load(), "the cleanup waits for the lock")
+		require.NoError(t, runStart.Rollback(ctx))
+		var dup *request.DuplicateError
+		require.ErrorAs(t, <-answered, &dup)
+		require.Equal(t, active, dup.ActiveRequestID)
+		require.Equal(t, int64(1), cleanups.Load())
+		conditional, plain := lockStatements()
+		require.Equal(t, 1, conditional, "the lock is taken once")
+		require.Zero(t, plain)
+	})
 }
