@@ -106,6 +106,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 		go func() { _ = fakeServer.Serve(listener) }()
 		defer fakeServer.Close()
 		base := "http://" + listener.Addr().String()
+		env.InsecureHTTPUpstream = true // dev's own fake upstream, on loopback
 		for _, p := range upstream.Providers {
 			env.UpstreamURLs[p] = base
 		}

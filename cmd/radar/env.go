@@ -57,8 +57,11 @@ type envConfig struct {
 	// txPoolingConfig).
 	TxPooling    bool
 	UpstreamURLs map[upstream.Provider]string
-	Keys         map[upstream.Provider]string
-	DailyCaps    map[upstream.Provider]int
+	// InsecureHTTPUpstream is BUILDRISK_INSECURE_HTTP_UPSTREAM=1: provider
+	// URLs may be plain http (a fake upstream); otherwise they must be https.
+	InsecureHTTPUpstream bool
+	Keys                 map[upstream.Provider]string
+	DailyCaps            map[upstream.Provider]int
 	// Rates is each provider's fleet-wide rate limit in calls per second
 	// (BUILDRISK_RATE_<P>); a provider without one is absent.
 	Rates     map[upstream.Provider]float64
@@ -237,6 +240,13 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 			return nil, envError("BUILDRISK_FANOUT", "%q is not an integer from 1 to 1000", v)
 		}
 	}
+	switch v := getenv("BUILDRISK_INSECURE_HTTP_UPSTREAM"); v {
+	case "", "0", "false":
+	case "1", "true":
+		c.InsecureHTTPUpstream = true
+	default:
+		return nil, envError("BUILDRISK_INSECURE_HTTP_UPSTREAM", "%q is not 1 or 0", v)
+	}
 	base := strings.TrimRight(getenv("BUILDRISK_UPSTREAM_URL"), "/")
 	for _, p := range upstream.Providers {
 		url := base
@@ -246,6 +256,9 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		if url != "" {
 			if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
 				return nil, envError("BUILDRISK_"+string(p)+"_URL", "%q is not an http(s) URL", url)
+			}
+			if strings.HasPrefix(url, "http://") && !c.InsecureHTTPUpstream {
+				return nil, envError("BUILDRISK_"+string(p)+"_URL", "%q is plain http: provider keys go only over https (set BUILDRISK_INSECURE_HTTP_UPSTREAM=1 for a fake upstream)", url)
 			}
 			c.UpstreamURLs[p] = url
 		}

@@ -82,11 +82,32 @@ func TestEnv_Defaults(t *testing.T) {
 	require.Error(t, requireDatabaseURL(env))
 
 	env, err = loadEnv(func(k string) string {
-		return map[string]string{"BUILDRISK_UPSTREAM_URL": "http://fake:8090/", "BUILDRISK_DART_URL": "https://dart.example"}[k]
+		return map[string]string{"BUILDRISK_UPSTREAM_URL": "http://fake:8090/", "BUILDRISK_DART_URL": "https://dart.example", "BUILDRISK_INSECURE_HTTP_UPSTREAM": "1"}[k]
 	})
 	require.NoError(t, err)
 	require.Equal(t, "http://fake:8090", string(env.UpstreamURLs["MOLIT"]))
 	require.Equal(t, "https://dart.example", env.UpstreamURLs["DART"], "the per-provider URL wins")
+	require.True(t, env.InsecureHTTPUpstream)
+}
+
+// Provider URLs are https unless BUILDRISK_INSECURE_HTTP_UPSTREAM=1 (a fake
+// upstream): a key never travels in clear by accident.
+func TestEnv_ProviderURLsRequireHTTPS(t *testing.T) {
+	t.Parallel()
+	_, err := loadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_MOLIT_URL": "http://molit.example"}[k]
+	})
+	require.ErrorContains(t, err, "BUILDRISK_MOLIT_URL")
+	require.ErrorContains(t, err, "BUILDRISK_INSECURE_HTTP_UPSTREAM=1")
+	env, err := loadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_UPSTREAM_URL": "https://gw.example"}[k]
+	})
+	require.NoError(t, err)
+	require.False(t, env.InsecureHTTPUpstream)
+	_, err = loadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_INSECURE_HTTP_UPSTREAM": "yes"}[k]
+	})
+	require.ErrorContains(t, err, "BUILDRISK_INSECURE_HTTP_UPSTREAM")
 }
 
 // Pool sizes follow the concurrency unless BUILDRISK_DB_MAX_CONNS says.

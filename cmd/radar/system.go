@@ -309,6 +309,7 @@ func newUpstream(pool *pgxpool.Pool, env *envConfig, tel *telemetry, holder stri
 		Logger: tel.logger,
 		Now:    env.Now, Instruments: tel.instruments, FanOut: env.FanOut, Holder: holder,
 		RequestTimeout: env.ProviderTimeout,
+		AllowHTTP:      env.InsecureHTTPUpstream,
 		Transport:      providerTransport(env.FanOut),
 		WrapTransport:  providerTracing(tel.providers),
 	})

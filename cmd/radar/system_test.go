@@ -174,17 +174,18 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	s.fakeURL = fakeServer.URL
 
 	vars := map[string]string{
-		"DATABASE_URL":                 "unused-in-process",
-		"BUILDRISK_API_TOKENS":         "operator:" + testOperatorToken + ",viewer:" + testViewerToken,
-		"BUILDRISK_UPSTREAM_URL":       fakeServer.URL,
-		"BUILDRISK_KEY_MOLIT":          "test-molit-key",
-		"BUILDRISK_KEY_DART":           "test-dart-key",
-		"BUILDRISK_KEY_KRX":            "test-krx-key",
-		"BUILDRISK_KEY_CREDIT":         "test-credit-key",
-		"BUILDRISK_HEARTBEAT_INTERVAL": "200ms",
-		"BUILDRISK_STALE_AFTER":        "2s",
-		"BUILDRISK_REAP_INTERVAL":      "500ms",
-		"BUILDRISK_DRAIN_TIMEOUT":      "10s",
+		"DATABASE_URL":                     "unused-in-process",
+		"BUILDRISK_API_TOKENS":             "operator:" + testOperatorToken + ",viewer:" + testViewerToken,
+		"BUILDRISK_UPSTREAM_URL":           fakeServer.URL,
+		"BUILDRISK_INSECURE_HTTP_UPSTREAM": "1",
+		"BUILDRISK_KEY_MOLIT":              "test-molit-key",
+		"BUILDRISK_KEY_DART":               "test-dart-key",
+		"BUILDRISK_KEY_KRX":                "test-krx-key",
+		"BUILDRISK_KEY_CREDIT":             "test-credit-key",
+		"BUILDRISK_HEARTBEAT_INTERVAL":     "200ms",
+		"BUILDRISK_STALE_AFTER":            "2s",
+		"BUILDRISK_REAP_INTERVAL":          "500ms",
+		"BUILDRISK_DRAIN_TIMEOUT":          "10s",
 		// Tests of the manual resume path (a drained or reaped run waits for
 		// a new request) turn automatic resume off; the tests of automatic
 		// resume (autoresume_test.go) turn it on.
