@@ -6,7 +6,10 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // The batch console: one server-rendered page at / whose small script
@@ -125,10 +128,23 @@ func (s *Server) render(w http.ResponseWriter, status int, name string, data any
 	_, _ = buf.WriteTo(w)
 }
 
-// localPath keeps a redirect target on this site: a path, never a URL or a
-// protocol-relative //host.
+// localPath keeps a redirect target on this site: a clean path, never a URL
+// or a protocol-relative //host. A browser strips tabs and newlines and reads
+// a backslash as a slash, so "/\t/evil.example" or "/\\evil.example" would
+// leave the site: any control character or backslash, a scheme, a host or a
+// path that (decoded) starts with "//" gives "/" instead.
 func localPath(p string) string {
-	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") {
+	if !strings.HasPrefix(p, "/") || strings.ContainsRune(p, '\\') {
+		return "/"
+	}
+	for _, r := range p {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return "/"
+		}
+	}
+	u, err := url.Parse(p)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" ||
+		!strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") {
 		return "/"
 	}
 	return p

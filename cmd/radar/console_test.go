@@ -159,6 +159,36 @@ func TestConsole_Session(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 }
 
+// next after login is only ever a clean local path: a control character,
+// a backslash, a scheme or a host after parsing sends the user to "/". A
+// browser strips tabs and newlines, so "/<TAB>/evil.example" would land on
+// evil.example.
+func TestConsole_LoginNextStaysLocal(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	c := newConsoleClient(t, s.api)
+	hostile := []string{
+		"/\t/evil.example", "/\n/evil.example", "/\r//evil.example", "/\x00/evil.example",
+		"//evil.example", "/\\evil.example", "\\/evil.example", "/\x7f/evil.example",
+		"https://evil.example/", "javascript:alert(1)", "/%2F/evil.example", " /evil.example",
+	}
+	check := func(resp *http.Response, next string) {
+		t.Helper()
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode, "%q", next)
+		require.Equal(t, "/", resp.Header.Get("Location"), "next %q", next)
+	}
+	for _, next := range hostile {
+		resp, _ := c.send(http.MethodPost, "/login", "application/x-www-form-urlencoded", url.Values{"token": {testOperatorToken}, "next": {next}}.Encode(), nil)
+		check(resp, next)
+		resp, _ = c.send(http.MethodGet, "/login?next="+url.QueryEscape(next), "", "", nil)
+		check(resp, next) // logged in: straight to next
+	}
+	resp, _ := c.send(http.MethodGet, "/login?next=/%09/evil.example", "", "", nil)
+	check(resp, "the issue's /%09/evil.example")
+	resp, _ = c.send(http.MethodGet, "/login?next="+url.QueryEscape("/riverui/?q=1#top"), "", "", nil)
+	require.Equal(t, "/riverui/?q=1#top", resp.Header.Get("Location"), "a clean local path is kept")
+}
+
 // A viewer's console has no form and no River UI link, and the API refuses
 // its POSTs even with the CSRF token.
 func TestConsole_Viewer(t *testing.T) {
