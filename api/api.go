@@ -335,10 +335,10 @@ func nullableRefs(oapi *huma.OpenAPI) {
 	}
 }
 
-// Handler returns the HTTP handler: the API behind the body limit and
-// bearer-token (or console session) auth, the console, and River UI when
-// configured.
-func (s *Server) Handler() http.Handler { return s.limitBody(s.authenticate(s.withDeadline(s.mux))) }
+// Handler returns the HTTP handler: the API behind bearer-token (or
+// console session) auth and then the body limit, the console, and River UI
+// when configured. Auth comes first so that no anonymous body is read.
+func (s *Server) Handler() http.Handler { return s.authenticate(s.limitBody(s.withDeadline(s.mux))) }
 
 // withDeadline gives every /v1 call RequestTimeout for its database work:
 // a call waiting for a pooled connection (all of them stuck behind a lock,

@@ -100,6 +100,7 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin logout refused", http.StatusForbidden)
 		return
 	}
+	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	if sess, ok := s.sessionFrom(r); ok && !s.sessions.checkCSRF(sess, r.PostFormValue("csrf")) {
 		http.Error(w, "missing or wrong CSRF token; reload the console", http.StatusForbidden)
 		return

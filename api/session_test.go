@@ -98,6 +98,8 @@ func TestLocalPath(t *testing.T) {
 	for in, want := range map[string]string{
 		"/riverui/": "/riverui/", "/": "/", "": "/", "https://evil.example/": "/",
 		"//evil.example/": "/", "/\\evil.example": "/", "riverui": "/",
+		"/\t/evil.example": "/", "/\n/evil.example": "/", "/%2F/evil.example": "/", "/\xff": "/",
+		"/jobs?next=//x#a": "/jobs?next=//x#a",
 	} {
 		require.Equal(t, want, localPath(in), in)
 	}
