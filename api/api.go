@@ -218,7 +218,9 @@ func openAPIConfig(version string) huma.Config {
 //   - 401 (with WWW-Authenticate) for an operation that needs a token, 403
 //     for one that needs an operator's (every POST);
 //   - 413 for an operation that takes a body (every POST): limitBody
-//     answers it before auth or the handler;
+//     answers it before the handler;
+//   - 415 for a /v1 body that is not application/json and 400 for one
+//     that repeats a key (requireJSON), on every /v1 POST;
 //   - 503 with Retry-After for every /v1 operation: the database is
 //     unavailable or busy (problemFrom);
 //   - the 409 as ConflictError, the problem with activeRequestId;
@@ -267,6 +269,11 @@ func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 	}
 	if op.Method != http.MethodGet {
 		add(http.StatusRequestEntityTooLarge).Description = "The body is over the limit (BUILDRISK_MAX_BODY_BYTES)"
+	}
+	if op.Method != http.MethodGet && strings.HasPrefix(op.Path, "/v1/") {
+		// requireJSON answers these before the handler runs.
+		add(http.StatusUnsupportedMediaType).Description = "The body is not application/json"
+		add(http.StatusBadRequest)
 	}
 	if strings.HasPrefix(op.Path, "/v1/") {
 		r := add(http.StatusServiceUnavailable)
@@ -338,7 +345,9 @@ func nullableRefs(oapi *huma.OpenAPI) {
 // Handler returns the HTTP handler: the API behind bearer-token (or
 // console session) auth and then the body limit, the console, and River UI
 // when configured. Auth comes first so that no anonymous body is read.
-func (s *Server) Handler() http.Handler { return s.authenticate(s.limitBody(s.withDeadline(s.mux))) }
+func (s *Server) Handler() http.Handler {
+	return s.authenticate(s.limitBody(s.requireJSON(s.withDeadline(s.mux))))
+}
 
 // withDeadline gives every /v1 call RequestTimeout for its database work:
 // a call waiting for a pooled connection (all of them stuck behind a lock,

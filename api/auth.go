@@ -121,6 +121,14 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		switch {
 		case s.cfg.Insecure:
+			// No tokens, but a browser on another site still cannot act
+			// through a user's trusted network.
+			if !isReadOnly(r) {
+				if err := s.crossOrigin.Check(r); err != nil {
+					writeProblem(w, http.StatusForbidden, "cross-origin request refused")
+					return
+				}
+			}
 			r = markAuthenticated(r)
 		case strings.HasPrefix(path, "/v1/"):
 			if !s.authorizeAPI(w, r) {

@@ -412,3 +412,44 @@ func TestConsole_RiverUIMutationsRefused(t *testing.T) {
 	require.Equal(t, "COMPLETED", execution(t, out)["status"])
 	require.Equal(t, 1, s.count("SELECT count(*) FROM job_request"), "no resume, no second run")
 }
+
+// With auth off (BUILDRISK_INSECURE_NO_AUTH=1) a browser on another site
+// still cannot act: the cross-origin check stays, and a body must be
+// application/json (a cross-site form or text/plain POST needs no
+// preflight). Every JSON endpoint refuses another type (415) and duplicate
+// keys (400), with or without auth.
+func TestConsole_InsecureKeepsCrossOriginAndJSON(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_INSECURE_NO_AUTH": "1"}})
+	c := newConsoleClient(t, s.api)
+	body := aptTradeBody([]string{"11110"}, "2025-01", "2025-01")
+	for _, header := range []map[string]string{{"Sec-Fetch-Site": "cross-site"}, {"Origin": "http://evil.example"}} {
+		resp, out := c.send(http.MethodPost, "/v1/jobs/aptTrade/requests", "application/json", body, header)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, "%v: %s", header, out)
+		resp, _ = c.send(http.MethodPost, "/v1/jobs/aptTrade/stop", "", "", header)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, "%v", header)
+	}
+	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", ""} {
+		resp, out := c.send(http.MethodPost, "/v1/jobs/aptTrade/requests", ct, body, nil)
+		require.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode, "%q: %s", ct, out)
+		require.Contains(t, out, "application/json")
+	}
+	resp, out := c.send(http.MethodPost, "/v1/jobs/aptTrade/requests", "application/json",
+		`{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01","to":"2025-12"}}`, nil)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, out)
+	require.Contains(t, out, "duplicate")
+	require.Contains(t, out, "params.to")
+	require.Equal(t, 0, s.count("SELECT count(*) FROM job_request"), "nothing was requested")
+
+	resp, out = c.send(http.MethodPost, "/v1/jobs/aptTrade/requests", "application/json; charset=utf-8", body, nil)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, out)
+
+	// With auth on, the same rules for a bearer caller.
+	authed := newTestSystem(t, nil)
+	bearer := map[string]string{"Authorization": "Bearer " + testOperatorToken}
+	ac := newConsoleClient(t, authed.api)
+	resp, out = ac.send(http.MethodPost, "/v1/jobs/aptTrade/estimate", "text/plain", body, bearer)
+	require.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode, out)
+	resp, out = ac.send(http.MethodPost, "/v1/jobs/aptTrade/estimate", "application/json", `{"params":{},"params":{}}`, bearer)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, out)
+}

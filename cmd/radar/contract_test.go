@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -72,6 +73,8 @@ func newContract(t *testing.T, base string) *contract {
 // exchange is one call the test makes.
 type exchange struct {
 	method, path, token, body string
+	// contentType, when set, is sent instead of application/json.
+	contentType string
 	// contentLength, when set, is sent instead of the body's length (a
 	// body over the limit is refused by its announced length).
 	contentLength int64
@@ -91,7 +94,7 @@ func (c *contract) do(e exchange) map[string]any {
 	if e.body == "" {
 		req.Body, req.ContentLength = http.NoBody, 0
 	} else {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", cmp.Or(e.contentType, "application/json"))
 	}
 	if e.contentLength > 0 {
 		req.ContentLength = e.contentLength
@@ -362,6 +365,17 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 	c.do(exchange{method: http.MethodGet, path: "/v1/alerts", invalid: true, want: http.StatusUnauthorized})
 	c.do(exchange{method: http.MethodGet, path: "/v1/providers", token: viewer, want: http.StatusOK})
 	c.do(exchange{method: http.MethodGet, path: "/v1/providers", invalid: true, want: http.StatusUnauthorized})
+
+	// Every POST refuses a body that is not JSON (415) or repeats a key
+	// (400) before its handler runs.
+	for path, item := range c.doc.Paths.Map() {
+		if item.Post == nil {
+			continue
+		}
+		path = strings.NewReplacer("{job}", "noSuchJob", "{id}", "999999").Replace(path)
+		c.do(exchange{method: http.MethodPost, path: path, token: op, body: `{"params":{}}`, contentType: "text/plain", invalid: true, want: http.StatusUnsupportedMediaType})
+		c.do(exchange{method: http.MethodPost, path: path, token: op, body: `{"params":{},"params":{}}`, invalid: true, want: http.StatusBadRequest})
+	}
 
 	// The database unavailable: every table locked, so each operation's
 	// statement hits the api's lock_timeout and answers 503 + Retry-After.
