@@ -84,3 +84,39 @@ func TestPrivilege_AppRoleCannotDropOrTruncate(t *testing.T) {
 	}
 	require.Equal(t, 1, s.count("SELECT count(*) FROM job_request"), "nothing was dropped or truncated")
 }
+
+// Neither the api nor the workers can rewrite migration bookkeeping: a
+// forged goose version would make `radar migrate` skip a real migration, a
+// deleted one break the next. They may still read it (the api refuses to
+// start on a schema that is behind).
+func TestPrivilege_AppRoleCannotWriteMigrationBookkeeping(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	ctx := context.Background()
+	for _, stmt := range []string{"SELECT max(version_id) FROM goose_db_version", "SELECT max(version) FROM river_migration"} {
+		_, err := s.apiPool.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	for _, stmt := range []string{
+		"INSERT INTO goose_db_version (version_id, is_applied) VALUES (86, true)",
+		"DELETE FROM goose_db_version WHERE version_id = (SELECT max(version_id) FROM goose_db_version)",
+		"UPDATE goose_db_version SET is_applied = false",
+		"INSERT INTO river_migration (line, version) VALUES ('main', 999)",
+		"DELETE FROM river_migration",
+		"UPDATE river_migration SET version = version",
+		"LOCK TABLE goose_db_version IN ACCESS EXCLUSIVE MODE",
+		"LOCK TABLE river_migration IN ACCESS EXCLUSIVE MODE",
+	} {
+		for name, pool := range map[string]interface {
+			Begin(context.Context) (pgx.Tx, error)
+		}{"api": s.apiPool, "worker": s.pool} {
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, stmt)
+			_ = tx.Rollback(ctx)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr, "%s: %s", name, stmt)
+			require.Equal(t, "42501", pgErr.Code, "%s: %s: %v", name, stmt, err) // insufficient_privilege
+		}
+	}
+}
