@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -89,21 +90,37 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusUnauthorized, "login.html", loginPage{Next: next, Error: "That token is not valid. Use a viewer or operator token from BUILDRISK_API_TOKENS."})
 		return
 	}
-	setSessionCookie(w, r, s.sessions.encode(s.sessions.newSession(role)), int(SessionTTL.Seconds()))
+	sess, err := s.startSession(r.Context(), role)
+	if err != nil {
+		s.cfg.Logger.Error("error starting a console session", "error", err.Error())
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+		http.Error(w, "the database is unavailable; try again in a moment", http.StatusServiceUnavailable)
+		return
+	}
+	setSessionCookie(w, r, s.sessions.encode(sess), int(SessionTTL.Seconds()))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// logout deletes the session cookie. It is a POST carrying the CSRF token,
-// so another site cannot sign a user out.
+// logout ends the session on the server and deletes the cookie; with
+// everywhere=1 it ends every console session. It is a POST carrying the
+// CSRF token, so another site cannot sign a user out.
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	if err := s.crossOrigin.Check(r); err != nil {
 		http.Error(w, "cross-origin logout refused", http.StatusForbidden)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
-	if sess, ok := s.sessionFrom(r); ok && !s.sessions.checkCSRF(sess, r.PostFormValue("csrf")) {
-		http.Error(w, "missing or wrong CSRF token; reload the console", http.StatusForbidden)
-		return
+	if sess, ok := s.sessionFrom(r); ok {
+		if !s.sessions.checkCSRF(sess, r.PostFormValue("csrf")) {
+			http.Error(w, "missing or wrong CSRF token; reload the console", http.StatusForbidden)
+			return
+		}
+		if err := s.endSessions(r.Context(), sess, r.PostFormValue("everywhere") == "1"); err != nil {
+			s.cfg.Logger.Error("error ending a console session", "error", err.Error())
+			w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+			http.Error(w, "the database is unavailable: the session is not ended yet; try again in a moment", http.StatusServiceUnavailable)
+			return
+		}
 	}
 	setSessionCookie(w, r, "", -1)
 	http.Redirect(w, r, "/login", http.StatusSeeOther)

@@ -1,16 +1,21 @@
 package api
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/buildrisk/radar/queries"
 )
 
 // Console sessions.
@@ -28,9 +33,13 @@ import (
 //   - a cookie cannot be forged without knowing every token, and knowing an
 //     operator token already grants operator rights.
 //
-// Logout deletes the cookie from the browser. A copied cookie stays valid
-// until it expires (SessionTTL); rotating the tokens is the way to end every
-// session at once.
+// The signature alone no longer makes a session: each login is also a row
+// of console_session (the SHA-256 of its id, its role, its expiry), checked
+// on every request whose cookie's signature holds. Logout revokes the row,
+// so a copied cookie is useless after it; "sign out everywhere" revokes
+// every row. The expiry is capped on the server twice: the row's
+// expires_at (the database's clock), and a cookie claiming to last longer
+// than SessionTTL from now is refused even with a valid signature.
 
 // SessionCookieName is the console's session cookie.
 const SessionCookieName = "radar_session"
@@ -119,7 +128,7 @@ func (s *sessionSigner) decode(value string) (*session, bool) {
 		return nil, false
 	}
 	sess := &session{Role: role, Expires: time.Unix(unix, 0), ID: parts[3]}
-	if !s.now().Before(sess.Expires) {
+	if now := s.now(); !now.Before(sess.Expires) || sess.Expires.After(now.Add(SessionTTL)) {
 		return nil, false
 	}
 	return sess, true
@@ -146,13 +155,60 @@ func (s *sessionSigner) mac(purpose, msg string) []byte {
 }
 
 // sessionFrom returns the request's console session, if it carries a valid
-// one.
+// one: a signed cookie whose session the server has not ended. A database
+// error counts as no session (logged): the caller logs in again.
 func (s *Server) sessionFrom(r *http.Request) (*session, bool) {
 	c, err := r.Cookie(SessionCookieName)
 	if err != nil {
 		return nil, false
 	}
-	return s.sessions.decode(c.Value)
+	sess, ok := s.sessions.decode(c.Value)
+	if !ok {
+		return nil, false
+	}
+	row, err := s.queries.ConsoleSessionGetActive(r.Context(), s.pool, sessionIDHash(sess.ID))
+	if err != nil {
+		if err := queries.Interpret(err); !errors.Is(err, queries.ErrNotFound) {
+			s.cfg.Logger.Warn("error checking a console session", "error", err.Error())
+		}
+		return nil, false
+	}
+	if Role(row.Role) != sess.Role {
+		return nil, false
+	}
+	return sess, true
+}
+
+// sessionIDHash is how console_session stores a session id.
+func sessionIDHash(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:])
+}
+
+// startSession records a new session for role and returns it.
+func (s *Server) startSession(ctx context.Context, role Role) (*session, error) {
+	sess := s.sessions.newSession(role)
+	if _, err := s.queries.ConsoleSessionDeleteExpired(ctx, s.pool); err != nil {
+		return nil, fmt.Errorf("error forgetting ended sessions: %w", err)
+	}
+	err := s.queries.ConsoleSessionInsert(ctx, s.pool, &queries.ConsoleSessionInsertParams{
+		IDHash: sessionIDHash(sess.ID), Role: string(role), ExpiresAt: sess.Expires,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error recording a session: %w", err)
+	}
+	return sess, nil
+}
+
+// endSessions revokes sess, or every session when everywhere is set.
+func (s *Server) endSessions(ctx context.Context, sess *session, everywhere bool) error {
+	var err error
+	if everywhere {
+		_, err = s.queries.ConsoleSessionRevokeAll(ctx, s.pool)
+	} else {
+		_, err = s.queries.ConsoleSessionRevoke(ctx, s.pool, sessionIDHash(sess.ID))
+	}
+	return err
 }
 
 // setSessionCookie sets the session cookie: HttpOnly (scripts cannot read

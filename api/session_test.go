@@ -84,6 +84,20 @@ func TestSessionSigner(t *testing.T) {
 		require.False(t, ok)
 	})
 
+	t.Run("ExpiryCappedOnTheServer", func(t *testing.T) {
+		t.Parallel()
+		// A validly signed cookie claiming to last longer than SessionTTL
+		// from now (signed by a replica with a wrong clock, or a longer
+		// TTL) is refused.
+		long := signer.newSession(RoleOperator)
+		long.Expires = now.Add(SessionTTL + time.Hour)
+		_, ok := signer.decode(signer.encode(long))
+		require.False(t, ok)
+		long.Expires = now.Add(SessionTTL)
+		_, ok = signer.decode(signer.encode(long))
+		require.True(t, ok)
+	})
+
 	t.Run("CSRF", func(t *testing.T) {
 		t.Parallel()
 		a, b := signer.newSession(RoleOperator), signer.newSession(RoleOperator)

@@ -91,6 +91,14 @@ type CompanyRegion struct {
 	Region   string
 }
 
+type ConsoleSession struct {
+	IDHash    string
+	Role      string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	RevokedAt *time.Time
+}
+
 type CorpCodeDownload struct {
 	InstanceID   int64
 	Path         string

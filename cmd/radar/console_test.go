@@ -453,3 +453,40 @@ func TestConsole_InsecureKeepsCrossOriginAndJSON(t *testing.T) {
 	resp, out = ac.send(http.MethodPost, "/v1/jobs/aptTrade/estimate", "application/json", `{"params":{},"params":{}}`, bearer)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, out)
 }
+
+// Logout ends the session on the server: the cookie, copied before, is
+// useless after it (on /v1 and on the console). "Sign out everywhere" ends
+// every session of every browser at once.
+func TestConsole_LogoutRevokesTheSession(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	withCookie := func(value, path string) int {
+		req, err := http.NewRequest(http.MethodGet, s.api.URL+path, nil)
+		require.NoError(t, err)
+		req.AddCookie(&http.Cookie{Name: api.SessionCookieName, Value: value})
+		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	c := newConsoleClient(t, s.api)
+	copied := sessionCookie(t, c.login(testOperatorToken)).Value
+	require.Equal(t, http.StatusOK, withCookie(copied, "/v1/jobs"))
+	c.page()
+	resp, _ := c.send(http.MethodPost, "/logout", "application/x-www-form-urlencoded", url.Values{"csrf": {c.csrf}}.Encode(), nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, http.StatusUnauthorized, withCookie(copied, "/v1/jobs"), "the copied cookie no longer works")
+	require.Equal(t, http.StatusSeeOther, withCookie(copied, "/"), "the console sends it to the login page")
+
+	a, b := newConsoleClient(t, s.api), newConsoleClient(t, s.api)
+	cookieA := sessionCookie(t, a.login(testOperatorToken)).Value
+	cookieB := sessionCookie(t, b.login(testViewerToken)).Value
+	require.Equal(t, http.StatusOK, withCookie(cookieB, "/v1/jobs"))
+	a.page()
+	resp, _ = a.send(http.MethodPost, "/logout", "application/x-www-form-urlencoded", url.Values{"csrf": {a.csrf}, "everywhere": {"1"}}.Encode(), nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, http.StatusUnauthorized, withCookie(cookieA, "/v1/jobs"))
+	require.Equal(t, http.StatusUnauthorized, withCookie(cookieB, "/v1/jobs"), "signed out everywhere")
+	require.Equal(t, http.StatusSeeOther, newConsoleClient(t, s.api).login(testOperatorToken).StatusCode, "a new login works")
+}

@@ -1,0 +1,17 @@
+-- +goose Up
+
+-- Console sessions, so that logout ends one on the server. The cookie stays
+-- signed (see api/session.go); a session is valid only while its row here
+-- is unrevoked and unexpired. id_hash is the SHA-256 of the cookie's random
+-- session id: a dump of this table holds no usable session.
+CREATE TABLE console_session (
+    id_hash    text PRIMARY KEY,
+    role       text NOT NULL CHECK (role IN ('viewer', 'operator')),
+    created_at timestamptz NOT NULL DEFAULT now(),
+    expires_at timestamptz NOT NULL,
+    revoked_at timestamptz
+);
+CREATE INDEX console_session_expires_at ON console_session (expires_at);
+
+-- +goose Down
+DROP TABLE console_session;
