@@ -103,7 +103,7 @@ const (
 	apiStatementTimeoutMax     = 25 * time.Second
 )
 
-// roleNamePattern is what BUILDRISK_DB_APP_ROLE may be: a plain
+// roleNamePattern is what BUILDRISK_DB_APP_ROLE and BUILDRISK_DB_API_ROLE may be: a plain
 // PostgreSQL identifier, safe to put in the migration's SQL.
 var roleNamePattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
@@ -345,8 +345,10 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 	c.AutoResume.Location = c.Location
 	// Read by the least-privilege migration itself (goose ENVSUB); checked
 	// here so that a bad name stops `radar migrate` with a clear message.
-	if v := getenv("BUILDRISK_DB_APP_ROLE"); v != "" && !roleNamePattern.MatchString(v) {
-		return nil, envError("BUILDRISK_DB_APP_ROLE", "%q is not a role name (lower-case letters, digits and _, at most 63)", v)
+	for _, name := range []string{"BUILDRISK_DB_APP_ROLE", "BUILDRISK_DB_API_ROLE"} {
+		if v := getenv(name); v != "" && !roleNamePattern.MatchString(v) {
+			return nil, envError(name, "%q is not a role name (lower-case letters, digits and _, at most 63)", v)
+		}
 	}
 	c.MaxBodyBytes = api.MaxBodyBytesDefault
 	if v := getenv("BUILDRISK_MAX_BODY_BYTES"); v != "" {

@@ -218,7 +218,13 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 
 	// The API has its own pool with the api role's statement and lock
 	// timeouts, as `radar api` does.
-	s.apiPool, err = openAPIPool(context.Background(), env, s.serviceURL)
+	// It connects as the api's own role (radar_app_api), as radar_api does
+	// in deploy/; behind PgBouncer, as the bouncer's one user.
+	apiServiceURL := apiURL(t, ownerURL)
+	if opts.pgbouncer {
+		apiServiceURL = s.serviceURL
+	}
+	s.apiPool, err = openAPIPool(context.Background(), env, apiServiceURL)
 	require.NoError(t, err)
 	t.Cleanup(s.apiPool.Close)
 	server, err := newAPIServer(t.Context(), s.apiPool, env, s.tel)
