@@ -59,6 +59,9 @@ type Config struct {
 	// Tokens maps bearer tokens to roles. Empty with Insecure false refuses
 	// every /v1 call.
 	Tokens map[string]Role
+	// TokenNames maps tokens to their names (ParseTokens); a token missing
+	// here is named by its fingerprint.
+	TokenNames map[string]string
 	// Insecure disables auth (BUILDRISK_INSECURE_NO_AUTH=1).
 	Insecure bool
 	// Catalog lists the jobs. Required.

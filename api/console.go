@@ -85,12 +85,12 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	next := localPath(r.PostFormValue("next"))
-	role, ok := s.lookupToken(strings.TrimSpace(r.PostFormValue("token")))
+	role, name, ok := s.lookupToken(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
 		s.render(w, http.StatusUnauthorized, "login.html", loginPage{Next: next, Error: "That token is not valid. Use a viewer or operator token from BUILDRISK_API_TOKENS."})
 		return
 	}
-	sess, err := s.startSession(r.Context(), role)
+	sess, err := s.startSession(r.Context(), role, name)
 	if err != nil {
 		s.cfg.Logger.Error("error starting a console session", "error", err.Error())
 		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))

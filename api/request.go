@@ -189,7 +189,7 @@ func (s *Server) decodeRequestBody(ctx context.Context, job string, raw []byte) 
 	}
 	return &request.EnqueueParams{
 		Job: job, Params: body.Params, MaxCalls: body.MaxCalls, ConfirmPurge: body.ConfirmPurge,
-		Source: request.SourceAPI, RequestedBy: "api",
+		Source: request.SourceAPI, RequestedBy: callerName(ctx),
 	}, nil
 }
 

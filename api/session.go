@@ -56,6 +56,9 @@ type session struct {
 	Expires time.Time
 	// ID is random per login; the CSRF token is derived from it.
 	ID string
+	// Name is the name of the token the session was opened with, from its
+	// console_session row (not in the cookie).
+	Name string
 }
 
 // sessionSigner signs and checks session cookies.
@@ -176,6 +179,7 @@ func (s *Server) sessionFrom(r *http.Request) (*session, bool) {
 	if Role(row.Role) != sess.Role {
 		return nil, false
 	}
+	sess.Name = row.TokenName
 	return sess, true
 }
 
@@ -186,13 +190,14 @@ func sessionIDHash(id string) string {
 }
 
 // startSession records a new session for role and returns it.
-func (s *Server) startSession(ctx context.Context, role Role) (*session, error) {
+func (s *Server) startSession(ctx context.Context, role Role, name string) (*session, error) {
 	sess := s.sessions.newSession(role)
+	sess.Name = name
 	if _, err := s.queries.ConsoleSessionDeleteExpired(ctx, s.pool); err != nil {
 		return nil, fmt.Errorf("error forgetting ended sessions: %w", err)
 	}
 	err := s.queries.ConsoleSessionInsert(ctx, s.pool, &queries.ConsoleSessionInsertParams{
-		IDHash: sessionIDHash(sess.ID), Role: string(role), ExpiresAt: sess.Expires,
+		IDHash: sessionIDHash(sess.ID), Role: string(role), TokenName: name, ExpiresAt: sess.Expires,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error recording a session: %w", err)

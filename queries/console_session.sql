@@ -1,12 +1,12 @@
 -- name: ConsoleSessionInsert :exec
 -- ConsoleSessionInsert records a new console login.
-INSERT INTO console_session (id_hash, role, expires_at)
-VALUES (@id_hash, @role, @expires_at);
+INSERT INTO console_session (id_hash, role, token_name, expires_at)
+VALUES (@id_hash, @role, @token_name, @expires_at);
 
 -- name: ConsoleSessionGetActive :one
 -- ConsoleSessionGetActive returns the role of a session that is neither
 -- revoked nor expired (on the database's clock).
-SELECT role, expires_at
+SELECT role, token_name, expires_at
 FROM console_session
 WHERE id_hash = @id_hash AND revoked_at IS NULL AND expires_at > now();
 

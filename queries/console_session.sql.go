@@ -25,13 +25,14 @@ func (q *Queries) ConsoleSessionDeleteExpired(ctx context.Context, db DBTX) (int
 }
 
 const consoleSessionGetActive = `-- name: ConsoleSessionGetActive :one
-SELECT role, expires_at
+SELECT role, token_name, expires_at
 FROM console_session
 WHERE id_hash = $1 AND revoked_at IS NULL AND expires_at > now()
 `
 
 type ConsoleSessionGetActiveRow struct {
 	Role      string
+	TokenName string
 	ExpiresAt time.Time
 }
 
@@ -40,24 +41,30 @@ type ConsoleSessionGetActiveRow struct {
 func (q *Queries) ConsoleSessionGetActive(ctx context.Context, db DBTX, idHash string) (*ConsoleSessionGetActiveRow, error) {
 	row := db.QueryRow(ctx, consoleSessionGetActive, idHash)
 	var i ConsoleSessionGetActiveRow
-	err := row.Scan(&i.Role, &i.ExpiresAt)
+	err := row.Scan(&i.Role, &i.TokenName, &i.ExpiresAt)
 	return &i, err
 }
 
 const consoleSessionInsert = `-- name: ConsoleSessionInsert :exec
-INSERT INTO console_session (id_hash, role, expires_at)
-VALUES ($1, $2, $3)
+INSERT INTO console_session (id_hash, role, token_name, expires_at)
+VALUES ($1, $2, $3, $4)
 `
 
 type ConsoleSessionInsertParams struct {
 	IDHash    string
 	Role      string
+	TokenName string
 	ExpiresAt time.Time
 }
 
 // ConsoleSessionInsert records a new console login.
 func (q *Queries) ConsoleSessionInsert(ctx context.Context, db DBTX, arg *ConsoleSessionInsertParams) error {
-	_, err := db.Exec(ctx, consoleSessionInsert, arg.IDHash, arg.Role, arg.ExpiresAt)
+	_, err := db.Exec(ctx, consoleSessionInsert,
+		arg.IDHash,
+		arg.Role,
+		arg.TokenName,
+		arg.ExpiresAt,
+	)
 	return err
 }
 

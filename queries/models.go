@@ -94,6 +94,7 @@ type CompanyRegion struct {
 type ConsoleSession struct {
 	IDHash    string
 	Role      string
+	TokenName string
 	CreatedAt time.Time
 	ExpiresAt time.Time
 	RevokedAt *time.Time

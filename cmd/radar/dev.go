@@ -128,6 +128,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 			return err
 		}
 		env.Tokens = map[string]api.Role{operatorToken: api.RoleOperator, viewerToken: api.RoleViewer}
+		env.TokenNames = map[string]string{operatorToken: "dev-operator", viewerToken: "dev-viewer"}
 		if err := os.MkdirAll(filepath.Dir(devTokenFile), 0o700); err == nil {
 			_ = os.WriteFile(devTokenFile, []byte(operatorToken+"\n"), 0o600)
 		}

@@ -26,6 +26,7 @@ type envConfig struct {
 	HTTPAddr          string
 	AdminAddr         string
 	Tokens            map[string]api.Role
+	TokenNames        map[string]string
 	TokensSet         bool
 	InsecureNoAuth    bool
 	HeartbeatInterval time.Duration
@@ -140,13 +141,13 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		if err != nil {
 			return nil, envError("BUILDRISK_API_TOKENS_FILE", "%v", err)
 		}
-		if c.Tokens, err = api.ParseTokens(string(raw)); err != nil {
-			return nil, envError("BUILDRISK_API_TOKENS_FILE", "%s: %v (expected role:TOKEN entries, one a line)", tokensFile, err)
+		if c.Tokens, c.TokenNames, err = api.ParseTokens(string(raw)); err != nil {
+			return nil, envError("BUILDRISK_API_TOKENS_FILE", "%s: %v (expected role:name:TOKEN or role:TOKEN entries, one a line)", tokensFile, err)
 		}
 		c.TokensSet = true
 	case tokens != "":
-		if c.Tokens, err = api.ParseTokens(tokens); err != nil {
-			return nil, envError("BUILDRISK_API_TOKENS", "%v (expected viewer:TOKEN,operator:TOKEN)", err)
+		if c.Tokens, c.TokenNames, err = api.ParseTokens(tokens); err != nil {
+			return nil, envError("BUILDRISK_API_TOKENS", "%v (expected role:name:TOKEN or role:TOKEN entries, e.g. operator:alice:TOKEN,viewer:TOKEN)", err)
 		}
 		c.TokensSet = true
 	}

@@ -28,8 +28,8 @@ import (
 )
 
 const (
-	testOperatorToken = "op-token"
-	testViewerToken   = "view-token"
+	testOperatorToken = "op-token-for-tests-0123456789abcdef"
+	testViewerToken   = "view-token-for-tests-0123456789abcdef"
 )
 
 // testSystem is the whole service in one test: a private database, the fake

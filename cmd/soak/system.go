@@ -37,7 +37,7 @@ var (
 )
 
 // operatorToken is the api token of the run (loopback only).
-const operatorToken = "soak-operator"
+const operatorToken = "soak-operator-0123456789abcdef0123"
 
 // system is the system under test: PostgreSQL, the fake upstream behind the
 // recording proxy, one api and the worker slots, all on loopback.

@@ -7,6 +7,7 @@
 CREATE TABLE console_session (
     id_hash    text PRIMARY KEY,
     role       text NOT NULL CHECK (role IN ('viewer', 'operator')),
+    token_name text NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     expires_at timestamptz NOT NULL,
     revoked_at timestamptz
