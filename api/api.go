@@ -349,7 +349,20 @@ func nullableRefs(oapi *huma.OpenAPI) {
 // console session) auth and then the body limit, the console, and River UI
 // when configured. Auth comes first so that no anonymous body is read.
 func (s *Server) Handler() http.Handler {
-	return s.authenticate(s.limitBody(s.requireJSON(s.withDeadline(s.mux))))
+	return apiHeaders(s.authenticate(s.limitBody(s.requireJSON(s.withDeadline(s.mux)))))
+}
+
+// apiHeaders marks every /v1 answer, refusals included, as one a browser
+// must neither sniff into another type nor store.
+func apiHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			h := w.Header()
+			h.Set("X-Content-Type-Options", "nosniff")
+			h.Set("Cache-Control", "no-store")
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // withDeadline gives every /v1 call RequestTimeout for its database work:

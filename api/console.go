@@ -44,7 +44,17 @@ type loginPage struct {
 
 func (s *Server) registerConsole() {
 	static, _ := fs.Sub(webFiles, "web/static")
-	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	files := http.StripPrefix("/static/", http.FileServerFS(static))
+	s.mux.Handle("GET /static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The file server answers 500 for a name fs.FS refuses (invalid
+		// UTF-8, NUL, ".."): such a name is simply not one of our files.
+		name := strings.TrimPrefix(r.URL.Path, "/static/")
+		if !utf8.ValidString(name) || strings.ContainsRune(name, 0) || (name != "" && !fs.ValidPath(strings.TrimSuffix(name, "/"))) {
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	}))
 	s.mux.HandleFunc("GET /{$}", s.consoleHome)
 	s.mux.HandleFunc("GET /login", s.loginForm)
 	s.mux.HandleFunc("POST /login", s.login)

@@ -41,8 +41,23 @@ import (
 // expires_at (the database's clock), and a cookie claiming to last longer
 // than SessionTTL from now is refused even with a valid signature.
 
-// SessionCookieName is the console's session cookie.
+// SessionCookieName is the console's session cookie over plain HTTP (a
+// laptop, a trusted network).
 const SessionCookieName = "radar_session"
+
+// SessionCookieNameTLS is the session cookie over TLS (directly or behind a
+// proxy that says X-Forwarded-Proto: https): the __Host- prefix makes the
+// browser accept it only Secure, for Path=/ and without a Domain, so a
+// sibling host cannot plant one. Over TLS only this name is read.
+const SessionCookieNameTLS = "__Host-radar_session"
+
+// sessionCookieName is the cookie name for r.
+func sessionCookieName(r *http.Request) string {
+	if servedOverTLS(r) {
+		return SessionCookieNameTLS
+	}
+	return SessionCookieName
+}
 
 // SessionTTL is how long a console login lasts.
 const SessionTTL = 12 * time.Hour
@@ -161,7 +176,7 @@ func (s *sessionSigner) mac(purpose, msg string) []byte {
 // one: a signed cookie whose session the server has not ended. A database
 // error counts as no session (logged): the caller logs in again.
 func (s *Server) sessionFrom(r *http.Request) (*session, bool) {
-	c, err := r.Cookie(SessionCookieName)
+	c, err := r.Cookie(sessionCookieName(r))
 	if err != nil {
 		return nil, false
 	}
@@ -221,7 +236,7 @@ func (s *Server) endSessions(ctx context.Context, sess *session, everywhere bool
 // request came over TLS, directly or through a proxy that says so.
 func setSessionCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{
-		Name:     SessionCookieName,
+		Name:     sessionCookieName(r),
 		Value:    value,
 		Path:     "/",
 		MaxAge:   maxAge,

@@ -83,7 +83,7 @@ func (c *consoleClient) page() string {
 func sessionCookie(t *testing.T, resp *http.Response) *http.Cookie {
 	t.Helper()
 	for _, c := range resp.Cookies() {
-		if c.Name == api.SessionCookieName {
+		if c.Name == api.SessionCookieName || c.Name == api.SessionCookieNameTLS {
 			return c
 		}
 	}
@@ -489,4 +489,59 @@ func TestConsole_LogoutRevokesTheSession(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, withCookie(cookieA, "/v1/jobs"))
 	require.Equal(t, http.StatusUnauthorized, withCookie(cookieB, "/v1/jobs"), "signed out everywhere")
 	require.Equal(t, http.StatusSeeOther, newConsoleClient(t, s.api).login(testOperatorToken).StatusCode, "a new login works")
+}
+
+// The low findings: a bad static path is a 4xx, not a 500; /v1 answers
+// (refusals included) are nosniff and no-store; over TLS the session
+// cookie is __Host- prefixed (Secure, Path=/, no Domain), so a sibling
+// host cannot plant one, and the unprefixed name is not read there.
+func TestConsole_LowFindings(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	for _, path := range []string{"/static/%ff", "/static/%c0%af", "/static/..%2f..%2fetc%2fpasswd", "/static/a%00b"} {
+		resp, err := http.Get(s.api.URL + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.GreaterOrEqual(t, resp.StatusCode, 400, path)
+		require.Less(t, resp.StatusCode, 500, path)
+	}
+	for _, token := range []string{testViewerToken, ""} {
+		req, err := http.NewRequest(http.MethodGet, s.api.URL+"/v1/jobs", nil)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"), "token %q", token)
+		require.Equal(t, "no-store", resp.Header.Get("Cache-Control"), "token %q", token)
+	}
+
+	tlsServer := httptest.NewTLSServer(s.api.Config.Handler)
+	t.Cleanup(tlsServer.Close)
+	c := newConsoleClient(t, tlsServer)
+	resp := c.login(testOperatorToken)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	var cookie *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == api.SessionCookieNameTLS {
+			cookie = ck
+		}
+	}
+	require.NotNil(t, cookie, "over TLS the cookie is %s: %v", api.SessionCookieNameTLS, resp.Header.Values("Set-Cookie"))
+	require.True(t, cookie.Secure)
+	require.Equal(t, "/", cookie.Path)
+	require.Empty(t, cookie.Domain)
+	get := func(name, value string) int {
+		req, err := http.NewRequest(http.MethodGet, tlsServer.URL+"/v1/jobs", nil)
+		require.NoError(t, err)
+		req.AddCookie(&http.Cookie{Name: name, Value: value})
+		resp, err := (&http.Client{Transport: tlsServer.Client().Transport}).Do(req) // no jar
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, get(api.SessionCookieNameTLS, cookie.Value))
+	require.Equal(t, http.StatusUnauthorized, get(api.SessionCookieName, cookie.Value), "over TLS only the __Host- cookie counts")
 }
