@@ -121,6 +121,8 @@ type Server struct {
 	api      huma.API
 	mux      *http.ServeMux
 	sessions *sessionSigner
+	// authLimit counts failed credential checks per client.
+	authLimit *authLimiter
 	// crossOrigin rejects unsafe requests a browser marks as coming from
 	// another origin (Sec-Fetch-Site, Origin); see authenticate.
 	crossOrigin *http.CrossOriginProtection
@@ -149,7 +151,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, pool: pool, reads: queries.PlanEachCall(pool), queries: queries.New(), mux: http.NewServeMux(),
-		sessions: newSessionSigner(cfg.Tokens, time.Now), crossOrigin: http.NewCrossOriginProtection(),
+		sessions: newSessionSigner(cfg.Tokens, time.Now), authLimit: newAuthLimiter(time.Now), crossOrigin: http.NewCrossOriginProtection(),
 	}
 
 	s.api = humago.New(s.mux, openAPIConfig(cfg.Version))
@@ -219,7 +221,8 @@ func openAPIConfig(version string) huma.Config {
 // documentErrors adds to op the errors that happen outside its handler, so
 // that the document lists every status a client can see:
 //   - 401 (with WWW-Authenticate) for an operation that needs a token, 403
-//     for one that needs an operator's (every POST);
+//     for one that needs an operator's (every POST), 429 (with Retry-After)
+//     once its client sent too many wrong tokens (authLimiter);
 //   - 413 for an operation that takes a body (every POST): limitBody
 //     answers it before the handler;
 //   - 415 for a /v1 body that is not application/json and 400 for one
@@ -268,6 +271,11 @@ func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 		}
 		if op.Method != http.MethodGet {
 			add(http.StatusForbidden)
+		}
+		r := add(http.StatusTooManyRequests)
+		r.Description = "Too many failed credential checks from this address (AuthFailuresMax a minute); retry after Retry-After seconds"
+		r.Headers = map[string]*huma.Header{
+			"Retry-After": {Description: "seconds to wait before retrying", Required: true, Schema: &huma.Schema{Type: huma.TypeInteger, Minimum: new(float64(1))}},
 		}
 	}
 	if op.Method != http.MethodGet {

@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/buildrisk/radar/observability"
 )
 
 // Role is what a token may do.
@@ -209,8 +211,26 @@ func callerName(ctx context.Context) string {
 	return "api"
 }
 
-func (s *Server) authorizeAPI(w http.ResponseWriter, r *http.Request) (*caller, bool) {
+// identifyLimited is identify under the per-client limit of failed checks:
+// a client past it gets 429 before its credential is looked at (refused),
+// and a wrong bearer token counts as a failure.
+func (s *Server) identifyLimited(w http.ResponseWriter, r *http.Request) (*caller, bool, bool) {
+	bearer := r.Header.Get("Authorization") != ""
+	if bearer && s.refuseLimited(w, r, true) {
+		return nil, false, true
+	}
 	c, ok := s.identify(r)
+	if !ok && bearer {
+		s.authFailed(r.Context(), r, observability.AuthViaBearer)
+	}
+	return c, ok, false
+}
+
+func (s *Server) authorizeAPI(w http.ResponseWriter, r *http.Request) (*caller, bool) {
+	c, ok, refused := s.identifyLimited(w, r)
+	if refused {
+		return nil, false
+	}
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="buildrisk-radar"`)
 		writeProblem(w, http.StatusUnauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)")
@@ -235,7 +255,10 @@ func (s *Server) authorizeAPI(w http.ResponseWriter, r *http.Request) (*caller, 
 }
 
 func (s *Server) authorizeRiverUI(w http.ResponseWriter, r *http.Request) (*caller, bool) {
-	c, ok := s.identify(r)
+	c, ok, refused := s.identifyLimited(w, r)
+	if refused {
+		return nil, false
+	}
 	switch {
 	case !ok && r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html"):
 		// A browser: send it to the login page and back.

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/buildrisk/radar/observability"
 )
 
 // The batch console: one server-rendered page at / whose small script
@@ -93,10 +95,14 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin login refused", http.StatusForbidden)
 		return
 	}
+	if s.refuseLimited(w, r, false) {
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	next := localPath(r.PostFormValue("next"))
 	role, name, ok := s.lookupToken(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
+		s.authFailed(r.Context(), r, observability.AuthViaLogin)
 		s.render(w, http.StatusUnauthorized, "login.html", loginPage{Next: next, Error: "That token is not valid. Use a viewer or operator token from BUILDRISK_API_TOKENS."})
 		return
 	}

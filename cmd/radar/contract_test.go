@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/jobs"
 )
 
@@ -395,6 +396,29 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 		c.do(exchange{method: http.MethodPost, path: "/v1/jobs/aptTrade/stop", token: op, want: http.StatusServiceUnavailable})
 		c.do(exchange{method: http.MethodPost, path: abandon, token: op, want: http.StatusServiceUnavailable})
 	})
+
+	// Token guessing: past AuthFailuresMax wrong tokens from this address,
+	// every operation answers 429 with Retry-After, even to the right token.
+	for i := range api.AuthFailuresMax {
+		c.do(exchange{method: http.MethodGet, path: "/v1/jobs", token: fmt.Sprintf("wrong-token-%d-0123456789abcdef0123456789", i), invalid: true, want: http.StatusUnauthorized})
+	}
+	for path, item := range c.doc.Paths.Map() {
+		for method, operation := range item.Operations() {
+			if operation.Security == nil || len(*operation.Security) == 0 {
+				continue
+			}
+			path := strings.NewReplacer("{job}", "aptTrade", "{id}", "1").Replace(path)
+			body := ""
+			if parts := strings.Split(path, "/"); method == http.MethodPost && len(parts) == 5 && (parts[4] == "requests" || parts[4] == "estimate") {
+				def, ok := catalog.Lookup(parts[3])
+				require.True(t, ok, path)
+				example, err := json.Marshal(map[string]any{"params": def.Example()})
+				require.NoError(t, err)
+				body = string(example)
+			}
+			c.do(exchange{method: method, path: path, token: op, body: body, want: http.StatusTooManyRequests})
+		}
+	}
 
 	missing := c.unseen()
 	t.Logf("%d exchanges checked against the document, %d violations, %d documented answers never driven", c.checked, len(c.violations), len(missing))

@@ -2841,6 +2841,11 @@ type AlertListResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// AlertListResponse429Headers the declared response headers of an HTTP 429 response for AlertList
+type AlertListResponse429Headers struct {
+	RetryAfter int
+}
+
 // AlertListResponse503Headers the declared response headers of an HTTP 503 response for AlertList
 type AlertListResponse503Headers struct {
 	RetryAfter int
@@ -2855,12 +2860,16 @@ type AlertListResponse struct {
 	ApplicationproblemJSON400 *ErrorModel
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *AlertListResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AlertListResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *AlertListResponse503Headers
 }
@@ -2878,6 +2887,11 @@ func (r AlertListResponse) GetApplicationproblemJSON400() *ErrorModel {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r AlertListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AlertListResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -2924,6 +2938,11 @@ type ExecutionAbandonResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// ExecutionAbandonResponse429Headers the declared response headers of an HTTP 429 response for ExecutionAbandon
+type ExecutionAbandonResponse429Headers struct {
+	RetryAfter int
+}
+
 // ExecutionAbandonResponse503Headers the declared response headers of an HTTP 503 response for ExecutionAbandon
 type ExecutionAbandonResponse503Headers struct {
 	RetryAfter int
@@ -2948,12 +2967,16 @@ type ExecutionAbandonResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ExecutionAbandonResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ExecutionAbandonResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ExecutionAbandonResponse503Headers
 }
@@ -2996,6 +3019,11 @@ func (r ExecutionAbandonResponse) GetApplicationproblemJSON413() *ErrorModel {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r ExecutionAbandonResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ExecutionAbandonResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3042,6 +3070,11 @@ type JobListResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// JobListResponse429Headers the declared response headers of an HTTP 429 response for JobList
+type JobListResponse429Headers struct {
+	RetryAfter int
+}
+
 // JobListResponse503Headers the declared response headers of an HTTP 503 response for JobList
 type JobListResponse503Headers struct {
 	RetryAfter int
@@ -3054,12 +3087,16 @@ type JobListResponse struct {
 	JSON200 *JobListOutputBody
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *JobListResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *JobListResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *JobListResponse503Headers
 }
@@ -3072,6 +3109,11 @@ func (r JobListResponse) GetJSON200() *JobListOutputBody {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r JobListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r JobListResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3118,6 +3160,11 @@ type RequestCreateAptTradeResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateAptTradeResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateAptTrade
+type RequestCreateAptTradeResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateAptTradeResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateAptTrade
 type RequestCreateAptTradeResponse503Headers struct {
 	RetryAfter int
@@ -3140,12 +3187,16 @@ type RequestCreateAptTradeResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateAptTradeResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateAptTradeResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateAptTradeResponse503Headers
 }
@@ -3183,6 +3234,11 @@ func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON413() *ErrorMode
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3229,6 +3285,11 @@ type RequestCreateCorpCodeSyncResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateCorpCodeSyncResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateCorpCodeSync
+type RequestCreateCorpCodeSyncResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateCorpCodeSyncResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateCorpCodeSync
 type RequestCreateCorpCodeSyncResponse503Headers struct {
 	RetryAfter int
@@ -3251,12 +3312,16 @@ type RequestCreateCorpCodeSyncResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateCorpCodeSyncResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateCorpCodeSyncResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateCorpCodeSyncResponse503Headers
 }
@@ -3294,6 +3359,11 @@ func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON413() *Error
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3340,6 +3410,11 @@ type RequestCreateCreditEvalResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateCreditEvalResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateCreditEval
+type RequestCreateCreditEvalResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateCreditEvalResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateCreditEval
 type RequestCreateCreditEvalResponse503Headers struct {
 	RetryAfter int
@@ -3362,12 +3437,16 @@ type RequestCreateCreditEvalResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateCreditEvalResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateCreditEvalResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateCreditEvalResponse503Headers
 }
@@ -3405,6 +3484,11 @@ func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON413() *ErrorMo
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3451,6 +3535,11 @@ type RequestCreateFilingParseResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateFilingParseResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateFilingParse
+type RequestCreateFilingParseResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateFilingParseResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateFilingParse
 type RequestCreateFilingParseResponse503Headers struct {
 	RetryAfter int
@@ -3473,12 +3562,16 @@ type RequestCreateFilingParseResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateFilingParseResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateFilingParseResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateFilingParseResponse503Headers
 }
@@ -3516,6 +3609,11 @@ func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON413() *ErrorM
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3562,6 +3660,11 @@ type RequestCreateMetricsResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateMetricsResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateMetrics
+type RequestCreateMetricsResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateMetricsResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateMetrics
 type RequestCreateMetricsResponse503Headers struct {
 	RetryAfter int
@@ -3584,12 +3687,16 @@ type RequestCreateMetricsResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateMetricsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateMetricsResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateMetricsResponse503Headers
 }
@@ -3627,6 +3734,11 @@ func (r RequestCreateMetricsResponse) GetApplicationproblemJSON413() *ErrorModel
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateMetricsResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateMetricsResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3673,6 +3785,11 @@ type RequestCreateRulesResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateRulesResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateRules
+type RequestCreateRulesResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateRulesResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateRules
 type RequestCreateRulesResponse503Headers struct {
 	RetryAfter int
@@ -3695,12 +3812,16 @@ type RequestCreateRulesResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateRulesResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateRulesResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateRulesResponse503Headers
 }
@@ -3738,6 +3859,11 @@ func (r RequestCreateRulesResponse) GetApplicationproblemJSON413() *ErrorModel {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateRulesResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateRulesResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3784,6 +3910,11 @@ type RequestCreateStockPriceResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateStockPriceResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateStockPrice
+type RequestCreateStockPriceResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateStockPriceResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateStockPrice
 type RequestCreateStockPriceResponse503Headers struct {
 	RetryAfter int
@@ -3806,12 +3937,16 @@ type RequestCreateStockPriceResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateStockPriceResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateStockPriceResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateStockPriceResponse503Headers
 }
@@ -3849,6 +3984,11 @@ func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON413() *ErrorMo
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3895,6 +4035,11 @@ type JobGetResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// JobGetResponse429Headers the declared response headers of an HTTP 429 response for JobGet
+type JobGetResponse429Headers struct {
+	RetryAfter int
+}
+
 // JobGetResponse503Headers the declared response headers of an HTTP 503 response for JobGet
 type JobGetResponse503Headers struct {
 	RetryAfter int
@@ -3909,12 +4054,16 @@ type JobGetResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *JobGetResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *JobGetResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *JobGetResponse503Headers
 }
@@ -3932,6 +4081,11 @@ func (r JobGetResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r JobGetResponse) GetApplicationproblemJSON404() *ErrorModel {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r JobGetResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3978,6 +4132,11 @@ type RequestEstimateResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestEstimateResponse429Headers the declared response headers of an HTTP 429 response for RequestEstimate
+type RequestEstimateResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestEstimateResponse503Headers the declared response headers of an HTTP 503 response for RequestEstimate
 type RequestEstimateResponse503Headers struct {
 	RetryAfter int
@@ -4000,12 +4159,16 @@ type RequestEstimateResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestEstimateResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestEstimateResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestEstimateResponse503Headers
 }
@@ -4043,6 +4206,11 @@ func (r RequestEstimateResponse) GetApplicationproblemJSON413() *ErrorModel {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestEstimateResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestEstimateResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4089,6 +4257,11 @@ type RequestCreateResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateResponse429Headers the declared response headers of an HTTP 429 response for RequestCreate
+type RequestCreateResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateResponse503Headers the declared response headers of an HTTP 503 response for RequestCreate
 type RequestCreateResponse503Headers struct {
 	RetryAfter int
@@ -4113,12 +4286,16 @@ type RequestCreateResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateResponse503Headers
 }
@@ -4161,6 +4338,11 @@ func (r RequestCreateResponse) GetApplicationproblemJSON413() *ErrorModel {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4207,6 +4389,11 @@ type JobStopResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// JobStopResponse429Headers the declared response headers of an HTTP 429 response for JobStop
+type JobStopResponse429Headers struct {
+	RetryAfter int
+}
+
 // JobStopResponse503Headers the declared response headers of an HTTP 503 response for JobStop
 type JobStopResponse503Headers struct {
 	RetryAfter int
@@ -4231,12 +4418,16 @@ type JobStopResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *JobStopResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *JobStopResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *JobStopResponse503Headers
 }
@@ -4279,6 +4470,11 @@ func (r JobStopResponse) GetApplicationproblemJSON413() *ErrorModel {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r JobStopResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r JobStopResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4325,6 +4521,11 @@ type ProviderListResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// ProviderListResponse429Headers the declared response headers of an HTTP 429 response for ProviderList
+type ProviderListResponse429Headers struct {
+	RetryAfter int
+}
+
 // ProviderListResponse503Headers the declared response headers of an HTTP 503 response for ProviderList
 type ProviderListResponse503Headers struct {
 	RetryAfter int
@@ -4337,12 +4538,16 @@ type ProviderListResponse struct {
 	JSON200 *ProviderListOutputBody
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ProviderListResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ProviderListResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ProviderListResponse503Headers
 }
@@ -4355,6 +4560,11 @@ func (r ProviderListResponse) GetJSON200() *ProviderListOutputBody {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ProviderListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ProviderListResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4401,6 +4611,11 @@ type RequestListResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestListResponse429Headers the declared response headers of an HTTP 429 response for RequestList
+type RequestListResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestListResponse503Headers the declared response headers of an HTTP 503 response for RequestList
 type RequestListResponse503Headers struct {
 	RetryAfter int
@@ -4415,12 +4630,16 @@ type RequestListResponse struct {
 	ApplicationproblemJSON400 *ErrorModel
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestListResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestListResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestListResponse503Headers
 }
@@ -4438,6 +4657,11 @@ func (r RequestListResponse) GetApplicationproblemJSON400() *ErrorModel {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r RequestListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestListResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4484,6 +4708,11 @@ type RequestGetResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestGetResponse429Headers the declared response headers of an HTTP 429 response for RequestGet
+type RequestGetResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestGetResponse503Headers the declared response headers of an HTTP 503 response for RequestGet
 type RequestGetResponse503Headers struct {
 	RetryAfter int
@@ -4500,12 +4729,16 @@ type RequestGetResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestGetResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestGetResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestGetResponse503Headers
 }
@@ -4528,6 +4761,11 @@ func (r RequestGetResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r RequestGetResponse) GetApplicationproblemJSON404() *ErrorModel {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestGetResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4574,6 +4812,11 @@ type WorkerListResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// WorkerListResponse429Headers the declared response headers of an HTTP 429 response for WorkerList
+type WorkerListResponse429Headers struct {
+	RetryAfter int
+}
+
 // WorkerListResponse503Headers the declared response headers of an HTTP 503 response for WorkerList
 type WorkerListResponse503Headers struct {
 	RetryAfter int
@@ -4586,12 +4829,16 @@ type WorkerListResponse struct {
 	JSON200 *WorkerListOutputBody
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *WorkerListResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *WorkerListResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *WorkerListResponse503Headers
 }
@@ -4604,6 +4851,11 @@ func (r WorkerListResponse) GetJSON200() *WorkerListOutputBody {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r WorkerListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r WorkerListResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5069,6 +5321,13 @@ func ParseAlertListResponse(rsp *http.Response) (*AlertListResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5096,6 +5355,16 @@ func ParseAlertListResponse(rsp *http.Response) (*AlertListResponse, error) {
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers AlertListResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers AlertListResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -5181,6 +5450,13 @@ func ParseExecutionAbandonResponse(rsp *http.Response) (*ExecutionAbandonRespons
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5208,6 +5484,16 @@ func ParseExecutionAbandonResponse(rsp *http.Response) (*ExecutionAbandonRespons
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ExecutionAbandonResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ExecutionAbandonResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -5251,6 +5537,13 @@ func ParseJobListResponse(rsp *http.Response) (*JobListResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5278,6 +5571,16 @@ func ParseJobListResponse(rsp *http.Response) (*JobListResponse, error) {
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers JobListResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers JobListResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -5356,6 +5659,13 @@ func ParseRequestCreateAptTradeResponse(rsp *http.Response) (*RequestCreateAptTr
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5383,6 +5693,16 @@ func ParseRequestCreateAptTradeResponse(rsp *http.Response) (*RequestCreateAptTr
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateAptTradeResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateAptTradeResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -5461,6 +5781,13 @@ func ParseRequestCreateCorpCodeSyncResponse(rsp *http.Response) (*RequestCreateC
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5488,6 +5815,16 @@ func ParseRequestCreateCorpCodeSyncResponse(rsp *http.Response) (*RequestCreateC
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateCorpCodeSyncResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateCorpCodeSyncResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -5566,6 +5903,13 @@ func ParseRequestCreateCreditEvalResponse(rsp *http.Response) (*RequestCreateCre
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5593,6 +5937,16 @@ func ParseRequestCreateCreditEvalResponse(rsp *http.Response) (*RequestCreateCre
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateCreditEvalResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateCreditEvalResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -5671,6 +6025,13 @@ func ParseRequestCreateFilingParseResponse(rsp *http.Response) (*RequestCreateFi
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5698,6 +6059,16 @@ func ParseRequestCreateFilingParseResponse(rsp *http.Response) (*RequestCreateFi
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateFilingParseResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateFilingParseResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -5776,6 +6147,13 @@ func ParseRequestCreateMetricsResponse(rsp *http.Response) (*RequestCreateMetric
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5803,6 +6181,16 @@ func ParseRequestCreateMetricsResponse(rsp *http.Response) (*RequestCreateMetric
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateMetricsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateMetricsResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -5881,6 +6269,13 @@ func ParseRequestCreateRulesResponse(rsp *http.Response) (*RequestCreateRulesRes
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5908,6 +6303,16 @@ func ParseRequestCreateRulesResponse(rsp *http.Response) (*RequestCreateRulesRes
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateRulesResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateRulesResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -5986,6 +6391,13 @@ func ParseRequestCreateStockPriceResponse(rsp *http.Response) (*RequestCreateSto
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6013,6 +6425,16 @@ func ParseRequestCreateStockPriceResponse(rsp *http.Response) (*RequestCreateSto
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateStockPriceResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateStockPriceResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6063,6 +6485,13 @@ func ParseJobGetResponse(rsp *http.Response) (*JobGetResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6090,6 +6519,16 @@ func ParseJobGetResponse(rsp *http.Response) (*JobGetResponse, error) {
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers JobGetResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers JobGetResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6168,6 +6607,13 @@ func ParseRequestEstimateResponse(rsp *http.Response) (*RequestEstimateResponse,
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6195,6 +6641,16 @@ func ParseRequestEstimateResponse(rsp *http.Response) (*RequestEstimateResponse,
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestEstimateResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestEstimateResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6280,6 +6736,13 @@ func ParseRequestCreateResponse(rsp *http.Response) (*RequestCreateResponse, err
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6307,6 +6770,16 @@ func ParseRequestCreateResponse(rsp *http.Response) (*RequestCreateResponse, err
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6392,6 +6865,13 @@ func ParseJobStopResponse(rsp *http.Response) (*JobStopResponse, error) {
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6419,6 +6899,16 @@ func ParseJobStopResponse(rsp *http.Response) (*JobStopResponse, error) {
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers JobStopResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers JobStopResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6462,6 +6952,13 @@ func ParseProviderListResponse(rsp *http.Response) (*ProviderListResponse, error
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6489,6 +6986,16 @@ func ParseProviderListResponse(rsp *http.Response) (*ProviderListResponse, error
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ProviderListResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ProviderListResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6539,6 +7046,13 @@ func ParseRequestListResponse(rsp *http.Response) (*RequestListResponse, error) 
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6566,6 +7080,16 @@ func ParseRequestListResponse(rsp *http.Response) (*RequestListResponse, error) 
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestListResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestListResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6623,6 +7147,13 @@ func ParseRequestGetResponse(rsp *http.Response) (*RequestGetResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6650,6 +7181,16 @@ func ParseRequestGetResponse(rsp *http.Response) (*RequestGetResponse, error) {
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestGetResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestGetResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6693,6 +7234,13 @@ func ParseWorkerListResponse(rsp *http.Response) (*WorkerListResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6720,6 +7268,16 @@ func ParseWorkerListResponse(rsp *http.Response) (*WorkerListResponse, error) {
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers WorkerListResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers WorkerListResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
