@@ -62,6 +62,9 @@ type Config struct {
 	// TokenNames maps tokens to their names (ParseTokens); a token missing
 	// here is named by its fingerprint.
 	TokenNames map[string]string
+	// SessionKey signs console session cookies (BUILDRISK_SESSION_KEY);
+	// empty: a random key per process (see newSessionSigner).
+	SessionKey []byte
 	// Insecure disables auth (BUILDRISK_INSECURE_NO_AUTH=1).
 	Insecure bool
 	// Catalog lists the jobs. Required.
@@ -151,7 +154,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, pool: pool, reads: queries.PlanEachCall(pool), queries: queries.New(), mux: http.NewServeMux(),
-		sessions: newSessionSigner(cfg.Tokens, time.Now), authLimit: newAuthLimiter(time.Now), crossOrigin: http.NewCrossOriginProtection(),
+		sessions: newSessionSigner(cfg.SessionKey, cfg.Tokens, time.Now), authLimit: newAuthLimiter(time.Now), crossOrigin: http.NewCrossOriginProtection(),
 	}
 
 	s.api = humago.New(s.mux, openAPIConfig(cfg.Version))

@@ -23,15 +23,16 @@ import (
 // Logging in to the console with an API token sets a session cookie instead
 // of keeping the token in the browser. The cookie is signed, not stored:
 // its value is the role, an expiry and a random session id, followed by an
-// HMAC-SHA256 of those. The HMAC key is derived from the configured tokens,
+// HMAC-SHA256 of those. The HMAC key is derived from the session key
+// (BUILDRISK_SESSION_KEY) and the configured tokens (see newSessionSigner),
 // so
 //   - every api replica configured with the same tokens accepts the
 //     cookies the others set: the api stays stateless behind a load
 //     balancer, with no session table and no shared secret to distribute;
 //   - changing BUILDRISK_API_TOKENS (revoking a token) signs every session
 //     out at once, because the key changes with them;
-//   - a cookie cannot be forged without knowing every token, and knowing an
-//     operator token already grants operator rights.
+//   - a cookie cannot be forged, nor a token guessed from one, without the
+//     session key.
 //
 // The signature alone no longer makes a session: each login is also a row
 // of console_session (the SHA-256 of its id, its role, its expiry), checked
@@ -82,22 +83,26 @@ type sessionSigner struct {
 	now func() time.Time
 }
 
-// newSessionSigner derives the signing key from the tokens (see above). With
-// no tokens (BUILDRISK_INSECURE_NO_AUTH) it uses a random key: nobody can log
-// in then, and nobody needs to.
-func newSessionSigner(tokens map[string]Role, now func() time.Time) *sessionSigner {
+// newSessionSigner derives the signing key from the session key
+// (BUILDRISK_SESSION_KEY, a secret of its own) and the configured tokens:
+// replicas with the same key and tokens accept each other's cookies,
+// changing the tokens (revoking one) signs every session out, and knowing
+// the tokens is not enough to sign or check a cookie or a CSRF token, so a
+// viewer cannot test guesses of the operator token offline from its own
+// cookie. Without a session key it uses a random one: sessions then end
+// when the process restarts and another replica does not accept them.
+func newSessionSigner(sessionKey []byte, tokens map[string]Role, now func() time.Time) *sessionSigner {
 	entries := make([]string, 0, len(tokens))
 	for token, role := range tokens {
 		entries = append(entries, string(role)+":"+token)
 	}
 	slices.Sort(entries)
-	h := sha256.New()
-	h.Write([]byte("buildrisk-radar console session v1\x00"))
-	if len(entries) == 0 {
-		random := make([]byte, 32)
-		_, _ = rand.Read(random)
-		h.Write(random)
+	if len(sessionKey) == 0 {
+		sessionKey = make([]byte, 32)
+		_, _ = rand.Read(sessionKey)
 	}
+	h := hmac.New(sha256.New, sessionKey)
+	h.Write([]byte("buildrisk-radar console session v2\x00"))
 	for _, e := range entries {
 		h.Write([]byte(e))
 		h.Write([]byte{0})

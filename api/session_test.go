@@ -14,7 +14,8 @@ func TestSessionSigner(t *testing.T) {
 	now := time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	tokens := map[string]Role{"op": RoleOperator, "view": RoleViewer}
-	signer := newSessionSigner(tokens, clock)
+	key := []byte("a-session-key-of-at-least-32-characters")
+	signer := newSessionSigner(key, tokens, clock)
 
 	t.Run("RoundTrip", func(t *testing.T) {
 		t.Parallel()
@@ -31,27 +32,39 @@ func TestSessionSigner(t *testing.T) {
 	t.Run("SameTokensSameKey", func(t *testing.T) {
 		t.Parallel()
 		// Another replica with the same tokens accepts the cookie.
-		other := newSessionSigner(map[string]Role{"view": RoleViewer, "op": RoleOperator}, clock)
+		other := newSessionSigner(key, map[string]Role{"view": RoleViewer, "op": RoleOperator}, clock)
 		_, ok := other.decode(signer.encode(signer.newSession(RoleViewer)))
 		require.True(t, ok)
 	})
 
 	t.Run("ChangedTokensSignOut", func(t *testing.T) {
 		t.Parallel()
-		rotated := newSessionSigner(map[string]Role{"op2": RoleOperator, "view": RoleViewer}, clock)
+		rotated := newSessionSigner(key, map[string]Role{"op2": RoleOperator, "view": RoleViewer}, clock)
 		_, ok := rotated.decode(signer.encode(signer.newSession(RoleOperator)))
 		require.False(t, ok)
 		// A role change of the same token changes the key too.
-		demoted := newSessionSigner(map[string]Role{"op": RoleViewer, "view": RoleViewer}, clock)
+		demoted := newSessionSigner(key, map[string]Role{"op": RoleViewer, "view": RoleViewer}, clock)
 		_, ok = demoted.decode(signer.encode(signer.newSession(RoleOperator)))
 		require.False(t, ok)
 	})
 
-	t.Run("NoTokensRandomKey", func(t *testing.T) {
+	t.Run("NoKeyRandomKey", func(t *testing.T) {
 		t.Parallel()
-		a, b := newSessionSigner(nil, clock), newSessionSigner(nil, clock)
+		a, b := newSessionSigner(nil, tokens, clock), newSessionSigner(nil, tokens, clock)
 		_, ok := b.decode(a.encode(a.newSession(RoleOperator)))
 		require.False(t, ok)
+	})
+
+	t.Run("TokensAloneDoNotMakeTheKey", func(t *testing.T) {
+		t.Parallel()
+		// Knowing every token (or guessing them from one's own cookie and
+		// CSRF token) is not enough to sign or check a cookie: the session
+		// key is a secret of its own.
+		guesser := newSessionSigner([]byte("another-key-of-at-least-32-characters!"), tokens, clock)
+		sess := signer.newSession(RoleViewer)
+		_, ok := guesser.decode(signer.encode(sess))
+		require.False(t, ok)
+		require.NotEqual(t, signer.csrfToken(sess), guesser.csrfToken(sess))
 	})
 
 	t.Run("Tampered", func(t *testing.T) {
@@ -74,7 +87,7 @@ func TestSessionSigner(t *testing.T) {
 	t.Run("Expired", func(t *testing.T) {
 		t.Parallel()
 		later := now
-		moving := newSessionSigner(tokens, func() time.Time { return later })
+		moving := newSessionSigner(key, tokens, func() time.Time { return later })
 		value := moving.encode(moving.newSession(RoleOperator))
 		later = now.Add(SessionTTL - time.Second)
 		_, ok := moving.decode(value)

@@ -22,11 +22,13 @@ import (
 // envConfig is every environment variable radar reads, read and validated
 // in this one place; a bad value fails with a message naming the variable.
 type envConfig struct {
-	DatabaseURL       string
-	HTTPAddr          string
-	AdminAddr         string
-	Tokens            map[string]api.Role
-	TokenNames        map[string]string
+	DatabaseURL string
+	HTTPAddr    string
+	AdminAddr   string
+	Tokens      map[string]api.Role
+	TokenNames  map[string]string
+	// SessionKey is BUILDRISK_SESSION_KEY (at least 32 characters).
+	SessionKey        []byte
 	TokensSet         bool
 	InsecureNoAuth    bool
 	HeartbeatInterval time.Duration
@@ -150,6 +152,12 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 			return nil, envError("BUILDRISK_API_TOKENS", "%v (expected role:name:TOKEN or role:TOKEN entries, e.g. operator:alice:TOKEN,viewer:TOKEN)", err)
 		}
 		c.TokensSet = true
+	}
+	if v := getenv("BUILDRISK_SESSION_KEY"); v != "" {
+		if len(v) < api.TokenMinLength {
+			return nil, envError("BUILDRISK_SESSION_KEY", "is %d characters; it must be at least %d (`openssl rand -hex 32`)", len(v), api.TokenMinLength)
+		}
+		c.SessionKey = []byte(v)
 	}
 	switch v := getenv("BUILDRISK_INSECURE_NO_AUTH"); v {
 	case "", "0", "false":

@@ -30,6 +30,7 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 		"BUILDRISK_WORKER_RETENTION":      "30s",
 		"BUILDRISK_MOLIT_URL":             "ftp://x",
 		"BUILDRISK_DB_API_ROLE":           "Radar-API",
+		"BUILDRISK_SESSION_KEY":           "too-short",
 		"BUILDRISK_DAILY_CAP_DART":        "many",
 		"BUILDRISK_RATE_MOLIT":            "0",
 		"BUILDRISK_RATE_KRX":              "-5",

@@ -511,7 +511,7 @@ func newAPIServer(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *
 	observeSchedules(context.Background(), pool, env, tel)
 	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.instruments)
 	return api.New(pool, api.Config{
-		Tokens: env.Tokens, TokenNames: env.TokenNames, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
+		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),
 		Logger: tel.logger, Version: version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
 		RequestTimeout: apiRequestTimeout(env), TxSettings: apiTxSettings(env),
