@@ -172,7 +172,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.registerConsole()
 	s.registerDocs()
 	if cfg.RiverUI != nil {
-		s.mux.Handle(riverUIPrefix+"/", riverUIReadOnly(cfg.RiverUI))
+		s.mux.Handle(riverUIPrefix+"/", riverUIReadOnly(cfg.RiverUI, func(ctx context.Context, path string) {
+			s.audit(ctx, "", AuditRiverUIWrite, path, "River UI is read-only")
+		}))
 		s.mux.Handle(riverUIPrefix, http.RedirectHandler(riverUIPrefix+"/", http.StatusMovedPermanently))
 	}
 	return s, nil
@@ -212,6 +214,7 @@ func openAPIConfig(version string) huma.Config {
 		{Name: "requests", Description: "Requesting a run (202 at once, 409 while the job has an active request) and following its progress."},
 		{Name: "executions", Description: "Executions of a job: abandoning one whose worker is dead."},
 		{Name: "workers", Description: "The worker registry: heartbeats, configured key names and the requests each worker holds."},
+		{Name: "audit", Description: "The audit trail: who did what, when and from where (operators only)."},
 		{Name: "alerts", Description: "The risk alerts the rules job wrote, with the values that fired them."},
 	}
 	c.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
@@ -360,7 +363,8 @@ func nullableRefs(oapi *huma.OpenAPI) {
 // console session) auth and then the body limit, the console, and River UI
 // when configured. Auth comes first so that no anonymous body is read.
 func (s *Server) Handler() http.Handler {
-	return apiHeaders(s.authenticate(s.limitBody(s.requireJSON(s.withDeadline(s.mux)))))
+	inner := apiHeaders(s.authenticate(s.limitBody(s.requireJSON(s.withDeadline(s.mux)))))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { inner.ServeHTTP(w, withClient(r)) })
 }
 
 // apiHeaders marks every /v1 answer, refusals included, as one a browser
@@ -418,6 +422,7 @@ func (s *Server) Register(api huma.API) {
 	s.registerExecutions(api)
 	s.registerAlerts(api)
 	s.registerProviders(api)
+	s.registerAudit(api)
 }
 
 // ConflictError is the 409 problem: RFC 9457's members plus, when the job

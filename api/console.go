@@ -103,6 +103,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	role, name, ok := s.lookupToken(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
 		s.authFailed(r.Context(), r, observability.AuthViaLogin)
+		s.audit(r.Context(), "anonymous", AuditLoginFailed, "", "")
 		s.render(w, http.StatusUnauthorized, "login.html", loginPage{Next: next, Error: "That token is not valid. Use a viewer or operator token from BUILDRISK_API_TOKENS."})
 		return
 	}
@@ -114,6 +115,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	setSessionCookie(w, r, s.sessions.encode(sess), int(SessionTTL.Seconds()))
+	s.audit(r.Context(), name, AuditLogin, "", string(role))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
@@ -131,12 +133,18 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "missing or wrong CSRF token; reload the console", http.StatusForbidden)
 			return
 		}
-		if err := s.endSessions(r.Context(), sess, r.PostFormValue("everywhere") == "1"); err != nil {
+		everywhere := r.PostFormValue("everywhere") == "1"
+		if err := s.endSessions(r.Context(), sess, everywhere); err != nil {
 			s.cfg.Logger.Error("error ending a console session", "error", err.Error())
 			w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
 			http.Error(w, "the database is unavailable: the session is not ended yet; try again in a moment", http.StatusServiceUnavailable)
 			return
 		}
+		detail := ""
+		if everywhere {
+			detail = "everywhere"
+		}
+		s.audit(r.Context(), sess.Name, AuditLogout, "", detail)
 	}
 	setSessionCookie(w, r, "", -1)
 	http.Redirect(w, r, "/login", http.StatusSeeOther)

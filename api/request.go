@@ -217,6 +217,7 @@ func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*Re
 	out.Body.Status = res.Request.Status
 	out.Body.EstimatedCalls = res.EstimatedCalls
 	out.Body.ResumesExecutionID = formatIDPtr(res.ResumesExecutionID)
+	s.audit(ctx, "", AuditRequest, job, "request "+out.Body.RequestID)
 	return out, nil
 }
 

@@ -75,6 +75,16 @@ type AptTrade struct {
 	UpdatedAt     time.Time
 }
 
+type AuditEvent struct {
+	ID     int64
+	At     time.Time
+	Actor  string
+	Client string
+	Action string
+	Target string
+	Detail string
+}
+
 type Company struct {
 	CorpCode    string
 	Name        string

@@ -366,6 +366,11 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 	c.do(exchange{method: http.MethodGet, path: "/v1/alerts", invalid: true, want: http.StatusUnauthorized})
 	c.do(exchange{method: http.MethodGet, path: "/v1/providers", token: viewer, want: http.StatusOK})
 	c.do(exchange{method: http.MethodGet, path: "/v1/providers", invalid: true, want: http.StatusUnauthorized})
+	c.do(exchange{method: http.MethodGet, path: "/v1/audit", token: op, want: http.StatusOK})
+	c.do(exchange{method: http.MethodGet, path: "/v1/audit?limit=1", token: op, want: http.StatusOK})
+	c.do(exchange{method: http.MethodGet, path: "/v1/audit?limit=0", token: op, invalid: true, want: http.StatusBadRequest})
+	c.do(exchange{method: http.MethodGet, path: "/v1/audit", token: viewer, want: http.StatusForbidden})
+	c.do(exchange{method: http.MethodGet, path: "/v1/audit", invalid: true, want: http.StatusUnauthorized})
 
 	// Every POST refuses a body that is not JSON (415) or repeats a key
 	// (400) before its handler runs.
@@ -385,6 +390,7 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 		for _, path := range reads {
 			c.do(exchange{method: http.MethodGet, path: path, token: viewer, want: http.StatusServiceUnavailable})
 		}
+		c.do(exchange{method: http.MethodGet, path: "/v1/audit", token: op, want: http.StatusServiceUnavailable})
 		for _, def := range catalog.All() {
 			example, err := json.Marshal(map[string]any{"params": def.Example()})
 			require.NoError(t, err)

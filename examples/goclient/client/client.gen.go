@@ -71,6 +71,39 @@ func (e AlertViewSeverity) Valid() bool {
 	}
 }
 
+// Defines values for AuditEventViewAction.
+const (
+	Abandon             AuditEventViewAction = "abandon"
+	Login               AuditEventViewAction = "login"
+	LoginFailed         AuditEventViewAction = "login_failed"
+	Logout              AuditEventViewAction = "logout"
+	Request             AuditEventViewAction = "request"
+	RiveruiWriteRefused AuditEventViewAction = "riverui_write_refused"
+	Stop                AuditEventViewAction = "stop"
+)
+
+// Valid indicates whether the value is a known member of the AuditEventViewAction enum.
+func (e AuditEventViewAction) Valid() bool {
+	switch e {
+	case Abandon:
+		return true
+	case Login:
+		return true
+	case LoginFailed:
+		return true
+	case Logout:
+		return true
+	case Request:
+		return true
+	case RiveruiWriteRefused:
+		return true
+	case Stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ExecutionAbandonOutputBodyStatus.
 const (
 	ExecutionAbandonOutputBodyStatusABANDONED ExecutionAbandonOutputBodyStatus = "ABANDONED"
@@ -400,6 +433,34 @@ type AptTradeParams struct {
 	//
 	// Examples: 2025-03
 	To string `json:"to"`
+}
+
+// AuditEventView defines model for AuditEventView.
+type AuditEventView struct {
+	Action AuditEventViewAction `json:"action"`
+
+	// Actor the token's name (ParseTokens), or api when auth is off
+	Actor string    `json:"actor"`
+	At    time.Time `json:"at"`
+
+	// Client the client's address
+	Client string `json:"client"`
+	Detail string `json:"detail"`
+	Id     string `json:"id"`
+
+	// Target what was acted on: a job, request or execution id
+	Target string `json:"target"`
+}
+
+// AuditEventViewAction defines model for AuditEventView.Action.
+type AuditEventViewAction string
+
+// AuditListOutputBody defines model for AuditListOutputBody.
+type AuditListOutputBody struct {
+	Events *[]AuditEventView `json:"events"`
+
+	// NextCursor pass as cursor for the next page; null on the last page
+	NextCursor *string `json:"nextCursor"`
 }
 
 // ConflictError defines model for ConflictError.
@@ -856,6 +917,15 @@ type AlertListParams struct {
 	Company *string `form:"company,omitempty" json:"company,omitempty"`
 }
 
+// AuditListParams defines parameters for AuditList.
+type AuditListParams struct {
+	// Limit page size, 1..500 (default 50)
+	Limit *string `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor nextCursor of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // RequestCreateAptTradeJSONBody defines parameters for RequestCreateAptTrade.
 type RequestCreateAptTradeJSONBody struct {
 	// ConfirmPurge confirms a purge for this request only; such an execution is never resumed
@@ -1096,6 +1166,13 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/alerts (the `AlertList` operationId).
 	AlertList(ctx context.Context, params *AlertListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// AuditList The audit trail, newest first (operators only)
+	//
+	// Who (token name), when, from where and what: every request, stop, abandon, login, failed login, logout and refused River UI mutation.
+	//
+	// Corresponds with GET /v1/audit (the `AuditList` operationId).
+	AuditList(ctx context.Context, params *AuditListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ExecutionAbandon Abandon an execution whose worker stopped heartbeating
 	//
 	// Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409).
@@ -1306,6 +1383,23 @@ type ClientInterface interface {
 // Corresponds with GET /v1/alerts (the `AlertList` operationId).
 func (c *Client) AlertList(ctx context.Context, params *AlertListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAlertListRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AuditList The audit trail, newest first (operators only)
+//
+// Who (token name), when, from where and what: every request, stop, abandon, login, failed login, logout and refused River UI mutation.
+//
+// Corresponds with GET /v1/audit (the `AuditList` operationId).
+func (c *Client) AuditList(ctx context.Context, params *AuditListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAuditListRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1821,6 +1915,72 @@ func NewAlertListRequest(server string, params *AlertListParams) (*http.Request,
 		if params.Company != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "company", *params.Company, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAuditListRequest constructs an http.Request for the AuditList method
+func NewAuditListRequest(server string, params *AuditListParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/audit")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -2617,6 +2777,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/alerts (the `AlertList` operationId).
 	AlertListWithResponse(ctx context.Context, params *AlertListParams, reqEditors ...RequestEditorFn) (*AlertListResponse, error)
 
+	// AuditListWithResponse The audit trail, newest first (operators only)
+	//
+	// Who (token name), when, from where and what: every request, stop, abandon, login, failed login, logout and refused River UI mutation.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/audit (the `AuditList` operationId).
+	AuditListWithResponse(ctx context.Context, params *AuditListParams, reqEditors ...RequestEditorFn) (*AuditListResponse, error)
+
 	// ExecutionAbandonWithResponse Abandon an execution whose worker stopped heartbeating
 	//
 	// Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409).
@@ -2927,6 +3096,110 @@ func (r AlertListResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r AlertListResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AuditListResponse401Headers the declared response headers of an HTTP 401 response for AuditList
+type AuditListResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// AuditListResponse429Headers the declared response headers of an HTTP 429 response for AuditList
+type AuditListResponse429Headers struct {
+	RetryAfter int
+}
+
+// AuditListResponse503Headers the declared response headers of an HTTP 503 response for AuditList
+type AuditListResponse503Headers struct {
+	RetryAfter int
+}
+
+type AuditListResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AuditListOutputBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AuditListResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AuditListResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AuditListResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AuditListResponse) GetJSON200() *AuditListOutputBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AuditListResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AuditListResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AuditListResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AuditListResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AuditListResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AuditListResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r AuditListResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AuditListResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AuditListResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AuditListResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4912,6 +5185,21 @@ func (c *ClientWithResponses) AlertListWithResponse(ctx context.Context, params 
 	return ParseAlertListResponse(rsp)
 }
 
+// AuditListWithResponse The audit trail, newest first (operators only)
+//
+// Who (token name), when, from where and what: every request, stop, abandon, login, failed login, logout and refused River UI mutation.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/audit (the `AuditList` operationId).
+func (c *ClientWithResponses) AuditListWithResponse(ctx context.Context, params *AuditListParams, reqEditors ...RequestEditorFn) (*AuditListResponse, error) {
+	rsp, err := c.AuditList(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAuditListResponse(rsp)
+}
+
 // ExecutionAbandonWithResponse Abandon an execution whose worker stopped heartbeating
 //
 // Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409).
@@ -5367,6 +5655,107 @@ func ParseAlertListResponse(rsp *http.Response) (*AlertListResponse, error) {
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers AlertListResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAuditListResponse parses an HTTP response from a AuditListWithResponse call
+func ParseAuditListResponse(rsp *http.Response) (*AuditListResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AuditListResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AuditListOutputBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers AuditListResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers AuditListResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers AuditListResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

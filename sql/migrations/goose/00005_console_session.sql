@@ -14,5 +14,18 @@ CREATE TABLE console_session (
 );
 CREATE INDEX console_session_expires_at ON console_session (expires_at);
 
+-- The audit trail: who (the token's name), when, from where (the client's
+-- address) and what. The api may only append to it and read it (00006).
+CREATE TABLE audit_event (
+    id     bigserial   PRIMARY KEY,
+    at     timestamptz NOT NULL DEFAULT now(),
+    actor  text        NOT NULL,
+    client text        NOT NULL,
+    action text        NOT NULL,
+    target text        NOT NULL DEFAULT '',
+    detail text        NOT NULL DEFAULT ''
+);
+
 -- +goose Down
+DROP TABLE audit_event;
 DROP TABLE console_session;

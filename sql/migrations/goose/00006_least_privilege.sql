@@ -39,6 +39,9 @@ GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO "${BUILDRISK_DB_API_ROLE:-rad
 GRANT INSERT, UPDATE ON job_request, job_instance, river_job TO "${BUILDRISK_DB_API_ROLE:-radar_app_api}";
 GRANT UPDATE ON job_execution TO "${BUILDRISK_DB_API_ROLE:-radar_app_api}";
 GRANT INSERT, UPDATE, DELETE ON console_session TO "${BUILDRISK_DB_API_ROLE:-radar_app_api}";
+-- The audit trail is append-only for the api; the workers do not touch it.
+GRANT INSERT ON audit_event TO "${BUILDRISK_DB_API_ROLE:-radar_app_api}";
+REVOKE ALL ON audit_event FROM "${BUILDRISK_DB_APP_ROLE:-radar_app}";
 -- Tables the owner creates later are readable, nothing more.
 ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO "${BUILDRISK_DB_API_ROLE:-radar_app_api}";
 ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO "${BUILDRISK_DB_API_ROLE:-radar_app_api}";
@@ -47,7 +50,7 @@ REVOKE ALL ON console_session FROM "${BUILDRISK_DB_APP_ROLE:-radar_app}";
 
 -- +goose Down
 -- +goose ENVSUB ON
-GRANT SELECT, INSERT, UPDATE, DELETE ON console_session TO "${BUILDRISK_DB_APP_ROLE:-radar_app}";
+GRANT SELECT, INSERT, UPDATE, DELETE ON console_session, audit_event TO "${BUILDRISK_DB_APP_ROLE:-radar_app}";
 ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE USAGE, SELECT ON SEQUENCES FROM "${BUILDRISK_DB_API_ROLE:-radar_app_api}";
 ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE SELECT ON TABLES FROM "${BUILDRISK_DB_API_ROLE:-radar_app_api}";
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM "${BUILDRISK_DB_API_ROLE:-radar_app_api}";
