@@ -125,6 +125,8 @@ func TestConsole_Session(t *testing.T) {
 	require.Contains(t, body, `data-role="operator"`)
 	require.Contains(t, body, `id="request-form"`)
 	require.Contains(t, body, `href="/riverui/"`)
+	require.Contains(t, body, `id="audit"`, "operators see the audit trail")
+	require.Contains(t, body, `id="logout-everywhere"`)
 
 	resp, _ = c.send(http.MethodGet, "/v1/jobs", "", "", nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "the cookie authenticates GETs")
@@ -200,6 +202,7 @@ func TestConsole_Viewer(t *testing.T) {
 	require.Contains(t, body, `data-role="viewer"`)
 	require.NotContains(t, body, `id="request-form"`)
 	require.NotContains(t, body, "/riverui/")
+	require.NotContains(t, body, `id="audit"`, "the audit trail is for operators")
 	resp, _ := c.send(http.MethodPost, "/v1/jobs/aptTrade/requests", "application/json", aptTradeBody([]string{"11110"}, "2025-01", "2025-01"),
 		map[string]string{"X-CSRF-Token": c.csrf})
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
