@@ -157,6 +157,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 		sessions: newSessionSigner(cfg.SessionKey, cfg.Tokens, time.Now), authLimit: newAuthLimiter(time.Now), crossOrigin: http.NewCrossOriginProtection(),
 	}
 
+	cfg.Instruments.AuthFailuresInit(context.Background())
+
 	s.api = humago.New(s.mux, openAPIConfig(cfg.Version))
 	s.Register(s.api)
 	nullableRefs(s.api.OpenAPI())

@@ -644,6 +644,15 @@ const (
 	AuthViaLogin  = "login"
 )
 
+// AuthFailuresInit exports buildrisk_auth_failures_total at 0 for every
+// via, so the first failures are an increase an alert can see. The api
+// calls it at start.
+func (i *Instruments) AuthFailuresInit(ctx context.Context) {
+	for _, via := range []string{AuthViaBearer, AuthViaLogin} {
+		i.authFailures.Add(ctx, 0, metric.WithAttributes(attribute.String("via", via)))
+	}
+}
+
 // AuthFailed counts one failed credential check (via AuthViaBearer or
 // AuthViaLogin).
 func (i *Instruments) AuthFailed(ctx context.Context, via string) {
