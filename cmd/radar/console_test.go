@@ -400,6 +400,10 @@ func TestConsole_RiverUIMutationsRefused(t *testing.T) {
 		require.Contains(t, body, "River UI is read-only")
 		require.Contains(t, body, call.names, "%s %s names the operation to use", call.method, call.path)
 	}
+	var refused int
+	require.NoError(t, s.apiPool.QueryRow(context.Background(),
+		"SELECT count(*) FROM audit_event WHERE action = 'riverui_write_refused' AND actor LIKE 'fp-%' AND client = '127.0.0.1'").Scan(&refused))
+	require.Equal(t, 5, refused, "each refused River UI mutation is in the audit trail, with who and from where")
 	var requestStatus, riverState string
 	var cancelAttempted bool
 	require.NoError(t, s.pool.QueryRow(context.Background(),
