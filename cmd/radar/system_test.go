@@ -164,7 +164,7 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	s.pool = pool
 	s.serviceURL = s.dbURL
 	if opts.pgbouncer {
-		s.bouncer = pgtest.StartPgBouncer(t, nil, s.dbURL)
+		s.bouncer = pgtest.StartPgBouncer(t, nil, s.dbURL, apiURL(t, ownerURL))
 		s.serviceURL = s.bouncer.URL(t, s.dbURL)
 	}
 	s.fake = fakeupstream.New(opts.fake)
@@ -219,10 +219,10 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	// The API has its own pool with the api role's statement and lock
 	// timeouts, as `radar api` does.
 	// It connects as the api's own role (radar_app_api), as radar_api does
-	// in deploy/; behind PgBouncer, as the bouncer's one user.
+	// in deploy/, through PgBouncer when the system has one.
 	apiServiceURL := apiURL(t, ownerURL)
 	if opts.pgbouncer {
-		apiServiceURL = s.serviceURL
+		apiServiceURL = s.bouncer.URL(t, apiServiceURL)
 	}
 	s.apiPool, err = openAPIPool(context.Background(), env, apiServiceURL)
 	require.NoError(t, err)
