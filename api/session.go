@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -79,8 +80,9 @@ type session struct {
 
 // sessionSigner signs and checks session cookies.
 type sessionSigner struct {
-	key []byte
-	now func() time.Time
+	// keys are the signing keys: the first signs, any one verifies.
+	keys [][]byte
+	now  func() time.Time
 }
 
 // newSessionSigner derives the signing key from the session key
@@ -91,23 +93,36 @@ type sessionSigner struct {
 // viewer cannot test guesses of the operator token offline from its own
 // cookie. Without a session key it uses a random one: sessions then end
 // when the process restarts and another replica does not accept them.
+// Several comma-separated keys rotate it: the first signs, every one is
+// accepted (new,old during a rolling restart, then new alone).
 func newSessionSigner(sessionKey []byte, tokens map[string]Role, now func() time.Time) *sessionSigner {
 	entries := make([]string, 0, len(tokens))
 	for token, role := range tokens {
 		entries = append(entries, string(role)+":"+token)
 	}
 	slices.Sort(entries)
-	if len(sessionKey) == 0 {
-		sessionKey = make([]byte, 32)
-		_, _ = rand.Read(sessionKey)
+	var secrets [][]byte
+	for _, k := range bytes.Split(sessionKey, []byte(",")) {
+		if k = bytes.TrimSpace(k); len(k) > 0 {
+			secrets = append(secrets, k)
+		}
 	}
-	h := hmac.New(sha256.New, sessionKey)
-	h.Write([]byte("buildrisk-radar console session v2\x00"))
-	for _, e := range entries {
-		h.Write([]byte(e))
-		h.Write([]byte{0})
+	if len(secrets) == 0 {
+		random := make([]byte, 32)
+		_, _ = rand.Read(random)
+		secrets = [][]byte{random}
 	}
-	return &sessionSigner{key: h.Sum(nil), now: now}
+	signer := &sessionSigner{now: now}
+	for _, secret := range secrets {
+		h := hmac.New(sha256.New, secret)
+		h.Write([]byte("buildrisk-radar console session v2\x00"))
+		for _, e := range entries {
+			h.Write([]byte(e))
+			h.Write([]byte{0})
+		}
+		signer.keys = append(signer.keys, h.Sum(nil))
+	}
+	return signer
 }
 
 // newSession starts a session for role.
@@ -135,7 +150,7 @@ func (s *sessionSigner) decode(value string) (*session, bool) {
 		return nil, false
 	}
 	mac, err := base64.RawURLEncoding.DecodeString(encMAC)
-	if err != nil || !hmac.Equal(mac, s.mac("cookie", string(payload))) {
+	if err != nil || !s.verify(mac, "cookie", string(payload)) {
 		return nil, false
 	}
 	parts := strings.Split(string(payload), "|")
@@ -164,13 +179,31 @@ func (s *sessionSigner) csrfToken(sess *session) string {
 	return base64.RawURLEncoding.EncodeToString(s.mac("csrf", sess.ID))
 }
 
-// checkCSRF reports whether token is sess's CSRF token.
+// checkCSRF reports whether token is sess's CSRF token under any key.
 func (s *sessionSigner) checkCSRF(sess *session, token string) bool {
-	return token != "" && hmac.Equal([]byte(token), []byte(s.csrfToken(sess)))
+	if token == "" {
+		return false
+	}
+	mac, err := base64.RawURLEncoding.DecodeString(token)
+	return err == nil && s.verify(mac, "csrf", sess.ID)
 }
 
-func (s *sessionSigner) mac(purpose, msg string) []byte {
-	h := hmac.New(sha256.New, s.key)
+// verify reports whether mac is msg's under any of the keys.
+func (s *sessionSigner) verify(mac []byte, purpose, msg string) bool {
+	ok := false
+	for _, key := range s.keys {
+		if hmac.Equal(mac, macWith(key, purpose, msg)) {
+			ok = true
+		}
+	}
+	return ok
+}
+
+// mac signs with the first key.
+func (s *sessionSigner) mac(purpose, msg string) []byte { return macWith(s.keys[0], purpose, msg) }
+
+func macWith(key []byte, purpose, msg string) []byte {
+	h := hmac.New(sha256.New, key)
 	h.Write([]byte(purpose))
 	h.Write([]byte{0})
 	h.Write([]byte(msg))

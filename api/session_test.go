@@ -55,6 +55,24 @@ func TestSessionSigner(t *testing.T) {
 		require.False(t, ok)
 	})
 
+	t.Run("KeyRotation", func(t *testing.T) {
+		t.Parallel()
+		// BUILDRISK_SESSION_KEY=new,old: new cookies and CSRF tokens are
+		// signed with the new key, the old key's still pass until it is
+		// removed, so a rolling restart signs nobody out.
+		newKey := []byte("the-next-session-key-of-32-characters")
+		rotated := newSessionSigner(append(append([]byte{}, newKey...), append([]byte(","), key...)...), tokens, clock)
+		old := signer.newSession(RoleOperator)
+		got, ok := rotated.decode(signer.encode(old))
+		require.True(t, ok, "a cookie of the old key still works")
+		require.True(t, rotated.checkCSRF(got, signer.csrfToken(old)), "so does a page rendered with it")
+		fresh := rotated.newSession(RoleViewer)
+		_, ok = newSessionSigner(newKey, tokens, clock).decode(rotated.encode(fresh))
+		require.True(t, ok, "new cookies are signed with the first key")
+		_, ok = signer.decode(rotated.encode(fresh))
+		require.False(t, ok)
+	})
+
 	t.Run("TokensAloneDoNotMakeTheKey", func(t *testing.T) {
 		t.Parallel()
 		// Knowing every token (or guessing them from one's own cookie and

@@ -154,8 +154,11 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		c.TokensSet = true
 	}
 	if v := getenv("BUILDRISK_SESSION_KEY"); v != "" {
-		if len(v) < api.TokenMinLength {
-			return nil, envError("BUILDRISK_SESSION_KEY", "is %d characters; it must be at least %d (`openssl rand -hex 32`)", len(v), api.TokenMinLength)
+		// new,old while rotating: each key at least TokenMinLength.
+		for i, k := range strings.Split(v, ",") {
+			if k = strings.TrimSpace(k); len(k) < api.TokenMinLength {
+				return nil, envError("BUILDRISK_SESSION_KEY", "key %d is %d characters; each must be at least %d (`openssl rand -hex 32`)", i+1, len(k), api.TokenMinLength)
+			}
 		}
 		c.SessionKey = []byte(v)
 	}

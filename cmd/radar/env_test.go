@@ -199,6 +199,17 @@ func TestEnv_TokensStrengthAndNames(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "alice", env.TokenNames[opNew])
 	require.Regexp(t, `^fp-[0-9a-f]{8}$`, env.TokenNames[testViewerToken])
+
+	// The session key: one, or new,old while rotating; each of 32 or more.
+	for value, ok := range map[string]bool{opNew: true, opNew + "," + opOld: true, opNew + ",short": false, "short": false} {
+		_, err := loadEnv(func(k string) string { return map[string]string{"BUILDRISK_SESSION_KEY": value}[k] })
+		if ok {
+			require.NoError(t, err, value)
+		} else {
+			require.ErrorContains(t, err, "BUILDRISK_SESSION_KEY", value)
+			require.NotContains(t, err.Error(), opNew, "the error never quotes a key")
+		}
+	}
 }
 
 // A request records the name of the token that made it, by bearer token
