@@ -60,6 +60,12 @@ type Config struct {
 	// Tokens maps bearer tokens to roles. Empty with Insecure false refuses
 	// every /v1 call.
 	Tokens map[string]Role
+	// TokenNames maps tokens to their names (ParseTokens); a token missing
+	// here is named by its fingerprint.
+	TokenNames map[string]string
+	// SessionKey signs console session cookies (BUILDRISK_SESSION_KEY);
+	// empty: a random key per process (see newSessionSigner).
+	SessionKey []byte
 	// Insecure disables auth (BUILDRISK_INSECURE_NO_AUTH=1).
 	Insecure bool
 	// Catalog lists the jobs. Required.
@@ -122,6 +128,8 @@ type Server struct {
 	api      huma.API
 	mux      *http.ServeMux
 	sessions *sessionSigner
+	// authLimit counts failed credential checks per client.
+	authLimit *authLimiter
 	// crossOrigin rejects unsafe requests a browser marks as coming from
 	// another origin (Sec-Fetch-Site, Origin); see authenticate.
 	crossOrigin *http.CrossOriginProtection
@@ -153,8 +161,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, pool: pool, reads: queries.PlanEachCall(pool), queries: queries.New(), mux: http.NewServeMux(),
-		sessions: newSessionSigner(cfg.Tokens, time.Now), crossOrigin: http.NewCrossOriginProtection(),
+		sessions: newSessionSigner(cfg.SessionKey, cfg.Tokens, time.Now), authLimit: newAuthLimiter(time.Now), crossOrigin: http.NewCrossOriginProtection(),
 	}
+
+	cfg.Instruments.AuthFailuresInit(context.Background())
 
 	s.api = humago.New(s.mux, openAPIConfig(cfg.Version))
 	s.Register(s.api)
@@ -171,7 +181,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.registerConsole()
 	s.registerDocs()
 	if cfg.RiverUI != nil {
-		s.mux.Handle(riverUIPrefix+"/", riverUIReadOnly(cfg.RiverUI))
+		s.mux.Handle(riverUIPrefix+"/", riverUIReadOnly(cfg.RiverUI, func(ctx context.Context, path string) {
+			s.audit(ctx, "", AuditRiverUIWrite, path, "River UI is read-only")
+		}))
 		s.mux.Handle(riverUIPrefix, http.RedirectHandler(riverUIPrefix+"/", http.StatusMovedPermanently))
 	}
 	return s, nil
@@ -211,6 +223,7 @@ func openAPIConfig(version string) huma.Config {
 		{Name: "requests", Description: "Requesting a run (202 at once, 409 while the job has an active request) and following its progress."},
 		{Name: "executions", Description: "Executions of a job: abandoning one whose worker is dead."},
 		{Name: "workers", Description: "The worker registry: heartbeats, configured key names and the requests each worker holds."},
+		{Name: "audit", Description: "The audit trail: who did what, when and from where (operators only)."},
 		{Name: "alerts", Description: "The risk alerts the rules job wrote, with the values that fired them."},
 	}
 	c.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
@@ -223,9 +236,12 @@ func openAPIConfig(version string) huma.Config {
 // documentErrors adds to op the errors that happen outside its handler, so
 // that the document lists every status a client can see:
 //   - 401 (with WWW-Authenticate) for an operation that needs a token, 403
-//     for one that needs an operator's (every POST);
+//     for one that needs an operator's (every POST), 429 (with Retry-After)
+//     once its client sent too many wrong tokens (authLimiter);
 //   - 413 for an operation that takes a body (every POST): limitBody
-//     answers it before auth or the handler;
+//     answers it before the handler;
+//   - 415 for a /v1 body that is not application/json and 400 for one
+//     that repeats a key (requireJSON), on every /v1 POST;
 //   - 503 with Retry-After for every /v1 operation: the database is
 //     unavailable or busy (problemFrom);
 //   - the 409 as ConflictError, the problem with activeRequestId;
@@ -271,9 +287,19 @@ func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 		if op.Method != http.MethodGet {
 			add(http.StatusForbidden)
 		}
+		r := add(http.StatusTooManyRequests)
+		r.Description = "Too many failed credential checks from this address (AuthFailuresMax a minute); retry after Retry-After seconds"
+		r.Headers = map[string]*huma.Header{
+			"Retry-After": {Description: "seconds to wait before retrying", Required: true, Schema: &huma.Schema{Type: huma.TypeInteger, Minimum: new(float64(1))}},
+		}
 	}
 	if op.Method != http.MethodGet {
 		add(http.StatusRequestEntityTooLarge).Description = "The body is over the limit (BUILDRISK_MAX_BODY_BYTES)"
+	}
+	if op.Method != http.MethodGet && strings.HasPrefix(op.Path, "/v1/") {
+		// requireJSON answers these before the handler runs.
+		add(http.StatusUnsupportedMediaType).Description = "The body is not application/json"
+		add(http.StatusBadRequest)
 	}
 	if strings.HasPrefix(op.Path, "/v1/") {
 		r := add(http.StatusServiceUnavailable)
@@ -342,10 +368,26 @@ func nullableRefs(oapi *huma.OpenAPI) {
 	}
 }
 
-// Handler returns the HTTP handler: the API behind the body limit and
-// bearer-token (or console session) auth, the console, and River UI when
-// configured.
-func (s *Server) Handler() http.Handler { return s.limitBody(s.authenticate(s.withDeadline(s.mux))) }
+// Handler returns the HTTP handler: the API behind bearer-token (or
+// console session) auth and then the body limit, the console, and River UI
+// when configured. Auth comes first so that no anonymous body is read.
+func (s *Server) Handler() http.Handler {
+	inner := apiHeaders(s.authenticate(s.limitBody(s.requireJSON(s.withDeadline(s.mux)))))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { inner.ServeHTTP(w, withClient(r)) })
+}
+
+// apiHeaders marks every /v1 answer, refusals included, as one a browser
+// must neither sniff into another type nor store.
+func apiHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			h := w.Header()
+			h.Set("X-Content-Type-Options", "nosniff")
+			h.Set("Cache-Control", "no-store")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
 
 // withDeadline gives every /v1 call RequestTimeout for its database work:
 // a call waiting for a pooled connection (all of them stuck behind a lock,
@@ -390,6 +432,7 @@ func (s *Server) Register(api huma.API) {
 	s.registerAlerts(api)
 	s.registerProviders(api)
 	s.registerCoverage(api)
+	s.registerAudit(api)
 }
 
 // ConflictError is the 409 problem: RFC 9457's members plus, when the job

@@ -1,23 +1,42 @@
 package api
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
+// long makes a token of the minimum strength from a short label.
+func long(label string) string { return label + strings.Repeat("x", TokenMinLength-len(label)) }
+
 func TestParseTokens(t *testing.T) {
 	t.Parallel()
-	tokens, err := ParseTokens("viewer:v1, operator:o1,viewer:v2")
+	tokens, names, err := ParseTokens("viewer:" + long("v1") + ", operator:" + long("o1") + ",viewer:" + long("v2"))
 	require.NoError(t, err)
-	require.Equal(t, map[string]Role{"v1": RoleViewer, "o1": RoleOperator, "v2": RoleViewer}, tokens)
+	require.Equal(t, map[string]Role{long("v1"): RoleViewer, long("o1"): RoleOperator, long("v2"): RoleViewer}, tokens)
+	require.Regexp(t, `^fp-[0-9a-f]{8}$`, names[long("o1")], "no name given: a fingerprint")
+	require.NotEqual(t, names[long("v1")], names[long("v2")])
 
-	for _, bad := range []string{"", "admin:x", "viewer", "viewer:", ","} {
-		_, err := ParseTokens(bad)
+	for _, bad := range []string{"", "admin:" + long("x"), "viewer", "viewer:", ",", "operator:short", "operator:alice:short", "operator:bad name:" + long("x")} {
+		_, _, err := ParseTokens(bad)
 		require.Error(t, err, bad)
+		require.NotContains(t, err.Error(), "short", "the error never quotes a token")
 	}
 }
 
+// role:name:token entries name their token; the name is what requests and
+// the audit record, never the token.
+func TestParseTokens_Named(t *testing.T) {
+	t.Parallel()
+	tokens, names, err := ParseTokens("operator:alice:" + long("a") + "\nviewer:ci-bot:" + long("b") + "\noperator:" + long("c:with:colons"))
+	require.NoError(t, err)
+	require.Equal(t, RoleOperator, tokens[long("a")])
+	require.Equal(t, "alice", names[long("a")])
+	require.Equal(t, "ci-bot", names[long("b")])
+	_, _, err = ParseTokens("operator:" + strings.Repeat("y", TokenMinLength-1))
+	require.ErrorContains(t, err, "at least 32 characters")
+}
 func TestParseID(t *testing.T) {
 	t.Parallel()
 	id, ok := parseID("42")
@@ -33,10 +52,10 @@ func TestParseID(t *testing.T) {
 // rotation); a token with two roles is refused.
 func TestParseTokens_File(t *testing.T) {
 	t.Parallel()
-	tokens, err := ParseTokens("# rotated 2026-11-30\noperator:new-op\noperator:old-op\n\nviewer:v1,viewer:v2\n")
+	tokens, _, err := ParseTokens("# rotated 2026-11-30\noperator:" + long("new-op") + "\noperator:" + long("old-op") + "\n\nviewer:" + long("v1") + ",viewer:" + long("v2") + "\n")
 	require.NoError(t, err)
-	require.Equal(t, map[string]Role{"new-op": RoleOperator, "old-op": RoleOperator, "v1": RoleViewer, "v2": RoleViewer}, tokens)
-	_, err = ParseTokens("operator:same\nviewer:same")
+	require.Equal(t, map[string]Role{long("new-op"): RoleOperator, long("old-op"): RoleOperator, long("v1"): RoleViewer, long("v2"): RoleViewer}, tokens)
+	_, _, err = ParseTokens("operator:" + long("same") + "\nviewer:" + long("same"))
 	require.ErrorContains(t, err, "entry 2")
 }
 

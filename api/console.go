@@ -6,7 +6,13 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/buildrisk/radar/observability"
 )
 
 // The batch console: one server-rendered page at / whose small script
@@ -40,7 +46,17 @@ type loginPage struct {
 
 func (s *Server) registerConsole() {
 	static, _ := fs.Sub(webFiles, "web/static")
-	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	files := http.StripPrefix("/static/", http.FileServerFS(static))
+	s.mux.Handle("GET /static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The file server answers 500 for a name fs.FS refuses (invalid
+		// UTF-8, NUL, ".."): such a name is simply not one of our files.
+		name := strings.TrimPrefix(r.URL.Path, "/static/")
+		if !utf8.ValidString(name) || strings.ContainsRune(name, 0) || (name != "" && !fs.ValidPath(strings.TrimSuffix(name, "/"))) {
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	}))
 	s.mux.HandleFunc("GET /{$}", s.consoleHome)
 	s.mux.HandleFunc("GET /login", s.loginForm)
 	s.mux.HandleFunc("POST /login", s.login)
@@ -79,27 +95,56 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin login refused", http.StatusForbidden)
 		return
 	}
+	if s.refuseLimited(w, r, false) {
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	next := localPath(r.PostFormValue("next"))
-	role, ok := s.lookupToken(strings.TrimSpace(r.PostFormValue("token")))
+	role, name, ok := s.lookupToken(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
+		s.authFailed(r.Context(), r, observability.AuthViaLogin)
+		s.audit(r.Context(), "anonymous", AuditLoginFailed, "", "")
 		s.render(w, http.StatusUnauthorized, "login.html", loginPage{Next: next, Error: "That token is not valid. Use a viewer or operator token from BUILDRISK_API_TOKENS."})
 		return
 	}
-	setSessionCookie(w, r, s.sessions.encode(s.sessions.newSession(role)), int(SessionTTL.Seconds()))
+	sess, err := s.startSession(r.Context(), role, name)
+	if err != nil {
+		s.cfg.Logger.Error("error starting a console session", "error", err.Error())
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+		http.Error(w, "the database is unavailable; try again in a moment", http.StatusServiceUnavailable)
+		return
+	}
+	setSessionCookie(w, r, s.sessions.encode(sess), int(SessionTTL.Seconds()))
+	s.audit(r.Context(), name, AuditLogin, "", string(role))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// logout deletes the session cookie. It is a POST carrying the CSRF token,
-// so another site cannot sign a user out.
+// logout ends the session on the server and deletes the cookie; with
+// everywhere=1 it ends every console session. It is a POST carrying the
+// CSRF token, so another site cannot sign a user out.
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	if err := s.crossOrigin.Check(r); err != nil {
 		http.Error(w, "cross-origin logout refused", http.StatusForbidden)
 		return
 	}
-	if sess, ok := s.sessionFrom(r); ok && !s.sessions.checkCSRF(sess, r.PostFormValue("csrf")) {
-		http.Error(w, "missing or wrong CSRF token; reload the console", http.StatusForbidden)
-		return
+	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+	if sess, ok := s.sessionFrom(r); ok {
+		if !s.sessions.checkCSRF(sess, r.PostFormValue("csrf")) {
+			http.Error(w, "missing or wrong CSRF token; reload the console", http.StatusForbidden)
+			return
+		}
+		everywhere := r.PostFormValue("everywhere") == "1"
+		if err := s.endSessions(r.Context(), sess, everywhere); err != nil {
+			s.cfg.Logger.Error("error ending a console session", "error", err.Error())
+			w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+			http.Error(w, "the database is unavailable: the session is not ended yet; try again in a moment", http.StatusServiceUnavailable)
+			return
+		}
+		detail := ""
+		if everywhere {
+			detail = "everywhere"
+		}
+		s.audit(r.Context(), sess.Name, AuditLogout, "", detail)
 	}
 	setSessionCookie(w, r, "", -1)
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
@@ -125,10 +170,23 @@ func (s *Server) render(w http.ResponseWriter, status int, name string, data any
 	_, _ = buf.WriteTo(w)
 }
 
-// localPath keeps a redirect target on this site: a path, never a URL or a
-// protocol-relative //host.
+// localPath keeps a redirect target on this site: a clean path, never a URL
+// or a protocol-relative //host. A browser strips tabs and newlines and reads
+// a backslash as a slash, so "/\t/evil.example" or "/\\evil.example" would
+// leave the site: any control character or backslash, a scheme, a host or a
+// path that (decoded) starts with "//" gives "/" instead.
 func localPath(p string) string {
-	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") {
+	if !strings.HasPrefix(p, "/") || strings.ContainsRune(p, '\\') {
+		return "/"
+	}
+	for _, r := range p {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return "/"
+		}
+	}
+	u, err := url.Parse(p)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" ||
+		!strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") {
 		return "/"
 	}
 	return p

@@ -93,5 +93,6 @@ func (s *Server) abandonExecution(ctx context.Context, in *executionInput) (*Exe
 	out := &ExecutionAbandonOutput{}
 	out.Body.ID = formatID(id)
 	out.Body.Status = request.ExecutionAbandoned
+	s.audit(ctx, "", AuditAbandon, "execution "+formatID(id), "")
 	return out, nil
 }

@@ -213,6 +213,7 @@ func (s *Server) stopJob(ctx context.Context, in *jobInput) (*JobStopOutput, err
 	out := &JobStopOutput{}
 	out.Body.ExecutionID = formatID(stopped.ID)
 	out.Body.Status = stopped.Status
+	s.audit(ctx, "", AuditStop, in.Job, "execution "+out.Body.ExecutionID)
 	return out, nil
 }
 

@@ -16,9 +16,15 @@ const MaxBodyBytesDefault = 1 << 20
 
 // limitBody answers 413 for a body over the limit before any handler reads
 // it: at once when Content-Length says so, and after at most limit+1 bytes
-// for a body of unknown length. A body within the limit is buffered (at most
-// limit bytes) and handed on, so no handler can read more than the limit,
-// whatever path it takes (Huma's RawBody has no limit of its own).
+// for a body of unknown length from an authenticated caller. Such a body
+// within the limit is buffered (at most limit bytes) and handed on, so no
+// handler can read more than the limit, whatever path it takes (Huma's
+// RawBody has no limit of its own). A body of unknown length from anyone
+// else (the console's login and logout forms, paths that take no body) is
+// never buffered: it is only capped while the handler streams it.
+//
+// It runs after authenticate, which has already refused an anonymous /v1
+// or River UI call without reading its body.
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	limit := s.cfg.MaxBodyBytes
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -31,6 +37,11 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			return
 		}
 		if r.ContentLength < 0 {
+			if !authenticated(r) {
+				r.Body = http.MaxBytesReader(w, r.Body, limit)
+				next.ServeHTTP(w, r)
+				return
+			}
 			buf, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 			var tooLarge *http.MaxBytesError
 			switch {

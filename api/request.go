@@ -189,7 +189,7 @@ func (s *Server) decodeRequestBody(ctx context.Context, job string, raw []byte) 
 	}
 	return &request.EnqueueParams{
 		Job: job, Params: body.Params, MaxCalls: body.MaxCalls, ConfirmPurge: body.ConfirmPurge,
-		Source: request.SourceAPI, RequestedBy: "api",
+		Source: request.SourceAPI, RequestedBy: callerName(ctx),
 	}, nil
 }
 
@@ -217,6 +217,7 @@ func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*Re
 	out.Body.Status = res.Request.Status
 	out.Body.EstimatedCalls = res.EstimatedCalls
 	out.Body.ResumesExecutionID = formatIDPtr(res.ResumesExecutionID)
+	s.audit(ctx, "", AuditRequest, job, "request "+out.Body.RequestID)
 	return out, nil
 }
 

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strings"
 )
@@ -26,7 +27,7 @@ const riverUIQueueRefusal = "the service's queues are River's to run; stop a run
 // not a GET, HEAD or OPTIONS is refused with 403 and a message naming the
 // service's operation to use instead, before River UI sees it. Its pages
 // get the console's framing and sniffing protections.
-func riverUIReadOnly(next http.Handler) http.Handler {
+func riverUIReadOnly(next http.Handler, audit func(ctx context.Context, path string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("X-Frame-Options", "DENY")
@@ -42,6 +43,7 @@ func riverUIReadOnly(next http.Handler) http.Handler {
 		if !ok {
 			instead = riverUIQueueRefusal
 		}
+		audit(r.Context(), path)
 		writeProblem(w, http.StatusForbidden, "River UI is read-only in buildrisk-radar: "+instead)
 	})
 }

@@ -117,9 +117,9 @@ func TestCompose(t *testing.T) {
 	require.Contains(t, c.Services["postgres"].Volumes, "./postgres/10-roles.sh:/docker-entrypoint-initdb.d/10-roles.sh:ro")
 	initScript, err := os.ReadFile("postgres/10-roles.sh")
 	require.NoError(t, err)
-	for _, user := range []string{"radar_api", "radar_worker"} {
+	for user, group := range map[string]string{"radar_api": "radar_app_api", "radar_worker": "radar_app"} {
 		require.Contains(t, string(initScript), "CREATE ROLE "+user+" LOGIN PASSWORD :'", "%s gets a password from the environment", user)
-		require.Regexp(t, "CREATE ROLE "+user+" [^;]*IN ROLE radar_app;", string(initScript))
+		require.Regexp(t, "CREATE ROLE "+user+" [^;]*IN ROLE "+group+";", string(initScript))
 	}
 
 	// Safe defaults: no default token (compose refuses to start without

@@ -202,6 +202,7 @@ const (
 
 // Prometheus names, as scraped, of every instrument in [Instruments].
 const (
+	MetricAuthFailures           = "buildrisk_auth_failures_total"
 	MetricAutoResumes            = "buildrisk_auto_resumes_total"
 	MetricAutoResumesRefused     = "buildrisk_auto_resumes_refused_total"
 	MetricChunkDuration          = "buildrisk_chunk_duration_seconds"
@@ -239,6 +240,7 @@ const (
 // name (their series add _bucket, _sum and _count). Alert rules, dashboards
 // and tests in other packages compare against it. Don't modify it.
 var MetricNames = []string{
+	MetricAuthFailures,
 	MetricAutoResumesRefused,
 	MetricAutoResumes,
 	MetricChunkDuration,
@@ -318,6 +320,7 @@ type Instruments struct {
 	// item or per call (ExternalCall, FanoutInflightAdd, ItemsCounted),
 	// built once per distinct value instead of at every call.
 	hot                    attrSets
+	authFailures           metric.Int64Counter
 	autoResumes            metric.Int64Counter
 	autoResumesRefused     metric.Int64Counter
 	chunkDuration          metric.Float64Histogram
@@ -416,6 +419,13 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 	i.fanoutRejections, err = meter.Int64Counter("buildrisk.fanout.rejections",
 		metric.WithDescription("Items of a job's fan-out refused instead of processed, by reason; closed, queue_full and submit_failed are losses and should always be 0."),
 		metric.WithUnit("{item}"))
+	check(err)
+
+	// buildrisk_auth_failures_total{via}: failed credential checks (a wrong
+	// bearer token, a wrong login token); via: AuthViaBearer, AuthViaLogin.
+	i.authFailures, err = meter.Int64Counter("buildrisk.auth.failures",
+		metric.WithDescription("Failed credential checks of the api (a wrong bearer token or login), by via (bearer, login); a burst is someone guessing tokens."),
+		metric.WithUnit("{attempt}"))
 	check(err)
 
 	// buildrisk_worker_stale_heartbeats_total: workers the reaper found
@@ -770,6 +780,27 @@ func (i *Instruments) RequestRecorded(ctx context.Context, job, source, result s
 		attrSource.String(oneOf(source, SourceAPI, SourceChain, SourceCLI, SourceResume, SourceSchedule)),
 		attrResult.String(oneOf(result, ResultAccepted, ResultDuplicate, ResultInvalid)),
 	))
+}
+
+// Values of AuthFailed's via.
+const (
+	AuthViaBearer = "bearer"
+	AuthViaLogin  = "login"
+)
+
+// AuthFailuresInit exports buildrisk_auth_failures_total at 0 for every
+// via, so the first failures are an increase an alert can see. The api
+// calls it at start.
+func (i *Instruments) AuthFailuresInit(ctx context.Context) {
+	for _, via := range []string{AuthViaBearer, AuthViaLogin} {
+		i.authFailures.Add(ctx, 0, metric.WithAttributes(attribute.String("via", via)))
+	}
+}
+
+// AuthFailed counts one failed credential check (via AuthViaBearer or
+// AuthViaLogin).
+func (i *Instruments) AuthFailed(ctx context.Context, via string) {
+	i.authFailures.Add(ctx, 1, metric.WithAttributes(attribute.String("via", oneOf(via, AuthViaBearer, AuthViaLogin))))
 }
 
 // OwnershipLost counts one run of job that found its execution no longer

@@ -75,6 +75,7 @@ func setupInstruments(t *testing.T) *instrumentsTestBundle {
 // recordOneOfEach calls every method of Instruments once.
 func recordOneOfEach(ctx context.Context, inst *Instruments) {
 	inst.FanoutRejected(ctx, "creditEval", ReasonQueueFull)
+	inst.AuthFailed(ctx, AuthViaBearer)
 	inst.StaleHeartbeatReaped(ctx)
 	inst.RequestRecorded(ctx, "aptTrade", SourceAPI, ResultAccepted)
 	inst.ExecutionFinished(ctx, "aptTrade", StatusCompleted)
@@ -126,6 +127,7 @@ func TestInstrumentsScrapedNames(t *testing.T) {
 		labels []string
 		typ    dto.MetricType
 	}{
+		"buildrisk_auth_failures_total":                  {[]string{"via"}, dto.MetricType_COUNTER},
 		"buildrisk_auto_resumes_total":                   {[]string{"cause", "job"}, dto.MetricType_COUNTER},
 		"buildrisk_auto_resumes_refused_total":           {[]string{"cause", "job"}, dto.MetricType_COUNTER},
 		"buildrisk_chunk_duration_seconds":               {[]string{"job"}, dto.MetricType_HISTOGRAM},

@@ -3,7 +3,7 @@
 -- date), counted from the domain tables alone. The definitions are
 -- documented beside each job (jobs.Coverage in jobs/<job>.go); jobs/coverage
 -- binds each job to its two queries here. Every count is one merge join of
--- two indexes in key order (00006_coverage.sql), and every missing list a
+-- two indexes in key order (00008_coverage.sql), and every missing list a
 -- keyset page after the cursor.
 
 -- name: CoverageCreditEvalCount :one

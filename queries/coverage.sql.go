@@ -28,7 +28,7 @@ type CoverageCreditEvalCountRow struct {
 // date), counted from the domain tables alone. The definitions are
 // documented beside each job (jobs.Coverage in jobs/<job>.go); jobs/coverage
 // binds each job to its two queries here. Every count is one merge join of
-// two indexes in key order (00006_coverage.sql), and every missing list a
+// two indexes in key order (00008_coverage.sql), and every missing list a
 // keyset page after the cursor.
 // CoverageCreditEvalCount: targets are the companies with outstanding
 // exposure; current, those with a grade for data_date (the eval date).

@@ -75,6 +75,16 @@ type AptTrade struct {
 	UpdatedAt     time.Time
 }
 
+type AuditEvent struct {
+	ID     int64
+	At     time.Time
+	Actor  string
+	Client string
+	Action string
+	Target string
+	Detail string
+}
+
 type Company struct {
 	CorpCode    string
 	Name        string
@@ -89,6 +99,15 @@ type Company struct {
 type CompanyRegion struct {
 	CorpCode string
 	Region   string
+}
+
+type ConsoleSession struct {
+	IDHash    string
+	Role      string
+	TokenName string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	RevokedAt *time.Time
 }
 
 type CorpCodeDownload struct {

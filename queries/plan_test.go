@@ -204,7 +204,7 @@ const (
 // so they cannot meet maxRowsRead: each must finish within the scrape's
 // timeout at a million targets (the figures are logged; BENCHMARKS.md).
 // With two days in the table the planner rightly scans the day's half of
-// credit_grade; with a year of history the date indexes of 00006 take over.
+// credit_grade; with a year of history the date indexes of 00008 take over.
 // The missing lists' first page never reads a per-day table whole.
 func TestPlans_CoverageCountsAtAMillionTargets(t *testing.T) {
 	t.Parallel()

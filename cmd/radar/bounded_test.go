@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,4 +114,115 @@ func TestBounded_ServerTimeouts(t *testing.T) {
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(30*time.Second)))
 	_, err = io.ReadAll(bufio.NewReader(conn))
 	require.NoError(t, err, "the server closed the connection (a deadline error means it never did)")
+}
+
+// gatedBody sends head bytes, then holds the rest back until release is
+// closed: a server that waits for the whole body before answering never
+// answers while the gate is shut.
+type gatedBody struct {
+	head    io.Reader
+	release <-chan struct{}
+	sent    *atomic.Int64
+}
+
+func (b *gatedBody) Read(p []byte) (int, error) {
+	n, err := b.head.Read(p)
+	b.sent.Add(int64(n))
+	if err == io.EOF {
+		<-b.release
+		return 0, io.EOF
+	}
+	return n, err
+}
+
+// An anonymous caller is refused (401) before any of its body is read: 120
+// anonymous chunked uploads at once each get their 401 while their body is
+// still held back by the client, and 120 full 1 MiB anonymous chunked
+// uploads allocate far less than one of them each. Not parallel: it
+// measures the process's allocations.
+func TestBounded_AnonymousBodyIsNotRead(t *testing.T) {
+	s := newTestSystem(t, nil)
+	const uploads = 120
+	transport := &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: uploads}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport, Timeout: 20 * time.Second}
+	paths := []string{"/v1/jobs/aptTrade/requests", "/v1/jobs/aptTrade/stop", "/riverui/api/jobs/cancel"}
+	upload := func(path string, body io.Reader) int {
+		req, err := http.NewRequest(http.MethodPost, s.api.URL+path, body)
+		require.NoError(t, err)
+		req.ContentLength = -1 // Transfer-Encoding: chunked
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+			return 0
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	// The 401 comes while the body is held back.
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	for i := range uploads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			release := make(chan struct{})
+			timer := time.AfterFunc(5*time.Second, func() { close(release) })
+			defer timer.Stop()
+			start := time.Now()
+			status := upload(paths[i%len(paths)], &gatedBody{head: io.LimitReader(spaces{}, 16<<10), release: release, sent: &sent})
+			if timer.Stop() {
+				close(release)
+			}
+			if status != http.StatusUnauthorized || time.Since(start) >= 5*time.Second {
+				t.Errorf("upload %d: status %d after %v: the server waited for the body", i, status, time.Since(start))
+			}
+		}()
+	}
+	wg.Wait()
+
+	// 120 whole 1 MiB bodies: the api allocates a small part of one each.
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var m runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			runtime.ReadMemStats(&m)
+			if m.HeapInuse > peak.Load() {
+				peak.Store(m.HeapInuse)
+			}
+		}
+	}()
+	for i := range uploads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status := upload(paths[i%len(paths)], io.LimitReader(spaces{}, 1<<20-1))
+			if status != http.StatusUnauthorized {
+				t.Errorf("upload %d: status %d", i, status)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-sampled
+	runtime.ReadMemStats(&after)
+	grew := after.TotalAlloc - before.TotalAlloc
+	peakGrowth := int64(peak.Load()) - int64(before.HeapInuse)
+	t.Logf("%d anonymous chunked uploads of 1 MiB: the process allocated %.1f MiB, heap in use peaked %.1f MiB above the start",
+		uploads, float64(grew)/(1<<20), float64(peakGrowth)/(1<<20))
+	require.Less(t, grew, uint64(40<<20), "anonymous bodies were read into memory")
 }

@@ -301,6 +301,11 @@ func TestConsole_Browser(t *testing.T) {
 	require.True(t, eval[bool](b, "window.__sameDocument === true"), "still the same page")
 	b.screenshot("stopped")
 
+	// The audit trail shows the stop and the requests, by the token's name.
+	b.waitFor("the stop in the audit trail", `document.querySelector("#audit tbody").innerText.includes("stop")`)
+	require.Contains(t, b.text("#audit tbody"), "aptTrade")
+	require.Contains(t, b.text("#audit tbody"), "request "+first)
+
 	// River UI is linked for operators and opens.
 	require.Equal(t, "/riverui/", eval[string](b, `document.querySelector("#riverui-link").getAttribute("href")`))
 

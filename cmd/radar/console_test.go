@@ -83,7 +83,7 @@ func (c *consoleClient) page() string {
 func sessionCookie(t *testing.T, resp *http.Response) *http.Cookie {
 	t.Helper()
 	for _, c := range resp.Cookies() {
-		if c.Name == api.SessionCookieName {
+		if c.Name == api.SessionCookieName || c.Name == api.SessionCookieNameTLS {
 			return c
 		}
 	}
@@ -125,6 +125,8 @@ func TestConsole_Session(t *testing.T) {
 	require.Contains(t, body, `data-role="operator"`)
 	require.Contains(t, body, `id="request-form"`)
 	require.Contains(t, body, `href="/riverui/"`)
+	require.Contains(t, body, `id="audit"`, "operators see the audit trail")
+	require.Contains(t, body, `id="logout-everywhere"`)
 
 	resp, _ = c.send(http.MethodGet, "/v1/jobs", "", "", nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "the cookie authenticates GETs")
@@ -159,6 +161,36 @@ func TestConsole_Session(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 }
 
+// next after login is only ever a clean local path: a control character,
+// a backslash, a scheme or a host after parsing sends the user to "/". A
+// browser strips tabs and newlines, so "/<TAB>/evil.example" would land on
+// evil.example.
+func TestConsole_LoginNextStaysLocal(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	c := newConsoleClient(t, s.api)
+	hostile := []string{
+		"/\t/evil.example", "/\n/evil.example", "/\r//evil.example", "/\x00/evil.example",
+		"//evil.example", "/\\evil.example", "\\/evil.example", "/\x7f/evil.example",
+		"https://evil.example/", "javascript:alert(1)", "/%2F/evil.example", " /evil.example",
+	}
+	check := func(resp *http.Response, next string) {
+		t.Helper()
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode, "%q", next)
+		require.Equal(t, "/", resp.Header.Get("Location"), "next %q", next)
+	}
+	for _, next := range hostile {
+		resp, _ := c.send(http.MethodPost, "/login", "application/x-www-form-urlencoded", url.Values{"token": {testOperatorToken}, "next": {next}}.Encode(), nil)
+		check(resp, next)
+		resp, _ = c.send(http.MethodGet, "/login?next="+url.QueryEscape(next), "", "", nil)
+		check(resp, next) // logged in: straight to next
+	}
+	resp, _ := c.send(http.MethodGet, "/login?next=/%09/evil.example", "", "", nil)
+	check(resp, "the issue's /%09/evil.example")
+	resp, _ = c.send(http.MethodGet, "/login?next="+url.QueryEscape("/riverui/?q=1#top"), "", "", nil)
+	require.Equal(t, "/riverui/?q=1#top", resp.Header.Get("Location"), "a clean local path is kept")
+}
+
 // A viewer's console has no form and no River UI link, and the API refuses
 // its POSTs even with the CSRF token.
 func TestConsole_Viewer(t *testing.T) {
@@ -170,6 +202,7 @@ func TestConsole_Viewer(t *testing.T) {
 	require.Contains(t, body, `data-role="viewer"`)
 	require.NotContains(t, body, `id="request-form"`)
 	require.NotContains(t, body, "/riverui/")
+	require.NotContains(t, body, `id="audit"`, "the audit trail is for operators")
 	resp, _ := c.send(http.MethodPost, "/v1/jobs/aptTrade/requests", "application/json", aptTradeBody([]string{"11110"}, "2025-01", "2025-01"),
 		map[string]string{"X-CSRF-Token": c.csrf})
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
@@ -367,6 +400,10 @@ func TestConsole_RiverUIMutationsRefused(t *testing.T) {
 		require.Contains(t, body, "River UI is read-only")
 		require.Contains(t, body, call.names, "%s %s names the operation to use", call.method, call.path)
 	}
+	var refused int
+	require.NoError(t, s.apiPool.QueryRow(context.Background(),
+		"SELECT count(*) FROM audit_event WHERE action = 'riverui_write_refused' AND actor LIKE 'fp-%' AND client = '127.0.0.1'").Scan(&refused))
+	require.Equal(t, 5, refused, "each refused River UI mutation is in the audit trail, with who and from where")
 	var requestStatus, riverState string
 	var cancelAttempted bool
 	require.NoError(t, s.pool.QueryRow(context.Background(),
@@ -381,4 +418,137 @@ func TestConsole_RiverUIMutationsRefused(t *testing.T) {
 	require.Equal(t, "DONE", out["status"])
 	require.Equal(t, "COMPLETED", execution(t, out)["status"])
 	require.Equal(t, 1, s.count("SELECT count(*) FROM job_request"), "no resume, no second run")
+}
+
+// With auth off (BUILDRISK_INSECURE_NO_AUTH=1) a browser on another site
+// still cannot act: the cross-origin check stays, and a body must be
+// application/json (a cross-site form or text/plain POST needs no
+// preflight). Every JSON endpoint refuses another type (415) and duplicate
+// keys (400), with or without auth.
+func TestConsole_InsecureKeepsCrossOriginAndJSON(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_INSECURE_NO_AUTH": "1"}})
+	c := newConsoleClient(t, s.api)
+	body := aptTradeBody([]string{"11110"}, "2025-01", "2025-01")
+	for _, header := range []map[string]string{{"Sec-Fetch-Site": "cross-site"}, {"Origin": "http://evil.example"}} {
+		resp, out := c.send(http.MethodPost, "/v1/jobs/aptTrade/requests", "application/json", body, header)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, "%v: %s", header, out)
+		resp, _ = c.send(http.MethodPost, "/v1/jobs/aptTrade/stop", "", "", header)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, "%v", header)
+	}
+	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", ""} {
+		resp, out := c.send(http.MethodPost, "/v1/jobs/aptTrade/requests", ct, body, nil)
+		require.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode, "%q: %s", ct, out)
+		require.Contains(t, out, "application/json")
+	}
+	resp, out := c.send(http.MethodPost, "/v1/jobs/aptTrade/requests", "application/json",
+		`{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01","to":"2025-12"}}`, nil)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, out)
+	require.Contains(t, out, "duplicate")
+	require.Contains(t, out, "params.to")
+	require.Equal(t, 0, s.count("SELECT count(*) FROM job_request"), "nothing was requested")
+
+	resp, out = c.send(http.MethodPost, "/v1/jobs/aptTrade/requests", "application/json; charset=utf-8", body, nil)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, out)
+
+	// With auth on, the same rules for a bearer caller.
+	authed := newTestSystem(t, nil)
+	bearer := map[string]string{"Authorization": "Bearer " + testOperatorToken}
+	ac := newConsoleClient(t, authed.api)
+	resp, out = ac.send(http.MethodPost, "/v1/jobs/aptTrade/estimate", "text/plain", body, bearer)
+	require.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode, out)
+	resp, out = ac.send(http.MethodPost, "/v1/jobs/aptTrade/estimate", "application/json", `{"params":{},"params":{}}`, bearer)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, out)
+}
+
+// Logout ends the session on the server: the cookie, copied before, is
+// useless after it (on /v1 and on the console). "Sign out everywhere" ends
+// every session of every browser at once.
+func TestConsole_LogoutRevokesTheSession(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	withCookie := func(value, path string) int {
+		req, err := http.NewRequest(http.MethodGet, s.api.URL+path, nil)
+		require.NoError(t, err)
+		req.AddCookie(&http.Cookie{Name: api.SessionCookieName, Value: value})
+		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	c := newConsoleClient(t, s.api)
+	copied := sessionCookie(t, c.login(testOperatorToken)).Value
+	require.Equal(t, http.StatusOK, withCookie(copied, "/v1/jobs"))
+	c.page()
+	resp, _ := c.send(http.MethodPost, "/logout", "application/x-www-form-urlencoded", url.Values{"csrf": {c.csrf}}.Encode(), nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, http.StatusUnauthorized, withCookie(copied, "/v1/jobs"), "the copied cookie no longer works")
+	require.Equal(t, http.StatusSeeOther, withCookie(copied, "/"), "the console sends it to the login page")
+
+	a, b := newConsoleClient(t, s.api), newConsoleClient(t, s.api)
+	cookieA := sessionCookie(t, a.login(testOperatorToken)).Value
+	cookieB := sessionCookie(t, b.login(testViewerToken)).Value
+	require.Equal(t, http.StatusOK, withCookie(cookieB, "/v1/jobs"))
+	a.page()
+	resp, _ = a.send(http.MethodPost, "/logout", "application/x-www-form-urlencoded", url.Values{"csrf": {a.csrf}, "everywhere": {"1"}}.Encode(), nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, http.StatusUnauthorized, withCookie(cookieA, "/v1/jobs"))
+	require.Equal(t, http.StatusUnauthorized, withCookie(cookieB, "/v1/jobs"), "signed out everywhere")
+	require.Equal(t, http.StatusSeeOther, newConsoleClient(t, s.api).login(testOperatorToken).StatusCode, "a new login works")
+}
+
+// The low findings: a bad static path is a 4xx, not a 500; /v1 answers
+// (refusals included) are nosniff and no-store; over TLS the session
+// cookie is __Host- prefixed (Secure, Path=/, no Domain), so a sibling
+// host cannot plant one, and the unprefixed name is not read there.
+func TestConsole_LowFindings(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	for _, path := range []string{"/static/%ff", "/static/%c0%af", "/static/..%2f..%2fetc%2fpasswd", "/static/a%00b"} {
+		resp, err := http.Get(s.api.URL + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.GreaterOrEqual(t, resp.StatusCode, 400, path)
+		require.Less(t, resp.StatusCode, 500, path)
+	}
+	for _, token := range []string{testViewerToken, ""} {
+		req, err := http.NewRequest(http.MethodGet, s.api.URL+"/v1/jobs", nil)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"), "token %q", token)
+		require.Equal(t, "no-store", resp.Header.Get("Cache-Control"), "token %q", token)
+	}
+
+	tlsServer := httptest.NewTLSServer(s.api.Config.Handler)
+	t.Cleanup(tlsServer.Close)
+	c := newConsoleClient(t, tlsServer)
+	resp := c.login(testOperatorToken)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	var cookie *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == api.SessionCookieNameTLS {
+			cookie = ck
+		}
+	}
+	require.NotNil(t, cookie, "over TLS the cookie is %s: %v", api.SessionCookieNameTLS, resp.Header.Values("Set-Cookie"))
+	require.True(t, cookie.Secure)
+	require.Equal(t, "/", cookie.Path)
+	require.Empty(t, cookie.Domain)
+	get := func(name, value string) int {
+		req, err := http.NewRequest(http.MethodGet, tlsServer.URL+"/v1/jobs", nil)
+		require.NoError(t, err)
+		req.AddCookie(&http.Cookie{Name: name, Value: value})
+		resp, err := (&http.Client{Transport: tlsServer.Client().Transport}).Do(req) // no jar
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, get(api.SessionCookieNameTLS, cookie.Value))
+	require.Equal(t, http.StatusUnauthorized, get(api.SessionCookieName, cookie.Value), "over TLS only the __Host- cookie counts")
 }

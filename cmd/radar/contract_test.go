@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/jobs"
 )
 
@@ -73,6 +75,8 @@ func newContract(t *testing.T, base string) *contract {
 // exchange is one call the test makes.
 type exchange struct {
 	method, path, token, body string
+	// contentType, when set, is sent instead of application/json.
+	contentType string
 	// contentLength, when set, is sent instead of the body's length (a
 	// body over the limit is refused by its announced length).
 	contentLength int64
@@ -92,7 +96,7 @@ func (c *contract) do(e exchange) map[string]any {
 	if e.body == "" {
 		req.Body, req.ContentLength = http.NoBody, 0
 	} else {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", cmp.Or(e.contentType, "application/json"))
 	}
 	if e.contentLength > 0 {
 		req.ContentLength = e.contentLength
@@ -372,6 +376,22 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 	c.do(exchange{method: http.MethodGet, path: "/v1/coverage/creditEval/missing?limit=0", token: viewer, invalid: true, want: http.StatusBadRequest})
 	c.do(exchange{method: http.MethodGet, path: "/v1/coverage/aptTrade/missing", token: viewer, want: http.StatusNotFound})
 	c.do(exchange{method: http.MethodGet, path: "/v1/coverage/creditEval/missing", invalid: true, want: http.StatusUnauthorized})
+	c.do(exchange{method: http.MethodGet, path: "/v1/audit", token: op, want: http.StatusOK})
+	c.do(exchange{method: http.MethodGet, path: "/v1/audit?limit=1", token: op, want: http.StatusOK})
+	c.do(exchange{method: http.MethodGet, path: "/v1/audit?limit=0", token: op, invalid: true, want: http.StatusBadRequest})
+	c.do(exchange{method: http.MethodGet, path: "/v1/audit", token: viewer, want: http.StatusForbidden})
+	c.do(exchange{method: http.MethodGet, path: "/v1/audit", invalid: true, want: http.StatusUnauthorized})
+
+	// Every POST refuses a body that is not JSON (415) or repeats a key
+	// (400) before its handler runs.
+	for path, item := range c.doc.Paths.Map() {
+		if item.Post == nil {
+			continue
+		}
+		path = strings.NewReplacer("{job}", "noSuchJob", "{id}", "999999").Replace(path)
+		c.do(exchange{method: http.MethodPost, path: path, token: op, body: `{"params":{}}`, contentType: "text/plain", invalid: true, want: http.StatusUnsupportedMediaType})
+		c.do(exchange{method: http.MethodPost, path: path, token: op, body: `{"params":{},"params":{}}`, invalid: true, want: http.StatusBadRequest})
+	}
 
 	// The database unavailable: every table locked, so each operation's
 	// statement hits the api's lock_timeout and answers 503 + Retry-After.
@@ -381,6 +401,7 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 		for _, path := range reads {
 			c.do(exchange{method: http.MethodGet, path: path, token: viewer, want: http.StatusServiceUnavailable})
 		}
+		c.do(exchange{method: http.MethodGet, path: "/v1/audit", token: op, want: http.StatusServiceUnavailable})
 		for _, def := range catalog.All() {
 			example, err := json.Marshal(map[string]any{"params": def.Example()})
 			require.NoError(t, err)
@@ -392,6 +413,29 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 		c.do(exchange{method: http.MethodPost, path: "/v1/jobs/aptTrade/stop", token: op, want: http.StatusServiceUnavailable})
 		c.do(exchange{method: http.MethodPost, path: abandon, token: op, want: http.StatusServiceUnavailable})
 	})
+
+	// Token guessing: past AuthFailuresMax wrong tokens from this address,
+	// every operation answers 429 with Retry-After, even to the right token.
+	for i := range api.AuthFailuresMax {
+		c.do(exchange{method: http.MethodGet, path: "/v1/jobs", token: fmt.Sprintf("wrong-token-%d-0123456789abcdef0123456789", i), invalid: true, want: http.StatusUnauthorized})
+	}
+	for path, item := range c.doc.Paths.Map() {
+		for method, operation := range item.Operations() {
+			if operation.Security == nil || len(*operation.Security) == 0 {
+				continue
+			}
+			path := strings.NewReplacer("{job}", "aptTrade", "{id}", "1").Replace(path)
+			body := ""
+			if parts := strings.Split(path, "/"); method == http.MethodPost && len(parts) == 5 && (parts[4] == "requests" || parts[4] == "estimate") {
+				def, ok := catalog.Lookup(parts[3])
+				require.True(t, ok, path)
+				example, err := json.Marshal(map[string]any{"params": def.Example()})
+				require.NoError(t, err)
+				body = string(example)
+			}
+			c.do(exchange{method: method, path: path, token: op, body: body, want: http.StatusTooManyRequests})
+		}
+	}
 
 	missing := c.unseen()
 	t.Logf("%d exchanges checked against the document, %d violations, %d documented answers never driven", c.checked, len(c.violations), len(missing))

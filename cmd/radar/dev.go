@@ -106,6 +106,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 		go func() { _ = fakeServer.Serve(listener) }()
 		defer fakeServer.Close()
 		base := "http://" + listener.Addr().String()
+		env.InsecureHTTPUpstream = true // dev's own fake upstream, on loopback
 		for _, p := range upstream.Providers {
 			env.UpstreamURLs[p] = base
 		}
@@ -127,6 +128,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 			return err
 		}
 		env.Tokens = map[string]api.Role{operatorToken: api.RoleOperator, viewerToken: api.RoleViewer}
+		env.TokenNames = map[string]string{operatorToken: "dev-operator", viewerToken: "dev-viewer"}
 		if err := os.MkdirAll(filepath.Dir(devTokenFile), 0o700); err == nil {
 			_ = os.WriteFile(devTokenFile, []byte(operatorToken+"\n"), 0o600)
 		}

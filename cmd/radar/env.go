@@ -23,10 +23,13 @@ import (
 // envConfig is every environment variable radar reads, read and validated
 // in this one place; a bad value fails with a message naming the variable.
 type envConfig struct {
-	DatabaseURL       string
-	HTTPAddr          string
-	AdminAddr         string
-	Tokens            map[string]api.Role
+	DatabaseURL string
+	HTTPAddr    string
+	AdminAddr   string
+	Tokens      map[string]api.Role
+	TokenNames  map[string]string
+	// SessionKey is BUILDRISK_SESSION_KEY (at least 32 characters).
+	SessionKey        []byte
 	TokensSet         bool
 	InsecureNoAuth    bool
 	HeartbeatInterval time.Duration
@@ -61,8 +64,11 @@ type envConfig struct {
 	// txPoolingConfig).
 	TxPooling    bool
 	UpstreamURLs map[upstream.Provider]string
-	Keys         map[upstream.Provider]string
-	DailyCaps    map[upstream.Provider]int
+	// InsecureHTTPUpstream is BUILDRISK_INSECURE_HTTP_UPSTREAM=1: provider
+	// URLs may be plain http (a fake upstream); otherwise they must be https.
+	InsecureHTTPUpstream bool
+	Keys                 map[upstream.Provider]string
+	DailyCaps            map[upstream.Provider]int
 	// Rates is each provider's fleet-wide rate limit in calls per second
 	// (BUILDRISK_RATE_<P>); a provider without one is absent.
 	Rates     map[upstream.Provider]float64
@@ -104,7 +110,7 @@ const (
 	apiStatementTimeoutMax     = 25 * time.Second
 )
 
-// roleNamePattern is what BUILDRISK_DB_APP_ROLE may be: a plain
+// roleNamePattern is what BUILDRISK_DB_APP_ROLE and BUILDRISK_DB_API_ROLE may be: a plain
 // PostgreSQL identifier, safe to put in the migration's SQL.
 var roleNamePattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
@@ -141,15 +147,24 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		if err != nil {
 			return nil, envError("BUILDRISK_API_TOKENS_FILE", "%v", err)
 		}
-		if c.Tokens, err = api.ParseTokens(string(raw)); err != nil {
-			return nil, envError("BUILDRISK_API_TOKENS_FILE", "%s: %v (expected role:TOKEN entries, one a line)", tokensFile, err)
+		if c.Tokens, c.TokenNames, err = api.ParseTokens(string(raw)); err != nil {
+			return nil, envError("BUILDRISK_API_TOKENS_FILE", "%s: %v (expected role:name:TOKEN or role:TOKEN entries, one a line)", tokensFile, err)
 		}
 		c.TokensSet = true
 	case tokens != "":
-		if c.Tokens, err = api.ParseTokens(tokens); err != nil {
-			return nil, envError("BUILDRISK_API_TOKENS", "%v (expected viewer:TOKEN,operator:TOKEN)", err)
+		if c.Tokens, c.TokenNames, err = api.ParseTokens(tokens); err != nil {
+			return nil, envError("BUILDRISK_API_TOKENS", "%v (expected role:name:TOKEN or role:TOKEN entries, e.g. operator:alice:TOKEN,viewer:TOKEN)", err)
 		}
 		c.TokensSet = true
+	}
+	if v := getenv("BUILDRISK_SESSION_KEY"); v != "" {
+		// new,old while rotating: each key at least TokenMinLength.
+		for i, k := range strings.Split(v, ",") {
+			if k = strings.TrimSpace(k); len(k) < api.TokenMinLength {
+				return nil, envError("BUILDRISK_SESSION_KEY", "key %d is %d characters; each must be at least %d (`openssl rand -hex 32`)", i+1, len(k), api.TokenMinLength)
+			}
+		}
+		c.SessionKey = []byte(v)
 	}
 	switch v := getenv("BUILDRISK_INSECURE_NO_AUTH"); v {
 	case "", "0", "false":
@@ -254,6 +269,13 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 			return nil, envError("BUILDRISK_FANOUT", "%q is not an integer from 1 to 1000", v)
 		}
 	}
+	switch v := getenv("BUILDRISK_INSECURE_HTTP_UPSTREAM"); v {
+	case "", "0", "false":
+	case "1", "true":
+		c.InsecureHTTPUpstream = true
+	default:
+		return nil, envError("BUILDRISK_INSECURE_HTTP_UPSTREAM", "%q is not 1 or 0", v)
+	}
 	base := strings.TrimRight(getenv("BUILDRISK_UPSTREAM_URL"), "/")
 	for _, p := range upstream.Providers {
 		url := base
@@ -263,6 +285,9 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		if url != "" {
 			if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
 				return nil, envError("BUILDRISK_"+string(p)+"_URL", "%q is not an http(s) URL", url)
+			}
+			if strings.HasPrefix(url, "http://") && !c.InsecureHTTPUpstream {
+				return nil, envError("BUILDRISK_"+string(p)+"_URL", "%q is plain http: provider keys go only over https (set BUILDRISK_INSECURE_HTTP_UPSTREAM=1 for a fake upstream)", url)
 			}
 			c.UpstreamURLs[p] = url
 		}
@@ -349,8 +374,10 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 	c.AutoResume.Location = c.Location
 	// Read by the least-privilege migration itself (goose ENVSUB); checked
 	// here so that a bad name stops `radar migrate` with a clear message.
-	if v := getenv("BUILDRISK_DB_APP_ROLE"); v != "" && !roleNamePattern.MatchString(v) {
-		return nil, envError("BUILDRISK_DB_APP_ROLE", "%q is not a role name (lower-case letters, digits and _, at most 63)", v)
+	for _, name := range []string{"BUILDRISK_DB_APP_ROLE", "BUILDRISK_DB_API_ROLE"} {
+		if v := getenv(name); v != "" && !roleNamePattern.MatchString(v) {
+			return nil, envError(name, "%q is not a role name (lower-case letters, digits and _, at most 63)", v)
+		}
 	}
 	c.MaxBodyBytes = api.MaxBodyBytesDefault
 	if v := getenv("BUILDRISK_MAX_BODY_BYTES"); v != "" {

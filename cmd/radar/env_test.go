@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -28,6 +29,8 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 		"BUILDRISK_DB_MAX_CONNS":          "0",
 		"BUILDRISK_WORKER_RETENTION":      "30s",
 		"BUILDRISK_MOLIT_URL":             "ftp://x",
+		"BUILDRISK_DB_API_ROLE":           "Radar-API",
+		"BUILDRISK_SESSION_KEY":           "too-short",
 		"BUILDRISK_DAILY_CAP_DART":        "many",
 		"BUILDRISK_RATE_MOLIT":            "0",
 		"BUILDRISK_RATE_KRX":              "-5",
@@ -82,11 +85,32 @@ func TestEnv_Defaults(t *testing.T) {
 	require.Error(t, requireDatabaseURL(env))
 
 	env, err = loadEnv(func(k string) string {
-		return map[string]string{"BUILDRISK_UPSTREAM_URL": "http://fake:8090/", "BUILDRISK_DART_URL": "https://dart.example"}[k]
+		return map[string]string{"BUILDRISK_UPSTREAM_URL": "http://fake:8090/", "BUILDRISK_DART_URL": "https://dart.example", "BUILDRISK_INSECURE_HTTP_UPSTREAM": "1"}[k]
 	})
 	require.NoError(t, err)
 	require.Equal(t, "http://fake:8090", string(env.UpstreamURLs["MOLIT"]))
 	require.Equal(t, "https://dart.example", env.UpstreamURLs["DART"], "the per-provider URL wins")
+	require.True(t, env.InsecureHTTPUpstream)
+}
+
+// Provider URLs are https unless BUILDRISK_INSECURE_HTTP_UPSTREAM=1 (a fake
+// upstream): a key never travels in clear by accident.
+func TestEnv_ProviderURLsRequireHTTPS(t *testing.T) {
+	t.Parallel()
+	_, err := loadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_MOLIT_URL": "http://molit.example"}[k]
+	})
+	require.ErrorContains(t, err, "BUILDRISK_MOLIT_URL")
+	require.ErrorContains(t, err, "BUILDRISK_INSECURE_HTTP_UPSTREAM=1")
+	env, err := loadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_UPSTREAM_URL": "https://gw.example"}[k]
+	})
+	require.NoError(t, err)
+	require.False(t, env.InsecureHTTPUpstream)
+	_, err = loadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_INSECURE_HTTP_UPSTREAM": "yes"}[k]
+	})
+	require.ErrorContains(t, err, "BUILDRISK_INSECURE_HTTP_UPSTREAM")
 }
 
 // Pool sizes follow the concurrency unless BUILDRISK_DB_MAX_CONNS says.
@@ -203,19 +227,82 @@ func TestEnv_DerivedDefaultsKeepFencing(t *testing.T) {
 	require.Equal(t, 5*time.Second, env.DBTimeout)
 }
 
+// Two operator tokens of a rotation, each of the minimum strength.
+const (
+	opNew = "op-new-0123456789abcdef0123456789ab"
+	opOld = "op-old-0123456789abcdef0123456789ab"
+)
+
+// A token shorter than 32 characters is refused at start, without quoting
+// it; role:name:token entries name their tokens.
+func TestEnv_TokensStrengthAndNames(t *testing.T) {
+	t.Parallel()
+	for _, tokens := range []string{"operator:short-secret", "operator:" + opNew + ",viewer:alice:short-secret"} {
+		_, err := loadEnv(func(k string) string { return map[string]string{"BUILDRISK_API_TOKENS": tokens}[k] })
+		require.ErrorContains(t, err, "BUILDRISK_API_TOKENS")
+		require.ErrorContains(t, err, "at least 32 characters")
+		require.NotContains(t, err.Error(), "short-secret")
+	}
+	env, err := loadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_API_TOKENS": "operator:alice:" + opNew + ",viewer:" + testViewerToken}[k]
+	})
+	require.NoError(t, err)
+	require.Equal(t, "alice", env.TokenNames[opNew])
+	require.Regexp(t, `^fp-[0-9a-f]{8}$`, env.TokenNames[testViewerToken])
+
+	// The session key: one, or new,old while rotating; each of 32 or more.
+	for value, ok := range map[string]bool{opNew: true, opNew + "," + opOld: true, opNew + ",short": false, "short": false} {
+		_, err := loadEnv(func(k string) string { return map[string]string{"BUILDRISK_SESSION_KEY": value}[k] })
+		if ok {
+			require.NoError(t, err, value)
+		} else {
+			require.ErrorContains(t, err, "BUILDRISK_SESSION_KEY", value)
+			require.NotContains(t, err.Error(), opNew, "the error never quotes a key")
+		}
+	}
+}
+
+// A request records the name of the token that made it, by bearer token
+// or through a console session; a token without a name, its fingerprint.
+func TestEnv_RequestRecordsTheTokenName(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_API_TOKENS": "operator:alice:" + opNew + ",operator:" + opOld + ",viewer:" + testViewerToken}})
+	requestedBy := func(id string) string {
+		var by string
+		require.NoError(t, s.pool.QueryRow(t.Context(), "SELECT requested_by FROM job_request WHERE id = $1", id).Scan(&by))
+		return by
+	}
+	status, out := s.do(http.MethodPost, "/v1/jobs/aptTrade/requests", opNew, aptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	require.Equal(t, "alice", requestedBy(out["requestId"].(string)))
+	status, out = s.do(http.MethodPost, "/v1/jobs/stockPrice/requests", opOld, `{"params":{"date":"2025-03-14"}}`)
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	require.Regexp(t, `^fp-[0-9a-f]{8}$`, requestedBy(out["requestId"].(string)))
+
+	c := newConsoleClient(t, s.api)
+	c.login(opNew)
+	c.page()
+	resp, body := c.send(http.MethodPost, "/v1/jobs/corpCodeSync/requests", "application/json", `{"params":{}}`,
+		map[string]string{"X-CSRF-Token": c.csrf, "Sec-Fetch-Site": "same-origin"})
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, body)
+	var created map[string]any
+	require.NoError(t, json.Unmarshal([]byte(body), &created))
+	require.Equal(t, "alice", requestedBy(created["requestId"].(string)), "the session carries the token's name")
+}
+
 // Tokens from a mounted secret file, several per role; the file and the
 // variable together are refused, as is a missing file.
 func TestEnv_TokensFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "tokens")
-	require.NoError(t, os.WriteFile(path, []byte("operator:op-new\noperator:op-old\nviewer:v\n"), 0o600))
+	require.NoError(t, os.WriteFile(path, []byte("operator:"+opNew+"\noperator:"+opOld+"\nviewer:"+testViewerToken+"\n"), 0o600))
 	env, err := loadEnv(func(k string) string { return map[string]string{"BUILDRISK_API_TOKENS_FILE": path}[k] })
 	require.NoError(t, err)
 	require.True(t, env.TokensSet)
-	require.Equal(t, map[string]api.Role{"op-new": api.RoleOperator, "op-old": api.RoleOperator, "v": api.RoleViewer}, env.Tokens)
+	require.Equal(t, map[string]api.Role{opNew: api.RoleOperator, opOld: api.RoleOperator, testViewerToken: api.RoleViewer}, env.Tokens)
 
 	_, err = loadEnv(func(k string) string {
-		return map[string]string{"BUILDRISK_API_TOKENS_FILE": path, "BUILDRISK_API_TOKENS": "operator:x"}[k]
+		return map[string]string{"BUILDRISK_API_TOKENS_FILE": path, "BUILDRISK_API_TOKENS": "operator:" + opNew}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_API_TOKENS_FILE")
 	_, err = loadEnv(func(k string) string {
@@ -227,11 +314,11 @@ func TestEnv_TokensFile(t *testing.T) {
 // Both tokens of a role work during a rotation.
 func TestEnv_RotationBothTokensWork(t *testing.T) {
 	t.Parallel()
-	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_API_TOKENS": "operator:op-new,operator:op-old,viewer:" + testViewerToken}})
-	for _, token := range []string{"op-new", "op-old"} {
+	s := newTestSystem(t, &testSystemOpts{env: map[string]string{"BUILDRISK_API_TOKENS": "operator:" + opNew + ",operator:" + opOld + ",viewer:" + testViewerToken}})
+	for _, token := range []string{opNew, opOld} {
 		status, out := s.do(http.MethodPost, "/v1/jobs/aptTrade/stop", token, "")
 		require.Equal(t, http.StatusConflict, status, "%s is an operator token: %v", token, out)
 	}
-	status, _ := s.do(http.MethodPost, "/v1/jobs/aptTrade/stop", "op-gone", "")
+	status, _ := s.do(http.MethodPost, "/v1/jobs/aptTrade/stop", "op-gone-0123456789abcdef0123456789", "")
 	require.Equal(t, http.StatusUnauthorized, status)
 }

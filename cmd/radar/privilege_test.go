@@ -19,6 +19,10 @@ import (
 // grants (radar_app), like radar_api and radar_worker in deploy/.
 const appLoginRole = "radar_test_app"
 
+// apiLoginRole is the login role the test systems' api connects as: a
+// member of the api's own role (radar_app_api), like radar_api in deploy/.
+const apiLoginRole = "radar_test_api"
+
 // appRoleClusters records the clusters (host:port) where appLoginRole
 // exists: the package's shared cluster, and any private cluster a test
 // starts for itself (the outage tests).
@@ -40,14 +44,25 @@ func appURL(t testing.TB, ownerURL string) string {
 		conn, err := pgx.Connect(context.Background(), adminURL)
 		require.NoError(t, err)
 		defer conn.Close(context.Background())
-		_, err = conn.Exec(context.Background(), `CREATE ROLE `+appLoginRole+` LOGIN IN ROLE radar_app`)
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "42710" { // duplicate_object: kept from an earlier run, or a parallel test
-			require.NoError(t, err)
+		for _, stmt := range []string{`CREATE ROLE ` + appLoginRole + ` LOGIN IN ROLE radar_app`, `CREATE ROLE ` + apiLoginRole + ` LOGIN IN ROLE radar_app_api`} {
+			_, err = conn.Exec(context.Background(), stmt)
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "42710" { // duplicate_object: kept from an earlier run, or a parallel test
+				require.NoError(t, err)
+			}
 		}
 		appRoleClusters.Store(u.Host, true)
 	}
 	u.User = url.User(appLoginRole)
+	return u.String()
+}
+
+// apiURL returns appURL with the user replaced by apiLoginRole.
+func apiURL(t testing.TB, ownerURL string) string {
+	t.Helper()
+	u, err := url.Parse(appURL(t, ownerURL))
+	require.NoError(t, err)
+	u.User = url.User(apiLoginRole)
 	return u.String()
 }
 
@@ -60,7 +75,7 @@ func TestPrivilege_AppRoleCannotDropOrTruncate(t *testing.T) {
 	ctx := context.Background()
 	var user string
 	require.NoError(t, s.apiPool.QueryRow(ctx, "SELECT current_user").Scan(&user))
-	require.Equal(t, appLoginRole, user, "the API connects as the application role")
+	require.Equal(t, apiLoginRole, user, "the API connects as the api's role")
 	require.NoError(t, s.pool.QueryRow(ctx, "SELECT current_user").Scan(&user))
 	require.Equal(t, appLoginRole, user, "workers connect as the application role")
 
@@ -69,7 +84,7 @@ func TestPrivilege_AppRoleCannotDropOrTruncate(t *testing.T) {
 		"SELECT count(*) FROM job_request", "SELECT count(*) FROM river_job", "SELECT count(*) FROM goose_db_version",
 		"UPDATE job_request SET message = message", "DELETE FROM river_job WHERE id < 0",
 	} {
-		_, err := s.apiPool.Exec(ctx, stmt)
+		_, err := s.pool.Exec(ctx, stmt)
 		require.NoError(t, err, stmt)
 	}
 	for _, stmt := range []string{
@@ -83,4 +98,86 @@ func TestPrivilege_AppRoleCannotDropOrTruncate(t *testing.T) {
 		require.Equal(t, "42501", pgErr.Code, "%s: %v", stmt, err) // insufficient_privilege
 	}
 	require.Equal(t, 1, s.count("SELECT count(*) FROM job_request"), "nothing was dropped or truncated")
+}
+
+// Neither the api nor the workers can rewrite migration bookkeeping: a
+// forged goose version would make `radar migrate` skip a real migration, a
+// deleted one break the next. They may still read it (the api refuses to
+// start on a schema that is behind).
+func TestPrivilege_AppRoleCannotWriteMigrationBookkeeping(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	ctx := context.Background()
+	for _, stmt := range []string{"SELECT max(version_id) FROM goose_db_version", "SELECT max(version) FROM river_migration"} {
+		_, err := s.apiPool.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	for _, stmt := range []string{
+		"INSERT INTO goose_db_version (version_id, is_applied) VALUES (86, true)",
+		"DELETE FROM goose_db_version WHERE version_id = (SELECT max(version_id) FROM goose_db_version)",
+		"UPDATE goose_db_version SET is_applied = false",
+		"INSERT INTO river_migration (line, version) VALUES ('main', 999)",
+		"DELETE FROM river_migration",
+		"UPDATE river_migration SET version = version",
+		"LOCK TABLE goose_db_version IN ACCESS EXCLUSIVE MODE",
+		"LOCK TABLE river_migration IN ACCESS EXCLUSIVE MODE",
+	} {
+		for name, pool := range map[string]interface {
+			Begin(context.Context) (pgx.Tx, error)
+		}{"api": s.apiPool, "worker": s.pool} {
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, stmt)
+			_ = tx.Rollback(ctx)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr, "%s: %s", name, stmt)
+			require.Equal(t, "42501", pgErr.Code, "%s: %s: %v", name, stmt, err) // insufficient_privilege
+		}
+	}
+}
+
+// The api and the workers have roles of their own. The api reads every
+// table but writes only requests, their River jobs, job instances,
+// executions (stop, abandon) and console sessions: never a checkpoint, a
+// domain row, a worker row or a call budget, and it cannot lock those
+// tables. The workers cannot read or write console sessions.
+func TestPrivilege_APIAndWorkerRolesAreSeparate(t *testing.T) {
+	t.Parallel()
+	s := newTestSystem(t, nil)
+	ctx := context.Background()
+	s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
+	refused := func(name string, pool interface {
+		Begin(context.Context) (pgx.Tx, error)
+	}, stmt string) {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, stmt)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, "%s: %s", name, stmt)
+		require.Equal(t, "42501", pgErr.Code, "%s: %s: %v", name, stmt, err) // insufficient_privilege
+	}
+	for _, stmt := range []string{
+		"SELECT count(*) FROM job_checkpoint", "SELECT count(*) FROM apt_trade", "SELECT count(*) FROM worker",
+		"SELECT count(*) FROM river_job", "UPDATE job_request SET message = message",
+	} {
+		_, err := s.apiPool.Exec(ctx, stmt)
+		require.NoError(t, err, "api: %s", stmt)
+	}
+	for _, stmt := range []string{
+		"INSERT INTO job_checkpoint DEFAULT VALUES", "UPDATE job_checkpoint SET chunk = chunk", "DELETE FROM job_checkpoint",
+		"DELETE FROM job_checkpoint_part", "UPDATE apt_trade SET region = region", "DELETE FROM company", "DELETE FROM risk_alert",
+		"UPDATE worker SET heartbeat_at = now()", "DELETE FROM provider_call_budget", "UPDATE provider_call_lease SET provider = provider",
+		"DELETE FROM job_request", "DELETE FROM job_execution", "DELETE FROM river_job",
+		"LOCK TABLE job_checkpoint IN ACCESS EXCLUSIVE MODE", "LOCK TABLE worker IN EXCLUSIVE MODE",
+	} {
+		refused("api", s.apiPool, stmt)
+	}
+	for _, stmt := range []string{
+		"SELECT count(*) FROM console_session", "DELETE FROM console_session", "UPDATE console_session SET revoked_at = NULL",
+		"INSERT INTO console_session (id_hash, role, expires_at) VALUES ('x', 'operator', now() + interval '1 day')",
+	} {
+		refused("worker", s.pool, stmt)
+	}
 }

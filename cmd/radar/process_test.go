@@ -267,7 +267,7 @@ func TestProcess_DevLeavesNothingBehind(t *testing.T) {
 	bin := buildRadar(t)
 	env := map[string]string{
 		"DATABASE_URL": "", "BUILDRISK_HTTP_ADDR": "127.0.0.1:0", "BUILDRISK_LOG_FORMAT": "text",
-		"BUILDRISK_API_TOKENS": "operator:t", "BUILDRISK_UPSTREAM_URL": "",
+		"BUILDRISK_API_TOKENS": "operator:" + testOperatorToken, "BUILDRISK_UPSTREAM_URL": "",
 	}
 	started := regexp.MustCompile(`pglocal: postgres started.*dir=(\S+) port=(\d+)`)
 
@@ -329,7 +329,7 @@ func TestProcess_MigrateAndSchemaCheck(t *testing.T) {
 	require.NoError(t, err)
 	url := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
 	env := map[string]string{
-		"DATABASE_URL": url, "BUILDRISK_API_TOKENS": "operator:t", "BUILDRISK_HTTP_ADDR": "127.0.0.1:0",
+		"DATABASE_URL": url, "BUILDRISK_API_TOKENS": "operator:" + testOperatorToken, "BUILDRISK_HTTP_ADDR": "127.0.0.1:0",
 		"BUILDRISK_ADMIN_ADDR": "127.0.0.1:0", "BUILDRISK_LOG_FORMAT": "text",
 	}
 

@@ -432,6 +432,7 @@ func newUpstream(pool *pgxpool.Pool, env *envConfig, tel *telemetry, holder stri
 		Logger: tel.logger,
 		Now:    env.Now, Instruments: tel.instruments, FanOut: env.FanOut, Holder: holder,
 		RequestTimeout: env.ProviderTimeout,
+		AllowHTTP:      env.InsecureHTTPUpstream,
 		Transport:      providerTransport(env.FanOut),
 		WrapTransport:  providerTracing(tel.providers),
 	})
@@ -679,7 +680,7 @@ func newAPIServer(ctx context.Context, pool *pgxpool.Pool, env *envConfig, tel *
 	cover := observeCoverage(context.Background(), pool, env, tel)
 	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.instruments, tel.reach)
 	return api.New(pool, api.Config{
-		Tokens: env.Tokens, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
+		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.instruments, MetricsHandler: tel.providers.MetricsHandler(),
 		Logger: tel.logger, Version: version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
 		RequestTimeout: apiRequestTimeout(env), TxSettings: apiTxSettings(env),

@@ -28,8 +28,8 @@ import (
 )
 
 const (
-	testOperatorToken = "op-token"
-	testViewerToken   = "view-token"
+	testOperatorToken = "op-token-for-tests-0123456789abcdef"
+	testViewerToken   = "view-token-for-tests-0123456789abcdef"
 )
 
 // testSystem is the whole service in one test: a private database, the fake
@@ -164,7 +164,7 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	s.pool = pool
 	s.serviceURL = s.dbURL
 	if opts.pgbouncer {
-		s.bouncer = pgtest.StartPgBouncer(t, nil, s.dbURL)
+		s.bouncer = pgtest.StartPgBouncer(t, nil, s.dbURL, apiURL(t, ownerURL))
 		s.serviceURL = s.bouncer.URL(t, s.dbURL)
 	}
 	s.fake = fakeupstream.New(opts.fake)
@@ -174,17 +174,18 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	s.fakeURL = fakeServer.URL
 
 	vars := map[string]string{
-		"DATABASE_URL":                 "unused-in-process",
-		"BUILDRISK_API_TOKENS":         "operator:" + testOperatorToken + ",viewer:" + testViewerToken,
-		"BUILDRISK_UPSTREAM_URL":       fakeServer.URL,
-		"BUILDRISK_KEY_MOLIT":          "test-molit-key",
-		"BUILDRISK_KEY_DART":           "test-dart-key",
-		"BUILDRISK_KEY_KRX":            "test-krx-key",
-		"BUILDRISK_KEY_CREDIT":         "test-credit-key",
-		"BUILDRISK_HEARTBEAT_INTERVAL": "200ms",
-		"BUILDRISK_STALE_AFTER":        "2s",
-		"BUILDRISK_REAP_INTERVAL":      "500ms",
-		"BUILDRISK_DRAIN_TIMEOUT":      "10s",
+		"DATABASE_URL":                     "unused-in-process",
+		"BUILDRISK_API_TOKENS":             "operator:" + testOperatorToken + ",viewer:" + testViewerToken,
+		"BUILDRISK_UPSTREAM_URL":           fakeServer.URL,
+		"BUILDRISK_INSECURE_HTTP_UPSTREAM": "1",
+		"BUILDRISK_KEY_MOLIT":              "test-molit-key",
+		"BUILDRISK_KEY_DART":               "test-dart-key",
+		"BUILDRISK_KEY_KRX":                "test-krx-key",
+		"BUILDRISK_KEY_CREDIT":             "test-credit-key",
+		"BUILDRISK_HEARTBEAT_INTERVAL":     "200ms",
+		"BUILDRISK_STALE_AFTER":            "2s",
+		"BUILDRISK_REAP_INTERVAL":          "500ms",
+		"BUILDRISK_DRAIN_TIMEOUT":          "10s",
 		// Tests of the manual resume path (a drained or reaped run waits for
 		// a new request) turn automatic resume off; the tests of automatic
 		// resume (autoresume_test.go) turn it on.
@@ -217,7 +218,13 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 
 	// The API has its own pool with the api role's statement and lock
 	// timeouts, as `radar api` does.
-	s.apiPool, err = openAPIPool(context.Background(), env, s.serviceURL)
+	// It connects as the api's own role (radar_app_api), as radar_api does
+	// in deploy/, through PgBouncer when the system has one.
+	apiServiceURL := apiURL(t, ownerURL)
+	if opts.pgbouncer {
+		apiServiceURL = s.bouncer.URL(t, apiServiceURL)
+	}
+	s.apiPool, err = openAPIPool(context.Background(), env, apiServiceURL)
 	require.NoError(t, err)
 	t.Cleanup(s.apiPool.Close)
 	server, err := newAPIServer(t.Context(), s.apiPool, env, s.tel)

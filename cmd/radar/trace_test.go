@@ -80,6 +80,7 @@ func TestTrace_PostToChunksInOneTrace(t *testing.T) {
 
 	req, _ := http.NewRequest(http.MethodPost, apiURL+"/v1/jobs/aptTrade/requests", strings.NewReader(aptTradeBody([]string{"11110"}, "2025-01", "2025-02")))
 	req.Header.Set("Authorization", "Bearer "+testOperatorToken)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()

@@ -37,7 +37,7 @@ var (
 )
 
 // operatorToken is the api token of the run (loopback only).
-const operatorToken = "soak-operator"
+const operatorToken = "soak-operator-0123456789abcdef0123"
 
 // system is the system under test: PostgreSQL, the fake upstream behind the
 // recording proxy, one api and the worker slots, all on loopback.
@@ -77,18 +77,19 @@ type workerSlot struct {
 
 func (s *system) baseEnv() map[string]string {
 	env := map[string]string{
-		"DATABASE_URL":                 s.dbURL,
-		"BUILDRISK_LOG_FORMAT":         "text",
-		"BUILDRISK_UPSTREAM_URL":       s.proxyURL,
-		"BUILDRISK_KEY_MOLIT":          "soak-molit",
-		"BUILDRISK_KEY_DART":           "soak-dart",
-		"BUILDRISK_KEY_KRX":            "soak-krx",
-		"BUILDRISK_KEY_CREDIT":         "soak-credit",
-		"BUILDRISK_HEARTBEAT_INTERVAL": s.cfg.heartbeat.String(),
-		"BUILDRISK_STALE_AFTER":        s.cfg.staleAfter.String(),
-		"BUILDRISK_REAP_INTERVAL":      s.cfg.reapInterval.String(),
-		"BUILDRISK_DRAIN_TIMEOUT":      s.cfg.drainTimeout.String(),
-		"BUILDRISK_API_TOKENS":         "operator:" + operatorToken,
+		"DATABASE_URL":                     s.dbURL,
+		"BUILDRISK_LOG_FORMAT":             "text",
+		"BUILDRISK_UPSTREAM_URL":           s.proxyURL,
+		"BUILDRISK_INSECURE_HTTP_UPSTREAM": "1",
+		"BUILDRISK_KEY_MOLIT":              "soak-molit",
+		"BUILDRISK_KEY_DART":               "soak-dart",
+		"BUILDRISK_KEY_KRX":                "soak-krx",
+		"BUILDRISK_KEY_CREDIT":             "soak-credit",
+		"BUILDRISK_HEARTBEAT_INTERVAL":     s.cfg.heartbeat.String(),
+		"BUILDRISK_STALE_AFTER":            s.cfg.staleAfter.String(),
+		"BUILDRISK_REAP_INTERVAL":          s.cfg.reapInterval.String(),
+		"BUILDRISK_DRAIN_TIMEOUT":          s.cfg.drainTimeout.String(),
+		"BUILDRISK_API_TOKENS":             "operator:" + operatorToken,
 	}
 	for _, job := range allJobs {
 		env["BUILDRISK_SCHEDULE_"+strings.ToUpper(job)] = "off"

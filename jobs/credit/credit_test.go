@@ -89,6 +89,7 @@ func setup(tb testing.TB, opts setupOpts) *testBundle {
 		BaseURLs: urls, Keys: map[upstream.Provider]string{upstream.ProviderCREDIT: "test-credit-key"},
 		Location: seoul, Now: func() time.Time { return *b.now.Load() },
 		Backoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, Instruments: instruments,
+		AllowHTTP: true,
 	})
 	require.NoError(tb, err)
 	b.enqueuer, err = request.NewEnqueuer(b.pool, nil, request.Config{
@@ -346,6 +347,7 @@ func TestCreditEval_MissingKeyHalts(t *testing.T) {
 	instruments := mustInstruments(t)
 	keyless, err := upstream.NewClient(b.pool, upstream.ClientConfig{
 		BaseURLs: map[upstream.Provider]string{upstream.ProviderCREDIT: b.fakeURL}, Instruments: instruments,
+		AllowHTTP: true,
 	})
 	require.NoError(t, err)
 	runner, err := batch.NewRunner(b.pool, batch.Config{

@@ -133,6 +133,10 @@ type ClientConfig struct {
 	MaxResponseBytes int64
 	// RequestTimeout bounds one HTTP attempt; default RequestTimeoutDefault.
 	RequestTimeout time.Duration
+	// AllowHTTP accepts plain http:// base URLs: the fake upstream of
+	// `radar dev` and the tests (BUILDRISK_INSECURE_HTTP_UPSTREAM=1). Without
+	// it every base URL must be https, so a key never travels in clear.
+	AllowHTTP bool
 	// Transport sends the requests; default http.DefaultTransport.
 	Transport http.RoundTripper
 	// WrapTransport, when set, wraps the transport for instrumentation
@@ -209,6 +213,14 @@ func (c ClientConfig) withDefaults() ClientConfig {
 
 // validate returns an error for a value out of range.
 func (c ClientConfig) validate() error {
+	for p, base := range c.BaseURLs {
+		if base == "" {
+			continue
+		}
+		if _, err := providerOrigin(base, c.AllowHTTP); err != nil {
+			return fmt.Errorf("upstream: base URL of %s: %w", p, err)
+		}
+	}
 	for p, rate := range c.Rates {
 		if !(rate > 0) || math.IsInf(rate, 1) {
 			return fmt.Errorf("upstream: rate of %s must be a positive number of calls per second, got %v", p, rate)
@@ -254,7 +266,12 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*Client, error) {
 	}
 	c := &Client{
 		cfg: cfg, pool: pool, queries: queries.New(),
-		http:  &http.Client{Timeout: cfg.RequestTimeout, Transport: transport},
+		http: &http.Client{
+			Timeout: cfg.RequestTimeout, Transport: transport,
+			// A redirect is never followed: the key would go with it to
+			// wherever it points. do reports it as the provider's error.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
 		rates: map[Provider]*rateLimiter{},
 		limitLowered: observability.NewSummary(cfg.Logger, cfg.SummaryInterval,
 			"provider answered 429 under its BUILDRISK_RATE_<P>: its real limit is below the configured rate; lower the rate").WithLevel(slog.LevelWarn),
@@ -389,10 +406,15 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 	if apiKey == "" {
 		return nil, fmt.Errorf("%s %s: %w (set %s)", provider, endpoint.Name, ErrNoKey, provider.KeyEnv())
 	}
+	origin, err := providerOrigin(base, c.cfg.AllowHTTP)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", provider, endpoint.Name, err)
+	}
 	// The URL built here has no key: keyTransport adds it at the last
-	// moment, below tracing, so no span, error or log line can quote it.
+	// moment, below tracing, so no span, error or log line can quote it,
+	// and only to a request for the provider's own scheme and host.
 	target := strings.TrimRight(base, "/") + endpoint.Path + "?" + query.Encode()
-	ctx = context.WithValue(ctx, credentialKey{}, credential{param: provider.KeyParam(), value: apiKey})
+	ctx = context.WithValue(ctx, credentialKey{}, credential{param: provider.KeyParam(), value: apiKey, origin: origin})
 
 	limiter := c.rates[provider] // nil without a rate limit
 	var lastStatus, attempts int
@@ -429,7 +451,7 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 			return nil, ctx.Err()
 		}
 		lastStatus, lastErr = status, err
-		if errors.Is(err, ErrResponseTooLarge) {
+		if errors.Is(err, ErrResponseTooLarge) || errors.Is(err, ErrRedirect) {
 			break // the same answer would come again
 		}
 		wait := c.cfg.Backoff << (attempt - 1)
@@ -475,6 +497,9 @@ func (c *Client) do(ctx context.Context, target string) ([]byte, int, time.Durat
 		return nil, 0, 0, errors.New(observability.Redact(err.Error()))
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return nil, resp.StatusCode, 0, redirectError(req.URL, resp)
+	}
 	limit := c.cfg.MaxResponseBytes
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
@@ -492,14 +517,53 @@ func (c *Client) do(ctx context.Context, target string) ([]byte, int, time.Durat
 	return body, resp.StatusCode, retryAfter, nil
 }
 
+// ErrRedirect is a provider answering a redirect: it is never followed (the
+// key would go with it) and not retried.
+var ErrRedirect = errors.New("provider answered a redirect")
+
+// redirectError names the status and the host the Location points to, never
+// its path or query (which may carry anything).
+func redirectError(from *url.URL, resp *http.Response) error {
+	host := "no Location"
+	if loc, err := from.Parse(resp.Header.Get("Location")); err == nil && loc.Host != "" {
+		host = loc.Scheme + "://" + loc.Host
+	}
+	return fmt.Errorf("%w: HTTP %d redirect to %s, not followed", ErrRedirect, resp.StatusCode, host)
+}
+
+// origin is a provider's scheme and host: the only place its key goes.
+type origin struct{ scheme, host string }
+
+// providerOrigin parses a base URL and returns its origin; an http URL is
+// refused unless allowHTTP.
+func providerOrigin(base string, allowHTTP bool) (origin, error) {
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" {
+		return origin{}, fmt.Errorf("%q is not an absolute URL", observability.Redact(base))
+	}
+	switch scheme := strings.ToLower(u.Scheme); {
+	case scheme == "https", scheme == "http" && allowHTTP:
+		return origin{scheme: scheme, host: strings.ToLower(u.Host)}, nil
+	case scheme == "http":
+		return origin{}, fmt.Errorf("%q is not https (plain http only with BUILDRISK_INSECURE_HTTP_UPSTREAM=1, for a fake upstream)", observability.Redact(base))
+	default:
+		return origin{}, fmt.Errorf("%q is not an https URL", observability.Redact(base))
+	}
+}
+
 // credentialKey is the context key of the credential keyTransport adds.
 type credentialKey struct{}
 
-// credential is a provider key and the query parameter that carries it.
-type credential struct{ param, value string }
+// credential is a provider key, the query parameter that carries it and the
+// origin it may be sent to.
+type credential struct {
+	param, value string
+	origin       origin
+}
 
 // keyTransport adds the provider key of the request's context to its query
-// just before the request leaves the process. It is the innermost transport:
+// just before the request leaves the process, and only to a request for the
+// provider's configured scheme and host. It is the innermost transport:
 // tracing wraps it and the http.Client's errors quote the request it was
 // given, so neither ever sees the key.
 type keyTransport struct{ next http.RoundTripper }
@@ -507,7 +571,8 @@ type keyTransport struct{ next http.RoundTripper }
 // RoundTrip implements http.RoundTripper.
 func (t *keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	cred, ok := r.Context().Value(credentialKey{}).(credential)
-	if !ok {
+	if !ok || !strings.EqualFold(r.URL.Scheme, cred.origin.scheme) || !strings.EqualFold(r.URL.Host, cred.origin.host) {
+		// No key, or a request for anywhere but the provider: sent as is.
 		return t.next.RoundTrip(r)
 	}
 	keyed := r.Clone(r.Context()) // a RoundTripper must not modify its request

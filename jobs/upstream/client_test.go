@@ -33,6 +33,7 @@ func newClient(t *testing.T, pool *pgxpool.Pool, baseURL string, caps map[upstre
 		BaseURLs:    map[upstream.Provider]string{upstream.ProviderMOLIT: baseURL},
 		Keys:        map[upstream.Provider]string{upstream.ProviderMOLIT: "secret-key-value"},
 		DailyCaps:   caps,
+		AllowHTTP:   true,
 		Backoff:     10 * time.Millisecond,
 		Instruments: instruments,
 	})
@@ -247,6 +248,7 @@ func TestClient_ResponseLimit(t *testing.T) {
 		Keys:             map[upstream.Provider]string{upstream.ProviderMOLIT: "k"},
 		Backoff:          time.Millisecond,
 		MaxResponseBytes: limit,
+		AllowHTTP:        true,
 		Instruments:      instruments,
 	})
 	require.NoError(t, err)
@@ -263,4 +265,59 @@ func TestClient_ResponseLimit(t *testing.T) {
 	require.ErrorIs(t, err, upstream.ErrResponseTooLarge)
 	require.ErrorContains(t, err, "over 4096 bytes")
 	require.Equal(t, int32(1), calls.Load(), "not retried")
+}
+
+// A provider answering a redirect to another host never delivers the key
+// there: the redirect is not followed, it is a provider error naming the
+// Location's host (not its query), and it is not retried.
+func TestClient_RedirectNeverCarriesTheKey(t *testing.T) {
+	t.Parallel()
+	var elsewhere atomic.Int32
+	var leaked atomic.Bool
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		if strings.Contains(r.URL.RawQuery, "secret-key-value") {
+			leaked.Store(true)
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer other.Close()
+	var calls atomic.Int32
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		http.Redirect(w, r, other.URL+"/steal?token=query-secret", http.StatusFound)
+	}))
+	defer provider.Close()
+	client, _ := newClient(t, pgtest.NewPool(t), provider.URL, nil)
+
+	_, err := client.NewCaller("aptTrade", 0).Get(context.Background(), upstream.EndpointAptTrade, upstream.AptTradeQuery("11110", "202501", 1, 10))
+	require.Error(t, err)
+	require.False(t, leaked.Load(), "the key reached the redirect's host")
+	require.Equal(t, int32(0), elsewhere.Load(), "the redirect was followed")
+	require.Equal(t, int32(1), calls.Load(), "a redirect is not retried")
+	require.ErrorIs(t, err, upstream.ErrRedirect)
+	require.Contains(t, err.Error(), "redirect to "+other.URL+", not followed")
+	require.NotContains(t, err.Error(), "query-secret")
+	require.NotContains(t, err.Error(), "secret-key-value")
+}
+
+// Provider URLs must be https unless AllowHTTP (dev, tests) says otherwise.
+func TestClient_RequiresHTTPS(t *testing.T) {
+	t.Parallel()
+	providers, _ := observability.NewTestProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	cfg := upstream.ClientConfig{
+		BaseURLs:    map[upstream.Provider]string{upstream.ProviderMOLIT: "http://provider.example"},
+		Instruments: instruments,
+	}
+	_, err = upstream.NewClient(nil, cfg)
+	require.ErrorContains(t, err, "https")
+	cfg.AllowHTTP = true
+	_, err = upstream.NewClient(nil, cfg)
+	require.NoError(t, err)
+	cfg.BaseURLs[upstream.ProviderMOLIT] = "https://provider.example"
+	cfg.AllowHTTP = false
+	_, err = upstream.NewClient(nil, cfg)
+	require.NoError(t, err)
 }

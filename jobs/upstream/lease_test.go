@@ -51,6 +51,7 @@ func leaseClient(tb testing.TB, pool *pgxpool.Pool, baseURL string, dailyCap, fa
 		Instruments: instruments,
 		FanOut:      fanOut,
 		CapWait:     5 * time.Millisecond,
+		AllowHTTP:   true,
 	}
 	if tune != nil {
 		tune(&cfg)

@@ -182,6 +182,7 @@
         state.extraRequests[r.requestId] = r;
       }
       if (state.polls % ALERTS_EVERY === 0) renderAlerts(await api("GET", "/v1/alerts"));
+      if (operator && state.polls % ALERTS_EVERY === 0) renderAudit(await api("GET", "/v1/audit?limit=20"));
       state.polls++;
       clearError("poll");
       render();
@@ -353,6 +354,12 @@
       el("td", {}, a.companyName || a.corpCode, a.companyName ? el("div", { class: "hint" }, a.corpCode) : null),
       el("td", {}, a.rule),
       el("td", {}, el("code", {}, JSON.stringify(a.values))))), "no alerts: the rules job has not written any");
+  }
+
+  function renderAudit(out) {
+    fillTable("audit", out.events.map((e) => el("tr", {},
+      el("td", {}, new Date(e.at).toLocaleString()), el("td", {}, e.actor), el("td", {}, e.client),
+      el("td", {}, e.action), el("td", {}, e.target), el("td", {}, e.detail))), "nothing recorded yet");
   }
 
   // ---- request detail (#request-N) -------------------------------------

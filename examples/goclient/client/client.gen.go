@@ -71,6 +71,39 @@ func (e AlertViewSeverity) Valid() bool {
 	}
 }
 
+// Defines values for AuditEventViewAction.
+const (
+	Abandon             AuditEventViewAction = "abandon"
+	Login               AuditEventViewAction = "login"
+	LoginFailed         AuditEventViewAction = "login_failed"
+	Logout              AuditEventViewAction = "logout"
+	Request             AuditEventViewAction = "request"
+	RiveruiWriteRefused AuditEventViewAction = "riverui_write_refused"
+	Stop                AuditEventViewAction = "stop"
+)
+
+// Valid indicates whether the value is a known member of the AuditEventViewAction enum.
+func (e AuditEventViewAction) Valid() bool {
+	switch e {
+	case Abandon:
+		return true
+	case Login:
+		return true
+	case LoginFailed:
+		return true
+	case Logout:
+		return true
+	case Request:
+		return true
+	case RiveruiWriteRefused:
+		return true
+	case Stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ExecutionAbandonOutputBodyStatus.
 const (
 	ExecutionAbandonOutputBodyStatusABANDONED ExecutionAbandonOutputBodyStatus = "ABANDONED"
@@ -400,6 +433,34 @@ type AptTradeParams struct {
 	//
 	// Examples: 2025-03
 	To string `json:"to"`
+}
+
+// AuditEventView defines model for AuditEventView.
+type AuditEventView struct {
+	Action AuditEventViewAction `json:"action"`
+
+	// Actor the token's name (ParseTokens), or api when auth is off
+	Actor string    `json:"actor"`
+	At    time.Time `json:"at"`
+
+	// Client the client's address
+	Client string `json:"client"`
+	Detail string `json:"detail"`
+	Id     string `json:"id"`
+
+	// Target what was acted on: a job, request or execution id
+	Target string `json:"target"`
+}
+
+// AuditEventViewAction defines model for AuditEventView.Action.
+type AuditEventViewAction string
+
+// AuditListOutputBody defines model for AuditListOutputBody.
+type AuditListOutputBody struct {
+	Events *[]AuditEventView `json:"events"`
+
+	// NextCursor pass as cursor for the next page; null on the last page
+	NextCursor *string `json:"nextCursor"`
 }
 
 // ConflictError defines model for ConflictError.
@@ -917,6 +978,15 @@ type AlertListParams struct {
 	Company *string `form:"company,omitempty" json:"company,omitempty"`
 }
 
+// AuditListParams defines parameters for AuditList.
+type AuditListParams struct {
+	// Limit page size, 1..500 (default 50)
+	Limit *string `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor nextCursor of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // CoverageMissingParams defines parameters for CoverageMissing.
 type CoverageMissingParams struct {
 	// Limit page size, 1..1000 (default 100)
@@ -1166,6 +1236,13 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/alerts (the `AlertList` operationId).
 	AlertList(ctx context.Context, params *AlertListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// AuditList The audit trail, newest first (operators only)
+	//
+	// Who (token name), when, from where and what: every request, stop, abandon, login, failed login, logout and refused River UI mutation.
+	//
+	// Corresponds with GET /v1/audit (the `AuditList` operationId).
+	AuditList(ctx context.Context, params *AuditListParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CoverageList Every job's coverage: targets, current and missing for its data date
 	//
 	// Corresponds with GET /v1/coverage (the `CoverageList` operationId).
@@ -1386,6 +1463,23 @@ type ClientInterface interface {
 // Corresponds with GET /v1/alerts (the `AlertList` operationId).
 func (c *Client) AlertList(ctx context.Context, params *AlertListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewAlertListRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AuditList The audit trail, newest first (operators only)
+//
+// Who (token name), when, from where and what: every request, stop, abandon, login, failed login, logout and refused River UI mutation.
+//
+// Corresponds with GET /v1/audit (the `AuditList` operationId).
+func (c *Client) AuditList(ctx context.Context, params *AuditListParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAuditListRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1931,6 +2025,72 @@ func NewAlertListRequest(server string, params *AlertListParams) (*http.Request,
 		if params.Company != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "company", *params.Company, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAuditListRequest constructs an http.Request for the AuditList method
+func NewAuditListRequest(server string, params *AuditListParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/audit")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -2827,6 +2987,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/alerts (the `AlertList` operationId).
 	AlertListWithResponse(ctx context.Context, params *AlertListParams, reqEditors ...RequestEditorFn) (*AlertListResponse, error)
 
+	// AuditListWithResponse The audit trail, newest first (operators only)
+	//
+	// Who (token name), when, from where and what: every request, stop, abandon, login, failed login, logout and refused River UI mutation.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/audit (the `AuditList` operationId).
+	AuditListWithResponse(ctx context.Context, params *AuditListParams, reqEditors ...RequestEditorFn) (*AuditListResponse, error)
+
 	// CoverageListWithResponse Every job's coverage: targets, current and missing for its data date
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -3065,6 +3234,11 @@ type AlertListResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// AlertListResponse429Headers the declared response headers of an HTTP 429 response for AlertList
+type AlertListResponse429Headers struct {
+	RetryAfter int
+}
+
 // AlertListResponse503Headers the declared response headers of an HTTP 503 response for AlertList
 type AlertListResponse503Headers struct {
 	RetryAfter int
@@ -3079,12 +3253,16 @@ type AlertListResponse struct {
 	ApplicationproblemJSON400 *ErrorModel
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *AlertListResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AlertListResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *AlertListResponse503Headers
 }
@@ -3102,6 +3280,11 @@ func (r AlertListResponse) GetApplicationproblemJSON400() *ErrorModel {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r AlertListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AlertListResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3143,9 +3326,118 @@ func (r AlertListResponse) ContentType() string {
 	return ""
 }
 
+// AuditListResponse401Headers the declared response headers of an HTTP 401 response for AuditList
+type AuditListResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// AuditListResponse429Headers the declared response headers of an HTTP 429 response for AuditList
+type AuditListResponse429Headers struct {
+	RetryAfter int
+}
+
+// AuditListResponse503Headers the declared response headers of an HTTP 503 response for AuditList
+type AuditListResponse503Headers struct {
+	RetryAfter int
+}
+
+type AuditListResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AuditListOutputBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AuditListResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *AuditListResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AuditListResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AuditListResponse) GetJSON200() *AuditListOutputBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r AuditListResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AuditListResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AuditListResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r AuditListResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AuditListResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r AuditListResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r AuditListResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AuditListResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AuditListResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AuditListResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // CoverageListResponse401Headers the declared response headers of an HTTP 401 response for CoverageList
 type CoverageListResponse401Headers struct {
 	WWWAuthenticate *string
+}
+
+// CoverageListResponse429Headers the declared response headers of an HTTP 429 response for CoverageList
+type CoverageListResponse429Headers struct {
+	RetryAfter int
 }
 
 // CoverageListResponse503Headers the declared response headers of an HTTP 503 response for CoverageList
@@ -3160,12 +3452,16 @@ type CoverageListResponse struct {
 	JSON200 *CoverageListOutputBody
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CoverageListResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CoverageListResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *CoverageListResponse503Headers
 }
@@ -3178,6 +3474,11 @@ func (r CoverageListResponse) GetJSON200() *CoverageListOutputBody {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r CoverageListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CoverageListResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3224,6 +3525,11 @@ type CoverageMissingResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// CoverageMissingResponse429Headers the declared response headers of an HTTP 429 response for CoverageMissing
+type CoverageMissingResponse429Headers struct {
+	RetryAfter int
+}
+
 // CoverageMissingResponse503Headers the declared response headers of an HTTP 503 response for CoverageMissing
 type CoverageMissingResponse503Headers struct {
 	RetryAfter int
@@ -3240,12 +3546,16 @@ type CoverageMissingResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *CoverageMissingResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CoverageMissingResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *CoverageMissingResponse503Headers
 }
@@ -3268,6 +3578,11 @@ func (r CoverageMissingResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r CoverageMissingResponse) GetApplicationproblemJSON404() *ErrorModel {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CoverageMissingResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3314,6 +3629,11 @@ type ExecutionAbandonResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// ExecutionAbandonResponse429Headers the declared response headers of an HTTP 429 response for ExecutionAbandon
+type ExecutionAbandonResponse429Headers struct {
+	RetryAfter int
+}
+
 // ExecutionAbandonResponse503Headers the declared response headers of an HTTP 503 response for ExecutionAbandon
 type ExecutionAbandonResponse503Headers struct {
 	RetryAfter int
@@ -3336,12 +3656,18 @@ type ExecutionAbandonResponse struct {
 	ApplicationproblemJSON409 *ConflictError
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ExecutionAbandonResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ExecutionAbandonResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ExecutionAbandonResponse503Headers
 }
@@ -3379,6 +3705,16 @@ func (r ExecutionAbandonResponse) GetApplicationproblemJSON409() *ConflictError 
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r ExecutionAbandonResponse) GetApplicationproblemJSON413() *ErrorModel {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ExecutionAbandonResponse) GetApplicationproblemJSON415() *ErrorModel {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ExecutionAbandonResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3425,6 +3761,11 @@ type JobListResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// JobListResponse429Headers the declared response headers of an HTTP 429 response for JobList
+type JobListResponse429Headers struct {
+	RetryAfter int
+}
+
 // JobListResponse503Headers the declared response headers of an HTTP 503 response for JobList
 type JobListResponse503Headers struct {
 	RetryAfter int
@@ -3437,12 +3778,16 @@ type JobListResponse struct {
 	JSON200 *JobListOutputBody
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *JobListResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *JobListResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *JobListResponse503Headers
 }
@@ -3455,6 +3800,11 @@ func (r JobListResponse) GetJSON200() *JobListOutputBody {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r JobListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r JobListResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3501,6 +3851,11 @@ type RequestCreateAptTradeResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateAptTradeResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateAptTrade
+type RequestCreateAptTradeResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateAptTradeResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateAptTrade
 type RequestCreateAptTradeResponse503Headers struct {
 	RetryAfter int
@@ -3521,12 +3876,18 @@ type RequestCreateAptTradeResponse struct {
 	ApplicationproblemJSON409 *ConflictError
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateAptTradeResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateAptTradeResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateAptTradeResponse503Headers
 }
@@ -3559,6 +3920,16 @@ func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON409() *ConflictE
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON413() *ErrorModel {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON415() *ErrorModel {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3605,6 +3976,11 @@ type RequestCreateCorpCodeSyncResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateCorpCodeSyncResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateCorpCodeSync
+type RequestCreateCorpCodeSyncResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateCorpCodeSyncResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateCorpCodeSync
 type RequestCreateCorpCodeSyncResponse503Headers struct {
 	RetryAfter int
@@ -3625,12 +4001,18 @@ type RequestCreateCorpCodeSyncResponse struct {
 	ApplicationproblemJSON409 *ConflictError
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateCorpCodeSyncResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateCorpCodeSyncResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateCorpCodeSyncResponse503Headers
 }
@@ -3663,6 +4045,16 @@ func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON409() *Confl
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON413() *ErrorModel {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON415() *ErrorModel {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3709,6 +4101,11 @@ type RequestCreateCreditEvalResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateCreditEvalResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateCreditEval
+type RequestCreateCreditEvalResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateCreditEvalResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateCreditEval
 type RequestCreateCreditEvalResponse503Headers struct {
 	RetryAfter int
@@ -3729,12 +4126,18 @@ type RequestCreateCreditEvalResponse struct {
 	ApplicationproblemJSON409 *ConflictError
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateCreditEvalResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateCreditEvalResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateCreditEvalResponse503Headers
 }
@@ -3767,6 +4170,16 @@ func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON409() *Conflic
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON413() *ErrorModel {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON415() *ErrorModel {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3813,6 +4226,11 @@ type RequestCreateFilingParseResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateFilingParseResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateFilingParse
+type RequestCreateFilingParseResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateFilingParseResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateFilingParse
 type RequestCreateFilingParseResponse503Headers struct {
 	RetryAfter int
@@ -3833,12 +4251,18 @@ type RequestCreateFilingParseResponse struct {
 	ApplicationproblemJSON409 *ConflictError
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateFilingParseResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateFilingParseResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateFilingParseResponse503Headers
 }
@@ -3871,6 +4295,16 @@ func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON409() *Confli
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON413() *ErrorModel {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON415() *ErrorModel {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3917,6 +4351,11 @@ type RequestCreateMetricsResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateMetricsResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateMetrics
+type RequestCreateMetricsResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateMetricsResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateMetrics
 type RequestCreateMetricsResponse503Headers struct {
 	RetryAfter int
@@ -3937,12 +4376,18 @@ type RequestCreateMetricsResponse struct {
 	ApplicationproblemJSON409 *ConflictError
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateMetricsResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateMetricsResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateMetricsResponse503Headers
 }
@@ -3975,6 +4420,16 @@ func (r RequestCreateMetricsResponse) GetApplicationproblemJSON409() *ConflictEr
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RequestCreateMetricsResponse) GetApplicationproblemJSON413() *ErrorModel {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RequestCreateMetricsResponse) GetApplicationproblemJSON415() *ErrorModel {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateMetricsResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4021,6 +4476,11 @@ type RequestCreateRulesResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateRulesResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateRules
+type RequestCreateRulesResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateRulesResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateRules
 type RequestCreateRulesResponse503Headers struct {
 	RetryAfter int
@@ -4041,12 +4501,18 @@ type RequestCreateRulesResponse struct {
 	ApplicationproblemJSON409 *ConflictError
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateRulesResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateRulesResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateRulesResponse503Headers
 }
@@ -4079,6 +4545,16 @@ func (r RequestCreateRulesResponse) GetApplicationproblemJSON409() *ConflictErro
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RequestCreateRulesResponse) GetApplicationproblemJSON413() *ErrorModel {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RequestCreateRulesResponse) GetApplicationproblemJSON415() *ErrorModel {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateRulesResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4125,6 +4601,11 @@ type RequestCreateStockPriceResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateStockPriceResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateStockPrice
+type RequestCreateStockPriceResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateStockPriceResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateStockPrice
 type RequestCreateStockPriceResponse503Headers struct {
 	RetryAfter int
@@ -4145,12 +4626,18 @@ type RequestCreateStockPriceResponse struct {
 	ApplicationproblemJSON409 *ConflictError
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateStockPriceResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateStockPriceResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateStockPriceResponse503Headers
 }
@@ -4183,6 +4670,16 @@ func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON409() *Conflic
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON413() *ErrorModel {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON415() *ErrorModel {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4229,6 +4726,11 @@ type JobGetResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// JobGetResponse429Headers the declared response headers of an HTTP 429 response for JobGet
+type JobGetResponse429Headers struct {
+	RetryAfter int
+}
+
 // JobGetResponse503Headers the declared response headers of an HTTP 503 response for JobGet
 type JobGetResponse503Headers struct {
 	RetryAfter int
@@ -4243,12 +4745,16 @@ type JobGetResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *JobGetResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *JobGetResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *JobGetResponse503Headers
 }
@@ -4266,6 +4772,11 @@ func (r JobGetResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r JobGetResponse) GetApplicationproblemJSON404() *ErrorModel {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r JobGetResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4312,6 +4823,11 @@ type RequestEstimateResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestEstimateResponse429Headers the declared response headers of an HTTP 429 response for RequestEstimate
+type RequestEstimateResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestEstimateResponse503Headers the declared response headers of an HTTP 503 response for RequestEstimate
 type RequestEstimateResponse503Headers struct {
 	RetryAfter int
@@ -4332,12 +4848,18 @@ type RequestEstimateResponse struct {
 	ApplicationproblemJSON404 *ErrorModel
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestEstimateResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestEstimateResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestEstimateResponse503Headers
 }
@@ -4370,6 +4892,16 @@ func (r RequestEstimateResponse) GetApplicationproblemJSON404() *ErrorModel {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RequestEstimateResponse) GetApplicationproblemJSON413() *ErrorModel {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RequestEstimateResponse) GetApplicationproblemJSON415() *ErrorModel {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestEstimateResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4416,6 +4948,11 @@ type RequestCreateResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestCreateResponse429Headers the declared response headers of an HTTP 429 response for RequestCreate
+type RequestCreateResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestCreateResponse503Headers the declared response headers of an HTTP 503 response for RequestCreate
 type RequestCreateResponse503Headers struct {
 	RetryAfter int
@@ -4438,12 +4975,18 @@ type RequestCreateResponse struct {
 	ApplicationproblemJSON409 *ConflictError
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestCreateResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestCreateResponse503Headers
 }
@@ -4481,6 +5024,16 @@ func (r RequestCreateResponse) GetApplicationproblemJSON409() *ConflictError {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r RequestCreateResponse) GetApplicationproblemJSON413() *ErrorModel {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RequestCreateResponse) GetApplicationproblemJSON415() *ErrorModel {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestCreateResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4527,6 +5080,11 @@ type JobStopResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// JobStopResponse429Headers the declared response headers of an HTTP 429 response for JobStop
+type JobStopResponse429Headers struct {
+	RetryAfter int
+}
+
 // JobStopResponse503Headers the declared response headers of an HTTP 503 response for JobStop
 type JobStopResponse503Headers struct {
 	RetryAfter int
@@ -4537,6 +5095,8 @@ type JobStopResponse struct {
 	HTTPResponse *http.Response
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *JobStopOutputBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -4547,12 +5107,18 @@ type JobStopResponse struct {
 	ApplicationproblemJSON409 *ConflictError
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *JobStopResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *JobStopResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *JobStopResponse503Headers
 }
@@ -4560,6 +5126,11 @@ type JobStopResponse struct {
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
 func (r JobStopResponse) GetJSON202() *JobStopOutputBody {
 	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r JobStopResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -4585,6 +5156,16 @@ func (r JobStopResponse) GetApplicationproblemJSON409() *ConflictError {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r JobStopResponse) GetApplicationproblemJSON413() *ErrorModel {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r JobStopResponse) GetApplicationproblemJSON415() *ErrorModel {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r JobStopResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4631,6 +5212,11 @@ type ProviderListResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// ProviderListResponse429Headers the declared response headers of an HTTP 429 response for ProviderList
+type ProviderListResponse429Headers struct {
+	RetryAfter int
+}
+
 // ProviderListResponse503Headers the declared response headers of an HTTP 503 response for ProviderList
 type ProviderListResponse503Headers struct {
 	RetryAfter int
@@ -4643,12 +5229,16 @@ type ProviderListResponse struct {
 	JSON200 *ProviderListOutputBody
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ProviderListResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ProviderListResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ProviderListResponse503Headers
 }
@@ -4661,6 +5251,11 @@ func (r ProviderListResponse) GetJSON200() *ProviderListOutputBody {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ProviderListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ProviderListResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4707,6 +5302,11 @@ type RequestListResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestListResponse429Headers the declared response headers of an HTTP 429 response for RequestList
+type RequestListResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestListResponse503Headers the declared response headers of an HTTP 503 response for RequestList
 type RequestListResponse503Headers struct {
 	RetryAfter int
@@ -4721,12 +5321,16 @@ type RequestListResponse struct {
 	ApplicationproblemJSON400 *ErrorModel
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestListResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestListResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestListResponse503Headers
 }
@@ -4744,6 +5348,11 @@ func (r RequestListResponse) GetApplicationproblemJSON400() *ErrorModel {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r RequestListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestListResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4790,6 +5399,11 @@ type RequestGetResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// RequestGetResponse429Headers the declared response headers of an HTTP 429 response for RequestGet
+type RequestGetResponse429Headers struct {
+	RetryAfter int
+}
+
 // RequestGetResponse503Headers the declared response headers of an HTTP 503 response for RequestGet
 type RequestGetResponse503Headers struct {
 	RetryAfter int
@@ -4806,12 +5420,16 @@ type RequestGetResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestGetResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RequestGetResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RequestGetResponse503Headers
 }
@@ -4834,6 +5452,11 @@ func (r RequestGetResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r RequestGetResponse) GetApplicationproblemJSON404() *ErrorModel {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RequestGetResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4880,6 +5503,11 @@ type WorkerListResponse401Headers struct {
 	WWWAuthenticate *string
 }
 
+// WorkerListResponse429Headers the declared response headers of an HTTP 429 response for WorkerList
+type WorkerListResponse429Headers struct {
+	RetryAfter int
+}
+
 // WorkerListResponse503Headers the declared response headers of an HTTP 503 response for WorkerList
 type WorkerListResponse503Headers struct {
 	RetryAfter int
@@ -4892,12 +5520,16 @@ type WorkerListResponse struct {
 	JSON200 *WorkerListOutputBody
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *WorkerListResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *WorkerListResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *WorkerListResponse503Headers
 }
@@ -4910,6 +5542,11 @@ func (r WorkerListResponse) GetJSON200() *WorkerListOutputBody {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r WorkerListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r WorkerListResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4964,6 +5601,21 @@ func (c *ClientWithResponses) AlertListWithResponse(ctx context.Context, params 
 		return nil, err
 	}
 	return ParseAlertListResponse(rsp)
+}
+
+// AuditListWithResponse The audit trail, newest first (operators only)
+//
+// Who (token name), when, from where and what: every request, stop, abandon, login, failed login, logout and refused River UI mutation.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/audit (the `AuditList` operationId).
+func (c *ClientWithResponses) AuditListWithResponse(ctx context.Context, params *AuditListParams, reqEditors ...RequestEditorFn) (*AuditListResponse, error) {
+	rsp, err := c.AuditList(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAuditListResponse(rsp)
 }
 
 // CoverageListWithResponse Every job's coverage: targets, current and missing for its data date
@@ -5401,6 +6053,13 @@ func ParseAlertListResponse(rsp *http.Response) (*AlertListResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5428,8 +6087,119 @@ func ParseAlertListResponse(rsp *http.Response) (*AlertListResponse, error) {
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers AlertListResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers AlertListResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAuditListResponse parses an HTTP response from a AuditListWithResponse call
+func ParseAuditListResponse(rsp *http.Response) (*AuditListResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AuditListResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AuditListOutputBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers AuditListResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers AuditListResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers AuditListResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -5471,6 +6241,13 @@ func ParseCoverageListResponse(rsp *http.Response) (*CoverageListResponse, error
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5498,6 +6275,16 @@ func ParseCoverageListResponse(rsp *http.Response) (*CoverageListResponse, error
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers CoverageListResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers CoverageListResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -5555,6 +6342,13 @@ func ParseCoverageMissingResponse(rsp *http.Response) (*CoverageMissingResponse,
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5582,6 +6376,16 @@ func ParseCoverageMissingResponse(rsp *http.Response) (*CoverageMissingResponse,
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers CoverageMissingResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers CoverageMissingResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -5660,6 +6464,20 @@ func ParseExecutionAbandonResponse(rsp *http.Response) (*ExecutionAbandonRespons
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5687,6 +6505,16 @@ func ParseExecutionAbandonResponse(rsp *http.Response) (*ExecutionAbandonRespons
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ExecutionAbandonResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ExecutionAbandonResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -5730,6 +6558,13 @@ func ParseJobListResponse(rsp *http.Response) (*JobListResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5757,6 +6592,16 @@ func ParseJobListResponse(rsp *http.Response) (*JobListResponse, error) {
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers JobListResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers JobListResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -5828,6 +6673,20 @@ func ParseRequestCreateAptTradeResponse(rsp *http.Response) (*RequestCreateAptTr
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5855,6 +6714,16 @@ func ParseRequestCreateAptTradeResponse(rsp *http.Response) (*RequestCreateAptTr
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateAptTradeResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateAptTradeResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -5926,6 +6795,20 @@ func ParseRequestCreateCorpCodeSyncResponse(rsp *http.Response) (*RequestCreateC
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5953,6 +6836,16 @@ func ParseRequestCreateCorpCodeSyncResponse(rsp *http.Response) (*RequestCreateC
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateCorpCodeSyncResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateCorpCodeSyncResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6024,6 +6917,20 @@ func ParseRequestCreateCreditEvalResponse(rsp *http.Response) (*RequestCreateCre
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6051,6 +6958,16 @@ func ParseRequestCreateCreditEvalResponse(rsp *http.Response) (*RequestCreateCre
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateCreditEvalResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateCreditEvalResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6122,6 +7039,20 @@ func ParseRequestCreateFilingParseResponse(rsp *http.Response) (*RequestCreateFi
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6149,6 +7080,16 @@ func ParseRequestCreateFilingParseResponse(rsp *http.Response) (*RequestCreateFi
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateFilingParseResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateFilingParseResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6220,6 +7161,20 @@ func ParseRequestCreateMetricsResponse(rsp *http.Response) (*RequestCreateMetric
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6247,6 +7202,16 @@ func ParseRequestCreateMetricsResponse(rsp *http.Response) (*RequestCreateMetric
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateMetricsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateMetricsResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6318,6 +7283,20 @@ func ParseRequestCreateRulesResponse(rsp *http.Response) (*RequestCreateRulesRes
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6345,6 +7324,16 @@ func ParseRequestCreateRulesResponse(rsp *http.Response) (*RequestCreateRulesRes
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateRulesResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateRulesResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6416,6 +7405,20 @@ func ParseRequestCreateStockPriceResponse(rsp *http.Response) (*RequestCreateSto
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6443,6 +7446,16 @@ func ParseRequestCreateStockPriceResponse(rsp *http.Response) (*RequestCreateSto
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateStockPriceResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateStockPriceResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6493,6 +7506,13 @@ func ParseJobGetResponse(rsp *http.Response) (*JobGetResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6520,6 +7540,16 @@ func ParseJobGetResponse(rsp *http.Response) (*JobGetResponse, error) {
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers JobGetResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers JobGetResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6591,6 +7621,20 @@ func ParseRequestEstimateResponse(rsp *http.Response) (*RequestEstimateResponse,
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6618,6 +7662,16 @@ func ParseRequestEstimateResponse(rsp *http.Response) (*RequestEstimateResponse,
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestEstimateResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestEstimateResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6696,6 +7750,20 @@ func ParseRequestCreateResponse(rsp *http.Response) (*RequestCreateResponse, err
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6723,6 +7791,16 @@ func ParseRequestCreateResponse(rsp *http.Response) (*RequestCreateResponse, err
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestCreateResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestCreateResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6759,6 +7837,13 @@ func ParseJobStopResponse(rsp *http.Response) (*JobStopResponse, error) {
 		}
 		response.JSON202 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6794,6 +7879,20 @@ func ParseJobStopResponse(rsp *http.Response) (*JobStopResponse, error) {
 		}
 		response.ApplicationproblemJSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6821,6 +7920,16 @@ func ParseJobStopResponse(rsp *http.Response) (*JobStopResponse, error) {
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers JobStopResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers JobStopResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6864,6 +7973,13 @@ func ParseProviderListResponse(rsp *http.Response) (*ProviderListResponse, error
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6891,6 +8007,16 @@ func ParseProviderListResponse(rsp *http.Response) (*ProviderListResponse, error
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers ProviderListResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers ProviderListResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -6941,6 +8067,13 @@ func ParseRequestListResponse(rsp *http.Response) (*RequestListResponse, error) 
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6968,6 +8101,16 @@ func ParseRequestListResponse(rsp *http.Response) (*RequestListResponse, error) 
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestListResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestListResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -7025,6 +8168,13 @@ func ParseRequestGetResponse(rsp *http.Response) (*RequestGetResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7052,6 +8202,16 @@ func ParseRequestGetResponse(rsp *http.Response) (*RequestGetResponse, error) {
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers RequestGetResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestGetResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -7095,6 +8255,13 @@ func ParseWorkerListResponse(rsp *http.Response) (*WorkerListResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7122,6 +8289,16 @@ func ParseWorkerListResponse(rsp *http.Response) (*WorkerListResponse, error) {
 			headers.WWWAuthenticate = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers WorkerListResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers WorkerListResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
