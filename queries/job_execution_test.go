@@ -124,3 +124,41 @@ func TestJobExecutionRequestStop_BeforeTheOutcome(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 }
+
+// Two scheduler passes that see a job's schedule for the first time at the
+// same instant both learn since when the job has had it: the second waits
+// for the first's row and reads it, instead of finding no row (its
+// statement's snapshot predates the first's commit) and failing its pass.
+func TestJobScheduleSince_ConcurrentFirstPasses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	q := queries.New()
+	since := time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC)
+	params := &queries.JobScheduleSinceParams{Job: "metrics", Spec: "@every 24h", Since: since}
+
+	first, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = first.Rollback(ctx) }()
+	got, err := q.JobScheduleSince(ctx, first, params)
+	require.NoError(t, err)
+	require.True(t, since.Equal(got))
+
+	type result struct {
+		since time.Time
+		err   error
+	}
+	second := make(chan result, 1)
+	go func() {
+		later := *params
+		later.Since = since.Add(time.Hour) // the second pass started later
+		var r result
+		r.since, r.err = q.JobScheduleSince(ctx, pool, &later)
+		second <- r
+	}()
+	waitForLockWait(t, pool, "JobScheduleSince")
+	require.NoError(t, first.Commit(ctx))
+	r := <-second
+	require.NoError(t, r.err, "the second pass reads the first's row")
+	require.True(t, since.Equal(r.since), "since is the first pass's: %s", r.since)
+}

@@ -10,15 +10,16 @@ ORDER BY t.job, t.due_at DESC;
 -- name: JobScheduleSince :one
 -- JobScheduleSince records that job has the schedule spec since since,
 -- unless it already had that spec, and returns since when it has had it.
-WITH changed AS (
-    INSERT INTO job_schedule (job, spec, since) VALUES (@job, @spec, @since)
-    ON CONFLICT (job) DO UPDATE SET spec = EXCLUDED.spec, since = EXCLUDED.since, updated_at = now()
-    WHERE job_schedule.spec <> EXCLUDED.spec
-    RETURNING job_schedule.since
-)
-SELECT since FROM changed
-UNION ALL
-SELECT s.since FROM job_schedule s WHERE s.job = @job AND NOT EXISTS (SELECT 1 FROM changed);
+-- The conflicting row is always updated (to itself when the spec is the
+-- same), so a pass racing another pass's first insert waits for that row
+-- and returns it; reading it in a second statement would miss it (the
+-- statement's snapshot predates the other pass's commit).
+INSERT INTO job_schedule (job, spec, since) VALUES (@job, @spec, @since)
+ON CONFLICT (job) DO UPDATE
+SET since = CASE WHEN job_schedule.spec <> EXCLUDED.spec THEN EXCLUDED.since ELSE job_schedule.since END,
+    updated_at = CASE WHEN job_schedule.spec <> EXCLUDED.spec THEN now() ELSE job_schedule.updated_at END,
+    spec = EXCLUDED.spec
+RETURNING since;
 
 -- name: ScheduleTickGet :one
 SELECT * FROM schedule_tick WHERE job = @job AND due_at = @due_at;

@@ -52,15 +52,12 @@ func (q *Queries) JobFreshnessByJob(ctx context.Context, db DBTX) ([]*JobFreshne
 }
 
 const jobScheduleSince = `-- name: JobScheduleSince :one
-WITH changed AS (
-    INSERT INTO job_schedule (job, spec, since) VALUES ($1, $2, $3)
-    ON CONFLICT (job) DO UPDATE SET spec = EXCLUDED.spec, since = EXCLUDED.since, updated_at = now()
-    WHERE job_schedule.spec <> EXCLUDED.spec
-    RETURNING job_schedule.since
-)
-SELECT since FROM changed
-UNION ALL
-SELECT s.since FROM job_schedule s WHERE s.job = $1 AND NOT EXISTS (SELECT 1 FROM changed)
+INSERT INTO job_schedule (job, spec, since) VALUES ($1, $2, $3)
+ON CONFLICT (job) DO UPDATE
+SET since = CASE WHEN job_schedule.spec <> EXCLUDED.spec THEN EXCLUDED.since ELSE job_schedule.since END,
+    updated_at = CASE WHEN job_schedule.spec <> EXCLUDED.spec THEN now() ELSE job_schedule.updated_at END,
+    spec = EXCLUDED.spec
+RETURNING since
 `
 
 type JobScheduleSinceParams struct {
@@ -71,6 +68,10 @@ type JobScheduleSinceParams struct {
 
 // JobScheduleSince records that job has the schedule spec since since,
 // unless it already had that spec, and returns since when it has had it.
+// The conflicting row is always updated (to itself when the spec is the
+// same), so a pass racing another pass's first insert waits for that row
+// and returns it; reading it in a second statement would miss it (the
+// statement's snapshot predates the other pass's commit).
 func (q *Queries) JobScheduleSince(ctx context.Context, db DBTX, arg *JobScheduleSinceParams) (time.Time, error) {
 	row := db.QueryRow(ctx, jobScheduleSince, arg.Job, arg.Spec, arg.Since)
 	var since time.Time
