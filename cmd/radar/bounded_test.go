@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,12 +149,20 @@ func TestBounded_AnonymousBodyIsNotRead(t *testing.T) {
 	defer transport.CloseIdleConnections()
 	client := &http.Client{Transport: transport, Timeout: 20 * time.Second}
 	paths := []string{"/v1/jobs/aptTrade/requests", "/v1/jobs/aptTrade/stop", "/riverui/api/jobs/cancel"}
+	// upload returns the answer's status, or closedUnread when the server
+	// closed the connection while the client was still sending the body
+	// (its 401 and Connection: close raced the upload's writes): either way
+	// the server read none of the rest.
+	const closedUnread = -1
 	upload := func(path string, body io.Reader) int {
 		req, err := http.NewRequest(http.MethodPost, s.api.URL+path, body)
 		require.NoError(t, err)
 		req.ContentLength = -1 // Transfer-Encoding: chunked
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(req)
+		if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+			return closedUnread
+		}
 		if err != nil {
 			t.Errorf("%s: %v", path, err)
 			return 0
@@ -211,7 +221,7 @@ func TestBounded_AnonymousBodyIsNotRead(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			status := upload(paths[i%len(paths)], io.LimitReader(spaces{}, 1<<20-1))
-			if status != http.StatusUnauthorized {
+			if status != http.StatusUnauthorized && status != closedUnread {
 				t.Errorf("upload %d: status %d", i, status)
 			}
 		}()

@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/worker"
+	"github.com/buildrisk/radar/sql/pgtest"
 )
 
 // A stop that races the run's end, driven by a latch inside the
@@ -32,9 +34,20 @@ func TestStopRace_StopAfterTheLastChunkLoses(t *testing.T) {
 			})
 		}
 	})
+	// Registered after the worker's own cleanup, so it runs first: a failed
+	// test releases the run, and the worker can drain.
+	var releaseOnce sync.Once
+	releaseRun := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(releaseRun)
 	body := aptTradeBody([]string{"11110"}, "2025-01", "2025-02")
 	id := s.requestAptTrade(body)
 	within(t, time.Minute, entered, "the run to write its outcome")
+	// The stop runs as the api's role; only a superuser sees the query and
+	// wait of another role's session in pg_stat_activity.
+	admin, err := pgxpool.New(context.Background(), pgtest.AdminURL(t))
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	database := s.pool.Config().ConnConfig.Database
 
 	type answer struct {
 		status int
@@ -46,9 +59,12 @@ func TestStopRace_StopAfterTheLastChunkLoses(t *testing.T) {
 		stopped <- answer{status, out}
 	}()
 	waitUntil(t, time.Minute, "the stop to wait for the execution's row", func() bool {
-		return s.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%STOPPING%'`) == 1
+		var waiting int
+		require.NoError(t, admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = $1 AND wait_event_type = 'Lock' AND query LIKE '%STOPPING%'`, database).Scan(&waiting))
+		return waiting == 1
 	})
-	close(release)
+	releaseRun()
 	var stop answer
 	select {
 	case stop = <-stopped:

@@ -45,6 +45,7 @@ func setup(t *testing.T, cfg fakeupstream.Config) *testBundle {
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	client, err := upstream.NewClient(b.pool, upstream.ClientConfig{
+		AllowHTTP:   true, // the fake upstream
 		BaseURLs:    map[upstream.Provider]string{upstream.ProviderMOLIT: server.URL},
 		Keys:        map[upstream.Provider]string{upstream.ProviderMOLIT: "test-molit-key"},
 		Location:    time.UTC,

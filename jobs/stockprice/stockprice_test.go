@@ -68,6 +68,7 @@ func setup(t *testing.T) *testBundle {
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	client, err := upstream.NewClient(b.pool, upstream.ClientConfig{
+		AllowHTTP:   true, // the fake upstream
 		BaseURLs:    map[upstream.Provider]string{upstream.ProviderKRX: server.URL},
 		Keys:        map[upstream.Provider]string{upstream.ProviderKRX: "test-krx-key"},
 		Location:    time.UTC,

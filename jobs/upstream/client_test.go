@@ -94,6 +94,7 @@ func TestClient_BrokenBodyIsTheProviders(t *testing.T) {
 			client, err := upstream.NewClient(pool, upstream.ClientConfig{
 				BaseURLs:    map[upstream.Provider]string{upstream.ProviderMOLIT: server.URL},
 				Keys:        map[upstream.Provider]string{upstream.ProviderMOLIT: "secret-key-value"},
+				AllowHTTP:   true, // the fake upstream
 				Backoff:     time.Millisecond,
 				Instruments: instruments,
 				// The hanging body ends at this timeout, while the body is read.
