@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -11,8 +12,10 @@ import (
 )
 
 // seedHistory seeds, for job, days ago of the database's today (in the
-// system's zone), one execution per status given (started in that order,
-// the last the newest), and a missed due time on each day of missed.
+// system's zone), one execution per status given, started in that order
+// (the last the newest) from 01:00 local time: in Asia/Seoul, the day
+// before in UTC, so a history counted in the wrong zone puts them on
+// another day.
 func (s *testSystem) seedHistory(job string, daysAgo int, statuses ...string) {
 	s.t.Helper()
 	for i, status := range statuses {
@@ -69,6 +72,7 @@ func TestJobHistory_OutcomesAndCoveragePerDay(t *testing.T) {
 	s.seedMissed(jobs.CreditEval, 3) // an execution that started wins over a missed due time
 	s.seedHistory(jobs.CreditEval, 4, "ABANDONED")
 	s.seedHistory(jobs.Metrics, 5, "COMPLETED") // another job's
+	s.seedHistory(jobs.Metrics, 0, "STARTED")
 	var today string
 	require.NoError(t, s.pool.QueryRow(ctx, `SELECT ((clock_timestamp() AT TIME ZONE $1)::date)::text`, tz).Scan(&today))
 
@@ -98,6 +102,21 @@ func TestJobHistory_OutcomesAndCoveragePerDay(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, "%v", out)
 	require.Len(t, out["days"], 6)
 	require.Equal(t, "completed", out["days"].([]any)[5].(map[string]any)["outcome"])
+	require.Equal(t, "running", out["days"].([]any)[0].(map[string]any)["outcome"], "an active execution is running")
+
+	// stockPrice's data dates are weekdays: a weekend day has no %.
+	status, out = s.get("/v1/jobs/stockPrice/history?days=7")
+	require.Equal(t, http.StatusOK, status, "%v", out)
+	for _, d := range out["days"].([]any) {
+		d := d.(map[string]any)
+		day, err := time.Parse(time.DateOnly, d["day"].(string))
+		require.NoError(t, err)
+		if day.Weekday() == time.Saturday || day.Weekday() == time.Sunday {
+			require.Nil(t, d["percent"], "%v", d)
+		} else {
+			require.Equal(t, float64(100), d["percent"], "no listed company: nothing missing: %v", d)
+		}
+	}
 	status, out = s.get("/v1/jobs/corpCodeSync/history?days=31")
 	require.Equal(t, http.StatusOK, status, "%v", out)
 	require.Len(t, out["days"], 31)
