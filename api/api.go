@@ -432,6 +432,7 @@ func (s *Server) Register(api huma.API) {
 	s.registerAlerts(api)
 	s.registerProviders(api)
 	s.registerCoverage(api)
+	s.registerJobHistory(api)
 	s.registerAudit(api)
 }
 

@@ -128,3 +128,67 @@ func (s *Server) registerCoverage(api huma.API) {
 		return out, nil
 	})
 }
+
+type jobHistoryInput struct {
+	Job  string `path:"job"`
+	Days string `query:"days" doc:"how many days, 1..31 (default 14)"`
+}
+
+// HistoryDayView is one day of a job's history.
+type HistoryDayView struct {
+	Day     string   `json:"day" doc:"YYYY-MM-DD in BUILDRISK_TIMEZONE, by the database's clock"`
+	Outcome string   `json:"outcome" enum:"completed,failed,stopped,abandoned,running,missed,none" doc:"the status of the job's newest execution that started that day; missed when none started and a due time of that day was missed; none otherwise"`
+	Targets *int64   `json:"targets" doc:"TODAY's target set (targets are not kept per day); null without coverage that day"`
+	Current *int64   `json:"current" doc:"how many of today's targets have the job's row for that day; null without coverage that day"`
+	Percent *float64 `json:"percent" doc:"current / targets in percent (100 with no targets); null for a job without a coverage definition, or a day that is not one of its data dates (stockPrice on a weekend)"`
+}
+
+// JobHistoryOutput is GET /v1/jobs/{job}/history.
+type JobHistoryOutput struct {
+	Body struct {
+		Job  string            `json:"job"`
+		Days []*HistoryDayView `json:"days" doc:"newest first, today included"`
+	}
+}
+
+func (s *Server) registerJobHistory(api huma.API) {
+	huma.Register(api, huma.Operation{
+		OperationID: "job-history",
+		Method:      http.MethodGet,
+		Path:        "/v1/jobs/{job}/history",
+		Summary:     "A job's last days: each day's outcome and coverage, newest first",
+		Description: "Per day (BUILDRISK_TIMEZONE, the database's clock) the outcome of the job's newest execution " +
+			"that started that day, or missed / none, and, for a job with a coverage definition, the day's coverage: " +
+			"how many of TODAY's targets have the job's row for that day (the target set is today's: it is not kept per day).",
+		Tags:     []string{"jobs"},
+		Security: []map[string][]string{{"bearer": {}}},
+		Errors:   []int{http.StatusBadRequest, http.StatusNotFound},
+	}, func(ctx context.Context, in *jobHistoryInput) (*JobHistoryOutput, error) {
+		days := coverage.HistoryDaysDefault
+		if in.Days != "" {
+			n, err := strconv.Atoi(in.Days)
+			if err != nil || n < 1 || n > coverage.HistoryDaysMax {
+				return nil, badQuery("days", fmt.Sprintf("%q is not an integer from 1 to %d", in.Days, coverage.HistoryDaysMax))
+			}
+			days = n
+		}
+		if _, ok := s.cfg.Catalog.Lookup(in.Job); !ok {
+			return nil, huma.Error404NotFound("unknown job " + in.Job)
+		}
+		hist, err := s.cfg.Coverage.History(ctx, in.Job, days)
+		if err != nil {
+			return nil, s.problemFrom(ctx, err)
+		}
+		out := &JobHistoryOutput{}
+		out.Body.Job = in.Job
+		out.Body.Days = make([]*HistoryDayView, len(hist))
+		for i, d := range hist {
+			v := &HistoryDayView{Day: d.Day.Format(time.DateOnly), Outcome: d.Outcome, Percent: d.Percent()}
+			if d.Covered {
+				v.Targets, v.Current = &d.Targets, &d.Current
+			}
+			out.Body.Days[i] = v
+		}
+		return out, nil
+	})
+}

@@ -21,7 +21,7 @@ const historyRows = 100_000
 // bigTables grow with history; a hot query must never read one whole.
 var bigTables = map[string]bool{
 	"job_request": true, "job_instance": true, "job_execution": true, "job_checkpoint": true,
-	"apt_trade": true, "worker": true,
+	"apt_trade": true, "worker": true, "schedule_tick": true,
 }
 
 // maxRowsRead bounds the rows a hot query may read from the big tables
@@ -63,6 +63,9 @@ UPDATE job_request SET status = 'RUNNING', worker_id = 'live@host#b' WHERE id = 
 UPDATE job_execution SET status = 'STARTED' WHERE id = %[1]d;
 INSERT INTO worker (id, hostname, pid, boot) VALUES ('live@host#b', 'host', 1, 'b');
 UPDATE job_request SET execution_id = id WHERE id IN (5, %[1]d);
+-- A schedule missed every minute for as long (the history's days).
+INSERT INTO schedule_tick (job, due_at, outcome)
+SELECT 'aptTrade', now() - make_interval(mins => g), 'missed' FROM generate_series(1, %[1]d) g;
 ANALYZE;`, historyRows)
 	_, err := pool.Exec(ctx, seed)
 	require.NoError(t, err)
@@ -106,6 +109,9 @@ ANALYZE;`, historyRows)
 		{"WorkerCountAlive", workerCountAlive, []any{60.0}},
 		{"WorkerDeleteExpired", workerDeleteExpired, []any{7 * 24 * 3600.0}},
 		{"ProviderCallBudgetGet", providerCallBudgetGet, []any{"MOLIT", now}},
+		// A month of days: one probe of the executions and of the ticks
+		// per day, however many executions and ticks each day has.
+		{"JobHistory", jobHistory, []any{"aptTrade", "Asia/Seoul", int32(31)}},
 		// The function's own query: EXPLAIN of the call shows only a
 		// function scan.
 		{"job_request_enqueue_state", functionQuery(t, pool, "job_request_enqueue_state"), []any{"aptTrade"}},
@@ -206,28 +212,34 @@ const (
 // With two days in the table the planner rightly scans the day's half of
 // credit_grade; with a year of history the date indexes of 00008 take over.
 // The missing lists' first page never reads a per-day table whole.
+// JobHistory counts two weeks of those days in one statement, under the
+// same bound.
 func TestPlans_CoverageCountsAtAMillionTargets(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
-	day := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	// The database's today (UTC), so that JobHistory's days include the
+	// seeded ones.
+	var day time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (clock_timestamp() AT TIME ZONE 'UTC')::date`).Scan(&day))
+	today, yesterday := day.Format(time.DateOnly), day.AddDate(0, 0, -1).Format(time.DateOnly)
 	// Every target current but one in a thousand; a day of history before.
 	seed := fmt.Sprintf(`
 INSERT INTO exposure (corp_code, outstanding_krw) SELECT lpad(g::text, 8, '0'), g %% 20 FROM generate_series(1, %[1]d * 20 / 19) g;
 INSERT INTO credit_grade (corp_code, eval_date, grade, source, execution_id)
-SELECT lpad(g::text, 8, '0'), d, 'A', 'lookup', 1 FROM generate_series(1, %[1]d * 20 / 19) g, (VALUES ('2026-12-03'::date), ('2026-12-02')) v(d)
+SELECT lpad(g::text, 8, '0'), d, 'A', 'lookup', 1 FROM generate_series(1, %[1]d * 20 / 19) g, (VALUES ('%[3]s'::date), ('%[4]s')) v(d)
 WHERE g %% 1000 <> 7;
 INSERT INTO company (corp_code, name, stock_code, tracked, execution_id)
 SELECT lpad(g::text, 8, '0'), 'c', CASE WHEN g %% 4 <> 0 THEN lpad(g::text, 7, '0') END, g %% 10 <> 0, 1 FROM generate_series(1, %[2]d * 10 / 9) g;
 INSERT INTO stock_price (short_code, trade_date, corp_code, close, open, high, low, volume, market_cap, execution_id)
-SELECT lpad(g::text, 7, '0'), d, 'x', 1, 1, 1, 1, 1, 1, 1 FROM generate_series(1, %[2]d * 10 / 9) g, (VALUES ('2026-12-03'::date), ('2026-12-02')) v(d)
+SELECT lpad(g::text, 7, '0'), d, 'x', 1, 1, 1, 1, 1, 1, 1 FROM generate_series(1, %[2]d * 10 / 9) g, (VALUES ('%[3]s'::date), ('%[4]s')) v(d)
 WHERE g %% 4 <> 0 AND g %% 1000 <> 7;
 INSERT INTO risk_metric (corp_code, metric_date, execution_id)
-SELECT lpad(g::text, 8, '0'), d, 1 FROM generate_series(1, %[2]d * 10 / 9) g, (VALUES ('2026-12-03'::date), ('2026-12-02')) v(d)
+SELECT lpad(g::text, 8, '0'), d, 1 FROM generate_series(1, %[2]d * 10 / 9) g, (VALUES ('%[3]s'::date), ('%[4]s')) v(d)
 WHERE g %% 10 <> 0 AND g %% 1000 <> 7;
 INSERT INTO risk_rule_check (alert_date, corp_code, execution_id)
-SELECT d, lpad(g::text, 8, '0'), 1 FROM generate_series(1, %[2]d * 10 / 9) g, (VALUES ('2026-12-03'::date), ('2026-12-02')) v(d)
-WHERE g %% 10 <> 0 AND g %% 1000 <> 8;`, coverageTargets, coverageOtherTargets)
+SELECT d, lpad(g::text, 8, '0'), 1 FROM generate_series(1, %[2]d * 10 / 9) g, (VALUES ('%[3]s'::date), ('%[4]s')) v(d)
+WHERE g %% 10 <> 0 AND g %% 1000 <> 8;`, coverageTargets, coverageOtherTargets, today, yesterday)
 	started := time.Now()
 	_, err := pool.Exec(ctx, seed)
 	require.NoError(t, err)
@@ -250,6 +262,10 @@ WHERE g %% 10 <> 0 AND g %% 1000 <> 8;`, coverageTargets, coverageOtherTargets)
 		{"CoverageStockPriceCount", coverageStockPriceCount, []any{day}, true},
 		{"CoverageMetricsCount", coverageMetricsCount, []any{day}, true},
 		{"CoverageRulesCount", coverageRulesCount, []any{day}, true},
+		// Two weeks of history in one statement: a count per day.
+		{"JobHistoryCreditEval", jobHistory, []any{"creditEval", "UTC", int32(14)}, true},
+		{"JobHistoryStockPrice", jobHistory, []any{"stockPrice", "UTC", int32(14)}, true},
+		{"JobHistoryRules", jobHistory, []any{"rules", "UTC", int32(14)}, true},
 		{"CoverageCreditEvalMissing", coverageCreditEvalMissing, []any{"", day, int32(100)}, false},
 		{"CoverageStockPriceMissing", coverageStockPriceMissing, []any{"", day, int32(100)}, false},
 		{"CoverageMetricsMissing", coverageMetricsMissing, []any{"", day, int32(100)}, false},

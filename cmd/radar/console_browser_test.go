@@ -13,6 +13,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs"
 )
 
 // Environment of the browser test.
@@ -389,11 +391,37 @@ func TestConsole_BrowserCoverage(t *testing.T) {
 	require.NoError(t, err)
 	b := newBrowser(t, s.api.URL)
 
+	// Yesterday: a failed run with every target graded; the day before, a
+	// missed due time.
+	s.seedHistory(jobs.CreditEval, 1, "FAILED")
+	s.seedMissed(jobs.CreditEval, 2)
+	tz := s.env.Location.String()
+	_, err = s.pool.Exec(ctx, `INSERT INTO credit_grade (corp_code, eval_date, grade, source, execution_id)
+		SELECT unnest($1::text[]), (clock_timestamp() AT TIME ZONE $2)::date - 1, 'A', 'lookup', 1`, codes, tz)
+	require.NoError(t, err)
+	var today, yesterday, before string
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT d::text, (d - 1)::text, (d - 2)::text FROM (SELECT (clock_timestamp() AT TIME ZONE $1)::date AS d) x`, tz).
+		Scan(&today, &yesterday, &before))
+
 	b.login(testOperatorToken)
 	row := `#coverage tr[data-job="creditEval"]`
 	b.waitFor("creditEval's coverage", fmt.Sprintf(`document.querySelector('%s .missing') !== null && document.querySelector('%s .missing').innerText === "2"`, row, row))
 	require.Equal(t, "3", b.text(row+" .targets"))
 	require.Equal(t, "1", b.text(row+" .current"))
+	// The strip: 14 days per job, oldest first, each titled with its
+	// date, outcome and coverage %.
+	strip := `#history tr[data-job="creditEval"] .strip .day`
+	b.waitFor("creditEval's strip", fmt.Sprintf(`document.querySelectorAll('%s').length === 14`, strip))
+	require.Equal(t, float64(len(jobs.Default().All())), eval[float64](b, `document.querySelectorAll("#history tbody tr[data-job]").length`), "a strip per job")
+	title := func(day string) string {
+		return eval[string](b, fmt.Sprintf(`document.querySelector('%s[data-day="%s"]').title`, strip, day))
+	}
+	require.Equal(t, today+": none, 33.3% (1 of 3)", title(today))
+	require.Equal(t, yesterday+": failed, 100% (3 of 3)", title(yesterday))
+	require.Equal(t, before+": missed, 0% (0 of 3)", title(before))
+	require.Equal(t, today, eval[string](b, fmt.Sprintf(`Array.from(document.querySelectorAll('%s')).at(-1).dataset.day`, strip)), "today on the right")
+	require.Equal(t, "none, no coverage", eval[string](b,
+		`document.querySelector('#history tr[data-job="corpCodeSync"] .strip .day').title.replace(/^[0-9-]+: /, "")`))
 	b.screenshot("coverage")
 	b.click(row + " .missing a")
 	b.waitFor("the missing list", `!document.querySelector("#coverage-missing").hidden`)

@@ -376,6 +376,11 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 	c.do(exchange{method: http.MethodGet, path: "/v1/coverage/creditEval/missing?limit=0", token: viewer, invalid: true, want: http.StatusBadRequest})
 	c.do(exchange{method: http.MethodGet, path: "/v1/coverage/aptTrade/missing", token: viewer, want: http.StatusNotFound})
 	c.do(exchange{method: http.MethodGet, path: "/v1/coverage/creditEval/missing", invalid: true, want: http.StatusUnauthorized})
+	c.do(exchange{method: http.MethodGet, path: "/v1/jobs/creditEval/history", token: viewer, want: http.StatusOK})
+	c.do(exchange{method: http.MethodGet, path: "/v1/jobs/aptTrade/history?days=31", token: op, want: http.StatusOK})
+	c.do(exchange{method: http.MethodGet, path: "/v1/jobs/creditEval/history?days=32", token: viewer, invalid: true, want: http.StatusBadRequest})
+	c.do(exchange{method: http.MethodGet, path: "/v1/jobs/noSuchJob/history", token: viewer, want: http.StatusNotFound})
+	c.do(exchange{method: http.MethodGet, path: "/v1/jobs/creditEval/history", invalid: true, want: http.StatusUnauthorized})
 	c.do(exchange{method: http.MethodGet, path: "/v1/audit", token: op, want: http.StatusOK})
 	c.do(exchange{method: http.MethodGet, path: "/v1/audit?limit=1", token: op, want: http.StatusOK})
 	c.do(exchange{method: http.MethodGet, path: "/v1/audit?limit=0", token: op, invalid: true, want: http.StatusBadRequest})
@@ -397,7 +402,7 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 	// statement hits the api's lock_timeout and answers 503 + Retry-After.
 	lockEverything(t, s.ownerURL, func() {
 		reads := []string{"/v1/jobs", "/v1/jobs/aptTrade", "/v1/requests", "/v1/requests/" + id, "/v1/workers", "/v1/alerts", "/v1/providers",
-			"/v1/coverage", "/v1/coverage/creditEval/missing"}
+			"/v1/coverage", "/v1/coverage/creditEval/missing", "/v1/jobs/creditEval/history"}
 		for _, path := range reads {
 			c.do(exchange{method: http.MethodGet, path: path, token: viewer, want: http.StatusServiceUnavailable})
 		}

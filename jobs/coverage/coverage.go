@@ -233,3 +233,60 @@ var bindings = map[string]binding{
 		},
 	},
 }
+
+// History days: GET /v1/jobs/{job}/history serves 1 to HistoryDaysMax of
+// them, HistoryDaysDefault unless asked.
+const (
+	HistoryDaysDefault = 14
+	HistoryDaysMax     = 31
+)
+
+// Day is one day of a job's history (queries/job_history.sql).
+type Day struct {
+	// Day is the calendar day in the jobs' zone, at midnight UTC.
+	Day time.Time
+	// Outcome is the status of the job's newest execution that started
+	// that day (completed, failed, stopped, abandoned; running while
+	// active), else missed when a due time of that day was recorded
+	// missed, else none.
+	Outcome string
+	// Covered reports whether Targets and Current are meaningful: the job
+	// has a coverage definition and the day is one of its data dates.
+	Covered bool
+	// Targets is TODAY's target set: the set is not kept per day, so
+	// every past day is measured against today's targets.
+	Targets int64
+	// Current is how many of today's targets have the job's row for Day.
+	Current int64
+}
+
+// Percent is Current of Targets in percent (100 with no targets); nil when
+// the day is not Covered.
+func (d *Day) Percent() *float64 {
+	if !d.Covered {
+		return nil
+	}
+	p := 100.0
+	if d.Targets > 0 {
+		p = float64(d.Current) * 100 / float64(d.Targets)
+	}
+	return &p
+}
+
+// History returns job's last days days, newest first, in one statement:
+// the days are the database's (its clock, in the Reader's zone), never the
+// process's. days is clamped to 1..HistoryDaysMax. The coverage of a day is
+// measured against today's target set (see Day.Targets).
+func (r *Reader) History(ctx context.Context, job string, days int) ([]*Day, error) {
+	days = min(max(days, 1), HistoryDaysMax)
+	rows, err := queries.New().JobHistory(ctx, r.db, &queries.JobHistoryParams{Job: job, Tz: r.cfg.Location.String(), Days: int32(days)})
+	if err != nil {
+		return nil, fmt.Errorf("error reading the history of %s: %w", job, err)
+	}
+	out := make([]*Day, len(rows))
+	for i, row := range rows {
+		_, bound := bindings[job]
+		out[i] = &Day{Day: row.Day, Outcome: row.Outcome, Covered: row.Covered && bound, Targets: row.Targets, Current: row.CurrentTargets}
+	}
+	return out, nil
+}

@@ -6,6 +6,8 @@
 (function () {
   const POLL_MS = 2000;
   const ALERTS_EVERY = 15; // polls between alert refreshes
+  const HISTORY_EVERY = 5; // polls between refreshes of the jobs' last days
+  const HISTORY_DAYS = 14;
   const RUNNING = ["STARTING", "STARTED", "STOPPING"];
 
   const role = document.body.dataset.role;
@@ -13,7 +15,7 @@
   const csrf = document.querySelector('meta[name="csrf-token"]').content;
 
   const state = {
-    jobs: [], workers: [], requests: [], providers: [], coverage: [], extraRequests: {},
+    jobs: [], workers: [], requests: [], providers: [], coverage: [], history: {}, extraRequests: {},
     serverNow: Date.now(), polls: 0, busy: false, form: null,
   };
 
@@ -181,6 +183,10 @@
       for (const r of await Promise.all(missing.map((id) => api("GET", "/v1/requests/" + id)))) {
         state.extraRequests[r.requestId] = r;
       }
+      if (state.polls % HISTORY_EVERY === 0) {
+        const hist = await Promise.all(state.jobs.map((j) => api("GET", "/v1/jobs/" + encodeURIComponent(j.name) + "/history?days=" + HISTORY_DAYS)));
+        state.history = Object.fromEntries(hist.map((h) => [h.job, h.days]));
+      }
       if (state.polls % ALERTS_EVERY === 0) renderAlerts(await api("GET", "/v1/alerts"));
       if (operator && state.polls % ALERTS_EVERY === 0) renderAudit(await api("GET", "/v1/audit?limit=20"));
       state.polls++;
@@ -232,6 +238,23 @@
     renderWorkers();
     renderProviders();
     renderCoverage();
+    renderHistory();
+  }
+
+  // renderHistory draws each job's last days as a strip, oldest first: the
+  // colour is the day's outcome, the bar's height its coverage %.
+  function renderHistory() {
+    fillTable("history", state.jobs.filter((j) => state.history[j.name]).map((j) => el("tr", { dataset: { job: j.name } },
+      el("td", {}, j.name),
+      el("td", {}, el("div", { class: "strip" }, state.history[j.name].slice().reverse().map((d) => {
+        const pct = d.percent === null ? null : Math.round(d.percent * 10) / 10;
+        const cov = pct === null ? "no coverage" : pct + "% (" + num(d.current) + " of " + num(d.targets) + ")";
+        // The height through the CSSOM: the CSP refuses style attributes.
+        const bar = pct === null ? null : el("span", { class: "pct" });
+        if (bar) bar.style.height = pct + "%";
+        return el("span", { class: "day o-" + d.outcome, title: d.day + ": " + d.outcome + ", " + cov,
+          dataset: { day: d.day, outcome: d.outcome, percent: pct === null ? "" : String(pct) } }, bar);
+      }))))), "no job");
   }
 
   // renderCoverage shows each job's coverage; the missing count opens the

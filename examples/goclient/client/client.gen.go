@@ -185,6 +185,39 @@ func (e ExecutionViewStatus) Valid() bool {
 	}
 }
 
+// Defines values for HistoryDayViewOutcome.
+const (
+	HistoryDayViewOutcomeAbandoned HistoryDayViewOutcome = "abandoned"
+	HistoryDayViewOutcomeCompleted HistoryDayViewOutcome = "completed"
+	HistoryDayViewOutcomeFailed    HistoryDayViewOutcome = "failed"
+	HistoryDayViewOutcomeMissed    HistoryDayViewOutcome = "missed"
+	HistoryDayViewOutcomeNone      HistoryDayViewOutcome = "none"
+	HistoryDayViewOutcomeRunning   HistoryDayViewOutcome = "running"
+	HistoryDayViewOutcomeStopped   HistoryDayViewOutcome = "stopped"
+)
+
+// Valid indicates whether the value is a known member of the HistoryDayViewOutcome enum.
+func (e HistoryDayViewOutcome) Valid() bool {
+	switch e {
+	case HistoryDayViewOutcomeAbandoned:
+		return true
+	case HistoryDayViewOutcomeCompleted:
+		return true
+	case HistoryDayViewOutcomeFailed:
+		return true
+	case HistoryDayViewOutcomeMissed:
+		return true
+	case HistoryDayViewOutcomeNone:
+		return true
+	case HistoryDayViewOutcomeRunning:
+		return true
+	case HistoryDayViewOutcomeStopped:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for JobDetailLastDueOutcome.
 const (
 	JobDetailLastDueOutcomeCoalesced JobDetailLastDueOutcome = "coalesced"
@@ -361,19 +394,19 @@ func (e RequestViewStatus) Valid() bool {
 
 // Defines values for WorkerViewStatus.
 const (
-	Draining WorkerViewStatus = "draining"
-	Running  WorkerViewStatus = "running"
-	Stopped  WorkerViewStatus = "stopped"
+	WorkerViewStatusDraining WorkerViewStatus = "draining"
+	WorkerViewStatusRunning  WorkerViewStatus = "running"
+	WorkerViewStatusStopped  WorkerViewStatus = "stopped"
 )
 
 // Valid indicates whether the value is a known member of the WorkerViewStatus enum.
 func (e WorkerViewStatus) Valid() bool {
 	switch e {
-	case Draining:
+	case WorkerViewStatusDraining:
 		return true
-	case Running:
+	case WorkerViewStatusRunning:
 		return true
-	case Stopped:
+	case WorkerViewStatusStopped:
 		return true
 	default:
 		return false
@@ -664,6 +697,27 @@ type FilingParseParams struct {
 	To string `json:"to"`
 }
 
+// HistoryDayView defines model for HistoryDayView.
+type HistoryDayView struct {
+	// Current how many of today's targets have the job's row for that day; null without coverage that day
+	Current *int64 `json:"current"`
+
+	// Day YYYY-MM-DD in BUILDRISK_TIMEZONE, by the database's clock
+	Day string `json:"day"`
+
+	// Outcome the status of the job's newest execution that started that day; missed when none started and a due time of that day was missed; none otherwise
+	Outcome HistoryDayViewOutcome `json:"outcome"`
+
+	// Percent current / targets in percent (100 with no targets); null for a job without a coverage definition, or a day that is not one of its data dates (stockPrice on a weekend)
+	Percent *float64 `json:"percent"`
+
+	// Targets TODAY's target set (targets are not kept per day); null without coverage that day
+	Targets *int64 `json:"targets"`
+}
+
+// HistoryDayViewOutcome the status of the job's newest execution that started that day; missed when none started and a due time of that day was missed; none otherwise
+type HistoryDayViewOutcome string
+
 // InstanceView defines model for InstanceView.
 type InstanceView struct {
 	// ChunksDone chunks committed by any of its executions
@@ -731,6 +785,13 @@ type JobDetail struct {
 
 // JobDetailLastDueOutcome what became of lastDueAt: enqueued (its request), deferred (waits for the active request to end), coalesced (served by a request with the same params), missed (older than the catch-up window), failed (request refused)
 type JobDetailLastDueOutcome string
+
+// JobHistoryOutputBody defines model for JobHistoryOutputBody.
+type JobHistoryOutputBody struct {
+	// Days newest first, today included
+	Days *[]HistoryDayView `json:"days"`
+	Job  string            `json:"job"`
+}
 
 // JobListOutputBody defines model for JobListOutputBody.
 type JobListOutputBody struct {
@@ -1092,6 +1153,12 @@ type RequestEstimateJSONBody struct {
 	Params map[string]interface{} `json:"params"`
 }
 
+// JobHistoryParams defines parameters for JobHistory.
+type JobHistoryParams struct {
+	// Days how many days, 1..31 (default 14)
+	Days *string `form:"days,omitempty" json:"days,omitempty"`
+}
+
 // RequestCreateJSONBody defines parameters for RequestCreate.
 type RequestCreateJSONBody struct {
 	// ConfirmPurge confirms a purge for this request only; such an execution is never resumed
@@ -1413,6 +1480,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/jobs/{job}/estimate (the `RequestEstimate` operationId).
 	RequestEstimate(ctx context.Context, job string, body RequestEstimateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// JobHistory A job's last days: each day's outcome and coverage, newest first
+	//
+	// Per day (BUILDRISK_TIMEZONE, the database's clock) the outcome of the job's newest execution that started that day, or missed / none, and, for a job with a coverage definition, the day's coverage: how many of TODAY's targets have the job's row for that day (the target set is today's: it is not kept per day).
+	//
+	// Corresponds with GET /v1/jobs/{job}/history (the `JobHistory` operationId).
+	JobHistory(ctx context.Context, job string, params *JobHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestCreateWithBody Request a run of any job (404 for unknown jobs)
 	//
@@ -1861,6 +1935,23 @@ func (c *Client) RequestEstimateWithBody(ctx context.Context, job string, conten
 // Corresponds with POST /v1/jobs/{job}/estimate (the `RequestEstimate` operationId).
 func (c *Client) RequestEstimate(ctx context.Context, job string, body RequestEstimateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRequestEstimateRequest(c.Server, job, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// JobHistory A job's last days: each day's outcome and coverage, newest first
+//
+// Per day (BUILDRISK_TIMEZONE, the database's clock) the outcome of the job's newest execution that started that day, or missed / none, and, for a job with a coverage definition, the day's coverage: how many of TODAY's targets have the job's row for that day (the target set is today's: it is not kept per day).
+//
+// Corresponds with GET /v1/jobs/{job}/history (the `JobHistory` operationId).
+func (c *Client) JobHistory(ctx context.Context, job string, params *JobHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewJobHistoryRequest(c.Server, job, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2636,6 +2727,67 @@ func NewRequestEstimateRequestWithBody(server string, job string, contentType st
 	return req, nil
 }
 
+// NewJobHistoryRequest constructs an http.Request for the JobHistory method
+func NewJobHistoryRequest(server string, job string, params *JobHistoryParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "job", job, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/jobs/%s/history", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Days != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "days", *params.Days, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewRequestCreateRequest calls the generic RequestCreate builder with application/json body
 func NewRequestCreateRequest(server string, job string, body RequestCreateJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -3176,6 +3328,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/jobs/{job}/estimate (the `RequestEstimate` operationId).
 	RequestEstimateWithResponse(ctx context.Context, job string, body RequestEstimateJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestEstimateResponse, error)
+
+	// JobHistoryWithResponse A job's last days: each day's outcome and coverage, newest first
+	//
+	// Per day (BUILDRISK_TIMEZONE, the database's clock) the outcome of the job's newest execution that started that day, or missed / none, and, for a job with a coverage definition, the day's coverage: how many of TODAY's targets have the job's row for that day (the target set is today's: it is not kept per day).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/jobs/{job}/history (the `JobHistory` operationId).
+	JobHistoryWithResponse(ctx context.Context, job string, params *JobHistoryParams, reqEditors ...RequestEditorFn) (*JobHistoryResponse, error)
 
 	// RequestCreateWithBodyWithResponse Request a run of any job (404 for unknown jobs)
 	//
@@ -4943,6 +5104,110 @@ func (r RequestEstimateResponse) ContentType() string {
 	return ""
 }
 
+// JobHistoryResponse401Headers the declared response headers of an HTTP 401 response for JobHistory
+type JobHistoryResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// JobHistoryResponse429Headers the declared response headers of an HTTP 429 response for JobHistory
+type JobHistoryResponse429Headers struct {
+	RetryAfter int
+}
+
+// JobHistoryResponse503Headers the declared response headers of an HTTP 503 response for JobHistory
+type JobHistoryResponse503Headers struct {
+	RetryAfter int
+}
+
+type JobHistoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *JobHistoryOutputBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *JobHistoryResponse401Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *JobHistoryResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *JobHistoryResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r JobHistoryResponse) GetJSON200() *JobHistoryOutputBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r JobHistoryResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r JobHistoryResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r JobHistoryResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r JobHistoryResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r JobHistoryResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r JobHistoryResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r JobHistoryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r JobHistoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r JobHistoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r JobHistoryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // RequestCreateResponse401Headers the declared response headers of an HTTP 401 response for RequestCreate
 type RequestCreateResponse401Headers struct {
 	WWWAuthenticate *string
@@ -5923,6 +6188,21 @@ func (c *ClientWithResponses) RequestEstimateWithResponse(ctx context.Context, j
 		return nil, err
 	}
 	return ParseRequestEstimateResponse(rsp)
+}
+
+// JobHistoryWithResponse A job's last days: each day's outcome and coverage, newest first
+//
+// Per day (BUILDRISK_TIMEZONE, the database's clock) the outcome of the job's newest execution that started that day, or missed / none, and, for a job with a coverage definition, the day's coverage: how many of TODAY's targets have the job's row for that day (the target set is today's: it is not kept per day).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/jobs/{job}/history (the `JobHistory` operationId).
+func (c *ClientWithResponses) JobHistoryWithResponse(ctx context.Context, job string, params *JobHistoryParams, reqEditors ...RequestEditorFn) (*JobHistoryResponse, error) {
+	rsp, err := c.JobHistory(ctx, job, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseJobHistoryResponse(rsp)
 }
 
 // RequestCreateWithBodyWithResponse Request a run of any job (404 for unknown jobs)
@@ -7674,6 +7954,107 @@ func ParseRequestEstimateResponse(rsp *http.Response) (*RequestEstimateResponse,
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RequestEstimateResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseJobHistoryResponse parses an HTTP response from a JobHistoryWithResponse call
+func ParseJobHistoryResponse(rsp *http.Response) (*JobHistoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &JobHistoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest JobHistoryOutputBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 401:
+		var headers JobHistoryResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 429:
+		var headers JobHistoryResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers JobHistoryResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
