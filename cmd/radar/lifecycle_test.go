@@ -229,9 +229,10 @@ func TestLifecycle_UpstreamFailure(t *testing.T) {
 	require.Equal(t, float64(4), exec["chunksDone"], "the chunks before the failure stay committed")
 	// River agrees: the failed run's River job ended cancelled, with the
 	// run's outcome as its error, not completed.
-	s.eventually("the failed run's River job to end cancelled with the run's outcome", func() bool {
+	s.eventually("the failed run's River job to end cancelled with the run's outcome as its output", func() bool {
 		return s.count(`SELECT count(*) FROM river_job j JOIN job_request r ON r.river_job_id = j.id
-			WHERE r.id = $1 AND j.state = 'cancelled' AND j.errors::text LIKE '%ended FAILED%'`, id) == 1
+			WHERE r.id = $1 AND j.state = 'cancelled' AND j.metadata->'output'->>'status' = 'FAILED'
+			AND j.metadata->'output'->>'message' LIKE '%HTTP 500 after 3 attempts%'`, id) == 1
 	})
 
 	s.fake.SetConfig(fakeupstream.Config{})

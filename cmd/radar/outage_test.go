@@ -358,13 +358,16 @@ func TestOpenPool_SessionLimits(t *testing.T) {
 	// The idle transaction is ended by the server.
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }() // before pool.Close, which waits for the connection
 	_, err = tx.Exec(ctx, "SET LOCAL idle_in_transaction_session_timeout = '100ms'")
 	require.NoError(t, err)
+	// Each probe leaves the transaction idle for three times the limit
+	// first: a probe sooner than the limit would keep it alive for ever.
 	waitUntil(t, 30*time.Second, "the server to end the idle transaction", func() bool {
+		time.Sleep(300 * time.Millisecond)
 		_, err := tx.Exec(ctx, "SELECT 1")
 		return err != nil
 	})
-	_ = tx.Rollback(ctx)
 
 	cfg, err := pgxpool.ParseConfig(url)
 	require.NoError(t, err)

@@ -503,6 +503,14 @@ func (w *Worker) loop(ctx context.Context, interval time.Duration, name string, 
 	}()
 }
 
+// runOutput is what a run's River job records as its output: the
+// execution and how it ended.
+type runOutput struct {
+	ExecutionID int64  `json:"execution_id"`
+	Status      string `json:"status"`
+	Message     string `json:"message,omitempty"`
+}
+
 // runWorker is the River worker of runs: every job of the catalog runs
 // through it.
 type runWorker struct {
@@ -533,6 +541,14 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 		return river.JobSnooze(min(time.Duration(wait*float64(time.Second)), SnoozeMax))
 	}
 	finishTx := func(ctx context.Context, tx pgx.Tx, outcome *batch.Outcome) error {
+		if outcome != nil {
+			// The run's outcome as the River job's output (River UI shows
+			// it): River records a cancel of a running job as "cancelled
+			// remotely", whoever asked for it.
+			if err := river.RecordOutput(ctx, runOutput{ExecutionID: outcome.ExecutionID, Status: outcome.Status, Message: outcome.Message}); err != nil {
+				return fmt.Errorf("error recording the run's outcome on its river job: %w", err)
+			}
+		}
 		if outcome != nil && outcome.Status != request.ExecutionCompleted {
 			return request.CancelRiverJob(ctx, tx, rw.w.river, &job.ID)
 		}
