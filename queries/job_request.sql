@@ -76,10 +76,6 @@ WHERE r.id = @id;
 -- name: JobRequestGetByID :one
 SELECT * FROM job_request WHERE id = @id;
 
--- name: JobRequestIDByRiverJob :one
--- JobRequestIDByRiverJob returns the id of the request a River job carries.
-SELECT id FROM job_request WHERE river_job_id = @river_job_id ORDER BY id DESC LIMIT 1;
-
 -- name: JobRequestGetActiveByJob :one
 SELECT * FROM job_request WHERE job = @job AND status IN ('QUEUED', 'RUNNING');
 

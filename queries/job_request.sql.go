@@ -222,18 +222,6 @@ func (q *Queries) JobRequestGetByID(ctx context.Context, db DBTX, id int64) (*Jo
 	return &i, err
 }
 
-const jobRequestIDByRiverJob = `-- name: JobRequestIDByRiverJob :one
-SELECT id FROM job_request WHERE river_job_id = $1 ORDER BY id DESC LIMIT 1
-`
-
-// JobRequestIDByRiverJob returns the id of the request a River job carries.
-func (q *Queries) JobRequestIDByRiverJob(ctx context.Context, db DBTX, riverJobID *int64) (int64, error) {
-	row := db.QueryRow(ctx, jobRequestIDByRiverJob, riverJobID)
-	var id int64
-	err := row.Scan(&id)
-	return id, err
-}
-
 const jobRequestInsert = `-- name: JobRequestInsert :one
 INSERT INTO job_request (id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, estimated_calls, resumes_execution_id, worker_id, due_at, river_job_id, not_before)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,

@@ -259,12 +259,6 @@ func (q *Queries) EnqueueStateTx(ctx context.Context, tx pgx.Tx, job string, sta
 	return state, settled, nil
 }
 
-// QueueJobLock queues on b the job's transaction-scoped advisory lock
-// (AdvisoryXactLockJob).
-func (q *Queries) QueueJobLock(ctx context.Context, b *pgx.Batch, job string) {
-	Queue(b, func(db DBTX) { _ = q.AdvisoryXactLockJob(ctx, db, job) }).Exec(func(pgconn.CommandTag) error { return nil })
-}
-
 // QueueEnqueueState queues on b what EnqueueStateTx sends: the job's
 // advisory lock unless its active request is settled (JobLockUnlessSettled,
 // whose answer is stored in *settled), then JobRequestEnqueueState, whose
