@@ -280,15 +280,12 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 		body: aptTradeBody([]string{"11110"}, "2025-01", "2025-01"), want: http.StatusAccepted})
 	id := created["requestId"].(string)
 	c.do(exchange{method: http.MethodGet, path: "/v1/requests/" + id, token: viewer, want: http.StatusOK})
-	for deadline := time.Now().Add(time.Minute); ; {
-		out := c.do(exchange{method: http.MethodGet, path: "/v1/requests/" + id, token: viewer, want: http.StatusOK})
-		if out["status"] == "DONE" || out["status"] == "FAILED" {
-			require.Equal(t, "DONE", out["status"], "%v", out)
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "request %s not done: %v", id, out)
-		time.Sleep(20 * time.Millisecond)
-	}
+	var out map[string]any
+	waitUntil(t, time.Minute, "request "+id+" to end", func() bool {
+		out = c.do(exchange{method: http.MethodGet, path: "/v1/requests/" + id, token: viewer, want: http.StatusOK})
+		return out["status"] == "DONE" || out["status"] == "FAILED"
+	})
+	require.Equal(t, "DONE", out["status"], "%v", out)
 	c.do(exchange{method: http.MethodGet, path: "/v1/workers", token: viewer, want: http.StatusOK})
 	require.NoError(t, w.Drain(context.Background()))
 	c.do(exchange{method: http.MethodGet, path: "/v1/jobs", token: viewer, want: http.StatusOK})

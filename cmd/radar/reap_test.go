@@ -121,14 +121,10 @@ func TestReap_KillNineFreesOnlyTheDeadWorkersJob(t *testing.T) {
 	_, creditNow := s.get("/v1/requests/" + credit)
 	require.Equal(t, "RUNNING", creditNow["status"], "the live worker's run is never touched")
 
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if v, ok := metricLine(scrape(t, survivorAdmin), "buildrisk_worker_stale_heartbeats_total"); ok && v == 1 {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "stale counter never reached 1 on the reaping worker")
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitUntil(t, 10*time.Second, "the stale counter to reach 1 on the reaping worker", func() bool {
+		v, ok := metricLine(scrape(t, survivorAdmin), "buildrisk_worker_stale_heartbeats_total")
+		return ok && v == 1
+	})
 
 	creditDone := s.waitRequest(credit, "DONE", "FAILED")
 	require.Equal(t, "COMPLETED", execution(t, creditDone)["status"], "%v", creditDone)
@@ -166,16 +162,13 @@ func TestReap_CleanupBeforeEnqueueAlone(t *testing.T) {
 	s.startWorkerWith(s.pool, func(wc *worker.Config, _ *batch.Config) { wc.DisableReaper = true })
 	var status int
 	var out map[string]any
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	waitUntil(t, 15*time.Second, "the job to be freed of the dead worker's request", func() bool {
 		status, out = s.post("/v1/jobs/aptTrade/requests", body)
-		if status != http.StatusConflict {
-			break
+		if status == http.StatusConflict {
+			require.Equal(t, id, out["activeRequestId"], "409 only while the dead worker is within its stale window")
 		}
-		require.Equal(t, id, out["activeRequestId"], "409 only while the dead worker is within its stale window")
-		require.True(t, time.Now().Before(deadline), "the job stayed blocked")
-		time.Sleep(100 * time.Millisecond)
-	}
+		return status != http.StatusConflict
+	})
 	require.Equal(t, http.StatusAccepted, status, "%v", out)
 	require.NotNil(t, out["resumesExecutionId"])
 	_, old := s.get("/v1/requests/" + id)
