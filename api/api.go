@@ -27,9 +27,9 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/coverage"
-	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/request"
 )
 
 func init() {

@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queue/request"
 )
 
 // /docs works with no network: the page references no other host (no

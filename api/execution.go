@@ -10,8 +10,8 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/request"
 )
 
 type executionInput struct {

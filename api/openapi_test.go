@@ -14,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queue/request"
 )
 
 // openAPIOut makes TestOpenAPIDocument write the served document to a file:

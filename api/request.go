@@ -13,9 +13,9 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/request"
 )
 
 // Request list paging bounds.

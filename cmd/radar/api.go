@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
-	"github.com/buildrisk/radar/jobs/request"
-	"github.com/buildrisk/radar/jobs/worker"
+	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/queue/worker"
 )
 
 // runAPI serves the API until SIGINT/SIGTERM. It refuses to start without

@@ -11,11 +11,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/batch"
-	"github.com/buildrisk/radar/jobs/request"
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
-	"github.com/buildrisk/radar/jobs/worker"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 // autoResumeEnv turns automatic resume on, as it is by default outside tests.

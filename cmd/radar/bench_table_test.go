@@ -31,13 +31,13 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/apttrade"
-	"github.com/buildrisk/radar/jobs/batch"
-	"github.com/buildrisk/radar/jobs/request"
-	"github.com/buildrisk/radar/jobs/upstream"
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
-	"github.com/buildrisk/radar/jobs/worker"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/upstream"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 // This file is `make bench` (BUILDRISK_BENCH=full) and `make bench-smoke`

@@ -19,7 +19,7 @@ import (
 
 	"github.com/buildrisk/radar/docs"
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/upstream"
+	"github.com/buildrisk/radar/upstream"
 )
 
 // repoRoot is the repository's root, relative to this package's directory.

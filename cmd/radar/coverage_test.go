@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 // coverageOf returns job's entry of GET /v1/coverage.

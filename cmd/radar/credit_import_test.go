@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
 	"github.com/buildrisk/radar/sql/pgtest"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 type importResult struct {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 // kill -9 of a worker in the middle of creditEval, then a new request: the

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/buildrisk/radar/jobs/worker"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queue/worker"
 )
 
 // pinger is what probeDatabase needs of a pool.

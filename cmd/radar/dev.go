@@ -19,11 +19,11 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/buildrisk/radar/api"
-	"github.com/buildrisk/radar/jobs/upstream"
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/sql/migrations"
 	"github.com/buildrisk/radar/sql/pglocal"
+	"github.com/buildrisk/radar/upstream"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 // devTokenFile is where `radar dev` writes the operator token it made, so

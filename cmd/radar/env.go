@@ -13,11 +13,11 @@ import (
 
 	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/coverage"
-	"github.com/buildrisk/radar/jobs/request"
-	"github.com/buildrisk/radar/jobs/upstream"
-	"github.com/buildrisk/radar/jobs/worker"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/upstream"
 )
 
 // envConfig is every environment variable radar reads, read and validated

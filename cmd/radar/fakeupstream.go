@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 // runFakeUpstream serves the fake provider endpoints until a signal.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 // The example program (examples/goclient, the oapi-codegen client) runs

@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 const importUsage = `usage: radar import exposure FILE.csv

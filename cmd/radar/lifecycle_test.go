@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/batch"
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 var sixRegions = []string{"11110", "11140", "11170", "11200", "11215", "11230"}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queue/batch"
 )
 
 func (s *testSystem) scrapeAPI() string {

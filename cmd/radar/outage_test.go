@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/batch"
-	"github.com/buildrisk/radar/jobs/request"
-	"github.com/buildrisk/radar/jobs/worker"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/sql/migrations"
 	"github.com/buildrisk/radar/sql/pglocal"
 	"github.com/buildrisk/radar/sql/pgtest"

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/batch"
-	"github.com/buildrisk/radar/jobs/worker"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/worker"
 )
 
 // A request inserted right after another is claimed on its insert

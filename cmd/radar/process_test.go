@@ -24,9 +24,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/batch"
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/sql/pgtest"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 // buildRadar builds the radar binary into the test's temp dir.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/upstream"
+	"github.com/buildrisk/radar/upstream"
 )
 
 // startWorkerWithCaps starts a worker whose environment differs from the

@@ -14,14 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/corpcode"
 	"github.com/buildrisk/radar/jobs/filing"
 	"github.com/buildrisk/radar/jobs/riskmetric"
 	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/jobs/stockprice"
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
-	"github.com/buildrisk/radar/jobs/worker"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 // requestJob posts a request for job and returns the 202's body.

@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/batch"
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
-	"github.com/buildrisk/radar/jobs/worker"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 var adminAddrLine = regexp.MustCompile(`worker running.*admin_addr=(\S+)`)

@@ -23,8 +23,8 @@ import (
 
 	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/batch"
-	"github.com/buildrisk/radar/jobs/worker"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/worker"
 )
 
 // A worker restarted in the same pid@hostname slot finalizes the previous

@@ -18,9 +18,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/batch"
-	"github.com/buildrisk/radar/jobs/request"
-	"github.com/buildrisk/radar/jobs/worker"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/queue/worker"
 )
 
 // paramFlags collects repeated -p key=value flags.
@@ -153,7 +153,7 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 	}
 	runner, err := batch.NewRunner(pool, batch.Config{
 		WorkerID: workerID, Jobs: registry(env), Upstream: up, Instruments: tel.instruments, Logger: tel.logger, FanOut: env.FanOut,
-		Tracer: tel.providers.Tracer.Tracer("github.com/buildrisk/radar/jobs/batch"),
+		Tracer: tel.providers.Tracer.Tracer("github.com/buildrisk/radar/queue/batch"),
 		Fence:  presence, DBTimeout: env.DBTimeout, LeaseCheckInterval: env.HeartbeatInterval,
 		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
 			_, err := chain.EnqueueNext(ctx, tx, finished.Job, finished.Params)

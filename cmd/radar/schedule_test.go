@@ -13,12 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/corpcode"
-	"github.com/buildrisk/radar/jobs/request"
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
-	"github.com/buildrisk/radar/jobs/worker"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 // testClock is the schedules' clock in a test: due times come when the test

@@ -28,20 +28,20 @@ import (
 	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/apttrade"
-	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/corpcode"
 	"github.com/buildrisk/radar/jobs/coverage"
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/jobs/filing"
-	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/jobs/riskmetric"
 	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/jobs/stockprice"
-	"github.com/buildrisk/radar/jobs/upstream"
-	"github.com/buildrisk/radar/jobs/worker"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/sql/migrations"
+	"github.com/buildrisk/radar/upstream"
 )
 
 // registry returns the implementation of every catalog job.
@@ -584,7 +584,7 @@ func newWorker(pool *pgxpool.Pool, env *envConfig, tel *telemetry, workerID, hos
 	scheduleEnqueuer := &lateEnqueuer{}
 	runnerConfig := batch.Config{
 		WorkerID: workerID, Jobs: registry(env), Upstream: up, Instruments: tel.instruments,
-		Logger: tel.logger, FanOut: env.FanOut, Tracer: tel.providers.Tracer.Tracer("github.com/buildrisk/radar/jobs/batch"),
+		Logger: tel.logger, FanOut: env.FanOut, Tracer: tel.providers.Tracer.Tracer("github.com/buildrisk/radar/queue/batch"),
 		// The worker, made below, fences its runs through its presence.
 		Fence:              batch.FenceFunc(func() <-chan struct{} { return w.Fenced() }),
 		DBTimeout:          env.DBTimeout,

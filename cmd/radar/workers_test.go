@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/batch"
-	"github.com/buildrisk/radar/jobs/worker"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/worker"
 )
 
 // GET /v1/workers pages newest first with an opaque cursor, in the same

@@ -30,9 +30,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/batch"
-	"github.com/buildrisk/radar/jobs/upstream"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/upstream"
 )
 
 // DirDefault returns the directory archives are downloaded to unless

@@ -5,7 +5,7 @@ import (
 	"iter"
 	"sync"
 
-	"github.com/buildrisk/radar/jobs/upstream"
+	"github.com/buildrisk/radar/upstream"
 )
 
 // readCorpCodes parses an archive, calling fn per company; tests count

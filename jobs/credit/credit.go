@@ -43,9 +43,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/batch"
-	"github.com/buildrisk/radar/jobs/upstream"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/upstream"
 )
 
 // Values of credit_grade.source: which endpoint gave the grade.

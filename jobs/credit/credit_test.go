@@ -17,14 +17,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/credit"
-	"github.com/buildrisk/radar/jobs/request"
-	"github.com/buildrisk/radar/jobs/upstream"
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/sql/pgtest"
+	"github.com/buildrisk/radar/upstream"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

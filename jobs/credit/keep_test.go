@@ -10,11 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/jobs/credit"
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 // newRunner returns a second runner on b's database and upstream: a drained

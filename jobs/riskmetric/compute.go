@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/upstream"
+	"github.com/buildrisk/radar/upstream"
 )
 
 // PriceMaxAgeDays bounds how old (in calendar days before the metric date)

@@ -32,8 +32,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/batch"
 )
 
 // ErrNoCompanies fails a run before any company is tracked.

@@ -24,9 +24,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/batch"
-	"github.com/buildrisk/radar/jobs/upstream"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/upstream"
 )
 
 // ErrNoCompanies fails a run before any listed company is tracked.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/request"
 )
 
 // Reconcile finalizes RUNNING requests that this worker claimed but no

@@ -14,8 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/upstream"
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
+	"github.com/buildrisk/radar/upstream"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 // corpCodeZip builds a corp-code archive holding xmlText as CORPCODE.xml.

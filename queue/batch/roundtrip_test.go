@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/batch"
+	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 

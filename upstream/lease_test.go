@@ -20,9 +20,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/upstream"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/sql/pgtest"
+	"github.com/buildrisk/radar/upstream"
 )
 
 // countingServer answers every call with 200 and counts them.

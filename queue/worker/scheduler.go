@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/request"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/request"
 )
 
 // ScheduleEnqueuer inserts scheduled requests through the same path as the

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/batch"
 )
 
 // partsJob is one chunk of 100 items on FanOutCommit writing its items to

@@ -15,10 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/upstream"
-	"github.com/buildrisk/radar/jobs/upstream/fakeupstream"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/sql/pgtest"
+	"github.com/buildrisk/radar/upstream"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 // arrival is one provider call as the fake upstream saw it.

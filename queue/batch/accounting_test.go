@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/batch"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/batch"
 )
 
 // skewedJob's chunks claim one item too many and one too few in turn: the
