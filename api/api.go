@@ -123,6 +123,10 @@ type Server struct {
 	// reads is pool with every statement planned at each call
 	// (queries.PlanEachCall): the api's reads depend on how much history
 	// there is, and a plan cached on a long-lived connection outlives it.
+	// A read made only of primary-key and index lookups (JobRequestView)
+	// uses pool's cached statements instead: its generic plan is the same
+	// at any size, and queries/plan_test.go checks that plan, prepared on
+	// empty tables, after 100,000 executions of history.
 	reads    queries.DBTX
 	queries  *queries.Queries
 	api      huma.API
