@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,14 +39,22 @@ type SchedulerConfig struct {
 	Schedules []Schedule
 	// Enqueuer inserts the requests. Required.
 	Enqueuer ScheduleEnqueuer
-	// Now is the scheduler's clock; nil is time.Now. Tests move it to make
-	// due times come without waiting for them.
+	// Now, when set, replaces the database's clock as the scheduler's
+	// clock. Tests move it to make due times come without waiting for them.
 	Now func() time.Time
+	// ProcessClock is this process's clock (default time.Now). Without Now,
+	// a pass decides which due times have come by the database's clock,
+	// read at the start of the pass, so every process agrees on them
+	// whatever its own clock says; ProcessClock only times the wait until
+	// the next due time (with the database's offset from it). Tests skew
+	// it.
+	ProcessClock func() time.Time
 	// Start is when this scheduler started: the first pass to see a job's
 	// schedule (or a changed one) records it as the time since when the
 	// job has that schedule (job_schedule). Due times before it are neither
 	// enqueued nor missed: a new installation does not run yesterday's
-	// schedule. Zero is Now() when the Scheduler is made.
+	// schedule. Zero is Now() when the Scheduler is made, or without Now
+	// the database's clock at the first pass.
 	Start time.Time
 	// Instruments counts ticks. Required.
 	Instruments *observability.Instruments
@@ -76,6 +86,12 @@ type Scheduler struct {
 	cfg     SchedulerConfig
 	pool    *pgxpool.Pool
 	queries *queries.Queries
+	// dbOffset is the database's clock minus ProcessClock, in nanoseconds,
+	// as the latest pass read it.
+	dbOffset atomic.Int64
+	// startMu guards start, the resolved Start.
+	startMu sync.Mutex
+	start   time.Time
 }
 
 // NewScheduler returns a Scheduler.
@@ -91,20 +107,50 @@ func NewScheduler(pool *pgxpool.Pool, cfg SchedulerConfig) (*Scheduler, error) {
 			return nil, fmt.Errorf("scheduler: schedule of %s needs Next, Params and a positive Period", s.Job)
 		}
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.ProcessClock == nil {
+		cfg.ProcessClock = time.Now
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	if cfg.Start.IsZero() {
+	if cfg.Start.IsZero() && cfg.Now != nil {
 		cfg.Start = cfg.Now()
 	}
-	return &Scheduler{cfg: cfg, pool: pool, queries: queries.New()}, nil
+	return &Scheduler{cfg: cfg, pool: pool, queries: queries.New(), start: cfg.Start}, nil
+}
+
+// clock returns the scheduler's now: Now when set, otherwise the
+// database's clock, whose offset from ProcessClock it keeps for
+// UntilNextDue.
+func (s *Scheduler) clock(ctx context.Context) (time.Time, error) {
+	if s.cfg.Now != nil {
+		return s.cfg.Now(), nil
+	}
+	before := s.cfg.ProcessClock()
+	dbNow, err := s.queries.DatabaseNow(ctx, s.pool)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("error reading the database's clock: %w", err)
+	}
+	after := s.cfg.ProcessClock()
+	s.dbOffset.Store(int64(dbNow.Sub(before.Add(after.Sub(before) / 2))))
+	return dbNow, nil
+}
+
+// startAt returns Start, set to now by the first pass when it was zero.
+func (s *Scheduler) startAt(now time.Time) time.Time {
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
+	if s.start.IsZero() {
+		s.start = now
+	}
+	return s.start
 }
 
 // UntilNextDue returns how long, by the scheduler's clock, until the
 // earliest next due time of any schedule; ok is false without one.
 func (s *Scheduler) UntilNextDue() (d time.Duration, ok bool) {
-	now := s.cfg.Now()
+	now := s.cfg.ProcessClock().Add(time.Duration(s.dbOffset.Load()))
+	if s.cfg.Now != nil {
+		now = s.cfg.Now()
+	}
 	var next time.Time
 	for _, sched := range s.cfg.Schedules {
 		if n := sched.Next.Next(now); !n.IsZero() && (next.IsZero() || n.Before(next)) {
@@ -117,6 +163,11 @@ func (s *Scheduler) UntilNextDue() (d time.Duration, ok bool) {
 // Pass handles every schedule once at the clock's now. Errors of one job
 // don't stop the others; they are returned joined (and counted failed).
 func (s *Scheduler) Pass(ctx context.Context) error {
+	now, err := s.clock(ctx)
+	if err != nil {
+		return err
+	}
+	start := s.startAt(now)
 	states, err := s.queries.ScheduleTickStateByJob(ctx, s.pool)
 	if err != nil {
 		return fmt.Errorf("error reading schedule state: %w", err)
@@ -125,13 +176,12 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 	for _, st := range states {
 		byJob[st.Job] = st
 	}
-	now := s.cfg.Now()
 	var errs []error
 	for i := range s.cfg.Schedules {
 		sched := &s.cfg.Schedules[i]
 		// Catch up from the newest recorded due time, but never from
 		// before the job had this schedule.
-		last, err := s.queries.JobScheduleSince(ctx, s.pool, &queries.JobScheduleSinceParams{Job: sched.Job, Spec: sched.Spec, Since: s.cfg.Start})
+		last, err := s.queries.JobScheduleSince(ctx, s.pool, &queries.JobScheduleSinceParams{Job: sched.Job, Spec: sched.Spec, Since: start})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: error recording schedule: %w", sched.Job, err))
 			continue

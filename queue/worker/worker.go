@@ -185,7 +185,8 @@ type Config struct {
 	SchedulePollInterval time.Duration
 	// SchedulePassTimeout bounds one scheduler pass.
 	SchedulePassTimeout time.Duration
-	// Now is the schedules' clock; nil is time.Now.
+	// Now, when set, replaces the database's clock as the schedules' clock
+	// (tests move it).
 	Now func() time.Time
 	// Gauges, when set, are recorded on every heartbeat.
 	Gauges *Gauges
