@@ -13,6 +13,7 @@ import (
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // heldJob has `chunks` chunks of one target each; the chunk named hold
@@ -67,7 +68,7 @@ func (j countingHeldJob) DomainRows(ctx context.Context, _ queries.DBTX, _ []int
 func (b *testBundle) abandon(t *testing.T, requestID int64) {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, queries.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+	require.NoError(t, pgtx.InTx(ctx, b.pool, func(tx pgx.Tx) error {
 		req, err := queries.New().JobRequestGetByID(ctx, tx, requestID)
 		if err != nil {
 			return err
