@@ -206,7 +206,7 @@ func (r *Runner) runFence(rs *runState) *runFence {
 // commits: the plan it freezes in the database, the record of a download.
 // Once the run has lost its execution it writes nothing and returns an
 // error wrapping ErrOwnershipLost. Like a chunk's commit it is not retried
-// here; fn may be run once only.
+// here: fn runs once, and an error of it rolls the transaction back.
 func (run *Run) Fenced(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if run.pool == nil {
 		return errors.New("batch: this Run has no database to write to (a runner's Run or NewDetachedRun has)")
