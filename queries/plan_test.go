@@ -72,7 +72,8 @@ ANALYZE;`, historyRows)
 
 	now := time.Now()
 	ids := []int64{historyRows - 1, historyRows}
-	liveWorker := fmt.Sprintf("%d@host#b", 1+historyRows%1000) // the seed's worker of execution historyRows
+	// The worker the seed gives the live execution (id historyRows).
+	liveWorker := fmt.Sprintf("%d@host#b", 1+historyRows%1000)
 	cases := []struct {
 		name string
 		sql  string
