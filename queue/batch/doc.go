@@ -23,7 +23,12 @@
 // still being active under that worker and epoch, and its row count is
 // checked (a chunk's and a part's commit, sent as one implicit transaction,
 // cannot check between statements, so their fenced statement raises
-// instead: pgtx.IsNotOwned). A run that finds no row has lost its
+// instead: pgtx.IsNotOwned). The condition is one SQL function,
+// execution_owned, which every fenced statement calls. A job cannot write
+// around it: the Run it receives reads through a Reader, whose statements
+// each run in a read-only transaction, and its only ways to write are its
+// chunks' commits (ChunkResult) and Run.Fenced, a transaction whose first
+// statement is the fence. A run that finds no row has lost its
 // execution (the reaper took its worker for dead, or a newer execution took
 // over): it stops at once, rolls back what it was writing, writes nothing
 // more, logs one line, counts buildrisk_ownership_lost_total and returns

@@ -14,8 +14,10 @@ import (
 )
 
 // Job is one runnable job. Plan and Process must not hold a database
-// transaction open; the runner commits what ChunkResult.Write writes
-// together with the chunk's checkpoint.
+// transaction open; they read through Run.DB, which cannot write, and the
+// runner commits what ChunkResult.Write or Queue writes together with the
+// chunk's checkpoint. A write outside a chunk (a plan frozen in the
+// database) goes through Run.Fenced.
 type Job interface {
 	// Plan lists the job's chunks (stable keys: a resume skips the keys
 	// already committed) and declares its targets.
