@@ -30,6 +30,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 func init() {
@@ -105,12 +106,12 @@ type Config struct {
 	// first.
 	RequestTimeout time.Duration
 	// TxSettings, when set, are applied with SET LOCAL to every transaction
-	// a /v1 call runs (queries.WithTxSettings): the api's statement and
+	// a /v1 call runs (pgtx.WithTxSettings): the api's statement and
 	// lock timeouts behind PgBouncer's transaction pooling, where they
 	// cannot be session settings. Statements outside a transaction are
 	// then bounded by RequestTimeout alone (pgx cancels them, and PgBouncer
 	// forwards the cancel).
-	TxSettings *queries.TxSettings
+	TxSettings *pgtx.TxSettings
 	// MaxBodyBytes bounds every request body (BUILDRISK_MAX_BODY_BYTES);
 	// default MaxBodyBytesDefault. A larger body is answered 413 unread.
 	MaxBodyBytes int64
@@ -405,7 +406,7 @@ func (s *Server) withDeadline(next http.Handler) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()
 		if s.cfg.TxSettings != nil {
-			ctx = queries.WithTxSettings(ctx, *s.cfg.TxSettings)
+			ctx = pgtx.WithTxSettings(ctx, *s.cfg.TxSettings)
 		}
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
@@ -483,7 +484,7 @@ func (s *Server) problemFrom(ctx context.Context, err error) error {
 		return huma.Error404NotFound("not found")
 	case errors.Is(err, context.Canceled):
 		return huma.NewError(499, "client closed request")
-	case queries.IsTransient(err):
+	case pgtx.IsTransient(err):
 		s.cfg.Logger.WarnContext(ctx, "database unavailable; answered 503", slog.String("error", err.Error()))
 		s.cfg.Instruments.HTTPRefused(ctx, observability.RefusalUnavailable)
 		return unavailable("the database is unavailable or busy (restarting, out of connections, or a statement or lock timed out); retry shortly")

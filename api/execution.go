@@ -12,6 +12,7 @@ import (
 
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 type executionInput struct {
@@ -45,7 +46,7 @@ func (s *Server) abandonExecution(ctx context.Context, in *executionInput) (*Exe
 		return nil, badID("id", in.ID)
 	}
 	var conflict error
-	err := queries.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		conflict = nil
 		exec, err := s.queries.JobExecutionGetByID(ctx, tx, id)
 		if err := queries.Interpret(err); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // JobView is one job of GET /v1/jobs.
@@ -199,7 +200,7 @@ func (s *Server) stopJob(ctx context.Context, in *jobInput) (*JobStopOutput, err
 		return nil, huma.Error404NotFound(fmt.Sprintf("job %s not found", jobs.Quote(in.Job)))
 	}
 	var stopped *queries.JobExecution
-	err := queries.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
 		stopped, err = s.queries.JobExecutionRequestStop(ctx, queries.PlanEachCall(tx), in.Job) // finds the job's active execution among its history
 		return queries.Interpret(err)

@@ -1,7 +1,15 @@
 -- name: CreditEvalPlanClear :exec
--- CreditEvalPlanClear deletes the plans of earlier executions (and a
--- half-made one of this execution) before an execution plans.
-DELETE FROM credit_eval_plan;
+-- CreditEvalPlanClear deletes, before an execution plans, its own half-made
+-- plan and the plans of executions that are no longer active: never the
+-- plan of another execution still running (one that took this run's
+-- instance over, say). It runs in the plan's fenced transaction
+-- (batch.Run.Fenced), so a run that lost its execution deletes nothing.
+DELETE FROM credit_eval_plan p
+WHERE p.execution_id = @execution_id
+   OR NOT EXISTS (
+       SELECT 1 FROM job_execution e
+       WHERE e.id = p.execution_id AND e.status IN ('STARTING', 'STARTED', 'STOPPING')
+   );
 
 -- name: CreditEvalPlanPage :one
 -- CreditEvalPlanPage freezes the next chunk of an execution's plan: the

@@ -41,13 +41,21 @@ func (q *Queries) CreditEvalPlanChunk(ctx context.Context, db DBTX, arg *CreditE
 }
 
 const creditEvalPlanClear = `-- name: CreditEvalPlanClear :exec
-DELETE FROM credit_eval_plan
+DELETE FROM credit_eval_plan p
+WHERE p.execution_id = $1
+   OR NOT EXISTS (
+       SELECT 1 FROM job_execution e
+       WHERE e.id = p.execution_id AND e.status IN ('STARTING', 'STARTED', 'STOPPING')
+   )
 `
 
-// CreditEvalPlanClear deletes the plans of earlier executions (and a
-// half-made one of this execution) before an execution plans.
-func (q *Queries) CreditEvalPlanClear(ctx context.Context, db DBTX) error {
-	_, err := db.Exec(ctx, creditEvalPlanClear)
+// CreditEvalPlanClear deletes, before an execution plans, its own half-made
+// plan and the plans of executions that are no longer active: never the
+// plan of another execution still running (one that took this run's
+// instance over, say). It runs in the plan's fenced transaction
+// (batch.Run.Fenced), so a run that lost its execution deletes nothing.
+func (q *Queries) CreditEvalPlanClear(ctx context.Context, db DBTX, executionID int64) error {
+	_, err := db.Exec(ctx, creditEvalPlanClear, executionID)
 	return err
 }
 

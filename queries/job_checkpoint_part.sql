@@ -18,10 +18,7 @@ WITH execution AS (
     SET last_updated = now(),
         items_written = items_written + cardinality(@items::text[])
     WHERE job_execution.id = @id
-      AND job_execution.worker_id = @worker_id
-      AND job_execution.lease_epoch = @lease_epoch
-      AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-      AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
+      AND execution_owned(job_execution, @worker_id::text, @lease_epoch::bigint)
     RETURNING job_execution.id, job_execution.instance_id, job_execution.status
 ), part AS (
     INSERT INTO job_checkpoint_part (instance_id, chunk, execution_id, items)
@@ -39,7 +36,4 @@ UPDATE job_execution
 SET last_updated = now(),
     items_failed = items_failed + @failed
 WHERE job_execution.id = @id
-  AND job_execution.worker_id = @worker_id
-  AND job_execution.lease_epoch = @lease_epoch
-  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id);
+  AND execution_owned(job_execution, @worker_id::text, @lease_epoch::bigint);

@@ -40,10 +40,7 @@ UPDATE job_execution
 SET last_updated = now(),
     items_failed = items_failed + $1
 WHERE job_execution.id = $2
-  AND job_execution.worker_id = $3
-  AND job_execution.lease_epoch = $4
-  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
+  AND execution_owned(job_execution, $3::text, $4::bigint)
 `
 
 type JobExecutionItemsFailedParams struct {
@@ -76,10 +73,7 @@ WITH execution AS (
     SET last_updated = now(),
         items_written = items_written + cardinality($1::text[])
     WHERE job_execution.id = $2
-      AND job_execution.worker_id = $3
-      AND job_execution.lease_epoch = $4
-      AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-      AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
+      AND execution_owned(job_execution, $3::text, $4::bigint)
     RETURNING job_execution.id, job_execution.instance_id, job_execution.status
 ), part AS (
     INSERT INTO job_checkpoint_part (instance_id, chunk, execution_id, items)

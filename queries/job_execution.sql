@@ -34,10 +34,7 @@ SET status = CASE WHEN status = 'STARTING' THEN 'STARTED' ELSE status END,
     started_at = now(), last_updated = now(),
     chunks_total = @chunks_total, chunks_done = @chunks_done, targets = @targets
 WHERE job_execution.id = @id
-  AND job_execution.worker_id = @worker_id
-  AND job_execution.lease_epoch = @lease_epoch
-  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
+  AND execution_owned(job_execution, @worker_id::text, @lease_epoch::bigint)
 RETURNING status;
 
 -- name: JobExecutionChunkCommit :one
@@ -65,10 +62,7 @@ WITH execution AS (
         items_failed = items_failed + @failed::bigint,
         external_calls = external_calls + @external_calls::int
     WHERE job_execution.id = @id
-      AND job_execution.worker_id = @worker_id
-      AND job_execution.lease_epoch = @lease_epoch
-      AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-      AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
+      AND execution_owned(job_execution, @worker_id::text, @lease_epoch::bigint)
     RETURNING job_execution.id, job_execution.instance_id, job_execution.status
 ), folded AS (
     DELETE FROM job_checkpoint_part p
@@ -90,10 +84,7 @@ SELECT radar_owned((SELECT execution.status FROM execution))::text AS status;
 -- chunk's); fenced, 0 rows when the run lost its ownership.
 UPDATE job_execution SET external_calls = external_calls + @external_calls, last_updated = now()
 WHERE job_execution.id = @id
-  AND job_execution.worker_id = @worker_id
-  AND job_execution.lease_epoch = @lease_epoch
-  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id);
+  AND execution_owned(job_execution, @worker_id::text, @lease_epoch::bigint);
 
 -- name: JobExecutionOwned :one
 -- JobExecutionOwned returns the execution's status while it is active under
@@ -101,10 +92,22 @@ WHERE job_execution.id = @id
 -- runner's lease check between commits.
 SELECT status FROM job_execution
 WHERE job_execution.id = @id
-  AND job_execution.worker_id = @worker_id
-  AND job_execution.lease_epoch = @lease_epoch
-  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id);
+  AND execution_owned(job_execution, @worker_id::text, @lease_epoch::bigint);
+
+-- name: JobExecutionFence :one
+-- JobExecutionFence is the first statement of a fenced write a job makes
+-- outside its chunks' commits (the plan it freezes in the database, the
+-- record of a download): it returns the execution's status while the
+-- execution is the run's (execution_owned) and raises SQLSTATE BR001
+-- (radar_owned) once the run has lost it, so the transaction writes
+-- nothing. It locks the execution row until the commit, so a reaper
+-- abandoning the execution waits for the write or sees it rolled back.
+SELECT radar_owned((
+    SELECT job_execution.status FROM job_execution
+    WHERE job_execution.id = @id
+      AND execution_owned(job_execution, @worker_id::text, @lease_epoch::bigint)
+    FOR SHARE
+))::text AS status;
 
 -- name: JobExecutionRequestStop :one
 -- JobExecutionRequestStop marks the job's running execution STOPPING without
@@ -133,10 +136,7 @@ SET status = @status, exit_message = @exit_message, ended_at = now(), last_updat
     targets = CASE WHEN targets < 0 THEN (SELECT coalesce(sum(c.targets), 0) FROM job_checkpoint c WHERE c.instance_id = job_execution.instance_id)
         + (SELECT coalesce(sum(cardinality(p.items)), 0) FROM job_checkpoint_part p WHERE p.instance_id = job_execution.instance_id) ELSE targets END
 WHERE job_execution.id = @id
-  AND job_execution.worker_id = @worker_id
-  AND job_execution.lease_epoch = @lease_epoch
-  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id);
+  AND execution_owned(job_execution, @worker_id::text, @lease_epoch::bigint);
 
 -- name: JobExecutionIDsByInstance :many
 SELECT id FROM job_execution WHERE instance_id = @instance_id ORDER BY id;

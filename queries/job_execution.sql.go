@@ -33,10 +33,7 @@ func (q *Queries) JobExecutionAbandon(ctx context.Context, db DBTX, arg *JobExec
 const jobExecutionAddCalls = `-- name: JobExecutionAddCalls :execrows
 UPDATE job_execution SET external_calls = external_calls + $1, last_updated = now()
 WHERE job_execution.id = $2
-  AND job_execution.worker_id = $3
-  AND job_execution.lease_epoch = $4
-  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
+  AND execution_owned(job_execution, $3::text, $4::bigint)
 `
 
 type JobExecutionAddCallsParams struct {
@@ -71,10 +68,7 @@ WITH execution AS (
         items_failed = items_failed + $3::bigint,
         external_calls = external_calls + $4::int
     WHERE job_execution.id = $5
-      AND job_execution.worker_id = $6
-      AND job_execution.lease_epoch = $7
-      AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-      AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
+      AND execution_owned(job_execution, $6::text, $7::bigint)
     RETURNING job_execution.id, job_execution.instance_id, job_execution.status
 ), folded AS (
     DELETE FROM job_checkpoint_part p
@@ -140,6 +134,35 @@ func (q *Queries) JobExecutionChunkCommit(ctx context.Context, db DBTX, arg *Job
 	return status, err
 }
 
+const jobExecutionFence = `-- name: JobExecutionFence :one
+SELECT radar_owned((
+    SELECT job_execution.status FROM job_execution
+    WHERE job_execution.id = $1
+      AND execution_owned(job_execution, $2::text, $3::bigint)
+    FOR SHARE
+))::text AS status
+`
+
+type JobExecutionFenceParams struct {
+	ID         int64
+	WorkerID   string
+	LeaseEpoch int64
+}
+
+// JobExecutionFence is the first statement of a fenced write a job makes
+// outside its chunks' commits (the plan it freezes in the database, the
+// record of a download): it returns the execution's status while the
+// execution is the run's (execution_owned) and raises SQLSTATE BR001
+// (radar_owned) once the run has lost it, so the transaction writes
+// nothing. It locks the execution row until the commit, so a reaper
+// abandoning the execution waits for the write or sees it rolled back.
+func (q *Queries) JobExecutionFence(ctx context.Context, db DBTX, arg *JobExecutionFenceParams) (string, error) {
+	row := db.QueryRow(ctx, jobExecutionFence, arg.ID, arg.WorkerID, arg.LeaseEpoch)
+	var status string
+	err := row.Scan(&status)
+	return status, err
+}
+
 const jobExecutionFinish = `-- name: JobExecutionFinish :execrows
 UPDATE job_execution
 SET status = $1, exit_message = $2, ended_at = now(), last_updated = now(),
@@ -147,10 +170,7 @@ SET status = $1, exit_message = $2, ended_at = now(), last_updated = now(),
     targets = CASE WHEN targets < 0 THEN (SELECT coalesce(sum(c.targets), 0) FROM job_checkpoint c WHERE c.instance_id = job_execution.instance_id)
         + (SELECT coalesce(sum(cardinality(p.items)), 0) FROM job_checkpoint_part p WHERE p.instance_id = job_execution.instance_id) ELSE targets END
 WHERE job_execution.id = $4
-  AND job_execution.worker_id = $5
-  AND job_execution.lease_epoch = $6
-  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
+  AND execution_owned(job_execution, $5::text, $6::bigint)
 `
 
 type JobExecutionFinishParams struct {
@@ -412,10 +432,7 @@ func (q *Queries) JobExecutionLockSkipLocked(ctx context.Context, db DBTX, id in
 const jobExecutionOwned = `-- name: JobExecutionOwned :one
 SELECT status FROM job_execution
 WHERE job_execution.id = $1
-  AND job_execution.worker_id = $2
-  AND job_execution.lease_epoch = $3
-  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
+  AND execution_owned(job_execution, $2::text, $3::bigint)
 `
 
 type JobExecutionOwnedParams struct {
@@ -540,10 +557,7 @@ SET status = CASE WHEN status = 'STARTING' THEN 'STARTED' ELSE status END,
     started_at = now(), last_updated = now(),
     chunks_total = $1, chunks_done = $2, targets = $3
 WHERE job_execution.id = $4
-  AND job_execution.worker_id = $5
-  AND job_execution.lease_epoch = $6
-  AND job_execution.status IN ('STARTING', 'STARTED', 'STOPPING')
-  AND job_execution.lease_epoch = (SELECT i.lease_epoch FROM job_instance i WHERE i.id = job_execution.instance_id)
+  AND execution_owned(job_execution, $5::text, $6::bigint)
 RETURNING status
 `
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/sql/pgtest"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // startedExecution inserts a request, an instance and an execution of job
@@ -88,7 +89,7 @@ func TestJobExecutionRequestStop_LosesToTheOutcomeBeingCommitted(t *testing.T) {
 	stopped := make(chan result, 1)
 	go func() {
 		var r result
-		r.err = queries.InTx(ctx, pool, func(tx pgx.Tx) error {
+		r.err = pgtx.InTx(ctx, pool, func(tx pgx.Tx) error {
 			var err error
 			r.row, err = q.JobExecutionRequestStop(ctx, tx, "aptTrade")
 			return err

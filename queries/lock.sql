@@ -3,15 +3,6 @@
 -- creates an execution or enqueues a request (held until the tx ends).
 SELECT pg_advisory_xact_lock(hashtextextended('buildrisk.job:' || @job::text, 0));
 
--- name: TxSettingsSetLocal :exec
--- TxSettingsSetLocal sets statement_timeout and lock_timeout (milliseconds)
--- for the rest of the current transaction only (SET LOCAL): the one way to
--- give statements those timeouts through PgBouncer's transaction pooling,
--- which refuses them as startup parameters and would hand a session SET to
--- whichever client gets the server connection next.
-SELECT set_config('statement_timeout', @statement_timeout_ms::text, true),
-       set_config('lock_timeout', @lock_timeout_ms::text, true);
-
 -- name: JobLockUnlessSettled :one
 -- JobLockUnlessSettled returns the job's active request when the stale
 -- cleanup could not free it, and otherwise takes the job's advisory lock

@@ -54,23 +54,3 @@ func (q *Queries) SessionTransactionTimeoutSet(ctx context.Context, db DBTX, tim
 	_, err := db.Exec(ctx, sessionTransactionTimeoutSet, timeoutMs)
 	return err
 }
-
-const txSettingsSetLocal = `-- name: TxSettingsSetLocal :exec
-SELECT set_config('statement_timeout', $1::text, true),
-       set_config('lock_timeout', $2::text, true)
-`
-
-type TxSettingsSetLocalParams struct {
-	StatementTimeoutMs string
-	LockTimeoutMs      string
-}
-
-// TxSettingsSetLocal sets statement_timeout and lock_timeout (milliseconds)
-// for the rest of the current transaction only (SET LOCAL): the one way to
-// give statements those timeouts through PgBouncer's transaction pooling,
-// which refuses them as startup parameters and would hand a session SET to
-// whichever client gets the server connection next.
-func (q *Queries) TxSettingsSetLocal(ctx context.Context, db DBTX, arg *TxSettingsSetLocalParams) error {
-	_, err := db.Exec(ctx, txSettingsSetLocal, arg.StatementTimeoutMs, arg.LockTimeoutMs)
-	return err
-}

@@ -92,6 +92,8 @@ ANALYZE;`, historyRows)
 
 	now := time.Now()
 	ids := []int64{historyRows - 1, historyRows}
+	// The worker the seed gives the live execution (id historyRows).
+	liveWorker := fmt.Sprintf("%d@host#b", 1+historyRows%1000)
 	cases := []struct {
 		name string
 		sql  string
@@ -136,6 +138,12 @@ ANALYZE;`, historyRows)
 		// function scan.
 		{"job_request_enqueue_state", functionQuery(t, pool, "job_request_enqueue_state"), []any{"aptTrade"}},
 		{"job_lock_unless_settled", settledQuery(t, pool), []any{"aptTrade", 60.0}},
+		// The fenced statements, on the live execution under its owner:
+		// one probe of the execution by its key, whatever the history.
+		{"JobExecutionOwned", jobExecutionOwned, []any{int64(historyRows), liveWorker, int64(0)}},
+		{"JobExecutionFence", jobExecutionFence, []any{int64(historyRows), liveWorker, int64(0)}},
+		{"JobExecutionAddCalls", jobExecutionAddCalls, []any{int32(1), int64(historyRows), liveWorker, int64(0)}},
+		{"JobExecutionFinish", jobExecutionFinish, []any{"COMPLETED", "done", nil, int64(historyRows), liveWorker, int64(0)}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/sql/pgtest"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -34,7 +35,7 @@ func startTwoJobs(t *testing.T, pool *pgxpool.Pool, opts pgx.TxOptions, retries 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = queries.InTxOpts(ctx, pool, opts, retries, func(tx pgx.Tx) error {
+			errs[i] = pgtx.InTxOpts(ctx, pool, opts, retries, func(tx pgx.Tx) error {
 				var id int64
 				if err := tx.QueryRow(ctx, "SELECT nextval(pg_get_serial_sequence('job_request', 'id'))").Scan(&id); err != nil {
 					return err
@@ -70,7 +71,7 @@ func TestInTx_DifferentJobsStartTogether(t *testing.T) {
 		failed := 0
 		for _, err := range errs {
 			if err != nil {
-				require.True(t, queries.IsRetryable(err), "%v", err)
+				require.True(t, pgtx.IsRetryable(err), "%v", err)
 				failed++
 			}
 		}
@@ -78,7 +79,7 @@ func TestInTx_DifferentJobsStartTogether(t *testing.T) {
 	})
 	t.Run("SerializableWithRetry_BothStart", func(t *testing.T) {
 		t.Parallel()
-		errs := startTwoJobs(t, pgtest.NewPool(t), pgx.TxOptions{IsoLevel: pgx.Serializable}, queries.TxRetryAttempts)
+		errs := startTwoJobs(t, pgtest.NewPool(t), pgx.TxOptions{IsoLevel: pgx.Serializable}, pgtx.TxRetryAttempts)
 		require.Equal(t, []error{nil, nil}, errs)
 	})
 	t.Run("ReadCommitted_BothStart", func(t *testing.T) {
@@ -100,7 +101,7 @@ func TestInTx_RetriesOnlyConflicts(t *testing.T) {
 	ctx := context.Background()
 
 	attempts := 0
-	err := queries.InTx(ctx, pool, func(tx pgx.Tx) error {
+	err := pgtx.InTx(ctx, pool, func(tx pgx.Tx) error {
 		attempts++
 		if attempts < 3 {
 			_, err := tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40P01'; END $$`)
@@ -112,16 +113,16 @@ func TestInTx_RetriesOnlyConflicts(t *testing.T) {
 	require.Equal(t, 3, attempts, "two deadlocks absorbed")
 
 	attempts = 0
-	err = queries.InTx(ctx, pool, func(tx pgx.Tx) error {
+	err = pgtx.InTx(ctx, pool, func(tx pgx.Tx) error {
 		attempts++
 		_, err := tx.Exec(ctx, `DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$`)
 		return err
 	})
 	require.Error(t, err)
-	require.Equal(t, 1+queries.TxRetryAttempts, attempts, "bounded: 3 retries")
+	require.Equal(t, 1+pgtx.TxRetryAttempts, attempts, "bounded: 3 retries")
 
 	attempts = 0
-	err = queries.InTx(ctx, pool, func(tx pgx.Tx) error {
+	err = pgtx.InTx(ctx, pool, func(tx pgx.Tx) error {
 		attempts++
 		_, err := tx.Exec(ctx, `SELECT 1/0`)
 		return err

@@ -20,6 +20,7 @@ import (
 
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // Defaults of ClientConfig.
@@ -95,11 +96,11 @@ func (e *CallError) Error() string {
 // Unwrap returns the transport error, if any.
 func (e *CallError) Unwrap() error { return e.Err }
 
-// ProviderName implements queries.ProviderError: a call error is the
+// ProviderName implements pgtx.ProviderError: a call error is the
 // provider's, whatever transport error it wraps.
 func (e *CallError) ProviderName() string { return string(e.Provider) }
 
-var _ queries.ProviderError = (*CallError)(nil)
+var _ pgtx.ProviderError = (*CallError)(nil)
 
 // ClientConfig configures a Client. Only cmd/radar reads the environment.
 type ClientConfig struct {

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/observability"
-	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/sql/pgtest"
+	"github.com/buildrisk/radar/sql/pgtx"
 	"github.com/buildrisk/radar/upstream"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
@@ -73,7 +73,7 @@ func TestClient_RetryAfter(t *testing.T) {
 // A provider's broken body (cut short of its Content-Length, or stalled
 // until the attempt's timeout) costs the client's attempts and ends in a
 // CallError naming the provider, which the database side of the error
-// classification never takes for a database outage (queries.IsTransient),
+// classification never takes for a database outage (pgtx.IsTransient),
 // however the transport error underneath reads.
 func TestClient_BrokenBodyIsTheProviders(t *testing.T) {
 	t.Parallel()
@@ -112,8 +112,8 @@ func TestClient_BrokenBodyIsTheProviders(t *testing.T) {
 			require.Equal(t, upstream.ProviderMOLIT, callErr.Provider)
 			require.Equal(t, 3, callErr.Attempts)
 			require.Contains(t, err.Error(), "MOLIT aptTrade")
-			require.False(t, queries.IsTransient(err), "a provider's body is no database error: %v", err)
-			require.False(t, queries.IsTransient(fmt.Errorf("chunk 11110:202501: %w", err)), "nor once wrapped")
+			require.False(t, pgtx.IsTransient(err), "a provider's body is no database error: %v", err)
+			require.False(t, pgtx.IsTransient(fmt.Errorf("chunk 11110:202501: %w", err)), "nor once wrapped")
 			require.Equal(t, int64(3), fake.Stats().Total, "the client's 3 attempts, no more")
 		})
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // This file is the daily cap without a round trip per call. A Caller takes
@@ -250,7 +251,7 @@ func (c *Client) takeLease(ctx context.Context, p Provider, day time.Time, want 
 	var l *lease
 	var open int32
 	var usedAfter int
-	err := queries.InTx(ctx, c.pool, func(tx pgx.Tx) error {
+	err := pgtx.InTx(ctx, c.pool, func(tx pgx.Tx) error {
 		l, open = nil, 0
 		used, err := c.queries.ProviderCallBudgetLock(ctx, tx, &queries.ProviderCallBudgetLockParams{Provider: string(p), Day: day})
 		if err != nil {

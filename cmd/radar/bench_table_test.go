@@ -36,6 +36,7 @@ import (
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/sql/pgtx"
 	"github.com/buildrisk/radar/upstream"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
@@ -727,11 +728,11 @@ func benchChunk(t *testing.T, scale benchScale) []*benchRow {
 				require.NoError(t, err)
 				p := apttrade.UpsertParams(bareRun, trades)
 				if pipelined {
-					require.NoError(t, queries.InImplicitTx(context.Background(), s.pool, func(b *pgx.Batch) {
+					require.NoError(t, pgtx.InImplicitTx(context.Background(), s.pool, func(b *pgx.Batch) {
 						queries.Queue(b, func(db queries.DBTX) { _, _ = queries.New().AptTradeUpsert(context.Background(), db, p) })
 					}))
 				} else {
-					require.NoError(t, queries.InTx(context.Background(), s.pool, func(tx pgx.Tx) error {
+					require.NoError(t, pgtx.InTx(context.Background(), s.pool, func(tx pgx.Tx) error {
 						_, err := queries.New().AptTradeUpsert(context.Background(), tx, p)
 						return err
 					}))

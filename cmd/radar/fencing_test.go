@@ -8,10 +8,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // within waits for ch, failing the test after d.
@@ -28,7 +28,7 @@ func within(t *testing.T, d time.Duration, ch <-chan struct{}, what string) {
 func (s *testSystem) abandonRequest(id any, msg string) {
 	s.t.Helper()
 	ctx := context.Background()
-	require.NoError(s.t, queries.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	require.NoError(s.t, pgtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		var requestID int64
 		var executionID *int64
 		if err := tx.QueryRow(ctx, `SELECT id, execution_id FROM job_request WHERE id = $1::bigint`, id).Scan(&requestID, &executionID); err != nil {

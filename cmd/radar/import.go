@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/sql/pgtx"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
@@ -109,7 +110,7 @@ func loadExposure(ctx context.Context, pool *pgxpool.Pool, path string, ledger *
 	importID := rand.Int64()
 	var loaded int64
 	var bad []*queries.ExposureImportBadLinesRow
-	err := queries.InTx(ctx, pool, func(tx pgx.Tx) error {
+	err := pgtx.InTx(ctx, pool, func(tx pgx.Tx) error {
 		if err := ledger.stage(ctx, tx, importID); err != nil {
 			return err
 		}
@@ -346,7 +347,7 @@ func seedExposure(ctx context.Context, pool *pgxpool.Pool, companies []fakeupstr
 		p.OutstandingKrws = append(p.OutstandingKrws, amount)
 	}
 	var loaded int64
-	err = queries.InTx(ctx, pool, func(tx pgx.Tx) error {
+	err = pgtx.InTx(ctx, pool, func(tx pgx.Tx) error {
 		loaded, err = q.ExposureUpsert(ctx, tx, p)
 		return err
 	})

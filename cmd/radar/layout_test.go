@@ -14,15 +14,16 @@ const module = "github.com/buildrisk/radar/"
 // module's packages each package may import (non-test code). Imports point
 // down only.
 var allowedImports = map[string][]string{
-	"api":                      {"jobs/coverage", "queue/request", "jobs", "queries", "observability"},
-	"queue/worker":             {"queue/batch", "queue/request", "upstream", "jobs", "queries", "observability"},
-	"queue/batch":              {"upstream", "queue/request", "jobs", "queries", "observability"},
-	"queue/request":            {"jobs", "queries", "observability"},
+	"api":                      {"jobs/coverage", "queue/request", "jobs", "queries", "sql/pgtx", "observability"},
+	"queue/worker":             {"queue/batch", "queue/request", "upstream", "jobs", "queries", "sql/pgtx", "observability"},
+	"queue/batch":              {"upstream", "queue/request", "jobs", "queries", "sql/pgtx", "observability"},
+	"queue/request":            {"jobs", "queries", "sql/pgtx", "observability"},
 	"jobs/coverage":            {"jobs", "queries"},
-	"upstream":                 {"queries", "observability"},
+	"upstream":                 {"queries", "sql/pgtx", "observability"},
 	"upstream/fakeupstream":    {},
 	"jobs":                     {},
-	"queries":                  {},
+	"queries":                  {"sql/pgtx"},
+	"sql/pgtx":                 {},
 	"sql/migrations":           {},
 	"sql/pglocal":              {},
 	"sql/pgtest":               {"sql/migrations", "sql/pglocal"},

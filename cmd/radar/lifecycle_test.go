@@ -252,7 +252,7 @@ func TestLifecycle_UpstreamFailure(t *testing.T) {
 // A provider answering 200 with its body cut short of its Content-Length
 // (the connection closed) is the provider's failure, not the database's:
 // the client's 3 attempts, then the execution fails naming the provider and
-// the call. Before, queries.IsTransient took the unexpected EOF for a
+// the call. Before, pgtx.IsTransient took the unexpected EOF for a
 // database outage and the runner redid the chunk for RecordRetryWindow
 // (120 calls for one item), ending "database errors ... retried in vain".
 func TestLifecycle_ProviderCutBody(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/observability"
-	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // pgbouncerEnv turns on the PgBouncer transaction-pooling mode.
@@ -205,7 +205,7 @@ func TestPgBouncer_Switch(t *testing.T) {
 			require.NoError(t, err)
 			if c.pgbouncer {
 				require.Equal(t, pgx.QueryExecModeCacheDescribe, cfg.ConnConfig.DefaultQueryExecMode)
-				require.Equal(t, &queries.TxSettings{StatementTimeout: env.APIStatementTimeout, LockTimeout: env.APILockTimeout}, apiTxSettings(env))
+				require.Equal(t, &pgtx.TxSettings{StatementTimeout: env.APIStatementTimeout, LockTimeout: env.APILockTimeout}, apiTxSettings(env))
 			} else {
 				require.Equal(t, pgx.QueryExecModeCacheStatement, cfg.ConnConfig.DefaultQueryExecMode)
 				require.Nil(t, apiTxSettings(env))

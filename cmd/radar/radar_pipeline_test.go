@@ -17,8 +17,8 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/filing"
 	"github.com/buildrisk/radar/jobs/stockprice"
-	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/sql/pgtx"
 	"github.com/buildrisk/radar/upstream"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
@@ -349,10 +349,10 @@ func (s *testSystem) processJob(job batch.Job, name, params string) {
 	ctx := context.Background()
 	up, err := newUpstream(s.pool, s.env, s.tel, "processJob")
 	require.NoError(s.t, err)
-	run := &batch.Run{
-		Job: name, Params: json.RawMessage(params), Calls: up.NewCaller(name, 0), DB: s.pool,
+	run := batch.NewDetachedRun(s.pool, batch.Run{
+		Job: name, Params: json.RawMessage(params), Calls: up.NewCaller(name, 0),
 		Logger: s.tel.logger, FanOut: batch.FanOutDefault, Instruments: s.tel.instruments,
-	}
+	})
 	plan, err := job.Plan(ctx, run)
 	require.NoError(s.t, err)
 	for _, chunk := range plan.Chunks {
@@ -360,7 +360,7 @@ func (s *testSystem) processJob(job batch.Job, name, params string) {
 		require.NoError(s.t, err)
 		require.Equal(s.t, res.Targets, res.Written+res.Skipped+res.Failed)
 		if res.Write != nil {
-			require.NoError(s.t, queries.InTx(ctx, s.pool, func(tx pgx.Tx) error { return res.Write(ctx, tx) }))
+			require.NoError(s.t, pgtx.InTx(ctx, s.pool, func(tx pgx.Tx) error { return res.Write(ctx, tx) }))
 		}
 	}
 	require.NoError(s.t, run.Calls.Release(ctx))

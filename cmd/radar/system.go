@@ -41,6 +41,7 @@ import (
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/sql/migrations"
+	"github.com/buildrisk/radar/sql/pgtx"
 	"github.com/buildrisk/radar/upstream"
 )
 
@@ -348,11 +349,11 @@ func setAPITimeouts(cfg *pgx.ConnConfig, env *envConfig) {
 // apiTxSettings returns the api's timeouts as per-transaction settings
 // behind PgBouncer's transaction pooling, nil otherwise (they are the
 // connections' session settings then).
-func apiTxSettings(env *envConfig) *queries.TxSettings {
+func apiTxSettings(env *envConfig) *pgtx.TxSettings {
 	if !env.TxPooling {
 		return nil
 	}
-	return &queries.TxSettings{StatementTimeout: env.APIStatementTimeout, LockTimeout: env.APILockTimeout}
+	return &pgtx.TxSettings{StatementTimeout: env.APIStatementTimeout, LockTimeout: env.APILockTimeout}
 }
 
 // txPoolingExecMode is the pgx query mode behind PgBouncer's transaction

@@ -210,8 +210,12 @@ func (j Job) download(ctx context.Context, run *batch.Run) (*archive, error) {
 	}
 	sum := sha256.Sum256(body)
 	a := &archive{path: path, sha256: hex.EncodeToString(sum[:]), companies: companies}
-	if err := queries.New().CorpCodeDownloadUpsert(ctx, run.DB, &queries.CorpCodeDownloadUpsertParams{
-		InstanceID: run.InstanceID, Path: a.path, Sha256: a.sha256, SizeBytes: int64(len(body)), Companies: int32(companies),
+	// Recorded in a transaction fenced on the execution: a run that lost
+	// its execution records no download for the instance.
+	if err := run.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		return queries.New().CorpCodeDownloadUpsert(ctx, tx, &queries.CorpCodeDownloadUpsertParams{
+			InstanceID: run.InstanceID, Path: a.path, Sha256: a.sha256, SizeBytes: int64(len(body)), Companies: int32(companies),
+		})
 	}); err != nil {
 		_ = os.Remove(path)
 		return nil, fmt.Errorf("error recording the archive: %w", err)
@@ -250,7 +254,9 @@ func (j Job) removeOtherArchives(ctx context.Context, run *batch.Run, current st
 			run.Logger.WarnContext(ctx, "could not remove an old corp-code archive", slog.String("path", o.Path), slog.String("error", err.Error()))
 			continue
 		}
-		if err := q.CorpCodeDownloadDelete(ctx, run.DB, o.InstanceID); err != nil {
+		if err := run.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			return q.CorpCodeDownloadDelete(ctx, tx, o.InstanceID)
+		}); err != nil {
 			run.Logger.WarnContext(ctx, "could not forget an old corp-code archive", slog.String("path", o.Path), slog.String("error", err.Error()))
 		}
 	}

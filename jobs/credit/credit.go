@@ -122,10 +122,6 @@ func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("error reading checkpoint totals: %w", err)
 	}
-	if err := q.CreditEvalPlanClear(ctx, run.DB); err != nil {
-		return nil, fmt.Errorf("error clearing earlier plans: %w", err)
-	}
-
 	params := &queries.CreditEvalPlanPageParams{
 		ExecutionID: run.ExecutionID, InstanceID: run.InstanceID, ChunkSize: jobs.CreditEvalChunkSize,
 		Backfill: p.Missing(), EvalDate: run.Calls.Today(), DoneChunks: committed,
@@ -133,21 +129,32 @@ func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 	params.DoneFirsts, params.DoneLasts = doneRanges(committed)
 	keys := slices.Clone(committed)
 	frozen := &declared{executionID: run.ExecutionID, targets: totals.Targets}
-	for {
-		page, err := q.CreditEvalPlanPage(ctx, run.DB, params)
-		if errors.Is(err, pgx.ErrNoRows) {
-			break // after the last target
+	// The plan is frozen in one transaction fenced on the execution: a run
+	// that lost its execution neither clears nor writes a plan, so it can
+	// never delete or overwrite the plan of the execution that took over.
+	err = run.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if err := q.CreditEvalPlanClear(ctx, tx, run.ExecutionID); err != nil {
+			return fmt.Errorf("error clearing earlier plans: %w", err)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("error planning the targets after %q: %w", params.After, err)
+		for {
+			page, err := q.CreditEvalPlanPage(ctx, tx, params)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil // after the last target
+			}
+			if err != nil {
+				return fmt.Errorf("error planning the targets after %q: %w", params.After, err)
+			}
+			r, ok := parseKey(page.Chunk)
+			if !ok {
+				return fmt.Errorf("planned a malformed chunk key %q", page.Chunk)
+			}
+			keys = append(keys, page.Chunk)
+			frozen.targets += page.Targets
+			params.After = r.last
 		}
-		r, ok := parseKey(page.Chunk)
-		if !ok {
-			return nil, fmt.Errorf("planned a malformed chunk key %q", page.Chunk)
-		}
-		keys = append(keys, page.Chunk)
-		frozen.targets += page.Targets
-		params.After = r.last
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error freezing the plan: %w", err)
 	}
 	slices.Sort(keys)
 

@@ -23,7 +23,12 @@
 // still being active under that worker and epoch, and its row count is
 // checked (a chunk's and a part's commit, sent as one implicit transaction,
 // cannot check between statements, so their fenced statement raises
-// instead: queries.IsNotOwned). A run that finds no row has lost its
+// instead: pgtx.IsNotOwned). The condition is one SQL function,
+// execution_owned, which every fenced statement calls. A job cannot write
+// around it: the Run it receives reads through a Reader, whose statements
+// each run in a read-only transaction, and its only ways to write are its
+// chunks' commits (ChunkResult) and Run.Fenced, a transaction whose first
+// statement is the fence. A run that finds no row has lost its
 // execution (the reaper took its worker for dead, or a newer execution took
 // over): it stops at once, rolls back what it was writing, writes nothing
 // more, logs one line, counts buildrisk_ownership_lost_total and returns
@@ -41,14 +46,14 @@
 // # Database outages
 //
 // Each database call of a run is bounded by Config.DBTimeout. A transient
-// error (queries.IsTransient: a refused or reset connection, a restart, a
+// error (pgtx.IsTransient: a refused or reset connection, a restart, a
 // statement timeout, a serialization failure or deadlock) is retried with a
 // capped backoff for as long as the process keeps its window, that is until
 // its Fence fires; only then does the run fail, with a message naming the
 // outage. The Fence fires safely before any reaper can see the process
 // stale, so a run that rides an outage out is never taken over meanwhile.
 //
-// An error from a provider (upstream.CallError, a queries.ProviderError) is
+// An error from a provider (upstream.CallError, a pgtx.ProviderError) is
 // never such an outage, even when it wraps a reset connection, an
 // unexpected EOF or a timeout while its body was read: the provider client
 // retried it already, so the item or chunk fails at once, naming the

@@ -13,6 +13,7 @@ import (
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // heldJob has `chunks` chunks of one target each; the chunk named hold
@@ -67,7 +68,7 @@ func (j countingHeldJob) DomainRows(ctx context.Context, _ queries.DBTX, _ []int
 func (b *testBundle) abandon(t *testing.T, requestID int64) {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, queries.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+	require.NoError(t, pgtx.InTx(ctx, b.pool, func(tx pgx.Tx) error {
 		req, err := queries.New().JobRequestGetByID(ctx, tx, requestID)
 		if err != nil {
 			return err
@@ -286,4 +287,54 @@ func TestRunner_TransientCommitErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fencedPlanJob writes a row in Run.Fenced from its Plan, after take (when
+// set) has taken the execution from the run.
+type fencedPlanJob struct{ take func(run *batch.Run) }
+
+func (j fencedPlanJob) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
+	if j.take != nil {
+		j.take(run)
+	}
+	if err := run.Fenced(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO plan_probe (execution_id) VALUES ($1)`, run.ExecutionID)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	return &batch.Plan{Chunks: chunkKeys(1), Targets: 1}, nil
+}
+
+func (fencedPlanJob) Process(context.Context, *batch.Run, string) (*batch.ChunkResult, error) {
+	return &batch.ChunkResult{Targets: 1, Written: 1}, nil
+}
+
+// Run.Fenced, a job's one way to write outside its chunks' commits, commits
+// while the run owns its execution and, once the run has lost it (the
+// reaper abandoned it), writes nothing and ends the run with
+// ErrOwnershipLost.
+func TestRun_FencedWritesOnlyWhileOwned(t *testing.T) {
+	t.Parallel()
+	var b *testBundle
+	taken := fencedPlanJob{take: func(run *batch.Run) { b.abandon(t, run.RequestID) }}
+	b = setup(t, map[string]batch.Job{"owned": fencedPlanJob{}, "taken": taken})
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, `CREATE TABLE plan_probe (execution_id bigint PRIMARY KEY)`)
+	require.NoError(t, err)
+
+	out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "owned")})
+	require.NoError(t, err)
+	require.Equal(t, request.ExecutionCompleted, out.Status, out.Message)
+	var probes int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM plan_probe WHERE execution_id = $1`, out.ExecutionID).Scan(&probes))
+	require.Equal(t, 1, probes)
+
+	out, err = b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "taken")})
+	require.ErrorIs(t, err, batch.ErrOwnershipLost)
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM plan_probe WHERE execution_id = $1`, out.ExecutionID).Scan(&probes))
+	require.Zero(t, probes, "a run that lost its execution wrote through Run.Fenced")
+	exec, err := queries.New().JobExecutionGetByID(ctx, b.pool, out.ExecutionID)
+	require.NoError(t, err)
+	require.Equal(t, "ABANDONED", exec.Status, "the reaper's record stands")
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // A fan-out chunk pays for each item with provider calls. FanOutCommit keeps
@@ -69,7 +70,7 @@ type partCommitter struct {
 
 // commit writes one part: the items' results (queue) and the part's whole
 // bookkeeping (JobExecutionPartCommit: its keys and the execution's written
-// count) in one implicit transaction, one round trip (queries.InImplicitTx).
+// count) in one implicit transaction, one round trip (pgtx.InImplicitTx).
 // It returns the execution's status, STOPPING when a stop was requested.
 //
 // The items of a part stay paid for and uncommitted until it returns, and
@@ -77,7 +78,7 @@ type partCommitter struct {
 // makes the calls wait for it.
 func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string, queue func(b *pgx.Batch)) (string, error) {
 	var status string
-	err := queries.InImplicitTx(ctx, c.pool, func(b *pgx.Batch) {
+	err := pgtx.InImplicitTx(ctx, c.pool, func(b *pgx.Batch) {
 		queue(b)
 		if c.executionID == 0 {
 			return // no execution (see FanOutCommit): the values are only written
@@ -93,7 +94,7 @@ func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string,
 		queries.Queue(b, func(db queries.DBTX) { _, _ = c.queries.JobExecutionPartCommit(ctx, db, params) }).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&status) })
 	})
-	if queries.IsNotOwned(err) {
+	if pgtx.IsNotOwned(err) {
 		err = fmt.Errorf("execution %d (worker %s, lease epoch %d): %w", c.executionID, c.workerID, c.leaseEpoch, ErrOwnershipLost)
 	}
 	if err != nil {
@@ -258,7 +259,7 @@ func fanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items [
 		// A Run the runner did not give (a test running a job's Process on
 		// its own) has no execution to account parts to: the values are
 		// only written.
-		parts = &partCommitter{pool: run.DB}
+		parts = &partCommitter{pool: run.pool}
 	}
 	pool, err := NewFanOut(FanOutConfig{Job: run.Job, Size: run.FanOut, Instruments: run.Instruments, Logger: run.Logger})
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/sql/pgtx"
 	"github.com/buildrisk/radar/upstream"
 )
 
@@ -31,88 +31,6 @@ const (
 	DBTimeoutDefault          = 5 * time.Second
 	LeaseCheckIntervalDefault = 10 * time.Second
 )
-
-// Messages recorded on stopped executions; each tells the operator what a
-// new request will do.
-const (
-	MessageStopRequested = "stopped on request at a chunk boundary; a new request resumes from the last commit"
-	MessageDrained       = "worker shut down: stopped at a chunk boundary; a new request resumes from the last commit"
-	MessageDrainTimeout  = "worker shut down past the drain timeout: the chunk in flight rolled back; a new request resumes from the last commit"
-)
-
-// Job is one runnable job. Plan and Process must not hold a database
-// transaction open; the runner commits what ChunkResult.Write writes
-// together with the chunk's checkpoint.
-type Job interface {
-	// Plan lists the job's chunks (stable keys: a resume skips the keys
-	// already committed) and declares its targets.
-	Plan(ctx context.Context, run *Run) (*Plan, error)
-	// Process does one chunk's reading and external calls.
-	Process(ctx context.Context, run *Run, chunk string) (*ChunkResult, error)
-}
-
-// DomainRowCounter is implemented by jobs that can count, with a query, the
-// domain rows their executions wrote: a second count, independent of the
-// runner's own, so that a loss can be proved from the data and not only
-// from the counters.
-type DomainRowCounter interface {
-	DomainRows(ctx context.Context, db queries.DBTX, executionIDs []int64) (int64, error)
-}
-
-// RunEnder is implemented by jobs that keep state for an execution between
-// its chunks (an open parse of a file): the runner calls EndRun once the
-// execution's chunks are over, whatever the outcome.
-type RunEnder interface {
-	EndRun(run *Run)
-}
-
-// TargetsUnknown declares that a job learns its targets chunk by chunk.
-const TargetsUnknown = -1
-
-// Plan is a job's work list.
-type Plan struct {
-	Chunks []string
-	// Targets is the number of items the whole instance must account for,
-	// or TargetsUnknown when each chunk declares its own.
-	Targets int64
-}
-
-// ChunkResult is one processed chunk.
-type ChunkResult struct {
-	// Targets is how many items the chunk was responsible for; every one of
-	// them must be written, skipped or failed.
-	Targets, Written, Skipped, Failed int64
-	// SkipReason says why the chunk's items were skipped ("holiday");
-	// the execution's final message totals skipped items by reason.
-	SkipReason string
-	// Write runs in the checkpoint transaction. It may be nil.
-	Write func(ctx context.Context, tx pgx.Tx) error
-	// Queue, in place of Write, adds the chunk's writes to the commit's
-	// batch as statements (queries.Queue): the chunk then commits in one
-	// round trip, its writes and its bookkeeping in one implicit
-	// transaction (queries.InImplicitTx). A statement that fails rolls the
-	// chunk back; a statement's result callback runs once the batch has
-	// committed, so an error it returns fails the run but undoes nothing.
-	// Set at most one of Write and Queue.
-	Queue func(b *pgx.Batch)
-}
-
-// Run is what a job sees of its execution.
-type Run struct {
-	Job         string
-	RequestID   int64
-	ExecutionID int64
-	InstanceID  int64
-	Params      json.RawMessage
-	Calls       *upstream.Caller
-	DB          *pgxpool.Pool
-	Logger      *slog.Logger
-	FanOut      int
-	Instruments *observability.Instruments
-
-	// parts commits the finished items of a fan-out chunk (FanOutCommit).
-	parts *partCommitter
-}
 
 // Config configures a Runner.
 type Config struct {
@@ -250,46 +168,9 @@ type RunOpts struct {
 	OnChunk func(done, total int)
 }
 
-// Outcome is how a Run ended.
-type Outcome struct {
-	ExecutionID   int64
-	Status        string // execution status, "" when the request was not runnable or the run lost its ownership
-	RequestStatus string
-	Message       string
-}
-
 // ErrNotQueued is returned by Run when the request was no longer QUEUED
 // (reaped or finalized meanwhile); nothing was run.
 var ErrNotQueued = errors.New("request is no longer queued")
-
-// ErrOwnershipLost is returned (wrapped) by Run when a write of the run
-// found its execution no longer active under this worker and lease epoch:
-// it was abandoned (the reaper took this worker for dead) or a newer
-// execution of its instance took over. The run stopped at once, rolled back
-// what it was writing and wrote nothing more; the execution's record is
-// whoever took it over's.
-var ErrOwnershipLost = errors.New("ownership of the execution lost")
-
-// ErrFenced is the cause of a run's cancellation when its process went
-// without a successful heartbeat for its fencing threshold (see Fence).
-var ErrFenced = errors.New("no successful heartbeat within the fencing threshold")
-
-// Fence is a process's self-fencing signal. The worker's presence (and the
-// CLI's) implements it: when its last successful heartbeat is older than a
-// threshold safely below the reaper's stale window, it fires, so that the
-// process stops its work before anyone can take that work over.
-type Fence interface {
-	// Fenced returns a channel that is closed while the process is fenced.
-	// A run takes it when it starts: once closed, the run has lost its
-	// window, even if the process re-registers later.
-	Fenced() <-chan struct{}
-}
-
-// FenceFunc adapts a function to Fence.
-type FenceFunc func() <-chan struct{}
-
-// Fenced implements Fence.
-func (f FenceFunc) Fenced() <-chan struct{} { return f() }
 
 type started struct {
 	request  *queries.JobRequest
@@ -299,37 +180,6 @@ type started struct {
 	// cause says why a run that did not complete ended (request.Cause*);
 	// it is recorded with the end, and the resume policy reads it.
 	cause string
-}
-
-// runState is one run's ownership and outage state.
-type runState struct {
-	*started
-	fenced <-chan struct{}
-	logger *slog.Logger
-
-	mu        sync.Mutex
-	lastDBErr error // the newest transient database error, for the message
-	warned    bool
-}
-
-func (rs *runState) noteDBError(err error) (first bool) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	rs.lastDBErr = err
-	first = !rs.warned
-	rs.warned = true
-	return first
-}
-
-func (rs *runState) dbError() error {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	return rs.lastDBErr
-}
-
-// lost wraps ErrOwnershipLost with the execution's identity.
-func (rs *runState) lost() error {
-	return fmt.Errorf("execution %d (worker %s, lease epoch %d): %w", rs.exec.ID, rs.exec.WorkerID, rs.exec.LeaseEpoch, ErrOwnershipLost)
 }
 
 // Run claims the request, creates its execution under the job's advisory
@@ -356,7 +206,7 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	})
 	if err != nil {
 		if errors.Is(err, ErrNotQueued) && opts.FinishTx != nil {
-			recordErr := queries.InTx(context.WithoutCancel(ctx), r.pool, func(tx pgx.Tx) error { return opts.FinishTx(context.WithoutCancel(ctx), tx, nil) })
+			recordErr := pgtx.InTx(context.WithoutCancel(ctx), r.pool, func(tx pgx.Tx) error { return opts.FinishTx(context.WithoutCancel(ctx), tx, nil) })
 			return nil, errors.Join(err, recordErr)
 		}
 		return nil, err
@@ -409,21 +259,13 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	return &Outcome{ExecutionID: st.exec.ID, Message: err.Error()}, err
 }
 
-// fenced returns the fence's channel, or nil (never closed) without one.
-func (r *Runner) fenced() <-chan struct{} {
-	if r.cfg.Fence == nil {
-		return nil
-	}
-	return r.cfg.Fence.Fenced()
-}
-
 // start claims the request and creates the execution in one transaction
 // under the job's advisory lock, so a CLI run and a worker can never start
 // the same job at once. The execution takes the instance's next lease
 // epoch, which fences off every earlier execution of the instance.
 func (r *Runner) start(ctx context.Context, requestID int64) (*started, error) {
 	var st *started
-	err := queries.InTx(ctx, r.pool, func(tx pgx.Tx) error {
+	err := pgtx.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 		st = nil
 		pending, err := r.queries.JobRequestGetByID(ctx, tx, requestID)
 		if err := queries.Interpret(err); err != nil {
@@ -501,41 +343,6 @@ var ErrNotRunnable = errors.New("request cannot run")
 // worker snoozes its River job). It never fails the request.
 var ErrExecutionActive = errors.New("request waits: another execution of the job is still active")
 
-// watch cancels the run's work when the process fences itself or, checked
-// every LeaseCheckInterval, when the execution is no longer the run's: so a
-// lost execution is noticed while a chunk is in flight, not only at its
-// commit. Transient errors of the check are left to the fence.
-func (r *Runner) watch(ctx context.Context, cancel context.CancelCauseFunc, rs *runState) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		ticker := time.NewTicker(r.cfg.LeaseCheckInterval)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-rs.fenced:
-				cancel(ErrFenced)
-				return
-			case <-ticker.C:
-				checkCtx, cancelCheck := context.WithTimeout(ctx, r.cfg.DBTimeout)
-				_, err := r.queries.JobExecutionOwned(checkCtx, r.pool, &queries.JobExecutionOwnedParams{
-					ID: rs.exec.ID, WorkerID: rs.exec.WorkerID, LeaseEpoch: rs.exec.LeaseEpoch,
-				})
-				cancelCheck()
-				if errors.Is(err, pgx.ErrNoRows) {
-					cancel(rs.lost())
-					return
-				}
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
-}
-
 // execute runs the chunks and decides the execution's final status. It
 // returns an error wrapping ErrOwnershipLost, and no status, when the run
 // lost its execution.
@@ -564,10 +371,12 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		InstanceID:  st.exec.InstanceID,
 		Params:      st.request.Params,
 		Calls:       r.cfg.Upstream.NewCaller(st.request.Job, st.maxCalls),
-		DB:          r.pool,
+		DB:          NewReader(r.pool),
 		Logger:      rs.logger,
 		FanOut:      r.cfg.FanOut,
 		Instruments: r.cfg.Instruments,
+		pool:        r.pool,
+		fence:       r.runFence(rs),
 	}
 	run.parts = r.partCommitter(st)
 	// The run's unspent leases of the daily caps go back to the budget when
@@ -776,14 +585,14 @@ func (r *Runner) commitChunk(ctx context.Context, rs *runState, chunk string, re
 		}
 		var err error
 		if res.Write == nil {
-			err = queries.InImplicitTx(callCtx, r.pool, func(b *pgx.Batch) {
+			err = pgtx.InImplicitTx(callCtx, r.pool, func(b *pgx.Batch) {
 				bookkeeping(b)
 				if res.Queue != nil {
 					res.Queue(b)
 				}
 			})
 		} else {
-			err = queries.InTxBatch(callCtx, r.pool, bookkeeping, func(tx pgx.Tx) error {
+			err = pgtx.InTxBatch(callCtx, r.pool, bookkeeping, func(tx pgx.Tx) error {
 				if err := res.Write(callCtx, tx); err != nil {
 					return fmt.Errorf("error writing chunk: %w", err)
 				}
@@ -791,7 +600,7 @@ func (r *Runner) commitChunk(ctx context.Context, rs *runState, chunk string, re
 			})
 		}
 		switch {
-		case queries.IsNotOwned(err):
+		case pgtx.IsNotOwned(err):
 			return rs.lost()
 		case err != nil:
 			return fmt.Errorf("error committing chunk: %w", err)
@@ -834,264 +643,4 @@ func (r *Runner) domainRows(ctx context.Context, counter DomainRowCounter, insta
 		return 0, fmt.Errorf("error listing the instance's executions: %w", err)
 	}
 	return counter.DomainRows(callCtx, r.pool, ids)
-}
-
-// account refuses a silent success: every declared target must be written,
-// skipped or failed, or the execution ends FAILED.
-func (r *Runner) account(ctx context.Context, rs *runState, plan *Plan, job string) (string, string, error) {
-	var totals *queries.JobCheckpointTotalsRow
-	var reasons []*queries.JobCheckpointSkipReasonsRow
-	err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
-		var err error
-		if totals, err = r.queries.JobCheckpointTotals(callCtx, r.pool, rs.exec.InstanceID); err != nil {
-			return err
-		}
-		reasons, err = r.queries.JobCheckpointSkipReasons(callCtx, r.pool, rs.exec.InstanceID)
-		return err
-	})
-	if err != nil {
-		return "", "", err
-	}
-	targets := totals.Targets
-	if plan.Targets != TargetsUnknown {
-		targets = plan.Targets
-	}
-	accounted := totals.Written + totals.Skipped + totals.Failed
-	if unaccounted := abs(targets - accounted); unaccounted != 0 {
-		// Every committed chunk added up (checkChunk), so the gap is
-		// between the declared targets and what the chunks took on.
-		r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, unaccounted)
-		return request.ExecutionFailed, fmt.Sprintf("unaccounted: %d of %d targets (written %d, skipped %d, failed %d)",
-			unaccounted, targets, totals.Written, totals.Skipped, totals.Failed), nil
-	}
-	return request.ExecutionCompleted, fmt.Sprintf("completed: %d targets (written %d, skipped %d%s, failed %d)",
-		targets, totals.Written, totals.Skipped, skipReasons(reasons), totals.Failed), nil
-}
-
-// skipReasons renders skipped items by reason: " (holiday: 100)".
-func skipReasons(rows []*queries.JobCheckpointSkipReasonsRow) string {
-	if len(rows) == 0 {
-		return ""
-	}
-	parts := make([]string, 0, len(rows))
-	for _, row := range rows {
-		reason := row.SkipReason
-		if reason == "" {
-			reason = "unspecified"
-		}
-		parts = append(parts, fmt.Sprintf("%s: %d", reason, row.Skipped))
-	}
-	return " (" + strings.Join(parts, ", ") + ")"
-}
-
-// classify turns a chunk's error into the execution's final status, or
-// returns an error wrapping ErrOwnershipLost when the run lost its
-// execution (then there is no status to record).
-func (r *Runner) classify(ctx context.Context, rs *runState, err error, where string) (string, string, error) {
-	var capErr *upstream.CapError
-	cause := context.Cause(ctx)
-	switch {
-	case errors.Is(err, ErrOwnershipLost):
-		return "", "", err
-	case errors.Is(cause, ErrOwnershipLost):
-		return "", "", cause
-	case errors.Is(cause, ErrFenced), errors.Is(err, ErrFenced):
-		// An outage is infrastructure's doing, like a drain or a reap: the
-		// run stops (it does not fail) with cause database, and the resume
-		// policy resumes it, so the same outage ends the same way whether it
-		// outlasts the stale window (reaped) or not (fenced).
-		msg := "database outage: the worker went without a successful heartbeat past its fencing threshold, so it cancelled the work in flight uncommitted; resumes from the last commit"
-		if dbErr := rs.dbError(); dbErr != nil {
-			msg += fmt.Sprintf(" (last database error: %v)", dbErr)
-		}
-		rs.cause = request.CauseDatabase
-		return request.ExecutionStopped, msg, nil
-	case ctx.Err() != nil:
-		rs.cause = request.CauseDrain
-		return request.ExecutionStopped, MessageDrainTimeout, nil
-	case errors.Is(err, ErrDrained):
-		rs.cause = request.CauseDrain
-		return request.ExecutionStopped, MessageDrainedInChunk, nil
-	case errors.Is(err, ErrStopRequested):
-		rs.cause = request.CauseOperator
-		return request.ExecutionStopped, MessageStopRequestedInChunk, nil
-	case errors.As(err, &capErr):
-		rs.cause = request.CauseCap
-		return request.ExecutionStopped, fmt.Sprintf("daily cap of %s reached; resumes from the last commit", capErr.Provider), nil
-	case errors.Is(err, upstream.ErrMaxCalls):
-		rs.cause = request.CauseMaxCalls
-		return request.ExecutionStopped, fmt.Sprintf("%v; a new request resumes from the last commit", err), nil
-	default:
-		return request.ExecutionFailed, fmt.Sprintf("%s: %v", where, err), nil
-	}
-}
-
-// record writes the outcome in two steps, each retried until
-// RecordRetryWindow has passed, so a short database outage does not leave
-// the request RUNNING: first the execution's result (with the chained
-// request, so a completion and its successor commit together), then the
-// request and, through finishTx, its River job. If the second step cannot be
-// recorded, the reconcile loop finalizes the request from the first.
-//
-// The first step is fenced: when the execution is no longer the run's, it
-// records nothing (neither the result, nor the chained request, nor the
-// request's end) and returns an error wrapping ErrOwnershipLost.
-func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, domainRows *int64, finishTx func(context.Context, pgx.Tx, *Outcome) error) error {
-	st := rs.started
-	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RecordRetryWindow)
-	defer cancel()
-	attempt := 0
-	err := retryUntilDone(recordCtx, func() error {
-		attempt++
-		callCtx, cancel := context.WithTimeout(recordCtx, r.cfg.DBTimeout)
-		defer cancel()
-		return queries.InTx(callCtx, r.pool, func(tx pgx.Tx) error {
-			n, err := r.queries.JobExecutionFinish(callCtx, tx, &queries.JobExecutionFinishParams{
-				ID: st.exec.ID, Status: outcome.Status, ExitMessage: outcome.Message, DomainRows: domainRows,
-				WorkerID: st.exec.WorkerID, LeaseEpoch: st.exec.LeaseEpoch,
-			})
-			if err != nil {
-				return fmt.Errorf("error finishing execution: %w", err)
-			}
-			if n == 0 {
-				if attempt > 1 && r.recorded(callCtx, tx, st, outcome) {
-					return nil // an earlier attempt committed
-				}
-				return rs.lost()
-			}
-			if r.cfg.OutcomeHook != nil {
-				r.cfg.OutcomeHook()
-			}
-			if st.cause != "" {
-				// Recorded with the end, so the reconcile loop applies the
-				// resume policy if the request's own recording is lost.
-				if err := r.queries.JobExecutionSetStopCause(callCtx, tx, &queries.JobExecutionSetStopCauseParams{ID: st.exec.ID, StopCause: st.cause}); err != nil {
-					return fmt.Errorf("error recording stop cause: %w", err)
-				}
-			}
-			if outcome.Status == request.ExecutionCompleted && r.cfg.Chain != nil {
-				if err := r.cfg.Chain(callCtx, tx, &Finished{
-					Job: st.request.Job, RequestID: st.request.ID, ExecutionID: st.exec.ID, Params: st.request.Params,
-				}); err != nil {
-					return fmt.Errorf("error chaining the next job: %w", err)
-				}
-			}
-			return nil
-		})
-	}, func(err error) bool { return !errors.Is(err, ErrOwnershipLost) })
-	if err != nil {
-		if errors.Is(err, ErrOwnershipLost) {
-			return err
-		}
-		return fmt.Errorf("error recording the execution's outcome: %w", err)
-	}
-	if r.cfg.RecordHook != nil {
-		r.cfg.RecordHook()
-	}
-	err = retryUntilDone(recordCtx, func() error {
-		callCtx, cancel := context.WithTimeout(recordCtx, r.cfg.DBTimeout)
-		defer cancel()
-		return queries.InTx(callCtx, r.pool, func(tx pgx.Tx) error {
-			finished, err := r.queries.JobRequestFinish(callCtx, tx, &queries.JobRequestFinishParams{
-				ID: st.request.ID, Status: outcome.RequestStatus, Message: outcome.Message,
-			})
-			if err != nil {
-				return fmt.Errorf("error finishing request: %w", err)
-			}
-			if finishTx != nil {
-				if err := finishTx(callCtx, tx, outcome); err != nil {
-					return err
-				}
-			}
-			if finished > 0 && outcome.Status != request.ExecutionCompleted && r.cfg.Resume != nil {
-				// The resume (when the policy allows it) commits with the
-				// stop: never a stopped run without its resume.
-				if err := r.cfg.Resume(callCtx, tx, &request.Stopped{Request: st.request, ExecutionID: st.exec.ID, Cause: st.cause}); err != nil {
-					return fmt.Errorf("error applying the resume policy: %w", err)
-				}
-			}
-			return nil
-		})
-	}, nil)
-	if err != nil {
-		return fmt.Errorf("error recording the request's outcome: %w", err)
-	}
-	return nil
-}
-
-// recorded reports whether the execution already holds this run's outcome
-// (an attempt whose commit landed although its answer was lost).
-func (r *Runner) recorded(ctx context.Context, tx pgx.Tx, st *started, outcome *Outcome) bool {
-	exec, err := r.queries.JobExecutionGetByID(ctx, tx, st.exec.ID)
-	return err == nil && exec.WorkerID == st.exec.WorkerID && exec.LeaseEpoch == st.exec.LeaseEpoch &&
-		exec.Status == outcome.Status && exec.ExitMessage == outcome.Message
-}
-
-// retryTransient calls fn, each attempt bounded by DBTimeout, until it
-// succeeds or fails with an error that is not a transient database error
-// (queries.IsTransient). Transient errors are retried with a capped
-// backoff while the run keeps its window: until fenced closes (the process
-// fenced itself: the error then wraps ErrFenced). RecordRetryWindow bounds
-// the retries too: without a fence it is the window, and with one it stops
-// a statement that times out every time while the database is otherwise
-// up (heartbeats succeed, the fence never fires) from being retried
-// forever. rs, when set, keeps the last error for the run's message and
-// logs the outage once.
-func (r *Runner) retryTransient(ctx context.Context, fenced <-chan struct{}, rs *runState, fn func(ctx context.Context) error) error {
-	var window <-chan time.Time // from the first transient error on
-	backoff := 50 * time.Millisecond
-	for {
-		callCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
-		err := fn(callCtx)
-		cancel()
-		if err == nil || ctx.Err() != nil || !queries.IsTransient(err) {
-			return err
-		}
-		if rs != nil && rs.noteDBError(err) {
-			rs.logger.WarnContext(ctx, "database unavailable; retrying inside the fencing window", slog.String("error", err.Error()))
-		}
-		if r.cfg.OnTransient != nil {
-			r.cfg.OnTransient(err)
-		}
-		if window == nil {
-			timer := time.NewTimer(r.cfg.RecordRetryWindow)
-			defer timer.Stop()
-			window = timer.C
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-fenced:
-			return fmt.Errorf("%w: %w", ErrFenced, err)
-		case <-window:
-			return fmt.Errorf("database errors for %s, retried in vain: %w", r.cfg.RecordRetryWindow, err)
-		case <-time.After(backoff):
-			backoff = min(backoff*2, time.Second)
-		}
-	}
-}
-
-// retryUntilDone calls fn until it succeeds, ctx ends, or retry (when set)
-// says an error is final, backing off.
-func retryUntilDone(ctx context.Context, fn func() error, retry func(error) bool) error {
-	backoff := 100 * time.Millisecond
-	for {
-		err := fn()
-		if err == nil || retry != nil && !retry(err) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(backoff):
-			backoff = min(backoff*2, 5*time.Second)
-		}
-	}
-}
-
-func abs(n int64) int64 {
-	if n < 0 {
-		return -n
-	}
-	return n
 }

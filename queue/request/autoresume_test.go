@@ -16,6 +16,7 @@ import (
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/sql/pgtest"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -85,7 +86,7 @@ func (b *resumeBundle) stopRun(t *testing.T, confirmPurge bool, status string) (
 func (b *resumeBundle) resume(t *testing.T, s *request.Stopped) int64 {
 	t.Helper()
 	var id int64
-	require.NoError(t, queries.InTx(context.Background(), b.pool, func(tx pgx.Tx) error {
+	require.NoError(t, pgtx.InTx(context.Background(), b.pool, func(tx pgx.Tx) error {
 		var err error
 		id, err = b.enqueuer.ResumeTx(context.Background(), tx, s)
 		return err

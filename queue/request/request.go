@@ -25,6 +25,7 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // Request statuses.
@@ -184,7 +185,7 @@ func (e *Enqueuer) Validate(ctx context.Context, db queries.DBTX, p *EnqueuePara
 // (taken once; not at all for a duplicate of an active request the cleanup
 // could not free, see settledStaleSeconds), runs the stale cleanup, refuses a duplicate, inserts the request's River
 // job (when the Enqueuer has a River client) and the request. A conflict
-// (serialization failure, deadlock) runs the transaction again (queries.InTx).
+// (serialization failure, deadlock) runs the transaction again (pgtx.InTx).
 // Errors: ErrUnknownJob, *jobs.ParamError, *DuplicateError, or an internal
 // error.
 func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, error) {
@@ -196,7 +197,7 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 		return nil, err
 	}
 	var result *EnqueueResult
-	err = queries.InTx(ctx, e.pool, func(tx pgx.Tx) error {
+	err = pgtx.InTx(ctx, e.pool, func(tx pgx.Tx) error {
 		var err error
 		result, err = e.enqueueTx(ctx, tx, p, params)
 		return err

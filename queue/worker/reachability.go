@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // Reachability is what a process knows of its own link to the database:
@@ -30,7 +30,7 @@ type Reachability struct {
 func NewReachability() *Reachability { return &Reachability{} }
 
 // Observe records the result of a call to the database: a transient error
-// (queries.IsTransient: a refused or broken connection, a timeout) is a
+// (pgtx.IsTransient: a refused or broken connection, a timeout) is a
 // cut; a success after a cut starts the wait. Other errors say nothing
 // about the link.
 func (r *Reachability) Observe(err error) {
@@ -42,7 +42,7 @@ func (r *Reachability) Observe(err error) {
 	switch {
 	case err == nil && r.down:
 		r.down, r.backAt = false, time.Now()
-	case err != nil && queries.IsTransient(err):
+	case err != nil && pgtx.IsTransient(err):
 		r.down = true
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // ReaperConfig configures a Reaper.
@@ -76,7 +77,7 @@ func (r *Reaper) Reap(ctx context.Context, job string) (int, error) {
 		r.cfg.Logger.WarnContext(ctx, "ended the database backends of stale workers", slog.Int64("backends", n))
 	}
 	var n int
-	err := queries.InTx(ctx, r.pool, func(tx pgx.Tx) error {
+	err := pgtx.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 		var err error
 		n, err = r.ReapTx(ctx, tx, job)
 		return err
@@ -212,7 +213,7 @@ func (r *Reaper) Run(ctx context.Context, interval time.Duration) {
 // boots are dead, whatever their heartbeat says.
 func (r *Reaper) CleanupPreviousBoots(ctx context.Context, hostname string, pid int, currentID string) (int, error) {
 	n := 0
-	err := queries.InTx(ctx, r.pool, func(tx pgx.Tx) error {
+	err := pgtx.InTx(ctx, r.pool, func(tx pgx.Tx) error {
 		n = 0
 		rows, err := r.queries.JobRequestListPreviousBoot(ctx, tx, &queries.JobRequestListPreviousBootParams{
 			SlotPrefix: fmt.Sprintf("%d@%s#%%", pid, hostname), CurrentID: currentID,

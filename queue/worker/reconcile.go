@@ -10,6 +10,7 @@ import (
 
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // Reconcile finalizes RUNNING requests that this worker claimed but no
@@ -25,10 +26,10 @@ type heldChecker interface{ Has(id int64) bool }
 // Reconcile is the reconcile loop's body for one worker id. A request it
 // finishes whose execution recorded a stop cause goes to resume (nil resumes
 // nothing), in the same transaction, as the runner would have done.
-func Reconcile(ctx context.Context, db queries.Beginner, river request.JobCanceller, workerID string, held heldChecker, resume ResumeFunc, logger *slog.Logger) (int, error) {
+func Reconcile(ctx context.Context, db pgtx.Beginner, river request.JobCanceller, workerID string, held heldChecker, resume ResumeFunc, logger *slog.Logger) (int, error) {
 	q := queries.New()
 	n := 0
-	err := queries.InTx(ctx, db, func(tx pgx.Tx) error {
+	err := pgtx.InTx(ctx, db, func(tx pgx.Tx) error {
 		n = 0
 		rows, err := q.JobRequestListRunningByWorker(ctx, tx, &workerID)
 		if err != nil {

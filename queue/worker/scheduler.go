@@ -17,6 +17,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // ScheduleEnqueuer inserts scheduled requests through the same path as the
@@ -271,7 +272,7 @@ func (s *Scheduler) tick(ctx context.Context, sched *Schedule, due time.Time) er
 		outcome   string
 		requestID *int64
 	)
-	err = queries.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		outcome, requestID = "", nil
 		if err := s.queries.AdvisoryXactLockJob(ctx, tx, sched.Job); err != nil {
 			return fmt.Errorf("error taking job lock: %w", err)
@@ -392,7 +393,7 @@ func (s *Scheduler) flush(ctx context.Context, sched *Schedule) error {
 		outcome   string
 		requestID *int64
 	)
-	err := queries.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 		outcome, requestID = "", nil
 		if err := s.queries.AdvisoryXactLockJob(ctx, tx, sched.Job); err != nil {
 			return fmt.Errorf("error taking job lock: %w", err)
@@ -432,7 +433,7 @@ func (s *Scheduler) flush(ctx context.Context, sched *Schedule) error {
 		// Params valid when deferred but refused now (an estimate over
 		// today's cap): failed, recorded, not retried.
 		cause := err
-		err := queries.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		err := pgtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
 			return s.queries.ScheduleTickResolve(ctx, tx, &queries.ScheduleTickResolveParams{
 				Job: sched.Job, DueAt: oldest.DueAt, Outcome: observability.TickFailed, Message: cause.Error(),
 			})

@@ -31,6 +31,7 @@ import (
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // Defaults of Config (the contract's values).
@@ -599,7 +600,7 @@ func (w *Worker) failStart(ctx context.Context, job *river.Job[jobs.RunArgs], st
 	ctx = context.WithoutCancel(ctx)
 	msg := fmt.Sprintf("the run could not start on worker %s: %v", w.cfg.ID, startErr)
 	var jobName string
-	err := queries.InTx(ctx, w.pool, func(tx pgx.Tx) error {
+	err := pgtx.InTx(ctx, w.pool, func(tx pgx.Tx) error {
 		req, err := queries.New().JobRequestGetByID(ctx, tx, job.Args.RequestID)
 		if err != nil {
 			return fmt.Errorf("error reading request: %w", err)

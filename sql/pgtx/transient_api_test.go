@@ -1,4 +1,4 @@
-package queries_test
+package pgtx_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 func TestIsTransient_APICases(t *testing.T) {
@@ -20,13 +20,13 @@ func TestIsTransient_APICases(t *testing.T) {
 		"23505": false, "22P02": false, "42P01": false, "42501": false,
 	} {
 		err := fmt.Errorf("error listing: %w", &pgconn.PgError{Code: code})
-		require.Equal(t, want, queries.IsTransient(err), code)
+		require.Equal(t, want, pgtx.IsTransient(err), code)
 	}
-	require.True(t, queries.IsTransient(fmt.Errorf("acquire: %w", context.DeadlineExceeded)))
-	require.False(t, queries.IsTransient(context.Canceled))
-	require.False(t, queries.IsTransient(pgx.ErrNoRows))
-	require.False(t, queries.IsTransient(errors.New("boom")))
-	require.False(t, queries.IsTransient(nil))
+	require.True(t, pgtx.IsTransient(fmt.Errorf("acquire: %w", context.DeadlineExceeded)))
+	require.False(t, pgtx.IsTransient(context.Canceled))
+	require.False(t, pgtx.IsTransient(pgx.ErrNoRows))
+	require.False(t, pgtx.IsTransient(errors.New("boom")))
+	require.False(t, pgtx.IsTransient(nil))
 }
 
 // A real refused connection is transient.
@@ -34,5 +34,5 @@ func TestIsTransient_RefusedByAPI(t *testing.T) {
 	t.Parallel()
 	_, err := pgx.Connect(context.Background(), "postgres://x@127.0.0.1:1/db?connect_timeout=2")
 	require.Error(t, err)
-	require.True(t, queries.IsTransient(err), "%v", err)
+	require.True(t, pgtx.IsTransient(err), "%v", err)
 }

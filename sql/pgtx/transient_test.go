@@ -1,4 +1,4 @@
-package queries_test
+package pgtx_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // IsTransient: what waiting can cure (a restart, a refused or reset
@@ -49,7 +49,7 @@ func TestIsTransient(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tc.want, queries.IsTransient(tc.err), "%v", tc.err)
+			require.Equal(t, tc.want, pgtx.IsTransient(tc.err), "%v", tc.err)
 		})
 	}
 
@@ -61,6 +61,6 @@ func TestIsTransient(t *testing.T) {
 		require.NoError(t, listener.Close()) // nothing listens there now
 		_, err = pgx.Connect(context.Background(), "postgres://x@"+addr+"/x?sslmode=disable&connect_timeout=2")
 		require.Error(t, err)
-		require.True(t, queries.IsTransient(err), "%v", err)
+		require.True(t, pgtx.IsTransient(err), "%v", err)
 	})
 }
