@@ -44,6 +44,16 @@ type Evidence struct {
 	// not a false one.
 	Outages    []Outage
 	StaleAfter time.Duration
+
+	// Faults are the injections that took effect, in the order they ended.
+	Faults []FaultEvent
+}
+
+// addFault records an injection that took effect.
+func (e *Evidence) addFault(f FaultEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.Faults = append(e.Faults, f)
 }
 
 // Outage is a window in which PostgreSQL was down.
@@ -123,6 +133,9 @@ type UpstreamCall struct {
 	// Params are the call's query parameters, the key removed.
 	Params map[string]string
 	Status int
+	// BodyBroken says the answer's body did not arrive whole (cut short,
+	// or abandoned by its caller while it hung).
+	BodyBroken bool
 }
 
 func (e *Evidence) addAnswer(a Answer) {

@@ -30,9 +30,10 @@ type Fault struct {
 
 // faulter injects faults at random moments and counts them.
 type faulter struct {
-	s     *system
-	rng   *rand.Rand
-	tally *faultTally
+	s      *system
+	rng    *rand.Rand
+	tally  *faultTally
+	stream int // which fault stream this is (for the per-fault attribution)
 }
 
 // faultTally counts the faults injected (and the attempts that failed); the
@@ -210,11 +211,15 @@ func (f *faulter) run(ctx context.Context, enabled []Fault) {
 			}
 			fault := enabled[i]
 			f.s.logger.Info("fault", "name", fault.Name)
+			start := time.Now()
 			ok, err := fault.Inject(ctx, f)
 			if err != nil {
 				f.s.logger.Warn("fault failed", "name", fault.Name, "error", err)
 			}
 			f.tally.add(fault.Name, ok, err)
+			if ok {
+				f.s.ev.addFault(FaultEvent{Name: fault.Name, Stream: f.stream, Start: start, End: time.Now()})
+			}
 		}
 	}
 }
