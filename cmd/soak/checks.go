@@ -442,7 +442,7 @@ func checkNoLiveAbandoned(ctx context.Context, db querier, ev *Evidence) ([]Brea
 		switch {
 		case p == nil:
 			out = append(out, breachf(r.at, "execution %d (%s) ABANDONED at %s: its worker %s is no process the harness started", r.execution, r.job, clock(r.at), r.execWorker))
-		case p.aliveAt(r.at) && !ev.cutOffAt(r.at):
+		case p.aliveAt(r.at) && !ev.cutOffAt(r.at) && !p.cutOffAt(r.at, ev.StaleAfter):
 			out = append(out, breachf(r.at, "execution %d (%s) ABANDONED at %s by %s while its worker %s (%s) was alive", r.execution, r.job, clock(r.at), r.writer, p.AppName, r.execWorker))
 		}
 	}

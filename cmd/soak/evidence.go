@@ -49,6 +49,13 @@ type Evidence struct {
 	Faults []FaultEvent
 }
 
+// addCutOff records a window in which the process p was cut off.
+func (e *Evidence) addCutOff(p *ProcessRecord, o Outage) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p.CutOff = append(p.CutOff, o)
+}
+
 // addFault records an injection that took effect.
 func (e *Evidence) addFault(f FaultEvent) {
 	e.mu.Lock()
@@ -93,6 +100,24 @@ type ProcessRecord struct {
 	Started, Ended time.Time
 	// Killed says it ended by SIGKILL.
 	Killed bool
+	// CutOff are the windows in which the process, alive, could not reach
+	// PostgreSQL or run at all (a partition of its connections, a
+	// SIGSTOP): as far as the system can know it was dead, so a reap then
+	// is the design.
+	CutOff []Outage
+}
+
+// cutOffAt reports whether, at t, the process had been cut off longer than
+// the stale window allows: from the start of a cut-off at least that long
+// until a stale window after it ended (its heartbeat's first chance to
+// land again before a reaper looks).
+func (p *ProcessRecord) cutOffAt(t time.Time, staleAfter time.Duration) bool {
+	for _, o := range p.CutOff {
+		if o.End.Sub(o.Start) >= staleAfter && !t.Before(o.Start) && !t.After(o.End.Add(staleAfter)) {
+			return true
+		}
+	}
+	return false
 }
 
 // aliveAt reports whether the process ran at t.

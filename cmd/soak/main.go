@@ -288,6 +288,9 @@ func (s *system) enabledFaults(rep *report) []Fault {
 		if f.Name == "upstream-short-page" && !s.shortPages {
 			reason = "the fake upstream has no short-page mode yet (POST /__fake/config refuses " + shortPageField + ")"
 		}
+		if f.Name == "disk-full" && s.disk == nil {
+			reason = "no small disk could be mounted here: " + s.diskErr.Error()
+		}
 		if reason == "" && len(only) > 0 && !only[f.Name] {
 			reason = "not selected (-faults)"
 		}
@@ -410,6 +413,9 @@ func (s *system) figures(ctx context.Context) []string {
 	}
 	s.ev.mu.Unlock()
 	out = append(out, fmt.Sprintf("provider calls: %d (%d answered 200); paid calls repeated within one instance: %d", calls, ok, repeated))
+	if s.disk != nil {
+		out = append(out, "the tablespace's disk: "+s.disk.used())
+	}
 	out = append(out, fmt.Sprintf("api answers: %d, %d slower than 1 s, slowest %s", answers, slow, worst.Round(time.Millisecond)))
 	return out
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -9,8 +10,10 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -133,6 +136,94 @@ func (s *pgServer) startServer() error {
 	}
 	s.down = false
 	return nil
+}
+
+// kill9 is a crash of the whole server: SIGKILL of the postmaster and of
+// every process it started, all at once, with no shutdown of any kind. The
+// server is down until startServer, which then runs crash recovery.
+func (s *pgServer) kill9() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pidFile := filepath.Join(s.dataDir, "postmaster.pid")
+	pid, err := readPostmasterPID(pidFile)
+	if err != nil {
+		return err
+	}
+	victims := append([]int{pid}, childrenOf(pid)...)
+	for _, p := range victims {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	s.down = true
+	deadline := time.Now().Add(30 * time.Second)
+	for _, p := range victims {
+		for alive(p) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("postgres process %d still runs 30 s after SIGKILL", p)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// Every process of the cluster is gone; an unreaped one (a zombie)
+	// would still pass the postmaster's own check of its lock file.
+	if err := os.Remove(pidFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("error removing the crashed server's lock file: %w", err)
+	}
+	return nil
+}
+
+// readPostmasterPID reads the postmaster's pid from its lock file.
+func readPostmasterPID(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("error reading the postmaster's lock file: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("the postmaster's lock file %s has no pid: %q", path, line)
+	}
+	return pid, nil
+}
+
+// childrenOf lists the processes whose parent is pid (from /proc).
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _, ok := procStat(child); ok && ppid == pid {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// procStat returns a process's parent and state from /proc/PID/stat.
+func procStat(pid int) (ppid int, state byte, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 2 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(fields[1])
+	return ppid, fields[0][0], err == nil
+}
+
+// alive reports whether pid runs (a zombie does not).
+func alive(pid int) bool {
+	_, state, ok := procStat(pid)
+	return ok && state != 'Z' && state != 'X'
 }
 
 // close stops the server and removes the cluster.
