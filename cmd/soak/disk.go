@@ -32,11 +32,19 @@ func mountSmallDisk(ctx context.Context, s *system) (*smallDisk, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("mounting a tmpfs needs root")
 	}
-	d := &smallDisk{mount: filepath.Join(s.cfg.dir, "smalldisk")}
-	if err := os.MkdirAll(d.mount, 0o755); err != nil {
+	// Its own directory, which the postgres user can reach (the run's log
+	// directory may be private to the harness's user).
+	mount, err := os.MkdirTemp("", "buildrisk-soak-disk-*")
+	if err != nil {
 		return nil, err
 	}
+	if err := os.Chmod(mount, 0o755); err != nil {
+		_ = os.Remove(mount)
+		return nil, err
+	}
+	d := &smallDisk{mount: mount}
 	if err := syscall.Mount("tmpfs", d.mount, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size="+smallDiskSize+",mode=0755"); err != nil {
+		_ = os.Remove(mount)
 		return nil, fmt.Errorf("mount -t tmpfs %s: %w", d.mount, err)
 	}
 	space := filepath.Join(d.mount, "tablespace")
@@ -109,7 +117,9 @@ func (d *smallDisk) used() string {
 	return strconv.FormatUint(used>>20, 10) + " MiB of " + smallDiskSize
 }
 
-// unmount detaches the tmpfs (after the server that used it has stopped).
+// unmount detaches the tmpfs (after the server that used it has stopped)
+// and removes its directory.
 func (d *smallDisk) unmount() {
 	_ = syscall.Unmount(d.mount, syscall.MNT_DETACH)
+	_ = os.Remove(d.mount)
 }
