@@ -70,12 +70,23 @@ func (s *pgServer) configure(ctx context.Context) error {
 		// The cluster directory, where pglocal puts the socket (an empty
 		// setting does not turn sockets off here).
 		"unix_socket_directories = '" + filepath.Dir(s.dataDir) + "'",
-		"fsync = off", "synchronous_commit = off", "full_page_writes = off",
+		// Fast, yet a crash of the server's processes (pg-kill9) loses
+		// nothing committed: without fsync the WAL still reaches the
+		// kernel at each commit, which a process crash does not undo; an
+		// asynchronous commit would lose the last ones still in the
+		// server's memory.
+		"fsync = off", "synchronous_commit = on", "full_page_writes = off",
 		"max_connections = 300", "shared_buffers = '32MB'",
 	} {
 		if _, err := conn.Exec(ctx, "ALTER SYSTEM SET "+set); err != nil {
 			return fmt.Errorf("error setting %s: %w", set, err)
 		}
+	}
+	// Every session commits synchronously, whichever postmaster runs (the
+	// first one has pglocal's asynchronous commit on its command line,
+	// which a role setting overrides).
+	if _, err := conn.Exec(ctx, "ALTER ROLE ALL SET synchronous_commit = on"); err != nil {
+		return fmt.Errorf("error setting synchronous_commit: %w", err)
 	}
 	s.logPath = filepath.Join(s.dataDir, "soak-pg_ctl.log")
 	if os.Geteuid() == 0 {
@@ -163,10 +174,15 @@ func (s *pgServer) kill9() error {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	// Every process of the cluster is gone; an unreaped one (a zombie)
-	// would still pass the postmaster's own check of its lock file.
-	if err := os.Remove(pidFile); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("error removing the crashed server's lock file: %w", err)
+	// Every process of the cluster is gone, but one not reaped yet (a
+	// zombie) still passes the postmaster's own check of its lock files
+	// (the data directory's and the socket's): the crash leaves them, and
+	// the next start would refuse to run.
+	locks, _ := filepath.Glob(filepath.Join(filepath.Dir(s.dataDir), ".s.PGSQL.*.lock"))
+	for _, lock := range append(locks, pidFile) {
+		if err := os.Remove(lock); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("error removing the crashed server's lock file: %w", err)
+		}
 	}
 	return nil
 }
