@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -96,4 +99,22 @@ func TestProcessRecord_CutOffAt(t *testing.T) {
 	require.True(t, p.cutOffAt(t0.Add(10*time.Second), stale))
 	require.False(t, p.cutOffAt(t0.Add(11*time.Second), stale))
 	require.False(t, p.cutOffAt(t0.Add(time.Minute+time.Second), stale), "shorter than the stale window")
+}
+
+// A breached run leaves the tables a breach is confirmed from in its log
+// directory, one CSV each, rows and all.
+func TestDumpTables(t *testing.T) {
+	t.Parallel()
+	d := newAuditedDB(t)
+	w := d.as("soak-worker-1.1")
+	exec, inst := startExecution(t, w, "creditEval", "w1", 0)
+	commitChunk(t, w, exec, inst, "00100000-00200000", 1, 1, 0, 0)
+	s := &system{cfg: &config{dir: t.TempDir()}, db: d.pool}
+	require.NoError(t, s.dumpTables(context.Background()))
+	for _, table := range dumpedTables {
+		b, err := os.ReadFile(filepath.Join(s.cfg.dir, table+".csv"))
+		require.NoError(t, err)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		require.Greater(t, len(lines), 1, "%s: a header and rows", table)
+	}
 }

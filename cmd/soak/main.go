@@ -266,6 +266,13 @@ func soak(ctx context.Context, cfg *config, stderr io.Writer) (*report, error) {
 	ev.mu.Lock()
 	rep.events = slices.Clone(ev.Faults)
 	ev.mu.Unlock()
+	if rep.breached() {
+		// The cluster goes with the run: what a breach needs to be
+		// confirmed stays in the log directory.
+		if err := s.dumpTables(ctx); err != nil {
+			logger.Warn("error dumping the tables", "error", err)
+		}
+	}
 	return rep, nil
 }
 
@@ -338,6 +345,33 @@ func (s *system) waitQuiescent(ctx context.Context) (bool, time.Duration) {
 			return false, time.Since(began)
 		}
 	}
+}
+
+// dumpedTables are the tables a breached run leaves in its log directory
+// (as CSV, one file each), to confirm a breach after the cluster is gone.
+var dumpedTables = []string{"job_request", "job_execution", "job_checkpoint", "soak_audit"}
+
+// dumpTables writes dumpedTables to the log directory.
+func (s *system) dumpTables(ctx context.Context) error {
+	conn, err := s.db.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	for _, table := range dumpedTables {
+		f, err := os.Create(filepath.Join(s.cfg.dir, table+".csv"))
+		if err != nil {
+			return err
+		}
+		_, err = conn.Conn().PgConn().CopyTo(ctx, f, "COPY (SELECT * FROM "+table+" ORDER BY 1) TO STDOUT WITH (FORMAT csv, HEADER)")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("error dumping %s: %w", table, err)
+		}
+	}
+	return nil
 }
 
 // stuckRows names what keeps the run from quiescing: every request not DONE
