@@ -18,12 +18,36 @@ type querier interface {
 }
 
 // Invariant is one property the soak checks after quiescence. Check returns
-// one line per breach (empty when the invariant held) or an error when it
-// could not look.
+// one breach per violation (none when the invariant held) or an error when
+// it could not look.
 type Invariant struct {
 	Name        string
 	Description string
-	Check       func(ctx context.Context, db querier, ev *Evidence) ([]string, error)
+	Check       func(ctx context.Context, db querier, ev *Evidence) ([]Breach, error)
+}
+
+// Breach is one violation of an invariant: a line for the report and, when
+// the violation happened at a moment the harness can name (a write, a call,
+// an answer), that moment, by which the report attributes it to the faults
+// injected just before. A breach of the run as a whole (a count that does
+// not add up) has a zero At.
+type Breach struct {
+	At   time.Time
+	Text string
+}
+
+// breachf formats a breach that happened at at (zero: not at one moment).
+func breachf(at time.Time, format string, args ...any) Breach {
+	return Breach{At: at, Text: fmt.Sprintf(format, args...)}
+}
+
+// texts returns the breaches' lines.
+func texts(breaches []Breach) []string {
+	out := make([]string, len(breaches))
+	for i, b := range breaches {
+		out[i] = b.Text
+	}
+	return out
 }
 
 // Invariants are the soak's checks, in the order the table prints them.
@@ -46,19 +70,19 @@ var runningStatuses = []string{"STARTING", "STARTED", "STOPPING"}
 
 func isRunning(status string) bool { return slices.Contains(runningStatuses, status) }
 
-func checkRequestsFinished(ctx context.Context, db querier, _ *Evidence) ([]string, error) {
+func checkRequestsFinished(ctx context.Context, db querier, _ *Evidence) ([]Breach, error) {
 	rows, err := db.Query(ctx, `SELECT id, job, status, message FROM job_request
 		WHERE status NOT IN ('DONE', 'FAILED') OR btrim(message) = '' ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
-	var out []string
+	var out []Breach
 	var (
 		id                   int64
 		job, status, message string
 	)
 	_, err = pgx.ForEachRow(rows, []any{&id, &job, &status, &message}, func() error {
-		out = append(out, fmt.Sprintf("request %d (%s) is %s, message %q", id, job, status, message))
+		out = append(out, breachf(time.Time{}, "request %d (%s) is %s, message %q", id, job, status, message))
 		return nil
 	})
 	return out, err
@@ -87,8 +111,8 @@ func loadWindows(ctx context.Context, db querier) ([]window, error) {
 	return out, err
 }
 
-func checkNoOverlap(ctx context.Context, db querier, _ *Evidence) ([]string, error) {
-	var out []string
+func checkNoOverlap(ctx context.Context, db querier, _ *Evidence) ([]Breach, error) {
+	var out []Breach
 	rows, err := db.Query(ctx, `SELECT e.id, e.job FROM job_execution e
 		WHERE NOT EXISTS (SELECT 1 FROM soak_audit a WHERE a.execution_id = e.id) ORDER BY e.id`)
 	if err != nil {
@@ -99,7 +123,7 @@ func checkNoOverlap(ctx context.Context, db querier, _ *Evidence) ([]string, err
 		job string
 	)
 	if _, err := pgx.ForEachRow(rows, []any{&id, &job}, func() error {
-		out = append(out, fmt.Sprintf("execution %d (%s) has no audit rows: its span cannot be checked", id, job))
+		out = append(out, breachf(time.Time{}, "execution %d (%s) has no audit rows: its span cannot be checked", id, job))
 		return nil
 	}); err != nil {
 		return nil, err
@@ -111,7 +135,7 @@ func checkNoOverlap(ctx context.Context, db querier, _ *Evidence) ([]string, err
 	for i, a := range windows {
 		for _, b := range windows[i+1:] {
 			if a.job == b.job && a.first.Before(b.last) && b.first.Before(a.last) {
-				out = append(out, fmt.Sprintf("%s: execution %d (worker %s, %s..%s) and %d (worker %s, %s..%s) overlapped by %s",
+				out = append(out, breachf(maxTime(a.first, b.first), "%s: execution %d (worker %s, %s..%s) and %d (worker %s, %s..%s) overlapped by %s",
 					a.job, a.execution, a.worker, clock(a.first), clock(a.last), b.execution, b.worker, clock(b.first), clock(b.last),
 					minTime(a.last, b.last).Sub(maxTime(a.first, b.first)).Round(time.Millisecond)))
 			}
@@ -158,12 +182,12 @@ func writerOwns(ev *Evidence, writer, workerID string) (owns, known bool) {
 	return p.WorkerID == workerID, true
 }
 
-func checkWritesOwned(ctx context.Context, db querier, ev *Evidence) ([]string, error) {
+func checkWritesOwned(ctx context.Context, db querier, ev *Evidence) ([]Breach, error) {
 	rows, err := loadAudit(ctx, db, `(kind = 'update' AND counters) OR kind = 'checkpoint'`)
 	if err != nil {
 		return nil, err
 	}
-	var out []string
+	var out []Breach
 	for _, r := range rows {
 		what := "figures changed"
 		if r.kind == "checkpoint" {
@@ -174,15 +198,15 @@ func checkWritesOwned(ctx context.Context, db querier, ev *Evidence) ([]string, 
 			status = deref(r.oldStatus)
 		}
 		if !isRunning(status) {
-			out = append(out, fmt.Sprintf("execution %d (%s): %s at %s while it was %s (by %s)", r.execution, r.job, what, clock(r.at), status, r.writer))
+			out = append(out, breachf(r.at, "execution %d (%s): %s at %s while it was %s (by %s)", r.execution, r.job, what, clock(r.at), status, r.writer))
 			continue
 		}
 		owns, known := writerOwns(ev, r.writer, r.execWorker)
 		switch {
 		case !known:
-			out = append(out, fmt.Sprintf("execution %d (%s): %s at %s by %q, not a worker process (owner %s)", r.execution, r.job, what, clock(r.at), r.writer, r.execWorker))
+			out = append(out, breachf(r.at, "execution %d (%s): %s at %s by %q, not a worker process (owner %s)", r.execution, r.job, what, clock(r.at), r.writer, r.execWorker))
 		case !owns:
-			out = append(out, fmt.Sprintf("execution %d (%s): %s at %s by %s, not its owner %s", r.execution, r.job, what, clock(r.at), r.writer, r.execWorker))
+			out = append(out, breachf(r.at, "execution %d (%s): %s at %s by %s, not its owner %s", r.execution, r.job, what, clock(r.at), r.writer, r.execWorker))
 		}
 	}
 	return out, nil
@@ -261,26 +285,26 @@ func callInstances(ctx context.Context, db querier, calls []UpstreamCall) ([][]i
 	return out, commits, nil
 }
 
-func checkNoCallAfterCommit(ctx context.Context, db querier, ev *Evidence) ([]string, error) {
+func checkNoCallAfterCommit(ctx context.Context, db querier, ev *Evidence) ([]Breach, error) {
 	instances, commits, err := callInstances(ctx, db, ev.Calls)
 	if err != nil {
 		return nil, err
 	}
-	var out []string
+	var out []Breach
 	for i, call := range ev.Calls {
 		ep := endpointJob[call.Endpoint]
 		// When executions of several instances overlapped (itself a
 		// breach), the call may be any of theirs: it is a repeat only if
 		// every one of them had committed the item.
-		var first string
+		var first Breach
 		repeat := len(instances[i]) > 0
 		for _, inst := range instances[i] {
 			found := false
 			for _, c := range commits[inst] {
 				if c.at.Before(call.At) && ep.covers(c.chunk, call.Params) {
 					found = true
-					if first == "" {
-						first = fmt.Sprintf("%s %s at %s: instance %d had committed it in chunk %s at %s",
+					if first.Text == "" {
+						first = breachf(call.At, "%s %s at %s: instance %d had committed it in chunk %s at %s",
 							call.Endpoint, sortedParams(call.Params), clock(call.At), inst, c.chunk, clock(c.at))
 					}
 					break
@@ -305,7 +329,7 @@ func repeatedPaidCalls(ctx context.Context, db querier, calls []UpstreamCall) (i
 	seen := map[string]bool{}
 	repeated := 0
 	for i, call := range calls {
-		if call.Status != 200 || len(instances[i]) != 1 {
+		if call.Status != 200 || call.BodyBroken || len(instances[i]) != 1 {
 			continue
 		}
 		key := fmt.Sprintf("%d %s?%s", instances[i][0], call.Endpoint, sortedParams(call.Params))
@@ -317,12 +341,12 @@ func repeatedPaidCalls(ctx context.Context, db querier, calls []UpstreamCall) (i
 	return repeated, nil
 }
 
-func checkUpstreamCallsSeen(_ context.Context, _ querier, ev *Evidence) ([]string, error) {
+func checkUpstreamCallsSeen(_ context.Context, _ querier, ev *Evidence) ([]Breach, error) {
 	if ev.FakeTotal < 0 {
-		return []string{"could not read the fake upstream's stats"}, nil
+		return []Breach{breachf(time.Time{}, "could not read the fake upstream's stats")}, nil
 	}
 	if n := int64(len(ev.Calls)); n != ev.FakeTotal {
-		return []string{fmt.Sprintf("the fake upstream counted %d provider calls, the proxy forwarded %d", ev.FakeTotal, n)}, nil
+		return []Breach{breachf(time.Time{}, "the fake upstream counted %d provider calls, the proxy forwarded %d", ev.FakeTotal, n)}, nil
 	}
 	return nil, nil
 }
@@ -335,8 +359,8 @@ func checkUpstreamCallsSeen(_ context.Context, _ querier, ev *Evidence) ([]strin
 // are compared per instance (the sum of its executions' written counts);
 // skipped and failed items are only ever in the execution's own
 // checkpoints.
-func checkAccounting(ctx context.Context, db querier, _ *Evidence) ([]string, error) {
-	var out []string
+func checkAccounting(ctx context.Context, db querier, _ *Evidence) ([]Breach, error) {
+	var out []Breach
 	rows, err := db.Query(ctx, `SELECT c.instance_id, c.chunk, c.execution_id, c.targets, c.written, c.skipped, c.failed
 		FROM job_checkpoint c WHERE c.targets <> c.written + c.skipped + c.failed ORDER BY c.instance_id, c.chunk`)
 	if err != nil {
@@ -348,7 +372,7 @@ func checkAccounting(ctx context.Context, db querier, _ *Evidence) ([]string, er
 		targets, written, skipped, failed int64
 	)
 	if _, err := pgx.ForEachRow(rows, []any{&inst, &chunk, &exec, &targets, &written, &skipped, &failed}, func() error {
-		out = append(out, fmt.Sprintf("instance %d chunk %s (execution %d): targets %d, written %d + skipped %d + failed %d",
+		out = append(out, breachf(time.Time{}, "instance %d chunk %s (execution %d): targets %d, written %d + skipped %d + failed %d",
 			inst, chunk, exec, targets, written, skipped, failed))
 		return nil
 	}); err != nil {
@@ -383,19 +407,19 @@ func checkAccounting(ctx context.Context, db querier, _ *Evidence) ([]string, er
 	_, err = pgx.ForEachRow(rows, []any{&id, &job, &targets, &domainRows, &eWritten, &eSkipped, &eFailed,
 		&mWritten, &mSkipped, &mFailed, &iWritten, &iSkipped, &iFailed, &instanceWritten}, func() error {
 		if accounted := iWritten + iSkipped + iFailed; targets != accounted {
-			out = append(out, fmt.Sprintf("execution %d (%s) COMPLETED with targets %d, its instance's checkpoints account for %d (written %d, skipped %d, failed %d)",
+			out = append(out, breachf(time.Time{}, "execution %d (%s) COMPLETED with targets %d, its instance's checkpoints account for %d (written %d, skipped %d, failed %d)",
 				id, job, targets, accounted, iWritten, iSkipped, iFailed))
 		}
 		if eSkipped != mSkipped || eFailed != mFailed {
-			out = append(out, fmt.Sprintf("execution %d (%s): its figures (skipped %d, failed %d) differ from its own checkpoints (%d, %d)",
+			out = append(out, breachf(time.Time{}, "execution %d (%s): its figures (skipped %d, failed %d) differ from its own checkpoints (%d, %d)",
 				id, job, eSkipped, eFailed, mSkipped, mFailed))
 		}
 		if instanceWritten != iWritten {
-			out = append(out, fmt.Sprintf("execution %d (%s): its instance's executions wrote %d items, its instance's checkpoints hold %d",
+			out = append(out, breachf(time.Time{}, "execution %d (%s): its instance's executions wrote %d items, its instance's checkpoints hold %d",
 				id, job, instanceWritten, iWritten))
 		}
 		if domainRows != nil && !domainRowsNotItems[job] && *domainRows != iWritten {
-			out = append(out, fmt.Sprintf("execution %d (%s): %d domain rows, its instance's checkpoints wrote %d", id, job, *domainRows, iWritten))
+			out = append(out, breachf(time.Time{}, "execution %d (%s): %d domain rows, its instance's checkpoints wrote %d", id, job, *domainRows, iWritten))
 		}
 		return nil
 	})
@@ -407,19 +431,19 @@ func checkAccounting(ctx context.Context, db querier, _ *Evidence) ([]string, er
 // it evaluates.
 var domainRowsNotItems = map[string]bool{"rules": true}
 
-func checkNoLiveAbandoned(ctx context.Context, db querier, ev *Evidence) ([]string, error) {
+func checkNoLiveAbandoned(ctx context.Context, db querier, ev *Evidence) ([]Breach, error) {
 	rows, err := loadAudit(ctx, db, `kind = 'update' AND new_status = 'ABANDONED' AND old_status IS DISTINCT FROM 'ABANDONED'`)
 	if err != nil {
 		return nil, err
 	}
-	var out []string
+	var out []Breach
 	for _, r := range rows {
 		p := ev.workerByID(r.execWorker)
 		switch {
 		case p == nil:
-			out = append(out, fmt.Sprintf("execution %d (%s) ABANDONED at %s: its worker %s is no process the harness started", r.execution, r.job, clock(r.at), r.execWorker))
-		case p.aliveAt(r.at) && !ev.cutOffAt(r.at):
-			out = append(out, fmt.Sprintf("execution %d (%s) ABANDONED at %s by %s while its worker %s (%s) was alive", r.execution, r.job, clock(r.at), r.writer, p.AppName, r.execWorker))
+			out = append(out, breachf(r.at, "execution %d (%s) ABANDONED at %s: its worker %s is no process the harness started", r.execution, r.job, clock(r.at), r.execWorker))
+		case p.aliveAt(r.at) && !ev.cutOffAt(r.at) && !p.cutOffAt(r.at, ev.StaleAfter):
+			out = append(out, breachf(r.at, "execution %d (%s) ABANDONED at %s by %s while its worker %s (%s) was alive", r.execution, r.job, clock(r.at), r.writer, p.AppName, r.execWorker))
 		}
 	}
 	return out, nil
@@ -432,8 +456,8 @@ const (
 	metricItems      = "buildrisk_items_total"
 )
 
-func checkCounters(ctx context.Context, db querier, ev *Evidence) ([]string, error) {
-	var out []string
+func checkCounters(ctx context.Context, db querier, ev *Evidence) ([]Breach, error) {
+	var out []Breach
 	// The api: requests by result, against the answers the load got.
 	var accepted, duplicate, invalid, unknown int
 	for _, a := range ev.Answers {
@@ -453,7 +477,7 @@ func checkCounters(ctx context.Context, db querier, ev *Evidence) ([]string, err
 		}
 	}
 	if ev.APIMetrics == nil {
-		out = append(out, "the api's /metrics could not be read")
+		out = append(out, breachf(time.Time{}, "the api's /metrics could not be read"))
 	} else {
 		for _, c := range []struct {
 			result string
@@ -466,7 +490,7 @@ func checkCounters(ctx context.Context, db querier, ev *Evidence) ([]string, err
 				if c.slack > 0 {
 					want = fmt.Sprintf("%d..%d", c.want, c.want+c.slack)
 				}
-				out = append(out, fmt.Sprintf("%s{source=api,result=%s} = %d, the load got %s", metricRequests, c.result, got, want))
+				out = append(out, breachf(time.Time{}, "%s{source=api,result=%s} = %d, the load got %s", metricRequests, c.result, got, want))
 			}
 		}
 	}
@@ -484,12 +508,12 @@ func checkCounters(ctx context.Context, db querier, ev *Evidence) ([]string, err
 		}
 		for _, status := range []string{"COMPLETED", "FAILED", "STOPPED"} {
 			if got := int64(m.Sum(metricExecutions, map[string]string{"status": status})); got != ended[status] {
-				out = append(out, fmt.Sprintf("%s: %s{status=%s} = %d, the database shows %d executions it ended so", name, metricExecutions, status, got, ended[status]))
+				out = append(out, breachf(time.Time{}, "%s: %s{status=%s} = %d, the database shows %d executions it ended so", name, metricExecutions, status, got, ended[status]))
 			}
 		}
 		p := ev.workerByAppName(name)
 		if p == nil || p.WorkerID == "" {
-			out = append(out, fmt.Sprintf("%s: no worker id known for its metrics", name))
+			out = append(out, breachf(time.Time{}, "%s: no worker id known for its metrics", name))
 			continue
 		}
 		items, err := itemsCommitted(ctx, db, p.WorkerID)
@@ -498,7 +522,7 @@ func checkCounters(ctx context.Context, db querier, ev *Evidence) ([]string, err
 		}
 		for _, outcome := range []string{"written", "skipped", "failed"} {
 			if got := int64(m.Sum(metricItems, map[string]string{"outcome": outcome})); got != items[outcome] {
-				out = append(out, fmt.Sprintf("%s: %s{outcome=%s} = %d, its executions hold %d", name, metricItems, outcome, got, items[outcome]))
+				out = append(out, breachf(time.Time{}, "%s: %s{outcome=%s} = %d, its executions hold %d", name, metricItems, outcome, got, items[outcome]))
 			}
 		}
 	}
@@ -539,31 +563,31 @@ func itemsCommitted(ctx context.Context, db querier, workerID string) (map[strin
 	return map[string]int64{"written": w, "skipped": s, "failed": f}, err
 }
 
-func checkNo500(_ context.Context, _ querier, ev *Evidence) ([]string, error) {
-	var out []string
+func checkNo500(_ context.Context, _ querier, ev *Evidence) ([]Breach, error) {
+	var out []Breach
 	for _, a := range ev.Answers {
 		if a.Status >= 500 && a.Status != 503 {
-			out = append(out, fmt.Sprintf("%s %s at %s: %d %s", a.Method, a.Path, clock(a.At), a.Status, a.Body))
+			out = append(out, breachf(a.At, "%s %s at %s: %d %s", a.Method, a.Path, clock(a.At), a.Status, a.Body))
 		}
 	}
 	return out, nil
 }
 
-func checkAnswersInTime(_ context.Context, _ querier, ev *Evidence) ([]string, error) {
-	var out []string
+func checkAnswersInTime(_ context.Context, _ querier, ev *Evidence) ([]Breach, error) {
+	var out []Breach
 	for _, a := range ev.Answers {
 		if a.Status == 0 {
-			out = append(out, fmt.Sprintf("%s %s at %s: no answer after %s (%s)", a.Method, a.Path, clock(a.At), a.Latency.Round(time.Millisecond), a.Err))
+			out = append(out, breachf(a.At, "%s %s at %s: no answer after %s (%s)", a.Method, a.Path, clock(a.At), a.Latency.Round(time.Millisecond), a.Err))
 		}
 	}
 	return out, nil
 }
 
-func checkInvalid4xx(_ context.Context, _ querier, ev *Evidence) ([]string, error) {
-	var out []string
+func checkInvalid4xx(_ context.Context, _ querier, ev *Evidence) ([]Breach, error) {
+	var out []Breach
 	for _, a := range ev.Answers {
 		if a.Kind == KindInvalid && (a.Status < 400 || a.Status > 499) {
-			out = append(out, fmt.Sprintf("%s %s at %s: invalid request answered %d %s", a.Method, a.Path, clock(a.At), a.Status, a.Body))
+			out = append(out, breachf(a.At, "%s %s at %s: invalid request answered %d %s", a.Method, a.Path, clock(a.At), a.Status, a.Body))
 		}
 	}
 	return out, nil

@@ -112,7 +112,7 @@ func check(t *testing.T, name string, db querier, ev *Evidence) []string {
 		if inv.Name == name {
 			breaches, err := inv.Check(context.Background(), db, ev)
 			require.NoError(t, err)
-			return breaches
+			return texts(breaches)
 		}
 	}
 	t.Fatalf("no invariant %s", name)
@@ -431,7 +431,7 @@ func TestReport(t *testing.T) {
 		faults: []faultRow{{fault: faults[0]}, {fault: Fault{Name: "day-rollover", Description: "d"}, reason: "no clock"}},
 		results: []result{
 			{inv: Invariant{Name: "a", Description: "held one"}},
-			{inv: Invariant{Name: "b", Description: "breached one"}, breaches: []string{"x1", "x2"}},
+			{inv: Invariant{Name: "b", Description: "breached one"}, breaches: []Breach{{Text: "x1"}, {Text: "x2"}}},
 		},
 	}
 	var out strings.Builder

@@ -44,6 +44,23 @@ type Evidence struct {
 	// not a false one.
 	Outages    []Outage
 	StaleAfter time.Duration
+
+	// Faults are the injections that took effect, in the order they ended.
+	Faults []FaultEvent
+}
+
+// addCutOff records a window in which the process p was cut off.
+func (e *Evidence) addCutOff(p *ProcessRecord, o Outage) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p.CutOff = append(p.CutOff, o)
+}
+
+// addFault records an injection that took effect.
+func (e *Evidence) addFault(f FaultEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.Faults = append(e.Faults, f)
 }
 
 // Outage is a window in which PostgreSQL was down.
@@ -83,6 +100,24 @@ type ProcessRecord struct {
 	Started, Ended time.Time
 	// Killed says it ended by SIGKILL.
 	Killed bool
+	// CutOff are the windows in which the process, alive, could not reach
+	// PostgreSQL or run at all (a partition of its connections, a
+	// SIGSTOP): as far as the system can know it was dead, so a reap then
+	// is the design.
+	CutOff []Outage
+}
+
+// cutOffAt reports whether, at t, the process had been cut off longer than
+// the stale window allows: from the start of a cut-off at least that long
+// until a stale window after it ended (its heartbeat's first chance to
+// land again before a reaper looks).
+func (p *ProcessRecord) cutOffAt(t time.Time, staleAfter time.Duration) bool {
+	for _, o := range p.CutOff {
+		if o.End.Sub(o.Start) >= staleAfter && !t.Before(o.Start) && !t.After(o.End.Add(staleAfter)) {
+			return true
+		}
+	}
+	return false
 }
 
 // aliveAt reports whether the process ran at t.
@@ -123,6 +158,9 @@ type UpstreamCall struct {
 	// Params are the call's query parameters, the key removed.
 	Params map[string]string
 	Status int
+	// BodyBroken says the answer's body did not arrive whole (cut short,
+	// or abandoned by its caller while it hung).
+	BodyBroken bool
 }
 
 func (e *Evidence) addAnswer(a Answer) {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Fault is one kind of fault the soak injects. Inject does it once (and
@@ -30,9 +32,10 @@ type Fault struct {
 
 // faulter injects faults at random moments and counts them.
 type faulter struct {
-	s     *system
-	rng   *rand.Rand
-	tally *faultTally
+	s      *system
+	rng    *rand.Rand
+	tally  *faultTally
+	stream int // which fault stream this is (for the per-fault attribution)
 }
 
 // faultTally counts the faults injected (and the attempts that failed); the
@@ -174,6 +177,60 @@ var faults = []Fault{
 	{Name: "upstream-429", Upstream: true, Description: "30% of provider calls answer 429", Inject: upstreamFault(map[string]any{"rate429": 0.3})},
 	{Name: "upstream-empty", Upstream: true, Description: "30% of credit lookups answer an empty grade", Inject: upstreamFault(map[string]any{"emptyRate": 0.3})},
 	{Name: "upstream-short-page", Upstream: true, Description: "pages shorter than the provider's declared total", Inject: upstreamFault(map[string]any{shortPageField: 0.3})},
+	{Name: "pg-partition", Description: "one worker's connections to PostgreSQL go silent, sockets kept open, for STALE_AFTER + 2 s (inside a transaction when one is caught), then heal", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		w, inTx := f.pickWorker(ctx)
+		if w == nil {
+			return false, nil
+		}
+		start := time.Now()
+		w.pgProxy.partition()
+		if inTx {
+			f.tally.add("pg-partition-in-transaction", true, nil)
+		}
+		sleep(context.WithoutCancel(ctx), f.s.cfg.staleAfter+2*time.Second)
+		w.pgProxy.heal()
+		f.s.ev.addCutOff(w.record, Outage{Start: start, End: time.Now()})
+		return true, nil
+	}},
+	{Name: "worker-sigstop", Description: "SIGSTOP of a random worker (inside a transaction when one is caught), SIGCONT after STALE_AFTER + 2 s", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		w, inTx := f.pickWorker(ctx)
+		if w == nil {
+			return false, nil
+		}
+		start := time.Now()
+		w.proc.signal(syscall.SIGSTOP)
+		if inTx {
+			f.tally.add("worker-sigstop-in-transaction", true, nil)
+		}
+		sleep(context.WithoutCancel(ctx), f.s.cfg.staleAfter+2*time.Second)
+		w.proc.signal(syscall.SIGCONT)
+		f.s.ev.addCutOff(w.record, Outage{Start: start, End: time.Now()})
+		return true, nil
+	}},
+	{Name: "pg-kill9", Description: "kill -9 of the whole PostgreSQL cluster (postmaster and every backend), started again 1–3 s later (crash recovery)", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		start := time.Now()
+		if err := f.s.pg.kill9(); err != nil {
+			return false, err
+		}
+		sleep(context.WithoutCancel(ctx), time.Second+time.Duration(f.rng.Int64N(int64(2*time.Second))))
+		err := f.s.pg.startServer()
+		f.s.ev.addOutage(Outage{Start: start, End: time.Now()})
+		return true, err
+	}},
+	{Name: "disk-full", Description: "the tablespace holding every table and index (a small tmpfs) filled to the last byte for 0.5–0.8 × STALE_AFTER, then freed", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		// Shorter than the stale window: a worker whose heartbeat cannot
+		// find room must not be reaped for the fault alone.
+		hold := f.s.cfg.staleAfter/2 + time.Duration(f.rng.Int64N(int64(f.s.cfg.staleAfter*3/10)))
+		if err := f.s.disk.fill(); err != nil {
+			_ = f.s.disk.free()
+			return false, err
+		}
+		sleep(context.WithoutCancel(ctx), hold)
+		return true, f.s.disk.free()
+	}},
+	{Name: "upstream-cut-body", Upstream: true, Description: "30% of provider calls answer 200 with a body cut short (the connection closed)", Inject: upstreamFault(map[string]any{"cutBodyRate": 0.3})},
+	{Name: "upstream-hang-body", Upstream: true, Description: "10% of provider calls answer 200 with a body that stops and never ends", Inject: upstreamFault(map[string]any{"hangBodyRate": 0.1})},
+	{Name: "upstream-garbage", Upstream: true, Description: "30% of provider calls answer 200 with a body in no provider's format", Inject: upstreamFault(map[string]any{"garbageRate": 0.3})},
 	{Name: "day-rollover", Description: "the call caps' day rolls over mid-run (injected clock)",
 		NotInjected: "radar has no clock a process can be given (the budget clock is injectable only in-process, in tests)"},
 }
@@ -181,6 +238,46 @@ var faults = []Fault{
 // shortPageField is the fake upstream's configuration field for short
 // pages: aptTrade and filingList pages cut short of the total they declare.
 const shortPageField = "shortRate"
+
+// pickWorker picks a live worker, preferring one caught inside a
+// transaction: for up to two seconds it looks (through the harness's own
+// connections) for a worker backend with a transaction open, and otherwise
+// takes one at random. inTx says one was caught; by the time the fault
+// acts, the transaction may have ended.
+func (f *faulter) pickWorker(ctx context.Context) (w *workerSlot, inTx bool) {
+	live := f.s.liveWorkers()
+	if len(live) == 0 {
+		return nil, false
+	}
+	byName := map[string]*workerSlot{}
+	for _, w := range live {
+		byName[w.record.AppName] = w
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		rows, err := f.s.db.Query(ctx, `SELECT application_name FROM pg_stat_activity
+			WHERE application_name LIKE 'soak-worker-%' AND xact_start IS NOT NULL AND pid <> pg_backend_pid()
+			ORDER BY state = 'idle in transaction' DESC, xact_start`)
+		if err != nil {
+			break // the database is down: any worker will do
+		}
+		var name string
+		var caught []*workerSlot
+		_, err = pgx.ForEachRow(rows, []any{&name}, func() error {
+			if w := byName[name]; w != nil {
+				caught = append(caught, w)
+			}
+			return nil
+		})
+		if err == nil && len(caught) > 0 {
+			return caught[0], true
+		}
+		if !sleep(ctx, 20*time.Millisecond) {
+			break
+		}
+	}
+	return live[f.rng.IntN(len(live))], false
+}
 
 // killWorker kills a random live worker with sig and starts its slot's
 // next generation after a pause.
@@ -210,18 +307,23 @@ func (f *faulter) run(ctx context.Context, enabled []Fault) {
 			}
 			fault := enabled[i]
 			f.s.logger.Info("fault", "name", fault.Name)
+			start := time.Now()
 			ok, err := fault.Inject(ctx, f)
 			if err != nil {
 				f.s.logger.Warn("fault failed", "name", fault.Name, "error", err)
 			}
 			f.tally.add(fault.Name, ok, err)
+			if ok {
+				f.s.ev.addFault(FaultEvent{Name: fault.Name, Stream: f.stream, Start: start, End: time.Now()})
+			}
 		}
 	}
 }
 
 // restoreUpstream sets the fake upstream back to the run's baseline.
 func (s *system) restoreUpstream() error {
-	patch := map[string]any{"latency": s.cfg.upstreamLatency.String(), "errorRate": 0, "rate429": 0, "emptyRate": 0}
+	patch := map[string]any{"latency": s.cfg.upstreamLatency.String(), "errorRate": 0, "rate429": 0, "emptyRate": 0,
+		"cutBodyRate": 0, "hangBodyRate": 0, "garbageRate": 0}
 	if s.shortPages {
 		patch[shortPageField] = 0
 	}

@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -203,7 +204,7 @@ func soak(ctx context.Context, cfg *config, stderr io.Writer) (*report, error) {
 	go func() { defer close(loadDone); l.run(runCtx) }()
 	faultsDone := make(chan struct{}, 2)
 	for i, list := range [][]Fault{systemFaults, upstreamFaults} {
-		f := &faulter{s: s, rng: rand.New(rand.NewPCG(uint64(cfg.seed), uint64(2+i))), tally: tally}
+		f := &faulter{s: s, rng: rand.New(rand.NewPCG(uint64(cfg.seed), uint64(2+i))), tally: tally, stream: i}
 		go func() {
 			defer func() { faultsDone <- struct{}{} }()
 			if len(list) > 0 {
@@ -235,6 +236,9 @@ func soak(ctx context.Context, cfg *config, stderr io.Writer) (*report, error) {
 		}
 	}
 	rep.quiesced, rep.quiesceTime = s.waitQuiescent(ctx)
+	if !rep.quiesced {
+		rep.stuck = s.stuckRows(ctx)
+	}
 
 	// Evidence from the processes, then the checks.
 	if ev.FakeTotal, err = s.admin.total(); err != nil {
@@ -255,9 +259,19 @@ func soak(ctx context.Context, cfg *config, stderr io.Writer) (*report, error) {
 	for _, inv := range Invariants {
 		breaches, err := inv.Check(ctx, s.db, ev)
 		if err != nil {
-			breaches = append(breaches, "check failed: "+err.Error())
+			breaches = append(breaches, Breach{Text: "check failed: " + err.Error()})
 		}
 		rep.results = append(rep.results, result{inv: inv, breaches: breaches})
+	}
+	ev.mu.Lock()
+	rep.events = slices.Clone(ev.Faults)
+	ev.mu.Unlock()
+	if rep.breached() {
+		// The cluster goes with the run: what a breach needs to be
+		// confirmed stays in the log directory.
+		if err := s.dumpTables(ctx); err != nil {
+			logger.Warn("error dumping the tables", "error", err)
+		}
 	}
 	return rep, nil
 }
@@ -280,6 +294,9 @@ func (s *system) enabledFaults(rep *report) []Fault {
 		reason := f.NotInjected
 		if f.Name == "upstream-short-page" && !s.shortPages {
 			reason = "the fake upstream has no short-page mode yet (POST /__fake/config refuses " + shortPageField + ")"
+		}
+		if f.Name == "disk-full" && s.disk == nil {
+			reason = "no small disk could be mounted here: " + s.diskErr.Error()
 		}
 		if reason == "" && len(only) > 0 && !only[f.Name] {
 			reason = "not selected (-faults)"
@@ -330,6 +347,67 @@ func (s *system) waitQuiescent(ctx context.Context) (bool, time.Duration) {
 	}
 }
 
+// dumpedTables are the tables a breached run leaves in its log directory
+// (as CSV, one file each), to confirm a breach after the cluster is gone.
+var dumpedTables = []string{"job_request", "job_execution", "job_checkpoint", "soak_audit"}
+
+// dumpTables writes dumpedTables to the log directory.
+func (s *system) dumpTables(ctx context.Context) error {
+	conn, err := s.db.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	for _, table := range dumpedTables {
+		f, err := os.Create(filepath.Join(s.cfg.dir, table+".csv"))
+		if err != nil {
+			return err
+		}
+		_, err = conn.Conn().PgConn().CopyTo(ctx, f, "COPY (SELECT * FROM "+table+" ORDER BY 1) TO STDOUT WITH (FORMAT csv, HEADER)")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("error dumping %s: %w", table, err)
+		}
+	}
+	return nil
+}
+
+// stuckRows names what keeps the run from quiescing: every request not DONE
+// or FAILED and every execution still running, with its id, job, status,
+// owner and age, and the provider calls still in flight.
+func (s *system) stuckRows(ctx context.Context) []string {
+	var out []string
+	rows, err := s.db.Query(ctx, `SELECT 'request', id, job, status, coalesce(worker_id, ''), now() - created_at, now() - coalesce(claimed_at, created_at)
+			FROM job_request WHERE status NOT IN ('DONE', 'FAILED')
+		UNION ALL
+		SELECT 'execution', id, job, status, worker_id, now() - created_at, now() - last_updated
+			FROM job_execution WHERE status IN ('STARTING', 'STARTED', 'STOPPING')
+		ORDER BY 1 DESC, 2`)
+	if err != nil {
+		return []string{"could not list the rows still active: " + err.Error()}
+	}
+	var (
+		kind, job, status, owner string
+		id                       int64
+		age, quiet               time.Duration
+	)
+	_, err = pgx.ForEachRow(rows, []any{&kind, &id, &job, &status, &owner, &age, &quiet}, func() error {
+		// quiet is the time since the execution's last update (a request's
+		// claim): how long it has given no sign of life.
+		out = append(out, fmt.Sprintf("%s %d (%s) %s, owner %q, age %s, last touched %s ago", kind, id, job, status, owner, age.Round(time.Second), quiet.Round(time.Second)))
+		return nil
+	})
+	if err != nil {
+		out = append(out, "could not list the rows still active: "+err.Error())
+	}
+	if n := s.recorder.inflight.Load(); n > 0 {
+		out = append(out, fmt.Sprintf("%d provider calls still in flight", n))
+	}
+	return out
+}
+
 // figures are measured numbers the report prints next to the invariants.
 func (s *system) figures(ctx context.Context) []string {
 	var out []string
@@ -369,6 +447,9 @@ func (s *system) figures(ctx context.Context) []string {
 	}
 	s.ev.mu.Unlock()
 	out = append(out, fmt.Sprintf("provider calls: %d (%d answered 200); paid calls repeated within one instance: %d", calls, ok, repeated))
+	if s.disk != nil {
+		out = append(out, "the tablespace's disk: "+s.disk.used())
+	}
 	out = append(out, fmt.Sprintf("api answers: %d, %d slower than 1 s, slowest %s", answers, slow, worst.Round(time.Millisecond)))
 	return out
 }

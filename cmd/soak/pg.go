@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -9,8 +10,10 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -67,12 +70,23 @@ func (s *pgServer) configure(ctx context.Context) error {
 		// The cluster directory, where pglocal puts the socket (an empty
 		// setting does not turn sockets off here).
 		"unix_socket_directories = '" + filepath.Dir(s.dataDir) + "'",
-		"fsync = off", "synchronous_commit = off", "full_page_writes = off",
+		// Fast, yet a crash of the server's processes (pg-kill9) loses
+		// nothing committed: without fsync the WAL still reaches the
+		// kernel at each commit, which a process crash does not undo; an
+		// asynchronous commit would lose the last ones still in the
+		// server's memory.
+		"fsync = off", "synchronous_commit = on", "full_page_writes = off",
 		"max_connections = 300", "shared_buffers = '32MB'",
 	} {
 		if _, err := conn.Exec(ctx, "ALTER SYSTEM SET "+set); err != nil {
 			return fmt.Errorf("error setting %s: %w", set, err)
 		}
+	}
+	// Every session commits synchronously, whichever postmaster runs (the
+	// first one has pglocal's asynchronous commit on its command line,
+	// which a role setting overrides).
+	if _, err := conn.Exec(ctx, "ALTER ROLE ALL SET synchronous_commit = on"); err != nil {
+		return fmt.Errorf("error setting synchronous_commit: %w", err)
 	}
 	s.logPath = filepath.Join(s.dataDir, "soak-pg_ctl.log")
 	if os.Geteuid() == 0 {
@@ -133,6 +147,99 @@ func (s *pgServer) startServer() error {
 	}
 	s.down = false
 	return nil
+}
+
+// kill9 is a crash of the whole server: SIGKILL of the postmaster and of
+// every process it started, all at once, with no shutdown of any kind. The
+// server is down until startServer, which then runs crash recovery.
+func (s *pgServer) kill9() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pidFile := filepath.Join(s.dataDir, "postmaster.pid")
+	pid, err := readPostmasterPID(pidFile)
+	if err != nil {
+		return err
+	}
+	victims := append([]int{pid}, childrenOf(pid)...)
+	for _, p := range victims {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	s.down = true
+	deadline := time.Now().Add(30 * time.Second)
+	for _, p := range victims {
+		for alive(p) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("postgres process %d still runs 30 s after SIGKILL", p)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// Every process of the cluster is gone, but one not reaped yet (a
+	// zombie) still passes the postmaster's own check of its lock files
+	// (the data directory's and the socket's): the crash leaves them, and
+	// the next start would refuse to run.
+	locks, _ := filepath.Glob(filepath.Join(filepath.Dir(s.dataDir), ".s.PGSQL.*.lock"))
+	for _, lock := range append(locks, pidFile) {
+		if err := os.Remove(lock); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("error removing the crashed server's lock file: %w", err)
+		}
+	}
+	return nil
+}
+
+// readPostmasterPID reads the postmaster's pid from its lock file.
+func readPostmasterPID(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("error reading the postmaster's lock file: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("the postmaster's lock file %s has no pid: %q", path, line)
+	}
+	return pid, nil
+}
+
+// childrenOf lists the processes whose parent is pid (from /proc).
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _, ok := procStat(child); ok && ppid == pid {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// procStat returns a process's parent and state from /proc/PID/stat.
+func procStat(pid int) (ppid int, state byte, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 2 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(fields[1])
+	return ppid, fields[0][0], err == nil
+}
+
+// alive reports whether pid runs (a zombie does not).
+func alive(pid int) bool {
+	_, state, ok := procStat(pid)
+	return ok && state != 'Z' && state != 'X'
 }
 
 // close stops the server and removes the cluster.

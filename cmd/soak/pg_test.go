@@ -48,3 +48,39 @@ func TestPGServer_RestartStopStart(t *testing.T) {
 	require.NoError(t, s.close())
 	require.Error(t, ping())
 }
+
+// The crash fault kills the postmaster and every backend at once; the
+// server comes back from crash recovery with what was committed.
+func TestPGServer_Kill9(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := startPG(ctx, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			log, _ := os.ReadFile(s.logPath)
+			t.Logf("pg_ctl log:\n%s", log)
+		}
+		_ = s.close()
+	})
+	session, err := pgx.Connect(ctx, s.URL("postgres"))
+	require.NoError(t, err)
+	defer session.Close(ctx)
+	_, err = session.Exec(ctx, "CREATE TABLE kept (n int); INSERT INTO kept VALUES (1)")
+	require.NoError(t, err)
+
+	// Twice: the first postmaster is the soak's child (a zombie until
+	// reaped), the second one pg_ctl's.
+	for range 2 {
+		require.NoError(t, s.kill9())
+		require.Error(t, session.Ping(ctx), "every backend is gone")
+		require.NoError(t, s.startServer())
+		conn, err := pgx.Connect(ctx, s.URL("postgres"))
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM kept").Scan(&n))
+		require.Equal(t, 1, n, "committed rows survive the crash")
+		session.Close(ctx)
+		session = conn
+	}
+}

@@ -55,7 +55,13 @@ func (p *recordingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			params[k] = v[0]
 		}
 	}
-	out, err := http.NewRequestWithContext(context.WithoutCancel(r.Context()), r.Method, p.target+r.URL.RequestURI(), nil)
+	// The call goes on when the caller goes away before the answer's
+	// headers (the fake counts it either way); once the body streams, a
+	// caller that gives up ends the upstream read too, so a body that
+	// hangs (the hang-body fault) does not keep the call in flight.
+	outCtx, cancelOut := context.WithCancel(context.WithoutCancel(r.Context()))
+	defer cancelOut()
+	out, err := http.NewRequestWithContext(outCtx, r.Method, p.target+r.URL.RequestURI(), nil)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
@@ -68,20 +74,38 @@ func (p *recordingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
 	call.Status = resp.StatusCode
-	p.ev.addCall(call)
-	if err != nil {
-		http.Error(w, "soak proxy: "+err.Error(), http.StatusBadGateway)
-		return
-	}
+	stop := context.AfterFunc(r.Context(), cancelOut)
+	defer stop()
 	for k, vs := range resp.Header {
 		for _, v := range vs {
 			w.Header().Add(k, v)
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
-	_, _ = w.Write(body)
+	// The body is streamed as it comes, so the caller sees what the
+	// provider sent: a body cut short arrives cut short (the connection is
+	// then closed), a body that hangs hangs.
+	_, err = io.Copy(flushWriter{w}, resp.Body)
+	call.BodyBroken = err != nil
+	p.ev.addCall(call)
+	if err != nil {
+		// Aborting the handler closes the caller's connection without
+		// completing the answer: the cut reaches the caller.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// flushWriter flushes after every write, so a partial body reaches the
+// caller before the rest (or its absence) does.
+type flushWriter struct{ w http.ResponseWriter }
+
+func (f flushWriter) Write(b []byte) (int, error) {
+	n, err := f.w.Write(b)
+	if fl, ok := f.w.(http.Flusher); ok {
+		fl.Flush()
+	}
+	return n, err
 }
 
 // fakeAdmin talks to the fake upstream's /__fake/ endpoints.

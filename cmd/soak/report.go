@@ -24,6 +24,10 @@ type report struct {
 	quiesceTime time.Duration
 	figures     []string
 	results     []result
+	// stuck names the rows (and calls) that kept a run from quiescing.
+	stuck []string
+	// events are the fault injections, for the per-fault table.
+	events []FaultEvent
 }
 
 type faultRow struct {
@@ -33,7 +37,7 @@ type faultRow struct {
 
 type result struct {
 	inv      Invariant
-	breaches []string
+	breaches []Breach
 }
 
 func (r *report) breached() bool {
@@ -53,6 +57,13 @@ func (r *report) print(w io.Writer) {
 		quiet = fmt.Sprintf("NOT quiescent after %s (requests, executions or provider calls still active)", r.quiesceTime.Round(time.Second))
 	}
 	fmt.Fprintln(w, quiet)
+	for i, line := range r.stuck {
+		if i == 4*maxBreachLines {
+			fmt.Fprintf(w, "  ... and %d more\n", len(r.stuck)-i)
+			break
+		}
+		fmt.Fprintf(w, "  - %s\n", line)
+	}
 
 	fmt.Fprintln(w, "\n| fault | injected | what |")
 	fmt.Fprintln(w, "|---|---|---|")
@@ -88,6 +99,19 @@ func (r *report) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s |\n", res.inv.Name, verdict, res.inv.Description)
 	}
+	if len(r.results) > 0 {
+		fmt.Fprintln(w, "\nper fault kind (a breach at a moment is put down to the latest fault of each stream begun before it):")
+		var names, injected []string
+		for _, res := range r.results {
+			names = append(names, res.inv.Name)
+		}
+		for _, f := range r.faults {
+			if f.reason == "" {
+				injected = append(injected, f.fault.Name)
+			}
+		}
+		attributeAll(injected, r.events, r.results).print(w, names)
+	}
 	for _, res := range r.results {
 		if len(res.breaches) == 0 {
 			continue
@@ -98,7 +122,7 @@ func (r *report) print(w io.Writer) {
 				fmt.Fprintf(w, "  ... and %d more\n", len(res.breaches)-maxBreachLines)
 				break
 			}
-			fmt.Fprintf(w, "  - %s\n", b)
+			fmt.Fprintf(w, "  - %s%s\n", b.Text, blame(r.events, b))
 		}
 	}
 	if len(r.figures) > 0 {
@@ -118,4 +142,12 @@ func isFault(name string) bool {
 		}
 	}
 	return false
+}
+
+// blame is the attribution a breach line carries in the report.
+func blame(events []FaultEvent, b Breach) string {
+	if b.At.IsZero() {
+		return ""
+	}
+	return " [after " + strings.Join(attribute(events, b.At), ", ") + "]"
 }

@@ -56,13 +56,19 @@ type system struct {
 	recorder *recordingProxy
 	proxyURL string
 
-	api    *proc
-	apiURL string
-	http   *http.Client
+	api        *proc
+	apiURL     string
+	apiPGProxy *blackhole
+	http       *http.Client
 
 	mu         sync.Mutex
 	workers    []*workerSlot
 	shortPages bool
+
+	// disk holds the tables for the disk-full fault; nil (diskErr says
+	// why) where no tmpfs could be mounted.
+	disk    *smallDisk
+	diskErr error
 }
 
 // workerSlot is one of the worker processes; a killed worker is restarted in
@@ -73,6 +79,9 @@ type workerSlot struct {
 	proc      *proc
 	record    *ProcessRecord
 	adminAddr string
+	// pgProxy is the slot's way to PostgreSQL, which the pg-partition
+	// fault silences; every generation of the slot connects through it.
+	pgProxy *blackhole
 }
 
 func (s *system) baseEnv() map[string]string {
@@ -98,6 +107,16 @@ func (s *system) baseEnv() map[string]string {
 		env[k] = v
 	}
 	return env
+}
+
+// pgAddr is PostgreSQL's host:port.
+func (s *system) pgAddr() string { return "127.0.0.1:" + strconv.Itoa(s.pg.cluster.Port()) }
+
+// dbURLVia is the database URL through the process's blackhole proxy: the
+// api and the workers reach PostgreSQL only that way, the harness, the
+// migration and the import directly.
+func (s *system) dbURLVia(b *blackhole) string {
+	return strings.Replace(s.dbURL, s.pgAddr(), b.Addr(), 1)
 }
 
 // start brings the whole system up and seeds it.
@@ -128,6 +147,9 @@ func (s *system) start(ctx context.Context) error {
 	}
 	if _, err := s.db.Exec(ctx, auditSQL); err != nil {
 		return fmt.Errorf("error installing the audit triggers: %w", err)
+	}
+	if s.disk, s.diskErr = mountSmallDisk(ctx, s); s.diskErr != nil {
+		s.logger.Warn("no small disk: disk-full is not injected", "error", s.diskErr)
 	}
 
 	// The fake upstream, and the proxy the workers call it through.
@@ -163,7 +185,11 @@ func (s *system) start(ctx context.Context) error {
 		return err
 	}
 	s.apiURL = "http://127.0.0.1:" + strconv.Itoa(apiPort)
+	if s.apiPGProxy, err = newBlackhole(s.pgAddr()); err != nil {
+		return err
+	}
 	env := s.baseEnv()
+	env["DATABASE_URL"] = s.dbURLVia(s.apiPGProxy)
 	env["BUILDRISK_HTTP_ADDR"] = "127.0.0.1:" + strconv.Itoa(apiPort)
 	env["PGAPPNAME"] = "soak-api"
 	if s.api, err = startProc(s.cfg.dir, "api", s.cfg.bin, env, []*regexp.Regexp{reAPIListening}, "api"); err != nil {
@@ -194,7 +220,13 @@ func (s *system) startWorker(ctx context.Context, slot *workerSlot) error {
 	slot.gen++
 	name := fmt.Sprintf("soak-worker-%d.%d", slot.index, slot.gen)
 	s.mu.Unlock()
+	if slot.pgProxy == nil {
+		if slot.pgProxy, err = newBlackhole(s.pgAddr()); err != nil {
+			return err
+		}
+	}
 	env := s.baseEnv()
+	env["DATABASE_URL"] = s.dbURLVia(slot.pgProxy)
 	slot.adminAddr = "127.0.0.1:" + strconv.Itoa(port)
 	env["BUILDRISK_ADMIN_ADDR"] = slot.adminAddr
 	env["PGAPPNAME"] = name
@@ -344,6 +376,14 @@ func (s *system) close() {
 	if s.proxy != nil {
 		_ = s.proxy.Close()
 	}
+	for _, w := range s.workers {
+		if w.pgProxy != nil {
+			w.pgProxy.close()
+		}
+	}
+	if s.apiPGProxy != nil {
+		s.apiPGProxy.close()
+	}
 	if s.db != nil {
 		s.db.Close()
 	}
@@ -351,6 +391,9 @@ func (s *system) close() {
 		if err := s.pg.close(); err != nil {
 			s.logger.Warn("error stopping postgres", "error", err)
 		}
+	}
+	if s.disk != nil {
+		s.disk.unmount()
 	}
 }
 
