@@ -56,8 +56,9 @@ type ItemFailures interface {
 }
 
 // countItemFailures counts the failed items of a chunk that ended with an
-// ItemFailures error: buildrisk_items_total{outcome="failed"} and the
-// execution's items_failed. A write error is logged: the execution's
+// ItemFailures error: the execution's items_failed and, once that write has
+// landed, buildrisk_items_total{outcome="failed"}, so the counter never
+// says more than the database. A write error is logged: the execution's
 // message names the failures anyway.
 func (r *Runner) countItemFailures(ctx context.Context, st *started, err error) {
 	failures, ok := errors.AsType[ItemFailures](err)
@@ -65,11 +66,12 @@ func (r *Runner) countItemFailures(ctx context.Context, st *started, err error) 
 		return
 	}
 	n := failures.FailedItems()
-	r.cfg.Instruments.ItemsCounted(context.WithoutCancel(ctx), st.request.Job, observability.OutcomeFailed, n)
 	rows, err := r.queries.JobExecutionItemsFailed(context.WithoutCancel(ctx), r.pool, &queries.JobExecutionItemsFailedParams{
 		ID: st.exec.ID, Failed: n, WorkerID: st.exec.WorkerID, LeaseEpoch: st.exec.LeaseEpoch,
 	})
 	switch {
+	case err == nil && rows > 0:
+		r.cfg.Instruments.ItemsCounted(context.WithoutCancel(ctx), st.request.Job, observability.OutcomeFailed, n)
 	case err != nil:
 		r.cfg.Logger.ErrorContext(ctx, "could not count the failed items on the execution",
 			slog.Int64("execution_id", st.exec.ID), slog.Int64("failed", n), slog.String("error", err.Error()))

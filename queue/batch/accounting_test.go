@@ -2,8 +2,10 @@ package batch_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/queries"
@@ -45,4 +47,44 @@ func TestRunner_EveryChunkAddsUp(t *testing.T) {
 	v, err := b.providers.MetricValue("buildrisk_items_total", map[string]string{"job": "aptTrade", "outcome": "unaccounted"})
 	require.NoError(t, err)
 	require.Equal(t, float64(1), v)
+}
+
+// failedItems is an ItemFailures error of n items.
+type failedItems struct{ n int64 }
+
+func (e failedItems) Error() string      { return fmt.Sprintf("%d items failed", e.n) }
+func (e failedItems) FailedItems() int64 { return e.n }
+
+// fencedOutJob's chunk loses its execution (another run took it over: the
+// lease epoch moved on) and then fails with 5 failed items.
+type fencedOutJob struct{ pool *pgxpool.Pool }
+
+func (j *fencedOutJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	return &batch.Plan{Targets: 5, Chunks: chunkKeys(1)}, nil
+}
+
+func (j *fencedOutJob) Process(ctx context.Context, run *batch.Run, _ string) (*batch.ChunkResult, error) {
+	if _, err := j.pool.Exec(ctx, `UPDATE job_execution SET lease_epoch = lease_epoch + 1 WHERE id = $1`, run.ExecutionID); err != nil {
+		return nil, err
+	}
+	return nil, failedItems{n: 5}
+}
+
+// Failed items are counted (buildrisk_items_total{outcome="failed"}) only
+// once the execution's items_failed holds them: a run that is no longer
+// the execution's owner writes nothing, so it counts nothing either, and
+// the counter never says more than the database.
+func TestRunner_FailedItemsCountedOnlyWhenRecorded(t *testing.T) {
+	t.Parallel()
+	job := &fencedOutJob{}
+	b := setup(t, map[string]batch.Job{"aptTrade": job})
+	job.pool = b.pool // the job's writes stand for another run's takeover
+	_, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "aptTrade")})
+	require.ErrorIs(t, err, batch.ErrOwnershipLost)
+	var itemsFailed int64
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT items_failed FROM job_execution`).Scan(&itemsFailed))
+	require.Zero(t, itemsFailed, "a run that lost the execution writes nothing to it")
+	v, err := b.providers.MetricValue("buildrisk_items_total", map[string]string{"job": "aptTrade", "outcome": "failed"})
+	require.NoError(t, err)
+	require.Zero(t, v, "counted as the database records them")
 }
