@@ -34,7 +34,7 @@ BUILD_ENV = CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 BUILD_FLAGS = -trimpath -tags timetzdata -ldflags "-s -w -X main.version=$(VERSION)"
 REDOCLY_DIR = tools/redocly
 
-.PHONY: run test bench bench-smoke bench-go build soak soak-ci generate generate-client check-generated fmt vet lint vuln promtool-test alert-e2e dashboard-lint openapi-lint fuzz ci
+.PHONY: run test test-under-load bench bench-smoke bench-go build soak soak-ci generate generate-client check-generated fmt vet lint vuln promtool-test alert-e2e dashboard-lint openapi-lint fuzz ci
 
 ## run: everything in one process (embedded PostgreSQL, migrations, fake upstream, api + worker)
 run: build
@@ -44,6 +44,15 @@ run: build
 test:
 	$(GO) test $(TEST_FLAGS) ./...
 	cd $(VALIDATE_DIR) && $(GO) test $(VALIDATE_TEST_FLAGS) ./...
+
+## test-under-load: make test beside stress-ng keeping every CPU busy, so
+## the machine is twice as loaded as the suite alone makes it (the tests
+## must not depend on timing)
+test-under-load:
+	@command -v stress-ng >/dev/null || { echo "stress-ng is not installed (Debian: apt-get install stress-ng)"; exit 1; }
+	stress-ng --cpu $$(nproc) --timeout 90m --quiet & stress=$$!; \
+	trap 'kill $$stress 2>/dev/null' EXIT; \
+	$(MAKE) test
 
 ## bench: the ratio table (every figure beside its reference from the same
 ## run, medians of 3 with min–max), printed and written into BENCHMARKS.md
