@@ -49,10 +49,10 @@ func TestAuth_FailedAttemptsAreLimited(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, "no credentials: not limited")
 
-	bearer, err := s.tel.providers.MetricValue("buildrisk_auth_failures_total", map[string]string{"via": "bearer"})
+	bearer, err := s.tel.Providers.MetricValue("buildrisk_auth_failures_total", map[string]string{"via": "bearer"})
 	require.NoError(t, err)
 	require.Equal(t, float64(api.AuthFailuresMax-2), bearer)
-	login, err := s.tel.providers.MetricValue("buildrisk_auth_failures_total", map[string]string{"via": "login"})
+	login, err := s.tel.Providers.MetricValue("buildrisk_auth_failures_total", map[string]string{"via": "login"})
 	require.NoError(t, err)
 	require.Equal(t, float64(2), login)
 	lines := strings.Count(logs.String(), "authentication failed")

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
@@ -178,12 +179,12 @@ func TestAutoResume_CrashLoopStopsAtTheAttemptLimit(t *testing.T) {
 		env[k] = v
 	}
 	s := newTestSystem(t, &testSystemOpts{env: env, fake: fakeupstream.Config{Latency: 50 * time.Millisecond}})
-	riverClient, err := newInsertOnlyRiver(s.pool, s.tel)
+	riverClient, err := app.NewInsertOnlyRiver(s.pool, s.tel)
 	require.NoError(t, err)
-	enqueuer, err := newEnqueuer(s.pool, riverClient, s.env, s.tel)
+	enqueuer, err := app.NewEnqueuer(s.pool, riverClient, s.env, s.tel)
 	require.NoError(t, err)
 	reaper := worker.NewReaper(s.pool, worker.ReaperConfig{
-		StaleAfter: s.env.StaleAfter, Instruments: s.tel.instruments, Logger: s.tel.logger, River: riverClient,
+		StaleAfter: s.env.StaleAfter, Instruments: s.tel.Instruments, Logger: s.tel.Logger, River: riverClient,
 		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
 			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
 			return err
@@ -223,7 +224,7 @@ func TestAutoResume_CrashLoopStopsAtTheAttemptLimit(t *testing.T) {
 	}
 	require.Equal(t, 2, s.count(`SELECT count(*) FROM job_request WHERE source = 'resume'`))
 	require.Zero(t, s.count(`SELECT count(*) FROM job_request WHERE status IN ('QUEUED', 'RUNNING')`), "the run stays FAILED")
-	refused, err := s.tel.providers.MetricValue(observability.MetricAutoResumesRefused, map[string]string{"job": "aptTrade", "cause": "reap"})
+	refused, err := s.tel.Providers.MetricValue(observability.MetricAutoResumesRefused, map[string]string{"job": "aptTrade", "cause": "reap"})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, refused)
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/observability"
@@ -263,7 +264,7 @@ func writeBenchmarks(path, body string) error {
 	return os.WriteFile(path, []byte(s), 0o644)
 }
 
-// productionTelemetry replaces the test system's telemetry (which keeps
+// productionTelemetry replaces the test system's Telemetry (which keeps
 // every span in memory for assertions) with what a process without OTLP
 // configured runs: spans made and dropped, metrics in a registry.
 func productionTelemetry(t *testing.T, s *testSystem) {
@@ -273,7 +274,7 @@ func productionTelemetry(t *testing.T, s *testSystem) {
 	t.Cleanup(func() { _ = providers.Shutdown(context.Background()) })
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
-	s.tel = &telemetry{providers: providers, instruments: instruments, logger: s.tel.logger}
+	s.tel = &app.Telemetry{Providers: providers, Instruments: instruments, Logger: s.tel.Logger}
 }
 
 // benchRunner is a runner on the system's database for requests run in the
@@ -282,19 +283,19 @@ func benchRunner(t *testing.T, s *testSystem, jobsByName map[string]batch.Job) (
 	t.Helper()
 	// The runner works on a pool of the worker's size, as deployed (the
 	// test system's own pool has pgxpool's default of 4 connections).
-	pool, err := openPool(context.Background(), s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false, sessionLimits{})
+	pool, err := app.OpenPool(context.Background(), s.dbURL, s.env.WorkerMaxConns(), s.env.DBTimeout, false, app.SessionLimits{})
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	up, err := newUpstream(pool, s.env, s.tel, "bench")
+	up, err := app.NewUpstream(pool, s.env, s.tel, "bench")
 	require.NoError(t, err)
 	if jobsByName == nil {
-		jobsByName = registry(s.env)
+		jobsByName = app.Registry(s.env)
 	}
 	runner, err := batch.NewRunner(pool, batch.Config{
-		WorkerID: "1@bench#b", Jobs: jobsByName, Upstream: up, Instruments: s.tel.instruments, Logger: s.tel.logger, FanOut: s.env.FanOut,
+		WorkerID: "1@bench#b", Jobs: jobsByName, Upstream: up, Instruments: s.tel.Instruments, Logger: s.tel.Logger, FanOut: s.env.FanOut,
 	})
 	require.NoError(t, err)
-	enqueuer, err := newEnqueuer(s.pool, nil, s.env, s.tel)
+	enqueuer, err := app.NewEnqueuer(s.pool, nil, s.env, s.tel)
 	require.NoError(t, err)
 	return runner, enqueuer
 }
@@ -344,7 +345,7 @@ func benchFanOut(t *testing.T, scale benchScale) []*benchRow {
 		vsIdeal := &benchRow{name: fmt.Sprintf("creditEval %d targets, %s calls, FANOUT %d: calls/s ÷ C/L", scale.creditN, scale.latency, c),
 			refName: "plain Go fan-out ÷ C/L", target: map[bool]string{true: "≥ 0.90", false: ""}[c < 64]}
 		vsPlain := &benchRow{name: fmt.Sprintf("same, FANOUT %d: service ÷ plain Go fan-out", c), unit: "calls/s", refName: "plain Go fan-out", target: "≥ 0.95"}
-		client := &http.Client{Transport: providerTransport(c), Timeout: time.Minute}
+		client := &http.Client{Transport: app.ProviderTransport(c), Timeout: time.Minute}
 		for range scale.reps {
 			before := s.fake.Stats().Total
 			_, took := benchRun(t, runner, enqueuer, jobs.CreditEval, `{}`)
@@ -400,7 +401,7 @@ func plainFanOut(t *testing.T, client *http.Client, base string, codes []string,
 // through raw River in its best configuration (FetchCooldown 1 ms on both
 // clients), on the same database. Both sides run as deployed: the service's
 // enqueue on an api pool with the api's cleanup-before-enqueue, its worker
-// on a worker-sized pool with its heartbeat pool, production telemetry and
+// on a worker-sized pool with its heartbeat pool, production Telemetry and
 // the contract's heartbeat, stale and reap intervals; raw River's inserting
 // and working clients on pools of the same sizes.
 //
@@ -446,21 +447,21 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
 	}
 	openWorkerPool := func() *pgxpool.Pool {
-		pool, err := openPool(ctx, s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false, sessionLimits{})
+		pool, err := app.OpenPool(ctx, s.dbURL, s.env.WorkerMaxConns(), s.env.DBTimeout, false, app.SessionLimits{})
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		return pool
 	}
-	heartbeatPool, err := openHeartbeatPool(ctx, s.dbURL, heartbeatPoolConns, s.env.DBTimeout, false, sessionLimits{})
+	heartbeatPool, err := app.OpenHeartbeatPool(ctx, s.dbURL, app.HeartbeatPoolConns, s.env.DBTimeout, false, app.SessionLimits{})
 	require.NoError(t, err)
 	t.Cleanup(heartbeatPool.Close)
 	w, _ := s.startWorkerWith(openWorkerPool(), func(wc *worker.Config, rc *batch.Config) {
 		rc.Jobs = registry
 		wc.HeartbeatPool = heartbeatPool
 	})
-	insertOnly, err := newInsertOnlyRiver(s.apiPool, s.tel)
+	insertOnly, err := app.NewInsertOnlyRiver(s.apiPool, s.tel)
 	require.NoError(t, err)
-	enqueuer, err := newEnqueuerFor(jobs.NewCatalog(defs...), s.apiPool, insertOnly, insertOnly, s.env, s.tel)
+	enqueuer, err := app.NewEnqueuerFor(jobs.NewCatalog(defs...), s.apiPool, insertOnly, insertOnly, s.env, s.tel)
 	require.NoError(t, err)
 	serviceEvents, cancelService := w.River().Subscribe(river.EventKindJobCompleted)
 	defer cancelService()
@@ -479,7 +480,7 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	require.NoError(t, err)
 	require.NoError(t, raw.Start(ctx))
 	defer func() { _ = raw.Stop(ctx) }()
-	rawInsertPool, err := openAPIPool(ctx, s.env, s.dbURL)
+	rawInsertPool, err := app.OpenAPIPool(ctx, s.env, s.dbURL)
 	require.NoError(t, err)
 	t.Cleanup(rawInsertPool.Close)
 	rawInsert, err := river.NewClient(riverpgxv5.New(rawInsertPool), &river.Config{FetchCooldown: river.FetchCooldownMin})
@@ -676,7 +677,7 @@ func benchChunk(t *testing.T, scale benchScale) []*benchRow {
 	// bookkeeping's own cost, not the round trips pipelining saves.
 	pipelinedRow := &benchRow{name: "same, against the bare work with its upsert pipelined (one round trip)", unit: "ms", refName: "GET + parse + the upsert as one implicit transaction"}
 	fixed := &benchRow{name: fmt.Sprintf("aptTrade run of %d chunks: time beyond its chunks (claim, plan, accounting, outcome)", chunks), unit: "ms"}
-	client := &http.Client{Transport: providerTransport(1)}
+	client := &http.Client{Transport: app.ProviderTransport(1)}
 	params, err := json.Marshal(map[string]any{"regions": regions, "from": "2025-01", "to": "2025-12"})
 	require.NoError(t, err)
 
@@ -984,9 +985,9 @@ func benchScaleOut(t *testing.T, scale benchScale) []*benchRow {
 			})
 			ws = append(ws, w)
 		}
-		insertOnly, err := newInsertOnlyRiver(s.pool, s.tel)
+		insertOnly, err := app.NewInsertOnlyRiver(s.pool, s.tel)
 		require.NoError(t, err)
-		enqueuer, err := request.NewEnqueuer(s.pool, insertOnly, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.tel.instruments})
+		enqueuer, err := request.NewEnqueuer(s.pool, insertOnly, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.tel.Instruments})
 		require.NoError(t, err)
 		began := time.Now()
 		var ids []string
@@ -1282,12 +1283,12 @@ func benchCPUBound(t *testing.T, scale benchScale) []*benchRow {
 	productionTelemetry(t, s)
 	codes := seedTargets(t, s, n)
 	runner, enqueuer := benchRunner(t, s, nil)
-	client := &http.Client{Transport: providerTransport(fanOut), Timeout: time.Minute}
+	client := &http.Client{Transport: app.ProviderTransport(fanOut), Timeout: time.Minute}
 	defer client.CloseIdleConnections()
-	pool, err := openPool(context.Background(), s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false, sessionLimits{})
+	pool, err := app.OpenPool(context.Background(), s.dbURL, s.env.WorkerMaxConns(), s.env.DBTimeout, false, app.SessionLimits{})
 	require.NoError(t, err)
 	defer pool.Close()
-	day := budgetDay(s.env, s.pool)()
+	day := app.BudgetDay(s.env, s.pool)()
 	name := fmt.Sprintf("creditEval %d targets, 0 ms calls, FANOUT %d", n, fanOut)
 	ref := "plain loop (64 goroutines, upsert per 1,000)"
 	rate := &benchRow{name: name + ": items/s", unit: "items/s", refName: ref, target: "≥ 0.8"}

@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
@@ -114,7 +115,7 @@ func BenchmarkServiceVsRiver(b *testing.B) {
 		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
 	}
 	w, _ := s.startWorkerWith(s.pool, func(wc *worker.Config, rc *batch.Config) { rc.Jobs = registry })
-	enqueuer, err := request.NewEnqueuer(s.pool, w.River(), request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.tel.instruments})
+	enqueuer, err := request.NewEnqueuer(s.pool, w.River(), request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.tel.Instruments})
 	require.NoError(b, err)
 	serviceEvents, cancelService := w.River().Subscribe(river.EventKindJobCompleted)
 	defer cancelService()
@@ -163,11 +164,11 @@ func BenchmarkServiceVsRiver(b *testing.B) {
 // reap-seconds per request.
 func BenchmarkReapLatency(b *testing.B) {
 	s := newTestSystem(b, nil)
-	riverClient, err := newInsertOnlyRiver(s.pool, s.tel)
+	riverClient, err := app.NewInsertOnlyRiver(s.pool, s.tel)
 	if err != nil {
 		b.Fatal(err)
 	}
-	reaper := worker.NewReaper(s.pool, worker.ReaperConfig{StaleAfter: s.env.StaleAfter, Instruments: s.tel.instruments, Logger: s.tel.logger, River: riverClient})
+	reaper := worker.NewReaper(s.pool, worker.ReaperConfig{StaleAfter: s.env.StaleAfter, Instruments: s.tel.Instruments, Logger: s.tel.Logger, River: riverClient})
 	ctx, cancel := context.WithCancel(context.Background())
 	var reaping sync.WaitGroup
 	reaping.Go(func() { reaper.Run(ctx, s.env.ReapInterval) })

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/internal/app"
 )
 
 // spaces is an endless reader of spaces (valid JSON whitespace), so a body
@@ -96,15 +98,15 @@ func TestBounded_ErrorsQuoteASnippet(t *testing.T) {
 // headers (slowloris) after the read-header timeout.
 func TestBounded_ServerTimeouts(t *testing.T) {
 	t.Parallel()
-	d := serverTimeoutsDefault
+	d := app.ServerTimeoutsDefault
 	for name, v := range map[string]time.Duration{"ReadHeader": d.ReadHeader, "Read": d.Read, "Write": d.Write, "Idle": d.Idle} {
 		require.Positive(t, v, name)
 	}
-	require.Greater(t, d.Write, 2*apiStatementTimeoutMax, "a call's database deadline (two statements) ends before the write timeout")
+	require.Greater(t, d.Write, 2*app.APIStatementTimeoutMax, "a call's database deadline (two statements) ends before the write timeout")
 
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := newHTTPServer(http.NotFoundHandler(), serverTimeouts{ReadHeader: 50 * time.Millisecond, Read: time.Second, Write: time.Second, Idle: time.Second})
+	srv := app.NewHTTPServer(http.NotFoundHandler(), app.ServerTimeouts{ReadHeader: 50 * time.Millisecond, Read: time.Second, Write: time.Second, Idle: time.Second})
 	go func() { _ = srv.Serve(listener) }()
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 

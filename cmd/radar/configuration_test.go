@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/docs"
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/upstream"
 )
@@ -315,7 +316,7 @@ func loadEnvReads(t *testing.T) []string {
 
 	var mu sync.Mutex
 	seen := map[string]bool{}
-	_, err := loadEnv(func(name string) string {
+	_, err := app.LoadEnv(func(name string) string {
 		mu.Lock()
 		defer mu.Unlock()
 		seen[name] = true
@@ -353,7 +354,7 @@ func read(getenv func(string) string, p string) {
 	_ = os.Getenv(p)
 }
 
-func loadEnv(getenv func(string) string) {
+func app.LoadEnv(getenv func(string) string) {
 	for _, n := range []string{"a"} {
 		_ = getenv(n)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/exposure"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/upstream"
@@ -18,7 +19,7 @@ import (
 // returns the targets (companies with exposure > 0), in corp code order.
 func (s *testSystem) seedCreditTargets() []string {
 	s.t.Helper()
-	n, err := seedExposure(context.Background(), s.pool, s.fake.Companies())
+	n, err := exposure.Seed(context.Background(), s.pool, s.fake.Companies())
 	require.NoError(s.t, err)
 	require.Positive(s.t, n)
 	rows, err := s.pool.Query(context.Background(), `SELECT corp_code FROM exposure WHERE outstanding_krw > 0 ORDER BY corp_code`)
@@ -60,7 +61,7 @@ func TestCreditEval_EndToEndAndBackfill(t *testing.T) {
 	})
 	targets := s.seedCreditTargets()
 	require.Greater(t, len(targets), 1500, "dev seeds a few thousand companies")
-	again, err := seedExposure(context.Background(), s.pool, s.fake.Companies())
+	again, err := exposure.Seed(context.Background(), s.pool, s.fake.Companies())
 	require.NoError(t, err)
 	require.Zero(t, again, "a ledger with rows is never reseeded")
 	s.startWorker()

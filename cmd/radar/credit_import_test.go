@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/exposure"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
@@ -144,7 +145,7 @@ func TestSeedExposure(t *testing.T) {
 	t.Parallel()
 	companies := fakeupstream.New(fakeupstream.Config{Seed: 1}).Companies()
 	first, second := pgtest.NewPool(t), pgtest.NewPool(t)
-	n, err := seedExposure(context.Background(), first, companies)
+	n, err := exposure.Seed(context.Background(), first, companies)
 	require.NoError(t, err)
 	require.Greater(t, n, 1500)
 	construction := 0
@@ -154,7 +155,7 @@ func TestSeedExposure(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, n, construction, "every construction company is in")
-	_, err = seedExposure(context.Background(), second, companies)
+	_, err = exposure.Seed(context.Background(), second, companies)
 	require.NoError(t, err)
 	require.Equal(t, ledger(t, first), ledger(t, second), "deterministic")
 	repaid := 0
@@ -167,7 +168,7 @@ func TestSeedExposure(t *testing.T) {
 
 	_, err = first.Exec(context.Background(), `UPDATE exposure SET outstanding_krw = 1`)
 	require.NoError(t, err)
-	n, err = seedExposure(context.Background(), first, companies)
+	n, err = exposure.Seed(context.Background(), first, companies)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Zero(t, countOf(t, first, `SELECT count(*) FROM exposure WHERE outstanding_krw <> 1`), "untouched")

@@ -94,7 +94,7 @@ func TestCreditEval_SmallDatabasePool(t *testing.T) {
 			}
 			raise(&maxAcquired, int64(pool4.Stat().AcquiredConns()))
 			if i%10 == 0 {
-				v, err := s.tel.providers.MetricValue(observability.MetricFanoutInflight, map[string]string{"job": jobs.CreditEval})
+				v, err := s.tel.Providers.MetricValue(observability.MetricFanoutInflight, map[string]string{"job": jobs.CreditEval})
 				if err == nil {
 					raise(&maxInflight, int64(v))
 				}

@@ -10,11 +10,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/observability"
 )
 
 // buildrisk_database_up follows the database in the api (its probe) and in
-// a worker (its heartbeat), each with telemetry of its own: 1 while the
+// a worker (its heartbeat), each with Telemetry of its own: 1 while the
 // database answers, 0 within a few probe intervals of an outage, with
 // /metrics still answering 200, and 1 again once the database is back.
 func TestDatabaseUp_FollowsAnOutage(t *testing.T) {
@@ -25,9 +26,9 @@ func TestDatabaseUp_FollowsAnOutage(t *testing.T) {
 	providers, _ := observability.NewTestProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
-	workerTel := &telemetry{providers: providers, instruments: instruments, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	id, hostname, boot := newWorkerID()
-	w, _, err := newWorker(s.pool, s.env, workerTel, id, hostname, boot, nil)
+	workerTel := &app.Telemetry{Providers: providers, Instruments: instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	id, hostname, boot := app.NewWorkerID()
+	w, _, err := app.NewWorker(s.pool, s.env, workerTel, id, hostname, boot, nil)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(func() { _ = w.Drain(context.Background()) })

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/internal/app"
 )
 
 // Every bad value fails at start with a message naming the variable.
@@ -45,7 +46,7 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 	for name, value := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, err := loadEnv(func(k string) string {
+			_, err := app.LoadEnv(func(k string) string {
 				if k == name {
 					return value
 				}
@@ -53,10 +54,10 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 			})
 			require.Error(t, err)
 			require.Contains(t, err.Error(), name)
-			require.True(t, isUsage(err))
+			require.True(t, app.IsUsage(err))
 		})
 	}
-	_, err := loadEnv(func(k string) string {
+	_, err := app.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_HEARTBEAT_INTERVAL": "1m", "BUILDRISK_STALE_AFTER": "30s"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_STALE_AFTER")
@@ -64,7 +65,7 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 
 func TestEnv_Defaults(t *testing.T) {
 	t.Parallel()
-	env, err := loadEnv(func(string) string { return "" })
+	env, err := app.LoadEnv(func(string) string { return "" })
 	require.NoError(t, err)
 	require.Equal(t, ":8080", env.HTTPAddr)
 	require.Equal(t, ":9090", env.AdminAddr)
@@ -82,9 +83,9 @@ func TestEnv_Defaults(t *testing.T) {
 	require.Equal(t, 50000, env.DailyCaps["CREDIT"])
 	require.Empty(t, env.Rates, "no rate limit by default")
 	require.Empty(t, env.UpstreamURLs)
-	require.Error(t, requireDatabaseURL(env))
+	require.Error(t, app.RequireDatabaseURL(env))
 
-	env, err = loadEnv(func(k string) string {
+	env, err = app.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_UPSTREAM_URL": "http://fake:8090/", "BUILDRISK_DART_URL": "https://dart.example", "BUILDRISK_INSECURE_HTTP_UPSTREAM": "1"}[k]
 	})
 	require.NoError(t, err)
@@ -97,17 +98,17 @@ func TestEnv_Defaults(t *testing.T) {
 // upstream): a key never travels in clear by accident.
 func TestEnv_ProviderURLsRequireHTTPS(t *testing.T) {
 	t.Parallel()
-	_, err := loadEnv(func(k string) string {
+	_, err := app.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_MOLIT_URL": "http://molit.example"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_MOLIT_URL")
 	require.ErrorContains(t, err, "BUILDRISK_INSECURE_HTTP_UPSTREAM=1")
-	env, err := loadEnv(func(k string) string {
+	env, err := app.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_UPSTREAM_URL": "https://gw.example"}[k]
 	})
 	require.NoError(t, err)
 	require.False(t, env.InsecureHTTPUpstream)
-	_, err = loadEnv(func(k string) string {
+	_, err = app.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_INSECURE_HTTP_UPSTREAM": "yes"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_INSECURE_HTTP_UPSTREAM")
@@ -116,19 +117,19 @@ func TestEnv_ProviderURLsRequireHTTPS(t *testing.T) {
 // Pool sizes follow the concurrency unless BUILDRISK_DB_MAX_CONNS says.
 func TestEnv_ConnectionBudgets(t *testing.T) {
 	t.Parallel()
-	env, err := loadEnv(func(string) string { return "" })
+	env, err := app.LoadEnv(func(string) string { return "" })
 	require.NoError(t, err)
-	require.Equal(t, int32(2*10+6), env.workerMaxConns(), "two per concurrent job, plus River's and the loops'")
-	require.GreaterOrEqual(t, env.apiMaxConns(), int32(8))
+	require.Equal(t, int32(2*10+6), env.WorkerMaxConns(), "two per concurrent job, plus River's and the loops'")
+	require.GreaterOrEqual(t, env.APIMaxConns(), int32(8))
 
-	env, err = loadEnv(func(k string) string { return map[string]string{"BUILDRISK_WORKER_CONCURRENCY": "3"}[k] })
+	env, err = app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_WORKER_CONCURRENCY": "3"}[k] })
 	require.NoError(t, err)
-	require.Equal(t, int32(2*3+6), env.workerMaxConns())
+	require.Equal(t, int32(2*3+6), env.WorkerMaxConns())
 
-	env, err = loadEnv(func(k string) string { return map[string]string{"BUILDRISK_DB_MAX_CONNS": "40"}[k] })
+	env, err = app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_DB_MAX_CONNS": "40"}[k] })
 	require.NoError(t, err)
-	require.Equal(t, int32(40), env.workerMaxConns())
-	require.Equal(t, int32(40), env.apiMaxConns())
+	require.Equal(t, int32(40), env.WorkerMaxConns())
+	require.Equal(t, int32(40), env.APIMaxConns())
 }
 
 // The API refuses to start without tokens unless explicitly insecure, and
@@ -136,10 +137,10 @@ func TestEnv_ConnectionBudgets(t *testing.T) {
 func TestEnv_RolesRefuseToStart(t *testing.T) {
 	t.Setenv("DATABASE_URL", "")
 	t.Setenv("BUILDRISK_API_TOKENS", "")
-	require.ErrorContains(t, runAPI(t.Context()), "DATABASE_URL")
-	require.ErrorContains(t, runWorker(t.Context()), "DATABASE_URL")
+	require.ErrorContains(t, withEnv(t.Context(), app.RunAPI), "DATABASE_URL")
+	require.ErrorContains(t, withEnv(t.Context(), app.RunWorker), "DATABASE_URL")
 	t.Setenv("DATABASE_URL", "postgres://nowhere/x")
-	require.ErrorContains(t, runAPI(t.Context()), "BUILDRISK_API_TOKENS")
+	require.ErrorContains(t, withEnv(t.Context(), app.RunAPI), "BUILDRISK_API_TOKENS")
 }
 
 // The fencing inequality: BUILDRISK_FENCE_AFTER + BUILDRISK_HEARTBEAT_INTERVAL
@@ -149,8 +150,8 @@ func TestEnv_RolesRefuseToStart(t *testing.T) {
 // derived from a short stale window keep it.
 func TestEnv_FencingInequality(t *testing.T) {
 	t.Parallel()
-	load := func(vars map[string]string) (*envConfig, error) {
-		return loadEnv(func(k string) string { return vars[k] })
+	load := func(vars map[string]string) (*app.Config, error) {
+		return app.LoadEnv(func(k string) string { return vars[k] })
 	}
 	for name, vars := range map[string]map[string]string{
 		// A derived value adapts to the ones set (see
@@ -164,7 +165,7 @@ func TestEnv_FencingInequality(t *testing.T) {
 			t.Parallel()
 			_, err := load(vars)
 			require.Error(t, err)
-			require.True(t, isUsage(err))
+			require.True(t, app.IsUsage(err))
 			for _, v := range []string{"BUILDRISK_FENCE_AFTER", "BUILDRISK_HEARTBEAT_INTERVAL", "BUILDRISK_DB_STATEMENT_TIMEOUT", "BUILDRISK_STALE_AFTER"} {
 				require.Contains(t, err.Error(), v)
 			}
@@ -204,7 +205,7 @@ func TestEnv_DerivedDefaultsKeepFencing(t *testing.T) {
 				case "BUILDRISK_DB_STATEMENT_TIMEOUT":
 					vars[explicit] = ((stale - hb) / 4).String()
 				}
-				env, err := loadEnv(func(k string) string { return vars[k] })
+				env, err := app.LoadEnv(func(k string) string { return vars[k] })
 				require.NoError(t, err, "stale %s heartbeat %s explicit %q", stale, hb, explicit)
 				require.Positive(t, env.FenceAfter)
 				require.GreaterOrEqual(t, env.DBTimeout, time.Millisecond, "statement_timeout is set in whole milliseconds")
@@ -215,13 +216,13 @@ func TestEnv_DerivedDefaultsKeepFencing(t *testing.T) {
 	}
 	require.Greater(t, checked, 100)
 	// The case of the report, and the defaults unchanged where they fitted.
-	env, err := loadEnv(func(k string) string {
+	env, err := app.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_STALE_AFTER": "4s", "BUILDRISK_HEARTBEAT_INTERVAL": "1s"}[k]
 	})
 	require.NoError(t, err)
 	require.Equal(t, time.Second, env.DBTimeout)
 	require.Equal(t, 1500*time.Millisecond, env.FenceAfter)
-	env, err = loadEnv(func(string) string { return "" })
+	env, err = app.LoadEnv(func(string) string { return "" })
 	require.NoError(t, err)
 	require.Equal(t, 30*time.Second, env.FenceAfter)
 	require.Equal(t, 5*time.Second, env.DBTimeout)
@@ -238,12 +239,12 @@ const (
 func TestEnv_TokensStrengthAndNames(t *testing.T) {
 	t.Parallel()
 	for _, tokens := range []string{"operator:short-secret", "operator:" + opNew + ",viewer:alice:short-secret"} {
-		_, err := loadEnv(func(k string) string { return map[string]string{"BUILDRISK_API_TOKENS": tokens}[k] })
+		_, err := app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_API_TOKENS": tokens}[k] })
 		require.ErrorContains(t, err, "BUILDRISK_API_TOKENS")
 		require.ErrorContains(t, err, "at least 32 characters")
 		require.NotContains(t, err.Error(), "short-secret")
 	}
-	env, err := loadEnv(func(k string) string {
+	env, err := app.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_API_TOKENS": "operator:alice:" + opNew + ",viewer:" + testViewerToken}[k]
 	})
 	require.NoError(t, err)
@@ -252,7 +253,7 @@ func TestEnv_TokensStrengthAndNames(t *testing.T) {
 
 	// The session key: one, or new,old while rotating; each of 32 or more.
 	for value, ok := range map[string]bool{opNew: true, opNew + "," + opOld: true, opNew + ",short": false, "short": false} {
-		_, err := loadEnv(func(k string) string { return map[string]string{"BUILDRISK_SESSION_KEY": value}[k] })
+		_, err := app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_SESSION_KEY": value}[k] })
 		if ok {
 			require.NoError(t, err, value)
 		} else {
@@ -296,16 +297,16 @@ func TestEnv_TokensFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "tokens")
 	require.NoError(t, os.WriteFile(path, []byte("operator:"+opNew+"\noperator:"+opOld+"\nviewer:"+testViewerToken+"\n"), 0o600))
-	env, err := loadEnv(func(k string) string { return map[string]string{"BUILDRISK_API_TOKENS_FILE": path}[k] })
+	env, err := app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_API_TOKENS_FILE": path}[k] })
 	require.NoError(t, err)
 	require.True(t, env.TokensSet)
 	require.Equal(t, map[string]api.Role{opNew: api.RoleOperator, opOld: api.RoleOperator, testViewerToken: api.RoleViewer}, env.Tokens)
 
-	_, err = loadEnv(func(k string) string {
+	_, err = app.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_API_TOKENS_FILE": path, "BUILDRISK_API_TOKENS": "operator:" + opNew}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_API_TOKENS_FILE")
-	_, err = loadEnv(func(k string) string {
+	_, err = app.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_API_TOKENS_FILE": path + ".missing"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_API_TOKENS_FILE")

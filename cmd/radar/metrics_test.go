@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/batch"
 )
@@ -70,7 +71,7 @@ func TestMetrics_ScriptedScenario(t *testing.T) {
 	require.Equal(t, "STOPPED", execution(t, s.waitRequest(out["requestId"].(string), "DONE"))["status"])
 
 	// A rejection forced in the fan-out: a submit after the pool closed.
-	pool, err := batch.NewFanOut(batch.FanOutConfig{Job: "creditEval", Size: 2, Instruments: s.tel.instruments})
+	pool, err := batch.NewFanOut(batch.FanOutConfig{Job: "creditEval", Size: 2, Instruments: s.tel.Instruments})
 	require.NoError(t, err)
 	require.NoError(t, pool.Close())
 	require.True(t, errors.Is(pool.Submit(context.Background(), func(context.Context) error { return nil }), batch.ErrFanOutClosed))
@@ -117,7 +118,7 @@ func TestMetrics_ScriptedScenario(t *testing.T) {
 	apiCompleted, ok := metricLine(api, "buildrisk_job_last_completed_timestamp_seconds", `job="aptTrade"`)
 	require.True(t, ok)
 	requireMetric(t, wm, "buildrisk_job_last_completed_timestamp_seconds", apiCompleted, `job="aptTrade"`)
-	workerEnv, err := loadEnv(func(k string) string { return map[string]string{"BUILDRISK_SCHEDULE_RULES": "0 3 1 1 *"}[k] })
+	workerEnv, err := app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_SCHEDULE_RULES": "0 3 1 1 *"}[k] })
 	require.NoError(t, err)
 	for _, sched := range workerEnv.Schedules {
 		if sched.Job == "rules" {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
@@ -236,14 +237,14 @@ func TestOpenPool_StatementTimeout(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	for timeout, want := range map[time.Duration]string{1500 * time.Millisecond: "1500ms", 0: "0"} {
-		pool, err := openPool(ctx, url, 2, timeout, false, sessionLimits{})
+		pool, err := app.OpenPool(ctx, url, 2, timeout, false, app.SessionLimits{})
 		require.NoError(t, err)
 		var got string
 		require.NoError(t, pool.QueryRow(ctx, "SHOW statement_timeout").Scan(&got))
 		pool.Close()
 		require.Equal(t, want, got)
 	}
-	pool, err := openPool(ctx, url, 2, 200*time.Millisecond, false, sessionLimits{})
+	pool, err := app.OpenPool(ctx, url, 2, 200*time.Millisecond, false, app.SessionLimits{})
 	require.NoError(t, err)
 	defer pool.Close()
 	_, err = pool.Exec(ctx, "SELECT pg_sleep(5)")
@@ -270,11 +271,11 @@ func TestOutage_LongerThanStaleEndsResumedNobodyReaped(t *testing.T) {
 			// for a moment after the database is back: the moment before a
 			// live worker re-registers, when a reaper used to take it for dead.
 			heartbeats := newCutProxy(t, s.dbURL)
-			hbPool, err := openHeartbeatPool(context.Background(), heartbeats.url, 4, s.env.DBTimeout, false, sessionLimits{})
+			hbPool, err := app.OpenHeartbeatPool(context.Background(), heartbeats.url, 4, s.env.DBTimeout, false, app.SessionLimits{})
 			require.NoError(t, err)
 			t.Cleanup(hbPool.Close)
-			a, _ := s.startWorkerWith(s.pool, withHeartbeatPool(hbPool))
-			b, _ := s.startWorkerWith(s.pool, withHeartbeatPool(hbPool))
+			a, _ := s.startWorkerWith(s.pool, app.WithHeartbeatPool(hbPool))
+			b, _ := s.startWorkerWith(s.pool, app.WithHeartbeatPool(hbPool))
 			s.gate.arm(2) // chunks 1-2 commit; chunk 3's call is held
 			id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
 			within(t, time.Minute, s.gate.blocked, "the third provider call")
@@ -293,7 +294,7 @@ func TestOutage_LongerThanStaleEndsResumedNobodyReaped(t *testing.T) {
 			fresh, err := pgxpool.New(context.Background(), s.dbURL)
 			require.NoError(t, err)
 			defer fresh.Close()
-			reaper := worker.NewReaper(fresh, worker.ReaperConfig{StaleAfter: s.env.StaleAfter, Instruments: s.tel.instruments, Logger: s.tel.logger, River: request.RiverCanceller(a.River())})
+			reaper := worker.NewReaper(fresh, worker.ReaperConfig{StaleAfter: s.env.StaleAfter, Instruments: s.tel.Instruments, Logger: s.tel.Logger, River: request.RiverCanceller(a.River())})
 			reaped, err := reaper.Reap(context.Background(), "")
 			require.NoError(t, err)
 			require.Zero(t, reaped, "a live worker that could not beat through the outage is not stale yet")
@@ -333,12 +334,12 @@ func TestOpenPool_SessionLimits(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	env, err := loadEnv(func(k string) string {
+	env, err := app.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_STALE_AFTER": "12s", "BUILDRISK_HEARTBEAT_INTERVAL": "2s"}[k]
 	})
 	require.NoError(t, err)
 	require.Equal(t, 6*time.Second, env.FenceAfter)
-	pool, err := openPool(ctx, url, 2, env.DBTimeout, false, env.sessionLimits("7@host#b00t"))
+	pool, err := app.OpenPool(ctx, url, 2, env.DBTimeout, false, env.SessionLimits("7@host#b00t"))
 	require.NoError(t, err)
 	defer pool.Close()
 	show := func(p *pgxpool.Pool, name string) string {
@@ -373,7 +374,7 @@ func TestOpenPool_SessionLimits(t *testing.T) {
 	require.NoError(t, err)
 	cfg.ConnConfig.RuntimeParams["application_name"] = "operator-choice" // as DATABASE_URL or PGAPPNAME give it
 	cfg.MaxConns = 1
-	env.sessionLimits("7@host#b00t").apply(cfg, false)
+	env.SessionLimits("7@host#b00t").Apply(cfg, false)
 	named, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer named.Close()

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
@@ -175,23 +176,23 @@ func TestPgBouncer_APITimeoutsFire(t *testing.T) {
 // timeouts, and River's workers poll-only; unset, nothing changes.
 func TestPgBouncer_Switch(t *testing.T) {
 	t.Parallel()
-	load := func(extra map[string]string) *envConfig {
+	load := func(extra map[string]string) *app.Config {
 		vars := map[string]string{"BUILDRISK_API_TOKENS": "operator:" + testOperatorToken}
 		for k, v := range extra {
 			vars[k] = v
 		}
-		env, err := loadEnv(func(k string) string { return vars[k] })
+		env, err := app.LoadEnv(func(k string) string { return vars[k] })
 		require.NoError(t, err)
 		return env
 	}
-	_, err := loadEnv(func(k string) string {
+	_, err := app.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_DB_PGBOUNCER": "session"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_DB_PGBOUNCER")
 
 	for _, c := range []struct {
 		name      string
-		env       *envConfig
+		env       *app.Config
 		pgbouncer bool
 	}{
 		{"Direct", load(nil), false},
@@ -201,30 +202,30 @@ func TestPgBouncer_Switch(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			env := c.env
 			require.Equal(t, c.pgbouncer, env.TxPooling)
-			cfg, err := poolConfig("postgres://radar@127.0.0.1:1/radar", 4, env.TxPooling)
+			cfg, err := app.PoolConfig("postgres://radar@127.0.0.1:1/radar", 4, env.TxPooling)
 			require.NoError(t, err)
 			if c.pgbouncer {
 				require.Equal(t, pgx.QueryExecModeCacheDescribe, cfg.ConnConfig.DefaultQueryExecMode)
-				require.Equal(t, &queries.TxSettings{StatementTimeout: env.APIStatementTimeout, LockTimeout: env.APILockTimeout}, apiTxSettings(env))
+				require.Equal(t, &queries.TxSettings{StatementTimeout: env.APIStatementTimeout, LockTimeout: env.APILockTimeout}, app.APITxSettings(env))
 			} else {
 				require.Equal(t, pgx.QueryExecModeCacheStatement, cfg.ConnConfig.DefaultQueryExecMode)
-				require.Nil(t, apiTxSettings(env))
+				require.Nil(t, app.APITxSettings(env))
 			}
 			// The api's pool is configured like any other: its reads are
 			// planned at every call by the api itself (queries.PlanEachCall),
 			// its enqueue keeps cached statements where they may be.
-			apiCfg, err := apiPoolConfig(env, "postgres://radar@127.0.0.1:1/radar")
+			apiCfg, err := app.APIPoolConfig(env, "postgres://radar@127.0.0.1:1/radar")
 			require.NoError(t, err)
 			require.Equal(t, cfg.ConnConfig.DefaultQueryExecMode, apiCfg.ConnConfig.DefaultQueryExecMode)
 			if c.pgbouncer {
-				require.ErrorContains(t, refuseTxPoolingMigrations(env, "radar migrate"), "session-level advisory lock")
+				require.ErrorContains(t, app.RefuseTxPoolingMigrations(env, "radar migrate"), "session-level advisory lock")
 			} else {
-				require.NoError(t, refuseTxPoolingMigrations(env, "radar migrate"))
+				require.NoError(t, app.RefuseTxPoolingMigrations(env, "radar migrate"))
 			}
 
 			// The worker's config as newWorker builds it (no connection is
 			// made: River connects when the worker starts).
-			poolCfg, err := poolConfig("postgres://radar@127.0.0.1:1/radar", 4, env.TxPooling)
+			poolCfg, err := app.PoolConfig("postgres://radar@127.0.0.1:1/radar", 4, env.TxPooling)
 			require.NoError(t, err)
 			pool, err := pgxpool.NewWithConfig(t.Context(), poolCfg)
 			require.NoError(t, err)
@@ -232,9 +233,9 @@ func TestPgBouncer_Switch(t *testing.T) {
 			providers, _ := observability.NewTestProviders()
 			instruments, err := observability.NewInstruments(providers.Meter)
 			require.NoError(t, err)
-			tel := &telemetry{providers: providers, instruments: instruments, logger: slog.New(slog.DiscardHandler)}
+			tel := &app.Telemetry{Providers: providers, Instruments: instruments, Logger: slog.New(slog.DiscardHandler)}
 			var pollOnly bool
-			_, _, err = newWorker(pool, env, tel, "1@test#boot", "test", "boot", func(wc *worker.Config, _ *batch.Config) { pollOnly = wc.PollOnly })
+			_, _, err = app.NewWorker(pool, env, tel, "1@test#boot", "test", "boot", func(wc *worker.Config, _ *batch.Config) { pollOnly = wc.PollOnly })
 			require.NoError(t, err)
 			require.Equal(t, c.pgbouncer, pollOnly, "River polls instead of LISTEN behind PgBouncer")
 		})

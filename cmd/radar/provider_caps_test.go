@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/upstream"
 )
 
@@ -18,8 +19,8 @@ func (s *testSystem) startWorkerWithCaps(caps map[upstream.Provider]int) string 
 	env := *s.env
 	env.DailyCaps = maps.Clone(s.env.DailyCaps)
 	maps.Copy(env.DailyCaps, caps)
-	id, hostname, boot := newWorkerID()
-	w, _, err := newWorker(s.pool, &env, s.tel, id, hostname, boot, nil)
+	id, hostname, boot := app.NewWorkerID()
+	w, _, err := app.NewWorker(s.pool, &env, s.tel, id, hostname, boot, nil)
 	require.NoError(s.t, err)
 	require.NoError(s.t, w.Start(context.Background()))
 	s.t.Cleanup(func() { _ = w.Drain(context.Background()) })

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/corpcode"
 	"github.com/buildrisk/radar/jobs/filing"
@@ -365,12 +366,12 @@ func TestRadar_StockPrice(t *testing.T) {
 func TestRadar_RuleThresholdEnv(t *testing.T) {
 	t.Parallel()
 	base := map[string]string{"DATABASE_URL": "x"}
-	load := func(k, v string) (*envConfig, error) {
+	load := func(k, v string) (*app.Config, error) {
 		vars := map[string]string{k: v}
 		for bk, bv := range base {
 			vars[bk] = bv
 		}
-		return loadEnv(func(name string) string { return vars[name] })
+		return app.LoadEnv(func(name string) string { return vars[name] })
 	}
 	for _, bad := range [][2]string{
 		{"BUILDRISK_RULE_PRICE_DRAWDOWN", "25"},
@@ -386,7 +387,7 @@ func TestRadar_RuleThresholdEnv(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0.35, env.RuleThresholds[jobs.RulePriceDrawdown])
 	require.Equal(t, float64(jobs.RuleRiskFilingsDefault), env.RuleThresholds[jobs.RuleRiskFilings])
-	require.Equal(t, env.RuleThresholds, registry(env)[jobs.Rules].(riskrule.Job).Thresholds)
+	require.Equal(t, env.RuleThresholds, app.Registry(env)[jobs.Rules].(riskrule.Job).Thresholds)
 }
 
 // Every radar job's params are documented in the OpenAPI document (schema

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/filing"
 	"github.com/buildrisk/radar/jobs/stockprice"
@@ -347,11 +348,11 @@ func handAlerts(t *testing.T, s *testSystem, day time.Time, tracked []string) ma
 func (s *testSystem) processJob(job batch.Job, name, params string) {
 	s.t.Helper()
 	ctx := context.Background()
-	up, err := newUpstream(s.pool, s.env, s.tel, "processJob")
+	up, err := app.NewUpstream(s.pool, s.env, s.tel, "processJob")
 	require.NoError(s.t, err)
 	run := &batch.Run{
 		Job: name, Params: json.RawMessage(params), Calls: up.NewCaller(name, 0), DB: s.pool,
-		Logger: s.tel.logger, FanOut: batch.FanOutDefault, Instruments: s.tel.instruments,
+		Logger: s.tel.Logger, FanOut: batch.FanOutDefault, Instruments: s.tel.Instruments,
 	}
 	plan, err := job.Plan(ctx, run)
 	require.NoError(s.t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -227,7 +228,7 @@ func TestReaper_CutOffWaitsOneStaleWindowAfterReconnecting(t *testing.T) {
 	pool, err := pgxpool.New(ctx, proxy.url)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: s.env.StaleAfter, Instruments: s.tel.instruments, Logger: s.tel.logger})
+	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: s.env.StaleAfter, Instruments: s.tel.Instruments, Logger: s.tel.Logger})
 
 	proxy.cut()
 	_, err = reaper.Reap(ctx, "")
@@ -272,9 +273,9 @@ func (s *testSystem) requestStatusByWorker(workerID string) string {
 func TestReap_FrozenWorkerInTransaction(t *testing.T) {
 	t.Parallel()
 	bin := buildRadar(t)
-	for name, holderLimits := range map[string]func(s *testSystem, workerID string) sessionLimits{
-		"ServerLimits":      func(s *testSystem, _ string) sessionLimits { return s.env.sessionLimits("partition-holder") },
-		"ReaperEndsBackend": func(_ *testSystem, workerID string) sessionLimits { return sessionLimits{appName: workerID} },
+	for name, holderLimits := range map[string]func(s *testSystem, workerID string) app.SessionLimits{
+		"ServerLimits":      func(s *testSystem, _ string) app.SessionLimits { return s.env.SessionLimits("partition-holder") },
+		"ReaperEndsBackend": func(_ *testSystem, workerID string) app.SessionLimits { return app.SessionLimits{AppName: workerID} },
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -298,7 +299,7 @@ func TestReap_FrozenWorkerInTransaction(t *testing.T) {
 			require.NoError(t, victim.cmd.Process.Signal(syscall.SIGSTOP))
 			t.Cleanup(func() { _ = victim.cmd.Process.Signal(syscall.SIGCONT) })
 			ctx := context.Background()
-			holderPool, err := openPool(ctx, s.serviceURL, 1, 0, false, holderLimits(s, workerID))
+			holderPool, err := app.OpenPool(ctx, s.serviceURL, 1, 0, false, holderLimits(s, workerID))
 			require.NoError(t, err)
 			holder, err := holderPool.Begin(ctx)
 			require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/buildrisk/radar/exposure"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/corpcode"
 	"github.com/buildrisk/radar/observability"
@@ -37,7 +38,7 @@ func TestRedaction_ProviderKeysNeverLeave(t *testing.T) {
 	tune := func(_ *worker.Config, rc *batch.Config) { rc.Jobs[jobs.CorpCodeSync] = corpcode.Job{Dir: dir} }
 	first, _ := s.startWorkerWith(s.pool, tune)
 	s.runJob(jobs.CorpCodeSync, `{}`)
-	_, err := seedExposure(context.Background(), s.pool, s.fake.Companies())
+	_, err := exposure.Seed(context.Background(), s.pool, s.fake.Companies())
 	require.NoError(t, err)
 
 	// Errors and 429s (Retry-After) on every endpoint: calls are retried and

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
@@ -121,7 +122,7 @@ func TestRegistry_JobListOneStatement(t *testing.T) {
 	apiPool := s.countingPool(&queriesSeen)
 	server, err := api.New(apiPool, api.Config{
 		Tokens: map[string]api.Role{"t": api.RoleViewer}, Catalog: jobs.Default(), Enqueuer: mustEnqueuer(t, s),
-		Instruments: s.tel.instruments, StaleAfter: 2 * time.Second,
+		Instruments: s.tel.Instruments, StaleAfter: 2 * time.Second,
 	})
 	require.NoError(t, err)
 	get := func() map[string]any {
@@ -167,7 +168,7 @@ func TestRegistry_WorkersShowKeyNamesOnly(t *testing.T) {
 	t.Parallel()
 	s := newTestSystem(t, nil)
 	var logs syncBuffer
-	s.tel = &telemetry{providers: s.tel.providers, instruments: s.tel.instruments, logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	s.tel = &app.Telemetry{Providers: s.tel.Providers, Instruments: s.tel.Instruments, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	w, _ := s.startWorker()
 	s.waitRequest(s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-01")), "DONE")
 
@@ -331,7 +332,7 @@ func (c countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQuery
 
 func mustEnqueuer(t *testing.T, s *testSystem) *requestEnqueuer {
 	t.Helper()
-	e, err := newEnqueuer(s.pool, nil, s.env, s.tel)
+	e, err := app.NewEnqueuer(s.pool, nil, s.env, s.tel)
 	require.NoError(t, err)
 	return e
 }

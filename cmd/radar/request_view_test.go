@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
@@ -46,7 +47,7 @@ func TestRequestPath_GetRequestInOneStatement(t *testing.T) {
 	// The api again, on a traced pool: its statements are counted by name.
 	tracer := &pgtest.RoundTripTracer{}
 	traced := pgtest.NewTracedPool(t, s.apiPool, tracer)
-	server, err := newAPIServer(t.Context(), traced, s.env, s.tel)
+	server, err := app.NewAPIServer(t.Context(), traced, s.env, s.tel)
 	require.NoError(t, err)
 	api := httptest.NewServer(server.Handler())
 	t.Cleanup(api.Close)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/corpcode"
 	"github.com/buildrisk/radar/observability"
@@ -257,11 +258,11 @@ func TestSchedule_JobList(t *testing.T) {
 	require.Nil(t, out["lastDueAt"], "nothing recorded yet")
 	require.Nil(t, out["lastDueOutcome"])
 
-	_, err = loadEnv(func(k string) string {
+	_, err = app.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_SCHEDULE_APTTRADE": "every day"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_SCHEDULE_APTTRADE")
-	_, err = loadEnv(func(k string) string {
+	_, err = app.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_SCHEDULE_CATCHUP_APTTRADE": "-1h"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_SCHEDULE_CATCHUP_APTTRADE")
@@ -273,9 +274,9 @@ func TestSchedule_JobList(t *testing.T) {
 func (s *testSystem) newTestScheduler(clock *testClock, start time.Time, enq worker.ScheduleEnqueuer, schedules ...worker.Schedule) *worker.Scheduler {
 	s.t.Helper()
 	if enq == nil {
-		insertOnly, err := newInsertOnlyRiver(s.pool, s.tel)
+		insertOnly, err := app.NewInsertOnlyRiver(s.pool, s.tel)
 		require.NoError(s.t, err)
-		e, err := newEnqueuer(s.pool, insertOnly, s.env, s.tel)
+		e, err := app.NewEnqueuer(s.pool, insertOnly, s.env, s.tel)
 		require.NoError(s.t, err)
 		enq = e
 	}
@@ -283,7 +284,7 @@ func (s *testSystem) newTestScheduler(clock *testClock, start time.Time, enq wor
 		schedules = s.env.Schedules
 	}
 	sched, err := worker.NewScheduler(s.pool, worker.SchedulerConfig{
-		Schedules: schedules, Enqueuer: enq, Now: clock.Now, Start: start, Instruments: s.tel.instruments, Logger: s.tel.logger,
+		Schedules: schedules, Enqueuer: enq, Now: clock.Now, Start: start, Instruments: s.tel.Instruments, Logger: s.tel.Logger,
 	})
 	require.NoError(s.t, err)
 	return sched
@@ -453,7 +454,7 @@ func TestSchedule_FailedEnqueueCounted(t *testing.T) {
 	require.Nil(t, job["lastDueRequestId"])
 
 	// An enqueue that errors: counted, not recorded, retried.
-	inner, err := newEnqueuer(s.pool, w.River(), s.env, s.tel)
+	inner, err := app.NewEnqueuer(s.pool, w.River(), s.env, s.tel)
 	require.NoError(t, err)
 	flaky := &flakyEnqueuer{ScheduleEnqueuer: inner, fail: true}
 	tt, err := worker.ParseSchedule("@every 1h", seoul)
@@ -478,7 +479,7 @@ func TestSchedule_FailedEnqueueCounted(t *testing.T) {
 
 // buildrisk_job_last_completed_timestamp_seconds is read from the database
 // at scrape time, so a separate process (here a second API with its own
-// telemetry) exports the same value; each scheduled job's period is
+// Telemetry) exports the same value; each scheduled job's period is
 // exported too. A scheduled job that never completed counts from its first
 // recorded due time.
 func TestSchedule_FreshnessFromDatabase(t *testing.T) {
@@ -497,14 +498,14 @@ func TestSchedule_FreshnessFromDatabase(t *testing.T) {
 	providers, _ := observability.NewTestProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
-	other := &telemetry{providers: providers, instruments: instruments, logger: s.tel.logger}
-	_, err = newAPIServer(t.Context(), s.pool, s.env, other)
+	other := &app.Telemetry{Providers: providers, Instruments: instruments, Logger: s.tel.Logger}
+	_, err = app.NewAPIServer(t.Context(), s.pool, s.env, other)
 	require.NoError(t, err)
 
 	var ended float64
 	require.NoError(t, s.pool.QueryRow(context.Background(),
 		"SELECT extract(epoch FROM max(ended_at))::float8 FROM job_execution WHERE job = 'corpCodeSync' AND status = 'COMPLETED'").Scan(&ended))
-	for _, p := range []*observability.Providers{s.tel.providers, providers} {
+	for _, p := range []*observability.Providers{s.tel.Providers, providers} {
 		got, err := p.MetricValue(observability.MetricJobLastCompleted, map[string]string{"job": jobs.CorpCodeSync})
 		require.NoError(t, err)
 		require.InDelta(t, ended, got, 0.001)
@@ -520,7 +521,7 @@ func TestSchedule_FreshnessFromDatabase(t *testing.T) {
 	due := time.Date(2026, 3, 2, 6, 0, 0, 0, seoul)
 	clock.Set(due.Add(time.Minute))
 	s.eventually("the aptTrade due time", func() bool { return s.tickOutcome(jobs.AptTrade, due) == observability.TickFailed })
-	for _, p := range []*observability.Providers{s.tel.providers, providers} {
+	for _, p := range []*observability.Providers{s.tel.Providers, providers} {
 		got, err := p.MetricValue(observability.MetricJobLastCompleted, map[string]string{"job": jobs.AptTrade})
 		require.NoError(t, err)
 		require.InDelta(t, float64(due.Unix()), got, 0)

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/batch"
@@ -47,8 +48,8 @@ type testSystem struct {
 	bouncer    *pgtest.PgBouncer
 	// apiPool is the API's pool (statement and lock timeouts set).
 	apiPool *pgxpool.Pool
-	env     *envConfig
-	tel     *telemetry
+	env     *app.Config
+	tel     *app.Telemetry
 	fake    *fakeupstream.Server
 	fakeURL string
 	api     *httptest.Server
@@ -201,7 +202,7 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 		vars[k] = v
 	}
 	s.vars = vars
-	env, err := loadEnv(func(k string) string { return vars[k] })
+	env, err := app.LoadEnv(func(k string) string { return vars[k] })
 	require.NoError(t, err)
 	env.Now = opts.now
 	s.env = env
@@ -214,7 +215,7 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	if opts.logs != nil {
 		logger = observability.NewLogger(opts.logs, observability.LogFormatJSON, slog.LevelDebug)
 	}
-	s.tel = &telemetry{providers: providers, instruments: instruments, logger: logger}
+	s.tel = &app.Telemetry{Providers: providers, Instruments: instruments, Logger: logger}
 
 	// The API has its own pool with the api role's statement and lock
 	// timeouts, as `radar api` does.
@@ -224,10 +225,10 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	if opts.pgbouncer {
 		apiServiceURL = s.bouncer.URL(t, apiServiceURL)
 	}
-	s.apiPool, err = openAPIPool(context.Background(), env, apiServiceURL)
+	s.apiPool, err = app.OpenAPIPool(context.Background(), env, apiServiceURL)
 	require.NoError(t, err)
 	t.Cleanup(s.apiPool.Close)
-	server, err := newAPIServer(t.Context(), s.apiPool, env, s.tel)
+	server, err := app.NewAPIServer(t.Context(), s.apiPool, env, s.tel)
 	require.NoError(t, err)
 	s.api = httptest.NewServer(server.Handler())
 	t.Cleanup(s.api.Close)
@@ -241,10 +242,10 @@ func (s *testSystem) startWorker() (*worker.Worker, *batch.Runner) {
 }
 
 // startWorkerWith starts a worker on its own pool with tuned configs.
-func (s *testSystem) startWorkerWith(pool *pgxpool.Pool, tune tuneFunc) (*worker.Worker, *batch.Runner) {
+func (s *testSystem) startWorkerWith(pool *pgxpool.Pool, tune app.TuneFunc) (*worker.Worker, *batch.Runner) {
 	s.t.Helper()
-	id, hostname, boot := newWorkerID()
-	w, runner, err := newWorker(pool, s.env, s.tel, id, hostname, boot, tune)
+	id, hostname, boot := app.NewWorkerID()
+	w, runner, err := app.NewWorker(pool, s.env, s.tel, id, hostname, boot, tune)
 	require.NoError(s.t, err)
 	require.NoError(s.t, w.Start(context.Background()))
 	s.t.Cleanup(func() { _ = w.Drain(context.Background()) })
@@ -349,7 +350,7 @@ func execution(t *testing.T, request map[string]any) map[string]any {
 // metric reads one series of the system's metrics.
 func (s *testSystem) metric(name string, labels map[string]string) float64 {
 	s.t.Helper()
-	v, err := s.tel.providers.MetricValue(name, labels)
+	v, err := s.tel.Providers.MetricValue(name, labels)
 	require.NoError(s.t, err)
 	return v
 }
@@ -390,11 +391,11 @@ func TestWorker_HeartbeatNeverWaitsBehindChunkWork(t *testing.T) {
 	mainPool, err := pgxpool.NewWithConfig(ctx, mainCfg)
 	require.NoError(t, err)
 	t.Cleanup(mainPool.Close)
-	heartbeatPool, err := openHeartbeatPool(ctx, s.dbURL, heartbeatPoolConns, s.env.DBTimeout, false, sessionLimits{})
+	heartbeatPool, err := app.OpenHeartbeatPool(ctx, s.dbURL, app.HeartbeatPoolConns, s.env.DBTimeout, false, app.SessionLimits{})
 	require.NoError(t, err)
 	t.Cleanup(heartbeatPool.Close)
 
-	w, _ := s.startWorkerWith(mainPool, withHeartbeatPool(heartbeatPool))
+	w, _ := s.startWorkerWith(mainPool, app.WithHeartbeatPool(heartbeatPool))
 	var before time.Time
 	require.NoError(t, s.pool.QueryRow(ctx, "SELECT heartbeat_at FROM worker WHERE id = $1", w.ID()).Scan(&before))
 

@@ -18,6 +18,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/observability"
 )
 
@@ -91,7 +92,7 @@ func TestTrace_PostToChunksInOneTrace(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	require.NoError(t, dev.cmd.Process.Signal(syscall.SIGINT))
-	require.Equal(t, 0, dev.wait(t, 60*time.Second), "telemetry is flushed after drain")
+	require.Equal(t, 0, dev.wait(t, 60*time.Second), "Telemetry is flushed after drain")
 
 	receiver.mu.Lock()
 	defer receiver.mu.Unlock()
@@ -121,9 +122,9 @@ func TestTrace_PostToChunksInOneTrace(t *testing.T) {
 // the wrapper was 1.4 of 3.5 CPU-seconds of the call path at fan-out 64
 // (BENCHMARKS.md) for spans nobody reads.
 func TestProviderTracing_OnlyWhenSpansAreRecorded(t *testing.T) {
-	require.Nil(t, providerTracing(&observability.Providers{}))
+	require.Nil(t, app.ProviderTracing(&observability.Providers{}))
 	providers, _ := observability.NewTestProviders()
-	wrap := providerTracing(providers)
+	wrap := app.ProviderTracing(providers)
 	require.NotNil(t, wrap)
 	require.NotNil(t, wrap(http.DefaultTransport))
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/sql/migrations"
 	"github.com/buildrisk/radar/sql/pglocal"
@@ -143,16 +144,16 @@ func TestUnavailable_DatabaseDown(t *testing.T) {
 	for k, v := range unavailableEnv {
 		vars[k] = v
 	}
-	env, err := loadEnv(func(k string) string { return vars[k] })
+	env, err := app.LoadEnv(func(k string) string { return vars[k] })
 	require.NoError(t, err)
 	providers, _ := observability.NewTestProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
-	tel := &telemetry{providers: providers, instruments: instruments, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	pool, err := openAPIPool(ctx, env, url)
+	tel := &app.Telemetry{Providers: providers, Instruments: instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	pool, err := app.OpenAPIPool(ctx, env, url)
 	require.NoError(t, err)
 	defer pool.Close()
-	server, err := newAPIServer(t.Context(), pool, env, tel)
+	server, err := app.NewAPIServer(t.Context(), pool, env, tel)
 	require.NoError(t, err)
 	api := httptest.NewServer(server.Handler())
 	defer api.Close()

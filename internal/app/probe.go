@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -13,7 +13,7 @@ type pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// startDatabaseProbe exports buildrisk_database_up for a process that has
+// StartDatabaseProbe exports buildrisk_database_up for a process that has
 // no heartbeat of its own (the api): it records 1 at once (the pool has just
 // connected), then, in the background until ctx is done, pings the database
 // every interval, each ping bounded by timeout, and records the result.
@@ -21,7 +21,7 @@ type pinger interface {
 // database is down. A worker's heartbeat records the same gauge
 // (worker.Presence). Each result also feeds reach, the process's link that
 // its reapers wait on after a cut (nil: none).
-func startDatabaseProbe(ctx context.Context, db pinger, interval, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability) {
+func StartDatabaseProbe(ctx context.Context, db pinger, interval, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability) {
 	inst.DatabaseUpSet(ctx, true)
 	go probeDatabase(ctx, db, interval, timeout, inst, reach)
 }
@@ -48,6 +48,6 @@ func probeDatabase(ctx context.Context, db pinger, interval, timeout time.Durati
 
 // databaseProbeTimeout bounds one probe: a database that does not answer
 // within it counts as down.
-func databaseProbeTimeout(env *envConfig) time.Duration {
+func databaseProbeTimeout(env *Config) time.Duration {
 	return min(env.HeartbeatInterval, 2*time.Second)
 }

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"errors"
@@ -20,9 +20,9 @@ import (
 	"github.com/buildrisk/radar/upstream"
 )
 
-// envConfig is every environment variable radar reads, read and validated
+// Config is every environment variable radar reads, read and validated
 // in this one place; a bad value fails with a message naming the variable.
-type envConfig struct {
+type Config struct {
 	DatabaseURL string
 	HTTPAddr    string
 	AdminAddr   string
@@ -56,7 +56,7 @@ type envConfig struct {
 	WorkerConcurrency int
 	// DBMaxConns is the size of the api's or the worker's main database
 	// pool (BUILDRISK_DB_MAX_CONNS); 0 derives it from the concurrency (see
-	// apiMaxConns and workerMaxConns).
+	// APIMaxConns and workerMaxConns).
 	DBMaxConns int
 	// TxPooling is BUILDRISK_DB_PGBOUNCER=transaction: DATABASE_URL leads
 	// to PgBouncer in transaction pooling mode, so the processes keep no
@@ -105,29 +105,36 @@ type envConfig struct {
 // Defaults and bounds of the api's database timeouts. The statement timeout
 // stays well under the HTTP write timeout, so a slow call still gets its 503.
 const (
-	apiStatementTimeoutDefault = 5 * time.Second
-	apiLockTimeoutDefault      = 2 * time.Second
-	apiStatementTimeoutMax     = 25 * time.Second
+	APIStatementTimeoutDefault = 5 * time.Second
+	APILockTimeoutDefault      = 2 * time.Second
+	APIStatementTimeoutMax     = 25 * time.Second
 )
 
 // roleNamePattern is what BUILDRISK_DB_APP_ROLE and BUILDRISK_DB_API_ROLE may be: a plain
 // PostgreSQL identifier, safe to put in the migration's SQL.
 var roleNamePattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
-// usageError marks errors that are the user's (exit code 2).
-type usageError struct{ error }
+// UsageError marks errors that are the user's (exit code 2).
+type UsageError struct{ error }
 
-func isUsage(err error) bool {
-	var u usageError
+// Usage marks err as the user's.
+func Usage(err error) error { return UsageError{err} }
+
+// IsUsage tells whether err, or an error it wraps, is the user's.
+func IsUsage(err error) bool {
+	var u UsageError
 	return errors.As(err, &u)
 }
 
 func envError(name string, format string, args ...any) error {
-	return usageError{fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...))}
+	return UsageError{fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...))}
 }
 
-func loadEnv(getenv func(string) string) (*envConfig, error) {
-	c := &envConfig{
+// LoadEnv reads the configuration from getenv (os.Getenv in production)
+// and validates every value; an error names the variable and is a usage
+// error.
+func LoadEnv(getenv func(string) string) (*Config, error) {
+	c := &Config{
 		DatabaseURL:  getenv("DATABASE_URL"),
 		HTTPAddr:     orDefault(getenv("BUILDRISK_HTTP_ADDR"), ":8080"),
 		AdminAddr:    orDefault(getenv("BUILDRISK_ADMIN_ADDR"), ":9090"),
@@ -183,8 +190,8 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		{"BUILDRISK_REAP_INTERVAL", &c.ReapInterval, worker.ReapIntervalDefault},
 		{"BUILDRISK_DRAIN_TIMEOUT", &c.DrainTimeout, worker.DrainTimeoutDefault},
 		{"BUILDRISK_AUTO_RESUME_BACKOFF", &c.AutoResume.Backoff, request.AutoResumeBackoffDefault},
-		{"BUILDRISK_API_STATEMENT_TIMEOUT", &c.APIStatementTimeout, apiStatementTimeoutDefault},
-		{"BUILDRISK_API_LOCK_TIMEOUT", &c.APILockTimeout, apiLockTimeoutDefault},
+		{"BUILDRISK_API_STATEMENT_TIMEOUT", &c.APIStatementTimeout, APIStatementTimeoutDefault},
+		{"BUILDRISK_API_LOCK_TIMEOUT", &c.APILockTimeout, APILockTimeoutDefault},
 		{"BUILDRISK_WORKER_RETENTION", &c.WorkerRetention, worker.RetentionDefault},
 		{"BUILDRISK_COVERAGE_MAX_AGE", &c.CoverageMaxAge, coverage.MaxAgeDefault},
 	}
@@ -198,8 +205,8 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 			*d.dst = parsed
 		}
 	}
-	if c.APIStatementTimeout < 100*time.Millisecond || c.APIStatementTimeout > apiStatementTimeoutMax {
-		return nil, envError("BUILDRISK_API_STATEMENT_TIMEOUT", "%s is not from 100ms to %s", c.APIStatementTimeout, apiStatementTimeoutMax)
+	if c.APIStatementTimeout < 100*time.Millisecond || c.APIStatementTimeout > APIStatementTimeoutMax {
+		return nil, envError("BUILDRISK_API_STATEMENT_TIMEOUT", "%s is not from 100ms to %s", c.APIStatementTimeout, APIStatementTimeoutMax)
 	}
 	if c.APILockTimeout < 10*time.Millisecond || c.APILockTimeout > c.APIStatementTimeout {
 		return nil, envError("BUILDRISK_API_LOCK_TIMEOUT", "%s is not from 10ms to BUILDRISK_API_STATEMENT_TIMEOUT (%s)", c.APILockTimeout, c.APIStatementTimeout)
@@ -238,7 +245,7 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 		c.FenceAfter = worker.FenceAfterFor(c.StaleAfter, c.HeartbeatInterval, c.DBTimeout)
 	}
 	if err := worker.CheckFencing(c.FenceAfter, c.HeartbeatInterval, c.DBTimeout, c.StaleAfter); err != nil {
-		return nil, usageError{fmt.Errorf("BUILDRISK_FENCE_AFTER (%s) + BUILDRISK_HEARTBEAT_INTERVAL (%s) + BUILDRISK_DB_STATEMENT_TIMEOUT (%s) must be less than BUILDRISK_STALE_AFTER (%s): "+
+		return nil, UsageError{fmt.Errorf("BUILDRISK_FENCE_AFTER (%s) + BUILDRISK_HEARTBEAT_INTERVAL (%s) + BUILDRISK_DB_STATEMENT_TIMEOUT (%s) must be less than BUILDRISK_STALE_AFTER (%s): "+
 			"a worker cut off from the database must stop its work before another one can take it over; lower the first three or raise BUILDRISK_STALE_AFTER",
 			c.FenceAfter, c.HeartbeatInterval, c.DBTimeout, c.StaleAfter)}
 	}
@@ -394,49 +401,49 @@ func loadEnv(getenv func(string) string) (*envConfig, error) {
 }
 
 // Connection budgets. A worker holds a main pool of workerMaxConns
-// connections and a heartbeat pool of heartbeatPoolConns; an api holds one
+// connections and a heartbeat pool of HeartbeatPoolConns; an api holds one
 // pool of apiMaxConns. With N workers and M apis, PostgreSQL's
 // max_connections must be at least
 //
-//	N × (workerMaxConns + heartbeatPoolConns) + M × apiMaxConns
+//	N × (workerMaxConns + HeartbeatPoolConns) + M × apiMaxConns
 //	  + superuser_reserved_connections + the migrate job and operators
 //
 // (README "Connection budgets" has the worked numbers).
 const (
-	// heartbeatPoolConns is the worker's separate pool for its registry
+	// HeartbeatPoolConns is the worker's separate pool for its registry
 	// row: a heartbeat never waits behind chunk work for a connection.
-	heartbeatPoolConns = 2
-	// workerConnsPerJob: a running job holds one connection for its chunk
+	HeartbeatPoolConns = 2
+	// WorkerConnsPerJob: a running job holds one connection for its chunk
 	// work (a fan-out chunk two for a moment, while two parts commit side by
 	// side), and its call leases take one more now and then; each only for
 	// a round trip, so a moment's third waits briefly for the pool.
-	workerConnsPerJob = 2
-	// workerConnsBase: River (its LISTEN connection, producer fetches,
+	WorkerConnsPerJob = 2
+	// WorkerConnsBase: River (its LISTEN connection, producer fetches,
 	// completer, leader election and maintenance) and the worker's own loops
 	// (reaper, reconcile, gauges).
-	workerConnsBase = 6
-	// apiConnsPerCPU: API handlers hold a connection only for their short
+	WorkerConnsBase = 6
+	// APIConnsPerCPU: API handlers hold a connection only for their short
 	// queries, so a few per CPU keep every handler goroutine busy.
-	apiConnsPerCPU = 4
-	apiConnsMin    = 8
+	APIConnsPerCPU = 4
+	APIConnsMin    = 8
 )
 
-// workerMaxConns is the worker's main pool size: BUILDRISK_DB_MAX_CONNS, or
+// WorkerMaxConns is the worker's main pool size: BUILDRISK_DB_MAX_CONNS, or
 // two connections per concurrent job plus River's and the loops'.
-func (c *envConfig) workerMaxConns() int32 {
+func (c *Config) WorkerMaxConns() int32 {
 	if c.DBMaxConns > 0 {
 		return int32(c.DBMaxConns)
 	}
-	return int32(workerConnsPerJob*c.WorkerConcurrency + workerConnsBase)
+	return int32(WorkerConnsPerJob*c.WorkerConcurrency + WorkerConnsBase)
 }
 
-// apiMaxConns is the api's pool size: BUILDRISK_DB_MAX_CONNS, or a few
+// APIMaxConns is the api's pool size: BUILDRISK_DB_MAX_CONNS, or a few
 // connections per CPU the process may use.
-func (c *envConfig) apiMaxConns() int32 {
+func (c *Config) APIMaxConns() int32 {
 	if c.DBMaxConns > 0 {
 		return int32(c.DBMaxConns)
 	}
-	return int32(max(apiConnsMin, apiConnsPerCPU*runtime.GOMAXPROCS(0)))
+	return int32(max(APIConnsMin, APIConnsPerCPU*runtime.GOMAXPROCS(0)))
 }
 
 func orDefault(v, def string) string {
@@ -446,16 +453,16 @@ func orDefault(v, def string) string {
 	return v
 }
 
-// now reads the configured clock (Now, or time.Now).
-func (c *envConfig) now() time.Time {
+// TimeNow reads the configured clock (Now, or time.Now).
+func (c *Config) TimeNow() time.Time {
 	if c.Now != nil {
 		return c.Now()
 	}
 	return time.Now()
 }
 
-// configuredKeyNames returns the NAMES of the provider keys set; never values.
-func (c *envConfig) configuredKeyNames() []string {
+// ConfiguredKeyNames returns the NAMES of the provider keys set; never values.
+func (c *Config) ConfiguredKeyNames() []string {
 	var names []string
 	for _, p := range upstream.Providers {
 		if c.Keys[p] != "" {
@@ -465,7 +472,7 @@ func (c *envConfig) configuredKeyNames() []string {
 	return names
 }
 
-func (c *envConfig) capsByName() map[string]int {
+func (c *Config) CapsByName() map[string]int {
 	caps := map[string]int{}
 	for p, v := range c.DailyCaps {
 		caps[string(p)] = v
@@ -473,9 +480,25 @@ func (c *envConfig) capsByName() map[string]int {
 	return caps
 }
 
-func requireDatabaseURL(c *envConfig) error {
+// RequireDatabaseURL refuses a configuration without DATABASE_URL.
+func RequireDatabaseURL(c *Config) error {
 	if c.DatabaseURL == "" {
-		return usageError{errors.New("DATABASE_URL is not set: point it at PostgreSQL (postgres://user@host:5432/db), or use `radar dev`, which starts an embedded one")}
+		return UsageError{errors.New("DATABASE_URL is not set: point it at PostgreSQL (postgres://user@host:5432/db), or use `radar dev`, which starts an embedded one")}
 	}
 	return nil
+}
+
+// RefuseTxPoolingMigrations stops a command that migrates when
+// BUILDRISK_DB_PGBOUNCER=transaction: goose holds a session-level advisory
+// lock for the whole migration (so that concurrent migrators wait), and
+// under PgBouncer's transaction pooling the lock and its unlock land on
+// different server connections, leaving the lock held for whichever client
+// gets that connection next. Migrations connect to PostgreSQL directly.
+func RefuseTxPoolingMigrations(env *Config, command string) error {
+	if !env.TxPooling {
+		return nil
+	}
+	return UsageError{fmt.Errorf("BUILDRISK_DB_PGBOUNCER=transaction: %s applies migrations under a session-level advisory lock, "+
+		"which PgBouncer's transaction pooling cannot keep; run it with DATABASE_URL pointing at PostgreSQL itself and BUILDRISK_DB_PGBOUNCER unset "+
+		"(docs/operations.md, \"PgBouncer\")", command)}
 }
