@@ -33,7 +33,7 @@ const configurationDoc = "docs/configuration.md"
 // getenv it is given. Its reads are recorded at run time (the names it
 // builds, such as BUILDRISK_KEY_<P>, are not in the source as literals), so
 // it alone may read a variable whose name the source scan cannot tell.
-const envLoader = "loadEnv"
+const envLoader = "LoadEnv"
 
 // placeholders gives the values of each placeholder of
 // docs/configuration.md, from the code that defines them.
@@ -118,7 +118,7 @@ func parseModuleSources(t *testing.T, root string) []goFile {
 // named getenv or lookupEnv (the env-loading helper's parameter), and of any
 // function that passes one of its parameters on to one of those. It returns
 // the reads whose name or pattern it can tell, and the positions of those
-// it cannot (a name computed at run time outside loadEnv).
+// it cannot (a name computed at run time outside LoadEnv).
 func scanEnvReads(files []goFile) (reads []envRead, unknown []envRead) {
 	// String constants: by package directory and name, and by name alone
 	// for pkg.Name selectors.
@@ -309,7 +309,7 @@ func paramIndex(fd *ast.FuncDecl, name string) int {
 	return -1
 }
 
-// loadEnvReads returns every name loadEnv asks its getenv for when no
+// loadEnvReads returns every name app.LoadEnv asks its getenv for when no
 // variable is set.
 func loadEnvReads(t *testing.T) []string {
 	t.Helper()
@@ -354,7 +354,7 @@ func read(getenv func(string) string, p string) {
 	_ = os.Getenv(p)
 }
 
-func app.LoadEnv(getenv func(string) string) {
+func loadEnv(getenv func(string) string) {
 	for _, n := range []string{"a"} {
 		_ = getenv(n)
 	}
@@ -411,7 +411,7 @@ func TestConfigurationDocumentsEveryVariable(t *testing.T) {
 
 	reads, unknown := scanEnvReads(parseModuleSources(t, repoRoot))
 	for _, r := range unknown {
-		if r.fn != envLoader || !strings.HasSuffix(r.dir, "cmd/radar") {
+		if r.fn != envLoader || !strings.HasSuffix(r.dir, "internal/app") {
 			t.Errorf("%s reads an environment variable whose name the source does not tell: "+
 				"use a literal or constant (or read it in %s)", r.pos, envLoader)
 		}

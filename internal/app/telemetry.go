@@ -29,7 +29,7 @@ type Telemetry struct {
 func NewTelemetry(ctx context.Context, env *Config, role, workerID, defaultFormat string) (*Telemetry, error) {
 	providers, err := observability.NewProviders(ctx, observability.Config{ServiceVersion: Version, Role: role, WorkerID: workerID})
 	if err != nil {
-		return nil, fmt.Errorf("error starting Telemetry: %w", err)
+		return nil, fmt.Errorf("error starting telemetry: %w", err)
 	}
 	providers.SetGlobal()
 	instruments, err := observability.NewInstruments(providers.Meter)
