@@ -62,9 +62,9 @@ type System struct {
 }
 
 // CallGate lets the first `allow` provider calls through and holds the next
-// ones until release is closed; blocked is closed when the first call is
-// held, abandoned when a held call is given up by its caller (its request
-// context ends). With allow < 0 (the zero state after newTestSystem)
+// ones until Release is closed; Blocked is closed when the first call is
+// held, Abandoned when a held call is given up by its caller (its request
+// context ends). With allow < 0 (the zero state after New)
 // nothing is held.
 type CallGate struct {
 	mu        sync.Mutex
@@ -76,7 +76,7 @@ type CallGate struct {
 	Abandoned chan struct{}
 }
 
-// arm holds every provider call after the next allow ones.
+// Arm holds every provider call after the next allow ones.
 func (g *CallGate) Arm(allow int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -84,7 +84,7 @@ func (g *CallGate) Arm(allow int) {
 	g.Blocked, g.Release, g.Abandoned = make(chan struct{}), make(chan struct{}), make(chan struct{})
 }
 
-// open releases held calls and disarms the gate.
+// Open releases held calls and disarms the gate.
 func (g *CallGate) Open() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -94,6 +94,8 @@ func (g *CallGate) Open() {
 	}
 }
 
+// Wrap holds next's provider calls while the gate is armed (the fake
+// upstream's own /__fake/ endpoints are never held).
 func (g *CallGate) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, "/__fake/") {
@@ -128,6 +130,7 @@ func (g *CallGate) Wrap(next http.Handler) http.Handler {
 	})
 }
 
+// Opts configures New; nil is the defaults.
 type Opts struct {
 	// env overrides environment variables (BUILDRISK_DAILY_CAP_MOLIT=5 ...).
 	Env map[string]string
@@ -146,6 +149,8 @@ type Opts struct {
 	PgBouncer bool
 }
 
+// New builds the system for one test: the database, the fake upstream and
+// the api are cleaned up with t; workers start on demand (StartWorker).
 func New(t testing.TB, opts *Opts) *System {
 	t.Helper()
 	if opts == nil {
@@ -235,13 +240,13 @@ func New(t testing.TB, opts *Opts) *System {
 	return s
 }
 
-// startWorker starts one in-process worker; it is drained at cleanup.
+// StartWorker starts one in-process worker; it is drained at cleanup.
 func (s *System) StartWorker() (*worker.Worker, *batch.Runner) {
 	s.T.Helper()
 	return s.StartWorkerWith(s.Pool, nil)
 }
 
-// startWorkerWith starts a worker on its own pool with tuned configs.
+// StartWorkerWith starts a worker on its own pool with tuned configs.
 func (s *System) StartWorkerWith(pool *pgxpool.Pool, tune app.TuneFunc) (*worker.Worker, *batch.Runner) {
 	s.T.Helper()
 	id, hostname, boot := app.NewWorkerID()
@@ -252,7 +257,7 @@ func (s *System) StartWorkerWith(pool *pgxpool.Pool, tune app.TuneFunc) (*worker
 	return w, runner
 }
 
-// do sends a request with the given token and decodes the JSON answer.
+// Do sends a request with the given token and decodes the JSON answer.
 func (s *System) Do(method, path, token, body string) (int, map[string]any) {
 	s.T.Helper()
 	req, err := http.NewRequest(method, s.API.URL+path, strings.NewReader(body))
@@ -273,15 +278,17 @@ func (s *System) Do(method, path, token, body string) (int, map[string]any) {
 	return resp.StatusCode, out
 }
 
+// Post sends an operator's call.
 func (s *System) Post(path, body string) (int, map[string]any) {
 	return s.Do(http.MethodPost, path, OperatorToken, body)
 }
 
+// Get sends a viewer's call.
 func (s *System) Get(path string) (int, map[string]any) {
 	return s.Do(http.MethodGet, path, ViewerToken, "")
 }
 
-// requestAptTrade posts an aptTrade request and returns its id.
+// RequestAptTrade posts an aptTrade request and returns its id.
 func (s *System) RequestAptTrade(body string) string {
 	s.T.Helper()
 	status, out := s.Post("/v1/jobs/aptTrade/requests", body)
@@ -289,7 +296,7 @@ func (s *System) RequestAptTrade(body string) string {
 	return out["requestId"].(string)
 }
 
-// waitRequest polls GET /v1/requests/{id} until its status is one of want.
+// WaitRequest polls GET /v1/requests/{id} until its status is one of want.
 func (s *System) WaitRequest(id string, want ...string) map[string]any {
 	s.T.Helper()
 	deadline := time.Now().Add(60 * time.Second)
@@ -308,7 +315,7 @@ func (s *System) WaitRequest(id string, want ...string) map[string]any {
 	}
 }
 
-// waitChunksDone polls the request until its execution has committed at
+// WaitChunksDone polls the request until its execution has committed at
 // least n chunks, failing the test after a minute.
 func (s *System) WaitChunksDone(id string, n int) {
 	s.T.Helper()
@@ -325,6 +332,7 @@ func (s *System) WaitChunksDone(id string, n int) {
 	}
 }
 
+// Count runs a query that counts, on the test's own pool.
 func (s *System) Count(query string, args ...any) int {
 	s.T.Helper()
 	var n int
@@ -332,6 +340,7 @@ func (s *System) Count(query string, args ...any) int {
 	return n
 }
 
+// AptTradeBody is the body of an aptTrade request for regions and months.
 func AptTradeBody(regions []string, from, to string) string {
 	quoted := make([]string, len(regions))
 	for i, r := range regions {
@@ -340,6 +349,7 @@ func AptTradeBody(regions []string, from, to string) string {
 	return fmt.Sprintf(`{"params":{"regions":[%s],"from":%q,"to":%q}}`, strings.Join(quoted, ","), from, to)
 }
 
+// Execution returns a request's execution, failing the test without one.
 func Execution(t *testing.T, request map[string]any) map[string]any {
 	t.Helper()
 	exec, ok := request["execution"].(map[string]any)
@@ -347,7 +357,7 @@ func Execution(t *testing.T, request map[string]any) map[string]any {
 	return exec
 }
 
-// metric reads one series of the system's metrics.
+// Metric reads one series of the system's metrics.
 func (s *System) Metric(name string, labels map[string]string) float64 {
 	s.T.Helper()
 	v, err := s.Tel.Providers.MetricValue(name, labels)
@@ -355,15 +365,18 @@ func (s *System) Metric(name string, labels map[string]string) float64 {
 	return v
 }
 
-// callsPerKey returns the fake upstream's counts for one endpoint.
+// CallsPerKey returns the fake upstream's counts for one endpoint.
 func (s *System) CallsPerKey(endpoint string) map[string]int64 {
 	return s.Fake.Stats().Calls[endpoint]
 }
 
+// FmtInt formats n in decimal.
 func FmtInt(n int) string { return fmt.Sprint(n) }
 
+// RequestEnqueuer is the enqueuer the system inserts requests with.
 type RequestEnqueuer = request.Enqueuer
 
+// DecodeJobs returns aptTrade's entry of a GET /v1/jobs answer.
 func DecodeJobs(t *testing.T, body []byte) map[string]any {
 	t.Helper()
 	var out struct {

@@ -13,7 +13,7 @@ var AutoResumeEnv = map[string]string{
 	"BUILDRISK_AUTO_RESUME_BACKOFF": "10ms",
 }
 
-// resumeOf returns the id of the automatic resume of execution execID, or ""
+// ResumeOf returns the id of the automatic resume of execution execID, or ""
 // when there is none.
 func (s *System) ResumeOf(execID string) string {
 	s.T.Helper()

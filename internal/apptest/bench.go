@@ -64,7 +64,7 @@ func (c *Completions) Wait(id int64) {
 	<-ch
 }
 
-// lanes runs `lanes` goroutines each doing perLane sequential round trips.
+// Lanes runs `lanes` goroutines each doing perLane sequential round trips.
 func Lanes(b *testing.B, count, perLane int, roundTrip func(lane int)) time.Duration {
 	b.Helper()
 	start := time.Now()

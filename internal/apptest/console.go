@@ -37,7 +37,7 @@ func NewJar(t *testing.T) http.CookieJar {
 	return jar
 }
 
-// send sends a request with the given headers; body is sent as is.
+// Send sends a request with the given headers; body is sent as is.
 func (c *ConsoleClient) Send(method, path, contentType, body string, header map[string]string) (*http.Response, string) {
 	c.t.Helper()
 	req, err := http.NewRequest(method, c.Base+path, strings.NewReader(body))
@@ -56,7 +56,7 @@ func (c *ConsoleClient) Send(method, path, contentType, body string, header map[
 	return resp, string(raw)
 }
 
-// login posts the login form and returns the answer.
+// Login posts the login form and returns the answer.
 func (c *ConsoleClient) Login(token string) *http.Response {
 	c.t.Helper()
 	resp, _ := c.Send(http.MethodPost, "/login", "application/x-www-form-urlencoded", url.Values{"token": {token}}.Encode(), nil)
@@ -65,7 +65,7 @@ func (c *ConsoleClient) Login(token string) *http.Response {
 
 var CsrfMeta = regexp.MustCompile(`<meta name="csrf-token" content="([^"]+)">`)
 
-// page loads the console and remembers its CSRF token.
+// Page loads the console and remembers its CSRF token.
 func (c *ConsoleClient) Page() string {
 	c.t.Helper()
 	resp, body := c.Send(http.MethodGet, "/", "", "", nil)

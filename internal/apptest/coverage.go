@@ -9,7 +9,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 )
 
-// coverageOf returns job's entry of GET /v1/coverage.
+// CoverageOf returns job's entry of GET /v1/coverage.
 func (s *System) CoverageOf(job string) map[string]any {
 	s.T.Helper()
 	status, out := s.Get("/v1/coverage")
@@ -23,7 +23,7 @@ func (s *System) CoverageOf(job string) map[string]any {
 	return nil
 }
 
-// waitCoverageGauge polls buildrisk_coverage_missing{job} until it is want,
+// WaitCoverageGauge polls buildrisk_coverage_missing{job} until it is want,
 // failing the test after a minute.
 func (s *System) WaitCoverageGauge(job string, want float64) {
 	s.T.Helper()

@@ -11,7 +11,7 @@ import (
 	"github.com/buildrisk/radar/upstream"
 )
 
-// seedCreditTargets seeds the exposure ledger the way `radar dev` does and
+// SeedCreditTargets seeds the exposure ledger the way `radar dev` does and
 // returns the targets (companies with exposure > 0), in corp code order.
 func (s *System) SeedCreditTargets() []string {
 	s.T.Helper()
@@ -31,7 +31,7 @@ func (s *System) SeedCreditTargets() []string {
 	return targets
 }
 
-// requestCreditEval posts a creditEval request and returns its answer.
+// RequestCreditEval posts a creditEval request and returns its answer.
 func (s *System) RequestCreditEval(params string) map[string]any {
 	s.T.Helper()
 	status, out := s.Post("/v1/jobs/creditEval/requests", `{"params":`+params+`}`)
@@ -39,7 +39,7 @@ func (s *System) RequestCreditEval(params string) map[string]any {
 	return out
 }
 
-// creditToday is the evaluation day of the in-process system right now.
+// CreditToday is the evaluation day of the in-process system right now.
 func (s *System) CreditToday() time.Time {
 	return upstream.Day(time.Now(), s.Env.Location)
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/buildrisk/radar/queue/request"
 )
 
-// within waits for ch, failing the test after d.
+// Within waits for ch, failing the test after d.
 func Within(t *testing.T, d time.Duration, ch <-chan struct{}, what string) {
 	t.Helper()
 	select {
@@ -22,7 +22,7 @@ func Within(t *testing.T, d time.Duration, ch <-chan struct{}, what string) {
 	}
 }
 
-// abandonRequest does to a request what the reaper does to a dead worker's.
+// AbandonRequest does to a request what the reaper does to a dead worker's.
 func (s *System) AbandonRequest(id any, msg string) {
 	s.T.Helper()
 	ctx := context.Background()

@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// seedHistory seeds, for job, days ago of the database's today (in the
+// SeedHistory seeds, for job, days ago of the database's today (in the
 // system's zone), one execution per status given, started in that order
 // (the last the newest) from 01:00 local time: in Asia/Seoul, the day
 // before in UTC, so a history counted in the wrong zone puts them on
@@ -30,7 +30,7 @@ FROM i, r, day d`, job, daysAgo, status, s.Env.Location.String(), i)
 	}
 }
 
-// seedMissed records a missed due time of job days ago.
+// SeedMissed records a missed due time of job days ago.
 func (s *System) SeedMissed(job string, daysAgo int) {
 	s.T.Helper()
 	_, err := s.Pool.Exec(context.Background(), `

@@ -8,7 +8,7 @@ import (
 
 var SixRegions = []string{"11110", "11140", "11170", "11200", "11215", "11230"}
 
-// requireEachKeyOnce asserts the fake upstream saw every aptTrade
+// RequireEachKeyOnce asserts the fake upstream saw every aptTrade
 // combination exactly once: no committed chunk was fetched again.
 func RequireEachKeyOnce(t *testing.T, s *System, want int) {
 	t.Helper()

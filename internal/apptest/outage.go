@@ -13,7 +13,7 @@ import (
 	"github.com/buildrisk/radar/sql/pglocal"
 )
 
-// privateCluster starts a PostgreSQL cluster of the test's own, which it
+// PrivateCluster starts a PostgreSQL cluster of the test's own, which it
 // may halt and resume, and returns it with the URL of a migrated database.
 func PrivateCluster(t *testing.T) (*pglocal.Cluster, string) {
 	t.Helper()
@@ -29,7 +29,7 @@ func PrivateCluster(t *testing.T) (*pglocal.Cluster, string) {
 	return cluster, url
 }
 
-// waitUntil polls cond every 20 ms and fails the test past d.
+// WaitUntil polls cond every 20 ms and fails the test past d.
 func WaitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -41,7 +41,7 @@ func WaitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// waitRequestAfterOutage is waitRequest for a database that was just
+// WaitRequestAfterOutage is waitRequest for a database that was just
 // restarted: until the API's pool has replaced its broken connections, an
 // answer may be a 5xx (what the API answers during an outage is another
 // test's subject), so those are polled past too.
@@ -61,7 +61,7 @@ func (s *System) WaitRequestAfterOutage(id string, want ...string) map[string]an
 	}
 }
 
-// noOverlap asserts the invariants of ownership: no two executions of the
+// NoOverlap asserts the invariants of ownership: no two executions of the
 // job overlapped in time, and no checkpoint landed in an execution after it
 // had ended.
 func (s *System) NoOverlap(t *testing.T) {

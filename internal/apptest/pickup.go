@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// waitClaimed polls a request until a worker has claimed it.
+// WaitClaimed polls a request until a worker has claimed it.
 func WaitClaimed(t *testing.T, s *System, id string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

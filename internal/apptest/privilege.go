@@ -28,7 +28,7 @@ const APILoginRole = "radar_test_api"
 // starts for itself (the outage tests).
 var AppRoleClusters sync.Map
 
-// appURL returns ownerURL with the user replaced by AppLoginRole, creating
+// AppURL returns ownerURL with the user replaced by AppLoginRole, creating
 // that role in ownerURL's cluster the first time: with the harness's admin
 // connection in the package's cluster, with the owner's own (a superuser)
 // in a private one.
@@ -57,7 +57,7 @@ func AppURL(t testing.TB, ownerURL string) string {
 	return u.String()
 }
 
-// apiURL returns appURL with the user replaced by APILoginRole.
+// APIURL returns appURL with the user replaced by APILoginRole.
 func APIURL(t testing.TB, ownerURL string) string {
 	t.Helper()
 	u, err := url.Parse(AppURL(t, ownerURL))

@@ -11,7 +11,7 @@ import (
 	"github.com/buildrisk/radar/upstream"
 )
 
-// startWorkerWithCaps starts a worker whose environment differs from the
+// StartWorkerWithCaps starts a worker whose environment differs from the
 // api's in its daily caps: caps replace the api's values.
 func (s *System) StartWorkerWithCaps(caps map[upstream.Provider]int) string {
 	s.T.Helper()
@@ -26,7 +26,7 @@ func (s *System) StartWorkerWithCaps(caps map[upstream.Provider]int) string {
 	return id
 }
 
-// provider returns one provider of GET /v1/providers.
+// Provider returns one provider of GET /v1/providers.
 func (s *System) Provider(name string) map[string]any {
 	s.T.Helper()
 	status, out := s.Get("/v1/providers")

@@ -11,7 +11,7 @@ import (
 	"github.com/buildrisk/radar/queue/worker"
 )
 
-// requestJob posts a request for job and returns the 202's body.
+// RequestJob posts a request for job and returns the 202's body.
 func (s *System) RequestJob(job, body string) map[string]any {
 	s.T.Helper()
 	status, out := s.Post("/v1/jobs/"+job+"/requests", body)
@@ -19,7 +19,7 @@ func (s *System) RequestJob(job, body string) map[string]any {
 	return out
 }
 
-// runJob requests job, waits for it to end and requires it COMPLETED; it
+// RunJob requests job, waits for it to end and requires it COMPLETED; it
 // returns the 202's body and the finished request.
 func (s *System) RunJob(job, body string) (accepted, done map[string]any) {
 	s.T.Helper()
@@ -31,7 +31,7 @@ func (s *System) RunJob(job, body string) (accepted, done map[string]any) {
 	return accepted, done
 }
 
-// startRadarWorker starts a worker whose corpCodeSync downloads into the
+// StartRadarWorker starts a worker whose corpCodeSync downloads into the
 // test's temporary directory (nothing left behind in the system's).
 func (s *System) StartRadarWorker() {
 	s.T.Helper()
@@ -39,7 +39,7 @@ func (s *System) StartRadarWorker() {
 	s.StartWorkerWith(s.Pool, func(_ *worker.Config, rc *batch.Config) { rc.Jobs[jobs.CorpCodeSync] = corpcode.Job{Dir: dir} })
 }
 
-// fakeCounts returns what the fake universe says about tracking: tracked
+// FakeCounts returns what the fake universe says about tracking: tracked
 // (construction) companies, and the listed ones among them.
 func FakeCounts(s *System) (tracked, listedTracked int) {
 	for _, c := range s.Fake.Companies() {

@@ -19,7 +19,7 @@ import (
 	"github.com/buildrisk/radar/upstream"
 )
 
-// handAlerts computes the date's alerts from the stored rows with this
+// HandAlerts computes the date's alerts from the stored rows with this
 // test's own SQL and Go, and the default thresholds.
 func HandAlerts(t *testing.T, s *System, day time.Time, tracked []string) map[string]map[string]any {
 	t.Helper()
@@ -150,7 +150,7 @@ func HandAlerts(t *testing.T, s *System, day time.Time, tracked []string) map[st
 	return want
 }
 
-// processJob runs every chunk of job in this process, outside the worker
+// ProcessJob runs every chunk of job in this process, outside the worker
 // and without job records (execution id 0): the job's own Plan, Process
 // and Write against the fake upstream.
 func (s *System) ProcessJob(job batch.Job, name, params string) {

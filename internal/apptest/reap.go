@@ -14,7 +14,7 @@ import (
 
 var AdminAddrLine = regexp.MustCompile(`worker running.*admin_addr=(\S+)`)
 
-// seedExposure puts n companies of the fake universe in the exposure ledger.
+// SeedExposure puts n companies of the fake universe in the exposure ledger.
 func (s *System) SeedExposure(n int) {
 	s.T.Helper()
 	for i, c := range s.Fake.Companies()[:n] {
@@ -23,7 +23,7 @@ func (s *System) SeedExposure(n int) {
 	}
 }
 
-// waitHeldBy waits until request id is RUNNING and returns its worker id.
+// WaitHeldBy waits until request id is RUNNING and returns its worker id.
 func (s *System) WaitHeldBy(id string) string {
 	s.T.Helper()
 	out := s.WaitRequest(id, "RUNNING")
@@ -39,7 +39,7 @@ func Scrape(t *testing.T, addr string) string {
 	return string(body)
 }
 
-// metricLine returns the value of the first sample of name with all the
+// MetricLine returns the value of the first sample of name with all the
 // given label pairs in a Prometheus text exposition.
 func MetricLine(exposition, name string, labels ...string) (float64, bool) {
 	for _, line := range strings.Split(exposition, "\n") {

@@ -21,7 +21,7 @@ import (
 	"github.com/buildrisk/radar/jobs"
 )
 
-// insertRunning records an aptTrade request RUNNING on workerID with a
+// InsertRunning records an aptTrade request RUNNING on workerID with a
 // STARTED execution and a heartbeat at heartbeatAt.
 func (s *System) InsertRunning(workerID string, heartbeatAt time.Time) (requestID, executionID int64) {
 	s.T.Helper()
@@ -104,7 +104,7 @@ func (p *CutProxy) Restore() {
 	p.down = false
 }
 
-// countingPool returns a pool on the test database that counts statements.
+// CountingPool returns a pool on the test database that counts statements.
 func (s *System) CountingPool(n *atomic.Int32) *pgxpool.Pool {
 	s.T.Helper()
 	cfg, err := pgxpool.ParseConfig(s.DBURL)
@@ -125,7 +125,7 @@ func (c CountingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.
 
 func (c CountingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// raw returns the body of a viewer GET as a string.
+// Raw returns the body of a viewer GET as a string.
 func (s *System) Raw(path string) string {
 	s.T.Helper()
 	req, _ := http.NewRequest(http.MethodGet, s.API.URL+path, nil)

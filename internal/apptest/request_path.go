@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// postBurst sends posts concurrent POSTs of body to the aptTrade requests
+// PostBurst sends posts concurrent POSTs of body to the aptTrade requests
 // endpoint, released together, and checks the database decided: exactly one
 // 202, every other answer a 409 naming it. It returns the accepted id.
 func (s *System) PostBurst(t *testing.T, body string, posts int) string {

@@ -39,7 +39,7 @@ func (c *TestClock) Set(t time.Time) {
 	c.now = t
 }
 
-// eventually polls cond until it holds, failing the test after a minute.
+// Eventually polls cond until it holds, failing the test after a minute.
 func (s *System) Eventually(what string, cond func() bool) {
 	s.T.Helper()
 	deadline := time.Now().Add(60 * time.Second)
@@ -51,7 +51,7 @@ func (s *System) Eventually(what string, cond func() bool) {
 	}
 }
 
-// startScheduler starts a worker that checks its schedules every 10 ms
+// StartScheduler starts a worker that checks its schedules every 10 ms
 // (real time) and runs corpCodeSync in a temporary directory.
 func (s *System) StartScheduler() *worker.Worker {
 	s.T.Helper()
@@ -63,7 +63,7 @@ func (s *System) StartScheduler() *worker.Worker {
 	return w
 }
 
-// waitLeader waits until River has made w its leader (it started w's
+// WaitLeader waits until River has made w its leader (it started w's
 // periodic jobs, the scheduler passes among them).
 func (s *System) WaitLeader(w *worker.Worker) {
 	s.T.Helper()
@@ -77,7 +77,7 @@ func (s *System) WaitLeader(w *worker.Worker) {
 	})
 }
 
-// schedulePassesSince counts the scheduler passes River's periodic jobs ran
+// SchedulePassesSince counts the scheduler passes River's periodic jobs ran
 // to completion after since (by the database's clock). It reads River's
 // job table, which River's public API would answer only page by page.
 func (s *System) SchedulePassesSince(since time.Time) int {
@@ -85,7 +85,7 @@ func (s *System) SchedulePassesSince(since time.Time) int {
 	return s.Count("SELECT count(*) FROM river_job WHERE kind = 'buildrisk_schedule_pass' AND state = 'completed' AND finalized_at > $1", since)
 }
 
-// tickOutcome returns the recorded outcome of job's due time ("" if none).
+// TickOutcome returns the recorded outcome of job's due time ("" if none).
 func (s *System) TickOutcome(job string, due time.Time) string {
 	s.T.Helper()
 	var outcome string
@@ -97,7 +97,7 @@ func (s *System) TickOutcome(job string, due time.Time) string {
 	return outcome
 }
 
-// scheduledRequestID returns the id of the request made for job's due time.
+// ScheduledRequestID returns the id of the request made for job's due time.
 func (s *System) ScheduledRequestID(job string, due time.Time) string {
 	s.T.Helper()
 	var id string
@@ -111,7 +111,7 @@ func (s *System) Ticks(job, outcome string) float64 {
 	return s.Metric(observability.MetricScheduleTicks, map[string]string{"job": job, "outcome": outcome})
 }
 
-// newTestScheduler returns a scheduler outside any worker, on the system's
+// NewTestScheduler returns a scheduler outside any worker, on the system's
 // database, enqueuing through enq (the API's path when nil), as another
 // process believing it leads would run it.
 func (s *System) NewTestScheduler(clock *TestClock, start time.Time, enq worker.ScheduleEnqueuer, schedules ...worker.Schedule) *worker.Scheduler {

@@ -16,7 +16,7 @@ var UnavailableEnv = map[string]string{
 	"BUILDRISK_API_LOCK_TIMEOUT":      "200ms",
 }
 
-// require503 sends a call and requires a 503 with Retry-After and a
+// Require503 sends a call and requires a 503 with Retry-After and a
 // problem body.
 func Require503(t *testing.T, baseURL, method, path, body string) {
 	t.Helper()
@@ -30,7 +30,7 @@ func Require503(t *testing.T, baseURL, method, path, body string) {
 	}
 }
 
-// call sends a call with the operator token and decodes the answer.
+// Call sends a call with the operator token and decodes the answer.
 func Call(t *testing.T, baseURL, method, path, body string) (int, http.Header, map[string]any) {
 	t.Helper()
 	req, err := http.NewRequest(method, baseURL+path, strings.NewReader(body))
