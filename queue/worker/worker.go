@@ -336,7 +336,8 @@ func New(pool *pgxpool.Pool, runnerCfg batch.Config, cfg Config) (*Worker, error
 // Runner returns the batch runner the worker runs requests with.
 func (w *Worker) Runner() *batch.Runner { return w.runner }
 
-// River returns the worker's River client (schedules insert through it).
+// River returns the worker's River client, the one that works its queues
+// (its reaper cancels a dead worker's River jobs through it).
 func (w *Worker) River() *river.Client[pgx.Tx] { return w.river }
 
 // ID returns the worker id.
