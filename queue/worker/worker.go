@@ -280,7 +280,6 @@ func New(pool *pgxpool.Pool, runnerCfg batch.Config, cfg Config) (*Worker, error
 		return nil, err
 	}
 	w.runner = runner
-	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger, Resume: cfg.Resume, Reachability: cfg.Reachability})
 
 	if len(cfg.Schedules) > 0 {
 		scheduler, err := NewScheduler(pool, SchedulerConfig{
@@ -329,7 +328,9 @@ func New(pool *pgxpool.Pool, runnerCfg batch.Config, cfg Config) (*Worker, error
 		return nil, fmt.Errorf("error creating river client: %w", err)
 	}
 	w.river = client
-	w.reaper.cfg.River = client // built before the client: they refer to each other
+	// The reaper cancels a dead worker's River jobs through the client; it
+	// runs only once the worker starts, so it is built last.
+	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger, Resume: cfg.Resume, Reachability: cfg.Reachability, River: client})
 	return w, nil
 }
 
