@@ -23,12 +23,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/buildrisk/radar/internal/apptest"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/observability"
@@ -232,9 +235,9 @@ func benchHeader(t *testing.T, scale benchScale, took time.Duration) string {
 		load = ", load average at the end " + strings.Join(strings.Fields(string(raw))[:3], " ")
 	}
 	pg := "PostgreSQL"
-	s := newTestSystem(t, nil)
+	s := apptest.New(t, nil)
 	var version string
-	if err := s.pool.QueryRow(context.Background(), "SHOW server_version").Scan(&version); err == nil {
+	if err := s.Pool.QueryRow(context.Background(), "SHOW server_version").Scan(&version); err == nil {
 		pg = "PostgreSQL " + version
 	}
 	command := "make bench"
@@ -264,38 +267,38 @@ func writeBenchmarks(path, body string) error {
 	return os.WriteFile(path, []byte(s), 0o644)
 }
 
-// productionTelemetry replaces the test system's telemetry (which keeps
+// productionTelemetry replaces the test system's Telemetry (which keeps
 // every span in memory for assertions) with what a process without OTLP
 // configured runs: spans made and dropped, metrics in a registry.
-func productionTelemetry(t *testing.T, s *testSystem) {
+func productionTelemetry(t *testing.T, s *apptest.System) {
 	t.Helper()
 	providers, err := observability.NewProviders(context.Background(), observability.Config{Role: "bench", ServiceVersion: version})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = providers.Shutdown(context.Background()) })
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
-	s.tel = &telemetry{providers: providers, instruments: instruments, logger: s.tel.logger}
+	s.Tel = &app.Telemetry{Providers: providers, Instruments: instruments, Logger: s.Tel.Logger}
 }
 
 // benchRunner is a runner on the system's database for requests run in the
 // test process, as `radar run` does.
-func benchRunner(t *testing.T, s *testSystem, jobsByName map[string]batch.Job) (*batch.Runner, *request.Enqueuer) {
+func benchRunner(t *testing.T, s *apptest.System, jobsByName map[string]batch.Job) (*batch.Runner, *request.Enqueuer) {
 	t.Helper()
 	// The runner works on a pool of the worker's size, as deployed (the
 	// test system's own pool has pgxpool's default of 4 connections).
-	pool, err := openPool(context.Background(), s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false, sessionLimits{})
+	pool, err := app.OpenPool(context.Background(), s.DBURL, s.Env.WorkerMaxConns(), s.Env.DBTimeout, false, app.SessionLimits{})
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	up, err := newUpstream(pool, s.env, s.tel, "bench")
+	up, err := app.NewUpstream(pool, s.Env, s.Tel, "bench")
 	require.NoError(t, err)
 	if jobsByName == nil {
-		jobsByName = registry(s.env)
+		jobsByName = app.Registry(s.Env)
 	}
 	runner, err := batch.NewRunner(pool, batch.Config{
-		WorkerID: "1@bench#b", Jobs: jobsByName, Upstream: up, Instruments: s.tel.instruments, Logger: s.tel.logger, FanOut: s.env.FanOut,
+		WorkerID: "1@bench#b", Jobs: jobsByName, Upstream: up, Instruments: s.Tel.Instruments, Logger: s.Tel.Logger, FanOut: s.Env.FanOut,
 	})
 	require.NoError(t, err)
-	enqueuer, err := newEnqueuer(s.pool, nil, s.env, s.tel)
+	enqueuer, err := app.NewEnqueuer(s.Pool, nil, s.Env, s.Tel)
 	require.NoError(t, err)
 	return runner, enqueuer
 }
@@ -312,9 +315,9 @@ func benchRun(t *testing.T, runner *batch.Runner, enqueuer *request.Enqueuer, jo
 	return out, took
 }
 
-func seedTargets(t *testing.T, s *testSystem, n int) []string {
+func seedTargets(t *testing.T, s *apptest.System, n int) []string {
 	t.Helper()
-	companies := s.fake.Companies()
+	companies := s.Fake.Companies()
 	require.GreaterOrEqual(t, len(companies), n)
 	p := &queries.ExposureUpsertParams{}
 	var codes []string
@@ -323,7 +326,7 @@ func seedTargets(t *testing.T, s *testSystem, n int) []string {
 		p.OutstandingKrws = append(p.OutstandingKrws, 1_000_000)
 		codes = append(codes, c.CorpCode)
 	}
-	_, err := queries.New().ExposureUpsert(context.Background(), s.pool, p)
+	_, err := queries.New().ExposureUpsert(context.Background(), s.Pool, p)
 	require.NoError(t, err)
 	return codes
 }
@@ -334,9 +337,9 @@ func seedTargets(t *testing.T, s *testSystem, n int) []string {
 func benchFanOut(t *testing.T, scale benchScale) []*benchRow {
 	var rows []*benchRow
 	for _, c := range []int{5, 16, 64} {
-		s := newTestSystem(t, &testSystemOpts{
-			env:  map[string]string{"BUILDRISK_FANOUT": strconv.Itoa(c)},
-			fake: fakeupstream.Config{Latency: scale.latency, Companies: max(scale.creditN+1, fakeupstream.CompaniesDefault)},
+		s := apptest.New(t, &apptest.Opts{
+			Env:  map[string]string{"BUILDRISK_FANOUT": strconv.Itoa(c)},
+			Fake: fakeupstream.Config{Latency: scale.latency, Companies: max(scale.creditN+1, fakeupstream.CompaniesDefault)},
 		})
 		productionTelemetry(t, s)
 		codes := seedTargets(t, s, scale.creditN)
@@ -345,12 +348,12 @@ func benchFanOut(t *testing.T, scale benchScale) []*benchRow {
 		vsIdeal := &benchRow{name: fmt.Sprintf("creditEval %d targets, %s calls, FANOUT %d: calls/s ÷ C/L", scale.creditN, scale.latency, c),
 			refName: "plain Go fan-out ÷ C/L", target: map[bool]string{true: "≥ 0.90", false: ""}[c < 64]}
 		vsPlain := &benchRow{name: fmt.Sprintf("same, FANOUT %d: service ÷ plain Go fan-out", c), unit: "calls/s", refName: "plain Go fan-out", target: "≥ 0.95"}
-		client := &http.Client{Transport: providerTransport(c), Timeout: time.Minute}
+		client := &http.Client{Transport: app.ProviderTransport(c), Timeout: time.Minute}
 		for range scale.reps {
-			before := s.fake.Stats().Total
+			before := s.Fake.Stats().Total
 			_, took := benchRun(t, runner, enqueuer, jobs.CreditEval, `{}`)
-			service := float64(s.fake.Stats().Total-before) / took.Seconds()
-			plain := plainFanOut(t, client, s.fakeURL, codes, c)
+			service := float64(s.Fake.Stats().Total-before) / took.Seconds()
+			plain := plainFanOut(t, client, s.FakeURL, codes, c)
 			vsIdeal.add(service/ideal, plain/ideal)
 			vsPlain.add(service, plain)
 		}
@@ -431,7 +434,7 @@ func plainFanOut(t *testing.T, client *http.Client, base string, codes []string,
 //     both after River's fetch has returned and its executor has run.
 func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	const lanes = 20
-	s := newTestSystem(t, &testSystemOpts{env: map[string]string{
+	s := apptest.New(t, &apptest.Opts{Env: map[string]string{
 		"BUILDRISK_HEARTBEAT_INTERVAL": worker.HeartbeatIntervalDefault.String(),
 		"BUILDRISK_STALE_AFTER":        worker.StaleAfterDefault.String(),
 		"BUILDRISK_REAP_INTERVAL":      worker.ReapIntervalDefault.String(),
@@ -443,36 +446,36 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	var defs []jobs.Definition
 	for i := range names {
 		names[i] = fmt.Sprintf("pickup%d", i)
-		registry[names[i]] = noopJob{}
+		registry[names[i]] = apptest.NoopJob{}
 		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
 	}
 	openWorkerPool := func() *pgxpool.Pool {
-		pool, err := openPool(ctx, s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false, sessionLimits{})
+		pool, err := app.OpenPool(ctx, s.DBURL, s.Env.WorkerMaxConns(), s.Env.DBTimeout, false, app.SessionLimits{})
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		return pool
 	}
-	heartbeatPool, err := openHeartbeatPool(ctx, s.dbURL, heartbeatPoolConns, s.env.DBTimeout, false, sessionLimits{})
+	heartbeatPool, err := app.OpenHeartbeatPool(ctx, s.DBURL, app.HeartbeatPoolConns, s.Env.DBTimeout, false, app.SessionLimits{})
 	require.NoError(t, err)
 	t.Cleanup(heartbeatPool.Close)
-	w, _ := s.startWorkerWith(openWorkerPool(), func(wc *worker.Config, rc *batch.Config) {
+	w, _ := s.StartWorkerWith(openWorkerPool(), func(wc *worker.Config, rc *batch.Config) {
 		rc.Jobs = registry
 		wc.HeartbeatPool = heartbeatPool
 	})
-	insertOnly, err := newInsertOnlyRiver(s.apiPool, s.tel)
+	insertOnly, err := app.NewInsertOnlyRiver(s.APIPool, s.Tel)
 	require.NoError(t, err)
-	enqueuer, err := newEnqueuerFor(jobs.NewCatalog(defs...), s.apiPool, insertOnly, insertOnly, s.env, s.tel)
+	enqueuer, err := app.NewEnqueuerFor(jobs.NewCatalog(defs...), s.APIPool, insertOnly, insertOnly, s.Env, s.Tel)
 	require.NoError(t, err)
 	serviceEvents, cancelService := w.River().Subscribe(river.EventKindJobCompleted)
 	defer cancelService()
-	serviceDone := newCompletions(serviceEvents)
+	serviceDone := apptest.NewCompletions(serviceEvents)
 
 	workers := river.NewWorkers()
 	// rawStarted records, for each job, created → raw River's worker being
 	// handed it: the moment that compares with the service's run start,
 	// which its worker begins once River has handed it the job.
 	rawStarted := &stampWorker{latency: map[int64]time.Duration{}}
-	river.AddWorker(workers, river.Worker[rawNoopArgs](rawStarted))
+	river.AddWorker(workers, river.Worker[apptest.RawNoopArgs](rawStarted))
 	raw, err := river.NewClient(riverpgxv5.New(openWorkerPool()), &river.Config{
 		Queues: map[string]river.QueueConfig{"bench": {MaxWorkers: 10}}, Workers: workers,
 		FetchCooldown: river.FetchCooldownMin, FetchPollInterval: worker.FetchPollIntervalDefault,
@@ -480,7 +483,7 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	require.NoError(t, err)
 	require.NoError(t, raw.Start(ctx))
 	defer func() { _ = raw.Stop(ctx) }()
-	rawInsertPool, err := openAPIPool(ctx, s.env, s.dbURL)
+	rawInsertPool, err := app.OpenAPIPool(ctx, s.Env, s.DBURL)
 	require.NoError(t, err)
 	t.Cleanup(rawInsertPool.Close)
 	rawInsert, err := river.NewClient(riverpgxv5.New(rawInsertPool), &river.Config{FetchCooldown: river.FetchCooldownMin})
@@ -490,7 +493,7 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	rawLatency := map[int64]time.Duration{}
 	rawAttempted := map[int64]time.Time{}
 	var rawMu sync.Mutex
-	rawDone := newCompletions(teeEvents(rawEvents, func(e *river.Event) {
+	rawDone := apptest.NewCompletions(teeEvents(rawEvents, func(e *river.Event) {
 		if e.Job.AttemptedAt != nil {
 			rawMu.Lock()
 			rawLatency[e.Job.ID] = e.Job.AttemptedAt.Sub(e.Job.CreatedAt)
@@ -505,7 +508,7 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	serviceLatency := func(ids []int64, calls map[int64]time.Time) (out, fromCall, toStart []float64) {
 		for _, id := range ids {
 			var created, claimed, riverCreated, attempted, started time.Time
-			require.NoError(t, s.pool.QueryRow(ctx, `SELECT r.created_at, r.claimed_at, j.created_at, j.attempted_at, e.created_at
+			require.NoError(t, s.Pool.QueryRow(ctx, `SELECT r.created_at, r.claimed_at, j.created_at, j.attempted_at, e.created_at
 				FROM job_request r JOIN river_job j ON j.id = r.river_job_id JOIN job_execution e ON e.id = r.execution_id
 				WHERE r.id = $1`, id).Scan(&created, &claimed, &riverCreated, &attempted, &started))
 			if os.Getenv("BUILDRISK_BENCH_DEBUG") != "" {
@@ -538,7 +541,7 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		for i := range scale.pickups {
 			lane := i % lanes
 			if prev, ok := laneLast[lane]; ok {
-				serviceDone.wait(prev)
+				serviceDone.Wait(prev)
 			}
 			called := time.Now()
 			res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: names[lane], Source: request.SourceAPI})
@@ -548,25 +551,25 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 			waitService = append(waitService, *res.Request.RiverJobID)
 			laneLast[lane] = *res.Request.RiverJobID
 			if waitEach {
-				serviceDone.wait(*res.Request.RiverJobID)
+				serviceDone.Wait(*res.Request.RiverJobID)
 			}
 			<-turn.C
 			called = time.Now()
-			inserted, err := rawInsert.Insert(ctx, rawNoopArgs{}, &river.InsertOpts{Queue: "bench"})
+			inserted, err := rawInsert.Insert(ctx, apptest.RawNoopArgs{}, &river.InsertOpts{Queue: "bench"})
 			require.NoError(t, err)
 			rawCalls[inserted.Job.ID] = called
 			riverIDs = append(riverIDs, inserted.Job.ID)
 			waitRaw = append(waitRaw, inserted.Job.ID)
 			if waitEach {
-				rawDone.wait(inserted.Job.ID)
+				rawDone.Wait(inserted.Job.ID)
 			}
 			<-turn.C
 		}
 		for _, id := range waitService {
-			serviceDone.wait(id)
+			serviceDone.Wait(id)
 		}
 		for _, id := range waitRaw {
-			rawDone.wait(id)
+			rawDone.Wait(id)
 		}
 		var rawMs, rawCallMs, rawStartedMs []float64
 		rawMu.Lock()
@@ -615,12 +618,12 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 // long after its created_at (the inserting client's clock, the same as the
 // worker's) it was handed the job.
 type stampWorker struct {
-	river.WorkerDefaults[rawNoopArgs]
+	river.WorkerDefaults[apptest.RawNoopArgs]
 	mu      sync.Mutex
 	latency map[int64]time.Duration
 }
 
-func (w *stampWorker) Work(_ context.Context, job *river.Job[rawNoopArgs]) error {
+func (w *stampWorker) Work(_ context.Context, job *river.Job[apptest.RawNoopArgs]) error {
 	latency := time.Since(job.CreatedAt)
 	w.mu.Lock()
 	w.latency[job.ID] = latency
@@ -658,10 +661,10 @@ func teeEvents(in <-chan *river.Event, fn func(*river.Event)) <-chan *river.Even
 // reference sends the bare upsert in one round trip, as the service sends
 // its chunk commit: against it, the ratio is the bookkeeping's own cost.
 func benchChunk(t *testing.T, scale benchScale) []*benchRow {
-	s := newTestSystem(t, nil)
+	s := apptest.New(t, nil)
 	productionTelemetry(t, s)
 	runner, enqueuer := benchRunner(t, s, nil)
-	regions := sixRegions
+	regions := apptest.SixRegions
 	for len(regions) < scale.chunkRegions {
 		regions = append(regions, fmt.Sprintf("4%04d", len(regions)))
 	}
@@ -677,7 +680,7 @@ func benchChunk(t *testing.T, scale benchScale) []*benchRow {
 	// bookkeeping's own cost, not the round trips pipelining saves.
 	pipelinedRow := &benchRow{name: "same, against the bare work with its upsert pipelined (one round trip)", unit: "ms", refName: "GET + parse + the upsert as one implicit transaction"}
 	fixed := &benchRow{name: fmt.Sprintf("aptTrade run of %d chunks: time beyond its chunks (claim, plan, accounting, outcome)", chunks), unit: "ms"}
-	client := &http.Client{Transport: providerTransport(1)}
+	client := &http.Client{Transport: app.ProviderTransport(1)}
 	params, err := json.Marshal(map[string]any{"regions": regions, "from": "2025-01", "to": "2025-12"})
 	require.NoError(t, err)
 
@@ -719,7 +722,7 @@ func benchChunk(t *testing.T, scale benchScale) []*benchRow {
 			for j, month := range months {
 				q := upstream.AptTradeQuery(region, month, 1, 1000)
 				q.Set(upstream.ProviderMOLIT.KeyParam(), "test-molit-key")
-				resp, err := client.Get(s.fakeURL + upstream.EndpointAptTrade.Path + "?" + q.Encode())
+				resp, err := client.Get(s.FakeURL + upstream.EndpointAptTrade.Path + "?" + q.Encode())
 				require.NoError(t, err)
 				body, err := io.ReadAll(resp.Body)
 				resp.Body.Close()
@@ -728,11 +731,11 @@ func benchChunk(t *testing.T, scale benchScale) []*benchRow {
 				require.NoError(t, err)
 				p := apttrade.UpsertParams(bareRun, trades)
 				if pipelined {
-					require.NoError(t, pgtx.InImplicitTx(context.Background(), s.pool, func(b *pgx.Batch) {
+					require.NoError(t, pgtx.InImplicitTx(context.Background(), s.Pool, func(b *pgx.Batch) {
 						queries.Queue(b, func(db queries.DBTX) { _, _ = queries.New().AptTradeUpsert(context.Background(), db, p) })
 					}))
 				} else {
-					require.NoError(t, pgtx.InTx(context.Background(), s.pool, func(tx pgx.Tx) error {
+					require.NoError(t, pgtx.InTx(context.Background(), s.Pool, func(tx pgx.Tx) error {
 						_, err := queries.New().AptTradeUpsert(context.Background(), tx, p)
 						return err
 					}))
@@ -791,21 +794,21 @@ ANALYZE;`, n))
 // benchJobList: GET /v1/jobs with ~100k executions in history against the
 // same with ~1k.
 func benchJobList(t *testing.T, scale benchScale) *benchRow {
-	s := newTestSystem(t, nil)
+	s := apptest.New(t, nil)
 	rate := func() float64 {
 		began := time.Now()
 		for range scale.jobsGets {
-			status, _ := s.get("/v1/jobs")
+			status, _ := s.Get("/v1/jobs")
 			require.Equal(t, http.StatusOK, status)
 		}
 		return float64(scale.jobsGets) / time.Since(began).Seconds()
 	}
-	seedHistory(t, s.pool, 1000)
+	seedHistory(t, s.Pool, 1000)
 	var small []float64
 	for range scale.reps {
 		small = append(small, rate())
 	}
-	seedHistory(t, s.pool, scale.jobsBig-1000)
+	seedHistory(t, s.Pool, scale.jobsBig-1000)
 	row := &benchRow{name: fmt.Sprintf("GET /v1/jobs with %d executions in history", scale.jobsBig), unit: "req/s", refName: "same with 1,000", target: "≥ 0.5"}
 	for i := range scale.reps {
 		row.add(rate(), small[i])
@@ -855,7 +858,7 @@ func maxRSS(t *testing.T, bin string, env map[string]string, args ...string) flo
 
 // benchImportMemory: peak RSS of `radar import exposure` at two file sizes.
 func benchImportMemory(t *testing.T, scale benchScale, bin string) *benchRow {
-	s := newTestSystem(t, nil)
+	s := apptest.New(t, nil)
 	write := func(n int) string {
 		path := filepath.Join(t.TempDir(), fmt.Sprintf("exposure-%d.csv", n))
 		f, err := os.Create(path)
@@ -870,7 +873,7 @@ func benchImportMemory(t *testing.T, scale benchScale, bin string) *benchRow {
 		return path
 	}
 	small, big := write(scale.importSmall), write(scale.importBig)
-	env := s.processEnv(nil)
+	env := s.ProcessEnv(nil)
 	row := &benchRow{name: fmt.Sprintf("`radar import exposure` peak RSS, %d lines", scale.importBig), unit: "MB",
 		refName: fmt.Sprintf("%d lines", scale.importSmall), target: "≤ 1.3"}
 	for range scale.reps {
@@ -883,9 +886,9 @@ func benchImportMemory(t *testing.T, scale benchScale, bin string) *benchRow {
 // worker's runner in a process) at two target counts, FANOUT 64, 0 ms calls.
 func benchWorkerMemory(t *testing.T, scale benchScale, bin string) *benchRow {
 	peak := func(n int) float64 {
-		s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Companies: max(n+1, fakeupstream.CompaniesDefault)}})
+		s := apptest.New(t, &apptest.Opts{Fake: fakeupstream.Config{Companies: max(n+1, fakeupstream.CompaniesDefault)}})
 		seedTargets(t, s, n)
-		return maxRSS(t, bin, s.processEnv(map[string]string{"BUILDRISK_FANOUT": "64", "BUILDRISK_DAILY_CAP_CREDIT": "1000000"}), "run", jobs.CreditEval)
+		return maxRSS(t, bin, s.ProcessEnv(map[string]string{"BUILDRISK_FANOUT": "64", "BUILDRISK_DAILY_CAP_CREDIT": "1000000"}), "run", jobs.CreditEval)
 	}
 	row := &benchRow{name: fmt.Sprintf("worker peak RSS, creditEval %d targets (radar run, FANOUT 64)", scale.workerBig), unit: "MB",
 		refName: fmt.Sprintf("%d targets", scale.workerSmall), target: "≤ 1.3"}
@@ -901,16 +904,16 @@ func benchWorkerMemory(t *testing.T, scale benchScale, bin string) *benchRow {
 func benchDrain(t *testing.T, scale benchScale, bin string) *benchRow {
 	row := &benchRow{name: "drain: SIGTERM → exit, beyond the chunk in flight (1 s chunks)", unit: "ms", target: "small"}
 	for range scale.reps {
-		s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Latency: time.Second}})
-		w := startRadar(t, bin, s.processEnv(nil), "worker")
+		s := apptest.New(t, &apptest.Opts{Fake: fakeupstream.Config{Latency: time.Second}})
+		w := startRadar(t, bin, s.ProcessEnv(nil), "worker")
 		w.waitLine(t, regexp.MustCompile(`worker running`))
-		s.gate.arm(0)
-		s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-03"))
-		<-s.gate.blocked // the first chunk's call is at the provider
+		s.Gate.Arm(0)
+		s.RequestAptTrade(apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-03"))
+		<-s.Gate.Blocked // the first chunk's call is at the provider
 		require.NoError(t, w.cmd.Process.Signal(syscall.SIGTERM))
 		opened := time.Now()
-		s.gate.open() // the provider answers one latency (1 s) after the gate opens
-		require.Equal(t, 0, w.wait(t, time.Minute))
+		s.Gate.Open() // the provider answers one latency (1 s) after the gate opens
+		require.Equal(t, 0, w.Wait(t, time.Minute))
 		exited := time.Now()
 		row.figure = append(row.figure, float64(exited.Sub(opened.Add(time.Second)).Microseconds())/1000)
 	}
@@ -923,18 +926,18 @@ func benchDrain(t *testing.T, scale benchScale, bin string) *benchRow {
 func benchStale(t *testing.T, scale benchScale, bin string) *benchRow {
 	row := &benchRow{name: "stale detection: kill -9 → request FAILED", unit: "s", refName: "STALE_AFTER 2 s + REAP_INTERVAL 0.5 s", target: "≤ 1"}
 	for range scale.reps {
-		s := newTestSystem(t, nil)
-		w := startRadar(t, bin, s.processEnv(nil), "worker")
+		s := apptest.New(t, nil)
+		w := startRadar(t, bin, s.ProcessEnv(nil), "worker")
 		w.waitLine(t, regexp.MustCompile(`worker running`))
-		s.gate.arm(0)
-		id := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-03"))
-		<-s.gate.blocked
-		s.startWorker() // the survivor that reaps
+		s.Gate.Arm(0)
+		id := s.RequestAptTrade(apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-03"))
+		<-s.Gate.Blocked
+		s.StartWorker() // the survivor that reaps
 		require.NoError(t, w.cmd.Process.Kill())
 		killed := time.Now()
-		s.waitRequest(id, "FAILED")
-		s.gate.open()
-		row.add(time.Since(killed).Seconds(), (s.env.StaleAfter + s.env.ReapInterval).Seconds())
+		s.WaitRequest(id, "FAILED")
+		s.Gate.Open()
+		row.add(time.Since(killed).Seconds(), (s.Env.StaleAfter + s.Env.ReapInterval).Seconds())
 	}
 	return row
 }
@@ -976,18 +979,18 @@ func benchScaleOut(t *testing.T, scale benchScale) []*benchRow {
 		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark sleep"})
 	}
 	runAll := func(workerCount int) time.Duration {
-		s := newTestSystem(t, nil)
+		s := apptest.New(t, nil)
 		var ws []*worker.Worker
 		for range workerCount {
-			w, _ := s.startWorkerWith(s.pool, func(wc *worker.Config, rc *batch.Config) {
+			w, _ := s.StartWorkerWith(s.Pool, func(wc *worker.Config, rc *batch.Config) {
 				rc.Jobs = registry
 				wc.MaxConcurrentJobs = 1
 			})
 			ws = append(ws, w)
 		}
-		insertOnly, err := newInsertOnlyRiver(s.pool, s.tel)
+		insertOnly, err := app.NewInsertOnlyRiver(s.Pool, s.Tel)
 		require.NoError(t, err)
-		enqueuer, err := request.NewEnqueuer(s.pool, insertOnly, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.tel.instruments})
+		enqueuer, err := request.NewEnqueuer(s.Pool, insertOnly, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.Tel.Instruments})
 		require.NoError(t, err)
 		began := time.Now()
 		var ids []string
@@ -997,7 +1000,7 @@ func benchScaleOut(t *testing.T, scale benchScale) []*benchRow {
 			ids = append(ids, formatRequestID(res.Request.ID))
 		}
 		for _, id := range ids {
-			s.waitRequest(id, "DONE")
+			s.WaitRequest(id, "DONE")
 		}
 		took := time.Since(began)
 		for _, w := range ws {
@@ -1080,29 +1083,29 @@ func benchAPICall(t *testing.T, client *http.Client, method, url, token, body st
 // /v1/requests/{id} of a finished request with jobsBig executions in
 // history.
 func benchAPI(t *testing.T, scale benchScale) []*benchRow {
-	s := newTestSystem(t, nil)
+	s := apptest.New(t, nil)
 	const conc = 8
 	n := scale.jobsGets * 5
-	status, out := s.post("/v1/jobs/aptTrade/requests", `{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01"}}`)
+	status, out := s.Post("/v1/jobs/aptTrade/requests", `{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01"}}`)
 	require.Equal(t, http.StatusAccepted, status, "%v", out)
 	healthz := func(c *http.Client) int {
-		return benchAPICall(t, c, http.MethodGet, s.api.URL+"/healthz", "", "")
+		return benchAPICall(t, c, http.MethodGet, s.API.URL+"/healthz", "", "")
 	}
 	duplicate := func(c *http.Client) int {
-		return benchAPICall(t, c, http.MethodPost, s.api.URL+"/v1/jobs/aptTrade/requests", testOperatorToken,
+		return benchAPICall(t, c, http.MethodPost, s.API.URL+"/v1/jobs/aptTrade/requests", apptest.OperatorToken,
 			`{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01"}}`)
 	}
 	// A finished request with an execution, its instance holding chunks,
 	// among jobsBig executions of history.
-	seedHistory(t, s.pool, scale.jobsBig)
+	seedHistory(t, s.Pool, scale.jobsBig)
 	var requestID int64
-	require.NoError(t, s.pool.QueryRow(context.Background(), `
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `
 		WITH e AS (SELECT id, instance_id, request_id FROM job_execution ORDER BY id DESC LIMIT 1),
 		     c AS (INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written)
 		           SELECT e.instance_id, 'c' || g, e.id, 10, 10 FROM e, generate_series(1, 40) g)
 		UPDATE job_request r SET execution_id = e.id FROM e WHERE r.id = e.request_id RETURNING r.id`).Scan(&requestID))
 	getRequest := func(c *http.Client) int {
-		return benchAPICall(t, c, http.MethodGet, s.api.URL+"/v1/requests/"+formatRequestID(requestID), testViewerToken, "")
+		return benchAPICall(t, c, http.MethodGet, s.API.URL+"/v1/requests/"+formatRequestID(requestID), apptest.ViewerToken, "")
 	}
 	dup := &benchRow{name: "POST of a duplicate request (409), 8 clients", unit: "req/s", refName: "GET /healthz", target: "—"}
 	get := &benchRow{name: fmt.Sprintf("GET /v1/requests/{id} with %d executions in history, 8 clients", scale.jobsBig),
@@ -1276,19 +1279,19 @@ func plainCreditLoop(t *testing.T, client *http.Client, pool *pgxpool.Pool, base
 func benchCPUBound(t *testing.T, scale benchScale) []*benchRow {
 	const fanOut = 64
 	n := scale.cpuN
-	s := newTestSystem(t, &testSystemOpts{
-		env:  map[string]string{"BUILDRISK_FANOUT": strconv.Itoa(fanOut)},
-		fake: fakeupstream.Config{Companies: max(n+1, fakeupstream.CompaniesDefault)},
+	s := apptest.New(t, &apptest.Opts{
+		Env:  map[string]string{"BUILDRISK_FANOUT": strconv.Itoa(fanOut)},
+		Fake: fakeupstream.Config{Companies: max(n+1, fakeupstream.CompaniesDefault)},
 	})
 	productionTelemetry(t, s)
 	codes := seedTargets(t, s, n)
 	runner, enqueuer := benchRunner(t, s, nil)
-	client := &http.Client{Transport: providerTransport(fanOut), Timeout: time.Minute}
+	client := &http.Client{Transport: app.ProviderTransport(fanOut), Timeout: time.Minute}
 	defer client.CloseIdleConnections()
-	pool, err := openPool(context.Background(), s.dbURL, s.env.workerMaxConns(), s.env.DBTimeout, false, sessionLimits{})
+	pool, err := app.OpenPool(context.Background(), s.DBURL, s.Env.WorkerMaxConns(), s.Env.DBTimeout, false, app.SessionLimits{})
 	require.NoError(t, err)
 	defer pool.Close()
-	day := budgetDay(s.env, s.pool)()
+	day := app.BudgetDay(s.Env, s.Pool)()
 	name := fmt.Sprintf("creditEval %d targets, 0 ms calls, FANOUT %d", n, fanOut)
 	ref := "plain loop (64 goroutines, upsert per 1,000)"
 	rate := &benchRow{name: name + ": items/s", unit: "items/s", refName: ref, target: "≥ 0.8"}
@@ -1306,15 +1309,15 @@ func benchCPUBound(t *testing.T, scale benchScale) []*benchRow {
 			require.NoError(t, pprof.StartCPUProfile(f))
 			t.Cleanup(func() { _ = f.Close() })
 		}
-		before := sampleCPU(t, s.pool)
+		before := sampleCPU(t, s.Pool)
 		out, took := benchRun(t, runner, enqueuer, jobs.CreditEval, `{}`)
-		mid := sampleCPU(t, s.pool)
+		mid := sampleCPU(t, s.Pool)
 		if profile != "" {
 			pprof.StopCPUProfile()
 			profile = "" // the first repetition's
 		}
-		plain := plainCreditLoop(t, client, pool, s.fakeURL, codes, day, out.ExecutionID)
-		after := sampleCPU(t, s.pool)
+		plain := plainCreditLoop(t, client, pool, s.FakeURL, codes, day, out.ExecutionID)
+		after := sampleCPU(t, s.Pool)
 		rate.add(float64(n)/took.Seconds(), plain)
 		sp, pp := mid.process-before.process, after.process-mid.process
 		sg, pg2 := mid.postgres-before.postgres, after.postgres-mid.postgres

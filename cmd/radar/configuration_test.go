@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/docs"
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/upstream"
 )
@@ -32,7 +33,7 @@ const configurationDoc = "docs/configuration.md"
 // getenv it is given. Its reads are recorded at run time (the names it
 // builds, such as BUILDRISK_KEY_<P>, are not in the source as literals), so
 // it alone may read a variable whose name the source scan cannot tell.
-const envLoader = "loadEnv"
+const envLoader = "LoadEnv"
 
 // placeholders gives the values of each placeholder of
 // docs/configuration.md, from the code that defines them.
@@ -117,7 +118,7 @@ func parseModuleSources(t *testing.T, root string) []goFile {
 // named getenv or lookupEnv (the env-loading helper's parameter), and of any
 // function that passes one of its parameters on to one of those. It returns
 // the reads whose name or pattern it can tell, and the positions of those
-// it cannot (a name computed at run time outside loadEnv).
+// it cannot (a name computed at run time outside LoadEnv).
 func scanEnvReads(files []goFile) (reads []envRead, unknown []envRead) {
 	// String constants: by package directory and name, and by name alone
 	// for pkg.Name selectors.
@@ -308,14 +309,14 @@ func paramIndex(fd *ast.FuncDecl, name string) int {
 	return -1
 }
 
-// loadEnvReads returns every name loadEnv asks its getenv for when no
+// loadEnvReads returns every name app.LoadEnv asks its getenv for when no
 // variable is set.
 func loadEnvReads(t *testing.T) []string {
 	t.Helper()
 
 	var mu sync.Mutex
 	seen := map[string]bool{}
-	_, err := loadEnv(func(name string) string {
+	_, err := app.LoadEnv(func(name string) string {
 		mu.Lock()
 		defer mu.Unlock()
 		seen[name] = true
@@ -410,7 +411,7 @@ func TestConfigurationDocumentsEveryVariable(t *testing.T) {
 
 	reads, unknown := scanEnvReads(parseModuleSources(t, repoRoot))
 	for _, r := range unknown {
-		if r.fn != envLoader || !strings.HasSuffix(r.dir, "cmd/radar") {
+		if r.fn != envLoader || !strings.HasSuffix(r.dir, "internal/app") {
 			t.Errorf("%s reads an environment variable whose name the source does not tell: "+
 				"use a literal or constant (or read it in %s)", r.pos, envLoader)
 		}

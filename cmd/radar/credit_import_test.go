@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/sql/pgtest"
-	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
 type importResult struct {
@@ -136,46 +135,4 @@ func TestImportExposure(t *testing.T) {
 		require.Contains(t, res.stderr, "nothing was loaded")
 		require.Empty(t, ledger(t, pool))
 	})
-}
-
-// `radar dev` seeds an empty ledger deterministically from the fake
-// upstream's universe, and never touches a ledger that has rows.
-func TestSeedExposure(t *testing.T) {
-	t.Parallel()
-	companies := fakeupstream.New(fakeupstream.Config{Seed: 1}).Companies()
-	first, second := pgtest.NewPool(t), pgtest.NewPool(t)
-	n, err := seedExposure(context.Background(), first, companies)
-	require.NoError(t, err)
-	require.Greater(t, n, 1500)
-	construction := 0
-	for _, c := range companies {
-		if c.Construction {
-			construction++
-		}
-	}
-	require.GreaterOrEqual(t, n, construction, "every construction company is in")
-	_, err = seedExposure(context.Background(), second, companies)
-	require.NoError(t, err)
-	require.Equal(t, ledger(t, first), ledger(t, second), "deterministic")
-	repaid := 0
-	for _, amount := range ledger(t, first) {
-		if amount == 0 {
-			repaid++
-		}
-	}
-	require.Positive(t, repaid, "some companies have repaid: not targets")
-
-	_, err = first.Exec(context.Background(), `UPDATE exposure SET outstanding_krw = 1`)
-	require.NoError(t, err)
-	n, err = seedExposure(context.Background(), first, companies)
-	require.NoError(t, err)
-	require.Zero(t, n)
-	require.Zero(t, countOf(t, first, `SELECT count(*) FROM exposure WHERE outstanding_krw <> 1`), "untouched")
-}
-
-func countOf(t *testing.T, pool *pgxpool.Pool, sql string) int {
-	t.Helper()
-	var n int
-	require.NoError(t, pool.QueryRow(context.Background(), sql).Scan(&n))
-	return n
 }

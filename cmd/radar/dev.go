@@ -19,6 +19,8 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/exposure"
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/sql/migrations"
 	"github.com/buildrisk/radar/sql/pglocal"
@@ -38,42 +40,42 @@ const devFakeUpstreamAddr = "127.0.0.1:8090"
 // PostgreSQL when DATABASE_URL is unset, migrations, the fake upstream, the
 // API and a worker. Ctrl-C drains the worker and stops everything.
 func runDev(ctx context.Context, stdout io.Writer) error {
-	env, err := loadEnv(os.Getenv)
+	env, err := app.LoadEnv(os.Getenv)
 	if err != nil {
 		return err
 	}
-	if err := refuseTxPoolingMigrations(env, "radar dev"); err != nil {
+	if err := app.RefuseTxPoolingMigrations(env, "radar dev"); err != nil {
 		return err
 	}
-	workerID, hostname, boot := newWorkerID()
-	tel, err := newTelemetry(ctx, env, "dev", workerID, "text")
+	workerID, hostname, boot := app.NewWorkerID()
+	tel, err := app.NewTelemetry(ctx, env, "dev", workerID, "text")
 	if err != nil {
 		return err
 	}
-	defer tel.shutdown()
+	defer tel.Shutdown()
 
 	databaseNote := "from DATABASE_URL"
 	if env.DatabaseURL == "" {
 		fmt.Fprintln(stdout, "starting an embedded PostgreSQL (DATABASE_URL is unset)...")
-		cluster, err := pglocal.Start(ctx, pglocal.Config{Logger: tel.logger})
+		cluster, err := pglocal.Start(ctx, pglocal.Config{Logger: tel.Logger})
 		if err != nil {
 			return fmt.Errorf("error starting embedded PostgreSQL: %w", err)
 		}
 		defer func() {
 			if err := cluster.Stop(); err != nil {
-				tel.logger.Warn("error stopping embedded PostgreSQL", slog.String("error", err.Error()))
+				tel.Logger.Warn("error stopping embedded PostgreSQL", slog.String("error", err.Error()))
 			}
 		}()
 		env.DatabaseURL = cluster.URL("postgres")
 		databaseNote = "embedded, deleted on exit"
 	}
 	// The worker's pool; the api has its own (below), each with its budget.
-	pool, err := openPool(ctx, env.DatabaseURL, env.workerMaxConns(), env.DBTimeout, env.TxPooling, env.sessionLimits(workerID))
+	pool, err := app.OpenPool(ctx, env.DatabaseURL, env.WorkerMaxConns(), env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	heartbeatPool, err := openHeartbeatPool(ctx, env.DatabaseURL, heartbeatPoolConns, env.DBTimeout, env.TxPooling, env.sessionLimits(workerID))
+	heartbeatPool, err := app.OpenHeartbeatPool(ctx, env.DatabaseURL, app.HeartbeatPoolConns, env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
 	if err != nil {
 		return err
 	}
@@ -85,7 +87,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 	upstreamNote := "from the environment"
 	if len(env.UpstreamURLs) == 0 {
 		fake := fakeupstream.New(fakeupstream.Config{Seed: 1})
-		if n, err := seedExposure(ctx, pool, fake.Companies()); err != nil {
+		if n, err := exposure.Seed(ctx, pool, fake.Companies()); err != nil {
 			return err
 		} else if n > 0 {
 			fmt.Fprintf(stdout, "seeded the exposure ledger with %d of the fake upstream's companies (creditEval's targets)\n", n)
@@ -136,22 +138,22 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 		viewerTokenNote = viewerToken
 	}
 
-	w, _, err := newWorker(pool, env, tel, workerID, hostname, boot, withHeartbeatPool(heartbeatPool))
+	w, _, err := app.NewWorker(pool, env, tel, workerID, hostname, boot, app.WithHeartbeatPool(heartbeatPool))
 	if err != nil {
 		return err
 	}
 	// The API has its own pool with its statement and lock timeouts, as in
 	// production; the worker's long writes are not bound by them.
-	apiPool, err := openAPIPool(ctx, env, env.DatabaseURL)
+	apiPool, err := app.OpenAPIPool(ctx, env, env.DatabaseURL)
 	if err != nil {
 		return err
 	}
 	defer apiPool.Close()
-	server, err := newAPIServer(ctx, apiPool, env, tel)
+	server, err := app.NewAPIServer(ctx, apiPool, env, tel)
 	if err != nil {
 		return err
 	}
-	shutdownHTTP, httpAddr, err := serveHTTP(ctx, env.HTTPAddr, otelhttp.NewHandler(server.Handler(), "http.server"), tel.logger)
+	shutdownHTTP, httpAddr, err := app.ServeHTTP(ctx, env.HTTPAddr, otelhttp.NewHandler(server.Handler(), "http.server"), tel.Logger)
 	if err != nil {
 		return err
 	}
@@ -178,12 +180,12 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "\nshutting down: draining the worker...")
 	if err := w.Drain(context.Background()); err != nil {
-		tel.logger.Warn("drain ended with an error", slog.String("error", err.Error()))
+		tel.Logger.Warn("drain ended with an error", slog.String("error", err.Error()))
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := shutdownHTTP(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		tel.logger.Warn("error shutting down http", slog.String("error", err.Error()))
+		tel.Logger.Warn("error shutting down http", slog.String("error", err.Error()))
 	}
 	fmt.Fprintln(stdout, "stopped")
 	return nil

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/buildrisk/radar/internal/apptest"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -20,8 +22,8 @@ func TestGoClientExample(t *testing.T) {
 		t.Skip("builds and runs the example program")
 	}
 	t.Parallel()
-	s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Latency: 200 * time.Millisecond}})
-	s.startWorker()
+	s := apptest.New(t, &apptest.Opts{Fake: fakeupstream.Config{Latency: 200 * time.Millisecond}})
+	s.StartWorker()
 
 	bin := filepath.Join(t.TempDir(), "goclient")
 	build := exec.Command("go", "build", "-o", bin, "./examples/goclient")
@@ -29,7 +31,7 @@ func TestGoClientExample(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 
-	run := exec.CommandContext(t.Context(), bin, "-url", s.api.URL, "-token", testOperatorToken, "-timeout", "1m")
+	run := exec.CommandContext(t.Context(), bin, "-url", s.API.URL, "-token", apptest.OperatorToken, "-timeout", "1m")
 	out, err = run.CombinedOutput()
 	t.Logf("examples/goclient:\n%s", out)
 	require.NoError(t, err)

@@ -12,8 +12,13 @@ const module = "github.com/buildrisk/radar/"
 
 // allowedImports is the package map (docs/architecture.md): which of this
 // module's packages each package may import (non-test code). Imports point
-// down only.
+// down only. internal/app, the composition root, and internal/apptest, the
+// test harness built on it, may import every package below them (nil here:
+// see belowComposition); cmd/radar imports what its roles need.
 var allowedImports = map[string][]string{
+	"internal/app":             nil,
+	"internal/apptest":         nil,
+	"exposure":                 {"queries", "sql/pgtx", "upstream/fakeupstream"},
 	"api":                      {"jobs/coverage", "queue/request", "jobs", "queries", "sql/pgtx", "observability"},
 	"queue/worker":             {"queue/batch", "queue/request", "upstream", "jobs", "queries", "sql/pgtx", "observability"},
 	"queue/batch":              {"upstream", "queue/request", "jobs", "queries", "sql/pgtx", "observability"},
@@ -42,6 +47,20 @@ var allowedImports = map[string][]string{
 	"jobs/stockprice":          jobPackageImports,
 }
 
+// belowComposition is every package of the map that internal/app and
+// internal/apptest may import: all but the commands, the examples and the
+// harness itself (production code never imports a test helper).
+func belowComposition() []string {
+	var below []string
+	for pkg := range allowedImports {
+		if strings.HasPrefix(pkg, "cmd/") || strings.HasPrefix(pkg, "examples/") || pkg == "internal/apptest" {
+			continue
+		}
+		below = append(below, pkg)
+	}
+	return below
+}
+
 var jobPackageImports = []string{"queue/batch", "upstream", "jobs", "queries", "observability"}
 
 // forbiddenThirdParty keeps HTTP out of the jobs and River's worker side
@@ -59,10 +78,19 @@ func TestLayout_ImportsPointDown(t *testing.T) {
 		fields := strings.Fields(line)
 		pkg := strings.TrimPrefix(fields[0], module)
 		if pkg == "cmd/radar" {
-			continue // wiring imports everything
+			// The command parses flags and the environment and picks a
+			// role; it may import anything but the test harness.
+			require.NotContains(t, fields[1:], module+"internal/apptest", "cmd/radar must not import internal/apptest (test-only)")
+			continue
 		}
 		allowed, known := allowedImports[pkg]
 		require.True(t, known, "package %s is not in the layout map (allowedImports)", pkg)
+		if allowed == nil && (pkg == "internal/app" || pkg == "internal/apptest") {
+			allowed = belowComposition()
+			if pkg == "internal/apptest" {
+				allowed = append(allowed, "internal/app")
+			}
+		}
 		for _, imp := range fields[1:] {
 			if strings.HasPrefix(imp, module) {
 				require.Contains(t, allowed, strings.TrimPrefix(imp, module), "%s must not import %s", pkg, imp)

@@ -1,6 +1,7 @@
-// Command radar is buildrisk-radar's one binary. Each role lives in its own
-// file (dev, api, worker, migrate, run, import, fakeupstream, version); this
-// file only dispatches. main is the only caller of os.Exit.
+// Command radar is buildrisk-radar's one binary: it parses flags and the
+// environment and runs a role. The api and worker roles are internal/app's
+// (RunAPI, RunWorker); dev, migrate, run, import and fakeupstream have a
+// file each here; this file only dispatches. main is the only caller of os.Exit.
 package main
 
 import (
@@ -10,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/buildrisk/radar/internal/app"
 )
 
 // Exit codes of radar (the CLI contract).
@@ -46,6 +49,7 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	app.Version = version
 	if len(args) == 0 {
 		switch role := os.Getenv("BUILDRISK_ROLE"); role {
 		case "api", "worker":
@@ -69,9 +73,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "dev":
 		err = runDev(ctx, stdout)
 	case "api":
-		err = runAPI(ctx)
+		err = withEnv(ctx, app.RunAPI)
 	case "worker":
-		err = runWorker(ctx)
+		err = withEnv(ctx, app.RunWorker)
 	case "migrate":
 		err = runMigrate(ctx, stdout)
 	case "run":
@@ -90,10 +94,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "radar %s: %v\n", command, err)
-		if isUsage(err) {
+		if app.IsUsage(err) {
 			return exitUsage
 		}
 		return exitFailed
 	}
 	return exitOK
+}
+
+// withEnv loads the configuration from the environment and runs role on it.
+func withEnv(ctx context.Context, role func(context.Context, *app.Config) error) error {
+	env, err := app.LoadEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	return role(ctx, env)
 }

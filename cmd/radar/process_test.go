@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/buildrisk/radar/internal/apptest"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -108,7 +110,7 @@ func (p *radarProcess) waitLine(t *testing.T, re *regexp.Regexp) []string {
 }
 
 // wait waits for the process to exit and returns its exit code.
-func (p *radarProcess) wait(t *testing.T, timeout time.Duration) int {
+func (p *radarProcess) Wait(t *testing.T, timeout time.Duration) int {
 	t.Helper()
 	exited := make(chan error, 1)
 	go func() { <-p.done; exited <- p.cmd.Wait() }()
@@ -121,21 +123,6 @@ func (p *radarProcess) wait(t *testing.T, timeout time.Duration) int {
 	}
 }
 
-func (s *testSystem) processEnv(extra map[string]string) map[string]string {
-	env := map[string]string{}
-	for k, v := range s.vars {
-		env[k] = v
-	}
-	env["DATABASE_URL"] = s.serviceURL
-	env["BUILDRISK_ADMIN_ADDR"] = "127.0.0.1:0"
-	env["BUILDRISK_LOG_FORMAT"] = "text"
-	env["BUILDRISK_UPSTREAM_URL"] = s.fakeURL
-	for k, v := range extra {
-		env[k] = v
-	}
-	return env
-}
-
 // AptTradeJobIT: 6 regions × 12 months with latency; a worker process gets
 // SIGTERM mid-run, exits 0 within the drain timeout with the execution
 // STOPPED and the request DONE; a new request resumes and completes; the
@@ -143,35 +130,35 @@ func (s *testSystem) processEnv(extra map[string]string) map[string]string {
 func TestProcess_WorkerDrainOnSIGTERM(t *testing.T) {
 	t.Parallel()
 	bin := buildRadar(t)
-	s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Latency: 20 * time.Millisecond}})
+	s := apptest.New(t, &apptest.Opts{Fake: fakeupstream.Config{Latency: 20 * time.Millisecond}})
 	drainTimeout := 20 * time.Second
-	worker := startRadar(t, bin, s.processEnv(map[string]string{"BUILDRISK_DRAIN_TIMEOUT": drainTimeout.String()}), "worker")
+	worker := startRadar(t, bin, s.ProcessEnv(map[string]string{"BUILDRISK_DRAIN_TIMEOUT": drainTimeout.String()}), "worker")
 	worker.waitLine(t, regexp.MustCompile(`worker running`))
 
-	body := aptTradeBody(sixRegions, "2025-01", "2025-12")
-	id := s.requestAptTrade(body)
-	s.waitChunksDone(id, 10)
+	body := apptest.AptTradeBody(apptest.SixRegions, "2025-01", "2025-12")
+	id := s.RequestAptTrade(body)
+	s.WaitChunksDone(id, 10)
 	signalled := time.Now()
 	require.NoError(t, worker.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 0, worker.wait(t, drainTimeout+10*time.Second), "the worker exits 0 after draining")
+	require.Equal(t, 0, worker.Wait(t, drainTimeout+10*time.Second), "the worker exits 0 after draining")
 	require.Less(t, time.Since(signalled), drainTimeout)
 	require.Contains(t, worker.Output(), "worker stopped")
 
-	out := s.waitRequest(id, "DONE", "FAILED")
+	out := s.WaitRequest(id, "DONE", "FAILED")
 	require.Equal(t, "DONE", out["status"])
-	exec := execution(t, out)
+	exec := apptest.Execution(t, out)
 	require.Equal(t, "STOPPED", exec["status"])
 	require.Equal(t, batch.MessageDrained, exec["exitMessage"])
 	require.Less(t, exec["chunksDone"].(float64), float64(72))
 
-	s.startWorker()
-	status, again := s.post("/v1/jobs/aptTrade/requests", body)
+	s.StartWorker()
+	status, again := s.Post("/v1/jobs/aptTrade/requests", body)
 	require.Equal(t, http.StatusAccepted, status)
 	require.Equal(t, exec["id"], again["resumesExecutionId"])
-	done := s.waitRequest(again["requestId"].(string), "DONE", "FAILED")
-	require.Equal(t, "COMPLETED", execution(t, done)["status"], "%v", done)
-	require.Equal(t, int64(72), s.fake.Stats().Total)
-	requireEachKeyOnce(t, s, 72)
+	done := s.WaitRequest(again["requestId"].(string), "DONE", "FAILED")
+	require.Equal(t, "COMPLETED", apptest.Execution(t, done)["status"], "%v", done)
+	require.Equal(t, int64(72), s.Fake.Stats().Total)
+	apptest.RequireEachKeyOnce(t, s, 72)
 }
 
 // A CLI run and a worker racing on the same job: exactly one runs, the other
@@ -181,52 +168,52 @@ func TestProcess_WorkerDrainOnSIGTERM(t *testing.T) {
 func TestProcess_CLIAndWorkerRace(t *testing.T) {
 	t.Parallel()
 	bin := buildRadar(t)
-	s := newTestSystem(t, nil)
-	s.startWorker()
-	env := s.processEnv(nil)
-	body := aptTradeBody([]string{"11110"}, "2025-01", "2025-02")
+	s := apptest.New(t, nil)
+	s.StartWorker()
+	env := s.ProcessEnv(nil)
+	body := apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-02")
 	requestLine := regexp.MustCompile(`^request (\d+): aptTrade`)
 	cliArgs := []string{"run", "aptTrade", "-p", "regions=11110", "-p", "from=2025-01", "-p", "to=2025-02"}
 
 	for rep := range 20 {
 		held := rep < 10
 		if held {
-			s.gate.arm(0)
+			s.Gate.Arm(0)
 		}
 		var cli *radarProcess
 		var status int
 		var out map[string]any
 		switch {
 		case held && rep%2 == 0: // the worker wins
-			status, out = s.post("/v1/jobs/aptTrade/requests", body)
+			status, out = s.Post("/v1/jobs/aptTrade/requests", body)
 			require.Equal(t, http.StatusAccepted, status)
-			within(t, time.Minute, s.gate.blocked, "a held provider call")
+			apptest.Within(t, time.Minute, s.Gate.Blocked, "a held provider call")
 			cli = startRadar(t, bin, env, cliArgs...)
-			require.Equal(t, exitDuplicate, cli.wait(t, 60*time.Second), "rep %d:\n%s", rep, cli.Output())
+			require.Equal(t, exitDuplicate, cli.Wait(t, 60*time.Second), "rep %d:\n%s", rep, cli.Output())
 		case held: // the CLI wins
 			cli = startRadar(t, bin, env, cliArgs...)
 			cli.waitLine(t, requestLine)
-			within(t, time.Minute, s.gate.blocked, "a held provider call")
-			status, out = s.post("/v1/jobs/aptTrade/requests", body)
+			apptest.Within(t, time.Minute, s.Gate.Blocked, "a held provider call")
+			status, out = s.Post("/v1/jobs/aptTrade/requests", body)
 			require.Equal(t, http.StatusConflict, status, "rep %d: %v", rep, out)
 		default: // both at once
 			cli = startRadar(t, bin, env, cliArgs...)
-			status, out = s.post("/v1/jobs/aptTrade/requests", body)
+			status, out = s.Post("/v1/jobs/aptTrade/requests", body)
 		}
-		s.gate.open()
-		code := cli.wait(t, 60*time.Second)
+		s.Gate.Open()
+		code := cli.Wait(t, 60*time.Second)
 		if status == http.StatusAccepted {
-			s.waitRequest(out["requestId"].(string), "DONE")
+			s.WaitRequest(out["requestId"].(string), "DONE")
 		}
 		require.Contains(t, []int{exitOK, exitDuplicate}, code, "rep %d:\n%s", rep, cli.Output())
 		require.Contains(t, []int{http.StatusAccepted, http.StatusConflict}, status, "rep %d: %v", rep, out)
 		require.False(t, code == exitDuplicate && status == http.StatusConflict, "rep %d: both refused", rep)
 	}
-	require.Equal(t, 0, s.count(`SELECT count(*) FROM job_execution a JOIN job_execution b ON a.id < b.id
+	require.Equal(t, 0, s.Count(`SELECT count(*) FROM job_execution a JOIN job_execution b ON a.id < b.id
 		WHERE a.started_at < b.ended_at AND b.started_at < a.ended_at`), "no two executions overlapped")
-	require.Equal(t, 0, s.count("SELECT count(*) FROM job_execution WHERE status <> 'COMPLETED'"))
-	require.GreaterOrEqual(t, s.count("SELECT count(*) FROM job_request WHERE source = 'cli' AND status = 'DONE'"), 5)
-	require.GreaterOrEqual(t, s.count("SELECT count(*) FROM job_request WHERE source = 'api' AND status = 'DONE'"), 5)
+	require.Equal(t, 0, s.Count("SELECT count(*) FROM job_execution WHERE status <> 'COMPLETED'"))
+	require.GreaterOrEqual(t, s.Count("SELECT count(*) FROM job_request WHERE source = 'cli' AND status = 'DONE'"), 5)
+	require.GreaterOrEqual(t, s.Count("SELECT count(*) FROM job_request WHERE source = 'api' AND status = 'DONE'"), 5)
 }
 
 // The CLI: usage errors exit 2, Ctrl-C drains to STOPPED (exit 3), a run to
@@ -234,30 +221,30 @@ func TestProcess_CLIAndWorkerRace(t *testing.T) {
 func TestProcess_CLIExitCodes(t *testing.T) {
 	t.Parallel()
 	bin := buildRadar(t)
-	s := newTestSystem(t, &testSystemOpts{fake: fakeupstream.Config{Latency: 30 * time.Millisecond}})
-	env := s.processEnv(nil)
+	s := apptest.New(t, &apptest.Opts{Fake: fakeupstream.Config{Latency: 30 * time.Millisecond}})
+	env := s.ProcessEnv(nil)
 
-	require.Equal(t, exitUsage, startRadar(t, bin, env, "run").wait(t, 30*time.Second))
-	require.Equal(t, exitUsage, startRadar(t, bin, env, "run", "nope").wait(t, 30*time.Second))
+	require.Equal(t, exitUsage, startRadar(t, bin, env, "run").Wait(t, 30*time.Second))
+	require.Equal(t, exitUsage, startRadar(t, bin, env, "run", "nope").Wait(t, 30*time.Second))
 	bad := startRadar(t, bin, env, "run", "aptTrade", "-p", "regions=1111", "-p", "from=2025-01", "-p", "to=2025-02")
-	require.Equal(t, exitUsage, bad.wait(t, 30*time.Second))
+	require.Equal(t, exitUsage, bad.Wait(t, 30*time.Second))
 	require.Contains(t, bad.Output(), "params.regions[0]")
-	require.Equal(t, 0, s.count("SELECT count(*) FROM job_request"))
+	require.Equal(t, 0, s.Count("SELECT count(*) FROM job_request"))
 
 	cli := startRadar(t, bin, env, "run", "aptTrade", "--params", `{"regions":["11110","11140"],"from":"2025-01","to":"2025-12"}`)
 	cli.waitLine(t, regexp.MustCompile(`chunk 3/24 committed`))
 	require.NoError(t, cli.cmd.Process.Signal(syscall.SIGINT))
-	require.Equal(t, exitStopped, cli.wait(t, 30*time.Second))
+	require.Equal(t, exitStopped, cli.Wait(t, 30*time.Second))
 	require.Contains(t, cli.Output(), "STOPPED")
 
 	capped := startRadar(t, bin, env, "run", "aptTrade", "--params", `{"regions":["11110","11140"],"from":"2025-01","to":"2025-12"}`, "--max-calls", "2")
-	require.Equal(t, exitStopped, capped.wait(t, 60*time.Second), capped.Output())
+	require.Equal(t, exitStopped, capped.Wait(t, 60*time.Second), capped.Output())
 	require.Contains(t, capped.Output(), "maxCalls")
 
 	resume := startRadar(t, bin, env, "run", "aptTrade", "--params", `{"regions":["11110","11140"],"from":"2025-01","to":"2025-12"}`)
-	require.Equal(t, exitOK, resume.wait(t, 60*time.Second), resume.Output())
+	require.Equal(t, exitOK, resume.Wait(t, 60*time.Second), resume.Output())
 	require.Contains(t, resume.Output(), "resuming execution")
-	requireEachKeyOnce(t, s, 24)
+	apptest.RequireEachKeyOnce(t, s, 24)
 }
 
 // Ctrl-C on `radar dev` leaves no PostgreSQL behind, and kill -9 does not
@@ -267,7 +254,7 @@ func TestProcess_DevLeavesNothingBehind(t *testing.T) {
 	bin := buildRadar(t)
 	env := map[string]string{
 		"DATABASE_URL": "", "BUILDRISK_HTTP_ADDR": "127.0.0.1:0", "BUILDRISK_LOG_FORMAT": "text",
-		"BUILDRISK_API_TOKENS": "operator:" + testOperatorToken, "BUILDRISK_UPSTREAM_URL": "",
+		"BUILDRISK_API_TOKENS": "operator:" + apptest.OperatorToken, "BUILDRISK_UPSTREAM_URL": "",
 	}
 	started := regexp.MustCompile(`pglocal: postgres started.*dir=(\S+) port=(\d+)`)
 
@@ -275,14 +262,14 @@ func TestProcess_DevLeavesNothingBehind(t *testing.T) {
 	m := dev.waitLine(t, started)
 	dev.waitLine(t, regexp.MustCompile(`buildrisk-radar dev is up`))
 	require.NoError(t, dev.cmd.Process.Signal(syscall.SIGINT))
-	require.Equal(t, 0, dev.wait(t, 60*time.Second))
+	require.Equal(t, 0, dev.Wait(t, 60*time.Second))
 	requireClusterGone(t, m[1], m[2])
 
 	killed := startRadar(t, bin, env, "dev")
 	m = killed.waitLine(t, started)
 	killed.waitLine(t, regexp.MustCompile(`buildrisk-radar dev is up`))
 	require.NoError(t, killed.cmd.Process.Kill())
-	killed.wait(t, 30*time.Second)
+	killed.Wait(t, 30*time.Second)
 	deadline := time.Now().Add(30 * time.Second)
 	for portOpen(m[2]) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond) // the postmaster dies with its parent (Pdeathsig)
@@ -294,7 +281,7 @@ func TestProcess_DevLeavesNothingBehind(t *testing.T) {
 	_, err := os.Stat(m[1])
 	require.True(t, os.IsNotExist(err), "the next start swept the dead run's directory %s", m[1])
 	require.NoError(t, again.cmd.Process.Signal(syscall.SIGINT))
-	require.Equal(t, 0, again.wait(t, 60*time.Second))
+	require.Equal(t, 0, again.Wait(t, 60*time.Second))
 }
 
 func requireClusterGone(t *testing.T, dir, port string) {
@@ -329,24 +316,24 @@ func TestProcess_MigrateAndSchemaCheck(t *testing.T) {
 	require.NoError(t, err)
 	url := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
 	env := map[string]string{
-		"DATABASE_URL": url, "BUILDRISK_API_TOKENS": "operator:" + testOperatorToken, "BUILDRISK_HTTP_ADDR": "127.0.0.1:0",
+		"DATABASE_URL": url, "BUILDRISK_API_TOKENS": "operator:" + apptest.OperatorToken, "BUILDRISK_HTTP_ADDR": "127.0.0.1:0",
 		"BUILDRISK_ADMIN_ADDR": "127.0.0.1:0", "BUILDRISK_LOG_FORMAT": "text",
 	}
 
 	for _, role := range []string{"api", "worker"} {
 		p := startRadar(t, bin, env, role)
-		require.Equal(t, exitUsage, p.wait(t, 30*time.Second), role)
+		require.Equal(t, exitUsage, p.Wait(t, 30*time.Second), role)
 		require.Contains(t, p.Output(), "run `radar migrate`", role)
 	}
 	for range 2 {
 		m := startRadar(t, bin, env, "migrate")
-		require.Equal(t, exitOK, m.wait(t, 60*time.Second), m.Output())
+		require.Equal(t, exitOK, m.Wait(t, 60*time.Second), m.Output())
 		require.Contains(t, m.Output(), "schema is current")
 	}
 	api := startRadar(t, bin, env, "api")
 	api.waitLine(t, regexp.MustCompile(`api listening`))
 	require.NoError(t, api.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, exitOK, api.wait(t, 30*time.Second))
+	require.Equal(t, exitOK, api.Wait(t, 30*time.Second))
 }
 
 // `radar fakeupstream` serves the providers and its admin endpoints.
@@ -388,9 +375,9 @@ func TestProcess_FakeUpstream(t *testing.T) {
 	getJSON()
 	require.Equal(t, int64(0), stats.Total)
 
-	require.Equal(t, exitUsage, startRadar(t, bin, nil, "fakeupstream", "--error-rate", "2").wait(t, 10*time.Second))
+	require.Equal(t, exitUsage, startRadar(t, bin, nil, "fakeupstream", "--error-rate", "2").Wait(t, 10*time.Second))
 	require.NoError(t, fake.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, exitOK, fake.wait(t, 10*time.Second))
+	require.Equal(t, exitOK, fake.Wait(t, 10*time.Second))
 }
 
 // `radar run` frees a job whose request a dead worker holds, like the api
@@ -400,11 +387,11 @@ func TestProcess_CLIFreesADeadWorkersRequest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	bin := buildRadar(t)
-	s := newTestSystem(t, nil)
-	held := &heldRun{fetched: make(chan int64, 1)}
+	s := apptest.New(t, nil)
+	held := &apptest.HeldRun{Fetched: make(chan int64, 1)}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.Worker[jobs.RunArgs](held))
-	dead, err := river.NewClient(riverpgxv5.New(s.pool), &river.Config{
+	dead, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{
 		ID: "9@dead-host#b00t", Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}, Workers: workers,
 		FetchCooldown: river.FetchCooldownMin, FetchPollInterval: 10 * time.Millisecond,
 	})
@@ -415,18 +402,18 @@ func TestProcess_CLIFreesADeadWorkersRequest(t *testing.T) {
 		defer cancel()
 		require.NoError(t, dead.StopAndCancel(stopCtx))
 	}()
-	stale := s.requestAptTrade(aptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
+	stale := s.RequestAptTrade(apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
 	select {
-	case <-held.fetched:
+	case <-held.Fetched:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the dead worker's River client did not fetch the job within 30s")
 	}
 
-	cli := startRadar(t, bin, s.processEnv(nil), "run", "aptTrade", "-p", "regions=11110", "-p", "from=2025-01", "-p", "to=2025-01")
-	require.Equal(t, exitOK, cli.wait(t, time.Minute), cli.Output())
-	_, old := s.get("/v1/requests/" + stale)
+	cli := startRadar(t, bin, s.ProcessEnv(nil), "run", "aptTrade", "-p", "regions=11110", "-p", "from=2025-01", "-p", "to=2025-01")
+	require.Equal(t, exitOK, cli.Wait(t, time.Minute), cli.Output())
+	_, old := s.Get("/v1/requests/" + stale)
 	require.Equal(t, "FAILED", old["status"])
 	require.Contains(t, old["message"], "worker 9@dead-host#b00t stopped heartbeating")
-	require.Equal(t, 1, s.count("SELECT count(*) FROM river_job j JOIN job_request r ON r.river_job_id = j.id WHERE r.id = $1 AND j.metadata ? 'cancel_attempted_at'", stale),
+	require.Equal(t, 1, s.Count("SELECT count(*) FROM river_job j JOIN job_request r ON r.river_job_id = j.id WHERE r.id = $1 AND j.metadata ? 'cancel_attempted_at'", stale),
 		"the dead worker's River job is cancelled through River")
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
@@ -68,9 +69,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		maxCallsPtr = maxCalls
 	}
 
-	env, err := loadEnv(os.Getenv)
+	env, err := app.LoadEnv(os.Getenv)
 	if err == nil {
-		err = requireDatabaseURL(env)
+		err = app.RequireDatabaseURL(env)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "radar run: %v\n", err)
@@ -83,30 +84,30 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, maxCalls *int, confirmPurge bool, stdout io.Writer) (int, error) {
-	workerID, hostname, boot := newWorkerID()
-	tel, err := newTelemetry(ctx, env, "cli", workerID, "text")
+func runJob(ctx context.Context, env *app.Config, jobName string, raw []byte, maxCalls *int, confirmPurge bool, stdout io.Writer) (int, error) {
+	workerID, hostname, boot := app.NewWorkerID()
+	tel, err := app.NewTelemetry(ctx, env, "cli", workerID, "text")
 	if err != nil {
 		return exitFailed, err
 	}
-	defer tel.shutdown()
-	pool, err := openPool(ctx, env.DatabaseURL, 4, env.DBTimeout, env.TxPooling, env.sessionLimits(workerID))
+	defer tel.Shutdown()
+	pool, err := app.OpenPool(ctx, env.DatabaseURL, 4, env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
 	if err != nil {
 		return exitFailed, err
 	}
 	defer pool.Close()
-	if err := checkSchema(ctx, pool); err != nil {
+	if err := app.CheckSchema(ctx, pool); err != nil {
 		return exitUsage, err
 	}
 	// The CLI's heartbeat has a connection of its own, like a worker's.
-	heartbeatPool, err := openHeartbeatPool(ctx, env.DatabaseURL, 1, env.DBTimeout, env.TxPooling, env.sessionLimits(workerID))
+	heartbeatPool, err := app.OpenHeartbeatPool(ctx, env.DatabaseURL, 1, env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
 	if err != nil {
 		return exitFailed, err
 	}
 	defer heartbeatPool.Close()
 	presence, err := worker.StartPresence(ctx, heartbeatPool, worker.Config{
 		ID: workerID, Hostname: hostname, PID: os.Getpid(), Boot: boot, Version: version,
-		ConfiguredKeys: env.configuredKeyNames(), DailyCaps: env.capsByName(), HeartbeatInterval: env.HeartbeatInterval,
+		ConfiguredKeys: env.ConfiguredKeyNames(), DailyCaps: env.CapsByName(), HeartbeatInterval: env.HeartbeatInterval,
 		StaleAfter: env.StaleAfter, FenceAfter: env.FenceAfter, DBTimeout: env.DBTimeout,
 	})
 	if err != nil {
@@ -116,15 +117,15 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 
 	// The CLI's own request has no River job (the CLI runs it); the request
 	// a completed run chains to does, so that a worker picks it up.
-	insertOnly, err := newInsertOnlyRiver(pool, tel)
+	insertOnly, err := app.NewInsertOnlyRiver(pool, tel)
 	if err != nil {
 		return exitFailed, err
 	}
-	enqueuer, err := newCLIEnqueuer(pool, insertOnly, env, tel)
+	enqueuer, err := app.NewCLIEnqueuer(pool, insertOnly, env, tel)
 	if err != nil {
 		return exitFailed, err
 	}
-	chain, err := newEnqueuer(pool, insertOnly, env, tel)
+	chain, err := app.NewEnqueuer(pool, insertOnly, env, tel)
 	if err != nil {
 		return exitFailed, err
 	}
@@ -147,13 +148,13 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 	}
 	fmt.Fprintf(stdout, "request %d: %s, %d estimated calls, %s\n", res.Request.ID, jobName, res.EstimatedCalls, resumes)
 
-	up, err := newUpstream(pool, env, tel, workerID)
+	up, err := app.NewUpstream(pool, env, tel, workerID)
 	if err != nil {
 		return exitFailed, err
 	}
 	runner, err := batch.NewRunner(pool, batch.Config{
-		WorkerID: workerID, Jobs: registry(env), Upstream: up, Instruments: tel.instruments, Logger: tel.logger, FanOut: env.FanOut,
-		Tracer: tel.providers.Tracer.Tracer("github.com/buildrisk/radar/queue/batch"),
+		WorkerID: workerID, Jobs: app.Registry(env), Upstream: up, Instruments: tel.Instruments, Logger: tel.Logger, FanOut: env.FanOut,
+		Tracer: tel.Providers.Tracer.Tracer("github.com/buildrisk/radar/queue/batch"),
 		Fence:  presence, DBTimeout: env.DBTimeout, LeaseCheckInterval: env.HeartbeatInterval,
 		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
 			_, err := chain.EnqueueNext(ctx, tx, finished.Job, finished.Params)

@@ -266,14 +266,22 @@ type Worker struct {
 	loops    sync.WaitGroup
 }
 
-// New returns a Worker that runs requests with runner.
-func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) {
+// New returns a Worker that runs requests with a runner built from
+// runnerCfg. The runner's fence is the worker itself (Fenced, its presence
+// once started), so a fenced worker's runs stop uncommitted; runnerCfg.Fence
+// is ignored.
+func New(pool *pgxpool.Pool, runnerCfg batch.Config, cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, pool: pool, runner: runner, leading: make(chan struct{})}
-	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger, Resume: cfg.Resume, Reachability: cfg.Reachability})
+	w := &Worker{cfg: cfg, pool: pool, leading: make(chan struct{})}
+	runnerCfg.Fence = w
+	runner, err := batch.NewRunner(pool, runnerCfg)
+	if err != nil {
+		return nil, err
+	}
+	w.runner = runner
 
 	if len(cfg.Schedules) > 0 {
 		scheduler, err := NewScheduler(pool, SchedulerConfig{
@@ -322,11 +330,17 @@ func New(pool *pgxpool.Pool, runner *batch.Runner, cfg Config) (*Worker, error) 
 		return nil, fmt.Errorf("error creating river client: %w", err)
 	}
 	w.river = client
-	w.reaper.cfg.River = client // built before the client: they refer to each other
+	// The reaper cancels a dead worker's River jobs through the client; it
+	// runs only once the worker starts, so it is built last.
+	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger, Resume: cfg.Resume, Reachability: cfg.Reachability, River: client})
 	return w, nil
 }
 
-// River returns the worker's River client (schedules insert through it).
+// Runner returns the batch runner the worker runs requests with.
+func (w *Worker) Runner() *batch.Runner { return w.runner }
+
+// River returns the worker's River client, the one that works its queues
+// (its reaper cancels a dead worker's River jobs through it).
 func (w *Worker) River() *river.Client[pgx.Tx] { return w.river }
 
 // ID returns the worker id.

@@ -1,0 +1,431 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/buildrisk/radar/internal/apptest"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs"
+)
+
+// Environment of the browser test.
+const (
+	// requireChromiumEnv makes a missing Chromium fail the browser test
+	// instead of skipping it; .ci/run sets it after installing Chromium.
+	requireChromiumEnv = "BUILDRISK_REQUIRE_CHROMIUM"
+	// screenshotDirEnv is where the browser test saves its screenshots;
+	// unset, they go to a temporary directory named in the test log.
+	screenshotDirEnv = "BUILDRISK_SCREENSHOT_DIR"
+)
+
+// browserWait bounds every wait of the browser test for something to appear
+// on the page.
+const browserWait = 60 * time.Second
+
+// chromiumPath finds Debian's chromium, or skips (fails in CI) without it.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if path, err := exec.LookPath(name); err == nil {
+			return path
+		}
+	}
+	if os.Getenv(requireChromiumEnv) == "1" {
+		t.Fatalf("chromium is not installed and %s=1: apt-get install -y chromium", requireChromiumEnv)
+	}
+	t.Skipf("chromium is not installed (apt-get install -y chromium); %s=1 makes this a failure", requireChromiumEnv)
+	return ""
+}
+
+// browser is one headless Chromium tab on the console, with the console
+// messages the page wrote and a directory for screenshots.
+type browser struct {
+	t        *testing.T
+	ctx      context.Context
+	base     string
+	shotDir  string
+	shots    int
+	mu       sync.Mutex
+	messages []chromedp.ConsoleMessage
+}
+
+func newBrowser(t *testing.T, base string) *browser {
+	t.Helper()
+	path := chromiumPath(t)
+	shotDir := os.Getenv(screenshotDirEnv)
+	if shotDir == "" {
+		shotDir = t.TempDir()
+	}
+	shotDir = filepath.Join(shotDir, t.Name())
+	require.NoError(t, os.MkdirAll(shotDir, 0o755))
+	t.Logf("screenshots in %s", shotDir)
+
+	// The flags a root user in a container needs, and nothing that reaches
+	// the network on its own.
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1000),
+	)
+	ctx, cancelTab := chromedp.NewContext(allocCtx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 4*time.Minute)
+	b := &browser{t: t, ctx: ctx, base: base, shotDir: shotDir}
+
+	messages := chromedp.Console(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			b.mu.Lock()
+			b.messages = append(b.messages, m)
+			b.mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		cancelTimeout()
+		cancelTab()
+		cancelAlloc()
+		wg.Wait()
+	})
+	return b
+}
+
+// do runs actions and fails the test on an error.
+func (b *browser) Do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, actions...); err != nil {
+		b.screenshot("failed")
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval evaluates a JavaScript expression.
+func eval[T any](b *browser, expression string) T {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[T](expression))
+	require.NoError(b.t, err, expression)
+	return v
+}
+
+// waitFor evaluates a JavaScript expression until it is true, within
+// browserWait. An evaluation that fails (the page is navigating and its
+// script context is gone) is retried like a false one.
+func (b *browser) waitFor(what, expression string) {
+	b.t.Helper()
+	deadline := time.Now().Add(browserWait)
+	var lastErr error
+	for {
+		ok, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool]("Boolean("+expression+")"))
+		if err == nil && ok {
+			return
+		}
+		lastErr = err
+		if time.Now().After(deadline) || b.ctx.Err() != nil {
+			b.screenshot("failed")
+			page, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string]("document.body.innerText"))
+			b.t.Fatalf("waiting for %s (%s): still false (last error: %v)\npage text:\n%s", what, expression, lastErr, page)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// click clicks the first element matching selector from the page's own
+// script: the console redraws its tables every poll, so a node found by one
+// protocol call may be replaced before the next one.
+func (b *browser) click(selector string) {
+	b.t.Helper()
+	b.waitFor(selector, fmt.Sprintf("document.querySelector(%q) !== null", selector))
+	eval[bool](b, fmt.Sprintf("(document.querySelector(%q).click(), true)", selector))
+}
+
+// text returns the text of the first element matching selector ("" when
+// there is none).
+func (b *browser) text(selector string) string {
+	b.t.Helper()
+	return eval[string](b, fmt.Sprintf("(document.querySelector(%q) || {innerText: ''}).innerText", selector))
+}
+
+// typeInto replaces an input's value by typing, so the page sees input events.
+func (b *browser) typeInto(selector, value string) {
+	b.t.Helper()
+	eval[bool](b, fmt.Sprintf(`(document.querySelector(%q).value = "", true)`, selector))
+	b.Do("typing into "+selector, chromedp.SendKeys(chromedp.CSS(selector), value))
+}
+
+// screenshot saves the whole page as NN-name.png.
+func (b *browser) screenshot(name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	b.shots++
+	file := filepath.Join(b.shotDir, fmt.Sprintf("%02d-%s.png", b.shots, name))
+	require.NoError(b.t, os.WriteFile(file, png, 0o644))
+}
+
+// scriptErrors returns the page's uncaught exceptions, console.error calls
+// and browser log errors other than the network's (an expected 409 is logged
+// by the browser as a failed resource).
+func (b *browser) scriptErrors() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, m := range b.messages {
+		if m.IsException() || (m.Type == chromedp.ConsoleError && m.Source != "network") {
+			out = append(out, fmt.Sprintf("%s (%s:%d)", m, m.URL, m.Line))
+		}
+	}
+	return out
+}
+
+func (b *browser) Login(token string) {
+	b.t.Helper()
+	b.Do("opening the console", chromedp.Navigate(b.base+"/"))
+	b.waitFor("the login form", `location.pathname === "/login" && document.querySelector("#token") !== null`)
+	b.Do("logging in",
+		chromedp.SendKeys(chromedp.CSS("#token"), token),
+		chromedp.Submit(chromedp.CSS("#login-form")))
+	b.waitFor("the job table", `location.pathname === "/" && document.querySelector('#jobs tr[data-job="aptTrade"]') !== null`)
+}
+
+// The console in headless Chromium against the whole system: an operator
+// requests aptTrade from the form after seeing its estimate, watches it
+// complete without a reload, reads the 409 of a second request with a link
+// to the active one, stops a run (STOPPING, then STOPPED); a viewer finds no
+// action; the page is usable at phone width; no script error all along.
+func TestConsole_Browser(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_DAILY_CAP_MOLIT": "1000"}})
+	s.StartWorker()
+	b := newBrowser(t, s.API.URL)
+
+	b.Login(apptest.OperatorToken)
+	require.Equal(t, "operator", b.text("#role"))
+	// A marker that a reload would wipe out.
+	eval[bool](b, "(window.__sameDocument = true)")
+	b.screenshot("operator")
+
+	// Request aptTrade from the form: the estimate comes first.
+	b.click(`button[data-action="request"][data-job="aptTrade"]`)
+	b.waitFor("the request form", `!document.querySelector("#request-panel").hidden && document.querySelector("#field-regions") !== null`)
+	require.True(t, eval[bool](b, `document.querySelector("#submit-request").disabled`), "no request before an estimate")
+	b.typeInto("#field-regions", "11110, 11140")
+	b.typeInto("#field-from", "2025-01")
+	b.typeInto("#field-to", "2025-02")
+	b.Do("estimating", chromedp.Click(chromedp.CSS("#estimate-button")))
+	b.waitFor("the estimate", `document.querySelector("#estimated-calls") !== null`)
+	require.Equal(t, "4", b.text("#estimated-calls"))
+	require.Contains(t, b.text("#estimate-result"), "MOLIT: 1,000 of 1,000")
+	require.Equal(t, 0, s.Count("SELECT count(*) FROM job_request"), "the estimate wrote nothing")
+	require.False(t, eval[bool](b, `document.querySelector("#submit-request").disabled`))
+	b.screenshot("estimate")
+
+	// A change forgets the estimate.
+	b.typeInto("#field-to", "2025-03")
+	require.True(t, eval[bool](b, `document.querySelector("#submit-request").disabled`), "a changed form needs a new estimate")
+	b.Do("estimating again", chromedp.Click(chromedp.CSS("#estimate-button")))
+	b.waitFor("the new estimate", `(document.querySelector("#estimated-calls") || {}).innerText === "6"`)
+
+	b.Do("requesting", chromedp.Click(chromedp.CSS("#submit-request")))
+	b.waitFor("the accepted request", `document.querySelector("#estimate-result a.request-link") !== null`)
+	first := strings.TrimPrefix(b.text("#estimate-result a.request-link"), "request ")
+	b.waitFor("COMPLETED in the request table", fmt.Sprintf(`(document.querySelector("#request-%s .exec-status") || {innerText: ""}).innerText.includes("COMPLETED")`, first))
+	require.Contains(t, b.text("#request-"+first+" .progress"), "6 / 6 chunks")
+	require.Contains(t, b.text("#request-"+first+" .calls"), "6 of ~6")
+	require.Contains(t, b.text("#request-"+first), "MOLIT: 994 of 1,000")
+	require.True(t, eval[bool](b, "window.__sameDocument === true"), "progress arrived without a reload")
+	b.screenshot("completed")
+
+	// A run held at its second call: a second request gets the 409 with a
+	// link to the active request.
+	s.Gate.Arm(1)
+	b.typeInto("#field-from", "2024-01")
+	b.typeInto("#field-to", "2024-06")
+	b.Do("estimating", chromedp.Click(chromedp.CSS("#estimate-button")))
+	b.waitFor("the estimate", `(document.querySelector("#estimated-calls") || {}).innerText === "12"`)
+	b.Do("requesting", chromedp.Click(chromedp.CSS("#submit-request")))
+	b.waitFor("the accepted request", `document.querySelector("#estimate-result a.request-link") !== null`)
+	running := strings.TrimPrefix(b.text("#estimate-result a.request-link"), "request ")
+	require.NotEqual(t, first, running)
+	select {
+	case <-s.Gate.Blocked:
+	case <-time.After(browserWait):
+		t.Fatal("the run never reached its second call")
+	}
+	b.waitFor("the stop button", `document.querySelector('button[data-action="stop"][data-job="aptTrade"]') !== null`)
+	b.waitFor("the worker running it", fmt.Sprintf(`document.querySelector("#workers tbody").innerText.includes("aptTrade request %s")`, running))
+	require.False(t, eval[bool](b, `document.querySelector('[data-action="abandon"]') !== null`),
+		"no abandon button: the worker is alive, so the API would refuse")
+
+	b.typeInto("#field-to", "2024-07")
+	b.Do("estimating", chromedp.Click(chromedp.CSS("#estimate-button")))
+	b.waitFor("the estimate", `(document.querySelector("#estimated-calls") || {}).innerText === "14"`)
+	b.Do("requesting again", chromedp.Click(chromedp.CSS("#submit-request")))
+	b.waitFor("the 409 explained", `document.querySelector("#form-error").innerText.includes("Conflict")`)
+	conflict := b.text("#form-error")
+	require.Contains(t, conflict, "job aptTrade already has an active request "+running)
+	require.Contains(t, conflict, "The active one is request "+running)
+	require.Equal(t, "#request-"+running, eval[string](b, `document.querySelector("#form-error a.request-link").getAttribute("href")`))
+	b.screenshot("conflict")
+	b.click("#form-error a.request-link")
+	b.waitFor("the request's detail", fmt.Sprintf(`!document.querySelector("#request-detail").hidden && document.querySelector("#detail-id").innerText === %q`, running))
+
+	// Stop: STOPPING while the held call is in flight, STOPPED once it ends.
+	b.click(`button[data-action="stop"][data-job="aptTrade"]`)
+	b.waitFor("STOPPING", fmt.Sprintf(`(document.querySelector("#request-%s .exec-status") || {innerText: ""}).innerText.includes("STOPPING")`, running))
+	require.Contains(t, b.text("#errors"), "is STOPPING")
+	require.False(t, eval[bool](b, `document.querySelector('button[data-action="stop"]') !== null`), "no stop button for a STOPPING run (the API would answer 409)")
+	b.screenshot("stopping")
+	s.Gate.Open()
+	b.waitFor("STOPPED", fmt.Sprintf(`(document.querySelector("#request-%s .exec-status") || {innerText: ""}).innerText.includes("STOPPED")`, running))
+	require.True(t, eval[bool](b, "window.__sameDocument === true"), "still the same page")
+	b.screenshot("stopped")
+
+	// The audit trail shows the stop and the requests, by the token's name.
+	b.waitFor("the stop in the audit trail", `document.querySelector("#audit tbody").innerText.includes("stop")`)
+	require.Contains(t, b.text("#audit tbody"), "aptTrade")
+	require.Contains(t, b.text("#audit tbody"), "request "+first)
+
+	// River UI is linked for operators and opens.
+	require.Equal(t, "/riverui/", eval[string](b, `document.querySelector("#riverui-link").getAttribute("href")`))
+
+	// The viewer: everything visible, no action.
+	b.Do("logging out", chromedp.Click(chromedp.CSS("#logout")))
+	b.waitFor("the login page", `location.pathname === "/login"`)
+	b.Login(apptest.ViewerToken)
+	require.Equal(t, "viewer", b.text("#role"))
+	b.waitFor("the requests", fmt.Sprintf(`document.querySelector("#request-%s") !== null`, running))
+	require.Contains(t, b.text("#request-"+running+" .exec-status"), "STOPPED")
+	require.Equal(t, 0, eval[int](b, `document.querySelectorAll('button.action, [data-action], #request-form, #riverui-link').length`),
+		"a viewer has no action button")
+	b.screenshot("viewer")
+
+	// A phone: nothing wider than the screen but the tables' own scrolling.
+	b.Do("emulating a phone", chromedp.EmulateViewport(390, 844))
+	b.waitFor("the phone layout", "window.innerWidth === 390")
+	require.LessOrEqual(t, eval[int](b, "document.documentElement.scrollWidth"), 390, "the page fits a phone's width")
+	b.screenshot("phone")
+
+	require.Empty(t, b.scriptErrors(), "the page's console has no script error")
+}
+
+// The abandon button appears only where the API would accept it: on a
+// running execution whose worker stopped heartbeating. Pressing it abandons
+// the execution and frees the job.
+func TestConsole_BrowserAbandon(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil) // no worker: nothing reaps the dead one's run
+	_, executionID := s.InsertRunning("1@dead#a", time.Now().Add(-time.Hour))
+	_, err := s.Pool.Exec(context.Background(), `INSERT INTO risk_alert (corp_code, alert_date, rule, severity, "values", execution_id)
+		VALUES ('00126380', '2025-03-14', 'PRICE_DRAWDOWN', 'high', '{"drawdownPct": 31.5, "threshold": 30}', 1)`)
+	require.NoError(t, err)
+	b := newBrowser(t, s.API.URL)
+
+	b.Login(apptest.OperatorToken)
+	// The rules job's alerts are listed with the values that fired them.
+	b.waitFor("the alert", `document.querySelector("#alerts tbody").innerText.includes("PRICE_DRAWDOWN")`)
+	require.Equal(t, "of 2025-03-14", b.text("#alerts-date"))
+	require.Contains(t, b.text("#alerts tbody"), `"drawdownPct":31.5`)
+	button := fmt.Sprintf(`button[data-action="abandon"][data-execution="%d"]`, executionID)
+	b.waitFor("the abandon button", fmt.Sprintf("document.querySelector(%q) !== null", button))
+	require.Contains(t, b.text(`#workers tbody`), "dead")
+	b.screenshot("abandonable")
+	b.click(button)
+	b.waitFor("the abandon notice", `document.querySelector("#errors").innerText.includes("ABANDONED")`)
+	b.waitFor("the job no longer running", `document.querySelector('#job-aptTrade .running').innerText.startsWith("idle")`)
+	require.Contains(t, b.text("#job-aptTrade .last-exec"), "ABANDONED")
+	require.False(t, eval[bool](b, `document.querySelector('[data-action="abandon"]') !== null`), "nothing left to abandon")
+	require.Equal(t, "ABANDONED", s.ExecutionStatus(executionID))
+	b.screenshot("abandoned")
+	require.Empty(t, b.scriptErrors(), "the page's console has no script error")
+
+	// River UI, linked from the console, renders with the session cookie.
+	b.click("#riverui-link")
+	// Its job list loaded through its own API (no River job runs here).
+	b.waitFor("River UI", `location.pathname.startsWith("/riverui/") && document.body.innerText.includes("No jobs found")`)
+	b.screenshot("riverui")
+}
+
+// The console's Coverage section in headless Chromium: creditEval's two
+// targets without a grade for today are counted, the count opens their
+// list, and an operator's "Run only missing" opens the request form with
+// onlyMissing checked; no script error.
+func TestConsole_BrowserCoverage(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_COVERAGE_MAX_AGE": "200ms"}})
+	ctx := context.Background()
+	codes := []string{s.Fake.Companies()[0].CorpCode, s.Fake.Companies()[1].CorpCode, s.Fake.Companies()[2].CorpCode}
+	_, err := s.Pool.Exec(ctx, `INSERT INTO exposure (corp_code, outstanding_krw) SELECT unnest($1::text[]), 1000`, codes)
+	require.NoError(t, err)
+	_, err = s.Pool.Exec(ctx, `INSERT INTO credit_grade (corp_code, eval_date, grade, source, execution_id) VALUES ($1, $2, 'A', 'lookup', 1)`,
+		codes[1], s.CreditToday())
+	require.NoError(t, err)
+	b := newBrowser(t, s.API.URL)
+
+	// Yesterday: a failed run with every target graded; the day before, a
+	// missed due time.
+	s.SeedHistory(jobs.CreditEval, 1, "FAILED")
+	s.SeedMissed(jobs.CreditEval, 2)
+	tz := s.Env.Location.String()
+	_, err = s.Pool.Exec(ctx, `INSERT INTO credit_grade (corp_code, eval_date, grade, source, execution_id)
+		SELECT unnest($1::text[]), (clock_timestamp() AT TIME ZONE $2)::date - 1, 'A', 'lookup', 1`, codes, tz)
+	require.NoError(t, err)
+	var today, yesterday, before string
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT d::text, (d - 1)::text, (d - 2)::text FROM (SELECT (clock_timestamp() AT TIME ZONE $1)::date AS d) x`, tz).
+		Scan(&today, &yesterday, &before))
+
+	b.Login(apptest.OperatorToken)
+	row := `#coverage tr[data-job="creditEval"]`
+	b.waitFor("creditEval's coverage", fmt.Sprintf(`document.querySelector('%s .missing') !== null && document.querySelector('%s .missing').innerText === "2"`, row, row))
+	require.Equal(t, "3", b.text(row+" .targets"))
+	require.Equal(t, "1", b.text(row+" .current"))
+	// The strip: 14 days per job, oldest first, each titled with its
+	// date, outcome and coverage %.
+	strip := `#history tr[data-job="creditEval"] .strip .day`
+	b.waitFor("creditEval's strip", fmt.Sprintf(`document.querySelectorAll('%s').length === 14`, strip))
+	require.Equal(t, float64(len(jobs.Default().All())), eval[float64](b, `document.querySelectorAll("#history tbody tr[data-job]").length`), "a strip per job")
+	title := func(day string) string {
+		return eval[string](b, fmt.Sprintf(`document.querySelector('%s[data-day="%s"]').title`, strip, day))
+	}
+	require.Equal(t, today+": none, 33.3% (1 of 3)", title(today))
+	require.Equal(t, yesterday+": failed, 100% (3 of 3)", title(yesterday))
+	require.Equal(t, before+": missed, 0% (0 of 3)", title(before))
+	require.Equal(t, today, eval[string](b, fmt.Sprintf(`Array.from(document.querySelectorAll('%s')).at(-1).dataset.day`, strip)), "today on the right")
+	require.Equal(t, "none, no coverage", eval[string](b,
+		`document.querySelector('#history tr[data-job="corpCodeSync"] .strip .day').title.replace(/^[0-9-]+: /, "")`))
+	b.screenshot("coverage")
+	b.click(row + " .missing a")
+	b.waitFor("the missing list", `!document.querySelector("#coverage-missing").hidden`)
+	missing := b.text("#coverage-missing")
+	require.Contains(t, missing, codes[0])
+	require.Contains(t, missing, codes[2])
+	require.NotContains(t, missing, codes[1])
+	b.click(`button[data-action="only-missing"][data-job="creditEval"]`)
+	b.waitFor("the request form", `!document.querySelector("#request-panel").hidden && document.querySelector("#field-onlyMissing") !== null`)
+	require.True(t, eval[bool](b, `document.querySelector("#field-onlyMissing").checked`))
+	require.Empty(t, b.scriptErrors(), "the page's console has no script error")
+}

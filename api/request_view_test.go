@@ -1,0 +1,108 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/buildrisk/radar/internal/apptest"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/sql/pgtest"
+)
+
+// GET /v1/requests/{id} is one statement in one round trip (it was four):
+// the request, its execution and its instance's figures (committed chunks
+// and checkpoint parts, its executions and their calls) read together,
+// with the values the four reads gave; a request without an execution has
+// execution and instance null.
+func TestRequestPath_GetRequestInOneStatement(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	ctx := context.Background()
+	requestID, executionID := s.InsertRunning("1@live#a", time.Now())
+	var instanceID int64
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT instance_id FROM job_execution WHERE id = $1`, executionID).Scan(&instanceID))
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := s.Pool.Exec(ctx, sql, args...)
+		require.NoError(t, err, sql)
+	}
+	exec(`UPDATE job_execution SET chunks_total = 5, chunks_done = 2, items_written = 9, external_calls = 7 WHERE id = $1`, executionID)
+	exec(`INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, external_calls) VALUES ($1, 'aptTrade', $2, 'STOPPED', 'old', 4)`,
+		instanceID, requestID)
+	exec(`INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed) VALUES
+		($1, 'a', $2, 5, 3, 1, 1), ($1, 'b', $2, 4, 4, 0, 0)`, instanceID, executionID)
+	exec(`INSERT INTO job_checkpoint_part (instance_id, chunk, execution_id, items) VALUES ($1, 'c', $2, '{x,y}')`, instanceID, executionID)
+	var queuedID int64
+	require.NoError(t, s.Pool.QueryRow(ctx, `INSERT INTO job_request (job, params, params_hash, source) VALUES ('stockPrice', '{}', 'h', 'api') RETURNING id`).Scan(&queuedID))
+
+	// The api again, on a traced pool: its statements are counted by name.
+	tracer := &pgtest.RoundTripTracer{}
+	traced := pgtest.NewTracedPool(t, s.APIPool, tracer)
+	server, err := app.NewAPIServer(t.Context(), traced, s.Env, s.Tel)
+	require.NoError(t, err)
+	api := httptest.NewServer(server.Handler())
+	t.Cleanup(api.Close)
+	read := func(id int64) (map[string]any, []string) {
+		t.Helper()
+		do := func() map[string]any {
+			req, err := http.NewRequest(http.MethodGet, api.URL+"/v1/requests/"+strconv.FormatInt(id, 10), nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+apptest.ViewerToken)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			raw, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+			var out map[string]any
+			require.NoError(t, json.Unmarshal(raw, &out))
+			return out
+		}
+		do() // the first call caches the statement's description
+		tracer.Reset()
+		out := do()
+		var reads []string
+		for _, trip := range tracer.Log() {
+			for _, m := range regexp.MustCompile(`-- name: (Job\w+)`).FindAllStringSubmatch(trip, -1) {
+				reads = append(reads, m[1])
+			}
+		}
+		return out, reads
+	}
+
+	out, reads := read(requestID)
+	require.Equal(t, []string{"JobRequestView"}, reads, "one statement")
+	execution := out["execution"].(map[string]any)
+	require.Equal(t, fmt.Sprint(executionID), execution["id"])
+	require.Equal(t, "STARTED", execution["status"])
+	require.Equal(t, float64(2), execution["chunksDone"])
+	require.Equal(t, float64(5), execution["chunksTotal"])
+	require.Equal(t, float64(9), execution["itemsWritten"])
+	require.Equal(t, float64(7), execution["externalCalls"])
+	instance := out["instance"].(map[string]any)
+	require.Equal(t, fmt.Sprint(instanceID), instance["id"])
+	require.Equal(t, float64(2), instance["executions"])
+	require.Equal(t, float64(2), instance["chunksDone"])
+	require.Equal(t, float64(3+4+2), instance["itemsWritten"], "chunks' written plus the parts' items")
+	require.Equal(t, float64(1), instance["itemsSkipped"])
+	require.Equal(t, float64(1), instance["itemsFailed"])
+	require.Equal(t, float64(3+4+2+1+1), instance["targets"])
+	require.Equal(t, float64(7+4), instance["externalCalls"])
+
+	out, reads = read(queuedID)
+	require.Equal(t, []string{"JobRequestView"}, reads)
+	require.Equal(t, "QUEUED", out["status"])
+	require.Nil(t, out["execution"])
+	require.Nil(t, out["instance"])
+}

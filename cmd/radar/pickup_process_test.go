@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/buildrisk/radar/internal/apptest"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/worker"
+)
+
+// `radar run`'s chained request is claimed on its notification: the CLI
+// runs its own request in the foreground, and the request the run chains
+// to is inserted through the CLI's insert-only River client, whose insert
+// notifies the worker (poll at an hour here).
+func TestPickup_CLIChainedInsertIsNotified(t *testing.T) {
+	t.Parallel()
+	bin := buildRadar(t)
+	s := apptest.New(t, nil)
+	s.StartWorkerWith(s.Pool, func(wc *worker.Config, rc *batch.Config) {
+		wc.FetchPollInterval = time.Hour
+		rc.Jobs[jobs.Rules] = apptest.NoopJob{}
+	})
+	ctx := context.Background()
+	// One tracked company with no data: metrics completes, and chains.
+	_, err := s.Pool.Exec(ctx, "INSERT INTO company (corp_code, name, tracked, execution_id) VALUES ('00000001', 'pickup', true, 0)")
+	require.NoError(t, err)
+	cli := startRadar(t, bin, s.ProcessEnv(nil), "run", jobs.Metrics)
+	require.Equal(t, exitOK, cli.Wait(t, time.Minute))
+
+	var chained string
+	require.NoError(t, s.Pool.QueryRow(ctx, "SELECT id::text FROM job_request WHERE job = $1 AND source = 'chain'", jobs.Rules).Scan(&chained))
+	apptest.WaitClaimed(t, s, chained)
+}

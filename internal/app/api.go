@@ -1,0 +1,133 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"riverqueue.com/riverui"
+
+	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/queue/worker"
+)
+
+// RunAPI serves the API until SIGINT/SIGTERM. It refuses to start without
+// tokens (unless BUILDRISK_INSECURE_NO_AUTH=1) or on a schema that is behind.
+func RunAPI(ctx context.Context, env *Config) error {
+	if err := RequireDatabaseURL(env); err != nil {
+		return err
+	}
+	if !env.TokensSet && !env.InsecureNoAuth {
+		return UsageError{errors.New("BUILDRISK_API_TOKENS (or BUILDRISK_API_TOKENS_FILE) is not set: give viewer:TOKEN,operator:TOKEN, or set BUILDRISK_INSECURE_NO_AUTH=1 for a trusted network")}
+	}
+	tel, err := NewTelemetry(ctx, env, "api", "", "json")
+	if err != nil {
+		return err
+	}
+	defer tel.Shutdown()
+	pool, err := OpenAPIPool(ctx, env, env.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := CheckSchema(ctx, pool); err != nil {
+		return err
+	}
+	server, err := NewAPIServer(ctx, pool, env, tel)
+	if err != nil {
+		return err
+	}
+	shutdown, addr, err := ServeHTTP(ctx, env.HTTPAddr, otelhttp.NewHandler(server.Handler(), "http.server"), tel.Logger)
+	if err != nil {
+		return err
+	}
+	tel.Logger.Info("api listening", slog.String("addr", addr))
+	// The API reaps too: with no live worker, a dead worker's requests
+	// still read FAILED within BUILDRISK_STALE_AFTER + BUILDRISK_REAP_INTERVAL.
+	// Its reaps apply the resume policy like a worker's.
+	riverClient, err := NewInsertOnlyRiver(pool, tel)
+	if err != nil {
+		return err
+	}
+	enqueuer, err := NewEnqueuer(pool, riverClient, env, tel)
+	if err != nil {
+		return err
+	}
+	reaper := worker.NewReaper(pool, worker.ReaperConfig{
+		StaleAfter: env.StaleAfter, Instruments: tel.Instruments, Logger: tel.Logger, Reachability: tel.Reach,
+		River: enqueuer.Canceller(),
+		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
+			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
+			return err
+		},
+	})
+	var reaping sync.WaitGroup
+	reaperCtx, stopReaper := context.WithCancel(ctx)
+	reaping.Go(func() { reaper.Run(reaperCtx, env.ReapInterval) })
+	defer func() { stopReaper(); reaping.Wait() }()
+	<-ctx.Done()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return shutdown(shutdownCtx)
+}
+
+// apiRequestTimeout bounds one /v1 call's database work: two statements'
+// worth, so the server's statement_timeout fires first and names the cause.
+func apiRequestTimeout(env *Config) time.Duration { return 2 * env.APIStatementTimeout }
+
+// NewAPIServer builds the api role's server with an insert-only River client,
+// and River UI on that client (the api authenticates it; see api.Config).
+// River UI's background services and the database probe behind
+// buildrisk_database_up run until ctx is done.
+func NewAPIServer(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Telemetry) (*api.Server, error) {
+	insertOnly, err := NewInsertOnlyRiver(pool, tel)
+	if err != nil {
+		return nil, err
+	}
+	enqueuer, err := NewEnqueuer(pool, insertOnly, env, tel)
+	if err != nil {
+		return nil, err
+	}
+	riverUI, err := newRiverUI(ctx, insertOnly, tel)
+	if err != nil {
+		return nil, err
+	}
+	observeSchedules(context.Background(), pool, env, tel)
+	cover := observeCoverage(context.Background(), pool, env, tel)
+	StartDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.Instruments, tel.Reach)
+	return api.New(pool, api.Config{
+		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
+		StaleAfter: env.StaleAfter, Instruments: tel.Instruments, MetricsHandler: tel.Providers.MetricsHandler(),
+		Logger: tel.Logger, Version: Version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
+		RequestTimeout: apiRequestTimeout(env), TxSettings: APITxSettings(env),
+		DailyCaps: env.CapsByName(), Today: BudgetDay(env, pool), RiverUI: riverUI, Coverage: cover,
+	})
+}
+
+// newRiverUI returns River UI (riverqueue.com/riverui) for job-level
+// inspection, served under /riverui/. It reads River's tables through the
+// client's driver; its buttons (cancel, retry, delete) act on River jobs,
+// which is why only operators reach it.
+func newRiverUI(ctx context.Context, client *river.Client[pgx.Tx], tel *Telemetry) (*riverui.Handler, error) {
+	handler, err := riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(client, nil),
+		Logger:    tel.Logger,
+		Prefix:    "/riverui",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error creating river ui: %w", err)
+	}
+	if err := handler.Start(ctx); err != nil {
+		return nil, fmt.Errorf("error starting river ui: %w", err)
+	}
+	return handler, nil
+}

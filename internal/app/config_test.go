@@ -1,0 +1,310 @@
+package app_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/buildrisk/radar/internal/apptest"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/internal/app"
+)
+
+// Every bad value fails at start with a message naming the variable.
+func TestEnv_BadValuesNameTheVariable(t *testing.T) {
+	t.Parallel()
+	cases := map[string]string{
+		"BUILDRISK_API_TOKENS":            "admin:x",
+		"BUILDRISK_INSECURE_NO_AUTH":      "yes",
+		"BUILDRISK_HEARTBEAT_INTERVAL":    "10",
+		"BUILDRISK_STALE_AFTER":           "-1s",
+		"BUILDRISK_REAP_INTERVAL":         "soon",
+		"BUILDRISK_DRAIN_TIMEOUT":         "0s",
+		"BUILDRISK_FENCE_AFTER":           "soon",
+		"BUILDRISK_DB_STATEMENT_TIMEOUT":  "0s",
+		"BUILDRISK_FANOUT":                "0",
+		"BUILDRISK_DB_MAX_CONNS":          "0",
+		"BUILDRISK_WORKER_RETENTION":      "30s",
+		"BUILDRISK_MOLIT_URL":             "ftp://x",
+		"BUILDRISK_DB_API_ROLE":           "Radar-API",
+		"BUILDRISK_SESSION_KEY":           "too-short",
+		"BUILDRISK_DAILY_CAP_DART":        "many",
+		"BUILDRISK_RATE_MOLIT":            "0",
+		"BUILDRISK_RATE_KRX":              "-5",
+		"BUILDRISK_RATE_DART":             "fast",
+		"BUILDRISK_TIMEZONE":              "Mars/Olympus",
+		"BUILDRISK_LOG_FORMAT":            "xml",
+		"BUILDRISK_MAX_BODY_BYTES":        "1MB",
+		"BUILDRISK_API_STATEMENT_TIMEOUT": "1h",
+		"BUILDRISK_API_LOCK_TIMEOUT":      "30s",
+		"BUILDRISK_SCHEDULE_APTTRADE":     "61 * * * *",
+	}
+	for name, value := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := app.LoadEnv(func(k string) string {
+				if k == name {
+					return value
+				}
+				return ""
+			})
+			require.Error(t, err)
+			require.Contains(t, err.Error(), name)
+			require.True(t, app.IsUsage(err))
+		})
+	}
+	_, err := app.LoadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_HEARTBEAT_INTERVAL": "1m", "BUILDRISK_STALE_AFTER": "30s"}[k]
+	})
+	require.ErrorContains(t, err, "BUILDRISK_STALE_AFTER")
+}
+
+func TestEnv_Defaults(t *testing.T) {
+	t.Parallel()
+	env, err := app.LoadEnv(func(string) string { return "" })
+	require.NoError(t, err)
+	require.Equal(t, ":8080", env.HTTPAddr)
+	require.Equal(t, ":9090", env.AdminAddr)
+	require.Equal(t, 10*time.Second, env.HeartbeatInterval)
+	require.Equal(t, 60*time.Second, env.StaleAfter)
+	require.Equal(t, 30*time.Second, env.ReapInterval)
+	require.Equal(t, 45*time.Second, env.DrainTimeout)
+	require.Equal(t, 30*time.Second, env.FenceAfter, "half of BUILDRISK_STALE_AFTER")
+	require.Equal(t, 5*time.Second, env.DBTimeout)
+	require.Equal(t, 5, env.FanOut)
+	require.Equal(t, "Asia/Seoul", env.Location.String())
+	require.Equal(t, 20000, env.DailyCaps["DART"])
+	require.Equal(t, 10000, env.DailyCaps["MOLIT"])
+	require.Equal(t, 10000, env.DailyCaps["KRX"])
+	require.Equal(t, 50000, env.DailyCaps["CREDIT"])
+	require.Empty(t, env.Rates, "no rate limit by default")
+	require.Empty(t, env.UpstreamURLs)
+	require.Error(t, app.RequireDatabaseURL(env))
+
+	env, err = app.LoadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_UPSTREAM_URL": "http://fake:8090/", "BUILDRISK_DART_URL": "https://dart.example", "BUILDRISK_INSECURE_HTTP_UPSTREAM": "1"}[k]
+	})
+	require.NoError(t, err)
+	require.Equal(t, "http://fake:8090", string(env.UpstreamURLs["MOLIT"]))
+	require.Equal(t, "https://dart.example", env.UpstreamURLs["DART"], "the per-provider URL wins")
+	require.True(t, env.InsecureHTTPUpstream)
+}
+
+// Provider URLs are https unless BUILDRISK_INSECURE_HTTP_UPSTREAM=1 (a fake
+// upstream): a key never travels in clear by accident.
+func TestEnv_ProviderURLsRequireHTTPS(t *testing.T) {
+	t.Parallel()
+	_, err := app.LoadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_MOLIT_URL": "http://molit.example"}[k]
+	})
+	require.ErrorContains(t, err, "BUILDRISK_MOLIT_URL")
+	require.ErrorContains(t, err, "BUILDRISK_INSECURE_HTTP_UPSTREAM=1")
+	env, err := app.LoadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_UPSTREAM_URL": "https://gw.example"}[k]
+	})
+	require.NoError(t, err)
+	require.False(t, env.InsecureHTTPUpstream)
+	_, err = app.LoadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_INSECURE_HTTP_UPSTREAM": "yes"}[k]
+	})
+	require.ErrorContains(t, err, "BUILDRISK_INSECURE_HTTP_UPSTREAM")
+}
+
+// Pool sizes follow the concurrency unless BUILDRISK_DB_MAX_CONNS says.
+func TestEnv_ConnectionBudgets(t *testing.T) {
+	t.Parallel()
+	env, err := app.LoadEnv(func(string) string { return "" })
+	require.NoError(t, err)
+	require.Equal(t, int32(2*10+6), env.WorkerMaxConns(), "two per concurrent job, plus River's and the loops'")
+	require.GreaterOrEqual(t, env.APIMaxConns(), int32(8))
+
+	env, err = app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_WORKER_CONCURRENCY": "3"}[k] })
+	require.NoError(t, err)
+	require.Equal(t, int32(2*3+6), env.WorkerMaxConns())
+
+	env, err = app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_DB_MAX_CONNS": "40"}[k] })
+	require.NoError(t, err)
+	require.Equal(t, int32(40), env.WorkerMaxConns())
+	require.Equal(t, int32(40), env.APIMaxConns())
+}
+
+// The fencing inequality: BUILDRISK_FENCE_AFTER + BUILDRISK_HEARTBEAT_INTERVAL
+// + BUILDRISK_DB_STATEMENT_TIMEOUT < BUILDRISK_STALE_AFTER, or a worker cut
+// off from the database could still be working when another takes over.
+// Settings that break it are refused naming every variable; the defaults
+// derived from a short stale window keep it.
+func TestEnv_FencingInequality(t *testing.T) {
+	t.Parallel()
+	load := func(vars map[string]string) (*app.Config, error) {
+		return app.LoadEnv(func(k string) string { return vars[k] })
+	}
+	for name, vars := range map[string]map[string]string{
+		// A derived value adapts to the ones set (see
+		// TestEnv_DerivedDefaultsKeepFencing): only set values are refused.
+		"FenceTooLate":       {"BUILDRISK_FENCE_AFTER": "50s"}, // leaves no room for any timeout
+		"StatementTooLong":   {"BUILDRISK_DB_STATEMENT_TIMEOUT": "25s", "BUILDRISK_FENCE_AFTER": "30s"},
+		"HeartbeatTooSparse": {"BUILDRISK_HEARTBEAT_INTERVAL": "25s", "BUILDRISK_FENCE_AFTER": "30s", "BUILDRISK_DB_STATEMENT_TIMEOUT": "5s"},
+		"ExactlyEqual":       {"BUILDRISK_FENCE_AFTER": "45s", "BUILDRISK_DB_STATEMENT_TIMEOUT": "5s"}, // 45 + 10 + 5 = 60: not less
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := load(vars)
+			require.Error(t, err)
+			require.True(t, app.IsUsage(err))
+			for _, v := range []string{"BUILDRISK_FENCE_AFTER", "BUILDRISK_HEARTBEAT_INTERVAL", "BUILDRISK_DB_STATEMENT_TIMEOUT", "BUILDRISK_STALE_AFTER"} {
+				require.Contains(t, err.Error(), v)
+			}
+		})
+	}
+	env, err := load(map[string]string{"BUILDRISK_FENCE_AFTER": "44s"})
+	require.NoError(t, err, "44 + 10 + 5 < 60")
+	require.Equal(t, 44*time.Second, env.FenceAfter)
+	env, err = load(map[string]string{"BUILDRISK_HEARTBEAT_INTERVAL": "200ms", "BUILDRISK_STALE_AFTER": "2s"})
+	require.NoError(t, err)
+	require.Equal(t, time.Second, env.FenceAfter)
+	require.Equal(t, 500*time.Millisecond, env.DBTimeout)
+}
+
+// The derived defaults of BUILDRISK_FENCE_AFTER and
+// BUILDRISK_DB_STATEMENT_TIMEOUT keep the fencing inequality for every stale
+// window and heartbeat interval the service accepts, also when one of the two
+// is set and the other derived: a start is never refused for a value the
+// operator did not choose.
+func TestEnv_DerivedDefaultsKeepFencing(t *testing.T) {
+	t.Parallel()
+	stales := []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 5 * time.Second,
+		7 * time.Second, 10 * time.Second, 15 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute, 10 * time.Minute}
+	heartbeats := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond,
+		time.Second, 2 * time.Second, 3 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second, 30 * time.Second, 50 * time.Second}
+	checked := 0
+	for _, stale := range stales {
+		for _, hb := range heartbeats {
+			if hb*10 < stale/10 || hb >= stale*9/10 {
+				continue // far outside any sane pairing, or too close to the window for any work
+			}
+			for _, explicit := range []string{"", "BUILDRISK_FENCE_AFTER", "BUILDRISK_DB_STATEMENT_TIMEOUT"} {
+				vars := map[string]string{"BUILDRISK_STALE_AFTER": stale.String(), "BUILDRISK_HEARTBEAT_INTERVAL": hb.String()}
+				switch explicit {
+				case "BUILDRISK_FENCE_AFTER":
+					vars[explicit] = ((stale - hb) / 2).String()
+				case "BUILDRISK_DB_STATEMENT_TIMEOUT":
+					vars[explicit] = ((stale - hb) / 4).String()
+				}
+				env, err := app.LoadEnv(func(k string) string { return vars[k] })
+				require.NoError(t, err, "stale %s heartbeat %s explicit %q", stale, hb, explicit)
+				require.Positive(t, env.FenceAfter)
+				require.GreaterOrEqual(t, env.DBTimeout, time.Millisecond, "statement_timeout is set in whole milliseconds")
+				require.Less(t, env.FenceAfter+env.HeartbeatInterval+env.DBTimeout, env.StaleAfter)
+				checked++
+			}
+		}
+	}
+	require.Greater(t, checked, 100)
+	// The case of the report, and the defaults unchanged where they fitted.
+	env, err := app.LoadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_STALE_AFTER": "4s", "BUILDRISK_HEARTBEAT_INTERVAL": "1s"}[k]
+	})
+	require.NoError(t, err)
+	require.Equal(t, time.Second, env.DBTimeout)
+	require.Equal(t, 1500*time.Millisecond, env.FenceAfter)
+	env, err = app.LoadEnv(func(string) string { return "" })
+	require.NoError(t, err)
+	require.Equal(t, 30*time.Second, env.FenceAfter)
+	require.Equal(t, 5*time.Second, env.DBTimeout)
+}
+
+// A token shorter than 32 characters is refused at start, without quoting
+// it; role:name:token entries name their tokens.
+func TestEnv_TokensStrengthAndNames(t *testing.T) {
+	t.Parallel()
+	for _, tokens := range []string{"operator:short-secret", "operator:" + apptest.OpNew + ",viewer:alice:short-secret"} {
+		_, err := app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_API_TOKENS": tokens}[k] })
+		require.ErrorContains(t, err, "BUILDRISK_API_TOKENS")
+		require.ErrorContains(t, err, "at least 32 characters")
+		require.NotContains(t, err.Error(), "short-secret")
+	}
+	env, err := app.LoadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_API_TOKENS": "operator:alice:" + apptest.OpNew + ",viewer:" + apptest.ViewerToken}[k]
+	})
+	require.NoError(t, err)
+	require.Equal(t, "alice", env.TokenNames[apptest.OpNew])
+	require.Regexp(t, `^fp-[0-9a-f]{8}$`, env.TokenNames[apptest.ViewerToken])
+
+	// The session key: one, or new,old while rotating; each of 32 or more.
+	for value, ok := range map[string]bool{apptest.OpNew: true, apptest.OpNew + "," + apptest.OpOld: true, apptest.OpNew + ",short": false, "short": false} {
+		_, err := app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_SESSION_KEY": value}[k] })
+		if ok {
+			require.NoError(t, err, value)
+		} else {
+			require.ErrorContains(t, err, "BUILDRISK_SESSION_KEY", value)
+			require.NotContains(t, err.Error(), apptest.OpNew, "the error never quotes a key")
+		}
+	}
+}
+
+// A request records the name of the token that made it, by bearer token
+// or through a console session; a token without a name, its fingerprint.
+func TestEnv_RequestRecordsTheTokenName(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_API_TOKENS": "operator:alice:" + apptest.OpNew + ",operator:" + apptest.OpOld + ",viewer:" + apptest.ViewerToken}})
+	requestedBy := func(id string) string {
+		var by string
+		require.NoError(t, s.Pool.QueryRow(t.Context(), "SELECT requested_by FROM job_request WHERE id = $1", id).Scan(&by))
+		return by
+	}
+	status, out := s.Do(http.MethodPost, "/v1/jobs/aptTrade/requests", apptest.OpNew, apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	require.Equal(t, "alice", requestedBy(out["requestId"].(string)))
+	status, out = s.Do(http.MethodPost, "/v1/jobs/stockPrice/requests", apptest.OpOld, `{"params":{"date":"2025-03-14"}}`)
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	require.Regexp(t, `^fp-[0-9a-f]{8}$`, requestedBy(out["requestId"].(string)))
+
+	c := apptest.NewConsoleClient(t, s.API)
+	c.Login(apptest.OpNew)
+	c.Page()
+	resp, body := c.Send(http.MethodPost, "/v1/jobs/corpCodeSync/requests", "application/json", `{"params":{}}`,
+		map[string]string{"X-CSRF-Token": c.CSRF, "Sec-Fetch-Site": "same-origin"})
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, body)
+	var created map[string]any
+	require.NoError(t, json.Unmarshal([]byte(body), &created))
+	require.Equal(t, "alice", requestedBy(created["requestId"].(string)), "the session carries the token's name")
+}
+
+// Tokens from a mounted secret file, several per role; the file and the
+// variable together are refused, as is a missing file.
+func TestEnv_TokensFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(path, []byte("operator:"+apptest.OpNew+"\noperator:"+apptest.OpOld+"\nviewer:"+apptest.ViewerToken+"\n"), 0o600))
+	env, err := app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_API_TOKENS_FILE": path}[k] })
+	require.NoError(t, err)
+	require.True(t, env.TokensSet)
+	require.Equal(t, map[string]api.Role{apptest.OpNew: api.RoleOperator, apptest.OpOld: api.RoleOperator, apptest.ViewerToken: api.RoleViewer}, env.Tokens)
+
+	_, err = app.LoadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_API_TOKENS_FILE": path, "BUILDRISK_API_TOKENS": "operator:" + apptest.OpNew}[k]
+	})
+	require.ErrorContains(t, err, "BUILDRISK_API_TOKENS_FILE")
+	_, err = app.LoadEnv(func(k string) string {
+		return map[string]string{"BUILDRISK_API_TOKENS_FILE": path + ".missing"}[k]
+	})
+	require.ErrorContains(t, err, "BUILDRISK_API_TOKENS_FILE")
+}
+
+// Both tokens of a role work during a rotation.
+func TestEnv_RotationBothTokensWork(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_API_TOKENS": "operator:" + apptest.OpNew + ",operator:" + apptest.OpOld + ",viewer:" + apptest.ViewerToken}})
+	for _, token := range []string{apptest.OpNew, apptest.OpOld} {
+		status, out := s.Do(http.MethodPost, "/v1/jobs/aptTrade/stop", token, "")
+		require.Equal(t, http.StatusConflict, status, "%s is an operator token: %v", token, out)
+	}
+	status, _ := s.Do(http.MethodPost, "/v1/jobs/aptTrade/stop", "op-gone-0123456789abcdef0123456789", "")
+	require.Equal(t, http.StatusUnauthorized, status)
+}

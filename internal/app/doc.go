@@ -1,0 +1,12 @@
+// Package app is radar's composition root: from a Config (the environment,
+// read and validated by LoadEnv) it builds the pieces every role runs — the
+// pools and their session limits, the telemetry, River's clients, the
+// enqueuer, the worker and its runner, the api server and the HTTP servers —
+// and runs the api and worker roles. cmd/radar only parses flags and the
+// environment and picks a role; tests build the same system through
+// internal/apptest.
+package app
+
+// Version is the running build's version, reported by telemetry, the worker
+// registry and the api. cmd/radar sets it from its own -ldflags value.
+var Version = "dev"

@@ -1,0 +1,63 @@
+package app_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/buildrisk/radar/internal/apptest"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/internal/app"
+)
+
+// A worker's heartbeats have their own pool: with every connection of the
+// main pool held by chunk work, the worker still beats and stays alive.
+func TestWorker_HeartbeatNeverWaitsBehindChunkWork(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	ctx := context.Background()
+	mainCfg, err := pgxpool.ParseConfig(s.DBURL)
+	require.NoError(t, err)
+	mainCfg.MaxConns = 2
+	mainPool, err := pgxpool.NewWithConfig(ctx, mainCfg)
+	require.NoError(t, err)
+	t.Cleanup(mainPool.Close)
+	heartbeatPool, err := app.OpenHeartbeatPool(ctx, s.DBURL, app.HeartbeatPoolConns, s.Env.DBTimeout, false, app.SessionLimits{})
+	require.NoError(t, err)
+	t.Cleanup(heartbeatPool.Close)
+
+	w, _ := s.StartWorkerWith(mainPool, app.WithHeartbeatPool(heartbeatPool))
+	var before time.Time
+	require.NoError(t, s.Pool.QueryRow(ctx, "SELECT heartbeat_at FROM worker WHERE id = $1", w.ID()).Scan(&before))
+
+	// Chunk work holds every connection of the main pool.
+	held := make([]*pgxpool.Conn, 0, mainCfg.MaxConns)
+	for range mainCfg.MaxConns {
+		conn, err := mainPool.Acquire(ctx)
+		require.NoError(t, err)
+		held = append(held, conn)
+	}
+	defer func() {
+		for _, c := range held {
+			c.Release()
+		}
+	}()
+
+	// Heartbeats are every 200 ms here; two more must land within the deadline.
+	deadline := time.Now().Add(10 * time.Second)
+	for beats := 0; beats < 2; {
+		var at time.Time
+		require.NoError(t, s.Pool.QueryRow(ctx, "SELECT heartbeat_at FROM worker WHERE id = $1", w.ID()).Scan(&at))
+		if at.After(before) {
+			beats++
+			before = at
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no heartbeat while the main pool was exhausted (last %s)", before)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,94 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/coverage"
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/worker"
+)
+
+// scheduleInfo tells the API a job's schedule and its next due time.
+func scheduleInfo(env *Config) func(job string) (string, *time.Time) {
+	byJob := map[string]worker.Schedule{}
+	for _, s := range env.Schedules {
+		byJob[s.Job] = s
+	}
+	return func(job string) (string, *time.Time) {
+		s, ok := byJob[job]
+		if !ok {
+			return "", nil
+		}
+		next := s.Next.Next(env.TimeNow()).In(env.Location)
+		return s.Spec, &next
+	}
+}
+
+// observeSchedules exports, from any process, each scheduled job's period
+// and every job's freshness read from the database, so that the api and
+// every worker serve the same values.
+func observeSchedules(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Telemetry) {
+	for _, s := range env.Schedules {
+		tel.Instruments.SchedulePeriodSet(ctx, s.Job, s.Period)
+	}
+	q := queries.New()
+	tel.Instruments.SetJobFreshnessSource(func(ctx context.Context) (map[string]time.Time, error) {
+		rows, err := q.JobFreshnessByJob(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]time.Time, len(rows))
+		for _, r := range rows {
+			out[r.Job] = r.Since
+		}
+		return out, nil
+	})
+}
+
+// observeCoverage exports, from any process, every job's coverage counted
+// from the database (jobs/coverage, cached for BUILDRISK_COVERAGE_MAX_AGE),
+// and returns the reader, which the api also serves as GET /v1/coverage.
+func observeCoverage(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Telemetry) *coverage.Reader {
+	r := coverage.New(pool, coverage.Config{
+		Catalog: jobs.Default(), Location: env.Location, MaxAge: env.CoverageMaxAge, Now: env.TimeNow,
+		OnError: func(ctx context.Context, job string, err error) {
+			tel.Instruments.CoverageCheckFailed(ctx, job)
+			tel.Logger.WarnContext(ctx, "coverage count failed", slog.String("job", job), slog.String("error", err.Error()))
+		},
+	})
+	tel.Instruments.InitCoverageSeries(ctx, r.Jobs())
+	tel.Instruments.SetCoverageSource(func(ctx context.Context) ([]observability.CoverageSample, error) {
+		snap, err := r.Snapshot(ctx)
+		out := make([]observability.CoverageSample, len(snap))
+		for i, c := range snap {
+			y, m, d := c.DataDate.Date()
+			out[i] = observability.CoverageSample{
+				Job: c.Job, Targets: c.Targets, Missing: c.Missing(), AsOf: c.AsOf,
+				DataDateStart: time.Date(y, m, d, 0, 0, 0, 0, env.Location),
+			}
+		}
+		return out, err
+	})
+	return r
+}
+
+// fanOutJobs are the jobs whose chunks fan out over BUILDRISK_FANOUT slots
+// (batch.FanOut).
+var fanOutJobs = []string{jobs.CreditEval, jobs.StockPrice}
+
+// observeFanOut exports buildrisk_fanout_capacity (BUILDRISK_FANOUT) and
+// buildrisk_fanout_inflight (0) for every fan-out job from the worker's
+// start, so a rule or a dashboard reading them sees a series before the
+// first fan-out job ran.
+func observeFanOut(ctx context.Context, env *Config, tel *Telemetry) {
+	for _, job := range fanOutJobs {
+		tel.Instruments.FanoutCapacitySet(ctx, job, int64(env.FanOut))
+		tel.Instruments.FanoutInflightAdd(ctx, job, 0)
+	}
+}

@@ -1,0 +1,133 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/buildrisk/radar/internal/apptest"
+
+	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/buildrisk/radar/exposure"
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/corpcode"
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
+)
+
+// Provider keys never leave the worker: every provider job runs through
+// 500s, 429s with retries and timeouts, and no exported span, log line,
+// stored row, metric or API answer holds any key, in any encoding.
+func TestRedaction_ProviderKeysNeverLeave(t *testing.T) {
+	t.Parallel()
+	keys := map[string]string{
+		"BUILDRISK_KEY_MOLIT":  "molitKey+Secret/7f3a==",
+		"BUILDRISK_KEY_DART":   "dartKeySecret9b21c4",
+		"BUILDRISK_KEY_KRX":    "krx%Secret&5d60",
+		"BUILDRISK_KEY_CREDIT": "creditKeySecret0e88",
+	}
+	logs := &apptest.SyncBuffer{}
+	s := apptest.New(t, &apptest.Opts{Env: keys, Fake: fakeupstream.Config{Companies: 120}, Logs: logs})
+	dir := t.TempDir()
+	tune := func(_ *worker.Config, rc *batch.Config) { rc.Jobs[jobs.CorpCodeSync] = corpcode.Job{Dir: dir} }
+	first, _ := s.StartWorkerWith(s.Pool, tune)
+	s.RunJob(jobs.CorpCodeSync, `{}`)
+	_, err := exposure.Seed(context.Background(), s.Pool, s.Fake.Companies())
+	require.NoError(t, err)
+
+	// Errors and 429s (Retry-After) on every endpoint: calls are retried and
+	// some runs fail with the provider's errors in their messages.
+	s.Fake.SetConfig(fakeupstream.Config{Companies: 120, ErrorRate: 0.3, Rate429: 0.1})
+	bodies := map[string]string{
+		jobs.FilingParse:  `{"params":{"from":"2025-01-01","to":"2025-01-31"}}`,
+		jobs.StockPrice:   `{"params":{"date":"2025-03-14"}}`,
+		jobs.AptTrade:     apptest.AptTradeBody([]string{"11110", "11140"}, "2025-01", "2025-03"),
+		jobs.CreditEval:   `{"params":{}}`,
+		jobs.CorpCodeSync: `{}`,
+	}
+	var ids []string
+	for _, job := range []string{jobs.FilingParse, jobs.StockPrice, jobs.AptTrade, jobs.CreditEval, jobs.CorpCodeSync} {
+		id := s.RequestJob(job, bodies[job])["requestId"].(string)
+		s.WaitRequest(id, "DONE", "FAILED")
+		ids = append(ids, id)
+	}
+	require.Positive(t, s.Metric(observability.MetricExternalCalls, map[string]string{"outcome": observability.CallError}))
+	require.Positive(t, s.Metric("buildrisk_fanout_rejections_total", map[string]string{"reason": observability.ReasonProvider429}))
+
+	// Timeouts: a worker whose provider calls time out.
+	require.NoError(t, first.Drain(context.Background()))
+	s.Fake.SetConfig(fakeupstream.Config{Companies: 120, Latency: 2 * time.Second})
+	s.Env.ProviderTimeout = 20 * time.Millisecond
+	s.StartWorkerWith(s.Pool, tune)
+	for _, job := range []string{jobs.AptTrade, jobs.CorpCodeSync} {
+		body := bodies[job]
+		if job == jobs.AptTrade {
+			body = apptest.AptTradeBody([]string{"11215"}, "2025-01", "2025-01")
+		}
+		id := s.RequestJob(job, body)["requestId"].(string)
+		done := s.WaitRequest(id, "FAILED")
+		require.Regexp(t, `Client.Timeout|deadline exceeded`, fmt.Sprint(done), "the run failed on the timeout")
+		ids = append(ids, id)
+	}
+
+	// Everything that could quote a URL.
+	var seen strings.Builder
+	for _, span := range s.Spans.Ended() {
+		writeSpan(&seen, span)
+	}
+	require.NotZero(t, seen.Len())
+	require.Contains(t, seen.String(), "url.full", "provider calls were traced")
+	seen.WriteString(logs.String())
+	for _, table := range []string{"job_request", "job_execution", "job_checkpoint", "job_instance", "river_job", "worker", "corp_code_download"} {
+		var rows string
+		require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(t::text, E'\n'), '') FROM `+table+` t`).Scan(&rows))
+		seen.WriteString(rows)
+	}
+	for _, path := range append([]string{"/v1/jobs", "/v1/workers", "/v1/requests?limit=500", "/metrics"}, prefixed("/v1/requests/", ids)...) {
+		seen.WriteString(s.Raw(path))
+	}
+	text := seen.String()
+	require.Contains(t, text, "after 3 attempts", "provider errors were recorded")
+	for name, key := range keys {
+		for _, form := range []string{key, url.QueryEscape(key), url.PathEscape(key)} {
+			if i := strings.Index(text, form); i >= 0 {
+				t.Fatalf("%s leaked: ...%s...", name, text[max(i-200, 0):min(i+len(form)+20, len(text))])
+			}
+		}
+	}
+}
+
+func prefixed(prefix string, ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = prefix + id
+	}
+	return out
+}
+
+// writeSpan writes everything a span exporter would send.
+func writeSpan(w io.Writer, span sdktrace.ReadOnlySpan) {
+	fmt.Fprintln(w, span.Name(), span.Status().Description)
+	for _, a := range span.Attributes() {
+		fmt.Fprintln(w, a.Key, a.Value.String())
+	}
+	for _, e := range span.Events() {
+		fmt.Fprintln(w, e.Name)
+		for _, a := range e.Attributes {
+			fmt.Fprintln(w, a.Key, a.Value.String())
+		}
+	}
+	for _, l := range span.Links() {
+		for _, a := range l.Attributes {
+			fmt.Fprintln(w, a.Key, a.Value.String())
+		}
+	}
+}

@@ -1,0 +1,54 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/upstream"
+)
+
+// Telemetry is one process's providers, instruments and logger.
+type Telemetry struct {
+	Providers   *observability.Providers
+	Instruments *observability.Instruments
+	Logger      *slog.Logger
+	// Reach is the process's link to the database as its heartbeats (a
+	// worker) or its probe (the api) see it; every reaper of the process
+	// waits on it after a cut. Nil: each reaper keeps its own.
+	Reach *worker.Reachability
+}
+
+// NewTelemetry starts the providers, instruments and logger of a process
+// in role (api, worker, cli, dev), and makes them the process's globals.
+func NewTelemetry(ctx context.Context, env *Config, role, workerID, defaultFormat string) (*Telemetry, error) {
+	providers, err := observability.NewProviders(ctx, observability.Config{ServiceVersion: Version, Role: role, WorkerID: workerID})
+	if err != nil {
+		return nil, fmt.Errorf("error starting telemetry: %w", err)
+	}
+	providers.SetGlobal()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	if err != nil {
+		return nil, fmt.Errorf("error creating instruments: %w", err)
+	}
+	providerNames := make([]string, len(upstream.Providers))
+	for i, p := range upstream.Providers {
+		providerNames[i] = string(p)
+	}
+	instruments.InitSeries(ctx, jobs.Default().Names(), providerNames)
+	logger := observability.NewLogger(os.Stderr, orDefault(env.LogFormat, defaultFormat), slog.LevelInfo).With(slog.String("role", role))
+	slog.SetDefault(logger)
+	return &Telemetry{Providers: providers, Instruments: instruments, Logger: logger, Reach: worker.NewReachability()}, nil
+}
+
+// Shutdown flushes telemetry; it runs last, after drain.
+func (t *Telemetry) Shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = t.Providers.Shutdown(ctx)
+}

@@ -1,0 +1,99 @@
+package worker_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/buildrisk/radar/internal/apptest"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/upstream/fakeupstream"
+)
+
+// An operator's stop and a daily-cap stop stay stopped: the stop and its
+// resume would commit in one transaction, so no resume the moment the stop
+// is visible means none ever.
+func TestAutoResume_DecisionsStayStopped(t *testing.T) {
+	t.Parallel()
+	t.Run("operator stop", func(t *testing.T) {
+		t.Parallel()
+		s := apptest.New(t, &apptest.Opts{Env: apptest.AutoResumeEnv, Fake: fakeupstream.Config{Latency: 20 * time.Millisecond}})
+		s.StartWorker()
+		id := s.RequestAptTrade(apptest.AptTradeBody(apptest.SixRegions, "2025-01", "2025-12"))
+		s.WaitChunksDone(id, 2)
+		status, out := s.Post("/v1/jobs/aptTrade/stop", "")
+		require.Equal(t, http.StatusAccepted, status, "%v", out)
+		stopped := s.WaitRequest(id, "DONE", "FAILED")
+		exec := apptest.Execution(t, stopped)
+		require.Equal(t, "STOPPED", exec["status"])
+		require.Equal(t, batch.MessageStopRequested, exec["exitMessage"])
+		require.Empty(t, s.ResumeOf(exec["id"].(string)), "an operator's stop is never resumed")
+		require.Equal(t, "operator", s.StopCause(exec["id"].(string)))
+	})
+	t.Run("daily cap", func(t *testing.T) {
+		t.Parallel()
+		s := apptest.New(t, &apptest.Opts{Env: apptest.AutoResumeEnv})
+		// The API plans against a whole day's cap; the worker's cap is 10
+		// calls, as if the day's budget were nearly spent.
+		s.Env.DailyCaps["MOLIT"] = 10
+		s.StartWorker()
+		id := s.RequestAptTrade(apptest.AptTradeBody(apptest.SixRegions, "2025-01", "2025-12"))
+		stopped := s.WaitRequest(id, "DONE", "FAILED")
+		exec := apptest.Execution(t, stopped)
+		require.Equal(t, "STOPPED", exec["status"])
+		require.Contains(t, exec["exitMessage"], "daily cap")
+		require.Empty(t, s.ResumeOf(exec["id"].(string)), "a cap stop is never resumed")
+		require.Equal(t, "cap", s.StopCause(exec["id"].(string)))
+	})
+}
+
+// A resume is due while no River client anywhere is (or can become) the
+// leader: its River job is inserted available and snoozed by the worker
+// until the request's not_before, so it starts on time. Before, it was a
+// scheduled River job that only the leader's scheduler makes available,
+// and it never started.
+func TestAutoResume_StartsWithoutALeader(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, &apptest.Opts{Env: map[string]string{
+		"BUILDRISK_AUTO_RESUME": "drain", "BUILDRISK_AUTO_RESUME_BACKOFF": "2s",
+	}})
+	noLeader := func(c *worker.Config, _ *batch.Config) { c.LeaderElectionDisabled = true }
+	a, _ := s.StartWorkerWith(s.Pool, noLeader)
+	s.Gate.Arm(2) // chunks 1-2 commit; chunk 3's call is held
+	id := s.RequestAptTrade(apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
+	apptest.Within(t, time.Minute, s.Gate.Blocked, "the third provider call")
+
+	drained := make(chan error, 1)
+	go func() { drained <- a.Drain(context.Background()) }()
+	apptest.WaitUntil(t, time.Minute, "worker A to drain", func() bool {
+		return s.Count(`SELECT count(*) FROM worker WHERE id = $1 AND status = 'draining'`, a.ID()) == 1
+	})
+	s.Gate.Open()
+	select {
+	case err := <-drained:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("worker A did not drain within a minute")
+	}
+	stopped := s.WaitRequest(id, "DONE", "FAILED")
+	stoppedExec := apptest.Execution(t, stopped)
+	require.Equal(t, "STOPPED", stoppedExec["status"], "%v", stopped)
+	resumeID := s.ResumeOf(stoppedExec["id"].(string))
+	require.NotEmpty(t, resumeID, "a drained run resumes by itself")
+
+	s.StartWorkerWith(s.Pool, noLeader)
+	done := s.WaitRequest(resumeID, "DONE", "FAILED")
+	require.Equal(t, "COMPLETED", apptest.Execution(t, done)["status"], "%v", done)
+	var delay float64
+	require.NoError(t, s.Pool.QueryRow(context.Background(),
+		`SELECT extract(epoch FROM claimed_at - not_before)::float8 FROM job_request WHERE id = $1::bigint`, resumeID).Scan(&delay))
+	t.Logf("resume started %.2f s after it was due, with no River leader", delay)
+	require.GreaterOrEqual(t, delay, 0.0, "never before its backoff")
+	require.Less(t, delay, 10.0, "within 10 s of being due")
+	apptest.RequireEachKeyOnce(t, s, 6)
+}
