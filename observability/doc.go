@@ -23,7 +23,9 @@
 //
 // # What this package must not do
 //
-// It is a leaf: it imports no package of this module, reads no BUILDRISK_*
-// variable (only the standard OTEL_* ones, through the OTel SDK), and never
-// pushes telemetry anywhere unless OTLP export is configured explicitly.
+// It is a leaf but for the vocabulary (radartype, whose values its
+// enumerated attributes take): it imports no other package of this module,
+// reads no BUILDRISK_* variable (only the standard OTEL_* ones, through the
+// OTel SDK), and never pushes telemetry anywhere unless OTLP export is
+// configured explicitly.
 package observability

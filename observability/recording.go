@@ -6,6 +6,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/buildrisk/radar/radartype"
 )
 
 // This file holds the recording methods of the counters and histograms:
@@ -24,16 +26,16 @@ func (i *Instruments) InitSeries(ctx context.Context, jobs, providers []string) 
 		for _, reason := range fanoutReasons {
 			i.fanoutRejections.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrReason.String(reason)))
 		}
-		for _, source := range []string{SourceAPI, SourceChain, SourceCLI, SourceResume, SourceSchedule} {
+		for _, source := range radartype.RequestSources() {
 			for _, result := range []string{ResultAccepted, ResultDuplicate, ResultInvalid} {
-				i.requests.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrSource.String(source), attrResult.String(result)))
+				i.requests.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrSource.String(string(source)), attrResult.String(result)))
 			}
 		}
-		for _, status := range []string{StatusAbandoned, StatusCompleted, StatusFailed, StatusStopped} {
-			i.executions.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrStatus.String(status)))
+		for _, status := range radartype.FinalExecutionStatuses() {
+			i.executions.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrStatus.String(string(status))))
 		}
 		for _, cause := range stopCauses {
-			i.executionsStopped.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrCause.String(cause)))
+			i.executionsStopped.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrCause.String(string(cause))))
 		}
 		for _, outcome := range []string{OutcomeFailed, OutcomeSkipped, OutcomeUnaccounted, OutcomeWritten} {
 			i.items.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrOutcome.String(outcome)))
@@ -43,8 +45,8 @@ func (i *Instruments) InitSeries(ctx context.Context, jobs, providers []string) 
 			i.requestsFailed.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrReason.String(reason)))
 		}
 		for _, cause := range autoResumeCauses {
-			i.autoResumes.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrCause.String(cause)))
-			i.autoResumesRefused.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrCause.String(cause)))
+			i.autoResumes.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrCause.String(string(cause))))
+			i.autoResumesRefused.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrCause.String(string(cause))))
 		}
 		for _, outcome := range tickOutcomes {
 			i.scheduleTicks.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrOutcome.String(outcome)))
@@ -96,13 +98,13 @@ func (i *Instruments) FanoutRejected(ctx context.Context, job, reason string) {
 
 // AutoResumed counts one automatic resume of job's run stopped by cause
 // (CauseDrain, CauseReap, CauseDatabase).
-func (i *Instruments) AutoResumed(ctx context.Context, job, cause string) {
+func (i *Instruments) AutoResumed(ctx context.Context, job string, cause radartype.StopCause) {
 	i.autoResumes.Add(ctx, 1, metric.WithAttributes(attrJob.String(job), attrCause.String(oneOf(cause, autoResumeCauses...))))
 }
 
 // AutoResumeRefused counts one automatic resume of job refused by the
 // attempt limit; the alert BuildriskAutoResumeExhausted reads it.
-func (i *Instruments) AutoResumeRefused(ctx context.Context, job, cause string) {
+func (i *Instruments) AutoResumeRefused(ctx context.Context, job string, cause radartype.StopCause) {
 	i.autoResumesRefused.Add(ctx, 1, metric.WithAttributes(attrJob.String(job), attrCause.String(oneOf(cause, autoResumeCauses...))))
 }
 
@@ -112,13 +114,13 @@ func (i *Instruments) StaleHeartbeatReaped(ctx context.Context) {
 	i.workerStaleHeartbeats.Add(ctx, 1)
 }
 
-// RequestRecorded counts one request to run job from source (SourceAPI,
-// SourceSchedule, SourceCLI, SourceChain) with its result (ResultAccepted,
+// RequestRecorded counts one request to run job from source (one of
+// radartype.RequestSources) with its result (ResultAccepted,
 // ResultDuplicate, ResultInvalid).
-func (i *Instruments) RequestRecorded(ctx context.Context, job, source, result string) {
+func (i *Instruments) RequestRecorded(ctx context.Context, job string, source radartype.RequestSource, result string) {
 	i.requests.Add(ctx, 1, metric.WithAttributes(
 		attrJob.String(job),
-		attrSource.String(oneOf(source, SourceAPI, SourceChain, SourceCLI, SourceResume, SourceSchedule)),
+		attrSource.String(oneOf(source, radartype.RequestSources()...)),
 		attrResult.String(oneOf(result, ResultAccepted, ResultDuplicate, ResultInvalid)),
 	))
 }
@@ -156,18 +158,18 @@ func (i *Instruments) RequestFailed(ctx context.Context, job, reason string) {
 }
 
 // ExecutionFinished counts one execution of job that ended with the final
-// status (StatusCompleted, StatusStopped, StatusFailed, StatusAbandoned).
-func (i *Instruments) ExecutionFinished(ctx context.Context, job, status string) {
+// status (one of radartype.FinalExecutionStatuses).
+func (i *Instruments) ExecutionFinished(ctx context.Context, job string, status radartype.ExecutionStatus) {
 	i.executions.Add(ctx, 1, metric.WithAttributes(
 		attrJob.String(job),
-		attrStatus.String(oneOf(status, StatusAbandoned, StatusCompleted, StatusFailed, StatusStopped)),
+		attrStatus.String(oneOf(status, radartype.FinalExecutionStatuses()...)),
 	))
 }
 
 // ExecutionStopped counts one execution of job that ended STOPPED because
-// of cause (StopCap, StopMaxCalls, StopOperator, StopDrain). The cap causes
+// of cause (CauseCap, CauseMaxCalls, CauseOperator, CauseDrain). The cap causes
 // feed the alert BuildriskRunCapped.
-func (i *Instruments) ExecutionStopped(ctx context.Context, job, cause string) {
+func (i *Instruments) ExecutionStopped(ctx context.Context, job string, cause radartype.StopCause) {
 	i.executionsStopped.Add(ctx, 1, metric.WithAttributes(
 		attrJob.String(job),
 		attrCause.String(oneOf(cause, stopCauses...)),

@@ -1,5 +1,7 @@
 package observability
 
+import "github.com/buildrisk/radar/radartype"
+
 // This file holds the enumerated values of the instruments' attributes:
 // every value an attribute can take is a constant here, and any other is
 // recorded as [ValueOther].
@@ -10,17 +12,8 @@ package observability
 // an unbounded number of new series.
 const ValueOther = "other"
 
-// Values of the source attribute of buildrisk_requests_total: who asked for
-// the run.
-const (
-	SourceAPI      = "api"
-	SourceChain    = "chain"
-	SourceCLI      = "cli"
-	SourceSchedule = "schedule"
-	// SourceResume is a request the system inserted to resume a run that
-	// infrastructure (a drain, a reap) stopped.
-	SourceResume = "resume"
-)
+// The source attribute of buildrisk_requests_total (who asked for the run)
+// takes the values of radartype.RequestSources.
 
 // Values of the result attribute of buildrisk_requests_total: what became of
 // a request to run a job.
@@ -35,32 +28,13 @@ const (
 	ResultInvalid = "invalid"
 )
 
-// Values of the status attribute of buildrisk_executions_total: an
-// execution's final status.
-const (
-	StatusAbandoned = "ABANDONED"
-	StatusCompleted = "COMPLETED"
-	StatusFailed    = "FAILED"
-	StatusStopped   = "STOPPED"
-)
-
-// Values of the cause attribute of buildrisk_executions_stopped_total: what
-// stopped an execution that ended STOPPED. StopCap and StopMaxCalls feed the
-// alert BuildriskRunCapped.
-const (
-	// StopCap is a provider's daily cap reached (resumable tomorrow).
-	StopCap = "cap"
-	// StopDrain is a worker shutting down (resumable at once).
-	StopDrain = "drain"
-	// StopMaxCalls is the request's maxCalls reached (resumable).
-	StopMaxCalls = "max_calls"
-	// StopOperator is an operator's stop.
-	StopOperator = "operator"
-)
+// The status attribute of buildrisk_executions_total (an execution's final
+// status) takes the values of radartype.FinalExecutionStatuses.
 
 // stopCauses lists every allowed value of the cause attribute of
-// buildrisk_executions_stopped_total.
-var stopCauses = []string{StopCap, StopDrain, StopMaxCalls, StopOperator}
+// buildrisk_executions_stopped_total: what stopped an execution that ended
+// STOPPED. CauseCap and CauseMaxCalls feed the alert BuildriskRunCapped.
+var stopCauses = []radartype.StopCause{radartype.CauseCap, radartype.CauseDrain, radartype.CauseMaxCalls, radartype.CauseOperator}
 
 // Values of the outcome attribute of buildrisk_items_total: what became of
 // the items a chunked job declared as its targets.
@@ -169,13 +143,10 @@ var tickOutcomes = []string{TickCoalesced, TickDeferred, TickEnqueued, TickFaile
 // fanoutReasons lists every allowed value of the reason attribute.
 var fanoutReasons = []string{ReasonCap, ReasonClosed, ReasonProvider429, ReasonProviderLimitLowered, ReasonQueueFull, ReasonSubmitFailed}
 
-// Values of the cause attribute of buildrisk_auto_resumes_total and
-// buildrisk_auto_resumes_refused_total: what stopped the run.
-const (
-	CauseDatabase = "database"
-	CauseDrain    = "drain"
-	CauseReap     = "reap"
-)
+// autoResumeCauses lists every allowed value of the cause attribute of
+// buildrisk_auto_resumes_total and buildrisk_auto_resumes_refused_total:
+// what stopped the run, always infrastructure.
+var autoResumeCauses = []radartype.StopCause{radartype.CauseDatabase, radartype.CauseDrain, radartype.CauseReap}
 
 // Values of the reason attribute of buildrisk_http_refusals_total.
 const (
@@ -190,8 +161,6 @@ const (
 // buildrisk_http_refusals_total.
 var refusalReasons = []string{RefusalBodyTooLarge, RefusalUnavailable}
 
-var autoResumeCauses = []string{CauseDatabase, CauseDrain, CauseReap}
-
 // Values of AuthFailed's via.
 const (
 	AuthViaBearer = "bearer"
@@ -200,10 +169,10 @@ const (
 
 // oneOf returns v if it is one of allowed and ValueOther otherwise, bounding
 // the values an enumerated attribute can take.
-func oneOf(v string, allowed ...string) string {
+func oneOf[T ~string](v T, allowed ...T) string {
 	for _, a := range allowed {
 		if v == a {
-			return v
+			return string(v)
 		}
 	}
 	return ValueOther

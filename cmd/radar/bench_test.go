@@ -15,6 +15,7 @@ import (
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // noopJob is one empty chunk: what the service adds around River is all
@@ -136,7 +137,7 @@ func BenchmarkServiceVsRiver(b *testing.B) {
 	var serviceElapsed, rawElapsed time.Duration
 	for b.Loop() {
 		serviceElapsed += lanes(b, laneCount, perLane, func(lane int) {
-			res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: names[lane], Source: request.SourceAPI})
+			res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: names[lane], Source: radartype.SourceAPI})
 			require.NoError(b, err)
 			serviceDone.wait(*res.Request.RiverJobID)
 		})

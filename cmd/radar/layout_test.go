@@ -14,10 +14,10 @@ const module = "github.com/buildrisk/radar/"
 // module's packages each package may import (non-test code). Imports point
 // down only.
 var allowedImports = map[string][]string{
-	"api":                      {"jobs/coverage", "queue/request", "jobs", "queries", "observability"},
-	"queue/worker":             {"queue/batch", "queue/request", "upstream", "jobs", "queries", "observability"},
-	"queue/batch":              {"upstream", "queue/request", "jobs", "queries", "observability"},
-	"queue/request":            {"jobs", "queries", "observability"},
+	"api":                      {"jobs/coverage", "queue/request", "jobs", "queries", "observability", "radartype"},
+	"queue/worker":             {"queue/batch", "queue/request", "upstream", "jobs", "queries", "observability", "radartype"},
+	"queue/batch":              {"upstream", "queue/request", "jobs", "queries", "observability", "radartype"},
+	"queue/request":            {"jobs", "queries", "observability", "radartype"},
 	"jobs/coverage":            {"jobs", "queries"},
 	"upstream":                 {"queries", "observability"},
 	"upstream/fakeupstream":    {},
@@ -26,7 +26,8 @@ var allowedImports = map[string][]string{
 	"sql/migrations":           {},
 	"sql/pglocal":              {},
 	"sql/pgtest":               {"sql/migrations", "sql/pglocal"},
-	"observability":            {},
+	"observability":            {"radartype"},
+	"radartype":                {},
 	"deploy":                   {},
 	"docs":                     {},
 	"cmd/soak":                 {"sql/pglocal"},

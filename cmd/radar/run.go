@@ -21,6 +21,7 @@ import (
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // paramFlags collects repeated -p key=value flags.
@@ -130,7 +131,7 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 	}
 	res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{
 		Job: jobName, Params: raw, MaxCalls: maxCalls, ConfirmPurge: confirmPurge,
-		Source: request.SourceCLI, RequestedBy: "cli", WorkerID: workerID,
+		Source: radartype.SourceCLI, RequestedBy: "cli", WorkerID: workerID,
 	})
 	var dup *request.DuplicateError
 	switch {
@@ -219,9 +220,9 @@ func runJob(ctx context.Context, env *envConfig, jobName string, raw []byte, max
 	}
 	fmt.Fprintf(stdout, "execution %d %s: %s\n", outcome.ExecutionID, outcome.Status, outcome.Message)
 	switch outcome.Status {
-	case "COMPLETED":
+	case string(radartype.ExecutionCompleted):
 		return exitOK, nil
-	case "STOPPED":
+	case string(radartype.ExecutionStopped):
 		return exitStopped, nil
 	default:
 		return exitFailed, nil

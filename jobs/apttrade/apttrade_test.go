@@ -17,6 +17,7 @@ import (
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/upstream"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -69,7 +70,7 @@ func (b *testBundle) run(t *testing.T, params string) *queries.JobExecution {
 	t.Helper()
 
 	ctx := context.Background()
-	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: jobs.AptTrade, Source: request.SourceCLI, Params: []byte(params)})
+	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: jobs.AptTrade, Source: radartype.SourceCLI, Params: []byte(params)})
 	require.NoError(t, err)
 	out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: res.Request.ID})
 	require.NoError(t, err)

@@ -22,6 +22,7 @@ import (
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/upstream"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -122,7 +123,7 @@ func setup(tb testing.TB, opts setupOpts) *testBundle {
 func (b *testBundle) request(tb testing.TB, params string, maxCalls *int) (int64, int) {
 	tb.Helper()
 	res, err := b.enqueuer.Enqueue(context.Background(), &request.EnqueueParams{
-		Job: jobs.CreditEval, Source: request.SourceCLI, Params: []byte(params), MaxCalls: maxCalls,
+		Job: jobs.CreditEval, Source: radartype.SourceCLI, Params: []byte(params), MaxCalls: maxCalls,
 	})
 	require.NoError(tb, err)
 	return res.Request.ID, res.EstimatedCalls

@@ -17,6 +17,7 @@ import (
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/upstream"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -96,7 +97,7 @@ func (b *testBundle) run(t *testing.T, date string) (*queries.JobExecution, int)
 	t.Helper()
 
 	ctx := context.Background()
-	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: jobs.StockPrice, Source: request.SourceCLI, Params: []byte(`{"date":"` + date + `"}`)})
+	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: jobs.StockPrice, Source: radartype.SourceCLI, Params: []byte(`{"date":"` + date + `"}`)})
 	require.NoError(t, err)
 	out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: res.Request.ID})
 	require.NoError(t, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/upstream"
 )
 
@@ -296,9 +297,9 @@ type started struct {
 	exec     *queries.JobExecution
 	resumed  bool
 	maxCalls int
-	// cause says why a run that did not complete ended (request.Cause*);
+	// cause says why a run that did not complete ended (radartype.StopCause);
 	// it is recorded with the end, and the resume policy reads it.
-	cause string
+	cause radartype.StopCause
 }
 
 // runState is one run's ownership and outage state.
@@ -380,18 +381,18 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	rs.logger.InfoContext(ctx, "execution started", slog.Bool("resumed", st.resumed))
 
 	status, message, domainRows, err := r.execute(ctx, rs, opts)
-	if err == nil && status != request.ExecutionCompleted && rs.cause == "" {
-		rs.cause = request.CauseFailure
+	if err == nil && status != string(radartype.ExecutionCompleted) && rs.cause == "" {
+		rs.cause = radartype.CauseFailure
 	}
 	if err == nil {
 		span.SetAttributes(attribute.String("buildrisk.status", status))
-		if status == request.ExecutionFailed {
+		if status == string(radartype.ExecutionFailed) {
 			span.SetStatus(codes.Error, message)
 		}
-		outcome := &Outcome{ExecutionID: st.exec.ID, Status: status, Message: message, RequestStatus: request.StatusForExecution(status)}
+		outcome := &Outcome{ExecutionID: st.exec.ID, Status: status, Message: message, RequestStatus: string(radartype.ExecutionStatus(status).RequestStatus())}
 		if err = r.record(ctx, rs, outcome, domainRows, opts.FinishTx); err == nil {
-			r.cfg.Instruments.ExecutionFinished(ctx, st.request.Job, status)
-			if status == request.ExecutionStopped {
+			r.cfg.Instruments.ExecutionFinished(ctx, st.request.Job, radartype.ExecutionStatus(status))
+			if status == string(radartype.ExecutionStopped) {
 				r.cfg.Instruments.ExecutionStopped(ctx, st.request.Job, rs.cause)
 			}
 			rs.logger.InfoContext(ctx, "execution finished", slog.String("status", status), slog.String("message", message))
@@ -667,14 +668,14 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		if committed[chunk] {
 			continue
 		}
-		if execStatus == request.ExecutionStopping {
-			rs.cause = request.CauseOperator
-			return request.ExecutionStopped, MessageStopRequested, nil, nil
+		if execStatus == string(radartype.ExecutionStopping) {
+			rs.cause = radartype.CauseOperator
+			return string(radartype.ExecutionStopped), MessageStopRequested, nil, nil
 		}
 		select {
 		case <-r.drain:
-			rs.cause = request.CauseDrain
-			return request.ExecutionStopped, MessageDrained, nil, nil
+			rs.cause = radartype.CauseDrain
+			return string(radartype.ExecutionStopped), MessageDrained, nil, nil
 		default:
 		}
 
@@ -707,7 +708,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 			if flushErr := flushCalls(); errors.Is(flushErr, ErrOwnershipLost) {
 				return "", "", nil, flushErr
 			}
-			return request.ExecutionFailed, err.Error(), nil, nil
+			return string(radartype.ExecutionFailed), err.Error(), nil, nil
 		}
 		newCalls := run.Calls.Calls() - callsRecorded
 		execStatus, err = r.commitChunk(ctx, rs, chunk, res, int32(chunkCalls), int32(newCalls))
@@ -725,9 +726,9 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 			opts.OnChunk(chunksDone, len(plan.Chunks))
 		}
 	}
-	if execStatus == request.ExecutionStopping && chunksDone < len(plan.Chunks) {
-		rs.cause = request.CauseOperator
-		return request.ExecutionStopped, MessageStopRequested, nil, nil
+	if execStatus == string(radartype.ExecutionStopping) && chunksDone < len(plan.Chunks) {
+		rs.cause = radartype.CauseOperator
+		return string(radartype.ExecutionStopped), MessageStopRequested, nil, nil
 	}
 	status, message, err = r.account(ctx, rs, plan, run.Job)
 	if err != nil {
@@ -861,10 +862,10 @@ func (r *Runner) account(ctx context.Context, rs *runState, plan *Plan, job stri
 		// Every committed chunk added up (checkChunk), so the gap is
 		// between the declared targets and what the chunks took on.
 		r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, unaccounted)
-		return request.ExecutionFailed, fmt.Sprintf("unaccounted: %d of %d targets (written %d, skipped %d, failed %d)",
+		return string(radartype.ExecutionFailed), fmt.Sprintf("unaccounted: %d of %d targets (written %d, skipped %d, failed %d)",
 			unaccounted, targets, totals.Written, totals.Skipped, totals.Failed), nil
 	}
-	return request.ExecutionCompleted, fmt.Sprintf("completed: %d targets (written %d, skipped %d%s, failed %d)",
+	return string(radartype.ExecutionCompleted), fmt.Sprintf("completed: %d targets (written %d, skipped %d%s, failed %d)",
 		targets, totals.Written, totals.Skipped, skipReasons(reasons), totals.Failed), nil
 }
 
@@ -904,25 +905,25 @@ func (r *Runner) classify(ctx context.Context, rs *runState, err error, where st
 		if dbErr := rs.dbError(); dbErr != nil {
 			msg += fmt.Sprintf(" (last database error: %v)", dbErr)
 		}
-		rs.cause = request.CauseDatabase
-		return request.ExecutionStopped, msg, nil
+		rs.cause = radartype.CauseDatabase
+		return string(radartype.ExecutionStopped), msg, nil
 	case ctx.Err() != nil:
-		rs.cause = request.CauseDrain
-		return request.ExecutionStopped, MessageDrainTimeout, nil
+		rs.cause = radartype.CauseDrain
+		return string(radartype.ExecutionStopped), MessageDrainTimeout, nil
 	case errors.Is(err, ErrDrained):
-		rs.cause = request.CauseDrain
-		return request.ExecutionStopped, MessageDrainedInChunk, nil
+		rs.cause = radartype.CauseDrain
+		return string(radartype.ExecutionStopped), MessageDrainedInChunk, nil
 	case errors.Is(err, ErrStopRequested):
-		rs.cause = request.CauseOperator
-		return request.ExecutionStopped, MessageStopRequestedInChunk, nil
+		rs.cause = radartype.CauseOperator
+		return string(radartype.ExecutionStopped), MessageStopRequestedInChunk, nil
 	case errors.As(err, &capErr):
-		rs.cause = request.CauseCap
-		return request.ExecutionStopped, fmt.Sprintf("daily cap of %s reached; resumes from the last commit", capErr.Provider), nil
+		rs.cause = radartype.CauseCap
+		return string(radartype.ExecutionStopped), fmt.Sprintf("daily cap of %s reached; resumes from the last commit", capErr.Provider), nil
 	case errors.Is(err, upstream.ErrMaxCalls):
-		rs.cause = request.CauseMaxCalls
-		return request.ExecutionStopped, fmt.Sprintf("%v; a new request resumes from the last commit", err), nil
+		rs.cause = radartype.CauseMaxCalls
+		return string(radartype.ExecutionStopped), fmt.Sprintf("%v; a new request resumes from the last commit", err), nil
 	default:
-		return request.ExecutionFailed, fmt.Sprintf("%s: %v", where, err), nil
+		return string(radartype.ExecutionFailed), fmt.Sprintf("%s: %v", where, err), nil
 	}
 }
 
@@ -965,11 +966,11 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 			if st.cause != "" {
 				// Recorded with the end, so the reconcile loop applies the
 				// resume policy if the request's own recording is lost.
-				if err := r.queries.JobExecutionSetStopCause(callCtx, tx, &queries.JobExecutionSetStopCauseParams{ID: st.exec.ID, StopCause: st.cause}); err != nil {
+				if err := r.queries.JobExecutionSetStopCause(callCtx, tx, &queries.JobExecutionSetStopCauseParams{ID: st.exec.ID, StopCause: string(st.cause)}); err != nil {
 					return fmt.Errorf("error recording stop cause: %w", err)
 				}
 			}
-			if outcome.Status == request.ExecutionCompleted && r.cfg.Chain != nil {
+			if outcome.Status == string(radartype.ExecutionCompleted) && r.cfg.Chain != nil {
 				if err := r.cfg.Chain(callCtx, tx, &Finished{
 					Job: st.request.Job, RequestID: st.request.ID, ExecutionID: st.exec.ID, Params: st.request.Params,
 				}); err != nil {
@@ -1003,7 +1004,7 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 					return err
 				}
 			}
-			if finished > 0 && outcome.Status != request.ExecutionCompleted && r.cfg.Resume != nil {
+			if finished > 0 && outcome.Status != string(radartype.ExecutionCompleted) && r.cfg.Resume != nil {
 				// The resume (when the policy allows it) commits with the
 				// stop: never a stopped run without its resume.
 				if err := r.cfg.Resume(callCtx, tx, &request.Stopped{Request: st.request, ExecutionID: st.exec.ID, Cause: st.cause}); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/upstream"
 )
@@ -86,7 +87,7 @@ func setup(t *testing.T, registry map[string]batch.Job) *testBundle {
 
 func (b *testBundle) enqueue(t *testing.T, job string) int64 {
 	t.Helper()
-	res, err := b.enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: job, Source: request.SourceCLI, Params: []byte("{}")})
+	res, err := b.enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: job, Source: radartype.SourceCLI, Params: []byte("{}")})
 	require.NoError(t, err)
 	return res.Request.ID
 }
@@ -141,7 +142,7 @@ func TestRunner_UnaccountedItemsFail(t *testing.T) {
 				want, lost = "unaccounted: 4 of 40", 4
 			}
 			require.Contains(t, out.Message, want)
-			require.Equal(t, request.StatusFailed, out.RequestStatus)
+			require.Equal(t, string(radartype.RequestFailed), out.RequestStatus)
 			v, err := b.providers.MetricValue("buildrisk_items_total", map[string]string{"job": "creditEval", "outcome": "unaccounted"})
 			require.NoError(t, err)
 			require.Equal(t, lost, v, "each lost item counted once")

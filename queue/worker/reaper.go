@@ -13,6 +13,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // ReaperConfig configures a Reaper.
@@ -249,7 +250,7 @@ func (r *Reaper) resume(ctx context.Context, tx pgx.Tx, requestID int64, executi
 	if err != nil {
 		return fmt.Errorf("error reading reaped request %d: %w", requestID, err)
 	}
-	if err := r.cfg.Resume(ctx, tx, &request.Stopped{Request: req, ExecutionID: *executionID, Cause: request.CauseReap}); err != nil {
+	if err := r.cfg.Resume(ctx, tx, &request.Stopped{Request: req, ExecutionID: *executionID, Cause: radartype.CauseReap}); err != nil {
 		return fmt.Errorf("error resuming reaped request %d: %w", requestID, err)
 	}
 	return nil

@@ -31,6 +31,7 @@ import (
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // Defaults of Config (the contract's values).
@@ -104,13 +105,6 @@ func CheckFencing(fenceAfter, heartbeatInterval, dbTimeout, staleAfter time.Dura
 	}
 	return nil
 }
-
-// Worker statuses reported in the registry.
-const (
-	StatusRunning  = "running"
-	StatusDraining = "draining"
-	StatusStopped  = "stopped"
-)
 
 // Config configures a Worker.
 type Config struct {
@@ -331,11 +325,11 @@ func (w *Worker) River() *river.Client[pgx.Tx] { return w.river }
 func (w *Worker) ID() string { return w.cfg.ID }
 
 // Status returns running, draining or stopped (running before Start).
-func (w *Worker) Status() string {
+func (w *Worker) Status() radartype.WorkerStatus {
 	if p := w.registration(); p != nil {
 		return p.Status()
 	}
-	return StatusRunning
+	return radartype.WorkerRunning
 }
 
 func (w *Worker) registration() *Presence {
@@ -363,7 +357,7 @@ func (w *Worker) Ready(ctx context.Context) error {
 	if err := p.FenceError(); err != nil {
 		return err
 	}
-	if status := p.Status(); status != StatusRunning {
+	if status := p.Status(); status != radartype.WorkerRunning {
 		return fmt.Errorf("worker is %s", status)
 	}
 	if err := w.pool.Ping(ctx); err != nil {
@@ -432,7 +426,7 @@ func (w *Worker) Drain(ctx context.Context) error {
 	w.runner.Drain()
 	presence := w.registration()
 	if presence != nil {
-		presence.SetStatus(ctx, StatusDraining)
+		presence.SetStatus(ctx, radartype.WorkerDraining)
 	}
 	softCtx, cancel := context.WithTimeout(ctx, w.cfg.DrainTimeout)
 	defer cancel()
@@ -549,7 +543,7 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 				return fmt.Errorf("error recording the run's outcome on its river job: %w", err)
 			}
 		}
-		if outcome != nil && outcome.Status != request.ExecutionCompleted {
+		if outcome != nil && outcome.Status != string(radartype.ExecutionCompleted) {
 			return request.CancelRiverJob(ctx, tx, rw.w.river, &job.ID)
 		}
 		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
@@ -565,7 +559,7 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 	}
 	outcome, err := rw.w.runner.Run(ctx, batch.RunOpts{RequestID: job.Args.RequestID, FinishTx: finishTx})
 	switch {
-	case err == nil && outcome != nil && outcome.Status != request.ExecutionCompleted:
+	case err == nil && outcome != nil && outcome.Status != string(radartype.ExecutionCompleted):
 		return river.JobCancel(fmt.Errorf("execution %d ended %s: %s", outcome.ExecutionID, outcome.Status, outcome.Message))
 	case err == nil, errors.Is(err, batch.ErrNotQueued):
 		return nil
