@@ -15,7 +15,8 @@ const module = "github.com/buildrisk/radar/"
 // down only.
 var allowedImports = map[string][]string{
 	"api":                      {"jobs/coverage", "queue/request", "jobs", "queries", "observability", "radartype"},
-	"queue/worker":             {"queue/batch", "queue/request", "upstream", "jobs", "queries", "observability", "radartype"},
+	"queue/worker":             {"queue/batch", "queue/request", "upstream", "jobs", "queries", "observability", "radartype", "internal/service"},
+	"internal/service":         {},
 	"queue/batch":              {"upstream", "queue/request", "jobs", "queries", "observability", "radartype"},
 	"queue/request":            {"jobs", "queries", "observability", "radartype"},
 	"jobs/coverage":            {"jobs", "queries"},

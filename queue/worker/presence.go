@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/buildrisk/radar/internal/service"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/radartype"
 )
@@ -41,8 +42,8 @@ type Presence struct {
 	pool    *pgxpool.Pool
 	cfg     Config
 	queries *queries.Queries
-	cancel  context.CancelFunc
-	done    sync.WaitGroup
+	// heartbeats is the service that heartbeats every HeartbeatInterval.
+	heartbeats *service.Service
 
 	mu       sync.Mutex
 	status   radartype.WorkerStatus
@@ -67,24 +68,10 @@ func StartPresence(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Presen
 	p.lastBeat = sent
 	p.timer = time.AfterFunc(p.cfg.FenceAfter, p.checkFence)
 	p.mu.Unlock()
-	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p.cancel = cancel
-	p.done.Add(1)
-	go func() {
-		defer p.done.Done()
-		ticker := time.NewTicker(p.cfg.HeartbeatInterval)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-loopCtx.Done():
-				return
-			case <-ticker.C:
-				if err := p.heartbeat(loopCtx); err != nil && loopCtx.Err() == nil {
-					p.cfg.Logger.WarnContext(loopCtx, "heartbeat failed", slog.String("error", err.Error()))
-				}
-			}
-		}
-	}()
+	// No timeout of the service's own: each statement of a heartbeat is
+	// bounded by DBTimeout.
+	p.heartbeats = service.New(service.Config{Name: "heartbeat", Interval: p.cfg.HeartbeatInterval, Logger: p.cfg.Logger, Pass: p.heartbeat})
+	p.heartbeats.Start(context.WithoutCancel(ctx))
 	return p, nil
 }
 
@@ -127,8 +114,7 @@ func (p *Presence) SetStatus(ctx context.Context, status radartype.WorkerStatus)
 
 // Stop ends the heartbeat and records the process as stopped.
 func (p *Presence) Stop(ctx context.Context) {
-	p.cancel()
-	p.done.Wait()
+	p.heartbeats.Stop()
 	p.mu.Lock()
 	p.stopped = true
 	if p.timer != nil {

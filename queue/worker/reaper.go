@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/buildrisk/radar/internal/service"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
@@ -191,21 +192,16 @@ func (r *Reaper) ReapTx(ctx context.Context, tx pgx.Tx, job string) (int, error)
 // a fleet with no live worker still frees (and shows FAILED) the requests
 // of its dead workers within StaleAfter + interval.
 func (r *Reaper) Run(ctx context.Context, interval time.Duration) {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			passCtx, cancel := context.WithTimeout(ctx, r.cfg.StaleAfter)
-			_, err := r.Reap(passCtx, "")
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				r.cfg.Logger.WarnContext(ctx, "reap failed", slog.String("error", err.Error()))
-			}
-		}
-	}
+	r.Service(interval).Run(ctx)
+}
+
+// Service returns the reaper as a background service that reaps every
+// interval (what Run runs), for a caller that starts, stops or triggers it.
+func (r *Reaper) Service(interval time.Duration) *service.Service {
+	return service.New(service.Config{Name: "reap", Interval: interval, Timeout: r.cfg.StaleAfter, Logger: r.cfg.Logger, Pass: func(ctx context.Context) error {
+		_, err := r.Reap(ctx, "")
+		return err
+	}})
 }
 
 // CleanupPreviousBoots finalizes at once the requests that earlier boots of

@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/buildrisk/radar/internal/service"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
@@ -254,8 +255,9 @@ type Worker struct {
 
 	mu       sync.Mutex
 	presence *Presence // nil until Start registers the worker
-	cancel   context.CancelFunc
-	loops    sync.WaitGroup
+	// services are the background loops Start started (gauges, reaper,
+	// reconcile); Drain stops them.
+	services []*service.Service
 }
 
 // New returns a Worker that runs requests with runner.
@@ -380,35 +382,36 @@ func (w *Worker) Start(ctx context.Context) error {
 	} else if n > 0 {
 		w.cfg.Logger.InfoContext(ctx, "finalized requests of a previous boot of this slot", slog.Int("requests", n))
 	}
-	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w.mu.Lock()
-	w.cancel = cancel
-	w.presence = presence
-	w.mu.Unlock()
-
+	var services []*service.Service
 	if w.cfg.Gauges != nil {
 		if err := w.recordGauges(ctx); err != nil {
 			w.cfg.Logger.WarnContext(ctx, "gauges failed", slog.String("error", err.Error()))
 		}
-		w.loop(loopCtx, w.cfg.HeartbeatInterval, "gauges", w.recordGauges)
+		services = append(services, w.service("gauges", w.cfg.HeartbeatInterval, w.recordGauges))
 	}
 	if !w.cfg.DisableReaper {
-		w.loop(loopCtx, w.cfg.ReapInterval, "reap", func(ctx context.Context) error {
+		services = append(services, w.service("reap", w.cfg.ReapInterval, func(ctx context.Context) error {
 			if _, err := w.reaper.Reap(ctx, ""); err != nil {
 				return err
 			}
 			return w.deleteExpiredWorkers(ctx)
-		})
+		}))
 	}
-	w.loop(loopCtx, w.cfg.ReconcileInterval, "reconcile", func(ctx context.Context) error {
+	services = append(services, w.service("reconcile", w.cfg.ReconcileInterval, func(ctx context.Context) error {
 		_, err := w.Reconcile(ctx)
 		return err
-	})
+	}))
+	w.mu.Lock()
+	w.presence = presence
+	w.services = services
+	w.mu.Unlock()
+	for _, s := range services {
+		s.Start(context.WithoutCancel(ctx))
+	}
 	// River's fetch and work contexts derive from this one; drain stops the
 	// client explicitly, so a cancelled ctx must not hard-cancel jobs.
 	if err := w.river.Start(context.WithoutCancel(ctx)); err != nil {
-		cancel()
-		w.loops.Wait()
+		w.stopServices()
 		presence.Stop(context.WithoutCancel(ctx))
 		return fmt.Errorf("error starting river client: %w", err)
 	}
@@ -437,13 +440,7 @@ func (w *Worker) Drain(ctx context.Context) error {
 		defer cancelHard()
 		err = w.river.StopAndCancel(hardCtx)
 	}
-	w.mu.Lock()
-	cancelLoops := w.cancel
-	w.mu.Unlock()
-	if cancelLoops != nil {
-		cancelLoops()
-	}
-	w.loops.Wait()
+	w.stopServices()
 	if presence != nil {
 		presence.Stop(context.WithoutCancel(ctx))
 	}
@@ -472,29 +469,23 @@ func (w *Worker) deleteExpiredWorkers(ctx context.Context) error {
 	return nil
 }
 
-// loop runs fn every interval until ctx ends, logging failures as one line.
-// Each call is bounded by DBTimeout per statement through the connections'
-// statement_timeout, and in all by the stale window.
-func (w *Worker) loop(ctx context.Context, interval time.Duration, name string, fn func(context.Context) error) {
-	w.loops.Add(1)
-	go func() {
-		defer w.loops.Done()
-		ticker := time.NewTicker(interval)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
-				callCtx, cancel := context.WithTimeout(ctx, w.cfg.StaleAfter)
-				err := fn(callCtx)
-				cancel()
-				if err != nil && ctx.Err() == nil {
-					w.cfg.Logger.WarnContext(ctx, name+" failed", slog.String("error", err.Error()))
-				}
-			}
-		}
-	}()
+// service returns the background service name that runs pass every
+// interval. Each pass is bounded by DBTimeout per statement through the
+// connections' statement_timeout, and in all by the stale window.
+func (w *Worker) service(name string, interval time.Duration, pass func(context.Context) error) *service.Service {
+	return service.New(service.Config{Name: name, Interval: interval, Timeout: w.cfg.StaleAfter, Logger: w.cfg.Logger, Pass: pass})
+}
+
+// stopServices stops the background services Start started and waits for
+// their passes under way.
+func (w *Worker) stopServices() {
+	w.mu.Lock()
+	services := w.services
+	w.services = nil
+	w.mu.Unlock()
+	for _, s := range services {
+		s.Stop()
+	}
 }
 
 // runOutput is what a run's River job records as its output: the
