@@ -255,6 +255,16 @@ func (s *Server) getRequest(ctx context.Context, in *requestGetInput) (*RequestG
 	return &RequestGetOutput{Body: requestViewFromViewRow(row)}, nil
 }
 
+// requestStatusList names the request statuses in a refusal:
+// "QUEUED, RUNNING, DONE, FAILED".
+var requestStatusList = func() string {
+	names := make([]string, 0, 4)
+	for _, st := range radartype.RequestStatuses() {
+		names = append(names, st.String())
+	}
+	return strings.Join(names, ", ")
+}()
+
 func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*RequestListOutput, error) {
 	params := &queries.JobRequestListParams{MaxRows: RequestListLimitDefault}
 	if in.Job != "" {
@@ -265,7 +275,7 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 	}
 	if in.Status != "" {
 		if !radartype.RequestStatus(in.Status).Valid() {
-			return nil, badQuery("status", fmt.Sprintf("%s is not one of QUEUED, RUNNING, DONE, FAILED", jobs.Quote(in.Status)))
+			return nil, badQuery("status", fmt.Sprintf("%s is not one of %s", jobs.Quote(in.Status), requestStatusList))
 		}
 		params.Status = &in.Status
 	}

@@ -2,8 +2,7 @@
 // OpenTelemetry meter and tracer providers with their Prometheus and OTLP
 // exporters ([NewProviders]), the one list of metric instruments every other
 // package records through ([Instruments], [MetricNames]), and the structured
-// logger that stamps each line with the run it belongs to ([NewLogger],
-// [WithLogAttrs], [Summary]).
+// logger that stamps each line with its trace ([NewLogger], [Summary]).
 //
 // # Why one list
 //

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
@@ -223,7 +224,7 @@ func TestAutoResume_CrashLoopStopsAtTheAttemptLimit(t *testing.T) {
 	}
 	require.Equal(t, 2, s.count(`SELECT count(*) FROM job_request WHERE source = 'resume'`))
 	require.Zero(t, s.count(`SELECT count(*) FROM job_request WHERE status IN ('QUEUED', 'RUNNING')`), "the run stays FAILED")
-	refused, err := s.tel.providers.MetricValue(observability.MetricAutoResumesRefused, map[string]string{"job": "aptTrade", "cause": "reap"})
+	refused, err := observabilitytest.MetricValue(s.tel.providers, observability.MetricAutoResumesRefused, map[string]string{"job": "aptTrade", "cause": "reap"})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, refused)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -94,7 +95,7 @@ func TestCreditEval_SmallDatabasePool(t *testing.T) {
 			}
 			raise(&maxAcquired, int64(pool4.Stat().AcquiredConns()))
 			if i%10 == 0 {
-				v, err := s.tel.providers.MetricValue(observability.MetricFanoutInflight, map[string]string{"job": jobs.CreditEval})
+				v, err := observabilitytest.MetricValue(s.tel.providers, observability.MetricFanoutInflight, map[string]string{"job": jobs.CreditEval})
 				if err == nil {
 					raise(&maxInflight, int64(v))
 				}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 )
 
 // buildrisk_database_up follows the database in the api (its probe) and in
@@ -22,7 +23,7 @@ func TestDatabaseUp_FollowsAnOutage(t *testing.T) {
 	cluster, url := privateCluster(t)
 	s := newTestSystem(t, &testSystemOpts{dbURL: url})
 
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	workerTel := &telemetry{providers: providers, instruments: instruments, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -34,7 +35,7 @@ func TestDatabaseUp_FollowsAnOutage(t *testing.T) {
 
 	apiUp := func() float64 { return s.metric(observability.MetricDatabaseUp, nil) }
 	workerUp := func() float64 {
-		v, err := providers.MetricValue(observability.MetricDatabaseUp, nil)
+		v, err := observabilitytest.MetricValue(providers, observability.MetricDatabaseUp, nil)
 		require.NoError(t, err)
 		return v
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
@@ -229,7 +230,7 @@ func TestPgBouncer_Switch(t *testing.T) {
 			pool, err := pgxpool.NewWithConfig(t.Context(), poolCfg)
 			require.NoError(t, err)
 			defer pool.Close()
-			providers, _ := observability.NewTestProviders()
+			providers, _ := observabilitytest.NewProviders()
 			instruments, err := observability.NewInstruments(providers.Meter)
 			require.NoError(t, err)
 			tel := &telemetry{providers: providers, instruments: instruments, logger: slog.New(slog.DiscardHandler)}

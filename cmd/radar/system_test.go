@@ -20,6 +20,7 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
@@ -206,7 +207,7 @@ func newTestSystem(t testing.TB, opts *testSystemOpts) *testSystem {
 	env.Now = opts.now
 	s.env = env
 
-	providers, spans := observability.NewTestProviders()
+	providers, spans := observabilitytest.NewProviders()
 	s.spans = spans
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
@@ -349,7 +350,7 @@ func execution(t *testing.T, request map[string]any) map[string]any {
 // metric reads one series of the system's metrics.
 func (s *testSystem) metric(name string, labels map[string]string) float64 {
 	s.t.Helper()
-	v, err := s.tel.providers.MetricValue(name, labels)
+	v, err := observabilitytest.MetricValue(s.tel.providers, name, labels)
 	require.NoError(s.t, err)
 	return v
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 )
 
 // otlpReceiver is a minimal OTLP/HTTP trace receiver.
@@ -122,7 +123,7 @@ func TestTrace_PostToChunksInOneTrace(t *testing.T) {
 // (BENCHMARKS.md) for spans nobody reads.
 func TestProviderTracing_OnlyWhenSpansAreRecorded(t *testing.T) {
 	require.Nil(t, providerTracing(&observability.Providers{}))
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	wrap := providerTracing(providers)
 	require.NotNil(t, wrap)
 	require.NotNil(t, wrap(http.DefaultTransport))

@@ -19,6 +19,7 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
@@ -75,7 +76,7 @@ func setup(tb testing.TB, opts setupOpts) *testBundle {
 	b.fakeURL = server.URL
 
 	var providers *observability.Providers
-	providers, _ = observability.NewTestProviders()
+	providers, _ = observabilitytest.NewProviders()
 	b.providers = providers
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(tb, err)
@@ -158,7 +159,7 @@ func (b *testBundle) failKeys(codes []string) {
 
 func (b *testBundle) metric(tb testing.TB, name string, labels map[string]string) float64 {
 	tb.Helper()
-	v, err := b.providers.MetricValue(name, labels)
+	v, err := observabilitytest.MetricValue(b.providers, name, labels)
 	require.NoError(tb, err)
 	return v
 }
@@ -367,7 +368,7 @@ func TestCreditEval_MissingKeyHalts(t *testing.T) {
 
 func mustInstruments(t *testing.T) *observability.Instruments {
 	t.Helper()
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	i, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	return i

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 )
@@ -42,7 +43,7 @@ func TestRunner_EveryChunkAddsUp(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int32(0), exec.ChunksDone, "the chunk that did not add up did not commit")
 	require.Zero(t, exec.ItemsWritten)
-	v, err := b.providers.MetricValue("buildrisk_items_total", map[string]string{"job": "aptTrade", "outcome": "unaccounted"})
+	v, err := observabilitytest.MetricValue(b.providers, "buildrisk_items_total", map[string]string{"job": "aptTrade", "outcome": "unaccounted"})
 	require.NoError(t, err)
 	require.Equal(t, float64(1), v)
 }

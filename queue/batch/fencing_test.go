@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
@@ -200,10 +201,10 @@ func TestRunner_OwnershipLost(t *testing.T) {
 				require.Equal(t, "reaped by the test", message, "the reaper's record stands")
 			}
 			require.Zero(t, chained, "no chained request")
-			v, err := b.providers.MetricValue("buildrisk_ownership_lost_total", map[string]string{"job": "metrics"})
+			v, err := observabilitytest.MetricValue(b.providers, "buildrisk_ownership_lost_total", map[string]string{"job": "metrics"})
 			require.NoError(t, err)
 			require.Equal(t, float64(1), v)
-			v, err = b.providers.MetricValue("buildrisk_executions_total", map[string]string{"job": "metrics", "status": "COMPLETED"})
+			v, err = observabilitytest.MetricValue(b.providers, "buildrisk_executions_total", map[string]string{"job": "metrics", "status": "COMPLETED"})
 			require.NoError(t, err)
 			require.Zero(t, v, "no execution counted as finished")
 		})

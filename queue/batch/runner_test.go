@@ -12,6 +12,7 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/radartype"
@@ -69,7 +70,7 @@ type testBundle struct {
 func setup(t *testing.T, registry map[string]batch.Job) *testBundle {
 	t.Helper()
 	pool := pgtest.NewPool(t)
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	var defs []jobs.Definition
@@ -143,7 +144,7 @@ func TestRunner_UnaccountedItemsFail(t *testing.T) {
 			}
 			require.Contains(t, out.Message, want)
 			require.Equal(t, string(radartype.RequestFailed), out.RequestStatus)
-			v, err := b.providers.MetricValue("buildrisk_items_total", map[string]string{"job": "creditEval", "outcome": "unaccounted"})
+			v, err := observabilitytest.MetricValue(b.providers, "buildrisk_items_total", map[string]string{"job": "creditEval", "outcome": "unaccounted"})
 			require.NoError(t, err)
 			require.Equal(t, lost, v, "each lost item counted once")
 		})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/radartype"
@@ -41,7 +42,7 @@ func newResumeBundle(t *testing.T, policy request.ResumePolicy) *resumeBundle {
 func newStockPriceBundle(t *testing.T, cfg request.Config) *resumeBundle {
 	t.Helper()
 	pool := pgtest.NewPool(t)
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
@@ -210,7 +211,7 @@ func TestParseResumeCauses(t *testing.T) {
 
 func requireMetric(t *testing.T, providers *observability.Providers, want float64, name string, labels map[string]string) {
 	t.Helper()
-	got, err := providers.MetricValue(name, labels)
+	got, err := observabilitytest.MetricValue(providers, name, labels)
 	require.NoError(t, err)
 	require.Equal(t, want, got, "%s%v", name, labels)
 }

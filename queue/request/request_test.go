@@ -20,6 +20,7 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/radartype"
@@ -121,7 +122,7 @@ func TestEnqueue_OneTransactionOfOwnStatementsAndRiversInsertTx(t *testing.T) {
 	ctx := context.Background()
 	tracer := &pgtest.RoundTripTracer{}
 	pool := pgtest.NewTracedPool(t, pgtest.NewPool(t), tracer)
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	var inInsert atomic.Bool
@@ -233,7 +234,7 @@ func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
 	tracer := &pgtest.RoundTripTracer{}
 	base := pgtest.NewPool(t)
 	pool := pgtest.NewTracedPool(t, base, tracer)
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
