@@ -6,6 +6,10 @@ GO ?= go
 SQLC = $(GO) tool -modfile=tools/go.mod sqlc
 STATICCHECK = $(GO) tool -modfile=tools/go.mod staticcheck
 GOVULNCHECK = $(GO) tool -modfile=tools/go.mod govulncheck
+DEADCODE = $(GO) tool -modfile=tools/go.mod deadcode
+# How many functions deadcode may find that no command reaches: code only
+# tests use belongs in test files or test-helper packages, unused code goes.
+DEADCODE_MAX = 3
 # The vulnerability database is built offline from the golang.org/x/vulndb
 # module pinned in tools/vulndb/go.mod, once per pin, into this cache.
 VULNDB_VERSION = $(shell awk '$$1 == "golang.org/x/vulndb" { print $$2 }' tools/vulndb/go.mod)
@@ -34,7 +38,7 @@ BUILD_ENV = CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 BUILD_FLAGS = -trimpath -tags timetzdata -ldflags "-s -w -X main.version=$(VERSION)"
 REDOCLY_DIR = tools/redocly
 
-.PHONY: run test test-under-load bench bench-smoke bench-go build soak soak-ci generate generate-client check-generated fmt vet lint vuln promtool-test alert-e2e dashboard-lint openapi-lint fuzz ci
+.PHONY: run test test-under-load bench bench-smoke bench-go build soak soak-ci generate generate-client check-generated fmt vet lint deadcode vuln promtool-test alert-e2e dashboard-lint openapi-lint fuzz ci
 
 ## run: everything in one process (embedded PostgreSQL, migrations, fake upstream, api + worker)
 run: build
@@ -117,10 +121,20 @@ vet:
 	$(GO) vet ./...
 	cd $(VALIDATE_DIR) && $(GO) vet ./...
 
-## lint: staticcheck over the whole module
+## lint: staticcheck over the whole module, then make deadcode
 lint:
 	$(STATICCHECK) ./...
 	cd $(VALIDATE_DIR) && $(GO) tool -modfile=$(CURDIR)/tools/go.mod staticcheck ./...
+	@$(MAKE) --no-print-directory deadcode
+
+## deadcode: the functions no command (./cmd/...) reaches, listed; fails
+## when there are more than DEADCODE_MAX
+deadcode:
+	@out=$$($(DEADCODE) ./cmd/...) || { echo "deadcode failed"; exit 1; }; \
+	n=$$(printf '%s\n' "$$out" | grep -c . || true); \
+	[ -z "$$out" ] || printf '%s\n' "$$out"; \
+	echo "deadcode: $$n unreachable functions (at most $(DEADCODE_MAX))"; \
+	[ "$$n" -le $(DEADCODE_MAX) ]
 
 ## vuln: govulncheck against the pinned offline database; fails on a reachable vulnerability
 vuln: $(VULNDB_DIR)/index/db.json

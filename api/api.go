@@ -412,9 +412,6 @@ func (s *Server) withDeadline(next http.Handler) http.Handler {
 	})
 }
 
-// OpenAPI returns the API's OpenAPI document.
-func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
-
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 )
 
 // Token guessing is limited per client: after AuthFailuresMax wrong bearer
@@ -51,10 +52,10 @@ func TestAuth_FailedAttemptsAreLimited(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, "no credentials: not limited")
 
-	bearer, err := s.Tel.Providers.MetricValue("buildrisk_auth_failures_total", map[string]string{"via": "bearer"})
+	bearer, err := observabilitytest.MetricValue(s.Tel.Providers, "buildrisk_auth_failures_total", map[string]string{"via": "bearer"})
 	require.NoError(t, err)
 	require.Equal(t, float64(api.AuthFailuresMax-2), bearer)
-	login, err := s.Tel.Providers.MetricValue("buildrisk_auth_failures_total", map[string]string{"via": "login"})
+	login, err := observabilitytest.MetricValue(s.Tel.Providers, "buildrisk_auth_failures_total", map[string]string{"via": "login"})
 	require.NoError(t, err)
 	require.Equal(t, float64(2), login)
 	lines := strings.Count(logs.String(), "authentication failed")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtx"
 )
 
@@ -55,9 +56,7 @@ func (s *Server) abandonExecution(ctx context.Context, in *executionInput) (*Exe
 		if err := s.queries.AdvisoryXactLockJob(ctx, tx, exec.Job); err != nil {
 			return err
 		}
-		switch exec.Status {
-		case request.ExecutionStarting, request.ExecutionStarted, request.ExecutionStopping:
-		default:
+		if !radartype.ExecutionStatus(exec.Status).Active() {
 			conflict = newConflict(fmt.Sprintf("execution %d is already %s", id, exec.Status), 0)
 			return nil
 		}
@@ -93,7 +92,7 @@ func (s *Server) abandonExecution(ctx context.Context, in *executionInput) (*Exe
 	}
 	out := &ExecutionAbandonOutput{}
 	out.Body.ID = formatID(id)
-	out.Body.Status = request.ExecutionAbandoned
+	out.Body.Status = string(radartype.ExecutionAbandoned)
 	s.audit(ctx, "", AuditAbandon, "execution "+formatID(id), "")
 	return out, nil
 }

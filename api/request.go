@@ -16,6 +16,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // Request list paging bounds.
@@ -189,7 +190,7 @@ func (s *Server) decodeRequestBody(ctx context.Context, job string, raw []byte) 
 	}
 	return &request.EnqueueParams{
 		Job: job, Params: body.Params, MaxCalls: body.MaxCalls, ConfirmPurge: body.ConfirmPurge,
-		Source: request.SourceAPI, RequestedBy: callerName(ctx),
+		Source: radartype.SourceAPI, RequestedBy: callerName(ctx),
 	}, nil
 }
 
@@ -204,7 +205,7 @@ func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*Re
 		if _, ok := s.cfg.Catalog.Lookup(job); ok {
 			counted = job
 		}
-		s.cfg.Instruments.RequestRecorded(ctx, counted, observability.SourceAPI, observability.ResultInvalid)
+		s.cfg.Instruments.RequestRecorded(ctx, counted, radartype.SourceAPI, observability.ResultInvalid)
 		return nil, err
 	}
 	res, err := s.cfg.Enqueuer.Enqueue(ctx, params)
@@ -256,6 +257,16 @@ func (s *Server) getRequest(ctx context.Context, in *requestGetInput) (*RequestG
 	return &RequestGetOutput{Body: requestViewFromViewRow(row)}, nil
 }
 
+// requestStatusList names the request statuses in a refusal:
+// "QUEUED, RUNNING, DONE, FAILED".
+var requestStatusList = func() string {
+	names := make([]string, 0, 4)
+	for _, st := range radartype.RequestStatuses() {
+		names = append(names, st.String())
+	}
+	return strings.Join(names, ", ")
+}()
+
 func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*RequestListOutput, error) {
 	params := &queries.JobRequestListParams{MaxRows: RequestListLimitDefault}
 	if in.Job != "" {
@@ -265,12 +276,10 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 		params.Job = &in.Job
 	}
 	if in.Status != "" {
-		switch in.Status {
-		case request.StatusQueued, request.StatusRunning, request.StatusDone, request.StatusFailed:
-			params.Status = &in.Status
-		default:
-			return nil, badQuery("status", fmt.Sprintf("%s is not one of QUEUED, RUNNING, DONE, FAILED", jobs.Quote(in.Status)))
+		if !radartype.RequestStatus(in.Status).Valid() {
+			return nil, badQuery("status", fmt.Sprintf("%s is not one of %s", jobs.Quote(in.Status), requestStatusList))
 		}
+		params.Status = &in.Status
 	}
 	if in.Limit != "" {
 		limit, err := strconv.Atoi(in.Limit)

@@ -12,6 +12,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // WorkerView is one registered worker.
@@ -72,7 +73,7 @@ func parseWorkerCursor(s string) (time.Time, string, bool) {
 // alive is the registry's rule for a live worker: not stopped, and a
 // heartbeat within the stale window (the reaper's SQL uses the same rule).
 func (s *Server) alive(w *queries.Worker) bool {
-	return w.Status != "stopped" && time.Since(w.HeartbeatAt) < s.cfg.StaleAfter
+	return w.Status != string(radartype.WorkerStopped) && time.Since(w.HeartbeatAt) < s.cfg.StaleAfter
 }
 
 func (s *Server) registerWorkers(api huma.API) {

@@ -22,6 +22,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 )
 
 // requirePrometheusEnv makes the end-to-end alerting test fail instead of
@@ -199,7 +200,7 @@ func TestAlertRouting_EndToEnd(t *testing.T) {
 	t.Cleanup(hookServer.Close)
 
 	// The scraped process: the service's instruments behind its /metrics.
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	t.Cleanup(func() { _ = providers.Shutdown(context.WithoutCancel(ctx)) })
 	inst, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)

@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 )
 
 // requirePromtoolEnv makes the promtool tests fail instead of skipping when
@@ -155,7 +156,7 @@ func TestPromtool(t *testing.T) {
 	t.Run("CheckMetrics", func(t *testing.T) {
 		t.Parallel()
 
-		providers, _ := observability.NewTestProviders()
+		providers, _ := observabilitytest.NewProviders()
 		t.Cleanup(func() { require.NoError(t, providers.Shutdown(context.WithoutCancel(t.Context()))) })
 		inst, err := observability.NewInstruments(providers.Meter)
 		require.NoError(t, err)

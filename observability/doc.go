@@ -2,8 +2,7 @@
 // OpenTelemetry meter and tracer providers with their Prometheus and OTLP
 // exporters ([NewProviders]), the one list of metric instruments every other
 // package records through ([Instruments], [MetricNames]), and the structured
-// logger that stamps each line with the run it belongs to ([NewLogger],
-// [WithLogAttrs], [Summary]).
+// logger that stamps each line with its trace ([NewLogger], [Summary]).
 //
 // # Why one list
 //
@@ -23,7 +22,9 @@
 //
 // # What this package must not do
 //
-// It is a leaf: it imports no package of this module, reads no BUILDRISK_*
-// variable (only the standard OTEL_* ones, through the OTel SDK), and never
-// pushes telemetry anywhere unless OTLP export is configured explicitly.
+// It is a leaf but for the vocabulary (radartype, whose values its
+// enumerated attributes take): it imports no other package of this module,
+// reads no BUILDRISK_* variable (only the standard OTEL_* ones, through the
+// OTel SDK), and never pushes telemetry anywhere unless OTLP export is
+// configured explicitly.
 package observability

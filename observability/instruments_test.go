@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/radartype"
 )
 
 // scrape GETs handler's /metrics like Prometheus does and parses the text
@@ -77,9 +79,9 @@ func recordOneOfEach(ctx context.Context, inst *Instruments) {
 	inst.FanoutRejected(ctx, "creditEval", ReasonQueueFull)
 	inst.AuthFailed(ctx, AuthViaBearer)
 	inst.StaleHeartbeatReaped(ctx)
-	inst.RequestRecorded(ctx, "aptTrade", SourceAPI, ResultAccepted)
-	inst.ExecutionFinished(ctx, "aptTrade", StatusCompleted)
-	inst.ExecutionStopped(ctx, "stockPrice", StopCap)
+	inst.RequestRecorded(ctx, "aptTrade", radartype.SourceAPI, ResultAccepted)
+	inst.ExecutionFinished(ctx, "aptTrade", radartype.ExecutionCompleted)
+	inst.ExecutionStopped(ctx, "stockPrice", radartype.CauseCap)
 	inst.DatabaseUpSet(ctx, true)
 	inst.OwnershipLost(ctx, "aptTrade")
 	inst.RequestFailed(ctx, "aptTrade", ReasonOrphaned)
@@ -93,8 +95,8 @@ func recordOneOfEach(ctx context.Context, inst *Instruments) {
 	inst.WorkersAliveSet(ctx, 2)
 	inst.QueueOldestAgeSet(ctx, "stockPrice", 42.5)
 	inst.RequestStartLatency(ctx, "aptTrade", 250*time.Millisecond)
-	inst.AutoResumed(ctx, "aptTrade", CauseDrain)
-	inst.AutoResumeRefused(ctx, "aptTrade", CauseReap)
+	inst.AutoResumed(ctx, "aptTrade", radartype.CauseDrain)
+	inst.AutoResumeRefused(ctx, "aptTrade", radartype.CauseReap)
 	inst.ScheduleTick(ctx, "stockPrice", TickMissed, 2)
 	inst.SchedulePeriodSet(ctx, "stockPrice", 72*time.Hour)
 	inst.SetJobFreshnessSource(func(context.Context) (map[string]time.Time, error) {

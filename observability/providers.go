@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -23,7 +21,6 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -37,11 +34,6 @@ const ServiceName = "buildrisk-radar"
 // (api, worker, dev, cli). It is a resource attribute, not a metric
 // attribute, so it never multiplies metric series.
 const RoleAttributeKey = attribute.Key("buildrisk.role")
-
-// ErrMetricUnknown is returned by [Providers.MetricValue] for a name that is
-// neither gathered from the registry nor listed in [MetricNames], which
-// almost always means the caller misspelled it.
-var ErrMetricUnknown = errors.New("metric unknown")
 
 // Config describes the process whose telemetry [NewProviders] sets up. Its
 // values become resource attributes: they identify the process on every
@@ -167,32 +159,15 @@ func NewProviders(ctx context.Context, cfg Config) (*Providers, error) {
 
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 
-	return newProvidersFrom(reg, sdkmetric.NewMeterProvider(meterOpts...), sdktrace.NewTracerProvider(tracerOpts...), exporting), nil
+	return ProvidersFrom(reg, sdkmetric.NewMeterProvider(meterOpts...), sdktrace.NewTracerProvider(tracerOpts...), exporting), nil
 }
 
-// NewTestProviders returns providers for tests: metrics go to a fresh
-// private registry (without the Go and process collectors, to keep scrapes
-// small) and finished spans to the returned in-memory recorder. Nothing is
-// pushed anywhere and no global is touched, so parallel tests can each have
-// their own. Read values back with [Providers.MetricValue] or by scraping
-// [Providers.MetricsHandler].
-//
-// Panics if the exporter can't register on the fresh registry, which would be
-// a bug in this package.
-func NewTestProviders() (*Providers, *tracetest.SpanRecorder) {
-	reg := prometheus.NewRegistry()
-	promReader, err := otelprom.New(otelprom.WithRegisterer(reg))
-	if err != nil {
-		panic(fmt.Sprintf("observability: error creating test prometheus exporter: %v", err))
-	}
-	res := resource.NewSchemaless(semconv.ServiceName(ServiceName))
-	spans := tracetest.NewSpanRecorder()
-
-	return newProvidersFrom(reg,
-		sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(promReader)),
-		sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSpanProcessor(spans)),
-		true,
-	), spans
+// ProvidersFrom assembles providers from a meter and a tracer provider and
+// the registry the meter's Prometheus reader registers on; spansRecorded
+// says whether an exporter will see the tracer's spans. NewProviders builds
+// on it, and so do the test providers (observabilitytest).
+func ProvidersFrom(reg *prometheus.Registry, mp *sdkmetric.MeterProvider, tp *sdktrace.TracerProvider, spansRecorded bool) *Providers {
+	return newProvidersFrom(reg, mp, tp, spansRecorded)
 }
 
 func newProvidersFrom(reg *prometheus.Registry, mp *sdkmetric.MeterProvider, tp *sdktrace.TracerProvider, spansRecorded bool) *Providers {
@@ -211,82 +186,6 @@ func newProvidersFrom(reg *prometheus.Registry, mp *sdkmetric.MeterProvider, tp 
 // scrape: the metrics that could be gathered are still served.
 func (p *Providers) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(p.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
-}
-
-// MetricValue gathers the registry and returns the sum of the samples of the
-// metric named name (as scraped) whose labels include every pair of labels;
-// a nil map matches every sample. For a histogram, name may be its base name
-// or base_count (the number of observations) or base_sum (their sum).
-//
-// A metric listed in [MetricNames] that hasn't been recorded yet has the
-// value 0. Any other name not gathered returns an error wrapping
-// [ErrMetricUnknown]. It exists for tests in other packages, which assert on
-// what their code counted.
-func (p *Providers) MetricValue(name string, labels map[string]string) (float64, error) {
-	families, err := p.Registry.Gather()
-	if err != nil {
-		return 0, fmt.Errorf("error gathering metrics: %w", err)
-	}
-
-	base, part := name, ""
-	for _, suffix := range []string{"_count", "_sum"} {
-		if trimmed, ok := strings.CutSuffix(name, suffix); ok {
-			base, part = trimmed, suffix
-		}
-	}
-
-	for _, family := range families {
-		switch family.GetName() {
-		case name:
-			return sumSamples(family, labels, ""), nil
-		case base:
-			if family.GetType() == dto.MetricType_HISTOGRAM {
-				return sumSamples(family, labels, part), nil
-			}
-		}
-	}
-
-	if slices.Contains(MetricNames, name) || slices.Contains(MetricNames, base) {
-		return 0, nil
-	}
-	return 0, fmt.Errorf("error reading metric %q: %w", name, ErrMetricUnknown)
-}
-
-// sumSamples adds up the values of the family's metrics carrying labels. For
-// histograms, part "_sum" selects the sum and anything else the count.
-func sumSamples(family *dto.MetricFamily, labels map[string]string, part string) float64 {
-	var total float64
-	for _, m := range family.GetMetric() {
-		if !hasLabels(m, labels) {
-			continue
-		}
-		switch {
-		case m.GetCounter() != nil:
-			total += m.GetCounter().GetValue()
-		case m.GetGauge() != nil:
-			total += m.GetGauge().GetValue()
-		case m.GetHistogram() != nil && part == "_sum":
-			total += m.GetHistogram().GetSampleSum()
-		case m.GetHistogram() != nil:
-			total += float64(m.GetHistogram().GetSampleCount())
-		case m.GetUntyped() != nil:
-			total += m.GetUntyped().GetValue()
-		}
-	}
-	return total
-}
-
-func hasLabels(m *dto.Metric, want map[string]string) bool {
-	found := 0
-	for _, pair := range m.GetLabel() {
-		if v, ok := want[pair.GetName()]; ok {
-			if v != pair.GetValue() {
-				return false
-			}
-			found++
-		}
-	}
-	return found == len(want)
 }
 
 // SetGlobal installs the providers as OpenTelemetry's global meter and tracer

@@ -2,7 +2,6 @@ package observability
 
 import (
 	"log/slog"
-	"net/http"
 	"net/url"
 	"regexp"
 )
@@ -43,18 +42,6 @@ func Redact(s string) string {
 		}
 		return Redacted
 	})
-}
-
-// RedactHeader returns a copy of h with the value of every [SecretHeaders]
-// header replaced by [Redacted], for logging a request or response.
-func RedactHeader(h http.Header) http.Header {
-	out := h.Clone()
-	for _, name := range SecretHeaders {
-		if _, ok := out[http.CanonicalHeaderKey(name)]; ok {
-			out.Set(name, Redacted)
-		}
-	}
-	return out
 }
 
 // redactAttr is the loggers' slog.HandlerOptions.ReplaceAttr: every string,

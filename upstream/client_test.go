@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/sql/pgtx"
 	"github.com/buildrisk/radar/upstream"
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func newClient(t *testing.T, pool *pgxpool.Pool, baseURL string, caps map[upstream.Provider]int) (*upstream.Client, *observability.Providers) {
 	t.Helper()
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	client, err := upstream.NewClient(pool, upstream.ClientConfig{
@@ -65,7 +66,7 @@ func TestClient_RetryAfter(t *testing.T) {
 	require.Equal(t, "ok", string(body))
 	require.Equal(t, int32(2), calls.Load())
 	require.GreaterOrEqual(t, secondAt.Sub(firstAt), time.Second, "waited the Retry-After, not the 10ms backoff")
-	v, err := providers.MetricValue("buildrisk_fanout_rejections_total", map[string]string{"job": "aptTrade", "reason": "provider_429"})
+	v, err := observabilitytest.MetricValue(providers, "buildrisk_fanout_rejections_total", map[string]string{"job": "aptTrade", "reason": "provider_429"})
 	require.NoError(t, err)
 	require.Equal(t, float64(1), v)
 }
@@ -88,7 +89,7 @@ func TestClient_BrokenBodyIsTheProviders(t *testing.T) {
 			fake := fakeupstream.New(cfg)
 			server := httptest.NewServer(fake)
 			defer server.Close()
-			providers, _ := observability.NewTestProviders()
+			providers, _ := observabilitytest.NewProviders()
 			instruments, err := observability.NewInstruments(providers.Meter)
 			require.NoError(t, err)
 			client, err := upstream.NewClient(pool, upstream.ClientConfig{
@@ -196,7 +197,7 @@ func TestClient_DailyCapShared(t *testing.T) {
 	remaining, err := client.Remaining(context.Background(), upstream.ProviderMOLIT)
 	require.NoError(t, err)
 	require.Equal(t, 0, remaining)
-	v, err := providers.MetricValue("buildrisk_external_calls_total", map[string]string{"provider": "MOLIT", "outcome": "capped"})
+	v, err := observabilitytest.MetricValue(providers, "buildrisk_external_calls_total", map[string]string{"provider": "MOLIT", "outcome": "capped"})
 	require.NoError(t, err)
 	require.Greater(t, v, float64(0))
 }
@@ -241,7 +242,7 @@ func TestClient_ResponseLimit(t *testing.T) {
 		_, _ = w.Write([]byte(strings.Repeat("x", int(size.Load()))))
 	}))
 	defer server.Close()
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	client, err := upstream.NewClient(pgtest.NewPool(t), upstream.ClientConfig{
@@ -305,7 +306,7 @@ func TestClient_RedirectNeverCarriesTheKey(t *testing.T) {
 // Provider URLs must be https unless AllowHTTP (dev, tests) says otherwise.
 func TestClient_RequiresHTTPS(t *testing.T) {
 	t.Parallel()
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	cfg := upstream.ClientConfig{

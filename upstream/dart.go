@@ -182,21 +182,6 @@ func corpCodeStatus(r io.ReaderAt, size int64) error {
 	return dartError(EndpointCorpCode, status.Status, status.Message)
 }
 
-// ParseCorpCodeZip decodes every company of the corp code archive held by r
-// (size bytes), in archive order. Prefer ReadCorpCodesZip or ReadCorpCodes
-// for the real archive, which is large.
-func ParseCorpCodeZip(r io.ReaderAt, size int64) ([]CorpCode, error) {
-	var codes []CorpCode
-	err := ReadCorpCodesZip(r, size, func(c CorpCode) error {
-		codes = append(codes, c)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return codes, nil
-}
-
 // ReadCorpCodes streams the companies of the corp code archive saved at path
 // to fn, like ReadCorpCodesZip.
 func ReadCorpCodes(path string, fn func(CorpCode) error) error {
@@ -295,16 +280,8 @@ type FilingPage struct {
 	TotalCount, TotalPages int
 }
 
-// ParseFilingList decodes one page of EndpointFilingList's answer into the
-// filings on it and the number of pages. Status "013" (nothing found) is an
-// empty answer, not an error; any other status but "000" is returned as an
-// *APIError.
-func ParseFilingList(body []byte) (filings []Filing, totalPages int, err error) {
-	filings, totalPages, _, err = parseFilingPage(body)
-	return filings, totalPages, err
-}
-
-// ParseFilingPage is ParseFilingList with DART's declared total_count, which
+// ParseFilingPage decodes one page of EndpointFilingList's answer into the
+// filings on it, the number of pages and DART's declared total_count, which
 // a paged reader needs to tell a short page from the last one (see
 // FetchPages). A page of status "000" without total_count is an error.
 func ParseFilingPage(body []byte) (FilingPage, error) {

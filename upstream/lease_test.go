@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/upstream"
 )
@@ -40,7 +41,7 @@ func countingServer(t *testing.T) (*httptest.Server, *atomic.Int64) {
 // leaseClient is a client of MOLIT with the given cap and fan-out.
 func leaseClient(tb testing.TB, pool *pgxpool.Pool, baseURL string, dailyCap, fanOut int, tune func(*upstream.ClientConfig)) (*upstream.Client, *observability.Providers) {
 	tb.Helper()
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(tb, err)
 	cfg := upstream.ClientConfig{

@@ -1,7 +1,5 @@
 package upstream
 
-import "fmt"
-
 // Provider names one external data provider. Its value is the suffix of the
 // BUILDRISK_KEY_<P>, BUILDRISK_<P>_URL and BUILDRISK_DAILY_CAP_<P> variables
 // and the provider attribute of the external-call metrics.
@@ -33,13 +31,3 @@ func (p Provider) KeyParam() string {
 
 // KeyEnv is the name of the environment variable holding the provider's key.
 func (p Provider) KeyEnv() string { return "BUILDRISK_KEY_" + string(p) }
-
-// ParseProvider returns the provider named s or an error.
-func ParseProvider(s string) (Provider, error) {
-	for _, p := range Providers {
-		if string(p) == s {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("unknown provider %q", s)
-}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/upstream"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -211,10 +212,10 @@ func TestRate_RetryAfterSlowsTheFleet(t *testing.T) {
 	require.Equal(t, http.StatusOK, calls[1].status)
 	require.GreaterOrEqual(t, calls[1].at.Sub(calls[0].at), time.Second, "worker B waited out worker A's Retry-After")
 
-	lowered, err := providersA.MetricValue("buildrisk_fanout_rejections_total", map[string]string{"job": "aptTrade", "reason": observability.ReasonProviderLimitLowered})
+	lowered, err := observabilitytest.MetricValue(providersA, "buildrisk_fanout_rejections_total", map[string]string{"job": "aptTrade", "reason": observability.ReasonProviderLimitLowered})
 	require.NoError(t, err)
 	require.Equal(t, float64(1), lowered)
-	plain, err := providersA.MetricValue("buildrisk_fanout_rejections_total", map[string]string{"job": "aptTrade", "reason": observability.ReasonProvider429})
+	plain, err := observabilitytest.MetricValue(providersA, "buildrisk_fanout_rejections_total", map[string]string{"job": "aptTrade", "reason": observability.ReasonProvider429})
 	require.NoError(t, err)
 	require.Zero(t, plain, "a 429 under a rate is not counted as a plain provider_429")
 	require.Contains(t, logs.String(), "provider answered 429 under its BUILDRISK_RATE_<P>")
@@ -304,7 +305,7 @@ func TestRate_OffTouchesNoRow(t *testing.T) {
 	require.NoError(t, caller.Release(context.Background()))
 	require.Len(t, rf.arrivals(), 12)
 	require.Equal(t, 0, rateRows(t, pool))
-	v, err := providers.MetricValue("buildrisk_fanout_rejections_total", map[string]string{"job": "aptTrade", "reason": observability.ReasonProvider429})
+	v, err := observabilitytest.MetricValue(providers, "buildrisk_fanout_rejections_total", map[string]string{"job": "aptTrade", "reason": observability.ReasonProvider429})
 	require.NoError(t, err)
 	require.Equal(t, float64(2), v, "without a rate a 429 is a plain provider_429")
 }
@@ -312,7 +313,7 @@ func TestRate_OffTouchesNoRow(t *testing.T) {
 // A rate that is not a positive number is refused when the Client is made.
 func TestRate_Validation(t *testing.T) {
 	t.Parallel()
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	for _, rate := range []float64{0, -1} {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -159,7 +160,7 @@ func TestAutoResume_CrashLoopStopsAtTheAttemptLimit(t *testing.T) {
 	}
 	require.Equal(t, 2, s.Count(`SELECT count(*) FROM job_request WHERE source = 'resume'`))
 	require.Zero(t, s.Count(`SELECT count(*) FROM job_request WHERE status IN ('QUEUED', 'RUNNING')`), "the run stays FAILED")
-	refused, err := s.Tel.Providers.MetricValue(observability.MetricAutoResumesRefused, map[string]string{"job": "aptTrade", "cause": "reap"})
+	refused, err := observabilitytest.MetricValue(s.Tel.Providers, observability.MetricAutoResumesRefused, map[string]string{"job": "aptTrade", "cause": "reap"})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, refused)
 }

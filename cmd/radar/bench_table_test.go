@@ -39,6 +39,7 @@ import (
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtx"
 	"github.com/buildrisk/radar/upstream"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -305,7 +306,7 @@ func benchRunner(t *testing.T, s *apptest.System, jobsByName map[string]batch.Jo
 
 func benchRun(t *testing.T, runner *batch.Runner, enqueuer *request.Enqueuer, job, params string) (*batch.Outcome, time.Duration) {
 	t.Helper()
-	res, err := enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: job, Params: json.RawMessage(params), Source: request.SourceCLI, WorkerID: "1@bench#b"})
+	res, err := enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: job, Params: json.RawMessage(params), Source: radartype.SourceCLI, WorkerID: "1@bench#b"})
 	require.NoError(t, err)
 	began := time.Now()
 	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: res.Request.ID})
@@ -544,7 +545,7 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 				serviceDone.Wait(prev)
 			}
 			called := time.Now()
-			res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: names[lane], Source: request.SourceAPI})
+			res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: names[lane], Source: radartype.SourceAPI})
 			require.NoError(t, err)
 			serviceCalls[res.Request.ID] = called
 			serviceIDs = append(serviceIDs, res.Request.ID)
@@ -687,7 +688,7 @@ func benchChunk(t *testing.T, scale benchScale) []*benchRow {
 	// service runs the job through the runner: per chunk in the steady
 	// state, and the rest of the run.
 	service := func() (perChunk, rest float64) {
-		res, err := enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: jobs.AptTrade, Params: params, Source: request.SourceCLI, WorkerID: "1@bench#b"})
+		res, err := enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: jobs.AptTrade, Params: params, Source: radartype.SourceCLI, WorkerID: "1@bench#b"})
 		require.NoError(t, err)
 		var first, last time.Time
 		began := time.Now()
@@ -995,7 +996,7 @@ func benchScaleOut(t *testing.T, scale benchScale) []*benchRow {
 		began := time.Now()
 		var ids []string
 		for _, name := range names {
-			res, err := enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: name, Source: request.SourceAPI})
+			res, err := enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: name, Source: radartype.SourceAPI})
 			require.NoError(t, err)
 			ids = append(ids, formatRequestID(res.Request.ID))
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // paramFlags collects repeated -p key=value flags.
@@ -131,7 +132,7 @@ func runJob(ctx context.Context, env *app.Config, jobName string, raw []byte, ma
 	}
 	res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{
 		Job: jobName, Params: raw, MaxCalls: maxCalls, ConfirmPurge: confirmPurge,
-		Source: request.SourceCLI, RequestedBy: "cli", WorkerID: workerID,
+		Source: radartype.SourceCLI, RequestedBy: "cli", WorkerID: workerID,
 	})
 	var dup *request.DuplicateError
 	switch {
@@ -220,9 +221,9 @@ func runJob(ctx context.Context, env *app.Config, jobName string, raw []byte, ma
 	}
 	fmt.Fprintf(stdout, "execution %d %s: %s\n", outcome.ExecutionID, outcome.Status, outcome.Message)
 	switch outcome.Status {
-	case "COMPLETED":
+	case string(radartype.ExecutionCompleted):
 		return exitOK, nil
-	case "STOPPED":
+	case string(radartype.ExecutionStopped):
 		return exitStopped, nil
 	default:
 		return exitFailed, nil

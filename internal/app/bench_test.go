@@ -18,6 +18,7 @@ import (
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/radartype"
 )
 
 type rawNoopWorker struct {
@@ -68,7 +69,7 @@ func BenchmarkServiceVsRiver(b *testing.B) {
 	var serviceElapsed, rawElapsed time.Duration
 	for b.Loop() {
 		serviceElapsed += apptest.Lanes(b, laneCount, perLane, func(lane int) {
-			res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: names[lane], Source: request.SourceAPI})
+			res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: names[lane], Source: radartype.SourceAPI})
 			require.NoError(b, err)
 			serviceDone.Wait(*res.Request.RiverJobID)
 		})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 )
 
 // buildrisk_database_up follows the database in the api (its probe) and in
@@ -25,7 +26,7 @@ func TestDatabaseUp_FollowsAnOutage(t *testing.T) {
 	cluster, url := apptest.PrivateCluster(t)
 	s := apptest.New(t, &apptest.Opts{DBURL: url})
 
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	workerTel := &app.Telemetry{Providers: providers, Instruments: instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -37,7 +38,7 @@ func TestDatabaseUp_FollowsAnOutage(t *testing.T) {
 
 	apiUp := func() float64 { return s.Metric(observability.MetricDatabaseUp, nil) }
 	workerUp := func() float64 {
-		v, err := providers.MetricValue(observability.MetricDatabaseUp, nil)
+		v, err := observabilitytest.MetricValue(providers, observability.MetricDatabaseUp, nil)
 		require.NoError(t, err)
 		return v
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/sql/pgtx"
 
 	"github.com/jackc/pgx/v5"
@@ -118,7 +119,7 @@ func TestPgBouncer_Switch(t *testing.T) {
 			pool, err := pgxpool.NewWithConfig(t.Context(), poolCfg)
 			require.NoError(t, err)
 			defer pool.Close()
-			providers, _ := observability.NewTestProviders()
+			providers, _ := observabilitytest.NewProviders()
 			instruments, err := observability.NewInstruments(providers.Meter)
 			require.NoError(t, err)
 			tel := &app.Telemetry{Providers: providers, Instruments: instruments, Logger: slog.New(slog.DiscardHandler)}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 )
 
 // Provider calls are client spans only when spans are recorded: otherwise
@@ -15,7 +16,7 @@ import (
 // (BENCHMARKS.md) for spans nobody reads.
 func TestProviderTracing_OnlyWhenSpansAreRecorded(t *testing.T) {
 	require.Nil(t, app.ProviderTracing(&observability.Providers{}))
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	wrap := app.ProviderTracing(providers)
 	require.NotNil(t, wrap)
 	require.NotNil(t, wrap(http.DefaultTransport))

@@ -21,6 +21,7 @@ import (
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
@@ -212,7 +213,7 @@ func New(t testing.TB, opts *Opts) *System {
 	env.Now = opts.Now
 	s.Env = env
 
-	providers, spans := observability.NewTestProviders()
+	providers, spans := observabilitytest.NewProviders()
 	s.Spans = spans
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
@@ -360,7 +361,7 @@ func Execution(t *testing.T, request map[string]any) map[string]any {
 // Metric reads one series of the system's metrics.
 func (s *System) Metric(name string, labels map[string]string) float64 {
 	s.T.Helper()
-	v, err := s.Tel.Providers.MetricValue(name, labels)
+	v, err := observabilitytest.MetricValue(s.Tel.Providers, name, labels)
 	require.NoError(s.T, err)
 	return v
 }

@@ -14,9 +14,11 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/upstream"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -40,7 +42,7 @@ func setup(t *testing.T, cfg fakeupstream.Config) *testBundle {
 	server := httptest.NewServer(b.fake)
 	t.Cleanup(server.Close)
 
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -69,7 +71,7 @@ func (b *testBundle) run(t *testing.T, params string) *queries.JobExecution {
 	t.Helper()
 
 	ctx := context.Background()
-	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: jobs.AptTrade, Source: request.SourceCLI, Params: []byte(params)})
+	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: jobs.AptTrade, Source: radartype.SourceCLI, Params: []byte(params)})
 	require.NoError(t, err)
 	out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: res.Request.ID})
 	require.NoError(t, err)

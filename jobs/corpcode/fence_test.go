@@ -12,9 +12,11 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/corpcode"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/upstream"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -44,7 +46,7 @@ func TestCorpCodeSync_StaleDownloadLeavesTheNewExecutionsRecord(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	server := httptest.NewServer(fakeupstream.New(fakeupstream.Config{}))
 	t.Cleanup(server.Close)
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -82,7 +84,7 @@ func TestCorpCodeSync_StaleDownloadLeavesTheNewExecutionsRecord(t *testing.T) {
 		Upstream: client, Instruments: instruments, Logger: logger,
 	})
 	require.NoError(t, err)
-	res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: jobs.CorpCodeSync, Source: request.SourceCLI, Params: []byte(`{}`)})
+	res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: jobs.CorpCodeSync, Source: radartype.SourceCLI, Params: []byte(`{}`)})
 	require.NoError(t, err)
 	_, err = runner.Run(ctx, batch.RunOpts{RequestID: res.Request.ID})
 	require.ErrorIs(t, err, batch.ErrOwnershipLost)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -96,7 +97,7 @@ func TestCreditEval_SmallDatabasePool(t *testing.T) {
 			}
 			raise(&maxAcquired, int64(pool4.Stat().AcquiredConns()))
 			if i%10 == 0 {
-				v, err := s.Tel.Providers.MetricValue(observability.MetricFanoutInflight, map[string]string{"job": jobs.CreditEval})
+				v, err := observabilitytest.MetricValue(s.Tel.Providers, observability.MetricFanoutInflight, map[string]string{"job": jobs.CreditEval})
 				if err == nil {
 					raise(&maxInflight, int64(v))
 				}

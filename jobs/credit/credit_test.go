@@ -19,9 +19,11 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/upstream"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -74,7 +76,7 @@ func setup(tb testing.TB, opts setupOpts) *testBundle {
 	b.fakeURL = server.URL
 
 	var providers *observability.Providers
-	providers, _ = observability.NewTestProviders()
+	providers, _ = observabilitytest.NewProviders()
 	b.providers = providers
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(tb, err)
@@ -122,7 +124,7 @@ func setup(tb testing.TB, opts setupOpts) *testBundle {
 func (b *testBundle) request(tb testing.TB, params string, maxCalls *int) (int64, int) {
 	tb.Helper()
 	res, err := b.enqueuer.Enqueue(context.Background(), &request.EnqueueParams{
-		Job: jobs.CreditEval, Source: request.SourceCLI, Params: []byte(params), MaxCalls: maxCalls,
+		Job: jobs.CreditEval, Source: radartype.SourceCLI, Params: []byte(params), MaxCalls: maxCalls,
 	})
 	require.NoError(tb, err)
 	return res.Request.ID, res.EstimatedCalls
@@ -157,7 +159,7 @@ func (b *testBundle) failKeys(codes []string) {
 
 func (b *testBundle) metric(tb testing.TB, name string, labels map[string]string) float64 {
 	tb.Helper()
-	v, err := b.providers.MetricValue(name, labels)
+	v, err := observabilitytest.MetricValue(b.providers, name, labels)
 	require.NoError(tb, err)
 	return v
 }
@@ -366,7 +368,7 @@ func TestCreditEval_MissingKeyHalts(t *testing.T) {
 
 func mustInstruments(t *testing.T) *observability.Instruments {
 	t.Helper()
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	i, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	return i

@@ -91,7 +91,7 @@ func (Job) Process(ctx context.Context, run *batch.Run, corpCode string) (*batch
 			continue
 		}
 		seen[f.ReceiptNo] = true
-		received, _ := f.ReceivedAt() // ParseFilingList checked it
+		received, _ := f.ReceivedAt() // ParseFilingPage checked it
 		risk, reason := Classify(f.ReportName)
 		q.RceptNos = append(q.RceptNos, f.ReceiptNo)
 		q.CorpCodes = append(q.CorpCodes, f.CorpCode)

@@ -14,9 +14,11 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/upstream"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -63,7 +65,7 @@ func setup(t *testing.T) *testBundle {
 	require.True(t, unlisted, "the fake has an unlisted construction company")
 	require.Greater(t, len(b.listed), jobs.StockPriceChunkSize, "more than one chunk")
 
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -96,7 +98,7 @@ func (b *testBundle) run(t *testing.T, date string) (*queries.JobExecution, int)
 	t.Helper()
 
 	ctx := context.Background()
-	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: jobs.StockPrice, Source: request.SourceCLI, Params: []byte(`{"date":"` + date + `"}`)})
+	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: jobs.StockPrice, Source: radartype.SourceCLI, Params: []byte(`{"date":"` + date + `"}`)})
 	require.NoError(t, err)
 	out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: res.Request.ID})
 	require.NoError(t, err)

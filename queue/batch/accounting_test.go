@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 )
@@ -44,7 +45,7 @@ func TestRunner_EveryChunkAddsUp(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int32(0), exec.ChunksDone, "the chunk that did not add up did not commit")
 	require.Zero(t, exec.ItemsWritten)
-	v, err := b.providers.MetricValue("buildrisk_items_total", map[string]string{"job": "aptTrade", "outcome": "unaccounted"})
+	v, err := observabilitytest.MetricValue(b.providers, "buildrisk_items_total", map[string]string{"job": "aptTrade", "outcome": "unaccounted"})
 	require.NoError(t, err)
 	require.Equal(t, float64(1), v)
 }
@@ -84,7 +85,7 @@ func TestRunner_FailedItemsCountedOnlyWhenRecorded(t *testing.T) {
 	var itemsFailed int64
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT items_failed FROM job_execution`).Scan(&itemsFailed))
 	require.Zero(t, itemsFailed, "a run that lost the execution writes nothing to it")
-	v, err := b.providers.MetricValue("buildrisk_items_total", map[string]string{"job": "aptTrade", "outcome": "failed"})
+	v, err := observabilitytest.MetricValue(b.providers, "buildrisk_items_total", map[string]string{"job": "aptTrade", "outcome": "failed"})
 	require.NoError(t, err)
 	require.Zero(t, v, "counted as the database records them")
 }

@@ -162,16 +162,6 @@ func NewFanOut(cfg FanOutConfig) (*FanOut, error) {
 // Size returns the number of slots.
 func (p *FanOut) Size() int { return p.cfg.Size }
 
-// InFlight returns how many items hold a slot now; never more than Size.
-func (p *FanOut) InFlight() int { return int(p.inflight.Load()) }
-
-// Peak returns the most items that held a slot at once.
-func (p *FanOut) Peak() int { return int(p.peak.Load()) }
-
-// Waiting returns how many producers are blocked in Submit waiting for a
-// slot (backpressure at work).
-func (p *FanOut) Waiting() int { return int(p.waiting.Load()) }
-
 // Submit hands fn over to a free slot, waiting for one while all are busy.
 // fn runs on its own goroutine with ctx. Submit returns nil once fn is
 // handed over; ctx's error when ctx ended before a slot was free (the item
@@ -363,31 +353,6 @@ type ItemResult[R any] struct {
 	// Committed reports that FanOutCommit committed the item's value in a
 	// checkpoint part. FanOutEach never sets it.
 	Committed bool
-}
-
-// FanOutEach runs fn for every item on a bounded pool of run.FanOut slots
-// and returns one result per item, in the items' order. Items are handed
-// over one at a time, each only when a slot is free.
-//
-// It stops handing over when ctx ends (stop, drain past its timeout) or when
-// an item returns a Halt error; either way it waits for the items in flight
-// before it returns, and it returns ctx's error or the halting error. Items
-// never handed over have Done false: the caller must treat them as not
-// processed (a chunk should then write nothing and return the error, so its
-// targets stay in the database for the resume).
-func FanOutEach[T, R any](ctx context.Context, run *Run, items []T, fn func(context.Context, T) (R, error)) ([]ItemResult[R], error) {
-	pool, err := NewFanOut(FanOutConfig{Job: run.Job, Size: run.FanOut, Instruments: run.Instruments, Logger: run.Logger})
-	if err != nil {
-		return nil, err
-	}
-	return fanOutEach(ctx, pool, items, fn)
-}
-
-// fanOutEach is FanOutEach on a given pool, which it closes.
-func fanOutEach[T, R any](ctx context.Context, pool *FanOut, items []T, fn func(context.Context, T) (R, error)) ([]ItemResult[R], error) {
-	h := newHandout(ctx)
-	defer h.stop()
-	return fanOutWith(ctx, h, pool, items, fn, nil)
 }
 
 // handout decides when a fan-out stops handing over items: when its parent

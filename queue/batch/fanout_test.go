@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/batch"
 )
 
@@ -26,7 +27,7 @@ type fanOutBundle struct {
 
 func fanOutSetup(t *testing.T) *fanOutBundle {
 	t.Helper()
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	return &fanOutBundle{providers: providers, instruments: instruments, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -34,7 +35,7 @@ func fanOutSetup(t *testing.T) *fanOutBundle {
 
 func (b *fanOutBundle) metric(t *testing.T, name string, labels map[string]string) float64 {
 	t.Helper()
-	v, err := b.providers.MetricValue(name, labels)
+	v, err := observabilitytest.MetricValue(b.providers, name, labels)
 	require.NoError(t, err)
 	return v
 }
@@ -370,7 +371,7 @@ func TestFanOutEach_NeverExceedsCapacity(t *testing.T) {
 		observe(&maxSeen, inflight.Add(1))
 		defer inflight.Add(-1)
 		if i%20 == 0 {
-			v, err := b.providers.MetricValue(observability.MetricFanoutInflight, map[string]string{"job": fanOutTestJob})
+			v, err := observabilitytest.MetricValue(b.providers, observability.MetricFanoutInflight, map[string]string{"job": fanOutTestJob})
 			if err == nil {
 				observe(&maxGauge, int64(v))
 			}

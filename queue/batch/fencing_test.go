@@ -10,9 +10,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtx"
 )
 
@@ -201,10 +203,10 @@ func TestRunner_OwnershipLost(t *testing.T) {
 				require.Equal(t, "reaped by the test", message, "the reaper's record stands")
 			}
 			require.Zero(t, chained, "no chained request")
-			v, err := b.providers.MetricValue("buildrisk_ownership_lost_total", map[string]string{"job": "metrics"})
+			v, err := observabilitytest.MetricValue(b.providers, "buildrisk_ownership_lost_total", map[string]string{"job": "metrics"})
 			require.NoError(t, err)
 			require.Equal(t, float64(1), v)
-			v, err = b.providers.MetricValue("buildrisk_executions_total", map[string]string{"job": "metrics", "status": "COMPLETED"})
+			v, err = observabilitytest.MetricValue(b.providers, "buildrisk_executions_total", map[string]string{"job": "metrics", "status": "COMPLETED"})
 			require.NoError(t, err)
 			require.Zero(t, v, "no execution counted as finished")
 		})
@@ -325,7 +327,7 @@ func TestRun_FencedWritesOnlyWhileOwned(t *testing.T) {
 
 	out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "owned")})
 	require.NoError(t, err)
-	require.Equal(t, request.ExecutionCompleted, out.Status, out.Message)
+	require.Equal(t, string(radartype.ExecutionCompleted), out.Status, out.Message)
 	var probes int
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM plan_probe WHERE execution_id = $1`, out.ExecutionID).Scan(&probes))
 	require.Equal(t, 1, probes)

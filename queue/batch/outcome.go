@@ -11,6 +11,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtx"
 	"github.com/buildrisk/radar/upstream"
 )
@@ -56,10 +57,10 @@ func (r *Runner) account(ctx context.Context, rs *runState, plan *Plan, job stri
 		// Every committed chunk added up (checkChunk), so the gap is
 		// between the declared targets and what the chunks took on.
 		r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, unaccounted)
-		return request.ExecutionFailed, fmt.Sprintf("unaccounted: %d of %d targets (written %d, skipped %d, failed %d)",
+		return string(radartype.ExecutionFailed), fmt.Sprintf("unaccounted: %d of %d targets (written %d, skipped %d, failed %d)",
 			unaccounted, targets, totals.Written, totals.Skipped, totals.Failed), nil
 	}
-	return request.ExecutionCompleted, fmt.Sprintf("completed: %d targets (written %d, skipped %d%s, failed %d)",
+	return string(radartype.ExecutionCompleted), fmt.Sprintf("completed: %d targets (written %d, skipped %d%s, failed %d)",
 		targets, totals.Written, totals.Skipped, skipReasons(reasons), totals.Failed), nil
 }
 
@@ -99,25 +100,25 @@ func (r *Runner) classify(ctx context.Context, rs *runState, err error, where st
 		if dbErr := rs.dbError(); dbErr != nil {
 			msg += fmt.Sprintf(" (last database error: %v)", dbErr)
 		}
-		rs.cause = request.CauseDatabase
-		return request.ExecutionStopped, msg, nil
+		rs.cause = radartype.CauseDatabase
+		return string(radartype.ExecutionStopped), msg, nil
 	case ctx.Err() != nil:
-		rs.cause = request.CauseDrain
-		return request.ExecutionStopped, MessageDrainTimeout, nil
+		rs.cause = radartype.CauseDrain
+		return string(radartype.ExecutionStopped), MessageDrainTimeout, nil
 	case errors.Is(err, ErrDrained):
-		rs.cause = request.CauseDrain
-		return request.ExecutionStopped, MessageDrainedInChunk, nil
+		rs.cause = radartype.CauseDrain
+		return string(radartype.ExecutionStopped), MessageDrainedInChunk, nil
 	case errors.Is(err, ErrStopRequested):
-		rs.cause = request.CauseOperator
-		return request.ExecutionStopped, MessageStopRequestedInChunk, nil
+		rs.cause = radartype.CauseOperator
+		return string(radartype.ExecutionStopped), MessageStopRequestedInChunk, nil
 	case errors.As(err, &capErr):
-		rs.cause = request.CauseCap
-		return request.ExecutionStopped, fmt.Sprintf("daily cap of %s reached; resumes from the last commit", capErr.Provider), nil
+		rs.cause = radartype.CauseCap
+		return string(radartype.ExecutionStopped), fmt.Sprintf("daily cap of %s reached; resumes from the last commit", capErr.Provider), nil
 	case errors.Is(err, upstream.ErrMaxCalls):
-		rs.cause = request.CauseMaxCalls
-		return request.ExecutionStopped, fmt.Sprintf("%v; a new request resumes from the last commit", err), nil
+		rs.cause = radartype.CauseMaxCalls
+		return string(radartype.ExecutionStopped), fmt.Sprintf("%v; a new request resumes from the last commit", err), nil
 	default:
-		return request.ExecutionFailed, fmt.Sprintf("%s: %v", where, err), nil
+		return string(radartype.ExecutionFailed), fmt.Sprintf("%s: %v", where, err), nil
 	}
 }
 
@@ -160,11 +161,11 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 			if st.cause != "" {
 				// Recorded with the end, so the reconcile loop applies the
 				// resume policy if the request's own recording is lost.
-				if err := r.queries.JobExecutionSetStopCause(callCtx, tx, &queries.JobExecutionSetStopCauseParams{ID: st.exec.ID, StopCause: st.cause}); err != nil {
+				if err := r.queries.JobExecutionSetStopCause(callCtx, tx, &queries.JobExecutionSetStopCauseParams{ID: st.exec.ID, StopCause: string(st.cause)}); err != nil {
 					return fmt.Errorf("error recording stop cause: %w", err)
 				}
 			}
-			if outcome.Status == request.ExecutionCompleted && r.cfg.Chain != nil {
+			if outcome.Status == string(radartype.ExecutionCompleted) && r.cfg.Chain != nil {
 				if err := r.cfg.Chain(callCtx, tx, &Finished{
 					Job: st.request.Job, RequestID: st.request.ID, ExecutionID: st.exec.ID, Params: st.request.Params,
 				}); err != nil {
@@ -198,7 +199,7 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 					return err
 				}
 			}
-			if finished > 0 && outcome.Status != request.ExecutionCompleted && r.cfg.Resume != nil {
+			if finished > 0 && outcome.Status != string(radartype.ExecutionCompleted) && r.cfg.Resume != nil {
 				// The resume (when the policy allows it) commits with the
 				// stop: never a stopped run without its resume.
 				if err := r.cfg.Resume(callCtx, tx, &request.Stopped{Request: st.request, ExecutionID: st.exec.ID, Cause: st.cause}); err != nil {

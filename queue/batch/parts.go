@@ -11,7 +11,7 @@ import (
 
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
-	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtx"
 )
 
@@ -282,7 +282,7 @@ func fanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items [
 		switch {
 		case err != nil:
 			h.halt(err)
-		case status == request.ExecutionStopping:
+		case status == string(radartype.ExecutionStopping):
 			h.halt(ErrStopRequested)
 		}
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
@@ -88,7 +89,7 @@ func TestGroupCommit_PartsCommitSideBySide(t *testing.T) {
 func TestFanOutCommit_PaidWindowBoundsUncommittedItems(t *testing.T) {
 	t.Parallel()
 	const size, items = 3, 20
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	pool := pgtest.NewPool(t)

@@ -20,6 +20,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtx"
 	"github.com/buildrisk/radar/upstream"
 )
@@ -177,9 +178,9 @@ type started struct {
 	exec     *queries.JobExecution
 	resumed  bool
 	maxCalls int
-	// cause says why a run that did not complete ended (request.Cause*);
+	// cause says why a run that did not complete ended (radartype.StopCause);
 	// it is recorded with the end, and the resume policy reads it.
-	cause string
+	cause radartype.StopCause
 }
 
 // Run claims the request, creates its execution under the job's advisory
@@ -230,18 +231,18 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	rs.logger.InfoContext(ctx, "execution started", slog.Bool("resumed", st.resumed))
 
 	status, message, domainRows, err := r.execute(ctx, rs, opts)
-	if err == nil && status != request.ExecutionCompleted && rs.cause == "" {
-		rs.cause = request.CauseFailure
+	if err == nil && status != string(radartype.ExecutionCompleted) && rs.cause == "" {
+		rs.cause = radartype.CauseFailure
 	}
 	if err == nil {
 		span.SetAttributes(attribute.String("buildrisk.status", status))
-		if status == request.ExecutionFailed {
+		if status == string(radartype.ExecutionFailed) {
 			span.SetStatus(codes.Error, message)
 		}
-		outcome := &Outcome{ExecutionID: st.exec.ID, Status: status, Message: message, RequestStatus: request.StatusForExecution(status)}
+		outcome := &Outcome{ExecutionID: st.exec.ID, Status: status, Message: message, RequestStatus: string(radartype.ExecutionStatus(status).RequestStatus())}
 		if err = r.record(ctx, rs, outcome, domainRows, opts.FinishTx); err == nil {
-			r.cfg.Instruments.ExecutionFinished(ctx, st.request.Job, status)
-			if status == request.ExecutionStopped {
+			r.cfg.Instruments.ExecutionFinished(ctx, st.request.Job, radartype.ExecutionStatus(status))
+			if status == string(radartype.ExecutionStopped) {
 				r.cfg.Instruments.ExecutionStopped(ctx, st.request.Job, rs.cause)
 			}
 			rs.logger.InfoContext(ctx, "execution finished", slog.String("status", status), slog.String("message", message))
@@ -476,14 +477,14 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		if committed[chunk] {
 			continue
 		}
-		if execStatus == request.ExecutionStopping {
-			rs.cause = request.CauseOperator
-			return request.ExecutionStopped, MessageStopRequested, nil, nil
+		if execStatus == string(radartype.ExecutionStopping) {
+			rs.cause = radartype.CauseOperator
+			return string(radartype.ExecutionStopped), MessageStopRequested, nil, nil
 		}
 		select {
 		case <-r.drain:
-			rs.cause = request.CauseDrain
-			return request.ExecutionStopped, MessageDrained, nil, nil
+			rs.cause = radartype.CauseDrain
+			return string(radartype.ExecutionStopped), MessageDrained, nil, nil
 		default:
 		}
 
@@ -516,7 +517,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 			if flushErr := flushCalls(); errors.Is(flushErr, ErrOwnershipLost) {
 				return "", "", nil, flushErr
 			}
-			return request.ExecutionFailed, err.Error(), nil, nil
+			return string(radartype.ExecutionFailed), err.Error(), nil, nil
 		}
 		newCalls := run.Calls.Calls() - callsRecorded
 		execStatus, err = r.commitChunk(ctx, rs, chunk, res, int32(chunkCalls), int32(newCalls))
@@ -534,9 +535,9 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 			opts.OnChunk(chunksDone, len(plan.Chunks))
 		}
 	}
-	if execStatus == request.ExecutionStopping && chunksDone < len(plan.Chunks) {
-		rs.cause = request.CauseOperator
-		return request.ExecutionStopped, MessageStopRequested, nil, nil
+	if execStatus == string(radartype.ExecutionStopping) && chunksDone < len(plan.Chunks) {
+		rs.cause = radartype.CauseOperator
+		return string(radartype.ExecutionStopped), MessageStopRequested, nil, nil
 	}
 	status, message, err = r.account(ctx, rs, plan, run.Job)
 	if err != nil {

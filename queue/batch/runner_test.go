@@ -12,8 +12,10 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/upstream"
 )
@@ -68,7 +70,7 @@ type testBundle struct {
 func setup(t *testing.T, registry map[string]batch.Job) *testBundle {
 	t.Helper()
 	pool := pgtest.NewPool(t)
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	var defs []jobs.Definition
@@ -86,7 +88,7 @@ func setup(t *testing.T, registry map[string]batch.Job) *testBundle {
 
 func (b *testBundle) enqueue(t *testing.T, job string) int64 {
 	t.Helper()
-	res, err := b.enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: job, Source: request.SourceCLI, Params: []byte("{}")})
+	res, err := b.enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: job, Source: radartype.SourceCLI, Params: []byte("{}")})
 	require.NoError(t, err)
 	return res.Request.ID
 }
@@ -141,8 +143,8 @@ func TestRunner_UnaccountedItemsFail(t *testing.T) {
 				want, lost = "unaccounted: 4 of 40", 4
 			}
 			require.Contains(t, out.Message, want)
-			require.Equal(t, request.StatusFailed, out.RequestStatus)
-			v, err := b.providers.MetricValue("buildrisk_items_total", map[string]string{"job": "creditEval", "outcome": "unaccounted"})
+			require.Equal(t, string(radartype.RequestFailed), out.RequestStatus)
+			v, err := observabilitytest.MetricValue(b.providers, "buildrisk_items_total", map[string]string{"job": "creditEval", "outcome": "unaccounted"})
 			require.NoError(t, err)
 			require.Equal(t, lost, v, "each lost item counted once")
 		})

@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // JobCanceller cancels a River job inside the caller's transaction, through
@@ -43,7 +44,7 @@ func CancelRiverJob(ctx context.Context, tx pgx.Tx, river JobCanceller, riverJob
 // overwritten.
 func Abandon(ctx context.Context, tx pgx.Tx, river JobCanceller, requestID int64, executionID, riverJobID *int64, msg string) (bool, error) {
 	q := queries.New()
-	n, err := q.JobRequestFinish(ctx, tx, &queries.JobRequestFinishParams{ID: requestID, Status: StatusFailed, Message: msg})
+	n, err := q.JobRequestFinish(ctx, tx, &queries.JobRequestFinishParams{ID: requestID, Status: string(radartype.RequestFailed), Message: msg})
 	if err != nil {
 		return false, fmt.Errorf("error failing request %d: %w", requestID, err)
 	}

@@ -14,32 +14,8 @@ import (
 
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/radartype"
 )
-
-// Causes of an execution that ended without completing. The first three are
-// infrastructure's doing, and only those can be resumed automatically; the
-// rest are decisions (an operator's stop, a cap, maxCalls) or the run's own
-// failure, which a new run would only repeat. A run that finds it lost
-// ownership of its execution writes nothing, its end included: whoever took
-// the execution over (the reaper, cause reap) records it and its resume.
-const (
-	// CauseDrain is a worker shutting down (a deploy, a node drain).
-	CauseDrain = "drain"
-	// CauseReap is a dead worker's run freed by the reaper.
-	CauseReap = "reap"
-	// CauseDatabase is a database outage the run could not ride out (its
-	// worker fenced itself), or a run whose outcome its worker could not
-	// record (the reconcile loop abandons it).
-	CauseDatabase = "database"
-
-	CauseOperator = "operator"
-	CauseCap      = "cap"
-	CauseMaxCalls = "max_calls"
-	CauseFailure  = "failure"
-)
-
-// ResumableCauses are the causes BUILDRISK_AUTO_RESUME may name.
-var ResumableCauses = []string{CauseDrain, CauseReap, CauseDatabase}
 
 // Resume policy defaults.
 const (
@@ -51,12 +27,12 @@ const (
 // AutoResumeCausesDefault is the default of BUILDRISK_AUTO_RESUME: every
 // cause that is infrastructure's doing, so the same fault (an outage
 // shorter or longer than the stale window) ends the same way, resumed.
-const AutoResumeCausesDefault = CauseDrain + "," + CauseReap + "," + CauseDatabase
+const AutoResumeCausesDefault = string(radartype.CauseDrain + "," + radartype.CauseReap + "," + radartype.CauseDatabase)
 
 // ResumePolicy decides which stopped runs resume by themselves.
 type ResumePolicy struct {
 	// Causes are the causes that resume; empty turns automatic resumes off.
-	Causes []string
+	Causes []radartype.StopCause
 	// MaxPerDay is how many automatic resumes one instance gets per day (in
 	// Location, by the database's clock); past it the run stays stopped or
 	// failed and the refusal is counted, so a run that crashes its worker
@@ -71,17 +47,21 @@ type ResumePolicy struct {
 }
 
 // ParseResumeCauses parses BUILDRISK_AUTO_RESUME: a comma list of
-// ResumableCauses, or "none"/"" for none.
-func ParseResumeCauses(s string) ([]string, error) {
+// radartype.ResumableCauses, or "none"/"" for none.
+func ParseResumeCauses(s string) ([]radartype.StopCause, error) {
 	s = strings.TrimSpace(s)
 	if s == "" || s == "none" {
 		return nil, nil
 	}
-	var causes []string
+	var causes []radartype.StopCause
 	for part := range strings.SplitSeq(s, ",") {
-		cause := strings.TrimSpace(part)
-		if !slices.Contains(ResumableCauses, cause) {
-			return nil, fmt.Errorf("unknown cause %q (want a comma list of %s, or none)", cause, strings.Join(ResumableCauses, ", "))
+		cause := radartype.StopCause(strings.TrimSpace(part))
+		if !cause.Resumable() {
+			names := make([]string, 0, 3)
+			for _, c := range radartype.ResumableCauses() {
+				names = append(names, c.String())
+			}
+			return nil, fmt.Errorf("unknown cause %q (want a comma list of %s, or none)", cause, strings.Join(names, ", "))
 		}
 		if !slices.Contains(causes, cause) {
 			causes = append(causes, cause)
@@ -114,8 +94,8 @@ type Stopped struct {
 	Request *queries.JobRequest
 	// ExecutionID is the execution that stopped.
 	ExecutionID int64
-	// Cause is one of the Cause constants.
-	Cause string
+	// Cause is what stopped the run.
+	Cause radartype.StopCause
 }
 
 // ResumeTx records why a run stopped (the execution's stop_cause) and applies
@@ -130,7 +110,7 @@ type Stopped struct {
 // duplicate check, restart rules) but skips the stale cleanup: its callers
 // are the cleanup, or the run's own worker.
 func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, error) {
-	if err := e.queries.JobExecutionSetStopCause(ctx, tx, &queries.JobExecutionSetStopCauseParams{ID: s.ExecutionID, StopCause: s.Cause}); err != nil {
+	if err := e.queries.JobExecutionSetStopCause(ctx, tx, &queries.JobExecutionSetStopCauseParams{ID: s.ExecutionID, StopCause: string(s.Cause)}); err != nil {
 		return 0, fmt.Errorf("error recording stop cause: %w", err)
 	}
 	policy := e.cfg.Resume.withDefaults()
@@ -138,7 +118,7 @@ func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, 
 		return 0, nil
 	}
 	logger := e.cfg.Logger.With(slog.String("job", s.Request.Job), slog.Int64("request_id", s.Request.ID),
-		slog.Int64("execution_id", s.ExecutionID), slog.String("cause", s.Cause))
+		slog.Int64("execution_id", s.ExecutionID), slog.String("cause", string(s.Cause)))
 
 	exec, err := e.queries.JobExecutionGetByID(ctx, tx, s.ExecutionID)
 	if err != nil {
@@ -148,7 +128,7 @@ func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, 
 	if err != nil {
 		return 0, fmt.Errorf("error counting automatic resumes: %w", err)
 	}
-	if s.Cause != CauseDrain && int(attempts) >= policy.MaxPerDay {
+	if s.Cause != radartype.CauseDrain && int(attempts) >= policy.MaxPerDay {
 		e.cfg.Instruments.AutoResumeRefused(ctx, s.Request.Job, s.Cause)
 		logger.ErrorContext(ctx, "automatic resume refused: the instance has used every attempt of the day; request it by hand once the cause is fixed",
 			slog.Int64("attempts", attempts), slog.Int("max_per_day", policy.MaxPerDay))
@@ -164,7 +144,7 @@ func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, 
 		Job:         s.Request.Job,
 		Params:      s.Request.Params,
 		MaxCalls:    maxCalls,
-		Source:      SourceResume,
+		Source:      radartype.SourceResume,
 		RequestedBy: fmt.Sprintf("resume:%s:execution %d", s.Cause, s.ExecutionID),
 		NotBefore:   policy.backoff(int(attempts) + 1),
 		skipCleanup: true,
@@ -201,14 +181,14 @@ func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, 
 		logger.InfoContext(ctx, "automatic resume not inserted: the restart rules do not resume this execution")
 		return 0, nil
 	}
-	if err := e.queries.JobRequestSetResumeCause(ctx, savepoint, &queries.JobRequestSetResumeCauseParams{ID: res.Request.ID, ResumeCause: s.Cause}); err != nil {
+	if err := e.queries.JobRequestSetResumeCause(ctx, savepoint, &queries.JobRequestSetResumeCauseParams{ID: res.Request.ID, ResumeCause: string(s.Cause)}); err != nil {
 		_ = savepoint.Rollback(ctx)
 		return 0, fmt.Errorf("error recording resume cause: %w", err)
 	}
 	if err := savepoint.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("error releasing savepoint: %w", err)
 	}
-	e.cfg.Instruments.RequestRecorded(ctx, s.Request.Job, SourceResume, observability.ResultAccepted)
+	e.cfg.Instruments.RequestRecorded(ctx, s.Request.Job, radartype.SourceResume, observability.ResultAccepted)
 	e.cfg.Instruments.AutoResumed(ctx, s.Request.Job, s.Cause)
 	logger.InfoContext(ctx, "run stopped by infrastructure resumes by itself",
 		slog.Int64("resume_request_id", res.Request.ID), slog.Int64("attempt", attempts+1), slog.Duration("backoff", p.NotBefore))

@@ -13,8 +13,10 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/sql/pgtx"
 )
@@ -41,7 +43,7 @@ func newResumeBundle(t *testing.T, policy request.ResumePolicy) *resumeBundle {
 func newStockPriceBundle(t *testing.T, cfg request.Config) *resumeBundle {
 	t.Helper()
 	pool := pgtest.NewPool(t)
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
@@ -56,10 +58,10 @@ func newStockPriceBundle(t *testing.T, cfg request.Config) *resumeBundle {
 // stopRun enqueues a request, gives it an execution that ended with status,
 // and finishes the request, the way the runner records a stop. It returns
 // the finished request and its execution's id.
-func (b *resumeBundle) stopRun(t *testing.T, confirmPurge bool, status string) (*queries.JobRequest, int64) {
+func (b *resumeBundle) stopRun(t *testing.T, confirmPurge bool, status radartype.ExecutionStatus) (*queries.JobRequest, int64) {
 	t.Helper()
 	ctx := context.Background()
-	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI, ConfirmPurge: confirmPurge})
+	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: radartype.SourceAPI, ConfirmPurge: confirmPurge})
 	require.NoError(t, err)
 	q := queries.New()
 	req := res.Request
@@ -77,9 +79,9 @@ func (b *resumeBundle) stopRun(t *testing.T, confirmPurge bool, status string) (
 	require.NoError(t, b.pool.QueryRow(ctx, `INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, ended_at)
 		VALUES ($1, $2, $3, $4, 'w', now()) RETURNING id`, instanceID, req.Job, req.ID, status).Scan(&execID))
 	_, err = b.pool.Exec(ctx, `UPDATE job_request SET status = $2, execution_id = $3, finished_at = now() WHERE id = $1`,
-		req.ID, request.StatusForExecution(status), execID)
+		req.ID, string(status.RequestStatus()), execID)
 	require.NoError(t, err)
-	req.Status = request.StatusForExecution(status)
+	req.Status = string(status.RequestStatus())
 	return req, execID
 }
 
@@ -96,20 +98,20 @@ func (b *resumeBundle) resume(t *testing.T, s *request.Stopped) int64 {
 
 func TestResume_DrainedRunResumesItself(t *testing.T) {
 	t.Parallel()
-	b := newResumeBundle(t, request.ResumePolicy{Causes: []string{request.CauseDrain, request.CauseReap}, MaxPerDay: 3, Backoff: time.Minute})
-	req, execID := b.stopRun(t, false, request.ExecutionStopped)
+	b := newResumeBundle(t, request.ResumePolicy{Causes: []radartype.StopCause{radartype.CauseDrain, radartype.CauseReap}, MaxPerDay: 3, Backoff: time.Minute})
+	req, execID := b.stopRun(t, false, radartype.ExecutionStopped)
 
 	before := time.Now()
-	id := b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: request.CauseDrain})
+	id := b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: radartype.CauseDrain})
 	require.NotZero(t, id, "a drained run resumes")
 
 	got, err := queries.New().JobRequestGetByID(context.Background(), b.pool, id)
 	require.NoError(t, err)
-	require.Equal(t, request.SourceResume, got.Source)
-	require.Equal(t, request.CauseDrain, got.ResumeCause)
+	require.Equal(t, string(radartype.SourceResume), got.Source)
+	require.Equal(t, string(radartype.CauseDrain), got.ResumeCause)
 	require.NotNil(t, got.ResumesExecutionID)
 	require.Equal(t, execID, *got.ResumesExecutionID)
-	require.Equal(t, request.StatusQueued, got.Status)
+	require.Equal(t, string(radartype.RequestQueued), got.Status)
 
 	// The request waits for the backoff (by the database's clock), so a
 	// crash loop cannot spin; its River job is available at once, so no
@@ -129,14 +131,14 @@ func TestResume_DrainedRunResumesItself(t *testing.T) {
 
 func TestResume_DecisionsAndFailuresNeverResume(t *testing.T) {
 	t.Parallel()
-	b := newResumeBundle(t, request.ResumePolicy{Causes: []string{request.CauseDrain, request.CauseReap}, MaxPerDay: 3})
-	for _, cause := range []string{request.CauseOperator, request.CauseCap, request.CauseMaxCalls, request.CauseFailure, request.CauseDatabase} {
-		req, execID := b.stopRun(t, false, request.ExecutionStopped)
+	b := newResumeBundle(t, request.ResumePolicy{Causes: []radartype.StopCause{radartype.CauseDrain, radartype.CauseReap}, MaxPerDay: 3})
+	for _, cause := range []radartype.StopCause{radartype.CauseOperator, radartype.CauseCap, radartype.CauseMaxCalls, radartype.CauseFailure, radartype.CauseDatabase} {
+		req, execID := b.stopRun(t, false, radartype.ExecutionStopped)
 		require.Zero(t, b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: cause}), "cause %s must not resume", cause)
 	}
 	// A confirmPurge run is never resumed, whatever stopped it.
-	req, execID := b.stopRun(t, true, request.ExecutionStopped)
-	require.Zero(t, b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: request.CauseDrain}))
+	req, execID := b.stopRun(t, true, radartype.ExecutionStopped)
+	require.Zero(t, b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: radartype.CauseDrain}))
 
 	var n int
 	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT count(*) FROM job_request WHERE source = 'resume'`).Scan(&n))
@@ -145,10 +147,10 @@ func TestResume_DecisionsAndFailuresNeverResume(t *testing.T) {
 
 func TestResume_AttemptLimitPerInstanceAndDay(t *testing.T) {
 	t.Parallel()
-	b := newResumeBundle(t, request.ResumePolicy{Causes: []string{request.CauseReap}, MaxPerDay: 2, Backoff: time.Millisecond})
-	req, execID := b.stopRun(t, false, request.ExecutionAbandoned)
+	b := newResumeBundle(t, request.ResumePolicy{Causes: []radartype.StopCause{radartype.CauseReap}, MaxPerDay: 2, Backoff: time.Millisecond})
+	req, execID := b.stopRun(t, false, radartype.ExecutionAbandoned)
 	for attempt := 1; attempt <= 2; attempt++ {
-		id := b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: request.CauseReap})
+		id := b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: radartype.CauseReap})
 		require.NotZero(t, id, "attempt %d", attempt)
 		// The resumed run dies too: its worker is reaped again.
 		got, err := queries.New().JobRequestGetByID(context.Background(), b.pool, id)
@@ -159,7 +161,7 @@ func TestResume_AttemptLimitPerInstanceAndDay(t *testing.T) {
 			SELECT instance_id, job, $1, 'ABANDONED', 'w', now() FROM job_execution WHERE id = $2 RETURNING id`, id, execID).Scan(&execID))
 		req = got
 	}
-	require.Zero(t, b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: request.CauseReap}), "the third attempt of the day is refused")
+	require.Zero(t, b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: radartype.CauseReap}), "the third attempt of the day is refused")
 
 	requireMetric(t, b.providers, 2, observability.MetricAutoResumes, map[string]string{"job": "stockPrice", "cause": "reap"})
 	requireMetric(t, b.providers, 1, observability.MetricAutoResumesRefused, map[string]string{"job": "stockPrice", "cause": "reap"})
@@ -169,13 +171,13 @@ func TestResume_AttemptLimitPerInstanceAndDay(t *testing.T) {
 // count toward the day's attempts, which stop crash loops only.
 func TestResume_DrainsDoNotSpendTheDayAttempts(t *testing.T) {
 	t.Parallel()
-	b := newResumeBundle(t, request.ResumePolicy{Causes: []string{request.CauseDrain, request.CauseReap}, MaxPerDay: 1, Backoff: time.Millisecond})
-	req, execID := b.stopRun(t, false, request.ExecutionStopped)
-	next := func(id int64, status string) {
+	b := newResumeBundle(t, request.ResumePolicy{Causes: []radartype.StopCause{radartype.CauseDrain, radartype.CauseReap}, MaxPerDay: 1, Backoff: time.Millisecond})
+	req, execID := b.stopRun(t, false, radartype.ExecutionStopped)
+	next := func(id int64, status radartype.ExecutionStatus) {
 		t.Helper()
 		got, err := queries.New().JobRequestGetByID(context.Background(), b.pool, id)
 		require.NoError(t, err)
-		_, err = b.pool.Exec(context.Background(), `UPDATE job_request SET status = $2 WHERE id = $1`, id, request.StatusForExecution(status))
+		_, err = b.pool.Exec(context.Background(), `UPDATE job_request SET status = $2 WHERE id = $1`, id, string(status.RequestStatus()))
 		require.NoError(t, err)
 		require.NoError(t, b.pool.QueryRow(context.Background(), `INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, ended_at)
 			SELECT instance_id, job, $1, $3, 'w', now() FROM job_execution WHERE id = $2 RETURNING id`, id, execID, status).Scan(&execID))
@@ -183,15 +185,15 @@ func TestResume_DrainsDoNotSpendTheDayAttempts(t *testing.T) {
 	}
 	// Four workers drained one after another (a deploy): four resumes.
 	for drain := 1; drain <= 4; drain++ {
-		id := b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: request.CauseDrain})
+		id := b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: radartype.CauseDrain})
 		require.NotZero(t, id, "drain %d resumes", drain)
-		next(id, request.ExecutionAbandoned)
+		next(id, radartype.ExecutionAbandoned)
 	}
 	// The day's one attempt is still there for a crash.
-	id := b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: request.CauseReap})
+	id := b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: radartype.CauseReap})
 	require.NotZero(t, id, "the drains spent none of the day's attempts")
-	next(id, request.ExecutionAbandoned)
-	require.Zero(t, b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: request.CauseReap}), "a second crash is refused")
+	next(id, radartype.ExecutionAbandoned)
+	require.Zero(t, b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: radartype.CauseReap}), "a second crash is refused")
 	requireMetric(t, b.providers, 4, observability.MetricAutoResumes, map[string]string{"job": "stockPrice", "cause": "drain"})
 	requireMetric(t, b.providers, 1, observability.MetricAutoResumesRefused, map[string]string{"job": "stockPrice", "cause": "reap"})
 }
@@ -200,7 +202,7 @@ func TestParseResumeCauses(t *testing.T) {
 	t.Parallel()
 	causes, err := request.ParseResumeCauses(request.AutoResumeCausesDefault)
 	require.NoError(t, err)
-	require.Equal(t, []string{"drain", "reap", "database"}, causes, "every cause of infrastructure resumes by default")
+	require.Equal(t, []radartype.StopCause{"drain", "reap", "database"}, causes, "every cause of infrastructure resumes by default")
 	causes, err = request.ParseResumeCauses("none")
 	require.NoError(t, err)
 	require.Empty(t, causes)
@@ -210,7 +212,7 @@ func TestParseResumeCauses(t *testing.T) {
 
 func requireMetric(t *testing.T, providers *observability.Providers, want float64, name string, labels map[string]string) {
 	t.Helper()
-	got, err := providers.MetricValue(name, labels)
+	got, err := observabilitytest.MetricValue(providers, name, labels)
 	require.NoError(t, err)
 	require.Equal(t, want, got, "%s%v", name, labels)
 }

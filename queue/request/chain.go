@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // EnqueueNext inserts, inside tx, the request of the job that follows job
@@ -32,11 +33,11 @@ func (e *Enqueuer) EnqueueNext(ctx context.Context, tx pgx.Tx, job string, param
 	if err != nil {
 		return 0, fmt.Errorf("error opening savepoint: %w", err)
 	}
-	res, err := e.EnqueueTx(ctx, savepoint, &EnqueueParams{Job: next.Name(), Params: params, Source: SourceChain, RequestedBy: "chain:" + job})
+	res, err := e.EnqueueTx(ctx, savepoint, &EnqueueParams{Job: next.Name(), Params: params, Source: radartype.SourceChain, RequestedBy: "chain:" + job})
 	var dup *DuplicateError
 	if errors.As(err, &dup) {
 		_ = savepoint.Rollback(ctx)
-		e.cfg.Instruments.RequestRecorded(ctx, next.Name(), SourceChain, observability.ResultDuplicate)
+		e.cfg.Instruments.RequestRecorded(ctx, next.Name(), radartype.SourceChain, observability.ResultDuplicate)
 		return 0, nil
 	}
 	if err != nil {
@@ -46,6 +47,6 @@ func (e *Enqueuer) EnqueueNext(ctx context.Context, tx pgx.Tx, job string, param
 	if err := savepoint.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("error releasing savepoint: %w", err)
 	}
-	e.cfg.Instruments.RequestRecorded(ctx, next.Name(), SourceChain, observability.ResultAccepted)
+	e.cfg.Instruments.RequestRecorded(ctx, next.Name(), radartype.SourceChain, observability.ResultAccepted)
 	return res.Request.ID, nil
 }

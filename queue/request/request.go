@@ -25,26 +25,8 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtx"
-)
-
-// Request statuses.
-const (
-	StatusQueued  = "QUEUED"
-	StatusRunning = "RUNNING"
-	StatusDone    = "DONE"
-	StatusFailed  = "FAILED"
-)
-
-// Request sources.
-const (
-	SourceAPI      = "api"
-	SourceChain    = "chain"
-	SourceCLI      = "cli"
-	SourceSchedule = "schedule"
-	// SourceResume is a request the system inserted itself to resume a run
-	// that infrastructure stopped (see ResumePolicy).
-	SourceResume = "resume"
 )
 
 // ErrUnknownJob is returned for a job name the catalog does not hold.
@@ -125,7 +107,7 @@ type EnqueueParams struct {
 	Params       []byte
 	MaxCalls     *int
 	ConfirmPurge bool
-	Source       string
+	Source       radartype.RequestSource
 	RequestedBy  string
 	// WorkerID is set when the enqueuing process will run the request
 	// itself (the CLI): the reaper then frees it if that process dies.
@@ -305,7 +287,7 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 		ParamsHash:         paramsHash,
 		MaxCalls:           maxCallsOrNil(p.MaxCalls),
 		ConfirmPurge:       p.ConfirmPurge,
-		Source:             p.Source,
+		Source:             string(p.Source),
 		RequestedBy:        p.RequestedBy,
 		EstimatedCalls:     int32(params.EstimatedCalls),
 		ResumesExecutionID: resumesID,

@@ -20,8 +20,10 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
@@ -55,7 +57,7 @@ func TestEnqueue_CleanupOnlyWithAnActiveRequest(t *testing.T) {
 		return err
 	})
 	enqueue := func() (*request.EnqueueResult, error) {
-		return enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
+		return enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: radartype.SourceAPI})
 	}
 
 	first, err := enqueue()
@@ -120,7 +122,7 @@ func TestEnqueue_OneTransactionOfOwnStatementsAndRiversInsertTx(t *testing.T) {
 	ctx := context.Background()
 	tracer := &pgtest.RoundTripTracer{}
 	pool := pgtest.NewTracedPool(t, pgtest.NewPool(t), tracer)
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	var inInsert atomic.Bool
@@ -142,7 +144,7 @@ func TestEnqueue_OneTransactionOfOwnStatementsAndRiversInsertTx(t *testing.T) {
 	require.NoError(t, err)
 	// The first enqueue prepares the statements and lets River read the
 	// server's version; the second is the steady state.
-	_, err = enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "filingParse", Params: []byte("{}"), Source: request.SourceAPI})
+	_, err = enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "filingParse", Params: []byte("{}"), Source: radartype.SourceAPI})
 	require.NoError(t, err)
 
 	type trip struct {
@@ -152,7 +154,7 @@ func TestEnqueue_OneTransactionOfOwnStatementsAndRiversInsertTx(t *testing.T) {
 	var trips []trip
 	tracer.Reset()
 	tracer.OnTrip = func(statement string) { trips = append(trips, trip{statement, inInsert.Load()}) }
-	res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
+	res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: radartype.SourceAPI})
 	tracer.OnTrip = nil
 	require.NoError(t, err)
 	require.NotNil(t, res.Request.RiverJobID)
@@ -197,7 +199,7 @@ func TestEnqueue_DuplicateDrawsNoID(t *testing.T) {
 	ctx := context.Background()
 	pool, enqueuer := newStockPriceEnqueuer(t, nil)
 	enqueue := func() (*request.EnqueueResult, error) {
-		return enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
+		return enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: radartype.SourceAPI})
 	}
 	first, err := enqueue()
 	require.NoError(t, err)
@@ -232,7 +234,7 @@ func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
 	tracer := &pgtest.RoundTripTracer{}
 	base := pgtest.NewPool(t)
 	pool := pgtest.NewTracedPool(t, base, tracer)
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
@@ -249,7 +251,7 @@ func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
 	})
 	require.NoError(t, err)
 	enqueue := func(ctx context.Context) error {
-		_, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: request.SourceAPI})
+		_, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: radartype.SourceAPI})
 		return err
 	}
 	require.NoError(t, enqueue(ctx))

@@ -6,30 +6,8 @@ import (
 	"fmt"
 
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/radartype"
 )
-
-// Execution statuses (the job_execution state machine).
-const (
-	ExecutionStarting  = "STARTING"
-	ExecutionStarted   = "STARTED"
-	ExecutionStopping  = "STOPPING"
-	ExecutionStopped   = "STOPPED"
-	ExecutionCompleted = "COMPLETED"
-	ExecutionFailed    = "FAILED"
-	ExecutionAbandoned = "ABANDONED"
-)
-
-// StatusForExecution is the request status that goes with an execution's
-// final status: DONE for COMPLETED or STOPPED (a stop is a clean end a new
-// request resumes), FAILED for FAILED or ABANDONED.
-func StatusForExecution(executionStatus string) string {
-	switch executionStatus {
-	case ExecutionCompleted, ExecutionStopped:
-		return StatusDone
-	default:
-		return StatusFailed
-	}
-}
 
 // ResumeCandidate applies the restart rules (docs/architecture.md): it
 // returns the job's newest execution when a new request with paramsHash and
@@ -59,8 +37,8 @@ func ResumeCandidate(ctx context.Context, db queries.DBTX, job, paramsHash strin
 // paramsHash and no confirmPurge of its own. It is the rule's one copy:
 // the enqueue and the automatic resume both apply it.
 func resumes(lastStatus, lastParamsHash string, lastConfirmPurge bool, paramsHash string) bool {
-	switch lastStatus {
-	case ExecutionStopped, ExecutionFailed, ExecutionAbandoned:
+	switch radartype.ExecutionStatus(lastStatus) {
+	case radartype.ExecutionStopped, radartype.ExecutionFailed, radartype.ExecutionAbandoned:
 		return lastParamsHash == paramsHash && !lastConfirmPurge
 	default:
 		return false

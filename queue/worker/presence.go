@@ -10,7 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/buildrisk/radar/internal/service"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // Presence is a process's row in the worker registry: it registers the
@@ -40,11 +42,11 @@ type Presence struct {
 	pool    *pgxpool.Pool
 	cfg     Config
 	queries *queries.Queries
-	cancel  context.CancelFunc
-	done    sync.WaitGroup
+	// heartbeats is the service that heartbeats every HeartbeatInterval.
+	heartbeats *service.Service
 
 	mu       sync.Mutex
-	status   string
+	status   radartype.WorkerStatus
 	lastBeat time.Time // when the last successful heartbeat was sent (monotonic)
 	lastErr  error     // the error of the last failed heartbeat
 	fenced   chan struct{}
@@ -56,7 +58,7 @@ type Presence struct {
 // StartPresence registers cfg.ID with status running and heartbeats every
 // cfg.HeartbeatInterval until Stop.
 func StartPresence(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Presence, error) {
-	p := &Presence{pool: pool, cfg: cfg.withDefaults(), queries: queries.New(), status: StatusRunning, fenced: make(chan struct{})}
+	p := &Presence{pool: pool, cfg: cfg.withDefaults(), queries: queries.New(), status: radartype.WorkerRunning, fenced: make(chan struct{})}
 	sent := time.Now()
 	if err := p.register(ctx); err != nil {
 		return nil, err
@@ -66,29 +68,15 @@ func StartPresence(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Presen
 	p.lastBeat = sent
 	p.timer = time.AfterFunc(p.cfg.FenceAfter, p.checkFence)
 	p.mu.Unlock()
-	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p.cancel = cancel
-	p.done.Add(1)
-	go func() {
-		defer p.done.Done()
-		ticker := time.NewTicker(p.cfg.HeartbeatInterval)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-loopCtx.Done():
-				return
-			case <-ticker.C:
-				if err := p.heartbeat(loopCtx); err != nil && loopCtx.Err() == nil {
-					p.cfg.Logger.WarnContext(loopCtx, "heartbeat failed", slog.String("error", err.Error()))
-				}
-			}
-		}
-	}()
+	// No timeout of the service's own: each statement of a heartbeat is
+	// bounded by DBTimeout.
+	p.heartbeats = service.New(service.Config{Name: "heartbeat", Interval: p.cfg.HeartbeatInterval, Logger: p.cfg.Logger, Pass: p.heartbeat})
+	p.heartbeats.Start(context.WithoutCancel(ctx))
 	return p, nil
 }
 
 // Status returns running, draining or stopped.
-func (p *Presence) Status() string {
+func (p *Presence) Status() radartype.WorkerStatus {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.status
@@ -115,26 +103,25 @@ func (p *Presence) FenceError() error {
 }
 
 // SetStatus changes the reported status and records it at once.
-func (p *Presence) SetStatus(ctx context.Context, status string) {
+func (p *Presence) SetStatus(ctx context.Context, status radartype.WorkerStatus) {
 	p.mu.Lock()
 	p.status = status
 	p.mu.Unlock()
 	if err := p.heartbeat(ctx); err != nil {
-		p.cfg.Logger.WarnContext(ctx, "could not report worker status", slog.String("status", status), slog.String("error", err.Error()))
+		p.cfg.Logger.WarnContext(ctx, "could not report worker status", slog.String("status", string(status)), slog.String("error", err.Error()))
 	}
 }
 
 // Stop ends the heartbeat and records the process as stopped.
 func (p *Presence) Stop(ctx context.Context) {
-	p.cancel()
-	p.done.Wait()
+	p.heartbeats.Stop()
 	p.mu.Lock()
 	p.stopped = true
 	if p.timer != nil {
 		p.timer.Stop()
 	}
 	p.mu.Unlock()
-	p.SetStatus(ctx, StatusStopped)
+	p.SetStatus(ctx, radartype.WorkerStopped)
 }
 
 func (p *Presence) register(ctx context.Context) error {
@@ -150,7 +137,7 @@ func (p *Presence) register(ctx context.Context) error {
 	}
 	err = p.queries.WorkerUpsert(ctx, p.pool, &queries.WorkerUpsertParams{
 		ID: p.cfg.ID, Hostname: p.cfg.Hostname, Pid: int32(p.cfg.PID), Boot: p.cfg.Boot,
-		Status: p.Status(), ConfiguredKeys: p.cfg.ConfiguredKeys, Version: p.cfg.Version,
+		Status: string(p.Status()), ConfiguredKeys: p.cfg.ConfiguredKeys, Version: p.cfg.Version,
 		DailyCaps: dailyCaps,
 	})
 	if err != nil {
@@ -196,7 +183,7 @@ func (p *Presence) beat(ctx context.Context) error {
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
 	defer cancel()
-	n, err := p.queries.WorkerHeartbeat(callCtx, p.pool, &queries.WorkerHeartbeatParams{ID: p.cfg.ID, Status: p.Status()})
+	n, err := p.queries.WorkerHeartbeat(callCtx, p.pool, &queries.WorkerHeartbeatParams{ID: p.cfg.ID, Status: string(p.Status())})
 	if err != nil {
 		return err
 	}

@@ -10,9 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/buildrisk/radar/internal/service"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtx"
 )
 
@@ -191,21 +193,16 @@ func (r *Reaper) ReapTx(ctx context.Context, tx pgx.Tx, job string) (int, error)
 // a fleet with no live worker still frees (and shows FAILED) the requests
 // of its dead workers within StaleAfter + interval.
 func (r *Reaper) Run(ctx context.Context, interval time.Duration) {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			passCtx, cancel := context.WithTimeout(ctx, r.cfg.StaleAfter)
-			_, err := r.Reap(passCtx, "")
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				r.cfg.Logger.WarnContext(ctx, "reap failed", slog.String("error", err.Error()))
-			}
-		}
-	}
+	r.Service(interval).Run(ctx)
+}
+
+// Service returns the reaper as a background service that reaps every
+// interval (what Run runs), for a caller that starts, stops or triggers it.
+func (r *Reaper) Service(interval time.Duration) *service.Service {
+	return service.New(service.Config{Name: "reap", Interval: interval, Timeout: r.cfg.StaleAfter, Logger: r.cfg.Logger, Pass: func(ctx context.Context) error {
+		_, err := r.Reap(ctx, "")
+		return err
+	}})
 }
 
 // CleanupPreviousBoots finalizes at once the requests that earlier boots of
@@ -250,7 +247,7 @@ func (r *Reaper) resume(ctx context.Context, tx pgx.Tx, requestID int64, executi
 	if err != nil {
 		return fmt.Errorf("error reading reaped request %d: %w", requestID, err)
 	}
-	if err := r.cfg.Resume(ctx, tx, &request.Stopped{Request: req, ExecutionID: *executionID, Cause: request.CauseReap}); err != nil {
+	if err := r.cfg.Resume(ctx, tx, &request.Stopped{Request: req, ExecutionID: *executionID, Cause: radartype.CauseReap}); err != nil {
 		return fmt.Errorf("error resuming reaped request %d: %w", requestID, err)
 	}
 	return nil

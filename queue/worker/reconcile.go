@@ -10,6 +10,7 @@ import (
 
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtx"
 )
 
@@ -46,19 +47,18 @@ func Reconcile(ctx context.Context, db pgtx.Beginner, river request.JobCanceller
 				}
 				return err
 			}
-			executionStatus, message, cause := exec.Status, exec.ExitMessage, exec.StopCause
-			switch executionStatus {
-			case request.ExecutionStarting, request.ExecutionStarted, request.ExecutionStopping:
+			executionStatus, message, cause := radartype.ExecutionStatus(exec.Status), exec.ExitMessage, radartype.StopCause(exec.StopCause)
+			if executionStatus.Active() {
 				// The execution itself was never finalized: it is over, since
 				// nobody holds it; record it ABANDONED. Its worker is alive
 				// but could not reach the database to record the end.
-				executionStatus, cause = request.ExecutionAbandoned, request.CauseDatabase
+				executionStatus, cause = radartype.ExecutionAbandoned, radartype.CauseDatabase
 				message = "the worker lost its result recording; execution abandoned; a new request resumes from the last commit"
 				if _, err := q.JobExecutionAbandon(ctx, tx, &queries.JobExecutionAbandonParams{ID: exec.ID, ExitMessage: message}); err != nil {
 					return err
 				}
 			}
-			status := request.StatusForExecution(executionStatus)
+			status := string(executionStatus.RequestStatus())
 			done, err := q.JobRequestFinish(ctx, tx, &queries.JobRequestFinishParams{ID: req.ID, Status: status, Message: message})
 			if err != nil {
 				return err
@@ -68,7 +68,7 @@ func Reconcile(ctx context.Context, db pgtx.Beginner, river request.JobCanceller
 					return err
 				}
 			}
-			if done > 0 && resume != nil && cause != "" && executionStatus != request.ExecutionCompleted {
+			if done > 0 && resume != nil && cause != "" && executionStatus != radartype.ExecutionCompleted {
 				req.Status = status
 				if err := resume(ctx, tx, &request.Stopped{Request: req, ExecutionID: exec.ID, Cause: cause}); err != nil {
 					return err

@@ -17,6 +17,7 @@ import (
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -380,7 +381,7 @@ func TestSchedule_FreshnessFromDatabase(t *testing.T) {
 	s.WaitLeader(w)
 	s.RunJob(jobs.CorpCodeSync, `{}`)
 
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	other := &app.Telemetry{Providers: providers, Instruments: instruments, Logger: s.Tel.Logger}
@@ -391,23 +392,23 @@ func TestSchedule_FreshnessFromDatabase(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(context.Background(),
 		"SELECT extract(epoch FROM max(ended_at))::float8 FROM job_execution WHERE job = 'corpCodeSync' AND status = 'COMPLETED'").Scan(&ended))
 	for _, p := range []*observability.Providers{s.Tel.Providers, providers} {
-		got, err := p.MetricValue(observability.MetricJobLastCompleted, map[string]string{"job": jobs.CorpCodeSync})
+		got, err := observabilitytest.MetricValue(p, observability.MetricJobLastCompleted, map[string]string{"job": jobs.CorpCodeSync})
 		require.NoError(t, err)
 		require.InDelta(t, ended, got, 0.001)
-		period, err := p.MetricValue(observability.MetricSchedulePeriod, map[string]string{"job": jobs.StockPrice})
+		period, err := observabilitytest.MetricValue(p, observability.MetricSchedulePeriod, map[string]string{"job": jobs.StockPrice})
 		require.NoError(t, err)
 		require.InDelta(t, (72 * time.Hour).Seconds(), period, 0)
 	}
 
 	// aptTrade never completed: from its first due time once recorded.
-	got, err := providers.MetricValue(observability.MetricJobLastCompleted, map[string]string{"job": jobs.AptTrade})
+	got, err := observabilitytest.MetricValue(providers, observability.MetricJobLastCompleted, map[string]string{"job": jobs.AptTrade})
 	require.NoError(t, err)
 	require.Zero(t, got, "no series before anything is recorded")
 	due := time.Date(2026, 3, 2, 6, 0, 0, 0, seoul)
 	clock.Set(due.Add(time.Minute))
 	s.Eventually("the aptTrade due time", func() bool { return s.TickOutcome(jobs.AptTrade, due) == observability.TickFailed })
 	for _, p := range []*observability.Providers{s.Tel.Providers, providers} {
-		got, err := p.MetricValue(observability.MetricJobLastCompleted, map[string]string{"job": jobs.AptTrade})
+		got, err := observabilitytest.MetricValue(p, observability.MetricJobLastCompleted, map[string]string{"job": jobs.AptTrade})
 		require.NoError(t, err)
 		require.InDelta(t, float64(due.Unix()), got, 0)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtx"
 )
 
@@ -256,7 +257,7 @@ var errAlreadyRecorded = errors.New("due time already recorded")
 // in one transaction under the job's lock.
 func (s *Scheduler) tick(ctx context.Context, sched *Schedule, due time.Time) error {
 	p := &request.EnqueueParams{
-		Job: sched.Job, Params: sched.Params(due), Source: request.SourceSchedule, RequestedBy: "schedule", DueAt: &due,
+		Job: sched.Job, Params: sched.Params(due), Source: radartype.SourceSchedule, RequestedBy: "schedule", DueAt: &due,
 	}
 	_, params, err := s.cfg.Enqueuer.Validate(ctx, s.pool, p)
 	if isRefusal(err) {
@@ -309,7 +310,7 @@ func (s *Scheduler) tick(ctx context.Context, sched *Schedule, due time.Time) er
 		case res != nil:
 			row.Outcome, row.RequestID = observability.TickEnqueued, &res.Request.ID
 			requestID = &res.Request.ID
-		case active != nil && active.Status == request.StatusQueued && active.ParamsHash == hash:
+		case active != nil && active.Status == string(radartype.RequestQueued) && active.ParamsHash == hash:
 			row.Outcome, row.RequestID = observability.TickCoalesced, &active.ID
 			row.Message = fmt.Sprintf("same params as request %d, not started yet", active.ID)
 		default:
@@ -337,7 +338,7 @@ func (s *Scheduler) counted(ctx context.Context, job, outcome string, due time.T
 	s.cfg.Instruments.ScheduleTick(ctx, job, outcome, 1)
 	attrs := []any{slog.String("job", job), slog.Time("due_at", due), slog.String("outcome", outcome)}
 	if requestID != nil {
-		s.cfg.Instruments.RequestRecorded(ctx, job, observability.SourceSchedule, observability.ResultAccepted)
+		s.cfg.Instruments.RequestRecorded(ctx, job, radartype.SourceSchedule, observability.ResultAccepted)
 		attrs = append(attrs, slog.Int64("request_id", *requestID))
 	}
 	s.cfg.Logger.InfoContext(ctx, "scheduled due time "+outcome, attrs...)
@@ -407,7 +408,7 @@ func (s *Scheduler) flush(ctx context.Context, sched *Schedule) error {
 		}
 		due := oldest.DueAt
 		res, active, err := s.enqueueSavepoint(ctx, tx, &request.EnqueueParams{
-			Job: sched.Job, Params: oldest.Params, Source: request.SourceSchedule, RequestedBy: "schedule", DueAt: &due,
+			Job: sched.Job, Params: oldest.Params, Source: radartype.SourceSchedule, RequestedBy: "schedule", DueAt: &due,
 		})
 		resolve := &queries.ScheduleTickResolveParams{Job: sched.Job, DueAt: due}
 		switch {
@@ -416,7 +417,7 @@ func (s *Scheduler) flush(ctx context.Context, sched *Schedule) error {
 		case res != nil:
 			resolve.Outcome, resolve.RequestID, resolve.Message = observability.TickEnqueued, &res.Request.ID, "enqueued after the active request ended"
 			requestID = &res.Request.ID
-		case active.Status == request.StatusQueued && active.ParamsHash == oldest.ParamsHash:
+		case active.Status == string(radartype.RequestQueued) && active.ParamsHash == oldest.ParamsHash:
 			resolve.Outcome, resolve.RequestID = observability.TickCoalesced, &active.ID
 			resolve.Message = fmt.Sprintf("same params as request %d, not started yet", active.ID)
 		default:
@@ -442,7 +443,7 @@ func (s *Scheduler) flush(ctx context.Context, sched *Schedule) error {
 			return fmt.Errorf("error recording failed due time: %w", err)
 		}
 		s.cfg.Instruments.ScheduleTick(ctx, sched.Job, observability.TickFailed, 1)
-		s.cfg.Instruments.RequestRecorded(ctx, sched.Job, observability.SourceSchedule, observability.ResultInvalid)
+		s.cfg.Instruments.RequestRecorded(ctx, sched.Job, radartype.SourceSchedule, observability.ResultInvalid)
 		s.cfg.Logger.WarnContext(ctx, "deferred due time failed: request refused",
 			slog.String("job", sched.Job), slog.Time("due_at", oldest.DueAt), slog.String("error", cause.Error()))
 		return nil
@@ -469,7 +470,7 @@ func (s *Scheduler) recordFailed(ctx context.Context, sched *Schedule, due time.
 		return fmt.Errorf("error recording failed due time: %w", err)
 	}
 	s.cfg.Instruments.ScheduleTick(ctx, sched.Job, observability.TickFailed, 1)
-	s.cfg.Instruments.RequestRecorded(ctx, sched.Job, observability.SourceSchedule, observability.ResultInvalid)
+	s.cfg.Instruments.RequestRecorded(ctx, sched.Job, radartype.SourceSchedule, observability.ResultInvalid)
 	s.cfg.Logger.WarnContext(ctx, "scheduled due time failed: request refused",
 		slog.String("job", sched.Job), slog.Time("due_at", due), slog.String("error", cause.Error()))
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/sql/pgtest"
@@ -68,7 +69,7 @@ func TestScheduler_DueTimesByTheDatabaseClock(t *testing.T) {
 // the API's enqueue, with processClock as its process's clock.
 func newScheduler(t *testing.T, pool *pgxpool.Pool, start time.Time, processClock func() time.Time) *worker.Scheduler {
 	t.Helper()
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))

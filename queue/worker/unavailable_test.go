@@ -15,6 +15,7 @@ import (
 
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/sql/migrations"
 	"github.com/buildrisk/radar/sql/pglocal"
 )
@@ -109,7 +110,7 @@ func TestUnavailable_DatabaseDown(t *testing.T) {
 	}
 	env, err := app.LoadEnv(func(k string) string { return vars[k] })
 	require.NoError(t, err)
-	providers, _ := observability.NewTestProviders()
+	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	tel := &app.Telemetry{Providers: providers, Instruments: instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}

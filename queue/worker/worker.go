@@ -26,11 +26,13 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/buildrisk/radar/internal/service"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtx"
 )
 
@@ -105,13 +107,6 @@ func CheckFencing(fenceAfter, heartbeatInterval, dbTimeout, staleAfter time.Dura
 	}
 	return nil
 }
-
-// Worker statuses reported in the registry.
-const (
-	StatusRunning  = "running"
-	StatusDraining = "draining"
-	StatusStopped  = "stopped"
-)
 
 // Config configures a Worker.
 type Config struct {
@@ -262,8 +257,9 @@ type Worker struct {
 
 	mu       sync.Mutex
 	presence *Presence // nil until Start registers the worker
-	cancel   context.CancelFunc
-	loops    sync.WaitGroup
+	// services are the background loops Start started (gauges, reaper,
+	// reconcile); Drain stops them.
+	services []*service.Service
 }
 
 // New returns a Worker that runs requests with a runner built from
@@ -347,11 +343,11 @@ func (w *Worker) River() *river.Client[pgx.Tx] { return w.river }
 func (w *Worker) ID() string { return w.cfg.ID }
 
 // Status returns running, draining or stopped (running before Start).
-func (w *Worker) Status() string {
+func (w *Worker) Status() radartype.WorkerStatus {
 	if p := w.registration(); p != nil {
 		return p.Status()
 	}
-	return StatusRunning
+	return radartype.WorkerRunning
 }
 
 func (w *Worker) registration() *Presence {
@@ -379,7 +375,7 @@ func (w *Worker) Ready(ctx context.Context) error {
 	if err := p.FenceError(); err != nil {
 		return err
 	}
-	if status := p.Status(); status != StatusRunning {
+	if status := p.Status(); status != radartype.WorkerRunning {
 		return fmt.Errorf("worker is %s", status)
 	}
 	if err := w.pool.Ping(ctx); err != nil {
@@ -402,35 +398,36 @@ func (w *Worker) Start(ctx context.Context) error {
 	} else if n > 0 {
 		w.cfg.Logger.InfoContext(ctx, "finalized requests of a previous boot of this slot", slog.Int("requests", n))
 	}
-	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w.mu.Lock()
-	w.cancel = cancel
-	w.presence = presence
-	w.mu.Unlock()
-
+	var services []*service.Service
 	if w.cfg.Gauges != nil {
 		if err := w.recordGauges(ctx); err != nil {
 			w.cfg.Logger.WarnContext(ctx, "gauges failed", slog.String("error", err.Error()))
 		}
-		w.loop(loopCtx, w.cfg.HeartbeatInterval, "gauges", w.recordGauges)
+		services = append(services, w.service("gauges", w.cfg.HeartbeatInterval, w.recordGauges))
 	}
 	if !w.cfg.DisableReaper {
-		w.loop(loopCtx, w.cfg.ReapInterval, "reap", func(ctx context.Context) error {
+		services = append(services, w.service("reap", w.cfg.ReapInterval, func(ctx context.Context) error {
 			if _, err := w.reaper.Reap(ctx, ""); err != nil {
 				return err
 			}
 			return w.deleteExpiredWorkers(ctx)
-		})
+		}))
 	}
-	w.loop(loopCtx, w.cfg.ReconcileInterval, "reconcile", func(ctx context.Context) error {
+	services = append(services, w.service("reconcile", w.cfg.ReconcileInterval, func(ctx context.Context) error {
 		_, err := w.Reconcile(ctx)
 		return err
-	})
+	}))
+	w.mu.Lock()
+	w.presence = presence
+	w.services = services
+	w.mu.Unlock()
+	for _, s := range services {
+		s.Start(context.WithoutCancel(ctx))
+	}
 	// River's fetch and work contexts derive from this one; drain stops the
 	// client explicitly, so a cancelled ctx must not hard-cancel jobs.
 	if err := w.river.Start(context.WithoutCancel(ctx)); err != nil {
-		cancel()
-		w.loops.Wait()
+		w.stopServices()
 		presence.Stop(context.WithoutCancel(ctx))
 		return fmt.Errorf("error starting river client: %w", err)
 	}
@@ -448,7 +445,7 @@ func (w *Worker) Drain(ctx context.Context) error {
 	w.runner.Drain()
 	presence := w.registration()
 	if presence != nil {
-		presence.SetStatus(ctx, StatusDraining)
+		presence.SetStatus(ctx, radartype.WorkerDraining)
 	}
 	softCtx, cancel := context.WithTimeout(ctx, w.cfg.DrainTimeout)
 	defer cancel()
@@ -459,13 +456,7 @@ func (w *Worker) Drain(ctx context.Context) error {
 		defer cancelHard()
 		err = w.river.StopAndCancel(hardCtx)
 	}
-	w.mu.Lock()
-	cancelLoops := w.cancel
-	w.mu.Unlock()
-	if cancelLoops != nil {
-		cancelLoops()
-	}
-	w.loops.Wait()
+	w.stopServices()
 	if presence != nil {
 		presence.Stop(context.WithoutCancel(ctx))
 	}
@@ -494,29 +485,23 @@ func (w *Worker) deleteExpiredWorkers(ctx context.Context) error {
 	return nil
 }
 
-// loop runs fn every interval until ctx ends, logging failures as one line.
-// Each call is bounded by DBTimeout per statement through the connections'
-// statement_timeout, and in all by the stale window.
-func (w *Worker) loop(ctx context.Context, interval time.Duration, name string, fn func(context.Context) error) {
-	w.loops.Add(1)
-	go func() {
-		defer w.loops.Done()
-		ticker := time.NewTicker(interval)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
-				callCtx, cancel := context.WithTimeout(ctx, w.cfg.StaleAfter)
-				err := fn(callCtx)
-				cancel()
-				if err != nil && ctx.Err() == nil {
-					w.cfg.Logger.WarnContext(ctx, name+" failed", slog.String("error", err.Error()))
-				}
-			}
-		}
-	}()
+// service returns the background service name that runs pass every
+// interval. Each pass is bounded by DBTimeout per statement through the
+// connections' statement_timeout, and in all by the stale window.
+func (w *Worker) service(name string, interval time.Duration, pass func(context.Context) error) *service.Service {
+	return service.New(service.Config{Name: name, Interval: interval, Timeout: w.cfg.StaleAfter, Logger: w.cfg.Logger, Pass: pass})
+}
+
+// stopServices stops the background services Start started and waits for
+// their passes under way.
+func (w *Worker) stopServices() {
+	w.mu.Lock()
+	services := w.services
+	w.services = nil
+	w.mu.Unlock()
+	for _, s := range services {
+		s.Stop()
+	}
 }
 
 // runOutput is what a run's River job records as its output: the
@@ -565,7 +550,7 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 				return fmt.Errorf("error recording the run's outcome on its river job: %w", err)
 			}
 		}
-		if outcome != nil && outcome.Status != request.ExecutionCompleted {
+		if outcome != nil && outcome.Status != string(radartype.ExecutionCompleted) {
 			return request.CancelRiverJob(ctx, tx, rw.w.river, &job.ID)
 		}
 		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
@@ -581,7 +566,7 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 	}
 	outcome, err := rw.w.runner.Run(ctx, batch.RunOpts{RequestID: job.Args.RequestID, FinishTx: finishTx})
 	switch {
-	case err == nil && outcome != nil && outcome.Status != request.ExecutionCompleted:
+	case err == nil && outcome != nil && outcome.Status != string(radartype.ExecutionCompleted):
 		return river.JobCancel(fmt.Errorf("execution %d ended %s: %s", outcome.ExecutionID, outcome.Status, outcome.Message))
 	case err == nil, errors.Is(err, batch.ErrNotQueued):
 		return nil

@@ -1,0 +1,158 @@
+// Package service is the one shape of buildrisk-radar's background work: a
+// loop that runs a pass of work every interval, bounds each pass by a
+// timeout, logs a failed pass under the service's name, and stops cleanly.
+//
+// The reaper, the reconcile loop, the heartbeat and the gauges are all such
+// loops. Each used to carry its own ticker, start, stop, timeout and
+// logging; with one type they behave alike and a test can drive any of them
+// without sleeping: [Service.Trigger] asks for a pass now and
+// [Service.Passed] is closed when the next pass has ended.
+package service
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Config configures a Service.
+type Config struct {
+	// Name names the service in its log lines ("reap" logs "reap failed").
+	// Required.
+	Name string
+	// Interval is the time between two passes. Required (> 0).
+	Interval time.Duration
+	// Timeout bounds one pass; 0 leaves a pass bounded only by the
+	// service's context.
+	Timeout time.Duration
+	// Logger receives one warning per failed pass; nil uses slog.Default.
+	Logger *slog.Logger
+	// Pass is one pass of the service's work. Required.
+	Pass func(ctx context.Context) error
+}
+
+// Service runs Config.Pass every Config.Interval, from Start (or Run) until
+// its context ends or Stop. The first pass runs one interval after the
+// start, as a ticker's first tick. Passes never overlap. Its methods are
+// safe for concurrent use.
+type Service struct {
+	cfg     Config
+	trigger chan struct{}
+
+	mu     sync.Mutex
+	passed chan struct{} // closed when the pass under way (or the next) ends
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the goroutine of Start has returned
+}
+
+// New returns a service that is not running yet. It panics when cfg lacks
+// a name, a pass or a positive interval: those are wiring mistakes, not
+// conditions to handle.
+func New(cfg Config) *Service {
+	switch {
+	case cfg.Name == "":
+		panic("service: Config.Name is required")
+	case cfg.Pass == nil:
+		panic("service " + cfg.Name + ": Config.Pass is required")
+	case cfg.Interval <= 0:
+		panic("service " + cfg.Name + ": Config.Interval must be positive")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Service{cfg: cfg, trigger: make(chan struct{}, 1), passed: make(chan struct{})}
+}
+
+// Name returns the service's name.
+func (s *Service) Name() string { return s.cfg.Name }
+
+// Start runs the service in a goroutine of its own until ctx ends or Stop
+// is called. Starting a running service does nothing.
+func (s *Service) Start(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done != nil {
+		return
+	}
+	ctx, s.cancel = context.WithCancel(ctx)
+	done := make(chan struct{})
+	s.done = done
+	go func() {
+		defer close(done)
+		s.Run(ctx)
+	}()
+}
+
+// Stop ends the service started by Start and waits until its pass under
+// way, if any, has returned. Stopping a service that is not running does
+// nothing; a stopped service may be started again.
+func (s *Service) Stop() {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel, s.done = nil, nil
+	s.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// Run runs the service in the calling goroutine until ctx ends. Use it
+// instead of Start when the caller owns the goroutine.
+func (s *Service) Run(ctx context.Context) {
+	ticker := time.NewTicker(s.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-s.trigger:
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.pass(ctx)
+	}
+}
+
+// Trigger asks for a pass now instead of at the next tick. Triggers that
+// arrive while one is already pending are merged into it.
+func (s *Service) Trigger() {
+	select {
+	case s.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Passed returns a channel that is closed when the next pass ends (the one
+// under way, if any). Take it before Trigger to await the triggered pass:
+//
+//	passed := s.Passed()
+//	s.Trigger()
+//	<-passed
+func (s *Service) Passed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.passed
+}
+
+// pass runs one pass bounded by the timeout and logs its failure, unless
+// the failure is the service's own stop.
+func (s *Service) pass(ctx context.Context) {
+	passCtx, cancel := ctx, context.CancelFunc(func() {})
+	if s.cfg.Timeout > 0 {
+		passCtx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
+	}
+	err := s.cfg.Pass(passCtx)
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		s.cfg.Logger.WarnContext(ctx, s.cfg.Name+" failed", slog.String("service", s.cfg.Name), slog.String("error", err.Error()))
+	}
+	s.mu.Lock()
+	close(s.passed)
+	s.passed = make(chan struct{})
+	s.mu.Unlock()
+}
