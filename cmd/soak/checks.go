@@ -41,15 +41,6 @@ func breachf(at time.Time, format string, args ...any) Breach {
 	return Breach{At: at, Text: fmt.Sprintf(format, args...)}
 }
 
-// texts returns the breaches' lines.
-func texts(breaches []Breach) []string {
-	out := make([]string, len(breaches))
-	for i, b := range breaches {
-		out[i] = b.Text
-	}
-	return out
-}
-
 // Invariants are the soak's checks, in the order the table prints them.
 var Invariants = []Invariant{
 	{"requests-finished", "every request DONE or FAILED with a message", checkRequestsFinished},

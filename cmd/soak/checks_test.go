@@ -490,3 +490,12 @@ func TestNoCallAfterCommit_Ambiguous(t *testing.T) {
 	requireBreaches(t, check(t, "no-call-after-commit", d.pool, &Evidence{Calls: []UpstreamCall{lookup(during), lookup(after)}}),
 		"creditLookup corpCode=00150000 at "+clock(after)+": instance 2 had committed it")
 }
+
+// texts returns the breaches' lines.
+func texts(breaches []Breach) []string {
+	out := make([]string, len(breaches))
+	for i, b := range breaches {
+		out[i] = b.Text
+	}
+	return out
+}

@@ -37,12 +37,6 @@ type Fence interface {
 	Fenced() <-chan struct{}
 }
 
-// FenceFunc adapts a function to Fence.
-type FenceFunc func() <-chan struct{}
-
-// Fenced implements Fence.
-func (f FenceFunc) Fenced() <-chan struct{} { return f() }
-
 // runState is one run's ownership and outage state.
 type runState struct {
 	*started
