@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/buildrisk/radar/internal/apptest"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+)
+
+// seedHistory adds n finished executions (with their requests and
+// instances) spread over the catalog's jobs.
+func seedHistory(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), fmt.Sprintf(`
+WITH jobs AS (SELECT ARRAY['aptTrade','corpCodeSync','creditEval','filingParse','metrics','rules','stockPrice'] AS names),
+req AS (
+  INSERT INTO job_request (job, source, status, created_at, claimed_at, finished_at)
+  SELECT (SELECT names FROM jobs)[1 + g %% 7], 'api', 'DONE', now(), now(), now() FROM generate_series(1, %[1]d) g
+  RETURNING id, job
+), inst AS (
+  INSERT INTO job_instance (job, params, params_hash)
+  SELECT job, '{}', id::text FROM req
+  RETURNING id, job, params_hash
+)
+INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at, ended_at)
+SELECT i.id, i.job, i.params_hash::bigint, 'COMPLETED', 'seed', now(), now() FROM inst i;
+ANALYZE;`, n))
+	require.NoError(t, err)
+}
+
+// benchJobList: GET /v1/jobs with ~100k executions in history against the
+// same with ~1k.
+func benchJobList(t *testing.T, scale benchScale) *benchRow {
+	s := apptest.New(t, nil)
+	rate := func() float64 {
+		began := time.Now()
+		for range scale.jobsGets {
+			status, _ := s.Get("/v1/jobs")
+			require.Equal(t, http.StatusOK, status)
+		}
+		return float64(scale.jobsGets) / time.Since(began).Seconds()
+	}
+	seedHistory(t, s.Pool, 1000)
+	var small []float64
+	for range scale.reps {
+		small = append(small, rate())
+	}
+	seedHistory(t, s.Pool, scale.jobsBig-1000)
+	row := &benchRow{name: fmt.Sprintf("GET /v1/jobs with %d executions in history", scale.jobsBig), unit: "req/s", refName: "same with 1,000", target: "≥ 0.5"}
+	for i := range scale.reps {
+		row.add(rate(), small[i])
+	}
+	return row
+}
+
+func formatRequestID(id int64) string { return strconv.FormatInt(id, 10) }
+
+// benchAPIRate returns how many calls of do per second conc clients make
+// together, n calls in all.
+func benchAPIRate(t *testing.T, n, conc int, do func(client *http.Client) int, want int) float64 {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conc}}
+	defer client.CloseIdleConnections()
+	var next, bad atomic.Int64
+	var wg sync.WaitGroup
+	began := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if do(client) != want {
+					bad.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(began)
+	require.Zero(t, bad.Load(), "every call answered %d", want)
+	return float64(n) / took.Seconds()
+}
+
+// benchAPICall sends one call to the api and returns its status, the body
+// read and dropped.
+func benchAPICall(t *testing.T, client *http.Client, method, url, token, body string) int {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// benchAPI: cheap api calls beside GET /healthz (the api's floor: routing,
+// one handler, no database), each measured by 8 concurrent clients on
+// kept-alive connections in the same repetition: POST of a duplicate
+// request (409) while the job's request is active, and GET
+// /v1/requests/{id} of a finished request with jobsBig executions in
+// history.
+func benchAPI(t *testing.T, scale benchScale) []*benchRow {
+	s := apptest.New(t, nil)
+	const conc = 8
+	n := scale.jobsGets * 5
+	status, out := s.Post("/v1/jobs/aptTrade/requests", `{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01"}}`)
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	healthz := func(c *http.Client) int {
+		return benchAPICall(t, c, http.MethodGet, s.API.URL+"/healthz", "", "")
+	}
+	duplicate := func(c *http.Client) int {
+		return benchAPICall(t, c, http.MethodPost, s.API.URL+"/v1/jobs/aptTrade/requests", apptest.OperatorToken,
+			`{"params":{"regions":["11110"],"from":"2025-01","to":"2025-01"}}`)
+	}
+	// A finished request with an execution, its instance holding chunks,
+	// among jobsBig executions of history.
+	seedHistory(t, s.Pool, scale.jobsBig)
+	var requestID int64
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `
+		WITH e AS (SELECT id, instance_id, request_id FROM job_execution ORDER BY id DESC LIMIT 1),
+		     c AS (INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written)
+		           SELECT e.instance_id, 'c' || g, e.id, 10, 10 FROM e, generate_series(1, 40) g)
+		UPDATE job_request r SET execution_id = e.id FROM e WHERE r.id = e.request_id RETURNING r.id`).Scan(&requestID))
+	getRequest := func(c *http.Client) int {
+		return benchAPICall(t, c, http.MethodGet, s.API.URL+"/v1/requests/"+formatRequestID(requestID), apptest.ViewerToken, "")
+	}
+	dup := &benchRow{name: "POST of a duplicate request (409), 8 clients", unit: "req/s", refName: "GET /healthz", target: "—"}
+	get := &benchRow{name: fmt.Sprintf("GET /v1/requests/{id} with %d executions in history, 8 clients", scale.jobsBig),
+		unit: "req/s", refName: "GET /healthz", target: "≥ 0.25"}
+	for range scale.reps {
+		ref := benchAPIRate(t, n, conc, healthz, http.StatusOK)
+		dup.add(benchAPIRate(t, n, conc, duplicate, http.StatusConflict), ref)
+		get.add(benchAPIRate(t, n, conc, getRequest, http.StatusOK), ref)
+	}
+	return []*benchRow{dup, get}
+}
