@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/buildrisk/radar/internal/apptest"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/internal/apptest"
 )
 
 // seedHistory adds n finished executions (with their requests and

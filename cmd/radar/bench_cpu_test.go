@@ -15,12 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/buildrisk/radar/internal/apptest"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/apptest"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/upstream"

@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/buildrisk/radar/internal/apptest"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/apptest"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/queries"

@@ -9,14 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/buildrisk/radar/internal/apptest"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/apptest"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"

@@ -12,10 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/buildrisk/radar/internal/apptest"
-
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/apptest"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )

@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/buildrisk/radar/internal/apptest"
-
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/apptest"
 	"github.com/buildrisk/radar/observability"
 )
 
