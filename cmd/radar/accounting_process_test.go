@@ -67,11 +67,9 @@ func TestProcess_CreditEvalDrainMidChunk(t *testing.T) {
 	worker.waitLine(t, regexp.MustCompile(`worker running`))
 
 	id := s.RequestCreditEval(`{}`)["requestId"].(string)
-	deadline := time.Now().Add(60 * time.Second)
-	for s.Count(`SELECT count(*) FROM credit_grade`) < 2*fanOut {
-		require.True(t, time.Now().Before(deadline), "no grade committed in 60s")
-		time.Sleep(10 * time.Millisecond)
-	}
+	apptest.WaitUntil(t, 60*time.Second, "grades committed", func() bool {
+		return s.Count(`SELECT count(*) FROM credit_grade`) >= 2*fanOut
+	})
 	callsAtSignal := s.Fake.Stats().Total
 	signalled := time.Now()
 	require.NoError(t, worker.cmd.Process.Signal(syscall.SIGTERM))

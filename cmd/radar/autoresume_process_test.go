@@ -137,16 +137,11 @@ func TestAutoResume_CrashLoopStopsAtTheAttemptLimit(t *testing.T) {
 		require.NoError(t, victim.cmd.Process.Kill())
 		victim.Wait(t, 10*time.Second)
 
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		apptest.WaitUntil(t, 30*time.Second, "the killed worker to be reaped", func() bool {
 			n, err := reaper.Reap(context.Background(), "")
 			require.NoError(t, err)
-			if n == 1 {
-				break
-			}
-			require.True(t, time.Now().Before(deadline), "the killed worker was never reaped")
-			time.Sleep(100 * time.Millisecond)
-		}
+			return n == 1
+		})
 		reaped := s.WaitRequest(id, "FAILED", "DONE")
 		require.Equal(t, "FAILED", reaped["status"])
 		lastExec = apptest.Execution(t, reaped)

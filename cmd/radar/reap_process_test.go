@@ -217,11 +217,11 @@ func TestReap_FrozenWorkerInTransaction(t *testing.T) {
 			require.NoError(t, err)
 
 			bound := s.Env.StaleAfter + 8*time.Second
-			deadline := time.Now().Add(bound + 10*time.Second) // the poll's own deadline, beyond the bound
-			for s.Count(`SELECT count(*) FROM job_request WHERE id = $1 AND status = 'FAILED'`, id) == 0 {
-				require.True(t, time.Now().Before(deadline), "request %s still not freed", id)
-				time.Sleep(50 * time.Millisecond)
-			}
+			// The poll's own deadline lies beyond the bound, which is checked
+			// below by the database's clock.
+			apptest.WaitUntil(t, bound+10*time.Second, "request "+id+" freed", func() bool {
+				return s.Count(`SELECT count(*) FROM job_request WHERE id = $1 AND status = 'FAILED'`, id) > 0
+			})
 			// By the database's clock: freed after the stale window, within
 			// STALE_AFTER + 8 s of the frozen worker's last heartbeat.
 			var freedAfter float64

@@ -83,12 +83,17 @@ func TestOutage_LongerThanStaleDuringSlowCall(t *testing.T) {
 	id := s.RequestAptTrade(apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
 	apptest.Within(t, time.Minute, s.Gate.Blocked, "the third provider call")
 
+	var lastBeat time.Time
+	require.NoError(t, s.Pool.QueryRow(context.Background(), "SELECT heartbeat_at FROM worker WHERE id = $1", w.ID()).Scan(&lastBeat))
 	require.NoError(t, cluster.Halt())
 	apptest.Within(t, fenceDeadline, s.Gate.Abandoned, "the fenced worker to cancel the call in flight")
 	require.ErrorContains(t, w.Ready(context.Background()), "fenced")
 	// The outage lasts past STALE_AFTER (2 s): the worker's heartbeat is
-	// stale when the database comes back.
-	time.Sleep(s.Env.StaleAfter)
+	// stale when the database comes back. A beat may have landed between
+	// the read and the halt, hence one interval more.
+	apptest.WaitUntil(t, time.Minute, "the worker's last heartbeat to be stale", func() bool {
+		return time.Since(lastBeat) > s.Env.StaleAfter+s.Env.HeartbeatInterval
+	})
 	s.Gate.Open()
 	require.NoError(t, cluster.Resume(context.Background()))
 
