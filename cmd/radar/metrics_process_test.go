@@ -35,8 +35,10 @@ func TestMetrics_ScriptedScenario(t *testing.T) {
 	}), "worker")
 	workerAdmin := worker.waitLine(t, apptest.AdminAddrLine)[1]
 
-	// A stale worker holds aptTrade: the API's cleanup reaps it (stale +1).
+	// A stale worker holds aptTrade: the API's cleanup reaps it (stale +1),
+	// once the server has been up for a stale window.
 	s.InsertRunning("9@dead-host#b00t", time.Now().Add(-time.Hour))
+	s.WaitUpForStaleWindow()
 
 	// accepted (after the reap), then duplicate while it runs, and invalid.
 	s.Gate.Arm(1)
@@ -70,15 +72,11 @@ func TestMetrics_ScriptedScenario(t *testing.T) {
 	apptest.RequireMetric(t, api, "buildrisk_fanout_rejections_total", 1, `job="creditEval"`, `reason="closed"`)
 
 	var wm string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	apptest.WaitUntil(t, 10*time.Second, "workers_alive recorded", func() bool {
 		wm = apptest.Scrape(t, workerAdmin)
-		if v, _ := apptest.MetricLine(wm, "buildrisk_workers_alive"); v >= 1 {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "workers_alive never recorded")
-		time.Sleep(50 * time.Millisecond)
-	}
+		v, _ := apptest.MetricLine(wm, "buildrisk_workers_alive")
+		return v >= 1
+	})
 	apptest.RequireMetric(t, wm, "buildrisk_executions_total", 1, `job="aptTrade"`, `status="COMPLETED"`)
 	apptest.RequireMetric(t, wm, "buildrisk_executions_total", 1, `job="creditEval"`, `status="STOPPED"`)
 	apptest.RequireMetric(t, wm, "buildrisk_executions_stopped_total", 1, `job="creditEval"`, `cause="cap"`)

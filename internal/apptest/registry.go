@@ -168,3 +168,15 @@ func (h *HeldRun) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) error 
 	<-ctx.Done()
 	return river.JobCancel(ctx.Err())
 }
+
+// WaitUpForStaleWindow waits until the test's database server has been up
+// for a stale window. A reaper judges a heartbeat from the server's start at
+// the earliest (time the database was reachable), so a stale worker the test
+// inserts can only be reaped once the server has been up that long; in a
+// package whose cluster just started, that is after the test began.
+func (s *System) WaitUpForStaleWindow() {
+	s.T.Helper()
+	s.Eventually("the database to be up for a stale window", func() bool {
+		return s.Count(`SELECT (now() - pg_postmaster_start_time() > make_interval(secs => $1))::int`, s.Env.StaleAfter.Seconds()) == 1
+	})
+}

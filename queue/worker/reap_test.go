@@ -29,9 +29,7 @@ func TestReaper_CutOffWaitsOneStaleWindowAfterReconnecting(t *testing.T) {
 
 	// Staleness counts from the server's start at the earliest: let the
 	// test's cluster be up for a stale window first.
-	apptest.WaitUntil(t, time.Minute, "the database to be up for a stale window", func() bool {
-		return s.Count(`SELECT (now() - pg_postmaster_start_time() > make_interval(secs => $1))::int`, s.Env.StaleAfter.Seconds()) == 1
-	})
+	s.WaitUpForStaleWindow()
 	proxy := apptest.NewCutProxy(t, s.DBURL)
 	pool, err := pgxpool.New(ctx, proxy.URL)
 	require.NoError(t, err)
