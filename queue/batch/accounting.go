@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
@@ -71,7 +72,7 @@ func (r *Runner) countItemFailures(ctx context.Context, st *started, err error) 
 	})
 	switch {
 	case err == nil && rows > 0:
-		r.cfg.Instruments.ItemsCounted(context.WithoutCancel(ctx), st.request.Job, observability.OutcomeFailed, n)
+		st.items.count(ctx, observability.OutcomeFailed, n)
 	case err != nil:
 		r.cfg.Logger.ErrorContext(ctx, "could not count the failed items on the execution",
 			slog.Int64("execution_id", st.exec.ID), slog.Int64("failed", n), slog.String("error", err.Error()))
@@ -80,5 +81,70 @@ func (r *Runner) countItemFailures(ctx context.Context, st *started, err error) 
 		// recording finds the same and ends the run as ownership lost.
 		r.cfg.Logger.WarnContext(ctx, "failed items not counted on the execution: it is no longer this run's",
 			slog.Int64("execution_id", st.exec.ID), slog.Int64("failed", n))
+	}
+}
+
+// itemTally is what one run counted in buildrisk_items_total, by outcome.
+// Every count follows a write that landed, but a commit can land and its
+// answer be lost (the connection dropped after the server committed); the
+// retry then finds the items committed and does not count them again, so
+// the run settles the difference against its execution's own figures when
+// it ends (settleItemCounts).
+type itemTally struct {
+	instruments *observability.Instruments
+	job         string
+	written     atomic.Int64
+	skipped     atomic.Int64
+	failed      atomic.Int64
+}
+
+// count adds n items of outcome to the counter and to the tally.
+func (t *itemTally) count(ctx context.Context, outcome string, n int64) {
+	if t == nil || n <= 0 {
+		return
+	}
+	switch outcome {
+	case observability.OutcomeWritten:
+		t.written.Add(n)
+	case observability.OutcomeSkipped:
+		t.skipped.Add(n)
+	case observability.OutcomeFailed:
+		t.failed.Add(n)
+	}
+	t.instruments.ItemsCounted(context.WithoutCancel(ctx), t.job, outcome, n)
+}
+
+// settleItemCounts counts the items the run's execution holds and the run
+// did not count: those of commits whose answer was lost. The execution's
+// figures are final once its run ends (every write is fenced on it), so the
+// counter ends equal to them. A read that fails is logged: the counter then
+// says less than the database, never more.
+func (r *Runner) settleItemCounts(ctx context.Context, rs *runState) {
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
+	defer cancel()
+	exec, err := r.queries.JobExecutionGetByID(callCtx, r.pool, rs.exec.ID)
+	if err != nil {
+		rs.logger.WarnContext(ctx, "could not settle the item counts against the execution", slog.String("error", err.Error()))
+		return
+	}
+	for _, c := range []struct {
+		outcome  string
+		recorded int64
+		counted  *atomic.Int64
+	}{
+		{observability.OutcomeWritten, exec.ItemsWritten, &rs.items.written},
+		{observability.OutcomeSkipped, exec.ItemsSkipped, &rs.items.skipped},
+		{observability.OutcomeFailed, exec.ItemsFailed, &rs.items.failed},
+	} {
+		missing := c.recorded - c.counted.Load()
+		switch {
+		case missing > 0:
+			rs.logger.InfoContext(ctx, "counted items whose commit landed although its answer was lost",
+				slog.String("outcome", c.outcome), slog.Int64("items", missing))
+			rs.items.count(ctx, c.outcome, missing)
+		case missing < 0:
+			rs.logger.ErrorContext(ctx, "the run counted more items than its execution holds",
+				slog.String("outcome", c.outcome), slog.Int64("counted", c.counted.Load()), slog.Int64("recorded", c.recorded))
+		}
 	}
 }

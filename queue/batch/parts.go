@@ -55,10 +55,10 @@ const (
 // partCommitter commits parts of one execution's chunks. The runner gives
 // one to each Run.
 type partCommitter struct {
-	pool        *pgxpool.Pool
-	queries     *queries.Queries
-	instruments *observability.Instruments
-	job         string
+	pool    *pgxpool.Pool
+	queries *queries.Queries
+	// items counts the committed items (nil: a Run the runner did not give).
+	items       *itemTally
 	executionID int64
 	instanceID  int64
 	// workerID and leaseEpoch fence every part commit (see commitChunk).
@@ -66,6 +66,8 @@ type partCommitter struct {
 	leaseEpoch int64
 	// drain is closed when the worker drains.
 	drain <-chan struct{}
+	// loseAnswer is the runner's AnswerLostHook (nil: none).
+	loseAnswer func() error
 }
 
 // commit writes one part: the items' results (queue) and the part's whole
@@ -94,15 +96,16 @@ func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string,
 		queries.Queue(b, func(db queries.DBTX) { _, _ = c.queries.JobExecutionPartCommit(ctx, db, params) }).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&status) })
 	})
+	if err == nil && c.loseAnswer != nil {
+		err = c.loseAnswer()
+	}
 	if pgtx.IsNotOwned(err) {
 		err = fmt.Errorf("execution %d (worker %s, lease epoch %d): %w", c.executionID, c.workerID, c.leaseEpoch, ErrOwnershipLost)
 	}
 	if err != nil {
 		return "", fmt.Errorf("commit of %d finished items of chunk %s: %w", len(keys), chunk, err)
 	}
-	if c.instruments != nil {
-		c.instruments.ItemsCounted(context.WithoutCancel(ctx), c.job, observability.OutcomeWritten, int64(len(keys)))
-	}
+	c.items.count(ctx, observability.OutcomeWritten, int64(len(keys)))
 	return status, nil
 }
 
@@ -374,9 +377,9 @@ func (w *paidItems) give() { <-w.tokens }
 // partCommitter returns the committer of st's parts.
 func (r *Runner) partCommitter(st *started) *partCommitter {
 	return &partCommitter{
-		pool: r.pool, queries: r.queries, instruments: r.cfg.Instruments, job: st.request.Job,
+		pool: r.pool, queries: r.queries, items: st.items,
 		executionID: st.exec.ID, instanceID: st.exec.InstanceID, drain: r.drain,
-		workerID: st.exec.WorkerID, leaseEpoch: st.exec.LeaseEpoch,
+		workerID: st.exec.WorkerID, leaseEpoch: st.exec.LeaseEpoch, loseAnswer: r.loseAnswer,
 	}
 }
 

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -78,6 +80,11 @@ type Config struct {
 	// the row is locked: tests hold it there to race a stop against the
 	// run's end.
 	OutcomeHook func()
+	// AnswerLostHook, when set, runs after each part or chunk commit that
+	// landed; when it returns true, the run takes the commit's answer as
+	// lost (a connection reset), as when the connection drops after the
+	// server committed. Tests use it to prove such a commit is counted once.
+	AnswerLostHook func() bool
 	// Chain runs inside the transaction that records a COMPLETED execution:
 	// it inserts the next job's request there, so there is never a moment
 	// where a job is done and its successor missing. An error rolls the
@@ -181,6 +188,8 @@ type started struct {
 	// cause says why a run that did not complete ended (radartype.StopCause);
 	// it is recorded with the end, and the resume policy reads it.
 	cause radartype.StopCause
+	// items is what the run counted in buildrisk_items_total.
+	items *itemTally
 }
 
 // Run claims the request, creates its execution under the job's advisory
@@ -218,6 +227,7 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 		attribute.Int64("buildrisk.execution_id", st.exec.ID),
 	))
 	defer span.End()
+	st.items = &itemTally{instruments: r.cfg.Instruments, job: st.request.Job}
 	rs := &runState{started: st, fenced: fenced, logger: r.cfg.Logger.With(
 		slog.Int64("request_id", st.request.ID),
 		slog.Int64("execution_id", st.exec.ID),
@@ -231,6 +241,7 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	rs.logger.InfoContext(ctx, "execution started", slog.Bool("resumed", st.resumed))
 
 	status, message, domainRows, err := r.execute(ctx, rs, opts)
+	defer r.settleItemCounts(ctx, rs)
 	if err == nil && status != string(radartype.ExecutionCompleted) && rs.cause == "" {
 		rs.cause = radartype.CauseFailure
 	}
@@ -528,9 +539,9 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		callsRecorded += newCalls
 		chunksDone++
 		r.cfg.Instruments.ChunkDuration(ctx, run.Job, time.Since(began))
-		r.cfg.Instruments.ItemsCounted(ctx, run.Job, observability.OutcomeWritten, res.Written)
-		r.cfg.Instruments.ItemsCounted(ctx, run.Job, observability.OutcomeSkipped, res.Skipped)
-		r.cfg.Instruments.ItemsCounted(ctx, run.Job, observability.OutcomeFailed, res.Failed)
+		st.items.count(ctx, observability.OutcomeWritten, res.Written)
+		st.items.count(ctx, observability.OutcomeSkipped, res.Skipped)
+		st.items.count(ctx, observability.OutcomeFailed, res.Failed)
 		if opts.OnChunk != nil {
 			opts.OnChunk(chunksDone, len(plan.Chunks))
 		}
@@ -600,6 +611,9 @@ func (r *Runner) commitChunk(ctx context.Context, rs *runState, chunk string, re
 				return nil
 			})
 		}
+		if err == nil {
+			err = r.loseAnswer()
+		}
 		switch {
 		case pgtx.IsNotOwned(err):
 			return rs.lost()
@@ -610,6 +624,17 @@ func (r *Runner) commitChunk(ctx context.Context, rs *runState, chunk string, re
 		return nil
 	})
 	return execStatus, err
+}
+
+// errAnswerLost is the error AnswerLostHook makes of a commit that landed.
+var errAnswerLost = &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+
+// loseAnswer returns errAnswerLost when AnswerLostHook says so.
+func (r *Runner) loseAnswer() error {
+	if r.cfg.AnswerLostHook != nil && r.cfg.AnswerLostHook() {
+		return errAnswerLost
+	}
+	return nil
 }
 
 // committedBefore reports whether an earlier attempt of the chunk's commit

@@ -67,7 +67,9 @@ type testBundle struct {
 	runner      *batch.Runner
 }
 
-func setup(t *testing.T, registry map[string]batch.Job) *testBundle {
+// setup builds a runner of registry's jobs on a database of its own;
+// configure, when given, changes its config.
+func setup(t *testing.T, registry map[string]batch.Job, configure ...func(*batch.Config)) *testBundle {
 	t.Helper()
 	pool := pgtest.NewPool(t)
 	providers, _ := observabilitytest.NewProviders()
@@ -81,7 +83,11 @@ func setup(t *testing.T, registry map[string]batch.Job) *testBundle {
 	require.NoError(t, err)
 	up, err := upstream.NewClient(pool, upstream.ClientConfig{Instruments: instruments})
 	require.NoError(t, err)
-	runner, err := batch.NewRunner(pool, batch.Config{WorkerID: "1@test#boot", Jobs: registry, Upstream: up, Instruments: instruments})
+	cfg := batch.Config{WorkerID: "1@test#boot", Jobs: registry, Upstream: up, Instruments: instruments}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	runner, err := batch.NewRunner(pool, cfg)
 	require.NoError(t, err)
 	return &testBundle{pool: pool, providers: providers, instruments: instruments, upstream: up, enqueuer: enqueuer, runner: runner}
 }
