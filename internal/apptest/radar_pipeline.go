@@ -158,10 +158,10 @@ func (s *System) ProcessJob(job batch.Job, name, params string) {
 	ctx := context.Background()
 	up, err := app.NewUpstream(s.Pool, s.Env, s.Tel, "processJob")
 	require.NoError(s.T, err)
-	run := batch.NewDetachedRun(s.Pool, batch.Run{
-		Job: name, Params: json.RawMessage(params), Calls: up.NewCaller(name, 0),
+	run := &batch.Run{
+		DB: batch.NewReader(s.Pool), Job: name, Params: json.RawMessage(params), Calls: up.NewCaller(name, 0),
 		Logger: s.Tel.Logger, FanOut: batch.FanOutDefault, Instruments: s.Tel.Instruments,
-	})
+	}
 	plan, err := job.Plan(ctx, run)
 	require.NoError(s.T, err)
 	for _, chunk := range plan.Chunks {

@@ -88,10 +88,10 @@ func planAllocs(t *testing.T, n int) uint64 {
 	t.Helper()
 	b := setup(t, setupOpts{targets: n})
 	job := credit.New()
-	run := batch.NewDetachedRun(b.pool, batch.Run{
-		Job: jobs.CreditEval, ExecutionID: 1, InstanceID: 1, Params: json.RawMessage(`{}`),
+	run := &batch.Run{
+		DB: batch.NewReader(b.pool), Job: jobs.CreditEval, ExecutionID: 1, InstanceID: 1, Params: json.RawMessage(`{}`),
 		Calls: b.client.NewCaller(jobs.CreditEval, 0),
-	})
+	}
 	least := ^uint64(0)
 	for range 3 {
 		var before, after runtime.MemStats

@@ -202,15 +202,16 @@ func (r *Runner) runFence(rs *runState) *runFence {
 // error wrapping ErrOwnershipLost. Like a chunk's commit it is not retried
 // here: fn runs once, and an error of it rolls the transaction back.
 func (run *Run) Fenced(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if run.pool == nil {
-		return errors.New("batch: this Run has no database to write to (a runner's Run or NewDetachedRun has)")
+	pool := run.pool()
+	if pool == nil {
+		return errors.New("batch: this Run has no database to write to (a runner's Run, or a Run with DB set, has)")
 	}
 	body := func(tx pgx.Tx) error { return fn(ctx, tx) }
 	if run.fence == nil {
-		return pgtx.InTx(ctx, run.pool, body) // a detached run: no execution to fence on
+		return pgtx.InTx(ctx, pool, body) // a detached run: no execution to fence on
 	}
 	f := run.fence
-	err := pgtx.InTxBatch(ctx, run.pool, func(b *pgx.Batch) {
+	err := pgtx.InTxBatch(ctx, pool, func(b *pgx.Batch) {
 		queries.Queue(b, func(db queries.DBTX) { _, _ = f.queries.JobExecutionFence(ctx, db, f.params) })
 	}, body)
 	if pgtx.IsNotOwned(err) {

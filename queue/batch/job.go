@@ -82,14 +82,19 @@ type Run struct {
 	Calls       *upstream.Caller
 	// DB is the run's read-only handle: a job reads with it, and writes
 	// only in its chunks' commits (ChunkResult) or in Fenced, both fenced
-	// on the run's execution.
+	// on the run's execution. Fenced and the part commits write through
+	// its pool.
+	//
+	// A Run built outside a runner (a test of a job's own Plan and Process,
+	// execution id 0, DB set to NewReader of the test's pool) is detached:
+	// its Fenced writes are plain transactions, fenced on nothing, and its
+	// fan-out's values are only written, accounted to no execution. A
+	// runner never gives one.
 	DB          *Reader
 	Logger      *slog.Logger
 	FanOut      int
 	Instruments *observability.Instruments
 
-	// pool is what Fenced and the part commits write with.
-	pool *pgxpool.Pool
 	// fence is the run's execution, worker and lease epoch, which Fenced
 	// fences on; nil for a detached run.
 	fence *runFence
@@ -97,16 +102,11 @@ type Run struct {
 	parts *partCommitter
 }
 
-// NewDetachedRun returns run as a Run outside any execution, reading and
-// writing through pool: for running a job's Plan and Process without a
-// runner (a test of the job's own logic, execution id 0). Its Fenced
-// writes are plain transactions, fenced on nothing, and its fan-out's
-// values are only written, accounted to no execution; a runner never
-// gives one.
-func NewDetachedRun(pool *pgxpool.Pool, run Run) *Run {
-	run.DB = NewReader(pool)
-	run.pool = pool
-	run.fence = nil
-	run.parts = nil
-	return &run
+// pool is what Fenced and the part commits write with: DB's pool (nil
+// when the Run has no DB).
+func (run *Run) pool() *pgxpool.Pool {
+	if run.DB == nil {
+		return nil
+	}
+	return run.DB.pool
 }

@@ -262,7 +262,7 @@ func fanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items [
 		// A Run the runner did not give (a test running a job's Process on
 		// its own) has no execution to account parts to: the values are
 		// only written.
-		parts = &partCommitter{pool: run.pool}
+		parts = &partCommitter{pool: run.pool()}
 	}
 	pool, err := NewFanOut(FanOutConfig{Job: run.Job, Size: run.FanOut, Instruments: run.Instruments, Logger: run.Logger})
 	if err != nil {

@@ -95,7 +95,7 @@ func TestFanOutCommit_PaidWindowBoundsUncommittedItems(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	_, err = pool.Exec(t.Context(), `CREATE TABLE window_write (item text PRIMARY KEY)`)
 	require.NoError(t, err)
-	run := NewDetachedRun(pool, Run{Job: "creditEval", FanOut: size, Instruments: instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	run := &Run{DB: NewReader(pool), Job: "creditEval", FanOut: size, Instruments: instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 
 	holdCommits := make(chan struct{})
 	full := make(chan struct{}, items)

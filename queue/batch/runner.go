@@ -387,7 +387,6 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		Logger:      rs.logger,
 		FanOut:      r.cfg.FanOut,
 		Instruments: r.cfg.Instruments,
-		pool:        r.pool,
 		fence:       r.runFence(rs),
 	}
 	run.parts = r.partCommitter(st)
