@@ -127,39 +127,22 @@ func WithHeartbeatPool(pool *pgxpool.Pool) TuneFunc {
 	return func(wc *worker.Config, _ *batch.Config) { wc.HeartbeatPool = pool }
 }
 
-// NewWorker builds the worker role's parts. Its River client for inserts
-// is made first and handed to the enqueuer, which chains, schedules and
-// resumes go through (the same path as the API: cleanup, lock, dedupe); the
-// enqueuer is then handed to the runner's and the worker's configs, and the
-// worker builds its runner fenced by its own presence. Nothing is assigned
-// after construction.
+// NewWorker builds the worker role's parts. The worker makes its River
+// client first and hands it to the enqueuer built here, which chains,
+// schedules and resumes go through (the same path as the API: cleanup,
+// lock, dedupe); its runner is then built on that enqueuer and fenced by
+// the worker's own presence. One River client inserts and works the
+// process's queues, and nothing is assigned after construction.
 func NewWorker(pool *pgxpool.Pool, env *Config, tel *Telemetry, workerID, hostname, boot string, tune TuneFunc) (*worker.Worker, *batch.Runner, error) {
 	up, err := NewUpstream(pool, env, tel, workerID)
 	if err != nil {
 		return nil, nil, err
-	}
-	inserter, err := NewInsertOnlyRiver(pool, tel)
-	if err != nil {
-		return nil, nil, err
-	}
-	enqueuer, err := NewEnqueuer(pool, inserter, env, tel)
-	if err != nil {
-		return nil, nil, err
-	}
-	resume := func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
-		_, err := enqueuer.ResumeTx(ctx, tx, stopped)
-		return err
 	}
 	runnerConfig := batch.Config{
 		WorkerID: workerID, Jobs: Registry(env), Upstream: up, Instruments: tel.Instruments,
 		Logger: tel.Logger, FanOut: env.FanOut, Tracer: tel.Providers.Tracer.Tracer("github.com/buildrisk/radar/queue/batch"),
 		DBTimeout:          env.DBTimeout,
 		LeaseCheckInterval: env.HeartbeatInterval,
-		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
-			_, err := enqueuer.EnqueueNext(ctx, tx, finished.Job, finished.Params)
-			return err
-		},
-		Resume: resume,
 	}
 	workerConfig := worker.Config{
 		ID:                workerID,
@@ -185,10 +168,11 @@ func NewWorker(pool *pgxpool.Pool, env *Config, tel *Telemetry, workerID, hostna
 		Gauges: &worker.Gauges{
 			Pool: pool, Jobs: jobs.Default().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.Instruments,
 		},
-		Schedules:        env.Schedules,
-		ScheduleEnqueuer: enqueuer,
-		Now:              env.Now,
-		Resume:           resume,
+		Schedules: env.Schedules,
+		Now:       env.Now,
+		Enqueuer: func(client *river.Client[pgx.Tx]) (*request.Enqueuer, error) {
+			return NewEnqueuer(pool, client, env, tel)
+		},
 	}
 	if tune != nil {
 		tune(&workerConfig, &runnerConfig)

@@ -18,7 +18,7 @@ import (
 // longer holds (their result recording failed past its retry window), from
 // the execution's recorded result, and only while they are still RUNNING.
 func (w *Worker) Reconcile(ctx context.Context) (int, error) {
-	return Reconcile(ctx, w.pool, w.river, w.cfg.ID, w.runner.Held(), w.cfg.Resume, w.cfg.Logger)
+	return Reconcile(ctx, w.pool, w.river, w.cfg.ID, w.runner.Held(), w.resume, w.cfg.Logger)
 }
 
 // heldChecker is the part of batch.HeldSet Reconcile needs.

@@ -56,8 +56,8 @@ func (pw *schedulePassWorker) Work(ctx context.Context, _ *river.Job[schedulePas
 // after the previous pass (how a deferred due time is enqueued soon after
 // the request it waited for ends).
 type passSchedule struct {
-	scheduler *Scheduler
-	poll      time.Duration
+	w    *Worker // its scheduler, built after the River client
+	poll time.Duration
 }
 
 // Next implements river.PeriodicSchedule. It counts from now when River's
@@ -70,7 +70,7 @@ func (s passSchedule) Next(previous time.Time) time.Time {
 		from = now
 	}
 	next := from.Add(s.poll)
-	if until, ok := s.scheduler.UntilNextDue(); ok && until >= 0 {
+	if until, ok := s.w.scheduler.UntilNextDue(); ok && until >= 0 {
 		if due := now.Add(until); due.Before(next) {
 			next = due
 		}
@@ -84,7 +84,7 @@ func (s passSchedule) Next(previous time.Time) time.Time {
 // schedulePeriodicJob is the periodic job of scheduler passes, run once when
 // a worker becomes leader (a new leader catches up at once).
 func (w *Worker) schedulePeriodicJob() *river.PeriodicJob {
-	return river.NewPeriodicJob(passSchedule{scheduler: w.scheduler, poll: w.cfg.SchedulePollInterval},
+	return river.NewPeriodicJob(passSchedule{w: w, poll: w.cfg.SchedulePollInterval},
 		func() (river.JobArgs, *river.InsertOpts) { return schedulePassArgs{}, nil },
 		&river.PeriodicJobOpts{ID: "buildrisk_schedule_pass", RunOnStart: true})
 }

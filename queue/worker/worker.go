@@ -165,18 +165,18 @@ type Config struct {
 
 	Instruments *observability.Instruments
 	Logger      *slog.Logger
-	// Resume applies the resume policy to the runs the reaper and the
-	// reconcile loop finish; nil resumes nothing.
-	Resume ResumeFunc
+	// Enqueuer returns, given the worker's River client, the enqueuer that
+	// the worker's chains, resumes and schedules go through (the API's path:
+	// cleanup, lock, dedupe). New makes the client first and hands it over,
+	// so the process inserts and works its queues through one client and
+	// nothing is assigned after construction. Required.
+	Enqueuer func(client *river.Client[pgx.Tx]) (*request.Enqueuer, error)
 	// RiverPlugins are added to the River client (otelriver).
 	RiverPlugins []rivertype.Plugin
 	// Schedules are the jobs requested periodically. Only River's elected
 	// leader runs scheduler passes; the database makes each due time one
 	// request cluster-wide whoever runs them (see Scheduler).
 	Schedules []Schedule
-	// ScheduleEnqueuer inserts the scheduled requests (required with
-	// Schedules).
-	ScheduleEnqueuer ScheduleEnqueuer
 	// SchedulePollInterval is the longest wait between scheduler passes.
 	SchedulePollInterval time.Duration
 	// SchedulePassTimeout bounds one scheduler pass.
@@ -232,8 +232,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: Retention (%s) must exceed StaleAfter (%s)", c.Retention, c.StaleAfter)
 	case len(c.Schedules) > 0 && c.LeaderElectionDisabled:
 		return errors.New("worker: Schedules need River's leader election (LeaderElectionDisabled is set)")
-	case len(c.Schedules) > 0 && c.ScheduleEnqueuer == nil:
-		return errors.New("worker: ScheduleEnqueuer is required with Schedules")
+	case c.Enqueuer == nil:
+		return errors.New("worker: Enqueuer is required")
 	}
 	if err := CheckFencing(c.FenceAfter, c.HeartbeatInterval, c.DBTimeout, c.StaleAfter); err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -250,6 +250,9 @@ type Worker struct {
 	reaper *Reaper
 	// scheduler is nil without schedules.
 	scheduler *Scheduler
+	// resume applies the resume policy through the worker's enqueuer to the
+	// runs the runner, the reaper and the reconcile loop stop.
+	resume ResumeFunc
 
 	// leading is closed once River made this worker its leader.
 	leading  chan struct{}
@@ -262,26 +265,44 @@ type Worker struct {
 	services []*service.Service
 }
 
-// New returns a Worker that runs requests with a runner built from
-// runnerCfg. The runner's fence is the worker itself (Fenced, its presence
-// once started), so a fenced worker's runs stop uncommitted; runnerCfg.Fence
-// is ignored.
+// New returns a Worker. It makes the worker's River client first, then the
+// enqueuer (Config.Enqueuer) on that client, then the runner from runnerCfg,
+// which chains and resumes through that enqueuer and is fenced by the
+// worker itself (Fenced, its presence once started), so a fenced worker's
+// runs stop uncommitted; runnerCfg's Fence, Chain and Resume are ignored.
 func New(pool *pgxpool.Pool, runnerCfg batch.Config, cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, pool: pool, leading: make(chan struct{})}
+	client, err := w.newRiverClient(pool)
+	if err != nil {
+		return nil, err
+	}
+	w.river = client
+	enqueuer, err := cfg.Enqueuer(client)
+	if err != nil {
+		return nil, fmt.Errorf("error creating the worker's enqueuer: %w", err)
+	}
+	w.resume = func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
+		_, err := enqueuer.ResumeTx(ctx, tx, stopped)
+		return err
+	}
 	runnerCfg.Fence = w
+	runnerCfg.Chain = func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
+		_, err := enqueuer.EnqueueNext(ctx, tx, finished.Job, finished.Params)
+		return err
+	}
+	runnerCfg.Resume = w.resume
 	runner, err := batch.NewRunner(pool, runnerCfg)
 	if err != nil {
 		return nil, err
 	}
 	w.runner = runner
-
 	if len(cfg.Schedules) > 0 {
 		scheduler, err := NewScheduler(pool, SchedulerConfig{
-			Schedules: cfg.Schedules, Enqueuer: cfg.ScheduleEnqueuer, Now: cfg.Now,
+			Schedules: cfg.Schedules, Enqueuer: enqueuer, Now: cfg.Now,
 			Instruments: cfg.Instruments, Logger: cfg.Logger,
 		})
 		if err != nil {
@@ -289,13 +310,23 @@ func New(pool *pgxpool.Pool, runnerCfg batch.Config, cfg Config) (*Worker, error
 		}
 		w.scheduler = scheduler
 	}
+	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger, Resume: w.resume, Reachability: cfg.Reachability, River: client})
+	return w, nil
+}
+
+// newRiverClient makes the worker's River client: its runs' queue and, with
+// schedules, the scheduler passes' queue and periodic job. Its workers hold
+// w and read its runner and scheduler only once the client runs, after New
+// has built them.
+func (w *Worker) newRiverClient(pool *pgxpool.Pool) (*river.Client[pgx.Tx], error) {
+	cfg := w.cfg
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &runWorker{w: w}); err != nil {
 		return nil, fmt.Errorf("error registering river worker: %w", err)
 	}
 	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxConcurrentJobs}}
 	var periodic []*river.PeriodicJob
-	if w.scheduler != nil {
+	if len(cfg.Schedules) > 0 {
 		if err := river.AddWorkerSafely(workers, &schedulePassWorker{w: w}); err != nil {
 			return nil, fmt.Errorf("error registering river worker: %w", err)
 		}
@@ -325,11 +356,7 @@ func New(pool *pgxpool.Pool, runnerCfg batch.Config, cfg Config) (*Worker, error
 	if err != nil {
 		return nil, fmt.Errorf("error creating river client: %w", err)
 	}
-	w.river = client
-	// The reaper cancels a dead worker's River jobs through the client; it
-	// runs only once the worker starts, so it is built last.
-	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger, Resume: cfg.Resume, Reachability: cfg.Reachability, River: client})
-	return w, nil
+	return client, nil
 }
 
 // Runner returns the batch runner the worker runs requests with.
