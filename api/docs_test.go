@@ -25,7 +25,7 @@ func TestDocs_Offline(t *testing.T) {
 	require.NoError(t, err)
 	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: jobs.Default(), Instruments: instruments})
 	require.NoError(t, err)
-	server, err := New(nil, Config{Catalog: jobs.Default(), Enqueuer: enqueuer, Instruments: instruments,
+	server, err := New(nil, Config{Catalog: jobs.Default(), AlertRules: jobs.RulesDoc(), Enqueuer: enqueuer, Instruments: instruments,
 		Tokens: map[string]Role{"v": RoleViewer}})
 	require.NoError(t, err)
 	get := func(path string) *httptest.ResponseRecorder {

@@ -32,7 +32,7 @@ func servedOpenAPI(t *testing.T) []byte {
 	catalog := jobs.Default()
 	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: catalog, Instruments: instruments})
 	require.NoError(t, err)
-	server, err := New(nil, Config{Catalog: catalog, Enqueuer: enqueuer, Instruments: instruments, Version: "test"})
+	server, err := New(nil, Config{Catalog: catalog, AlertRules: jobs.RulesDoc(), Enqueuer: enqueuer, Instruments: instruments, Version: "test"})
 	require.NoError(t, err)
 
 	rec := httptest.NewRecorder()
@@ -91,6 +91,13 @@ func TestOpenAPIDocument(t *testing.T) {
 	// generated clients cannot build: it refers to itself).
 	require.NotContains(t, doc.Components.Schemas, "Schema")
 	require.Contains(t, doc.Components.Schemas, "ConflictError")
+	// Each job's params schema is named after the job (schemaNamer), not
+	// after the Go type that carries its params: generated clients name
+	// their types after these.
+	for _, name := range []string{"CorpCodeSyncParams", "FilingParseParams", "StockPriceParams", "AptTradeParams",
+		"CreditEvalParams", "MetricsParams", "RulesParams"} {
+		require.Contains(t, doc.Components.Schemas, name)
+	}
 
 	require.NotEmpty(t, doc.Paths)
 	for path, item := range doc.Paths {
@@ -134,7 +141,7 @@ func TestOpenAPIDocument_ErrorsAreServed(t *testing.T) {
 	require.NoError(t, err)
 	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: jobs.Default(), Instruments: instruments})
 	require.NoError(t, err)
-	server, err := New(nil, Config{Catalog: jobs.Default(), Enqueuer: enqueuer, Instruments: instruments,
+	server, err := New(nil, Config{Catalog: jobs.Default(), AlertRules: jobs.RulesDoc(), Enqueuer: enqueuer, Instruments: instruments,
 		Tokens: map[string]Role{"v": RoleViewer}})
 	require.NoError(t, err)
 	for _, r := range []*http.Request{

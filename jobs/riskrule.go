@@ -76,6 +76,20 @@ var RuleSet = []RuleDef{
 	{RuleCompound, SeverityCritical, RuleCompoundDefault, true, "at least threshold independent signals fired for the company on the date (the two apartment rules count as one)"},
 }
 
+// RulesDoc documents RuleSet in one line, for the API's description of
+// the alerts: each rule's name, severity, default threshold and when it
+// fires.
+func RulesDoc() string {
+	var out string
+	for i, r := range RuleSet {
+		if i > 0 {
+			out += "; "
+		}
+		out += fmt.Sprintf("%s (%s, default threshold %v): %s", r.Name, r.Severity, r.Default, r.Doc)
+	}
+	return out
+}
+
 // RuleThresholds maps rule names to thresholds.
 type RuleThresholds map[string]float64
 

@@ -105,7 +105,7 @@ func NewAPIServer(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Tel
 	cover := observeCoverage(context.Background(), pool, env, tel)
 	StartDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.Instruments, tel.Reach)
 	return api.New(pool, api.Config{
-		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
+		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), AlertRules: jobs.RulesDoc(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.Instruments, MetricsHandler: tel.Providers.MetricsHandler(),
 		Logger: tel.Logger, Version: Version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
 		RequestTimeout: apiRequestTimeout(env), TxSettings: APITxSettings(env),

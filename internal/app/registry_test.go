@@ -100,7 +100,7 @@ func TestRegistry_JobListOneStatement(t *testing.T) {
 	var queriesSeen atomic.Int32
 	apiPool := s.CountingPool(&queriesSeen)
 	server, err := api.New(apiPool, api.Config{
-		Tokens: map[string]api.Role{"t": api.RoleViewer}, Catalog: jobs.Default(), Enqueuer: mustEnqueuer(t, s),
+		Tokens: map[string]api.Role{"t": api.RoleViewer}, Catalog: jobs.Default(), AlertRules: jobs.RulesDoc(), Enqueuer: mustEnqueuer(t, s),
 		Instruments: s.Tel.Instruments, StaleAfter: 2 * time.Second,
 	})
 	require.NoError(t, err)
