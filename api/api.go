@@ -168,7 +168,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 		cfg.Today = func() time.Time { return time.Now().UTC().Truncate(24 * time.Hour) }
 	}
 	if cfg.Coverage == nil {
-		cfg.Coverage = coverage.New(pool, coverage.Config{Catalog: cfg.Catalog})
+		cover, err := coverage.New(pool, coverage.Config{Catalog: cfg.Catalog})
+		if err != nil {
+			return nil, fmt.Errorf("api: %w", err)
+		}
+		cfg.Coverage = cover
 	}
 	s := &Server{
 		cfg: cfg, pool: pool, reads: queries.PlanEachCall(pool), queries: queries.New(), mux: http.NewServeMux(),

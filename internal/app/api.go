@@ -102,7 +102,10 @@ func NewAPIServer(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Tel
 		return nil, err
 	}
 	observeSchedules(context.Background(), pool, env, tel)
-	cover := observeCoverage(context.Background(), pool, env, tel)
+	cover, err := observeCoverage(context.Background(), pool, env, tel)
+	if err != nil {
+		return nil, err
+	}
 	StartDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.Instruments, tel.Reach)
 	return api.New(pool, api.Config{
 		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), AlertRules: jobs.RulesDoc(), Enqueuer: enqueuer,

@@ -54,14 +54,17 @@ func observeSchedules(ctx context.Context, pool *pgxpool.Pool, env *Config, tel 
 // observeCoverage exports, from any process, every job's coverage counted
 // from the database (jobs/coverage, cached for BUILDRISK_COVERAGE_MAX_AGE),
 // and returns the reader, which the api also serves as GET /v1/coverage.
-func observeCoverage(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Telemetry) *coverage.Reader {
-	r := coverage.New(pool, coverage.Config{
+func observeCoverage(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Telemetry) (*coverage.Reader, error) {
+	r, err := coverage.New(pool, coverage.Config{
 		Catalog: jobs.Default(), Location: env.Location, MaxAge: env.CoverageMaxAge, Now: env.TimeNow,
 		OnError: func(ctx context.Context, job string, err error) {
 			tel.Instruments.CoverageCheckFailed(ctx, job)
 			tel.Logger.WarnContext(ctx, "coverage count failed", slog.String("job", job), slog.String("error", err.Error()))
 		},
 	})
+	if err != nil {
+		return nil, err
+	}
 	tel.Instruments.InitCoverageSeries(ctx, r.Jobs())
 	tel.Instruments.SetCoverageSource(func(ctx context.Context) ([]observability.CoverageSample, error) {
 		snap, err := r.Snapshot(ctx)
@@ -75,7 +78,7 @@ func observeCoverage(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *
 		}
 		return out, err
 	})
-	return r
+	return r, nil
 }
 
 // fanOutJobs are the jobs whose chunks fan out over BUILDRISK_FANOUT slots

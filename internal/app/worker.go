@@ -198,7 +198,9 @@ func NewWorker(pool *pgxpool.Pool, env *Config, tel *Telemetry, workerID, hostna
 		return nil, nil, err
 	}
 	observeSchedules(context.Background(), pool, env, tel)
-	observeCoverage(context.Background(), pool, env, tel)
+	if _, err := observeCoverage(context.Background(), pool, env, tel); err != nil {
+		return nil, nil, err
+	}
 	observeFanOut(context.Background(), env, tel)
 	return w, w.Runner(), nil
 }

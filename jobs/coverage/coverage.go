@@ -48,7 +48,8 @@ func (j *Job) Missing() int64 { return max(j.Targets-j.Current, 0) }
 
 // Config configures a Reader.
 type Config struct {
-	// Catalog is the job catalog (nil: jobs.Default()).
+	// Catalog is the job catalog, whose definitions say which jobs have
+	// coverage and their data dates. Required.
 	Catalog *jobs.Catalog
 	// Location is the jobs' zone (BUILDRISK_TIMEZONE; nil: UTC).
 	Location *time.Location
@@ -62,11 +63,9 @@ type Config struct {
 	OnError func(ctx context.Context, job string, err error)
 }
 
-// WithDefaults returns a copy of c with every unset field at its default.
+// WithDefaults returns a copy of c with every unset optional field at its
+// default.
 func (c Config) WithDefaults() Config {
-	if c.Catalog == nil {
-		c.Catalog = jobs.Default()
-	}
 	if c.Location == nil {
 		c.Location = time.UTC
 	}
@@ -89,8 +88,11 @@ type Reader struct {
 
 // New returns a Reader over db (a pool: the counts never run in a
 // caller's transaction).
-func New(db queries.DBTX, cfg Config) *Reader {
-	return &Reader{cfg: cfg.WithDefaults(), db: db}
+func New(db queries.DBTX, cfg Config) (*Reader, error) {
+	if cfg.Catalog == nil {
+		return nil, errors.New("coverage: Catalog is required")
+	}
+	return &Reader{cfg: cfg.WithDefaults(), db: db}, nil
 }
 
 // Jobs returns the names of the catalog's jobs with a coverage definition,

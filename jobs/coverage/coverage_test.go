@@ -11,6 +11,7 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/coverage"
+	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
@@ -28,6 +29,23 @@ var seoul = func() *time.Location {
 // A Wednesday, 23:30 UTC: already Thursday in Seoul, so every data date is
 // Seoul's day, not the process's.
 var wednesdayNight = time.Date(2026, 12, 2, 23, 30, 0, 0, time.UTC)
+
+// newReader returns a Reader over pool of every job in the catalog.
+func newReader(t *testing.T, pool queries.DBTX, cfg coverage.Config) *coverage.Reader {
+	t.Helper()
+	cfg.Catalog = jobs.Default()
+	r, err := coverage.New(pool, cfg)
+	require.NoError(t, err)
+	return r
+}
+
+// The catalog is what says which jobs have coverage: a Reader without
+// one is refused.
+func TestReader_CatalogRequired(t *testing.T) {
+	t.Parallel()
+	_, err := coverage.New(nil, coverage.Config{})
+	require.ErrorContains(t, err, "Catalog is required")
+}
 
 func TestReader_CountsEachJobFromTheDomainTables(t *testing.T) {
 	t.Parallel()
@@ -54,7 +72,7 @@ INSERT INTO risk_rule_check (alert_date, corp_code, execution_id) VALUES ($1::da
 `, "$1", "'"+thursday+"'"))
 	require.NoError(t, err)
 
-	r := coverage.New(pool, coverage.Config{Location: seoul, Now: func() time.Time { return wednesdayNight }})
+	r := newReader(t, pool, coverage.Config{Location: seoul, Now: func() time.Time { return wednesdayNight }})
 	require.Equal(t, []string{jobs.StockPrice, jobs.CreditEval, jobs.Metrics, jobs.Rules}, r.Jobs())
 	snap, err := r.Snapshot(ctx)
 	require.NoError(t, err)
@@ -92,7 +110,7 @@ func TestReader_SnapshotCachedForMaxAge(t *testing.T) {
 	_, err := pool.Exec(ctx, `INSERT INTO exposure (corp_code, outstanding_krw) VALUES ('00000001', 5)`)
 	require.NoError(t, err)
 	now := wednesdayNight
-	r := coverage.New(pool, coverage.Config{Location: seoul, MaxAge: time.Minute, Now: func() time.Time { return now }})
+	r := newReader(t, pool, coverage.Config{Location: seoul, MaxAge: time.Minute, Now: func() time.Time { return now }})
 	credit := func() *coverage.Job {
 		snap, err := r.Snapshot(ctx)
 		require.NoError(t, err)
@@ -120,7 +138,7 @@ func TestReader_FailedCountReported(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	var failed []string
-	r := coverage.New(pool, coverage.Config{Location: seoul, OnError: func(_ context.Context, job string, _ error) { failed = append(failed, job) }})
+	r := newReader(t, pool, coverage.Config{Location: seoul, OnError: func(_ context.Context, job string, _ error) { failed = append(failed, job) }})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := r.Snapshot(ctx)
