@@ -37,7 +37,7 @@ func (p *paramFlags) Set(v string) error { *p = append(*p, v); return nil }
 // cancels the chunk in flight).
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(stderr, "usage: radar run JOB [-p key=value ...] [--params JSON] [--max-calls N] [--confirm-purge]\njobs: %s\n", strings.Join(jobs.Default().Names(), ", "))
+		fmt.Fprintf(stderr, "usage: radar run JOB [-p key=value ...] [--params JSON] [--max-calls N] [--confirm-purge]\njobs: %s\n", strings.Join(app.Catalog().Names(), ", "))
 		return exitUsage
 	}
 	jobName := args[0]
@@ -55,9 +55,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "radar run: unexpected arguments %q\n", fs.Args())
 		return exitUsage
 	}
-	def, ok := jobs.Default().Lookup(jobName)
+	def, ok := app.Catalog().Lookup(jobName)
 	if !ok {
-		fmt.Fprintf(stderr, "radar run: unknown job %q; jobs: %s\n", jobName, strings.Join(jobs.Default().Names(), ", "))
+		fmt.Fprintf(stderr, "radar run: unknown job %q; jobs: %s\n", jobName, strings.Join(app.Catalog().Names(), ", "))
 		return exitUsage
 	}
 	raw, err := buildParams(def, *paramsJSON, kv)

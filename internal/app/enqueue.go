@@ -26,13 +26,13 @@ import (
 // Registry returns the implementation of every catalog job.
 func Registry(env *Config) map[string]batch.Job {
 	return map[string]batch.Job{
-		jobs.CorpCodeSync: corpcode.Job{},
-		jobs.FilingParse:  filing.Job{},
-		jobs.StockPrice:   stockprice.Job{},
-		jobs.AptTrade:     apttrade.Job{},
-		jobs.CreditEval:   credit.New(),
-		jobs.Metrics:      riskmetric.Job{},
-		jobs.Rules:        riskrule.Job{Thresholds: env.RuleThresholds},
+		corpcode.Name:   corpcode.Job{},
+		filing.Name:     filing.Job{},
+		stockprice.Name: stockprice.Job{},
+		apttrade.Name:   apttrade.Job{},
+		credit.Name:     credit.New(),
+		riskmetric.Name: riskmetric.Job{},
+		riskrule.Name:   riskrule.Job{Thresholds: env.RuleThresholds},
 	}
 }
 
@@ -41,9 +41,9 @@ func Registry(env *Config) map[string]batch.Job {
 func Estimators(env *Config, db queries.DBTX) map[string]request.EstimateFunc {
 	today := BudgetDay(env, db)
 	return map[string]request.EstimateFunc{
-		jobs.CreditEval:  credit.Estimator(today),
-		jobs.FilingParse: filing.Estimate,
-		jobs.StockPrice:  stockprice.Estimate,
+		credit.Name:     credit.Estimator(today),
+		filing.Name:     filing.Estimate,
+		stockprice.Name: stockprice.Estimate,
 	}
 }
 
@@ -70,14 +70,14 @@ func BudgetDay(env *Config, db queries.DBTX) func() time.Time {
 // schedules): stale-worker cleanup, then dedupe, under the job's lock.
 // riverClient nil records requests the caller runs itself.
 func NewEnqueuer(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *Config, tel *Telemetry) (*request.Enqueuer, error) {
-	return NewEnqueuerFor(jobs.Default(), pool, riverClient, request.RiverCanceller(riverClient), env, tel)
+	return NewEnqueuerFor(Catalog(), pool, riverClient, request.RiverCanceller(riverClient), env, tel)
 }
 
 // NewCLIEnqueuer returns the enqueuer of `radar run`'s own request, which
 // has no River job (the CLI runs it); its cleanup still cancels the River
 // job of a dead worker's request through cancelWith.
 func NewCLIEnqueuer(pool *pgxpool.Pool, cancelWith *river.Client[pgx.Tx], env *Config, tel *Telemetry) (*request.Enqueuer, error) {
-	return NewEnqueuerFor(jobs.Default(), pool, nil, request.RiverCanceller(cancelWith), env, tel)
+	return NewEnqueuerFor(Catalog(), pool, nil, request.RiverCanceller(cancelWith), env, tel)
 }
 
 // NewEnqueuerFor is newEnqueuer for another catalog (benchmarks enqueue

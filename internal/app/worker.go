@@ -16,7 +16,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
@@ -183,7 +182,7 @@ func NewWorker(pool *pgxpool.Pool, env *Config, tel *Telemetry, workerID, hostna
 		Reachability:      tel.Reach,
 		RiverPlugins:      riverPlugins(tel),
 		Gauges: &worker.Gauges{
-			Pool: pool, Jobs: jobs.Default().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.Instruments,
+			Pool: pool, Jobs: Catalog().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.Instruments,
 		},
 		Schedules:        env.Schedules,
 		ScheduleEnqueuer: enqueuer,

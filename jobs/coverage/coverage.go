@@ -5,8 +5,8 @@
 // own accounting can see once the run has ended — a grade deleted after a
 // COMPLETED run, a day the schedule never ran, a plan over the wrong set.
 //
-// The definitions are the catalog's (jobs.Coverage, beside each job's
-// params); the SQL is queries/coverage.sql; this package binds the two and
+// The definitions are the catalog's (jobs.Coverage, in each job package's
+// spec.go); the SQL is queries/coverage.sql; this package binds the two and
 // caches the counts for [Config.MaxAge] so that every scrape of the api and
 // of each worker, and every GET /v1/coverage, costs at most one count per
 // job per MaxAge. It must not write anything.
@@ -185,8 +185,13 @@ type binding struct {
 	missing func(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error)
 }
 
+// bindings are keyed by job name. The names are spelled out because this
+// package, which the api imports, must not import the job packages; a
+// binding counts only for a job of the catalog with a coverage definition
+// (Reader.Jobs), and TestReader_CountsEachJobFromTheDomainTables checks
+// that the service's catalog names all four.
 var bindings = map[string]binding{
-	jobs.CreditEval: {
+	"creditEval": {
 		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
 			row, err := queries.New().CoverageCreditEvalCount(ctx, db, day)
 			if err != nil {
@@ -198,7 +203,7 @@ var bindings = map[string]binding{
 			return queries.New().CoverageCreditEvalMissing(ctx, db, &queries.CoverageCreditEvalMissingParams{After: after, DataDate: day, RowLimit: limit})
 		},
 	},
-	jobs.StockPrice: {
+	"stockPrice": {
 		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
 			row, err := queries.New().CoverageStockPriceCount(ctx, db, day)
 			if err != nil {
@@ -210,7 +215,7 @@ var bindings = map[string]binding{
 			return queries.New().CoverageStockPriceMissing(ctx, db, &queries.CoverageStockPriceMissingParams{After: after, DataDate: day, RowLimit: limit})
 		},
 	},
-	jobs.Metrics: {
+	"metrics": {
 		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
 			row, err := queries.New().CoverageMetricsCount(ctx, db, day)
 			if err != nil {
@@ -222,7 +227,7 @@ var bindings = map[string]binding{
 			return queries.New().CoverageMetricsMissing(ctx, db, &queries.CoverageMetricsMissingParams{After: after, DataDate: day, RowLimit: limit})
 		},
 	},
-	jobs.Rules: {
+	"rules": {
 		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
 			row, err := queries.New().CoverageRulesCount(ctx, db, day)
 			if err != nil {

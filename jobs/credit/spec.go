@@ -1,20 +1,23 @@
-package jobs
+package credit
 
-// CreditEval is the name of the credit evaluation job.
-const CreditEval = "creditEval"
+import "github.com/buildrisk/radar/jobs"
 
-// CreditEvalChunkSize is how many targets one creditEval chunk evaluates.
-const CreditEvalChunkSize = 1000
+// Name is the name of the credit evaluation job.
+const Name = "creditEval"
 
-// CreditEvalFallbackAllowancePercent is the share of targets, in percent,
-// the call estimate adds for fallback calls: a lookup that answers empty
-// costs a second call to the crawl. The provider's empty answers run at
-// about 5%; the estimate allows twice that, so an ordinary day is not
-// refused (40,000 targets → 44,000 calls, under CREDIT's 50,000 cap).
-const CreditEvalFallbackAllowancePercent = 10
+// ChunkSize is how many targets one creditEval chunk evaluates.
+const ChunkSize = 1000
 
-// CreditEvalParams are creditEval's params.
-type CreditEvalParams struct {
+// FallbackAllowancePercent is the share of targets, in percent, the call
+// estimate adds for fallback calls: a lookup that answers empty costs a
+// second call to the crawl. The provider's empty answers run at about 5%;
+// the estimate allows twice that, so an ordinary day is not refused
+// (40,000 targets → 44,000 calls, under CREDIT's 50,000 cap).
+const FallbackAllowancePercent = 10
+
+// Params are creditEval's params. The API names their schema
+// CreditEvalParams, after the job.
+type Params struct {
 	Backfill bool `json:"backfill,omitempty" doc:"re-evaluate only the targets that have no grade for today (repairs a day with failed items); the older name of onlyMissing" example:"false"`
 	// OnlyMissing plans only the targets coverage counts as missing today:
 	// the same target set as Backfill, under the name every job with a
@@ -23,38 +26,38 @@ type CreditEvalParams struct {
 }
 
 // Missing reports whether the run plans only the missing targets.
-func (p *CreditEvalParams) Missing() bool { return p.Backfill || p.OnlyMissing }
+func (p *Params) Missing() bool { return p.Backfill || p.OnlyMissing }
 
-// CreditEvalEstimate returns the calls of a run over targets companies: one
+// EstimateCalls returns the calls of a run over targets companies: one
 // lookup each plus the fallback allowance, rounded up.
 // A negative count is treated as 0.
-func CreditEvalEstimate(targets int) int {
+func EstimateCalls(targets int) int {
 	targets = max(targets, 0)
-	allowance := (targets*CreditEvalFallbackAllowancePercent + 99) / 100
+	allowance := (targets*FallbackAllowancePercent + 99) / 100
 	return targets + allowance
 }
 
-// CreditEvalSpec defines creditEval: a credit grade for every company with
+// Spec defines creditEval: a credit grade for every company with
 // outstanding exposure, once a day.
 //
-// Estimate: targets + CreditEvalFallbackAllowancePercent. Only the database knows
+// Estimate: targets + FallbackAllowancePercent. Only the database knows
 // the targets (the exposure ledger): the catalog answers 0 and the api's
-// estimator (credit.Estimator) counts them.
-func CreditEvalSpec() *Spec[CreditEvalParams] {
-	return &Spec[CreditEvalParams]{
-		JobName: CreditEval,
+// estimator (Estimator) counts them.
+func Spec() *jobs.Spec[Params] {
+	return &jobs.Spec[Params]{
+		JobName: Name,
 		Desc: "Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, " +
 			"and a fallback crawl when the lookup is empty; upserted into credit_grade for today " +
 			"(BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today.",
 		ProviderName:    "CREDIT",
 		ChunkDesc:       "1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty)",
-		ExampleValue:    CreditEvalParams{},
+		ExampleValue:    Params{},
 		DefaultSchedule: "0 5 * * *",
-		Estimate:        func(*CreditEvalParams) int { return 0 },
-		CoverageDef: &Coverage{
+		Estimate:        func(*Params) int { return 0 },
+		CoverageDef: &jobs.Coverage{
 			Targets:     "companies in exposure with outstanding_krw > 0",
 			Current:     "a credit_grade row for the eval date (today in BUILDRISK_TIMEZONE)",
-			DataDate:    DayIn,
+			DataDate:    jobs.DayIn,
 			OnlyMissing: true,
 		},
 	}
