@@ -41,7 +41,7 @@ func benchRunner(t *testing.T, s *apptest.System, jobsByName map[string]batch.Jo
 	up, err := app.NewUpstream(pool, s.Env, s.Tel, "bench")
 	require.NoError(t, err)
 	if jobsByName == nil {
-		jobsByName = app.Registry(s.Env)
+		jobsByName = batch.Implementations(app.Jobs(s.Env, s.Pool))
 	}
 	runner, err := batch.NewRunner(pool, batch.Config{
 		WorkerID: "1@bench#b", Jobs: jobsByName, Upstream: up, Instruments: s.Tel.Instruments, Logger: s.Tel.Logger, FanOut: s.Env.FanOut,

@@ -9,43 +9,12 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/apttrade"
-	"github.com/buildrisk/radar/jobs/corpcode"
-	"github.com/buildrisk/radar/jobs/credit"
-	"github.com/buildrisk/radar/jobs/filing"
-	"github.com/buildrisk/radar/jobs/riskmetric"
-	"github.com/buildrisk/radar/jobs/riskrule"
-	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream"
 )
-
-// Registry returns the implementation of every catalog job.
-func Registry(env *Config) map[string]batch.Job {
-	return map[string]batch.Job{
-		corpcode.Name:   corpcode.Job{},
-		filing.Name:     filing.Job{},
-		stockprice.Name: stockprice.Job{},
-		apttrade.Name:   apttrade.Job{},
-		credit.Name:     credit.New(),
-		riskmetric.Name: riskmetric.Job{},
-		riskrule.Name:   riskrule.Job{Thresholds: env.RuleThresholds},
-	}
-}
-
-// Estimators returns the call estimates that need the database. "Today"
-// follows the configured clock and BUILDRISK_TIMEZONE, like the call budget.
-func Estimators(env *Config, db queries.DBTX) map[string]request.EstimateFunc {
-	today := BudgetDay(env, db)
-	return map[string]request.EstimateFunc{
-		credit.Name:     credit.Estimator(today),
-		filing.Name:     filing.Estimate,
-		stockprice.Name: stockprice.Estimate,
-	}
-}
 
 // BudgetDay returns the call budget's current day: the date in
 // BUILDRISK_TIMEZONE of the database's clock (read through db at each
@@ -88,7 +57,7 @@ func NewEnqueuerFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *rive
 	// resume never cleans up: its caller is the cleanup), so the reaper is
 	// built on it before the enqueuer that cleans up with the reaper.
 	cfg := request.Config{
-		Catalog: catalog, DailyCaps: env.CapsByName(), Estimators: Estimators(env, pool),
+		Catalog: catalog, DailyCaps: env.CapsByName(), Estimators: batch.Estimators(Jobs(env, pool)),
 		Instruments: tel.Instruments, Logger: tel.Logger, Resume: env.AutoResume,
 		StaleAfter: env.StaleAfter,
 	}

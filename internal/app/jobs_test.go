@@ -2,6 +2,8 @@ package app_test
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queue/batch"
 )
 
 // The catalog lists every job once, in the order the job list, the CLI
@@ -31,4 +34,21 @@ func mustJSON(t *testing.T, v any) json.RawMessage {
 	raw, err := json.Marshal(v)
 	require.NoError(t, err)
 	return raw
+}
+
+// Each job is registered once, and everything a process knows of it comes
+// from that registration: the catalog lists exactly the registered jobs,
+// each has an implementation, and the estimates that need the database are
+// those of the three jobs whose targets only the database knows.
+func TestJobs_OneRegistrationPerJob(t *testing.T) {
+	t.Parallel()
+	regs := app.Jobs(&app.Config{}, nil)
+	names := make([]string, len(regs))
+	for i, r := range regs {
+		names[i] = r.Definition.Name()
+		require.NotNil(t, r.Job, names[i])
+	}
+	require.Equal(t, app.Catalog().Names(), names)
+	require.Len(t, batch.Implementations(regs), len(regs))
+	require.ElementsMatch(t, []string{"filingParse", "stockPrice", "creditEval"}, slices.Collect(maps.Keys(batch.Estimators(regs))))
 }

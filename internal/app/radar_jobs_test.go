@@ -202,7 +202,7 @@ func TestRadar_RuleThresholdEnv(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0.35, env.RuleThresholds[riskrule.PriceDrawdown])
 	require.Equal(t, float64(riskrule.RiskFilingsDefault), env.RuleThresholds[riskrule.RiskFilings])
-	require.Equal(t, env.RuleThresholds, app.Registry(env)[riskrule.Name].(riskrule.Job).Thresholds)
+	require.Equal(t, env.RuleThresholds, batch.Implementations(app.Jobs(env, nil))[riskrule.Name].(riskrule.Job).Thresholds)
 }
 
 // Every radar job's params are documented in the OpenAPI document (schema

@@ -150,7 +150,7 @@ func NewWorker(pool *pgxpool.Pool, env *Config, tel *Telemetry, workerID, hostna
 		return err
 	}
 	runnerConfig := batch.Config{
-		WorkerID: workerID, Jobs: Registry(env), Upstream: up, Instruments: tel.Instruments,
+		WorkerID: workerID, Jobs: batch.Implementations(Jobs(env, pool)), Upstream: up, Instruments: tel.Instruments,
 		Logger: tel.Logger, FanOut: env.FanOut, Tracer: tel.Providers.Tracer.Tracer("github.com/buildrisk/radar/queue/batch"),
 		DBTimeout:          env.DBTimeout,
 		LeaseCheckInterval: env.HeartbeatInterval,

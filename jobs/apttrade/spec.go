@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queue/batch"
 )
 
 // Name is the name of the apartment-trade job.
@@ -105,4 +106,10 @@ func validate(p *Params) error {
 		return &jobs.ParamError{Field: "params.to", Message: fmt.Sprintf("range is %d months; at most %d", months, MaxMonths)}
 	}
 	return nil
+}
+
+// Registration is aptTrade as a process registers it: its definition and
+// its implementation.
+func Registration() batch.Registration {
+	return batch.Registration{Definition: Spec(), Job: Job{}}
 }

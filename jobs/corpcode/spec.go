@@ -1,6 +1,9 @@
 package corpcode
 
-import "github.com/buildrisk/radar/jobs"
+import (
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queue/batch"
+)
 
 // Name is the name of the DART corp-code job.
 const Name = "corpCodeSync"
@@ -33,4 +36,10 @@ func Spec() *jobs.Spec[Params] {
 		DefaultSchedule: "0 6 * * *",
 		Estimate:        func(*Params) int { return 1 },
 	}
+}
+
+// Registration is corpCodeSync as a process registers it: its definition
+// and its implementation, which downloads into DirDefault.
+func Registration() batch.Registration {
+	return batch.Registration{Definition: Spec(), Job: Job{}}
 }

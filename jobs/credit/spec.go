@@ -1,6 +1,11 @@
 package credit
 
-import "github.com/buildrisk/radar/jobs"
+import (
+	"time"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queue/batch"
+)
 
 // Name is the name of the credit evaluation job.
 const Name = "creditEval"
@@ -61,4 +66,11 @@ func Spec() *jobs.Spec[Params] {
 			OnlyMissing: true,
 		},
 	}
+}
+
+// Registration is creditEval as a process registers it: its definition,
+// its implementation and its call estimate, which counts the targets in
+// the database for the day today returns (Estimator).
+func Registration(today func() time.Time) batch.Registration {
+	return batch.Registration{Definition: Spec(), Job: New(), Estimate: Estimator(today)}
 }

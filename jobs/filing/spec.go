@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queue/batch"
 )
 
 // Name is the name of the DART filing job.
@@ -100,4 +101,11 @@ func validate(p *Params) error {
 	slices.Sort(p.CorpCodes)
 	p.CorpCodes = slices.Compact(p.CorpCodes)
 	return nil
+}
+
+// Registration is filingParse as a process registers it: its definition,
+// its implementation and its call estimate, which counts the tracked
+// companies when no corpCodes are given (Estimate).
+func Registration() batch.Registration {
+	return batch.Registration{Definition: Spec(), Job: Job{}, Estimate: Estimate}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/riskrule"
+	"github.com/buildrisk/radar/queue/batch"
 )
 
 // Name is the name of the risk-metric job.
@@ -67,4 +68,10 @@ func spec(now func() time.Time) *jobs.Spec[Params] {
 			OnlyMissing: true,
 		},
 	}
+}
+
+// Registration is metrics as a process registers it: its definition and
+// its implementation.
+func Registration() batch.Registration {
+	return batch.Registration{Definition: Spec(), Job: Job{}}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queue/batch"
 )
 
 // Name is the name of the risk-rule job.
@@ -156,4 +157,11 @@ func spec(now func() time.Time) *jobs.Spec[Params] {
 			OnlyMissing: true,
 		},
 	}
+}
+
+// Registration is rules as a process registers it: its definition and its
+// implementation, which evaluates with thresholds (a rule missing from it
+// uses its default).
+func Registration(thresholds Thresholds) batch.Registration {
+	return batch.Registration{Definition: Spec(), Job: Job{Thresholds: thresholds}}
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queue/batch"
 )
 
 // Name is the name of the KRX daily price job.
@@ -64,4 +65,11 @@ func Spec() *jobs.Spec[Params] {
 			OnlyMissing: true,
 		},
 	}
+}
+
+// Registration is stockPrice as a process registers it: its definition,
+// its implementation and its call estimate, which counts the listed
+// tracked companies (Estimate).
+func Registration() batch.Registration {
+	return batch.Registration{Definition: Spec(), Job: Job{}, Estimate: Estimate}
 }
