@@ -46,7 +46,7 @@ func (s *Server) registerAlerts(api huma.API) {
 		Method:      http.MethodGet,
 		Path:        "/v1/alerts",
 		Summary:     "List the risk alerts of a date",
-		Description: "Alerts written by the rules job, with the values that fired them. Rules: " + ruleList() + ".",
+		Description: "Alerts written by the rules job, with the values that fired them. Rules: " + s.cfg.AlertRules + ".",
 		Tags:        []string{"alerts"},
 		Security:    []map[string][]string{{"bearer": {}}},
 		Errors:      []int{http.StatusBadRequest},
@@ -104,16 +104,4 @@ func alertViewFromRow(r *queries.RiskAlertListRow) (*AlertView, error) {
 		ID: formatID(r.ID), CorpCode: r.CorpCode, CompanyName: r.CompanyName, Date: r.AlertDate.Format(time.DateOnly),
 		Rule: r.Rule, Severity: r.Severity, Values: values, ExecutionID: formatID(r.ExecutionID), CreatedAt: r.CreatedAt,
 	}, nil
-}
-
-// ruleList documents the rule set in the operation's description.
-func ruleList() string {
-	var out string
-	for i, r := range jobs.RuleSet {
-		if i > 0 {
-			out += "; "
-		}
-		out += fmt.Sprintf("%s (%s, default threshold %v): %s", r.Name, r.Severity, r.Default, r.Doc)
-	}
-	return out
 }

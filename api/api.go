@@ -71,6 +71,10 @@ type Config struct {
 	Insecure bool
 	// Catalog lists the jobs. Required.
 	Catalog *jobs.Catalog
+	// AlertRules documents the rule set in the description of GET
+	// /v1/alerts: the rules job's own text (riskrule.Doc), given here
+	// because the api does not import the job packages. Required.
+	AlertRules string
 	// Enqueuer inserts requests. Required.
 	Enqueuer *request.Enqueuer
 	// StaleAfter tells live workers from dead ones (job list keys, abandon).
@@ -145,6 +149,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	switch {
 	case cfg.Catalog == nil:
 		return nil, errors.New("api: Catalog is required")
+	case cfg.AlertRules == "":
+		return nil, errors.New("api: AlertRules is required")
 	case cfg.Enqueuer == nil:
 		return nil, errors.New("api: Enqueuer is required")
 	case cfg.Instruments == nil:
@@ -162,7 +168,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 		cfg.Today = func() time.Time { return time.Now().UTC().Truncate(24 * time.Hour) }
 	}
 	if cfg.Coverage == nil {
-		cfg.Coverage = coverage.New(pool, coverage.Config{Catalog: cfg.Catalog})
+		cover, err := coverage.New(pool, coverage.Config{Catalog: cfg.Catalog})
+		if err != nil {
+			return nil, fmt.Errorf("api: %w", err)
+		}
+		cfg.Coverage = cover
 	}
 	s := &Server{
 		cfg: cfg, pool: pool, reads: queries.PlanEachCall(pool), queries: queries.New(), mux: http.NewServeMux(),
@@ -171,7 +181,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 
 	cfg.Instruments.AuthFailuresInit(context.Background())
 
-	s.api = humago.New(s.mux, openAPIConfig(cfg.Version))
+	s.api = humago.New(s.mux, openAPIConfig(cfg.Version, cfg.Catalog))
 	s.Register(s.api)
 	nullableRefs(s.api.OpenAPI())
 
@@ -197,9 +207,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 // openAPIConfig is the API's Huma configuration: the OpenAPI document's
 // info, servers, tags and security scheme, and the hook that documents the
 // errors every operation can answer, so that a client generated from the
-// document knows every status it will see.
-func openAPIConfig(version string) huma.Config {
+// document knows every status it will see; the schemas are named by
+// schemaNamer.
+func openAPIConfig(version string, catalog *jobs.Catalog) huma.Config {
 	c := huma.DefaultConfig("buildrisk-radar", version)
+	c.Components.Schemas = huma.NewMapRegistry("#/components/schemas/", schemaNamer(catalog))
 	c.Info.Description = "Enqueue and observe buildrisk-radar's batch jobs. GETs need a viewer or operator token, POSTs an operator token. Errors are RFC 9457 problem+json; bad input is a 400 naming the field."
 	c.Info.Contact = &huma.Contact{Name: "buildrisk-radar operators"}
 	c.Info.License = &huma.License{Name: "Proprietary", Identifier: "LicenseRef-Proprietary"}
@@ -236,6 +248,38 @@ func openAPIConfig(version string) huma.Config {
 	}
 	c.OnAddOperation = append(c.OnAddOperation, documentErrors)
 	return c
+}
+
+// schemaNamer names the params schema of each of catalog's jobs after the
+// job ("aptTrade" -> AptTradeParams), and every other schema as Huma does
+// (after its Go type). A component name is part of the API (generated
+// clients name their types after it), and the job names are public while
+// the Go types that carry the params are not: every job package may name
+// its own type Params.
+func schemaNamer(catalog *jobs.Catalog) func(t reflect.Type, hint string) string {
+	byType := map[reflect.Type]string{}
+	for _, def := range catalog.All() {
+		byType[def.ParamsType()] = paramsSchemaName(def.Name())
+	}
+	return func(t reflect.Type, hint string) string {
+		named := t
+		for named.Kind() == reflect.Pointer {
+			named = named.Elem()
+		}
+		if name, ok := byType[named]; ok {
+			return name
+		}
+		return huma.DefaultSchemaNamer(t, hint)
+	}
+}
+
+// paramsSchemaName is the component name of job's params schema: the job's
+// name with its first letter upper-cased, then "Params".
+func paramsSchemaName(job string) string {
+	if job == "" {
+		return "Params"
+	}
+	return strings.ToUpper(job[:1]) + job[1:] + "Params"
 }
 
 // documentErrors adds to op the errors that happen outside its handler, so

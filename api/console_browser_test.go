@@ -16,7 +16,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/jobs/credit"
 )
 
 // Environment of the browser test.
@@ -388,8 +389,8 @@ func TestConsole_BrowserCoverage(t *testing.T) {
 
 	// Yesterday: a failed run with every target graded; the day before, a
 	// missed due time.
-	s.SeedHistory(jobs.CreditEval, 1, "FAILED")
-	s.SeedMissed(jobs.CreditEval, 2)
+	s.SeedHistory(credit.Name, 1, "FAILED")
+	s.SeedMissed(credit.Name, 2)
 	tz := s.Env.Location.String()
 	_, err = s.Pool.Exec(ctx, `INSERT INTO credit_grade (corp_code, eval_date, grade, source, execution_id)
 		SELECT unnest($1::text[]), (clock_timestamp() AT TIME ZONE $2)::date - 1, 'A', 'lookup', 1`, codes, tz)
@@ -407,7 +408,7 @@ func TestConsole_BrowserCoverage(t *testing.T) {
 	// date, outcome and coverage %.
 	strip := `#history tr[data-job="creditEval"] .strip .day`
 	b.waitFor("creditEval's strip", fmt.Sprintf(`document.querySelectorAll('%s').length === 14`, strip))
-	require.Equal(t, float64(len(jobs.Default().All())), eval[float64](b, `document.querySelectorAll("#history tbody tr[data-job]").length`), "a strip per job")
+	require.Equal(t, float64(len(app.Catalog().All())), eval[float64](b, `document.querySelectorAll("#history tbody tr[data-job]").length`), "a strip per job")
 	title := func(day string) string {
 		return eval[string](b, fmt.Sprintf(`document.querySelector('%s[data-day="%s"]').title`, strip, day))
 	}

@@ -29,7 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/api"
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/internal/app"
 )
 
 // contract validates every exchange with a running system against the
@@ -271,7 +271,7 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 	s := apptest.New(t, &apptest.Opts{Env: env})
 	c := newContract(t, s.API.URL)
 	op, viewer := apptest.OperatorToken, apptest.ViewerToken
-	catalog := jobs.Default()
+	catalog := app.Catalog()
 	big := `{"params":{},"pad":"` + strings.Repeat("x", 2<<20) + `"}`
 
 	// A run to its end: the request before it is claimed (no execution,

@@ -12,7 +12,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/credit"
+	"github.com/buildrisk/radar/jobs/riskmetric"
+	"github.com/buildrisk/radar/jobs/riskrule"
+	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
@@ -41,15 +44,15 @@ func TestCoverage_LostRowsSeenAndRepairedByOnlyMissing(t *testing.T) {
 
 	done := s.WaitRequest(s.RequestCreditEval(`{}`)["requestId"].(string), "DONE", "FAILED")
 	require.Equal(t, "COMPLETED", apptest.Execution(t, done)["status"], "%v", done)
-	s.WaitCoverageGauge(jobs.CreditEval, 0)
-	require.Equal(t, float64(300), s.Metric(observability.MetricCoverageTargets, map[string]string{"job": jobs.CreditEval}))
-	asOf := s.Metric(observability.MetricCoverageAsOf, map[string]string{"job": jobs.CreditEval})
+	s.WaitCoverageGauge(credit.Name, 0)
+	require.Equal(t, float64(300), s.Metric(observability.MetricCoverageTargets, map[string]string{"job": credit.Name}))
+	asOf := s.Metric(observability.MetricCoverageAsOf, map[string]string{"job": credit.Name})
 	require.InDelta(t, float64(time.Now().Unix()), asOf, 60)
 	today := s.CreditToday()
 	y, m, d := today.Date()
 	require.Equal(t, float64(time.Date(y, m, d, 0, 0, 0, 0, s.Env.Location).Unix()),
-		s.Metric(observability.MetricCoverageDataDate, map[string]string{"job": jobs.CreditEval}))
-	c := s.CoverageOf(jobs.CreditEval)
+		s.Metric(observability.MetricCoverageDataDate, map[string]string{"job": credit.Name}))
+	c := s.CoverageOf(credit.Name)
 	require.Equal(t, float64(300), c["targets"])
 	require.Equal(t, float64(300), c["current"])
 	require.Equal(t, float64(0), c["missing"])
@@ -61,13 +64,13 @@ func TestCoverage_LostRowsSeenAndRepairedByOnlyMissing(t *testing.T) {
 	n, err := s.Pool.Exec(ctx, `DELETE FROM credit_grade WHERE corp_code = ANY($1)`, lost)
 	require.NoError(t, err)
 	require.Equal(t, int64(7), n.RowsAffected())
-	s.WaitCoverageGauge(jobs.CreditEval, 7)
+	s.WaitCoverageGauge(credit.Name, 7)
 	// The api's answer and the gauge are each refreshed at most every
 	// BUILDRISK_COVERAGE_MAX_AGE: the answer follows within it too.
 	s.Eventually("GET /v1/coverage to count the 7 lost grades", func() bool {
-		return s.CoverageOf(jobs.CreditEval)["missing"] == float64(7)
+		return s.CoverageOf(credit.Name)["missing"] == float64(7)
 	})
-	c = s.CoverageOf(jobs.CreditEval)
+	c = s.CoverageOf(credit.Name)
 	require.Equal(t, float64(300), c["targets"])
 	require.Equal(t, float64(7), c["missing"])
 
@@ -93,16 +96,16 @@ func TestCoverage_LostRowsSeenAndRepairedByOnlyMissing(t *testing.T) {
 	// onlyMissing: exactly the 7, then nothing missing.
 	s.Fake.Reset()
 	accepted := s.RequestCreditEval(`{"onlyMissing":true}`)
-	require.Equal(t, float64(jobs.CreditEvalEstimate(7)), accepted["estimatedCalls"])
+	require.Equal(t, float64(credit.EstimateCalls(7)), accepted["estimatedCalls"])
 	done = s.WaitRequest(accepted["requestId"].(string), "DONE", "FAILED")
 	exec := apptest.Execution(t, done)
 	require.Equal(t, "COMPLETED", exec["status"], "%v", done)
 	require.Equal(t, float64(7), exec["targets"])
 	require.Equal(t, int64(7), s.Fake.Stats().Total, "the provider is called exactly 7 times")
 	require.ElementsMatch(t, lost, apptest.Keys(s.CallsPerKey(fakeupstream.EndpointCreditLookup)))
-	s.WaitCoverageGauge(jobs.CreditEval, 0)
+	s.WaitCoverageGauge(credit.Name, 0)
 	s.Eventually("GET /v1/coverage to count nothing missing", func() bool {
-		return s.CoverageOf(jobs.CreditEval)["missing"] == float64(0)
+		return s.CoverageOf(credit.Name)["missing"] == float64(0)
 	})
 }
 
@@ -111,7 +114,7 @@ func TestCoverage_LostRowsSeenAndRepairedByOnlyMissing(t *testing.T) {
 func TestCoverage_ExportedForEveryDefinedJob(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_COVERAGE_MAX_AGE": "200ms"}})
-	for _, job := range []string{jobs.CreditEval, jobs.StockPrice, jobs.Metrics, jobs.Rules} {
+	for _, job := range []string{credit.Name, stockprice.Name, riskmetric.Name, riskrule.Name} {
 		s.WaitCoverageGauge(job, 0)
 		require.Zero(t, s.Metric(observability.MetricCoverageTargets, map[string]string{"job": job}))
 		require.Zero(t, s.Metric(observability.MetricCoverageCheckFailures, map[string]string{"job": job}))
@@ -128,13 +131,13 @@ func TestCoverage_ExportedForEveryDefinedJob(t *testing.T) {
 func TestFanOutGauges_ExportedFromStart(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_FANOUT": "6"}})
-	for _, job := range []string{jobs.CreditEval, jobs.StockPrice} {
+	for _, job := range []string{credit.Name, stockprice.Name} {
 		_, ok := apptest.MetricLine(s.ScrapeAPI(), observability.MetricFanoutCapacity, `job="`+job+`"`)
 		require.False(t, ok, "no worker yet")
 	}
 	s.StartWorker()
 	exposition := s.ScrapeAPI() // the test's api and worker share one registry
-	for _, job := range []string{jobs.CreditEval, jobs.StockPrice} {
+	for _, job := range []string{credit.Name, stockprice.Name} {
 		apptest.RequireMetric(t, exposition, observability.MetricFanoutCapacity, 6, `job="`+job+`"`)
 		apptest.RequireMetric(t, exposition, observability.MetricFanoutInflight, 0, `job="`+job+`"`)
 	}

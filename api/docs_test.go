@@ -1,4 +1,4 @@
-package api
+package api_test
 
 import (
 	"net/http"
@@ -10,7 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/metric/noop"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/request"
 )
@@ -23,10 +25,10 @@ func TestDocs_Offline(t *testing.T) {
 	t.Parallel()
 	instruments, err := observability.NewInstruments(noop.NewMeterProvider())
 	require.NoError(t, err)
-	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: jobs.Default(), Instruments: instruments})
+	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: app.Catalog(), Instruments: instruments})
 	require.NoError(t, err)
-	server, err := New(nil, Config{Catalog: jobs.Default(), Enqueuer: enqueuer, Instruments: instruments,
-		Tokens: map[string]Role{"v": RoleViewer}})
+	server, err := api.New(nil, api.Config{Catalog: app.Catalog(), AlertRules: riskrule.Doc(), Enqueuer: enqueuer, Instruments: instruments,
+		Tokens: map[string]api.Role{"v": api.RoleViewer}})
 	require.NoError(t, err)
 	get := func(path string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()

@@ -10,7 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/credit"
+	"github.com/buildrisk/radar/jobs/riskmetric"
 )
 
 // GET /v1/jobs/{job}/history: per day of the database's clock in
@@ -33,20 +34,20 @@ func TestJobHistory_OutcomesAndCoveragePerDay(t *testing.T) {
 	grade(0, "00000001", "00000002", "00000003", "00000004")
 	grade(1, "00000001", "00000002", "00000005") // the repaid company's grade is not a target's
 	grade(3, "00000001", "00000002", "00000003")
-	s.SeedHistory(jobs.CreditEval, 0, "FAILED", "COMPLETED") // the newest wins
-	s.SeedHistory(jobs.CreditEval, 1, "FAILED")
-	s.SeedMissed(jobs.CreditEval, 2)
-	s.SeedHistory(jobs.CreditEval, 3, "STOPPED")
-	s.SeedMissed(jobs.CreditEval, 3) // an execution that started wins over a missed due time
-	s.SeedHistory(jobs.CreditEval, 4, "ABANDONED")
-	s.SeedHistory(jobs.Metrics, 5, "COMPLETED") // another job's
-	s.SeedHistory(jobs.Metrics, 0, "STARTED")
+	s.SeedHistory(credit.Name, 0, "FAILED", "COMPLETED") // the newest wins
+	s.SeedHistory(credit.Name, 1, "FAILED")
+	s.SeedMissed(credit.Name, 2)
+	s.SeedHistory(credit.Name, 3, "STOPPED")
+	s.SeedMissed(credit.Name, 3) // an execution that started wins over a missed due time
+	s.SeedHistory(credit.Name, 4, "ABANDONED")
+	s.SeedHistory(riskmetric.Name, 5, "COMPLETED") // another job's
+	s.SeedHistory(riskmetric.Name, 0, "STARTED")
 	var today string
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT ((clock_timestamp() AT TIME ZONE $1)::date)::text`, tz).Scan(&today))
 
 	status, out := s.Get("/v1/jobs/creditEval/history")
 	require.Equal(t, http.StatusOK, status, "%v", out)
-	require.Equal(t, jobs.CreditEval, out["job"])
+	require.Equal(t, credit.Name, out["job"])
 	days := out["days"].([]any)
 	require.Len(t, days, 14, "14 days by default")
 	require.Equal(t, today, days[0].(map[string]any)["day"], "newest first, from the database's today")

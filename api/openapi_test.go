@@ -1,4 +1,4 @@
-package api
+package api_test
 
 import (
 	"encoding/json"
@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/metric/noop"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/request"
 )
@@ -29,10 +31,10 @@ func servedOpenAPI(t *testing.T) []byte {
 
 	instruments, err := observability.NewInstruments(noop.NewMeterProvider())
 	require.NoError(t, err)
-	catalog := jobs.Default()
+	catalog := app.Catalog()
 	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: catalog, Instruments: instruments})
 	require.NoError(t, err)
-	server, err := New(nil, Config{Catalog: catalog, Enqueuer: enqueuer, Instruments: instruments, Version: "test"})
+	server, err := api.New(nil, api.Config{Catalog: catalog, AlertRules: riskrule.Doc(), Enqueuer: enqueuer, Instruments: instruments, Version: "test"})
 	require.NoError(t, err)
 
 	rec := httptest.NewRecorder()
@@ -91,6 +93,13 @@ func TestOpenAPIDocument(t *testing.T) {
 	// generated clients cannot build: it refers to itself).
 	require.NotContains(t, doc.Components.Schemas, "Schema")
 	require.Contains(t, doc.Components.Schemas, "ConflictError")
+	// Each job's params schema is named after the job (schemaNamer), not
+	// after the Go type that carries its params: generated clients name
+	// their types after these.
+	for _, name := range []string{"CorpCodeSyncParams", "FilingParseParams", "StockPriceParams", "AptTradeParams",
+		"CreditEvalParams", "MetricsParams", "RulesParams"} {
+		require.Contains(t, doc.Components.Schemas, name)
+	}
 
 	require.NotEmpty(t, doc.Paths)
 	for path, item := range doc.Paths {
@@ -132,10 +141,10 @@ func TestOpenAPIDocument_ErrorsAreServed(t *testing.T) {
 
 	instruments, err := observability.NewInstruments(noop.NewMeterProvider())
 	require.NoError(t, err)
-	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: jobs.Default(), Instruments: instruments})
+	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: app.Catalog(), Instruments: instruments})
 	require.NoError(t, err)
-	server, err := New(nil, Config{Catalog: jobs.Default(), Enqueuer: enqueuer, Instruments: instruments,
-		Tokens: map[string]Role{"v": RoleViewer}})
+	server, err := api.New(nil, api.Config{Catalog: app.Catalog(), AlertRules: riskrule.Doc(), Enqueuer: enqueuer, Instruments: instruments,
+		Tokens: map[string]api.Role{"v": api.RoleViewer}})
 	require.NoError(t, err)
 	for _, r := range []*http.Request{
 		httptest.NewRequest(http.MethodGet, "/v1/jobs", nil),

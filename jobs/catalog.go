@@ -11,7 +11,7 @@ import (
 // Params is a request's params after decoding and validation.
 type Params struct {
 	// Value is a pointer to the job's params struct (for example
-	// *AptTradeParams).
+	// *apttrade.Params).
 	Value any
 	// Canonical is Value marshalled back: field order fixed, lists
 	// normalized. Equal work has equal canonical JSON.
@@ -50,7 +50,8 @@ type Definition interface {
 	Coverage() *Coverage
 }
 
-// Spec is the generic Definition every catalog job is made of.
+// Spec is the generic Definition every catalog job is made of; each job
+// package builds its own in its spec.go.
 type Spec[P any] struct {
 	JobName         string
 	Desc            string
@@ -152,7 +153,8 @@ func (s *Spec[P]) Params(raw json.RawMessage) (*P, error) {
 	return params.Value.(*P), nil
 }
 
-// Catalog is the set of jobs a process knows.
+// Catalog is the set of jobs a process knows. The service's catalog is
+// internal/app's (app.Catalog), built from its one list of jobs.
 type Catalog struct {
 	defs []Definition
 }
@@ -168,19 +170,6 @@ func NewCatalog(defs ...Definition) *Catalog {
 		seen[d.Name()] = true
 	}
 	return &Catalog{defs: slices.Clone(defs)}
-}
-
-// Default returns every job that buildrisk-radar can run.
-func Default() *Catalog {
-	return NewCatalog(
-		CorpCodeSyncSpec(),
-		FilingParseSpec(),
-		StockPriceSpec(),
-		AptTradeSpec(),
-		CreditEvalSpec(),
-		MetricsSpec(),
-		RulesSpec(),
-	)
 }
 
 // All returns the definitions in catalog order.

@@ -1,57 +1,68 @@
 package jobs_test
 
 import (
-	"strings"
+	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs"
 )
 
-func TestAptTrade_ValidateAndEstimate(t *testing.T) {
-	t.Parallel()
-	spec := jobs.AptTradeSpec()
-	ok := func(raw string) *jobs.Params {
-		p, err := spec.Decode([]byte(raw))
-		require.NoError(t, err, raw)
-		return p
-	}
-	bad := func(raw, field string) {
-		_, err := spec.Decode([]byte(raw))
-		var pe *jobs.ParamError
-		require.ErrorAs(t, err, &pe, raw)
-		require.Equal(t, field, pe.Field, raw)
-	}
-	p := ok(`{"regions":["11140","11110","11140"],"from":"2025-01","to":"2025-03"}`)
-	require.Equal(t, 6, p.EstimatedCalls, "duplicates removed: 2 regions × 3 months")
-	require.JSONEq(t, `{"regions":["11110","11140"],"from":"2025-01","to":"2025-03"}`, string(p.Canonical))
-	require.Equal(t, jobs.ParamsHash(p.Canonical), jobs.ParamsHash(ok(`{"to":"2025-03","from":"2025-01","regions":["11110","11140"]}`).Canonical),
-		"canonical: order of keys and regions does not matter")
-	require.Equal(t, 120, ok(`{"regions":["11110"],"from":"2016-01","to":"2025-12"}`).EstimatedCalls)
+// spanParams are the params of the specs these tests build: a bounded
+// number of days.
+type spanParams struct {
+	Days int `json:"days"`
+}
 
-	bad(`{"regions":[],"from":"2025-01","to":"2025-03"}`, "params.regions")
-	bad(`{"regions":["11110","abcde"],"from":"2025-01","to":"2025-03"}`, "params.regions[1]")
-	bad(`{"regions":["11110"],"from":"2025-1","to":"2025-03"}`, "params.from")
-	bad(`{"regions":["11110"],"from":"2025-01"}`, "params.to")
-	bad(`{"regions":["11110"],"from":"2025-04","to":"2025-03"}`, "params.from")
-	bad(`{"regions":["11110"],"from":"2015-12","to":"2025-12"}`, "params.to")
-	bad(`{"regions":["11110"],"from":"2025-01","to":"2025-03","x":1}`, "params.x")
-	bad(`{"regions":[11110],"from":"2025-01","to":"2025-03"}`, "params.regions[0]")
-	bad(`{"regions":["11110"],"from":"0000-01","to":"2025-03"}`, "params.from")
-	bad(`{"regions":["11110"],"from":"2025-01","to":"9999-12"}`, "params.to")
-	bad(`{"regions":["11110"],"from":"2005-12","to":"2006-01"}`, "params.from")
-	bad(`{"regions":[`+strings.Repeat(`"11110",`, 500)+`"11110"],"from":"2025-01","to":"2025-03"}`, "params.regions")
-	bad(`{"regions":["11110"]`, "params")
+func spanSpec(name, provider string) *jobs.Spec[spanParams] {
+	return &jobs.Spec[spanParams]{
+		JobName: name, ProviderName: provider, ExampleValue: spanParams{Days: 2},
+		Validate: func(p *spanParams) error {
+			if p.Days < 1 {
+				return &jobs.ParamError{Field: "params.days", Message: "at least 1"}
+			}
+			return nil
+		},
+		Estimate:  func(p *spanParams) int { return p.Days },
+		Scheduled: func(time.Time) spanParams { return spanParams{Days: 1} },
+	}
 }
 
 func TestCatalog_Lookup(t *testing.T) {
 	t.Parallel()
-	c := jobs.Default()
-	def, ok := c.Lookup("aptTrade")
+	c := jobs.NewCatalog(spanSpec("span", "MOLIT"), spanSpec("local", ""))
+	require.Equal(t, []string{"span", "local"}, c.Names(), "catalog order")
+	def, ok := c.Lookup("span")
 	require.True(t, ok)
 	require.Equal(t, []string{"BUILDRISK_KEY_MOLIT"}, def.RequiredKeys())
+	def, ok = c.Lookup("local")
+	require.True(t, ok)
+	require.Empty(t, def.RequiredKeys(), "a job without a provider needs no key")
 	_, ok = c.Lookup("nope")
 	require.False(t, ok)
-	require.Panics(t, func() { jobs.NewCatalog(jobs.AptTradeSpec(), jobs.AptTradeSpec()) })
+	require.Panics(t, func() { jobs.NewCatalog(spanSpec("span", ""), spanSpec("span", "")) })
+}
+
+// A Spec decodes strictly, validates, and answers canonical params with
+// the estimate; its scheduled params are the Scheduled function's.
+func TestSpec_Decode(t *testing.T) {
+	t.Parallel()
+	spec := spanSpec("span", "")
+	p, err := spec.Decode(json.RawMessage(`{"days":3}`))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"days":3}`, string(p.Canonical))
+	require.Equal(t, 3, p.EstimatedCalls)
+	require.Equal(t, 3, p.Value.(*spanParams).Days)
+
+	for raw, field := range map[string]string{`{"days":0}`: "params.days", `{"days":1,"x":1}`: "params.x", `{"days":"1"}`: "params.days", `[`: "params"} {
+		_, err := spec.Decode(json.RawMessage(raw))
+		var pe *jobs.ParamError
+		require.ErrorAs(t, err, &pe, raw)
+		require.Equal(t, field, pe.Field, raw)
+	}
+	require.JSONEq(t, `{"days":1}`, string(spec.ScheduledParams(time.Now())))
+	_, err = spec.Params(json.RawMessage(`{"days":0}`))
+	require.ErrorContains(t, err, "error decoding span params")
 }

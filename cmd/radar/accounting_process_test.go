@@ -12,7 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/corpcode"
+	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
@@ -24,7 +25,7 @@ func TestAccounting_StockPriceKeepsPaidPrices(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, &apptest.Opts{Fake: fakeupstream.Config{Companies: 1500}})
 	s.StartRadarWorker()
-	s.RunJob(jobs.CorpCodeSync, `{}`)
+	s.RunJob(corpcode.Name, `{}`)
 	_, listed := apptest.FakeCounts(s)
 	require.Greater(t, listed, 140, "more than one chunk")
 
@@ -38,7 +39,7 @@ func TestAccounting_StockPriceKeepsPaidPrices(t *testing.T) {
 	require.Equal(t, paid, s.Count(`SELECT count(*) FROM stock_price`), "every price paid for is committed, the second chunk's included")
 	require.Equal(t, float64(paid), exec["itemsWritten"])
 
-	_, done := s.RunJob(jobs.StockPrice, `{"params":{"date":"2025-03-14"}}`)
+	_, done := s.RunJob(stockprice.Name, `{"params":{"date":"2025-03-14"}}`)
 	exec = apptest.Execution(t, done)
 	require.Equal(t, float64(listed-paid), exec["itemsWritten"])
 	require.Equal(t, float64(listed), exec["targets"])

@@ -20,7 +20,7 @@ import (
 
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/internal/apptest"
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/upstream"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -218,7 +218,7 @@ func benchCPUBound(t *testing.T, scale benchScale) []*benchRow {
 			t.Cleanup(func() { _ = f.Close() })
 		}
 		before := sampleCPU(t, s.Pool)
-		out, took := benchRun(t, runner, enqueuer, jobs.CreditEval, `{}`)
+		out, took := benchRun(t, runner, enqueuer, credit.Name, `{}`)
 		mid := sampleCPU(t, s.Pool)
 		if profile != "" {
 			pprof.StopCPUProfile()

@@ -18,6 +18,7 @@ import (
 	"github.com/buildrisk/radar/internal/apptest"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/apttrade"
+	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
@@ -40,7 +41,7 @@ func benchRunner(t *testing.T, s *apptest.System, jobsByName map[string]batch.Jo
 	up, err := app.NewUpstream(pool, s.Env, s.Tel, "bench")
 	require.NoError(t, err)
 	if jobsByName == nil {
-		jobsByName = app.Registry(s.Env)
+		jobsByName = batch.Implementations(app.Jobs(s.Env, s.Pool))
 	}
 	runner, err := batch.NewRunner(pool, batch.Config{
 		WorkerID: "1@bench#b", Jobs: jobsByName, Upstream: up, Instruments: s.Tel.Instruments, Logger: s.Tel.Logger, FanOut: s.Env.FanOut,
@@ -99,7 +100,7 @@ func benchFanOut(t *testing.T, scale benchScale) []*benchRow {
 		client := &http.Client{Transport: app.ProviderTransport(c), Timeout: time.Minute}
 		for range scale.reps {
 			before := s.Fake.Stats().Total
-			_, took := benchRun(t, runner, enqueuer, jobs.CreditEval, `{}`)
+			_, took := benchRun(t, runner, enqueuer, credit.Name, `{}`)
 			service := float64(s.Fake.Stats().Total-before) / took.Seconds()
 			plain := plainFanOut(t, client, s.FakeURL, codes, c)
 			vsIdeal.add(service/ideal, plain/ideal)
@@ -182,7 +183,7 @@ func benchChunk(t *testing.T, scale benchScale) []*benchRow {
 	// service runs the job through the runner: per chunk in the steady
 	// state, and the rest of the run.
 	service := func() (perChunk, rest float64) {
-		res, err := enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: jobs.AptTrade, Params: params, Source: radartype.SourceCLI, WorkerID: "1@bench#b"})
+		res, err := enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: apttrade.Name, Params: params, Source: radartype.SourceCLI, WorkerID: "1@bench#b"})
 		require.NoError(t, err)
 		var first, last time.Time
 		began := time.Now()

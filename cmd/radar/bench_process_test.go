@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/apptest"
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
@@ -91,7 +91,7 @@ func benchWorkerMemory(t *testing.T, scale benchScale, bin string) *benchRow {
 	peak := func(n int) float64 {
 		s := apptest.New(t, &apptest.Opts{Fake: fakeupstream.Config{Companies: max(n+1, fakeupstream.CompaniesDefault)}})
 		seedTargets(t, s, n)
-		return maxRSS(t, bin, s.ProcessEnv(map[string]string{"BUILDRISK_FANOUT": "64", "BUILDRISK_DAILY_CAP_CREDIT": "1000000"}), "run", jobs.CreditEval)
+		return maxRSS(t, bin, s.ProcessEnv(map[string]string{"BUILDRISK_FANOUT": "64", "BUILDRISK_DAILY_CAP_CREDIT": "1000000"}), "run", credit.Name)
 	}
 	row := &benchRow{name: fmt.Sprintf("worker peak RSS, creditEval %d targets (radar run, FANOUT 64)", scale.workerBig), unit: "MB",
 		refName: fmt.Sprintf("%d targets", scale.workerSmall), target: "≤ 1.3"}

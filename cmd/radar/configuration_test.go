@@ -19,7 +19,7 @@ import (
 
 	"github.com/buildrisk/radar/docs"
 	"github.com/buildrisk/radar/internal/app"
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/upstream"
 )
 
@@ -42,10 +42,10 @@ func placeholders() map[string][]string {
 	for _, p := range upstream.Providers {
 		values["P"] = append(values["P"], string(p))
 	}
-	for _, def := range jobs.Default().All() {
+	for _, def := range app.Catalog().All() {
 		values["JOB"] = append(values["JOB"], strings.ToUpper(def.Name()))
 	}
-	for _, r := range jobs.RuleSet {
+	for _, r := range riskrule.Set {
 		values["NAME"] = append(values["NAME"], r.Name)
 	}
 	return values

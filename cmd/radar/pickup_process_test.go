@@ -9,7 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/riskmetric"
+	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
 )
@@ -24,16 +25,16 @@ func TestPickup_CLIChainedInsertIsNotified(t *testing.T) {
 	s := apptest.New(t, nil)
 	s.StartWorkerWith(s.Pool, func(wc *worker.Config, rc *batch.Config) {
 		wc.FetchPollInterval = time.Hour
-		rc.Jobs[jobs.Rules] = apptest.NoopJob{}
+		rc.Jobs[riskrule.Name] = apptest.NoopJob{}
 	})
 	ctx := context.Background()
 	// One tracked company with no data: metrics completes, and chains.
 	_, err := s.Pool.Exec(ctx, "INSERT INTO company (corp_code, name, tracked, execution_id) VALUES ('00000001', 'pickup', true, 0)")
 	require.NoError(t, err)
-	cli := startRadar(t, bin, s.ProcessEnv(nil), "run", jobs.Metrics)
+	cli := startRadar(t, bin, s.ProcessEnv(nil), "run", riskmetric.Name)
 	require.Equal(t, exitOK, cli.Wait(t, time.Minute))
 
 	var chained string
-	require.NoError(t, s.Pool.QueryRow(ctx, "SELECT id::text FROM job_request WHERE job = $1 AND source = 'chain'", jobs.Rules).Scan(&chained))
+	require.NoError(t, s.Pool.QueryRow(ctx, "SELECT id::text FROM job_request WHERE job = $1 AND source = 'chain'", riskrule.Name).Scan(&chained))
 	apptest.WaitClaimed(t, s, chained)
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/corpcode"
 	"github.com/buildrisk/radar/jobs/filing"
 	"github.com/buildrisk/radar/jobs/riskmetric"
 	"github.com/buildrisk/radar/jobs/riskrule"
@@ -34,10 +34,10 @@ func TestRadar_FilingParse(t *testing.T) {
 	require.Equal(t, "FAILED", failed["status"])
 	require.Contains(t, apptest.Execution(t, failed)["exitMessage"], filing.ErrNoCompanies.Error())
 
-	s.RunJob(jobs.CorpCodeSync, `{}`)
+	s.RunJob(corpcode.Name, `{}`)
 	tracked, _ := apptest.FakeCounts(s)
 	body := `{"params":{"from":"2025-01-01","to":"2025-12-31"}}`
-	accepted, done := s.RunJob(jobs.FilingParse, body)
+	accepted, done := s.RunJob(filing.Name, body)
 	require.Equal(t, float64(tracked), accepted["estimatedCalls"], "one page per tracked company")
 	exec := apptest.Execution(t, done)
 	require.Equal(t, float64(tracked), exec["chunksTotal"])
@@ -80,7 +80,7 @@ func TestRadar_FilingParse(t *testing.T) {
 	require.NoError(t, risky.Err())
 
 	// Again: a new instance, the same rows.
-	s.RunJob(jobs.FilingParse, body)
+	s.RunJob(filing.Name, body)
 	require.Equal(t, stored, s.Count(`SELECT count(*) FROM filing`), "idempotent")
 
 	// Explicit corpCodes: estimate and chunks follow them.
@@ -88,7 +88,7 @@ func TestRadar_FilingParse(t *testing.T) {
 	for _, c := range s.Fake.Companies()[:3] {
 		some = append(some, `"`+c.CorpCode+`"`)
 	}
-	accepted, done = s.RunJob(jobs.FilingParse, `{"params":{"from":"2025-01-01","to":"2025-01-31","corpCodes":[`+strings.Join(some, ",")+`]}}`)
+	accepted, done = s.RunJob(filing.Name, `{"params":{"from":"2025-01-01","to":"2025-01-31","corpCodes":[`+strings.Join(some, ",")+`]}}`)
 	require.Equal(t, float64(3), accepted["estimatedCalls"])
 	require.Equal(t, float64(3), apptest.Execution(t, done)["chunksTotal"])
 
@@ -103,12 +103,12 @@ func TestRadar_StockPrice(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, &apptest.Opts{Fake: fakeupstream.Config{Companies: 1500}})
 	s.StartRadarWorker()
-	s.RunJob(jobs.CorpCodeSync, `{}`)
+	s.RunJob(corpcode.Name, `{}`)
 	_, listed := apptest.FakeCounts(s)
 	require.Greater(t, listed, 100, "more than one chunk")
 	chunks := float64((listed + 99) / 100)
 
-	accepted, done := s.RunJob(jobs.StockPrice, `{"params":{"date":"2025-03-14"}}`)
+	accepted, done := s.RunJob(stockprice.Name, `{"params":{"date":"2025-03-14"}}`)
 	require.Equal(t, float64(listed), accepted["estimatedCalls"])
 	exec := apptest.Execution(t, done)
 	require.Equal(t, chunks, exec["chunksTotal"])
@@ -120,7 +120,7 @@ func TestRadar_StockPrice(t *testing.T) {
 	require.Zero(t, s.Count(`SELECT count(*) FROM stock_price WHERE close <= 0 OR high < low OR market_cap <= 0`))
 
 	// Saturday: nothing called, every company skipped, COMPLETED.
-	accepted, done = s.RunJob(jobs.StockPrice, `{"params":{"date":"2025-03-15"}}`)
+	accepted, done = s.RunJob(stockprice.Name, `{"params":{"date":"2025-03-15"}}`)
 	require.Equal(t, float64(0), accepted["estimatedCalls"])
 	exec = apptest.Execution(t, done)
 	require.Equal(t, float64(0), exec["externalCalls"])
@@ -129,7 +129,7 @@ func TestRadar_StockPrice(t *testing.T) {
 	require.Contains(t, exec["exitMessage"], fmt.Sprintf("skipped %d (weekend: %d)", listed, listed), "skipped items carry their reason")
 
 	// Children's Day, a Monday: KRX answers no items; skipped, not failed.
-	_, done = s.RunJob(jobs.StockPrice, `{"params":{"date":"2025-05-05"}}`)
+	_, done = s.RunJob(stockprice.Name, `{"params":{"date":"2025-05-05"}}`)
 	exec = apptest.Execution(t, done)
 	require.Equal(t, float64(listed), exec["externalCalls"])
 	require.Equal(t, float64(listed), exec["itemsSkipped"])
@@ -138,7 +138,7 @@ func TestRadar_StockPrice(t *testing.T) {
 	require.Zero(t, s.Count(`SELECT count(*) FROM stock_price WHERE trade_date IN ('2025-03-15', '2025-05-05')`))
 
 	// The same day again: idempotent.
-	s.RunJob(jobs.StockPrice, `{"params":{"date":"2025-03-14"}}`)
+	s.RunJob(stockprice.Name, `{"params":{"date":"2025-03-14"}}`)
 	require.Equal(t, listed, s.Count(`SELECT count(*) FROM stock_price`))
 
 	// onlyMissing: 5 prices lost, in the first and the last chunk; the estimate and
@@ -149,7 +149,7 @@ func TestRadar_StockPrice(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(5), n.RowsAffected())
 	before := s.Fake.Stats().Total
-	accepted, done = s.RunJob(jobs.StockPrice, `{"params":{"date":"2025-03-14","onlyMissing":true}}`)
+	accepted, done = s.RunJob(stockprice.Name, `{"params":{"date":"2025-03-14","onlyMissing":true}}`)
 	require.Equal(t, float64(5), accepted["estimatedCalls"])
 	exec = apptest.Execution(t, done)
 	require.Equal(t, float64(5), exec["externalCalls"])
@@ -169,9 +169,9 @@ func TestRadar_NothingToDoFails(t *testing.T) {
 	s := apptest.New(t, nil)
 	s.StartRadarWorker()
 	for _, tc := range []struct{ job, body, message string }{
-		{jobs.StockPrice, `{"params":{"date":"2025-03-14"}}`, stockprice.ErrNoCompanies.Error()},
-		{jobs.Metrics, `{"params":{"date":"2025-03-14"}}`, riskmetric.ErrNoCompanies.Error()},
-		{jobs.Rules, `{"params":{"date":"2025-03-14"}}`, riskrule.ErrNoMetrics.Error()},
+		{stockprice.Name, `{"params":{"date":"2025-03-14"}}`, stockprice.ErrNoCompanies.Error()},
+		{riskmetric.Name, `{"params":{"date":"2025-03-14"}}`, riskmetric.ErrNoCompanies.Error()},
+		{riskrule.Name, `{"params":{"date":"2025-03-14"}}`, riskrule.ErrNoMetrics.Error()},
 	} {
 		out := s.WaitRequest(s.RequestJob(tc.job, tc.body)["requestId"].(string), "DONE", "FAILED")
 		require.Equal(t, "FAILED", out["status"], tc.job)

@@ -14,7 +14,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/apttrade"
+	"github.com/buildrisk/radar/jobs/corpcode"
+	"github.com/buildrisk/radar/jobs/filing"
+	"github.com/buildrisk/radar/jobs/riskmetric"
+	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
@@ -31,7 +35,7 @@ func TestRadar_MetricsAndRulesPipeline(t *testing.T) {
 	s.StartRadarWorker()
 	ctx := context.Background()
 
-	s.RunJob(jobs.CorpCodeSync, `{}`)
+	s.RunJob(corpcode.Name, `{}`)
 	_, err := seedCompanyRegions(ctx, s.Pool, s.Fake.Companies())
 	require.NoError(t, err)
 
@@ -61,11 +65,11 @@ func TestRadar_MetricsAndRulesPipeline(t *testing.T) {
 		}
 	}
 	for _, d := range weekdays {
-		s.ProcessJob(stockprice.Job{}, jobs.StockPrice, fmt.Sprintf(`{"date":%q}`, d.Format(time.DateOnly)))
+		s.ProcessJob(stockprice.Job{}, stockprice.Name, fmt.Sprintf(`{"date":%q}`, d.Format(time.DateOnly)))
 	}
-	s.RunJob(jobs.StockPrice, fmt.Sprintf(`{"params":{"date":%q}}`, date))
+	s.RunJob(stockprice.Name, fmt.Sprintf(`{"params":{"date":%q}}`, date))
 	require.GreaterOrEqual(t, s.Count(`SELECT count(DISTINCT trade_date) FROM stock_price`), 20)
-	s.RunJob(jobs.FilingParse, fmt.Sprintf(`{"params":{"from":%q,"to":%q}}`, day.AddDate(0, 0, -(jobs.MetricsRiskFilingDays-1)).Format(time.DateOnly), date))
+	s.RunJob(filing.Name, fmt.Sprintf(`{"params":{"from":%q,"to":%q}}`, day.AddDate(0, 0, -(riskmetric.RiskFilingDays-1)).Format(time.DateOnly), date))
 	var regions []string
 	for _, c := range s.Fake.Companies() {
 		if c.Construction {
@@ -74,7 +78,7 @@ func TestRadar_MetricsAndRulesPipeline(t *testing.T) {
 	}
 	slices.Sort(regions)
 	regions = slices.Compact(regions)
-	s.RunJob(jobs.AptTrade, apptest.AptTradeBody(regions, day.AddDate(0, -6, 0).Format("2006-01"), day.Format("2006-01")))
+	s.RunJob(apttrade.Name, apptest.AptTradeBody(regions, day.AddDate(0, -6, 0).Format("2006-01"), day.Format("2006-01")))
 
 	// Credit grades, as creditEval stores them (one row per evaluation day).
 	var tracked []string
@@ -103,7 +107,7 @@ func TestRadar_MetricsAndRulesPipeline(t *testing.T) {
 	}
 
 	// metrics, chained to rules in the transaction that records it.
-	_, metricsDone := s.RunJob(jobs.Metrics, fmt.Sprintf(`{"params":{"date":%q}}`, date))
+	_, metricsDone := s.RunJob(riskmetric.Name, fmt.Sprintf(`{"params":{"date":%q}}`, date))
 	require.Equal(t, float64(len(tracked)), apptest.Execution(t, metricsDone)["itemsWritten"])
 	var rulesID int64
 	var rulesParams, rulesSource string
@@ -128,10 +132,10 @@ func TestRadar_MetricsAndRulesPipeline(t *testing.T) {
 	want := apptest.HandAlerts(t, s, day, tracked)
 	t.Logf("%s: %d alerts over %d tracked companies: %v", date, len(want), len(tracked), apptest.SortedKeys(want))
 	require.Equal(t, apptest.SortedKeys(want), apptest.SortedKeys(got), "exactly the hand-computed alerts")
-	require.Contains(t, want, dropper.CorpCode+"/"+jobs.RulePriceDrawdown, "the drop is found")
-	require.Contains(t, want, downgraded+"/"+jobs.RuleGradeDowngrade)
-	require.Contains(t, want, downgraded+"/"+jobs.RuleCompound)
-	require.NotContains(t, want, mildly+"/"+jobs.RuleGradeDowngrade)
+	require.Contains(t, want, dropper.CorpCode+"/"+riskrule.PriceDrawdown, "the drop is found")
+	require.Contains(t, want, downgraded+"/"+riskrule.GradeDowngrade)
+	require.Contains(t, want, downgraded+"/"+riskrule.Compound)
+	require.NotContains(t, want, mildly+"/"+riskrule.GradeDowngrade)
 	hasFilingAlert := false
 	for key, w := range want {
 		g := got[key]
@@ -143,14 +147,14 @@ func TestRadar_MetricsAndRulesPipeline(t *testing.T) {
 				require.Equal(t, v, g[name], "%s %s", key, name)
 			}
 		}
-		hasFilingAlert = hasFilingAlert || strings.HasSuffix(key, "/"+jobs.RuleRiskFilings)
+		hasFilingAlert = hasFilingAlert || strings.HasSuffix(key, "/"+riskrule.RiskFilings)
 	}
 	require.True(t, hasFilingAlert, "a distressed company's risk filings are found")
-	require.Equal(t, 3.0, got[downgraded+"/"+jobs.RuleGradeDowngrade]["gradeChangeNotches"])
+	require.Equal(t, 3.0, got[downgraded+"/"+riskrule.GradeDowngrade]["gradeChangeNotches"])
 
 	// Re-running the date replaces its alerts: same set, new rows.
 	before := s.Count(`SELECT max(id) FROM risk_alert`)
-	s.RunJob(jobs.Rules, fmt.Sprintf(`{"params":{"date":%q}}`, date))
+	s.RunJob(riskrule.Name, fmt.Sprintf(`{"params":{"date":%q}}`, date))
 	require.Equal(t, len(want), s.Count(`SELECT count(*) FROM risk_alert WHERE alert_date = $1`, day))
 	require.Zero(t, s.Count(`SELECT count(*) FROM risk_alert WHERE id <= $1`, before), "the old alerts were replaced")
 	// rules' coverage marker: every company with metrics on the date was
@@ -172,7 +176,7 @@ func TestRadar_MetricsAndRulesPipeline(t *testing.T) {
 	_, err = s.Pool.Exec(ctx, `DELETE FROM risk_rule_check WHERE alert_date = $1 AND corp_code = ANY($2)`, day, lost)
 	require.NoError(t, err)
 	onlyMissing := fmt.Sprintf(`{"date":%q,"onlyMissing":true}`, date)
-	_, metricsDone = s.RunJob(jobs.Metrics, `{"params":`+onlyMissing+`}`)
+	_, metricsDone = s.RunJob(riskmetric.Name, `{"params":`+onlyMissing+`}`)
 	require.Equal(t, float64(3), apptest.Execution(t, metricsDone)["chunksTotal"])
 	require.Equal(t, withMetrics, s.Count(`SELECT count(*) FROM risk_metric WHERE metric_date = $1`, day))
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT id, params::text FROM job_request WHERE job = 'rules' ORDER BY id DESC LIMIT 1`).Scan(&rulesID, &rulesParams))

@@ -37,7 +37,7 @@ func (p *paramFlags) Set(v string) error { *p = append(*p, v); return nil }
 // cancels the chunk in flight).
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(stderr, "usage: radar run JOB [-p key=value ...] [--params JSON] [--max-calls N] [--confirm-purge]\njobs: %s\n", strings.Join(jobs.Default().Names(), ", "))
+		fmt.Fprintf(stderr, "usage: radar run JOB [-p key=value ...] [--params JSON] [--max-calls N] [--confirm-purge]\njobs: %s\n", strings.Join(app.Catalog().Names(), ", "))
 		return exitUsage
 	}
 	jobName := args[0]
@@ -55,9 +55,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "radar run: unexpected arguments %q\n", fs.Args())
 		return exitUsage
 	}
-	def, ok := jobs.Default().Lookup(jobName)
+	def, ok := app.Catalog().Lookup(jobName)
 	if !ok {
-		fmt.Fprintf(stderr, "radar run: unknown job %q; jobs: %s\n", jobName, strings.Join(jobs.Default().Names(), ", "))
+		fmt.Fprintf(stderr, "radar run: unknown job %q; jobs: %s\n", jobName, strings.Join(app.Catalog().Names(), ", "))
 		return exitUsage
 	}
 	raw, err := buildParams(def, *paramsJSON, kv)
@@ -154,7 +154,7 @@ func runJob(ctx context.Context, env *app.Config, jobName string, raw []byte, ma
 		return exitFailed, err
 	}
 	runner, err := batch.NewRunner(pool, batch.Config{
-		WorkerID: workerID, Jobs: app.Registry(env), Upstream: up, Instruments: tel.Instruments, Logger: tel.Logger, FanOut: env.FanOut,
+		WorkerID: workerID, Jobs: batch.Implementations(app.Jobs(env, pool)), Upstream: up, Instruments: tel.Instruments, Logger: tel.Logger, FanOut: env.FanOut,
 		Tracer: tel.Providers.Tracer.Tracer("github.com/buildrisk/radar/queue/batch"),
 		Fence:  presence, DBTimeout: env.DBTimeout, LeaseCheckInterval: env.HeartbeatInterval,
 		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {

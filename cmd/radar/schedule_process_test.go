@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/riskmetric"
 	"github.com/buildrisk/radar/observability"
 )
 
@@ -41,9 +41,9 @@ func TestSchedule_KilledLeaderNextEnqueuesOnce(t *testing.T) {
 	s.Eventually("two due times to pass", func() bool { return time.Now().After(firstAfter.Add(every)) })
 	next := s.StartScheduler()
 	s.WaitLeader(next)
-	s.Eventually("the next leader to catch up", func() bool { return s.TickOutcome(jobs.Metrics, firstAfter.Add(2*every)) != "" })
+	s.Eventually("the next leader to catch up", func() bool { return s.TickOutcome(riskmetric.Name, firstAfter.Add(2*every)) != "" })
 
-	outcome := s.TickOutcome(jobs.Metrics, firstAfter)
+	outcome := s.TickOutcome(riskmetric.Name, firstAfter)
 	require.Contains(t, []string{observability.TickEnqueued, observability.TickDeferred, observability.TickCoalesced}, outcome)
 	require.LessOrEqual(t, s.Count("SELECT count(*) FROM job_request WHERE job = 'metrics' AND due_at = $1", firstAfter), 1)
 	require.Zero(t, s.Count("SELECT count(*) FROM schedule_tick WHERE outcome IN ('missed', 'failed')"))

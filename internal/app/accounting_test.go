@@ -10,7 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/apttrade"
+	"github.com/buildrisk/radar/jobs/filing"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
@@ -26,13 +27,13 @@ func TestAccounting_ShortPageNeverCompletes(t *testing.T) {
 		job, body, endpoint, table string
 	}{
 		{
-			job:      jobs.AptTrade,
+			job:      apttrade.Name,
 			body:     apptest.AptTradeBody([]string{"11110", "11140"}, "2025-01", "2025-02"),
 			endpoint: fakeupstream.EndpointAptTrade,
 			table:    "apt_trade",
 		},
 		{
-			job:      jobs.FilingParse,
+			job:      filing.Name,
 			endpoint: fakeupstream.EndpointFilingList,
 			table:    "filing",
 		},
@@ -42,7 +43,7 @@ func TestAccounting_ShortPageNeverCompletes(t *testing.T) {
 			s := apptest.New(t, &apptest.Opts{Fake: fakeupstream.Config{Companies: 300, ShortRate: 1}})
 			s.StartWorker()
 			body := tc.body
-			if tc.job == jobs.FilingParse {
+			if tc.job == filing.Name {
 				var codes []string
 				for _, c := range s.Fake.Companies()[:3] {
 					codes = append(codes, fmt.Sprintf("%q", c.CorpCode))

@@ -15,7 +15,7 @@ import (
 	"riverqueue.com/riverui"
 
 	"github.com/buildrisk/radar/api"
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
 )
@@ -102,10 +102,13 @@ func NewAPIServer(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Tel
 		return nil, err
 	}
 	observeSchedules(context.Background(), pool, env, tel)
-	cover := observeCoverage(context.Background(), pool, env, tel)
+	cover, err := observeCoverage(context.Background(), pool, env, tel)
+	if err != nil {
+		return nil, err
+	}
 	StartDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.Instruments, tel.Reach)
 	return api.New(pool, api.Config{
-		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: jobs.Default(), Enqueuer: enqueuer,
+		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: Catalog(), AlertRules: riskrule.Doc(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.Instruments, MetricsHandler: tel.Providers.MetricsHandler(),
 		Logger: tel.Logger, Version: Version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
 		RequestTimeout: apiRequestTimeout(env), TxSettings: APITxSettings(env),

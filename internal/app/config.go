@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/api"
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/coverage"
+	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
@@ -88,7 +88,7 @@ type Config struct {
 	Schedules []worker.Schedule
 	// RuleThresholds are the rules' thresholds: the catalog's defaults, or
 	// BUILDRISK_RULE_<NAME>.
-	RuleThresholds jobs.RuleThresholds
+	RuleThresholds riskrule.Thresholds
 	// AutoResume is the policy for runs stopped by infrastructure
 	// (BUILDRISK_AUTO_RESUME, BUILDRISK_AUTO_RESUME_MAX,
 	// BUILDRISK_AUTO_RESUME_BACKOFF).
@@ -323,7 +323,7 @@ func LoadEnv(getenv func(string) string) (*Config, error) {
 	if c.Location, err = time.LoadLocation(tz); err != nil {
 		return nil, envError("BUILDRISK_TIMEZONE", "%q is not an IANA time zone", tz)
 	}
-	for _, def := range jobs.Default().All() {
+	for _, def := range Catalog().All() {
 		name := "BUILDRISK_SCHEDULE_" + strings.ToUpper(def.Name())
 		spec := def.Schedule()
 		if v := strings.TrimSpace(getenv(name)); v != "" {
@@ -355,13 +355,13 @@ func LoadEnv(getenv func(string) string) (*Config, error) {
 		sched.CatchUp = catchUp
 		c.Schedules = append(c.Schedules, sched)
 	}
-	c.RuleThresholds = jobs.RuleThresholdDefaults()
-	for _, r := range jobs.RuleSet {
-		name := jobs.RuleEnv(r.Name)
+	c.RuleThresholds = riskrule.ThresholdDefaults()
+	for _, r := range riskrule.Set {
+		name := riskrule.Env(r.Name)
 		if v := strings.TrimSpace(getenv(name)); v != "" {
 			f, err := strconv.ParseFloat(v, 64)
 			if err == nil {
-				err = jobs.ValidateRuleThreshold(r, f)
+				err = riskrule.ValidateThreshold(r, f)
 			}
 			if err != nil {
 				return nil, envError(name, "%q: %v", v, err)

@@ -9,43 +9,12 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/apttrade"
-	"github.com/buildrisk/radar/jobs/corpcode"
-	"github.com/buildrisk/radar/jobs/credit"
-	"github.com/buildrisk/radar/jobs/filing"
-	"github.com/buildrisk/radar/jobs/riskmetric"
-	"github.com/buildrisk/radar/jobs/riskrule"
-	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream"
 )
-
-// Registry returns the implementation of every catalog job.
-func Registry(env *Config) map[string]batch.Job {
-	return map[string]batch.Job{
-		jobs.CorpCodeSync: corpcode.Job{},
-		jobs.FilingParse:  filing.Job{},
-		jobs.StockPrice:   stockprice.Job{},
-		jobs.AptTrade:     apttrade.Job{},
-		jobs.CreditEval:   credit.New(),
-		jobs.Metrics:      riskmetric.Job{},
-		jobs.Rules:        riskrule.Job{Thresholds: env.RuleThresholds},
-	}
-}
-
-// Estimators returns the call estimates that need the database. "Today"
-// follows the configured clock and BUILDRISK_TIMEZONE, like the call budget.
-func Estimators(env *Config, db queries.DBTX) map[string]request.EstimateFunc {
-	today := BudgetDay(env, db)
-	return map[string]request.EstimateFunc{
-		jobs.CreditEval:  credit.Estimator(today),
-		jobs.FilingParse: filing.Estimate,
-		jobs.StockPrice:  stockprice.Estimate,
-	}
-}
 
 // BudgetDay returns the call budget's current day: the date in
 // BUILDRISK_TIMEZONE of the database's clock (read through db at each
@@ -70,14 +39,14 @@ func BudgetDay(env *Config, db queries.DBTX) func() time.Time {
 // schedules): stale-worker cleanup, then dedupe, under the job's lock.
 // riverClient nil records requests the caller runs itself.
 func NewEnqueuer(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *Config, tel *Telemetry) (*request.Enqueuer, error) {
-	return NewEnqueuerFor(jobs.Default(), pool, riverClient, request.RiverCanceller(riverClient), env, tel)
+	return NewEnqueuerFor(Catalog(), pool, riverClient, request.RiverCanceller(riverClient), env, tel)
 }
 
 // NewCLIEnqueuer returns the enqueuer of `radar run`'s own request, which
 // has no River job (the CLI runs it); its cleanup still cancels the River
 // job of a dead worker's request through cancelWith.
 func NewCLIEnqueuer(pool *pgxpool.Pool, cancelWith *river.Client[pgx.Tx], env *Config, tel *Telemetry) (*request.Enqueuer, error) {
-	return NewEnqueuerFor(jobs.Default(), pool, nil, request.RiverCanceller(cancelWith), env, tel)
+	return NewEnqueuerFor(Catalog(), pool, nil, request.RiverCanceller(cancelWith), env, tel)
 }
 
 // NewEnqueuerFor is newEnqueuer for another catalog (benchmarks enqueue
@@ -88,7 +57,7 @@ func NewEnqueuerFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *rive
 	// resume never cleans up: its caller is the cleanup), so the reaper is
 	// built on it before the enqueuer that cleans up with the reaper.
 	cfg := request.Config{
-		Catalog: catalog, DailyCaps: env.CapsByName(), Estimators: Estimators(env, pool),
+		Catalog: catalog, DailyCaps: env.CapsByName(), Estimators: batch.Estimators(Jobs(env, pool)),
 		Instruments: tel.Instruments, Logger: tel.Logger, Resume: env.AutoResume,
 		StaleAfter: env.StaleAfter,
 	}

@@ -7,8 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/coverage"
+	"github.com/buildrisk/radar/jobs/credit"
+	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/worker"
@@ -54,14 +55,17 @@ func observeSchedules(ctx context.Context, pool *pgxpool.Pool, env *Config, tel 
 // observeCoverage exports, from any process, every job's coverage counted
 // from the database (jobs/coverage, cached for BUILDRISK_COVERAGE_MAX_AGE),
 // and returns the reader, which the api also serves as GET /v1/coverage.
-func observeCoverage(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Telemetry) *coverage.Reader {
-	r := coverage.New(pool, coverage.Config{
-		Catalog: jobs.Default(), Location: env.Location, MaxAge: env.CoverageMaxAge, Now: env.TimeNow,
+func observeCoverage(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Telemetry) (*coverage.Reader, error) {
+	r, err := coverage.New(pool, coverage.Config{
+		Catalog: Catalog(), Location: env.Location, MaxAge: env.CoverageMaxAge, Now: env.TimeNow,
 		OnError: func(ctx context.Context, job string, err error) {
 			tel.Instruments.CoverageCheckFailed(ctx, job)
 			tel.Logger.WarnContext(ctx, "coverage count failed", slog.String("job", job), slog.String("error", err.Error()))
 		},
 	})
+	if err != nil {
+		return nil, err
+	}
 	tel.Instruments.InitCoverageSeries(ctx, r.Jobs())
 	tel.Instruments.SetCoverageSource(func(ctx context.Context) ([]observability.CoverageSample, error) {
 		snap, err := r.Snapshot(ctx)
@@ -75,12 +79,12 @@ func observeCoverage(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *
 		}
 		return out, err
 	})
-	return r
+	return r, nil
 }
 
 // fanOutJobs are the jobs whose chunks fan out over BUILDRISK_FANOUT slots
 // (batch.FanOut).
-var fanOutJobs = []string{jobs.CreditEval, jobs.StockPrice}
+var fanOutJobs = []string{credit.Name, stockprice.Name}
 
 // observeFanOut exports buildrisk_fanout_capacity (BUILDRISK_FANOUT) and
 // buildrisk_fanout_inflight (0) for every fan-out job from the worker's

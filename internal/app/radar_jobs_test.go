@@ -15,9 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/app"
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/corpcode"
+	"github.com/buildrisk/radar/jobs/filing"
+	"github.com/buildrisk/radar/jobs/riskmetric"
 	"github.com/buildrisk/radar/jobs/riskrule"
+	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -31,10 +33,10 @@ func TestRadar_CorpCodeSync(t *testing.T) {
 	s := apptest.New(t, &apptest.Opts{Fake: fakeupstream.Config{Companies: 2500}})
 	dir := t.TempDir()
 	s.StartWorkerWith(s.Pool, func(_ *worker.Config, rc *batch.Config) {
-		rc.Jobs[jobs.CorpCodeSync] = corpcode.Job{Dir: dir}
+		rc.Jobs[corpcode.Name] = corpcode.Job{Dir: dir}
 	})
 
-	accepted, done := s.RunJob(jobs.CorpCodeSync, `{"params":{}}`)
+	accepted, done := s.RunJob(corpcode.Name, `{"params":{}}`)
 	require.Equal(t, float64(1), accepted["estimatedCalls"])
 	exec := apptest.Execution(t, done)
 	require.Equal(t, float64(3), exec["chunksTotal"], "2,500 companies in chunks of 1,000")
@@ -51,7 +53,7 @@ func TestRadar_CorpCodeSync(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT path FROM corp_code_download`).Scan(&firstPath))
 	require.FileExists(t, firstPath)
 
-	_, again := s.RunJob(jobs.CorpCodeSync, `{}`)
+	_, again := s.RunJob(corpcode.Name, `{}`)
 	require.Nil(t, again["resumesExecutionId"], "a completed run is not resumed")
 	require.Equal(t, 2500, s.Count(`SELECT count(*) FROM company`), "idempotent upserts")
 	require.Equal(t, int64(2), s.Fake.Stats().Calls[fakeupstream.EndpointCorpCode]["all"])
@@ -110,8 +112,8 @@ func TestRadar_CorpCodeSyncRedownload(t *testing.T) {
 	killDuring := func(n int32) map[string]any {
 		t.Helper()
 		blocking := newBlockingJob(corpcode.Job{Dir: dir}, n)
-		w, _ := s.StartWorkerWith(s.Pool, func(_ *worker.Config, rc *batch.Config) { rc.Jobs[jobs.CorpCodeSync] = blocking })
-		id := s.RequestJob(jobs.CorpCodeSync, `{}`)["requestId"].(string)
+		w, _ := s.StartWorkerWith(s.Pool, func(_ *worker.Config, rc *batch.Config) { rc.Jobs[corpcode.Name] = blocking })
+		id := s.RequestJob(corpcode.Name, `{}`)["requestId"].(string)
 		<-blocking.blocked
 		require.NoError(t, w.Drain(context.Background()))
 		out := s.WaitRequest(id, "DONE", "FAILED")
@@ -150,8 +152,8 @@ func TestRadar_CorpCodeSyncRedownload(t *testing.T) {
 
 	// A new container: the temporary directory is empty.
 	require.NoError(t, os.RemoveAll(dir))
-	s.StartWorkerWith(s.Pool, func(_ *worker.Config, rc *batch.Config) { rc.Jobs[jobs.CorpCodeSync] = corpcode.Job{Dir: dir} })
-	accepted := s.RequestJob(jobs.CorpCodeSync, `{}`)
+	s.StartWorkerWith(s.Pool, func(_ *worker.Config, rc *batch.Config) { rc.Jobs[corpcode.Name] = corpcode.Job{Dir: dir} })
+	accepted := s.RequestJob(corpcode.Name, `{}`)
 	require.Equal(t, second["id"], accepted["resumesExecutionId"], "same params: a resume")
 	done := s.WaitRequest(accepted["requestId"].(string), "DONE", "FAILED")
 	exec := apptest.Execution(t, done)
@@ -198,9 +200,9 @@ func TestRadar_RuleThresholdEnv(t *testing.T) {
 	}
 	env, err := load("BUILDRISK_RULE_PRICE_DRAWDOWN", "0.35")
 	require.NoError(t, err)
-	require.Equal(t, 0.35, env.RuleThresholds[jobs.RulePriceDrawdown])
-	require.Equal(t, float64(jobs.RuleRiskFilingsDefault), env.RuleThresholds[jobs.RuleRiskFilings])
-	require.Equal(t, env.RuleThresholds, app.Registry(env)[jobs.Rules].(riskrule.Job).Thresholds)
+	require.Equal(t, 0.35, env.RuleThresholds[riskrule.PriceDrawdown])
+	require.Equal(t, float64(riskrule.RiskFilingsDefault), env.RuleThresholds[riskrule.RiskFilings])
+	require.Equal(t, env.RuleThresholds, batch.Implementations(app.Jobs(env, nil))[riskrule.Name].(riskrule.Job).Thresholds)
 }
 
 // Every radar job's params are documented in the OpenAPI document (schema
@@ -219,11 +221,11 @@ func TestRadar_OpenAPI(t *testing.T) {
 	}
 	paths := doc["paths"].(map[string]any)
 	for job, props := range map[string][]string{
-		jobs.CorpCodeSync: {},
-		jobs.FilingParse:  {"from", "to", "corpCodes"},
-		jobs.StockPrice:   {"date"},
-		jobs.Metrics:      {"date"},
-		jobs.Rules:        {"date"},
+		corpcode.Name:   {},
+		filing.Name:     {"from", "to", "corpCodes"},
+		stockprice.Name: {"date"},
+		riskmetric.Name: {"date"},
+		riskrule.Name:   {"date"},
 	} {
 		post := paths["/v1/jobs/"+job+"/requests"].(map[string]any)["post"].(map[string]any)
 		content := post["requestBody"].(map[string]any)["content"].(map[string]any)["application/json"].(map[string]any)
@@ -235,7 +237,7 @@ func TestRadar_OpenAPI(t *testing.T) {
 		}
 		example, err := json.Marshal(content["example"].(map[string]any)["params"])
 		require.NoError(t, err)
-		def, _ := jobs.Default().Lookup(job)
+		def, _ := app.Catalog().Lookup(job)
 		_, err = def.Decode(example)
 		require.NoError(t, err, "%s's example is valid: %s", job, example)
 	}
@@ -245,5 +247,5 @@ func TestRadar_OpenAPI(t *testing.T) {
 		names = append(names, p.(map[string]any)["name"].(string))
 	}
 	require.ElementsMatch(t, []string{"date", "company"}, names)
-	require.Contains(t, alerts["description"], jobs.RuleCompound)
+	require.Contains(t, alerts["description"], riskrule.Compound)
 }

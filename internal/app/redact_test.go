@@ -15,8 +15,11 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/buildrisk/radar/exposure"
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/jobs/corpcode"
+	"github.com/buildrisk/radar/jobs/credit"
+	"github.com/buildrisk/radar/jobs/filing"
+	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
@@ -37,9 +40,9 @@ func TestRedaction_ProviderKeysNeverLeave(t *testing.T) {
 	logs := &apptest.SyncBuffer{}
 	s := apptest.New(t, &apptest.Opts{Env: keys, Fake: fakeupstream.Config{Companies: 120}, Logs: logs})
 	dir := t.TempDir()
-	tune := func(_ *worker.Config, rc *batch.Config) { rc.Jobs[jobs.CorpCodeSync] = corpcode.Job{Dir: dir} }
+	tune := func(_ *worker.Config, rc *batch.Config) { rc.Jobs[corpcode.Name] = corpcode.Job{Dir: dir} }
 	first, _ := s.StartWorkerWith(s.Pool, tune)
-	s.RunJob(jobs.CorpCodeSync, `{}`)
+	s.RunJob(corpcode.Name, `{}`)
 	_, err := exposure.Seed(context.Background(), s.Pool, s.Fake.Companies())
 	require.NoError(t, err)
 
@@ -47,14 +50,14 @@ func TestRedaction_ProviderKeysNeverLeave(t *testing.T) {
 	// some runs fail with the provider's errors in their messages.
 	s.Fake.SetConfig(fakeupstream.Config{Companies: 120, ErrorRate: 0.3, Rate429: 0.1})
 	bodies := map[string]string{
-		jobs.FilingParse:  `{"params":{"from":"2025-01-01","to":"2025-01-31"}}`,
-		jobs.StockPrice:   `{"params":{"date":"2025-03-14"}}`,
-		jobs.AptTrade:     apptest.AptTradeBody([]string{"11110", "11140"}, "2025-01", "2025-03"),
-		jobs.CreditEval:   `{"params":{}}`,
-		jobs.CorpCodeSync: `{}`,
+		filing.Name:     `{"params":{"from":"2025-01-01","to":"2025-01-31"}}`,
+		stockprice.Name: `{"params":{"date":"2025-03-14"}}`,
+		apttrade.Name:   apptest.AptTradeBody([]string{"11110", "11140"}, "2025-01", "2025-03"),
+		credit.Name:     `{"params":{}}`,
+		corpcode.Name:   `{}`,
 	}
 	var ids []string
-	for _, job := range []string{jobs.FilingParse, jobs.StockPrice, jobs.AptTrade, jobs.CreditEval, jobs.CorpCodeSync} {
+	for _, job := range []string{filing.Name, stockprice.Name, apttrade.Name, credit.Name, corpcode.Name} {
 		id := s.RequestJob(job, bodies[job])["requestId"].(string)
 		s.WaitRequest(id, "DONE", "FAILED")
 		ids = append(ids, id)
@@ -67,9 +70,9 @@ func TestRedaction_ProviderKeysNeverLeave(t *testing.T) {
 	s.Fake.SetConfig(fakeupstream.Config{Companies: 120, Latency: 2 * time.Second})
 	s.Env.ProviderTimeout = 20 * time.Millisecond
 	s.StartWorkerWith(s.Pool, tune)
-	for _, job := range []string{jobs.AptTrade, jobs.CorpCodeSync} {
+	for _, job := range []string{apttrade.Name, corpcode.Name} {
 		body := bodies[job]
-		if job == jobs.AptTrade {
+		if job == apttrade.Name {
 			body = apptest.AptTradeBody([]string{"11215"}, "2025-01", "2025-01")
 		}
 		id := s.RequestJob(job, body)["requestId"].(string)

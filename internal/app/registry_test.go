@@ -22,6 +22,7 @@ import (
 	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
 )
@@ -100,7 +101,7 @@ func TestRegistry_JobListOneStatement(t *testing.T) {
 	var queriesSeen atomic.Int32
 	apiPool := s.CountingPool(&queriesSeen)
 	server, err := api.New(apiPool, api.Config{
-		Tokens: map[string]api.Role{"t": api.RoleViewer}, Catalog: jobs.Default(), Enqueuer: mustEnqueuer(t, s),
+		Tokens: map[string]api.Role{"t": api.RoleViewer}, Catalog: app.Catalog(), AlertRules: riskrule.Doc(), Enqueuer: mustEnqueuer(t, s),
 		Instruments: s.Tel.Instruments, StaleAfter: 2 * time.Second,
 	})
 	require.NoError(t, err)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream"
@@ -40,7 +39,7 @@ func NewTelemetry(ctx context.Context, env *Config, role, workerID, defaultForma
 	for i, p := range upstream.Providers {
 		providerNames[i] = string(p)
 	}
-	instruments.InitSeries(ctx, jobs.Default().Names(), providerNames)
+	instruments.InitSeries(ctx, Catalog().Names(), providerNames)
 	logger := observability.NewLogger(os.Stderr, orDefault(env.LogFormat, defaultFormat), slog.LevelInfo).With(slog.String("role", role))
 	slog.SetDefault(logger)
 	return &Telemetry{Providers: providers, Instruments: instruments, Logger: logger, Reach: worker.NewReachability()}, nil

@@ -16,7 +16,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
@@ -139,7 +138,7 @@ func NewWorker(pool *pgxpool.Pool, env *Config, tel *Telemetry, workerID, hostna
 		return nil, nil, err
 	}
 	runnerConfig := batch.Config{
-		WorkerID: workerID, Jobs: Registry(env), Upstream: up, Instruments: tel.Instruments,
+		WorkerID: workerID, Jobs: batch.Implementations(Jobs(env, pool)), Upstream: up, Instruments: tel.Instruments,
 		Logger: tel.Logger, FanOut: env.FanOut, Tracer: tel.Providers.Tracer.Tracer("github.com/buildrisk/radar/queue/batch"),
 		DBTimeout:          env.DBTimeout,
 		LeaseCheckInterval: env.HeartbeatInterval,
@@ -166,7 +165,7 @@ func NewWorker(pool *pgxpool.Pool, env *Config, tel *Telemetry, workerID, hostna
 		Reachability:      tel.Reach,
 		RiverPlugins:      riverPlugins(tel),
 		Gauges: &worker.Gauges{
-			Pool: pool, Jobs: jobs.Default().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.Instruments,
+			Pool: pool, Jobs: Catalog().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.Instruments,
 		},
 		Schedules: env.Schedules,
 		Now:       env.Now,
@@ -182,7 +181,9 @@ func NewWorker(pool *pgxpool.Pool, env *Config, tel *Telemetry, workerID, hostna
 		return nil, nil, err
 	}
 	observeSchedules(context.Background(), pool, env, tel)
-	observeCoverage(context.Background(), pool, env, tel)
+	if _, err := observeCoverage(context.Background(), pool, env, tel); err != nil {
+		return nil, nil, err
+	}
 	observeFanOut(context.Background(), env, tel)
 	return w, w.Runner(), nil
 }

@@ -19,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/buildrisk/radar/internal/app"
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/batch"
@@ -201,7 +200,7 @@ func New(t testing.TB, opts *Opts) *System {
 	}
 	// Schedules are off unless a test turns one on: a cron tick must never
 	// land in the middle of an unrelated test.
-	for _, name := range jobs.Default().Names() {
+	for _, name := range app.Catalog().Names() {
 		vars["BUILDRISK_SCHEDULE_"+strings.ToUpper(name)] = "off"
 	}
 	for k, v := range opts.Env {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/corpcode"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
@@ -36,7 +35,7 @@ func (s *System) RunJob(job, body string) (accepted, done map[string]any) {
 func (s *System) StartRadarWorker() {
 	s.T.Helper()
 	dir := s.T.TempDir()
-	s.StartWorkerWith(s.Pool, func(_ *worker.Config, rc *batch.Config) { rc.Jobs[jobs.CorpCodeSync] = corpcode.Job{Dir: dir} })
+	s.StartWorkerWith(s.Pool, func(_ *worker.Config, rc *batch.Config) { rc.Jobs[corpcode.Name] = corpcode.Job{Dir: dir} })
 }
 
 // FakeCounts returns what the fake universe says about tracking: tracked

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/app"
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/filing"
+	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/sql/pgtx"
 	"github.com/buildrisk/radar/upstream"
@@ -27,7 +27,7 @@ func HandAlerts(t *testing.T, s *System, day time.Time, tracked []string) map[st
 	want := map[string]map[string]any{}
 	fired := map[string][]string{}
 	add := func(corp, rule string, values map[string]any) {
-		values["threshold"] = jobs.RuleThresholdDefaults()[rule]
+		values["threshold"] = riskrule.ThresholdDefaults()[rule]
 		want[corp+"/"+rule] = values
 		fired[corp] = append(fired[corp], rule)
 	}
@@ -47,8 +47,8 @@ func HandAlerts(t *testing.T, s *System, day time.Time, tracked []string) map[st
 				return err
 			}))
 		if len(closes) > 0 && !newest.Before(day.AddDate(0, 0, -10)) {
-			if dd := closes[0]/slices.Max(closes) - 1; dd <= -jobs.RulePriceDrawdownDefault {
-				add(corp, jobs.RulePriceDrawdown, map[string]any{"drawdown20d": dd})
+			if dd := closes[0]/slices.Max(closes) - 1; dd <= -riskrule.PriceDrawdownDefault {
+				add(corp, riskrule.PriceDrawdown, map[string]any{"drawdown20d": dd})
 			}
 		}
 
@@ -63,8 +63,8 @@ func HandAlerts(t *testing.T, s *System, day time.Time, tracked []string) map[st
 				}
 				return err
 			}))
-		if risky >= jobs.RuleRiskFilingsDefault {
-			add(corp, jobs.RuleRiskFilings, map[string]any{"riskFilings90d": risky})
+		if risky >= riskrule.RiskFilingsDefault {
+			add(corp, riskrule.RiskFilings, map[string]any{"riskFilings90d": risky})
 		}
 
 		// Grades: the latest against the one in force 90 days before.
@@ -90,8 +90,8 @@ func HandAlerts(t *testing.T, s *System, day time.Time, tracked []string) map[st
 				}
 			}
 			latest := grades[len(grades)-1]
-			if notches := upstream.GradeRank(latest.g) - upstream.GradeRank(base.g); latest.d.After(base.d) && float64(notches) >= jobs.RuleGradeDowngradeDefault {
-				add(corp, jobs.RuleGradeDowngrade, map[string]any{"gradeChangeNotches": float64(notches)})
+			if notches := upstream.GradeRank(latest.g) - upstream.GradeRank(base.g); latest.d.After(base.d) && float64(notches) >= riskrule.GradeDowngradeDefault {
+				add(corp, riskrule.GradeDowngrade, map[string]any{"gradeChangeNotches": float64(notches)})
 			}
 		}
 
@@ -121,12 +121,12 @@ func HandAlerts(t *testing.T, s *System, day time.Time, tracked []string) map[st
 			return nil
 		}))
 		if previous.n > 0 {
-			if v := float64(recent.n)/float64(previous.n) - 1; v <= -jobs.RuleAptVolumeDropDefault {
-				add(corp, jobs.RuleAptVolumeDrop, map[string]any{"aptVolumeChange": v})
+			if v := float64(recent.n)/float64(previous.n) - 1; v <= -riskrule.AptVolumeDropDefault {
+				add(corp, riskrule.AptVolumeDrop, map[string]any{"aptVolumeChange": v})
 			}
 			if recent.n > 0 {
-				if v := Median(recent.prices)/Median(previous.prices) - 1; v <= -jobs.RuleAptPriceDropDefault {
-					add(corp, jobs.RuleAptPriceDrop, map[string]any{"aptPriceChange": v})
+				if v := Median(recent.prices)/Median(previous.prices) - 1; v <= -riskrule.AptPriceDropDefault {
+					add(corp, riskrule.AptPriceDrop, map[string]any{"aptPriceChange": v})
 				}
 			}
 		}
@@ -134,17 +134,17 @@ func HandAlerts(t *testing.T, s *System, day time.Time, tracked []string) map[st
 		// Compound: independent signals (the two apartment rules are one).
 		signals := map[string]bool{}
 		for _, r := range fired[corp] {
-			if r == jobs.RuleAptPriceDrop {
-				r = jobs.RuleAptVolumeDrop
+			if r == riskrule.AptPriceDrop {
+				r = riskrule.AptVolumeDrop
 			}
 			signals[r] = true
 		}
-		if float64(len(signals)) >= jobs.RuleCompoundDefault {
+		if float64(len(signals)) >= riskrule.CompoundDefault {
 			rules := make([]any, len(fired[corp]))
 			for i, r := range fired[corp] {
 				rules[i] = r
 			}
-			add(corp, jobs.RuleCompound, map[string]any{"rules": rules, "signals": float64(len(signals))})
+			add(corp, riskrule.Compound, map[string]any{"rules": rules, "signals": float64(len(signals))})
 		}
 	}
 	return want

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/app"
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/corpcode"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/batch"
@@ -58,7 +57,7 @@ func (s *System) StartScheduler() *worker.Worker {
 	dir := s.T.TempDir()
 	w, _ := s.StartWorkerWith(s.Pool, func(wc *worker.Config, rc *batch.Config) {
 		wc.SchedulePollInterval = 10 * time.Millisecond
-		rc.Jobs[jobs.CorpCodeSync] = corpcode.Job{Dir: dir}
+		rc.Jobs[corpcode.Name] = corpcode.Job{Dir: dir}
 	})
 	return w
 }

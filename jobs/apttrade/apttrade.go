@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/upstream"
@@ -131,6 +130,6 @@ func queueUpsert(ctx context.Context, b *pgx.Batch, executionID int64, trades []
 		})
 }
 
-func decode(raw json.RawMessage) (*jobs.AptTradeParams, error) {
-	return jobs.AptTradeSpec().Params(raw)
+func decode(raw json.RawMessage) (*Params, error) {
+	return Spec().Params(raw)
 }

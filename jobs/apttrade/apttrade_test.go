@@ -56,10 +56,10 @@ func setup(t *testing.T, cfg fakeupstream.Config) *testBundle {
 		Instruments: instruments,
 	})
 	require.NoError(t, err)
-	b.enqueuer, err = request.NewEnqueuer(b.pool, nil, request.Config{Catalog: jobs.Default(), Instruments: instruments, Logger: logger})
+	b.enqueuer, err = request.NewEnqueuer(b.pool, nil, request.Config{Catalog: jobs.NewCatalog(apttrade.Spec()), Instruments: instruments, Logger: logger})
 	require.NoError(t, err)
 	b.runner, err = batch.NewRunner(b.pool, batch.Config{
-		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{jobs.AptTrade: apttrade.Job{}},
+		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{apttrade.Name: apttrade.Job{}},
 		Upstream: client, Instruments: instruments, Logger: logger,
 	})
 	require.NoError(t, err)
@@ -71,7 +71,7 @@ func (b *testBundle) run(t *testing.T, params string) *queries.JobExecution {
 	t.Helper()
 
 	ctx := context.Background()
-	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: jobs.AptTrade, Source: radartype.SourceCLI, Params: []byte(params)})
+	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: apttrade.Name, Source: radartype.SourceCLI, Params: []byte(params)})
 	require.NoError(t, err)
 	out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: res.Request.ID})
 	require.NoError(t, err)

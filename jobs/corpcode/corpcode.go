@@ -1,7 +1,7 @@
 // Package corpcode is the corpCodeSync job: it downloads DART's corp-code
 // archive (a zip holding CORPCODE.xml, every company DART knows) into a
 // temporary file and upserts the companies into company in chunks of
-// jobs.CorpCodeSyncChunkSize, marking construction companies as tracked.
+// ChunkSize, marking construction companies as tracked.
 //
 // Restart rule: the archive lives on a tmpfs that a new container does not
 // have, so a restarted run must not assume the file is still there. Plan runs on every execution,
@@ -68,7 +68,7 @@ func (j Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 		return nil, err
 	}
 	j.removeOtherArchives(ctx, run, a.path)
-	n := (a.companies + jobs.CorpCodeSyncChunkSize - 1) / jobs.CorpCodeSyncChunkSize
+	n := (a.companies + ChunkSize - 1) / ChunkSize
 	chunks := make([]string, n)
 	for i := range chunks {
 		chunks[i] = chunkKey(a.sha256, i)
@@ -94,7 +94,7 @@ func (j Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.
 		return nil, fmt.Errorf("the corp-code archive %s is gone (%v); a new request downloads it again", rec.Path, err)
 	}
 
-	first, end := index*jobs.CorpCodeSyncChunkSize, (index+1)*jobs.CorpCodeSyncChunkSize
+	first, end := index*ChunkSize, (index+1)*ChunkSize
 	companies, err := readerFor(run, rec.Path, rec.Sha256).read(first, end)
 	if err != nil {
 		return nil, err

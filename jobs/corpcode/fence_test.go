@@ -59,7 +59,7 @@ func TestCorpCodeSync_StaleDownloadLeavesTheNewExecutionsRecord(t *testing.T) {
 		Instruments: instruments, AllowHTTP: true,
 	})
 	require.NoError(t, err)
-	enqueuer, err := request.NewEnqueuer(pool, nil, request.Config{Catalog: jobs.Default(), Instruments: instruments, Logger: logger})
+	enqueuer, err := request.NewEnqueuer(pool, nil, request.Config{Catalog: jobs.NewCatalog(corpcode.Spec()), Instruments: instruments, Logger: logger})
 	require.NoError(t, err)
 
 	q := queries.New()
@@ -73,18 +73,18 @@ func TestCorpCodeSync_StaleDownloadLeavesTheNewExecutionsRecord(t *testing.T) {
 		epoch, err := q.JobInstanceTakeLease(ctx, pool, run.InstanceID)
 		require.NoError(t, err)
 		_, err = q.JobExecutionInsert(ctx, pool, &queries.JobExecutionInsertParams{
-			InstanceID: run.InstanceID, Job: jobs.CorpCodeSync, RequestID: run.RequestID, WorkerID: "2@test#boot", LeaseEpoch: epoch,
+			InstanceID: run.InstanceID, Job: corpcode.Name, RequestID: run.RequestID, WorkerID: "2@test#boot", LeaseEpoch: epoch,
 		})
 		require.NoError(t, err)
 		successor.InstanceID = run.InstanceID
 		require.NoError(t, q.CorpCodeDownloadUpsert(ctx, pool, successor))
 	}}
 	runner, err := batch.NewRunner(pool, batch.Config{
-		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{jobs.CorpCodeSync: job},
+		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{corpcode.Name: job},
 		Upstream: client, Instruments: instruments, Logger: logger,
 	})
 	require.NoError(t, err)
-	res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: jobs.CorpCodeSync, Source: radartype.SourceCLI, Params: []byte(`{}`)})
+	res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: corpcode.Name, Source: radartype.SourceCLI, Params: []byte(`{}`)})
 	require.NoError(t, err)
 	_, err = runner.Run(ctx, batch.RunOpts{RequestID: res.Request.ID})
 	require.ErrorIs(t, err, batch.ErrOwnershipLost)

@@ -5,8 +5,8 @@
 // own accounting can see once the run has ended — a grade deleted after a
 // COMPLETED run, a day the schedule never ran, a plan over the wrong set.
 //
-// The definitions are the catalog's (jobs.Coverage, beside each job's
-// params); the SQL is queries/coverage.sql; this package binds the two and
+// The definitions are the catalog's (jobs.Coverage, in each job package's
+// spec.go); the SQL is queries/coverage.sql; this package binds the two and
 // caches the counts for [Config.MaxAge] so that every scrape of the api and
 // of each worker, and every GET /v1/coverage, costs at most one count per
 // job per MaxAge. It must not write anything.
@@ -48,7 +48,8 @@ func (j *Job) Missing() int64 { return max(j.Targets-j.Current, 0) }
 
 // Config configures a Reader.
 type Config struct {
-	// Catalog is the job catalog (nil: jobs.Default()).
+	// Catalog is the job catalog, whose definitions say which jobs have
+	// coverage and their data dates. Required.
 	Catalog *jobs.Catalog
 	// Location is the jobs' zone (BUILDRISK_TIMEZONE; nil: UTC).
 	Location *time.Location
@@ -62,11 +63,9 @@ type Config struct {
 	OnError func(ctx context.Context, job string, err error)
 }
 
-// WithDefaults returns a copy of c with every unset field at its default.
+// WithDefaults returns a copy of c with every unset optional field at its
+// default.
 func (c Config) WithDefaults() Config {
-	if c.Catalog == nil {
-		c.Catalog = jobs.Default()
-	}
 	if c.Location == nil {
 		c.Location = time.UTC
 	}
@@ -89,8 +88,11 @@ type Reader struct {
 
 // New returns a Reader over db (a pool: the counts never run in a
 // caller's transaction).
-func New(db queries.DBTX, cfg Config) *Reader {
-	return &Reader{cfg: cfg.WithDefaults(), db: db}
+func New(db queries.DBTX, cfg Config) (*Reader, error) {
+	if cfg.Catalog == nil {
+		return nil, errors.New("coverage: Catalog is required")
+	}
+	return &Reader{cfg: cfg.WithDefaults(), db: db}, nil
 }
 
 // Jobs returns the names of the catalog's jobs with a coverage definition,
@@ -183,8 +185,13 @@ type binding struct {
 	missing func(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error)
 }
 
+// bindings are keyed by job name. The names are spelled out because this
+// package, which the api imports, must not import the job packages; a
+// binding counts only for a job of the catalog with a coverage definition
+// (Reader.Jobs), and TestReader_CountsEachJobFromTheDomainTables checks
+// that the service's catalog names all four.
 var bindings = map[string]binding{
-	jobs.CreditEval: {
+	"creditEval": {
 		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
 			row, err := queries.New().CoverageCreditEvalCount(ctx, db, day)
 			if err != nil {
@@ -196,7 +203,7 @@ var bindings = map[string]binding{
 			return queries.New().CoverageCreditEvalMissing(ctx, db, &queries.CoverageCreditEvalMissingParams{After: after, DataDate: day, RowLimit: limit})
 		},
 	},
-	jobs.StockPrice: {
+	"stockPrice": {
 		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
 			row, err := queries.New().CoverageStockPriceCount(ctx, db, day)
 			if err != nil {
@@ -208,7 +215,7 @@ var bindings = map[string]binding{
 			return queries.New().CoverageStockPriceMissing(ctx, db, &queries.CoverageStockPriceMissingParams{After: after, DataDate: day, RowLimit: limit})
 		},
 	},
-	jobs.Metrics: {
+	"metrics": {
 		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
 			row, err := queries.New().CoverageMetricsCount(ctx, db, day)
 			if err != nil {
@@ -220,7 +227,7 @@ var bindings = map[string]binding{
 			return queries.New().CoverageMetricsMissing(ctx, db, &queries.CoverageMetricsMissingParams{After: after, DataDate: day, RowLimit: limit})
 		},
 	},
-	jobs.Rules: {
+	"rules": {
 		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
 			row, err := queries.New().CoverageRulesCount(ctx, db, day)
 			if err != nil {

@@ -9,8 +9,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/jobs/coverage"
+	"github.com/buildrisk/radar/jobs/credit"
+	"github.com/buildrisk/radar/jobs/riskmetric"
+	"github.com/buildrisk/radar/jobs/riskrule"
+	"github.com/buildrisk/radar/jobs/stockprice"
+	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
@@ -28,6 +34,23 @@ var seoul = func() *time.Location {
 // A Wednesday, 23:30 UTC: already Thursday in Seoul, so every data date is
 // Seoul's day, not the process's.
 var wednesdayNight = time.Date(2026, 12, 2, 23, 30, 0, 0, time.UTC)
+
+// newReader returns a Reader over pool of every job in the catalog.
+func newReader(t *testing.T, pool queries.DBTX, cfg coverage.Config) *coverage.Reader {
+	t.Helper()
+	cfg.Catalog = app.Catalog()
+	r, err := coverage.New(pool, cfg)
+	require.NoError(t, err)
+	return r
+}
+
+// The catalog is what says which jobs have coverage: a Reader without
+// one is refused.
+func TestReader_CatalogRequired(t *testing.T) {
+	t.Parallel()
+	_, err := coverage.New(nil, coverage.Config{})
+	require.ErrorContains(t, err, "Catalog is required")
+}
 
 func TestReader_CountsEachJobFromTheDomainTables(t *testing.T) {
 	t.Parallel()
@@ -54,8 +77,8 @@ INSERT INTO risk_rule_check (alert_date, corp_code, execution_id) VALUES ($1::da
 `, "$1", "'"+thursday+"'"))
 	require.NoError(t, err)
 
-	r := coverage.New(pool, coverage.Config{Location: seoul, Now: func() time.Time { return wednesdayNight }})
-	require.Equal(t, []string{jobs.StockPrice, jobs.CreditEval, jobs.Metrics, jobs.Rules}, r.Jobs())
+	r := newReader(t, pool, coverage.Config{Location: seoul, Now: func() time.Time { return wednesdayNight }})
+	require.Equal(t, []string{stockprice.Name, credit.Name, riskmetric.Name, riskrule.Name}, r.Jobs())
 	snap, err := r.Snapshot(ctx)
 	require.NoError(t, err)
 	got := map[string]string{}
@@ -64,10 +87,10 @@ INSERT INTO risk_rule_check (alert_date, corp_code, execution_id) VALUES ($1::da
 		require.Equal(t, wednesdayNight, c.AsOf)
 	}
 	require.Equal(t, map[string]string{
-		jobs.CreditEval: thursday + " 7/10 missing 3",
-		jobs.StockPrice: thursday + " 3/4 missing 1",
-		jobs.Metrics:    thursday + " 4/5 missing 1",
-		jobs.Rules:      thursday + " 2/4 missing 2",
+		credit.Name:     thursday + " 7/10 missing 3",
+		stockprice.Name: thursday + " 3/4 missing 1",
+		riskmetric.Name: thursday + " 4/5 missing 1",
+		riskrule.Name:   thursday + " 2/4 missing 2",
 	}, got)
 
 	missing := func(job, after string, limit int) []string {
@@ -75,12 +98,12 @@ INSERT INTO risk_rule_check (alert_date, corp_code, execution_id) VALUES ($1::da
 		require.NoError(t, err)
 		return codes
 	}
-	require.Equal(t, []string{"00000008", "00000009"}, missing(jobs.CreditEval, "", 2))
-	require.Equal(t, []string{"00000010"}, missing(jobs.CreditEval, "00000009", 2))
-	require.Equal(t, []string{"000002"}, missing(jobs.StockPrice, "", 10))
-	require.Equal(t, []string{"10000004"}, missing(jobs.Metrics, "", 10))
-	require.Equal(t, []string{"10000002", "10000003"}, missing(jobs.Rules, "", 10))
-	_, _, err = r.Missing(ctx, jobs.AptTrade, "", 10)
+	require.Equal(t, []string{"00000008", "00000009"}, missing(credit.Name, "", 2))
+	require.Equal(t, []string{"00000010"}, missing(credit.Name, "00000009", 2))
+	require.Equal(t, []string{"000002"}, missing(stockprice.Name, "", 10))
+	require.Equal(t, []string{"10000004"}, missing(riskmetric.Name, "", 10))
+	require.Equal(t, []string{"10000002", "10000003"}, missing(riskrule.Name, "", 10))
+	_, _, err = r.Missing(ctx, apttrade.Name, "", 10)
 	require.ErrorIs(t, err, coverage.ErrNoCoverage)
 }
 
@@ -92,25 +115,25 @@ func TestReader_SnapshotCachedForMaxAge(t *testing.T) {
 	_, err := pool.Exec(ctx, `INSERT INTO exposure (corp_code, outstanding_krw) VALUES ('00000001', 5)`)
 	require.NoError(t, err)
 	now := wednesdayNight
-	r := coverage.New(pool, coverage.Config{Location: seoul, MaxAge: time.Minute, Now: func() time.Time { return now }})
-	credit := func() *coverage.Job {
+	r := newReader(t, pool, coverage.Config{Location: seoul, MaxAge: time.Minute, Now: func() time.Time { return now }})
+	creditEval := func() *coverage.Job {
 		snap, err := r.Snapshot(ctx)
 		require.NoError(t, err)
 		for _, c := range snap {
-			if c.Job == jobs.CreditEval {
+			if c.Job == credit.Name {
 				return c
 			}
 		}
 		t.Fatal("no creditEval coverage")
 		return nil
 	}
-	require.Equal(t, int64(1), credit().Targets)
+	require.Equal(t, int64(1), creditEval().Targets)
 	_, err = pool.Exec(ctx, `INSERT INTO exposure (corp_code, outstanding_krw) VALUES ('00000002', 5)`)
 	require.NoError(t, err)
 	now = now.Add(59 * time.Second)
-	require.Equal(t, int64(1), credit().Targets, "cached")
+	require.Equal(t, int64(1), creditEval().Targets, "cached")
 	now = now.Add(time.Second)
-	c := credit()
+	c := creditEval()
 	require.Equal(t, int64(2), c.Targets, "counted again")
 	require.Equal(t, now, c.AsOf)
 }
@@ -120,12 +143,12 @@ func TestReader_FailedCountReported(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	var failed []string
-	r := coverage.New(pool, coverage.Config{Location: seoul, OnError: func(_ context.Context, job string, _ error) { failed = append(failed, job) }})
+	r := newReader(t, pool, coverage.Config{Location: seoul, OnError: func(_ context.Context, job string, _ error) { failed = append(failed, job) }})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := r.Snapshot(ctx)
 	require.Error(t, err)
-	require.ElementsMatch(t, []string{jobs.StockPrice, jobs.CreditEval, jobs.Metrics, jobs.Rules}, failed)
+	require.ElementsMatch(t, []string{stockprice.Name, credit.Name, riskmetric.Name, riskrule.Name}, failed)
 	snap, err := r.Snapshot(context.Background())
 	require.NoError(t, err)
 	require.Len(t, snap, 4)

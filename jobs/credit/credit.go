@@ -4,7 +4,7 @@
 // recur silently.
 //
 // Targets are the exposure ledger's companies with outstanding_krw > 0, in
-// corp code order, cut into chunks of jobs.CreditEvalChunkSize; the plan
+// corp code order, cut into chunks of ChunkSize; the plan
 // is frozen in the database when an execution starts and read back a chunk
 // at a time, so the worker's memory stays flat in the ledger's size. In a chunk
 // every target gets one CREDIT lookup and, when the lookup answers with an
@@ -123,7 +123,7 @@ func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 		return nil, fmt.Errorf("error reading checkpoint totals: %w", err)
 	}
 	params := &queries.CreditEvalPlanPageParams{
-		ExecutionID: run.ExecutionID, InstanceID: run.InstanceID, ChunkSize: jobs.CreditEvalChunkSize,
+		ExecutionID: run.ExecutionID, InstanceID: run.InstanceID, ChunkSize: ChunkSize,
 		Backfill: p.Missing(), EvalDate: run.Calls.Today(), DoneChunks: committed,
 	}
 	params.DoneFirsts, params.DoneLasts = doneRanges(committed)
@@ -418,12 +418,12 @@ func queueUpsert(ctx context.Context, b *pgx.Batch, executionID int64, day time.
 }
 
 // Estimator returns creditEval's call estimate (a request.EstimateFunc):
-// jobs.CreditEvalEstimate of the targets a run would evaluate now — every
+// EstimateCalls of the targets a run would evaluate now — every
 // company with outstanding exposure, or for a backfill those without a
 // grade for today (the day of today()).
 func Estimator(today func() time.Time) func(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, error) {
 	return func(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, error) {
-		p, ok := params.Value.(*jobs.CreditEvalParams)
+		p, ok := params.Value.(*Params)
 		if !ok {
 			return 0, fmt.Errorf("creditEval estimate: unexpected params %T", params.Value)
 		}
@@ -438,7 +438,7 @@ func Estimator(today func() time.Time) func(ctx context.Context, db queries.DBTX
 		if err != nil {
 			return 0, fmt.Errorf("error counting targets: %w", err)
 		}
-		return jobs.CreditEvalEstimate(int(n)), nil
+		return EstimateCalls(int(n)), nil
 	}
 }
 
@@ -454,6 +454,6 @@ func parseKey(key string) (keyRange, bool) {
 	return keyRange{first: first, last: last}, true
 }
 
-func decode(raw json.RawMessage) (*jobs.CreditEvalParams, error) {
-	return jobs.CreditEvalSpec().Params(raw)
+func decode(raw json.RawMessage) (*Params, error) {
+	return Spec().Params(raw)
 }

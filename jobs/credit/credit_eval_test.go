@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/exposure"
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
@@ -34,7 +34,7 @@ func TestCreditEval_EndToEndAndBackfill(t *testing.T) {
 	s.StartWorker()
 
 	accepted := s.RequestCreditEval(`{}`)
-	require.Equal(t, float64(jobs.CreditEvalEstimate(len(targets))), accepted["estimatedCalls"])
+	require.Equal(t, float64(credit.EstimateCalls(len(targets))), accepted["estimatedCalls"])
 	done := s.WaitRequest(accepted["requestId"].(string), "DONE", "FAILED")
 	exec := apptest.Execution(t, done)
 	require.Equal(t, "COMPLETED", exec["status"], "%v", done)
@@ -42,7 +42,7 @@ func TestCreditEval_EndToEndAndBackfill(t *testing.T) {
 	require.Equal(t, n, exec["targets"])
 	require.Equal(t, exec["targets"], exec["itemsWritten"].(float64)+exec["itemsSkipped"].(float64)+exec["itemsFailed"].(float64))
 	require.Equal(t, exec["itemsWritten"], exec["domainRows"], "the two-way count: counters and rows agree")
-	require.Equal(t, float64((len(targets)+jobs.CreditEvalChunkSize-1)/jobs.CreditEvalChunkSize), exec["chunksTotal"])
+	require.Equal(t, float64((len(targets)+credit.ChunkSize-1)/credit.ChunkSize), exec["chunksTotal"])
 
 	today := s.CreditToday()
 	require.Equal(t, len(targets), s.Count(`SELECT count(*) FROM credit_grade WHERE eval_date = $1`, today))
@@ -58,10 +58,10 @@ func TestCreditEval_EndToEndAndBackfill(t *testing.T) {
 		"fallback calls = empty lookups, each written from its fallback")
 	require.InDelta(t, 0.05*n, float64(len(fallbacks)), 0.03*n)
 	require.Equal(t, float64(int64(len(targets)+len(fallbacks))), exec["externalCalls"])
-	require.Zero(t, s.Metric(observability.MetricFanoutRejections, map[string]string{"job": jobs.CreditEval}))
-	require.Equal(t, float64(8), s.Metric(observability.MetricFanoutCapacity, map[string]string{"job": jobs.CreditEval}))
-	require.Zero(t, s.Metric(observability.MetricFanoutInflight, map[string]string{"job": jobs.CreditEval}))
-	require.Equal(t, n, s.Metric(observability.MetricItems, map[string]string{"job": jobs.CreditEval, "outcome": "written"}))
+	require.Zero(t, s.Metric(observability.MetricFanoutRejections, map[string]string{"job": credit.Name}))
+	require.Equal(t, float64(8), s.Metric(observability.MetricFanoutCapacity, map[string]string{"job": credit.Name}))
+	require.Zero(t, s.Metric(observability.MetricFanoutInflight, map[string]string{"job": credit.Name}))
+	require.Equal(t, n, s.Metric(observability.MetricItems, map[string]string{"job": credit.Name, "outcome": "written"}))
 
 	// 37 grades go missing; a backfill calls for exactly those.
 	missing := map[string]bool{}
@@ -73,7 +73,7 @@ func TestCreditEval_EndToEndAndBackfill(t *testing.T) {
 	require.NoError(t, err)
 	s.Fake.Reset()
 	accepted = s.RequestCreditEval(`{"backfill":true}`)
-	require.Equal(t, float64(jobs.CreditEvalEstimate(37)), accepted["estimatedCalls"])
+	require.Equal(t, float64(credit.EstimateCalls(37)), accepted["estimatedCalls"])
 	require.Nil(t, accepted["resumesExecutionId"])
 	done = s.WaitRequest(accepted["requestId"].(string), "DONE", "FAILED")
 	exec = apptest.Execution(t, done)

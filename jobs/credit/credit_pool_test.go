@@ -14,7 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/credit"
+	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/batch"
@@ -75,7 +76,7 @@ func TestCreditEval_SmallDatabasePool(t *testing.T) {
 	third := &dbJob{chunks: 150, release: make(chan struct{})}
 	s.StartWorkerWith(pool4, func(_ *worker.Config, rc *batch.Config) {
 		rc.FanOut = 16
-		rc.Jobs[jobs.Rules] = third // a third job, database only
+		rc.Jobs[riskrule.Name] = third // a third job, database only
 	})
 
 	// Sample the pool (and the fan-out gauge) for the whole run.
@@ -97,7 +98,7 @@ func TestCreditEval_SmallDatabasePool(t *testing.T) {
 			}
 			raise(&maxAcquired, int64(pool4.Stat().AcquiredConns()))
 			if i%10 == 0 {
-				v, err := observabilitytest.MetricValue(s.Tel.Providers, observability.MetricFanoutInflight, map[string]string{"job": jobs.CreditEval})
+				v, err := observabilitytest.MetricValue(s.Tel.Providers, observability.MetricFanoutInflight, map[string]string{"job": credit.Name})
 				if err == nil {
 					raise(&maxInflight, int64(v))
 				}
@@ -108,18 +109,18 @@ func TestCreditEval_SmallDatabasePool(t *testing.T) {
 
 	// Hold every provider call until the three jobs run at once.
 	s.Gate.Arm(0)
-	credit := s.RequestCreditEval(`{}`)["requestId"].(string)
+	creditEval := s.RequestCreditEval(`{}`)["requestId"].(string)
 	apt := s.RequestAptTrade(apptest.AptTradeBody(apptest.SixRegions[:4], "2025-01", "2025-06"))
 	status, out := s.Post("/v1/jobs/rules/requests", `{"params":{}}`)
 	require.Equal(t, 202, status, "%v", out)
 	rules := out["requestId"].(string)
-	for _, id := range []string{credit, apt, rules} {
+	for _, id := range []string{creditEval, apt, rules} {
 		s.WaitRequest(id, "RUNNING")
 	}
 	apptest.Within(t, time.Minute, s.Gate.Blocked, "a held provider call")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		v := s.Metric(observability.MetricFanoutInflight, map[string]string{"job": jobs.CreditEval})
+		v := s.Metric(observability.MetricFanoutInflight, map[string]string{"job": credit.Name})
 		if v == 16 {
 			break
 		}
@@ -133,14 +134,14 @@ func TestCreditEval_SmallDatabasePool(t *testing.T) {
 
 	close(third.release)
 	s.Gate.Open()
-	for _, id := range []string{credit, apt, rules} {
+	for _, id := range []string{creditEval, apt, rules} {
 		done := s.WaitRequest(id, "DONE", "FAILED")
 		require.Equal(t, "COMPLETED", apptest.Execution(t, done)["status"], "%v", done)
 	}
-	exec := apptest.Execution(t, s.WaitRequest(credit, "DONE"))
+	exec := apptest.Execution(t, s.WaitRequest(creditEval, "DONE"))
 	require.Equal(t, float64(len(targets)), exec["itemsWritten"])
 	require.Equal(t, exec["itemsWritten"], exec["domainRows"])
-	require.Zero(t, s.Metric(observability.MetricFanoutRejections, map[string]string{"job": jobs.CreditEval}))
+	require.Zero(t, s.Metric(observability.MetricFanoutRejections, map[string]string{"job": credit.Name}))
 
 	require.Equal(t, int32(4), pool4.Stat().MaxConns())
 	require.LessOrEqual(t, maxAcquired.Load(), int64(4), "never more than 4 connections acquired")

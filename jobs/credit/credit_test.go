@@ -95,12 +95,12 @@ func setup(tb testing.TB, opts setupOpts) *testBundle {
 	})
 	require.NoError(tb, err)
 	b.enqueuer, err = request.NewEnqueuer(b.pool, nil, request.Config{
-		Catalog: jobs.Default(), Instruments: instruments, Logger: logger,
-		Estimators: map[string]request.EstimateFunc{jobs.CreditEval: credit.Estimator(b.client.Today)},
+		Catalog: jobs.NewCatalog(credit.Spec()), Instruments: instruments, Logger: logger,
+		Estimators: map[string]request.EstimateFunc{credit.Name: credit.Estimator(b.client.Today)},
 	})
 	require.NoError(tb, err)
 	b.runner, err = batch.NewRunner(b.pool, batch.Config{
-		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{jobs.CreditEval: credit.New()},
+		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{credit.Name: credit.New()},
 		Upstream: b.client, Instruments: instruments, Logger: logger, FanOut: opts.fanOut,
 	})
 	require.NoError(tb, err)
@@ -124,7 +124,7 @@ func setup(tb testing.TB, opts setupOpts) *testBundle {
 func (b *testBundle) request(tb testing.TB, params string, maxCalls *int) (int64, int) {
 	tb.Helper()
 	res, err := b.enqueuer.Enqueue(context.Background(), &request.EnqueueParams{
-		Job: jobs.CreditEval, Source: radartype.SourceCLI, Params: []byte(params), MaxCalls: maxCalls,
+		Job: credit.Name, Source: radartype.SourceCLI, Params: []byte(params), MaxCalls: maxCalls,
 	})
 	require.NoError(tb, err)
 	return res.Request.ID, res.EstimatedCalls
@@ -197,7 +197,7 @@ func TestCreditEval_CompletesWithFallbacks(t *testing.T) {
 		"one fallback per empty lookup, and its grade is the one written")
 	require.InDelta(t, 125, len(fallbacks), 60, "about 5% of lookups answer empty")
 	require.Equal(t, int64(exec.ExternalCalls), stats.Total)
-	require.Zero(t, b.metric(t, observability.MetricFanoutRejections, map[string]string{"job": jobs.CreditEval}))
+	require.Zero(t, b.metric(t, observability.MetricFanoutRejections, map[string]string{"job": credit.Name}))
 }
 
 // A daily cap reached mid-run stops at the chunk boundary (STOPPED, counted
@@ -220,7 +220,7 @@ func TestCreditEval_CapStopsThenResumesNextDay(t *testing.T) {
 	require.Equal(t, int64(paid), exec.ItemsWritten, "every paid-for grade committed")
 	require.Zero(t, exec.ItemsFailed, "capped calls are not item failures")
 	require.Equal(t, paid, b.count(t, `SELECT count(*) FROM credit_grade`))
-	require.GreaterOrEqual(t, b.metric(t, observability.MetricFanoutRejections, map[string]string{"job": jobs.CreditEval, "reason": observability.ReasonCap}), float64(1))
+	require.GreaterOrEqual(t, b.metric(t, observability.MetricFanoutRejections, map[string]string{"job": credit.Name, "reason": observability.ReasonCap}), float64(1))
 	firstDay := b.today()
 
 	next := b.now.Load().Add(24 * time.Hour)
@@ -337,7 +337,7 @@ func TestCreditEval_FailureToleranceAndBackfill(t *testing.T) {
 	require.Equal(t, *exec.DomainRows, exec.ItemsWritten,
 		"the good grades of the failed chunk are kept")
 	require.Less(t, exec.ItemsWritten, int64(2000-21), "the second chunk stopped calling at its 9th failure, the 21st of the run")
-	require.Equal(t, float64(3+21), b.metric(t, observability.MetricItems, map[string]string{"job": jobs.CreditEval, "outcome": observability.OutcomeFailed}),
+	require.Equal(t, float64(3+21), b.metric(t, observability.MetricItems, map[string]string{"job": credit.Name, "outcome": observability.OutcomeFailed}),
 		"every failed target counted: 3 in the first run, 21 in this one")
 }
 
@@ -353,7 +353,7 @@ func TestCreditEval_MissingKeyHalts(t *testing.T) {
 	})
 	require.NoError(t, err)
 	runner, err := batch.NewRunner(b.pool, batch.Config{
-		WorkerID: "2@test#boot", Jobs: map[string]batch.Job{jobs.CreditEval: credit.New()},
+		WorkerID: "2@test#boot", Jobs: map[string]batch.Job{credit.Name: credit.New()},
 		Upstream: keyless, Instruments: instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	require.NoError(t, err)
@@ -376,7 +376,7 @@ func mustInstruments(t *testing.T) *observability.Instruments {
 
 func TestCreditEval_ParamsAndEstimate(t *testing.T) {
 	t.Parallel()
-	spec := jobs.CreditEvalSpec()
+	spec := credit.Spec()
 	p, err := spec.Decode(json.RawMessage(`{}`))
 	require.NoError(t, err)
 	require.JSONEq(t, `{}`, string(p.Canonical))
@@ -388,9 +388,9 @@ func TestCreditEval_ParamsAndEstimate(t *testing.T) {
 	_, err = spec.Decode(json.RawMessage(`{"date":"2025-01-01"}`))
 	require.True(t, jobs.IsParamError(err))
 	require.Equal(t, []string{"BUILDRISK_KEY_CREDIT"}, spec.RequiredKeys())
-	require.Equal(t, 0, jobs.CreditEvalEstimate(0))
-	require.Equal(t, 2, jobs.CreditEvalEstimate(1))
-	require.Equal(t, 44000, jobs.CreditEvalEstimate(40000))
+	require.Equal(t, 0, credit.EstimateCalls(0))
+	require.Equal(t, 2, credit.EstimateCalls(1))
+	require.Equal(t, 44000, credit.EstimateCalls(40000))
 	require.Equal(t, int64(0), credit.FailureTolerance(99))
 	require.Equal(t, int64(20), credit.FailureTolerance(2000))
 	require.Equal(t, int64(50), credit.FailureTolerance(40000))
@@ -415,7 +415,7 @@ func TestCreditEval_SilentLossFails(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{targets: 1200, fanOut: 4})
 	runner, err := batch.NewRunner(b.pool, batch.Config{
-		WorkerID: "3@test#boot", Jobs: map[string]batch.Job{jobs.CreditEval: lossyJob{credit.New()}},
+		WorkerID: "3@test#boot", Jobs: map[string]batch.Job{credit.Name: lossyJob{credit.New()}},
 		Upstream: b.client, Instruments: b.instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	require.NoError(t, err)
@@ -425,7 +425,7 @@ func TestCreditEval_SilentLossFails(t *testing.T) {
 	require.Equal(t, "FAILED", out.Status)
 	// The first chunk's figures do not add up: it does not commit.
 	require.Regexp(t, `^chunk \d{8}-\d{8}: unaccounted: 1 of 0 targets \(written -1, skipped 0, failed 0\)$`, out.Message)
-	require.Equal(t, float64(1), b.metric(t, observability.MetricItems, map[string]string{"job": jobs.CreditEval, "outcome": observability.OutcomeUnaccounted}))
+	require.Equal(t, float64(1), b.metric(t, observability.MetricItems, map[string]string{"job": credit.Name, "outcome": observability.OutcomeUnaccounted}))
 }
 
 // retriedJob makes the runner do a chunk again: the first Process ends, its
@@ -451,7 +451,7 @@ func TestCreditEval_RetriedChunkCallsOnlyUncommitted(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{targets: 400, fanOut: 4})
 	runner, err := batch.NewRunner(b.pool, batch.Config{
-		WorkerID: "4@test#boot", Jobs: map[string]batch.Job{jobs.CreditEval: &retriedJob{Job: credit.New()}},
+		WorkerID: "4@test#boot", Jobs: map[string]batch.Job{credit.Name: &retriedJob{Job: credit.New()}},
 		Upstream: b.client, Instruments: b.instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	require.NoError(t, err)

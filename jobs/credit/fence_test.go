@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
@@ -45,7 +44,7 @@ func TestCreditEval_StalePlanLeavesTheNewExecutionsPlan(t *testing.T) {
 		epoch, err := q.JobInstanceTakeLease(ctx, b.pool, run.InstanceID)
 		require.NoError(t, err)
 		exec, err := q.JobExecutionInsert(ctx, b.pool, &queries.JobExecutionInsertParams{
-			InstanceID: run.InstanceID, Job: jobs.CreditEval, RequestID: run.RequestID, WorkerID: "2@test#boot", LeaseEpoch: epoch,
+			InstanceID: run.InstanceID, Job: credit.Name, RequestID: run.RequestID, WorkerID: "2@test#boot", LeaseEpoch: epoch,
 		})
 		require.NoError(t, err)
 		successor = exec.ID
@@ -54,7 +53,7 @@ func TestCreditEval_StalePlanLeavesTheNewExecutionsPlan(t *testing.T) {
 		require.NoError(t, err)
 	}}
 	runner, err := batch.NewRunner(b.pool, batch.Config{
-		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{jobs.CreditEval: job},
+		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{credit.Name: job},
 		Upstream: b.client, Instruments: b.instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	require.NoError(t, err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
@@ -22,7 +21,7 @@ import (
 func (b *testBundle) newRunner(tb testing.TB, fanOut int) *batch.Runner {
 	tb.Helper()
 	runner, err := batch.NewRunner(b.pool, batch.Config{
-		WorkerID: "2@test#boot", Jobs: map[string]batch.Job{jobs.CreditEval: credit.New()},
+		WorkerID: "2@test#boot", Jobs: map[string]batch.Job{credit.Name: credit.New()},
 		Upstream: b.client, Instruments: b.instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FanOut: fanOut,
 	})
 	require.NoError(tb, err)
@@ -102,9 +101,9 @@ func TestCreditEval_ToleranceFailureKeepsGoodGrades(t *testing.T) {
 	require.Equal(t, int64(len(kept)), exec.ItemsWritten, "the good grades are committed")
 	require.Less(t, exec.ItemsWritten+exec.ItemsFailed, int64(1000),
 		"the fan-out stopped once the tolerance was exceeded: the targets never called stay for the resume")
-	require.Equal(t, float64(exec.ItemsFailed), b.metric(t, observability.MetricItems, map[string]string{"job": jobs.CreditEval, "outcome": observability.OutcomeFailed}),
+	require.Equal(t, float64(exec.ItemsFailed), b.metric(t, observability.MetricItems, map[string]string{"job": credit.Name, "outcome": observability.OutcomeFailed}),
 		"items_total{outcome=failed} equals the failed targets")
-	require.Equal(t, float64(len(kept)), b.metric(t, observability.MetricItems, map[string]string{"job": jobs.CreditEval, "outcome": observability.OutcomeWritten}))
+	require.Equal(t, float64(len(kept)), b.metric(t, observability.MetricItems, map[string]string{"job": credit.Name, "outcome": observability.OutcomeWritten}))
 
 	b.requireResumeCallsOnlyTheRest(t, kept)
 }
@@ -201,7 +200,7 @@ func TestCreditEval_StopMidChunkKeepsFinishedItems(t *testing.T) {
 		done <- result{out, err}
 	}()
 	b.waitGraded(t, b.today(), 8)
-	_, err := queries.New().JobExecutionRequestStop(context.Background(), b.pool, jobs.CreditEval)
+	_, err := queries.New().JobExecutionRequestStop(context.Background(), b.pool, credit.Name)
 	require.NoError(t, err)
 	var res result
 	select {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
@@ -27,7 +26,7 @@ import (
 func TestCreditEval_PagedTargetsOnceEachAcrossStopAndLedgerChange(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{targets: 2500, fanOut: 4})
-	require.Greater(t, len(b.targets), 2*jobs.CreditEvalChunkSize)
+	require.Greater(t, len(b.targets), 2*credit.ChunkSize)
 
 	maxCalls := 1300 // the first chunk and part of the second
 	out, first := b.run(t, `{}`, &maxCalls)
@@ -89,8 +88,8 @@ func planAllocs(t *testing.T, n int) uint64 {
 	b := setup(t, setupOpts{targets: n})
 	job := credit.New()
 	run := &batch.Run{
-		DB: batch.NewReader(b.pool), Job: jobs.CreditEval, ExecutionID: 1, InstanceID: 1, Params: json.RawMessage(`{}`),
-		Calls: b.client.NewCaller(jobs.CreditEval, 0),
+		DB: batch.NewReader(b.pool), Job: credit.Name, ExecutionID: 1, InstanceID: 1, Params: json.RawMessage(`{}`),
+		Calls: b.client.NewCaller(credit.Name, 0),
 	}
 	least := ^uint64(0)
 	for range 3 {

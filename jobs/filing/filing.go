@@ -127,7 +127,7 @@ func (Job) DomainRows(ctx context.Context, db queries.DBTX, executionIDs []int64
 // Estimate is filingParse's call estimate for the api (request.EstimateFunc):
 // one page per company, the given corpCodes or else every tracked company.
 func Estimate(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, error) {
-	p := params.Value.(*jobs.FilingParseParams)
+	p := params.Value.(*Params)
 	if len(p.CorpCodes) > 0 {
 		return len(p.CorpCodes), nil
 	}
@@ -138,6 +138,6 @@ func Estimate(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, e
 	return int(n), nil
 }
 
-func decode(raw json.RawMessage) (*jobs.FilingParseParams, error) {
-	return jobs.FilingParseSpec().Params(raw)
+func decode(raw json.RawMessage) (*Params, error) {
+	return Spec().Params(raw)
 }

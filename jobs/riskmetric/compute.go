@@ -3,7 +3,6 @@ package riskmetric
 import (
 	"time"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/upstream"
 )
 
@@ -20,7 +19,7 @@ type Close struct {
 }
 
 // Drawdown returns how far the newest close is below the highest close of
-// closes (newest first, at most jobs.MetricsDrawdownDays of them), as a
+// closes (newest first, at most DrawdownDays of them), as a
 // fraction ≤ 0: newest/highest − 1. It is nil without closes, or when the
 // newest is more than PriceMaxAgeDays before day.
 func Drawdown(closes []Close, day time.Time) *float64 {
@@ -28,7 +27,7 @@ func Drawdown(closes []Close, day time.Time) *float64 {
 		return nil
 	}
 	peak := closes[0].Close
-	for _, c := range closes[:min(len(closes), jobs.MetricsDrawdownDays)] {
+	for _, c := range closes[:min(len(closes), DrawdownDays)] {
 		peak = max(peak, c.Close)
 	}
 	if peak <= 0 {
@@ -60,15 +59,15 @@ func Change(recent, previous float64) *float64 {
 }
 
 // Windows returns the date ranges (both ends included) of metrics' windows
-// for day: the risk-filing window of jobs.MetricsRiskFilingDays days ending
+// for day: the risk-filing window of RiskFilingDays days ending
 // on day, and the two apartment-trade windows of
-// jobs.MetricsAptWindowMonths months, recent = (day − 3 months, day] and
+// AptWindowMonths months, recent = (day − 3 months, day] and
 // previous = (day − 6 months, day − 3 months].
 func Windows(day time.Time) (filingFrom time.Time, recentFrom, recentTo, previousFrom, previousTo time.Time) {
-	filingFrom = day.AddDate(0, 0, -(jobs.MetricsRiskFilingDays - 1))
+	filingFrom = day.AddDate(0, 0, -(RiskFilingDays - 1))
 	recentTo = day
-	previousTo = day.AddDate(0, -jobs.MetricsAptWindowMonths, 0)
+	previousTo = day.AddDate(0, -AptWindowMonths, 0)
 	recentFrom = previousTo.AddDate(0, 0, 1)
-	previousFrom = day.AddDate(0, -2*jobs.MetricsAptWindowMonths, 0).AddDate(0, 0, 1)
+	previousFrom = day.AddDate(0, -2*AptWindowMonths, 0).AddDate(0, 0, 1)
 	return filingFrom, recentFrom, recentTo, previousFrom, previousTo
 }

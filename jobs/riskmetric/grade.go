@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queries"
 )
 
@@ -17,7 +16,7 @@ import (
 // creditEval stores a grade per company and evaluation day, so the row just
 // before the latest is usually yesterday's, identical. The previous grade is
 // therefore the one in force when the metrics' window of
-// jobs.MetricsRiskFilingDays days began: the newest evaluation on or before
+// RiskFilingDays days began: the newest evaluation on or before
 // day − 90, or, for a company first evaluated inside the window, its oldest
 // evaluation there. A downgrade is thus reported for the 90 days after it,
 // like a risk filing.
@@ -30,7 +29,7 @@ func gradeChange(ctx context.Context, db queries.DBTX, corpCode string, day time
 		}
 		return nil, fmt.Errorf("error reading the latest grade: %w", err)
 	}
-	windowStart := day.AddDate(0, 0, -jobs.MetricsRiskFilingDays)
+	windowStart := day.AddDate(0, 0, -RiskFilingDays)
 	previous, err := q.CreditGradeAsOf(ctx, db, &queries.CreditGradeAsOfParams{CorpCode: corpCode, AsOf: windowStart})
 	switch err := queries.Interpret(err); {
 	case errors.Is(err, queries.ErrNotFound):

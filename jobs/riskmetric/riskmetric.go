@@ -31,7 +31,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 )
@@ -125,7 +124,7 @@ func Compute(ctx context.Context, db queries.DBTX, corpCode string, day time.Tim
 	m := &Metrics{}
 
 	rows, err := q.StockPriceRecentByCorp(ctx, db, &queries.StockPriceRecentByCorpParams{
-		CorpCode: corpCode, AsOf: day, MaxRows: jobs.MetricsDrawdownDays,
+		CorpCode: corpCode, AsOf: day, MaxRows: DrawdownDays,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error reading prices: %w", err)
@@ -175,6 +174,6 @@ func float8(v *float64) pgtype.Float8 {
 	return pgtype.Float8{Float64: *v, Valid: true}
 }
 
-func decode(raw json.RawMessage) (*jobs.MetricsParams, error) {
-	return jobs.MetricsSpec().Params(raw)
+func decode(raw json.RawMessage) (*Params, error) {
+	return Spec().Params(raw)
 }

@@ -1,9 +1,5 @@
 package riskrule
 
-import (
-	"github.com/buildrisk/radar/jobs"
-)
-
 // Metric is one company's risk_metric row; nil is NULL (not computable,
 // which never fires a rule).
 type Metric struct {
@@ -23,7 +19,7 @@ type Alert struct {
 	Values map[string]any
 }
 
-// Evaluate applies jobs.RuleSet to m with thresholds th (a rule missing
+// Evaluate applies Set to m with thresholds th (a rule missing
 // from th uses its default) and returns the alerts, in rule-set order.
 //
 //	PRICE_DRAWDOWN   drawdown20d        ≤ −threshold
@@ -36,36 +32,36 @@ type Alert struct {
 // COMPOUND counts independent signals: the two apartment rules measure the
 // same regional market, so together they are one signal (a regional slump
 // alone never makes every builder there critical).
-func Evaluate(m *Metric, th jobs.RuleThresholds) []Alert {
+func Evaluate(m *Metric, th Thresholds) []Alert {
 	var alerts []Alert
-	for _, r := range jobs.RuleSet {
+	for _, r := range Set {
 		t, ok := th[r.Name]
 		if !ok {
 			t = r.Default
 		}
 		var values map[string]any
 		switch r.Name {
-		case jobs.RulePriceDrawdown:
+		case PriceDrawdown:
 			if m.Drawdown20d != nil && *m.Drawdown20d <= -t {
 				values = map[string]any{"drawdown20d": *m.Drawdown20d}
 			}
-		case jobs.RuleRiskFilings:
+		case RiskFilings:
 			if float64(m.RiskFilings90d) >= t {
 				values = map[string]any{"riskFilings90d": m.RiskFilings90d}
 			}
-		case jobs.RuleGradeDowngrade:
+		case GradeDowngrade:
 			if m.GradeChangeNotches != nil && float64(*m.GradeChangeNotches) >= t {
 				values = map[string]any{"gradeChangeNotches": *m.GradeChangeNotches}
 			}
-		case jobs.RuleAptVolumeDrop:
+		case AptVolumeDrop:
 			if m.AptVolumeChange != nil && *m.AptVolumeChange <= -t {
 				values = map[string]any{"aptVolumeChange": *m.AptVolumeChange}
 			}
-		case jobs.RuleAptPriceDrop:
+		case AptPriceDrop:
 			if m.AptPriceChange != nil && *m.AptPriceChange <= -t {
 				values = map[string]any{"aptPriceChange": *m.AptPriceChange}
 			}
-		case jobs.RuleCompound:
+		case Compound:
 			fired := make([]string, len(alerts))
 			signals := map[string]bool{}
 			for i, a := range alerts {
@@ -87,7 +83,7 @@ func Evaluate(m *Metric, th jobs.RuleThresholds) []Alert {
 // signal groups rules that measure the same thing, for COMPOUND.
 func signal(rule string) string {
 	switch rule {
-	case jobs.RuleAptVolumeDrop, jobs.RuleAptPriceDrop:
+	case AptVolumeDrop, AptPriceDrop:
 		return "HOUSING_MARKET"
 	default:
 		return rule

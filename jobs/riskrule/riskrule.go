@@ -1,7 +1,8 @@
 // Package riskrule is the rules job: it evaluates the documented rule set
-// (jobs.RuleSet, thresholds from the catalog or BUILDRISK_RULE_<NAME>) over
-// one date's risk_metric rows and writes risk_alert rows carrying the rule,
-// its severity and the values that fired it. One chunk is one company; its
+// (Set, in spec.go beside the job's definition; each threshold its default
+// or BUILDRISK_RULE_<NAME>) over one date's risk_metric rows and writes
+// risk_alert rows carrying the rule, its severity and the values that fired
+// it. One chunk is one company; its
 // transaction deletes the company's alerts of the date and inserts the new
 // ones, so re-running a date replaces that date's alerts idempotently.
 package riskrule
@@ -17,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 )
@@ -30,7 +30,7 @@ var ErrNoMetrics = errors.New("no risk metrics for the date: run metrics first (
 type Job struct {
 	// Thresholds override the rules' defaults (cmd/radar reads them from
 	// BUILDRISK_RULE_<NAME>); a rule missing here uses its default.
-	Thresholds jobs.RuleThresholds
+	Thresholds Thresholds
 }
 
 var _ batch.Job = (*Job)(nil)
@@ -159,6 +159,6 @@ func numeric(n pgtype.Numeric) *float64 {
 	return &f.Float64
 }
 
-func decode(raw json.RawMessage) (*jobs.RulesParams, error) {
-	return jobs.RulesSpec().Params(raw)
+func decode(raw json.RawMessage) (*Params, error) {
+	return Spec().Params(raw)
 }

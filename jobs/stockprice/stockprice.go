@@ -1,5 +1,5 @@
 // Package stockprice is the stockPrice job: one trading day's prices (KRX)
-// of the listed tracked companies, in chunks of jobs.StockPriceChunkSize
+// of the listed tracked companies, in chunks of ChunkSize
 // companies with one call each on the bounded fan-out pool, upserted
 // idempotently into stock_price.
 //
@@ -67,8 +67,8 @@ func (Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 		}
 	}
 	var chunks []string
-	for i := 0; i < len(codes); i += jobs.StockPriceChunkSize {
-		last := min(i+jobs.StockPriceChunkSize, len(codes)) - 1
+	for i := 0; i < len(codes); i += ChunkSize {
+		last := min(i+ChunkSize, len(codes)) - 1
 		chunks = append(chunks, codes[i]+"-"+codes[last])
 	}
 	return &batch.Plan{Chunks: chunks, Targets: batch.TargetsUnknown}, nil
@@ -225,7 +225,7 @@ func (Job) DomainRows(ctx context.Context, db queries.DBTX, executionIDs []int64
 // one call per listed tracked company (with onlyMissing, per one without a
 // price for the date), none on a weekend.
 func Estimate(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, error) {
-	p := params.Value.(*jobs.StockPriceParams)
+	p := params.Value.(*Params)
 	if p.Weekend() {
 		return 0, nil
 	}
@@ -250,6 +250,6 @@ func cmpErr(first, err error) error {
 	return err
 }
 
-func decode(raw json.RawMessage) (*jobs.StockPriceParams, error) {
-	return jobs.StockPriceSpec().Params(raw)
+func decode(raw json.RawMessage) (*Params, error) {
+	return Spec().Params(raw)
 }

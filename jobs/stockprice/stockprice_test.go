@@ -63,7 +63,7 @@ func setup(t *testing.T) *testBundle {
 		require.NoError(t, err)
 	}
 	require.True(t, unlisted, "the fake has an unlisted construction company")
-	require.Greater(t, len(b.listed), jobs.StockPriceChunkSize, "more than one chunk")
+	require.Greater(t, len(b.listed), stockprice.ChunkSize, "more than one chunk")
 
 	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
@@ -80,12 +80,12 @@ func setup(t *testing.T) *testBundle {
 	})
 	require.NoError(t, err)
 	b.enqueuer, err = request.NewEnqueuer(b.pool, nil, request.Config{
-		Catalog: jobs.Default(), Instruments: instruments, Logger: logger,
-		Estimators: map[string]request.EstimateFunc{jobs.StockPrice: stockprice.Estimate},
+		Catalog: jobs.NewCatalog(stockprice.Spec()), Instruments: instruments, Logger: logger,
+		Estimators: map[string]request.EstimateFunc{stockprice.Name: stockprice.Estimate},
 	})
 	require.NoError(t, err)
 	b.runner, err = batch.NewRunner(b.pool, batch.Config{
-		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{jobs.StockPrice: stockprice.Job{}},
+		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{stockprice.Name: stockprice.Job{}},
 		Upstream: client, Instruments: instruments, Logger: logger,
 	})
 	require.NoError(t, err)
@@ -98,7 +98,7 @@ func (b *testBundle) run(t *testing.T, date string) (*queries.JobExecution, int)
 	t.Helper()
 
 	ctx := context.Background()
-	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: jobs.StockPrice, Source: radartype.SourceCLI, Params: []byte(`{"date":"` + date + `"}`)})
+	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: stockprice.Name, Source: radartype.SourceCLI, Params: []byte(`{"date":"` + date + `"}`)})
 	require.NoError(t, err)
 	out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: res.Request.ID})
 	require.NoError(t, err)

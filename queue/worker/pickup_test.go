@@ -10,7 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/riskmetric"
+	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
@@ -59,19 +60,19 @@ func TestPickup_ScheduledAndChainedInsertsAreNotified(t *testing.T) {
 		wc.FetchPollInterval = time.Hour
 		wc.SchedulePollInterval = 10 * time.Millisecond
 		// The pickup is under test, not the jobs: both complete at once.
-		rc.Jobs[jobs.Metrics] = apptest.NoopJob{}
-		rc.Jobs[jobs.Rules] = apptest.NoopJob{}
+		rc.Jobs[riskmetric.Name] = apptest.NoopJob{}
+		rc.Jobs[riskrule.Name] = apptest.NoopJob{}
 	})
 	s.WaitLeader(w)
 
 	due := time.Date(2026, 3, 31, 18, 0, 0, 0, seoul)
 	clock.Set(due.Add(time.Second))
-	s.Eventually("the 18:00 metrics tick to be enqueued", func() bool { return s.TickOutcome(jobs.Metrics, due) == observability.TickEnqueued })
-	apptest.WaitClaimed(t, s, s.ScheduledRequestID(jobs.Metrics, due))
+	s.Eventually("the 18:00 metrics tick to be enqueued", func() bool { return s.TickOutcome(riskmetric.Name, due) == observability.TickEnqueued })
+	apptest.WaitClaimed(t, s, s.ScheduledRequestID(riskmetric.Name, due))
 
 	var chained string
 	s.Eventually("metrics to chain to rules", func() bool {
-		err := s.Pool.QueryRow(context.Background(), "SELECT id::text FROM job_request WHERE job = $1 AND source = 'chain'", jobs.Rules).Scan(&chained)
+		err := s.Pool.QueryRow(context.Background(), "SELECT id::text FROM job_request WHERE job = $1 AND source = 'chain'", riskrule.Name).Scan(&chained)
 		return err == nil
 	})
 	apptest.WaitClaimed(t, s, chained)

@@ -15,7 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/app"
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/apttrade"
+	"github.com/buildrisk/radar/jobs/corpcode"
+	"github.com/buildrisk/radar/jobs/filing"
+	"github.com/buildrisk/radar/jobs/riskmetric"
+	"github.com/buildrisk/radar/jobs/riskrule"
+	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/request"
@@ -45,13 +50,13 @@ func TestSchedule_DeferredTickKeepsItsDate(t *testing.T) {
 		Now:  clock.Now,
 	})
 	s.StartScheduler()
-	s.RunJob(jobs.CorpCodeSync, `{}`)
+	s.RunJob(corpcode.Name, `{}`)
 	_, listed := apptest.FakeCounts(s)
 	require.Positive(t, listed)
 
 	// The backfill: a manual run held at its first provider call.
 	s.Gate.Arm(0)
-	manual := s.RequestJob(jobs.StockPrice, `{"params":{"date":"2026-03-30"}}`)["requestId"].(string)
+	manual := s.RequestJob(stockprice.Name, `{"params":{"date":"2026-03-30"}}`)["requestId"].(string)
 	<-s.Gate.Blocked
 
 	// The scheduler first sees the 18:00 due time after midnight (a
@@ -59,7 +64,7 @@ func TestSchedule_DeferredTickKeepsItsDate(t *testing.T) {
 	// deferred behind the backfill, with the due time's day as its params.
 	due := time.Date(2026, 3, 31, 18, 0, 0, 0, seoul)
 	clock.Set(time.Date(2026, 4, 1, 0, 10, 0, 0, seoul))
-	s.Eventually("the 18:00 tick to be deferred", func() bool { return s.TickOutcome(jobs.StockPrice, due) == observability.TickDeferred })
+	s.Eventually("the 18:00 tick to be deferred", func() bool { return s.TickOutcome(stockprice.Name, due) == observability.TickDeferred })
 	_, job := s.Get("/v1/jobs/stockPrice")
 	require.Equal(t, "deferred", job["lastDueOutcome"])
 	require.Equal(t, manual, job["activeRequestId"])
@@ -68,9 +73,9 @@ func TestSchedule_DeferredTickKeepsItsDate(t *testing.T) {
 	clock.Set(time.Date(2026, 4, 1, 0, 30, 0, 0, seoul))
 	s.Gate.Open()
 	s.WaitRequest(manual, "DONE")
-	s.Eventually("the deferred tick to be enqueued", func() bool { return s.TickOutcome(jobs.StockPrice, due) == observability.TickEnqueued })
+	s.Eventually("the deferred tick to be enqueued", func() bool { return s.TickOutcome(stockprice.Name, due) == observability.TickEnqueued })
 
-	scheduled := s.WaitRequest(s.ScheduledRequestID(jobs.StockPrice, due), "DONE", "FAILED")
+	scheduled := s.WaitRequest(s.ScheduledRequestID(stockprice.Name, due), "DONE", "FAILED")
 	require.Equal(t, "DONE", scheduled["status"], "%v", scheduled)
 	require.Equal(t, "schedule", scheduled["source"])
 	require.JSONEq(t, `{"date":"2026-03-31"}`, mustJSON(t, scheduled["params"]))
@@ -95,11 +100,11 @@ func TestSchedule_DeferredTickKeepsItsDate(t *testing.T) {
 	require.Equal(t, listed, tickDay)
 	require.Zero(t, runDay)
 
-	require.InDelta(t, 1, s.Ticks(jobs.StockPrice, observability.TickDeferred), 0)
-	require.InDelta(t, 1, s.Ticks(jobs.StockPrice, observability.TickEnqueued), 0)
+	require.InDelta(t, 1, s.Ticks(stockprice.Name, observability.TickDeferred), 0)
+	require.InDelta(t, 1, s.Ticks(stockprice.Name, observability.TickEnqueued), 0)
 	_, job = s.Get("/v1/jobs/stockPrice")
 	require.Equal(t, "enqueued", job["lastDueOutcome"])
-	require.Equal(t, s.ScheduledRequestID(jobs.StockPrice, due), job["lastDueRequestId"])
+	require.Equal(t, s.ScheduledRequestID(stockprice.Name, due), job["lastDueRequestId"])
 	next, err := time.Parse(time.RFC3339, job["next"].(string))
 	require.NoError(t, err)
 	require.True(t, time.Date(2026, 4, 1, 18, 0, 0, 0, seoul).Equal(next), "next %s", next)
@@ -125,8 +130,8 @@ func TestSchedule_NextLeaderEnqueuesOnce(t *testing.T) {
 	clock.Set(due.Add(30 * time.Second))
 	second := s.StartScheduler()
 	s.WaitLeader(second)
-	s.Eventually("the next leader to enqueue the due time", func() bool { return s.TickOutcome(jobs.Metrics, due) == observability.TickEnqueued })
-	id := s.ScheduledRequestID(jobs.Metrics, due)
+	s.Eventually("the next leader to enqueue the due time", func() bool { return s.TickOutcome(riskmetric.Name, due) == observability.TickEnqueued })
+	id := s.ScheduledRequestID(riskmetric.Name, due)
 	s.WaitRequest(id, "DONE", "FAILED")
 
 	third := s.StartScheduler()
@@ -136,11 +141,11 @@ func TestSchedule_NextLeaderEnqueuesOnce(t *testing.T) {
 	// next day's is its first, and the first is not enqueued again.
 	nextDay := due.AddDate(0, 0, 1)
 	clock.Set(nextDay.Add(30 * time.Second))
-	s.Eventually("the third leader to enqueue the next due time", func() bool { return s.TickOutcome(jobs.Metrics, nextDay) == observability.TickEnqueued })
+	s.Eventually("the third leader to enqueue the next due time", func() bool { return s.TickOutcome(riskmetric.Name, nextDay) == observability.TickEnqueued })
 	require.Equal(t, 1, s.Count("SELECT count(*) FROM job_request WHERE job = 'metrics' AND source = 'schedule' AND due_at = $1", due))
 	require.Equal(t, 2, s.Count("SELECT count(*) FROM job_request WHERE job = 'metrics' AND source = 'schedule'"))
 	require.Equal(t, 2, s.Count("SELECT count(*) FROM schedule_tick WHERE job = 'metrics'"))
-	require.InDelta(t, 2, s.Ticks(jobs.Metrics, observability.TickEnqueued), 0)
+	require.InDelta(t, 2, s.Ticks(riskmetric.Name, observability.TickEnqueued), 0)
 }
 
 // mustJSON re-encodes a decoded JSON value.
@@ -212,8 +217,8 @@ func TestSchedule_RacingLeadersOneRequestPerDueTime(t *testing.T) {
 		for range racers {
 			require.NoError(t, <-errs)
 		}
-		require.Equal(t, observability.TickEnqueued, s.TickOutcome(jobs.Metrics, due), "due time %d", i)
-		s.WaitRequest(s.ScheduledRequestID(jobs.Metrics, due), "DONE", "FAILED")
+		require.Equal(t, observability.TickEnqueued, s.TickOutcome(riskmetric.Name, due), "due time %d", i)
+		s.WaitRequest(s.ScheduledRequestID(riskmetric.Name, due), "DONE", "FAILED")
 	}
 
 	// Let the leaders' passes run over the last due time too.
@@ -234,11 +239,11 @@ func TestSchedule_RacingLeadersOneRequestPerDueTime(t *testing.T) {
 		require.True(t, want[i].Equal(got[i]), "due time %d: want %s, got %s", i, want[i], got[i])
 	}
 	// Counted once each, whoever recorded them.
-	require.InDelta(t, dueTimes, s.Ticks(jobs.Metrics, observability.TickEnqueued), 0)
+	require.InDelta(t, dueTimes, s.Ticks(riskmetric.Name, observability.TickEnqueued), 0)
 	for _, outcome := range []string{observability.TickCoalesced, observability.TickDeferred, observability.TickFailed, observability.TickMissed} {
-		require.InDelta(t, 0, s.Ticks(jobs.Metrics, outcome), 0, outcome)
+		require.InDelta(t, 0, s.Ticks(riskmetric.Name, outcome), 0, outcome)
 	}
-	require.InDelta(t, dueTimes, s.Metric(observability.MetricRequests, map[string]string{"job": jobs.Metrics, "source": "schedule", "result": "accepted"}), 0)
+	require.InDelta(t, dueTimes, s.Metric(observability.MetricRequests, map[string]string{"job": riskmetric.Name, "source": "schedule", "result": "accepted"}), 0)
 }
 
 // Due times older than the catch-up window when a scheduler first sees them
@@ -266,16 +271,16 @@ func TestSchedule_MissedBeyondCatchUpWindow(t *testing.T) {
 	clock.Set(start.Add(5*time.Hour + 10*time.Minute))
 	last := time.Date(2026, 3, 2, 14, 0, 0, 0, time.UTC)
 	s.Eventually("the newest due times to be handled", func() bool {
-		return s.TickOutcome(jobs.Metrics, last) != "" && s.TickOutcome(jobs.Rules, last) != "" && s.TickOutcome(jobs.FilingParse, last) != ""
+		return s.TickOutcome(riskmetric.Name, last) != "" && s.TickOutcome(riskrule.Name, last) != "" && s.TickOutcome(filing.Name, last) != ""
 	})
 
 	for _, tt := range []struct {
 		job    string
 		missed []int // hours (UTC) of the missed due times
 	}{
-		{jobs.Metrics, []int{10, 11, 12, 13}}, // window 1h
-		{jobs.Rules, []int{10, 11}},           // window 3h30m
-		{jobs.FilingParse, []int{10, 11, 12, 13}},
+		{riskmetric.Name, []int{10, 11, 12, 13}}, // window 1h
+		{riskrule.Name, []int{10, 11}},           // window 3h30m
+		{filing.Name, []int{10, 11, 12, 13}},
 	} {
 		for hour := 10; hour <= 14; hour++ {
 			outcome := s.TickOutcome(tt.job, time.Date(2026, 3, 2, hour, 0, 0, 0, time.UTC))
@@ -330,9 +335,9 @@ func TestSchedule_FailedEnqueueCounted(t *testing.T) {
 	s.WaitLeader(w)
 
 	clock.Set(due.Add(30 * time.Second))
-	s.Eventually("the refused due time to be recorded", func() bool { return s.TickOutcome(jobs.AptTrade, due) == observability.TickFailed })
-	require.InDelta(t, 1, s.Ticks(jobs.AptTrade, observability.TickFailed), 0)
-	require.InDelta(t, 1, s.Metric(observability.MetricRequests, map[string]string{"job": jobs.AptTrade, "source": "schedule", "result": "invalid"}), 0)
+	s.Eventually("the refused due time to be recorded", func() bool { return s.TickOutcome(apttrade.Name, due) == observability.TickFailed })
+	require.InDelta(t, 1, s.Ticks(apttrade.Name, observability.TickFailed), 0)
+	require.InDelta(t, 1, s.Metric(observability.MetricRequests, map[string]string{"job": apttrade.Name, "source": "schedule", "result": "invalid"}), 0)
 	require.Zero(t, s.Count("SELECT count(*) FROM job_request WHERE job = 'aptTrade'"))
 	require.Equal(t, 1, s.Count("SELECT count(*) FROM schedule_tick WHERE job = 'aptTrade' AND message LIKE '%daily cap%'"))
 	_, job := s.Get("/v1/jobs/aptTrade")
@@ -345,22 +350,22 @@ func TestSchedule_FailedEnqueueCounted(t *testing.T) {
 	flaky := &flakyEnqueuer{ScheduleEnqueuer: inner, fail: true}
 	tt, err := worker.ParseSchedule("@every 1h", seoul)
 	require.NoError(t, err)
-	metricsDef, _ := jobs.Default().Lookup(jobs.Metrics)
+	metricsDef := riskmetric.Spec()
 	sched := s.NewTestScheduler(clock, due.Add(-time.Hour), flaky, worker.Schedule{
-		Job: jobs.Metrics, Spec: "@every 1h", Next: tt, Period: time.Hour,
+		Job: riskmetric.Name, Spec: "@every 1h", Next: tt, Period: time.Hour,
 		Params: func(due time.Time) []byte { return metricsDef.ScheduledParams(due.In(seoul)) },
 	})
 	metricsDue := due.Truncate(time.Hour)
 	ctx := context.Background()
 	require.ErrorContains(t, sched.Pass(ctx), "injected enqueue failure")
-	require.InDelta(t, 1, s.Ticks(jobs.Metrics, observability.TickFailed), 0)
-	require.Empty(t, s.TickOutcome(jobs.Metrics, metricsDue), "not recorded: the next pass retries it")
+	require.InDelta(t, 1, s.Ticks(riskmetric.Name, observability.TickFailed), 0)
+	require.Empty(t, s.TickOutcome(riskmetric.Name, metricsDue), "not recorded: the next pass retries it")
 
 	flaky.setFail(false)
 	require.NoError(t, sched.Pass(ctx))
-	require.Equal(t, observability.TickEnqueued, s.TickOutcome(jobs.Metrics, metricsDue))
-	require.InDelta(t, 1, s.Ticks(jobs.Metrics, observability.TickFailed), 0)
-	require.InDelta(t, 1, s.Ticks(jobs.Metrics, observability.TickEnqueued), 0)
+	require.Equal(t, observability.TickEnqueued, s.TickOutcome(riskmetric.Name, metricsDue))
+	require.InDelta(t, 1, s.Ticks(riskmetric.Name, observability.TickFailed), 0)
+	require.InDelta(t, 1, s.Ticks(riskmetric.Name, observability.TickEnqueued), 0)
 }
 
 // buildrisk_job_last_completed_timestamp_seconds is read from the database
@@ -379,7 +384,7 @@ func TestSchedule_FreshnessFromDatabase(t *testing.T) {
 	}, Now: clock.Now})
 	w := s.StartScheduler()
 	s.WaitLeader(w)
-	s.RunJob(jobs.CorpCodeSync, `{}`)
+	s.RunJob(corpcode.Name, `{}`)
 
 	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
@@ -392,23 +397,23 @@ func TestSchedule_FreshnessFromDatabase(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(context.Background(),
 		"SELECT extract(epoch FROM max(ended_at))::float8 FROM job_execution WHERE job = 'corpCodeSync' AND status = 'COMPLETED'").Scan(&ended))
 	for _, p := range []*observability.Providers{s.Tel.Providers, providers} {
-		got, err := observabilitytest.MetricValue(p, observability.MetricJobLastCompleted, map[string]string{"job": jobs.CorpCodeSync})
+		got, err := observabilitytest.MetricValue(p, observability.MetricJobLastCompleted, map[string]string{"job": corpcode.Name})
 		require.NoError(t, err)
 		require.InDelta(t, ended, got, 0.001)
-		period, err := observabilitytest.MetricValue(p, observability.MetricSchedulePeriod, map[string]string{"job": jobs.StockPrice})
+		period, err := observabilitytest.MetricValue(p, observability.MetricSchedulePeriod, map[string]string{"job": stockprice.Name})
 		require.NoError(t, err)
 		require.InDelta(t, (72 * time.Hour).Seconds(), period, 0)
 	}
 
 	// aptTrade never completed: from its first due time once recorded.
-	got, err := observabilitytest.MetricValue(providers, observability.MetricJobLastCompleted, map[string]string{"job": jobs.AptTrade})
+	got, err := observabilitytest.MetricValue(providers, observability.MetricJobLastCompleted, map[string]string{"job": apttrade.Name})
 	require.NoError(t, err)
 	require.Zero(t, got, "no series before anything is recorded")
 	due := time.Date(2026, 3, 2, 6, 0, 0, 0, seoul)
 	clock.Set(due.Add(time.Minute))
-	s.Eventually("the aptTrade due time", func() bool { return s.TickOutcome(jobs.AptTrade, due) == observability.TickFailed })
+	s.Eventually("the aptTrade due time", func() bool { return s.TickOutcome(apttrade.Name, due) == observability.TickFailed })
 	for _, p := range []*observability.Providers{s.Tel.Providers, providers} {
-		got, err := observabilitytest.MetricValue(p, observability.MetricJobLastCompleted, map[string]string{"job": jobs.AptTrade})
+		got, err := observabilitytest.MetricValue(p, observability.MetricJobLastCompleted, map[string]string{"job": apttrade.Name})
 		require.NoError(t, err)
 		require.InDelta(t, float64(due.Unix()), got, 0)
 	}

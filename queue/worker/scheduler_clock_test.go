@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/jobs/riskmetric"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/request"
@@ -41,7 +42,7 @@ func TestScheduler_DueTimesByTheDatabaseClock(t *testing.T) {
 			require.NoError(t, pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&after))
 
 			var dueAts []time.Time
-			rows, err := pool.Query(ctx, `SELECT due_at FROM schedule_tick WHERE job = $1 ORDER BY due_at`, jobs.Metrics)
+			rows, err := pool.Query(ctx, `SELECT due_at FROM schedule_tick WHERE job = $1 ORDER BY due_at`, riskmetric.Name)
 			require.NoError(t, err)
 			for rows.Next() {
 				var due time.Time
@@ -73,15 +74,14 @@ func newScheduler(t *testing.T, pool *pgxpool.Pool, start time.Time, processCloc
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	enqueuer, err := request.NewEnqueuer(pool, nil, request.Config{Catalog: jobs.Default(), Instruments: instruments, Logger: logger})
+	enqueuer, err := request.NewEnqueuer(pool, nil, request.Config{Catalog: jobs.NewCatalog(riskmetric.Spec()), Instruments: instruments, Logger: logger})
 	require.NoError(t, err)
 	next, err := worker.ParseSchedule("@every 1h", time.UTC)
 	require.NoError(t, err)
-	def, ok := jobs.Default().Lookup(jobs.Metrics)
-	require.True(t, ok)
+	def := riskmetric.Spec()
 	sched, err := worker.NewScheduler(pool, worker.SchedulerConfig{
 		Schedules: []worker.Schedule{{
-			Job: jobs.Metrics, Spec: "@every 1h", Next: next, Period: time.Hour, CatchUp: 24 * time.Hour,
+			Job: riskmetric.Name, Spec: "@every 1h", Next: next, Period: time.Hour, CatchUp: 24 * time.Hour,
 			Params: func(due time.Time) []byte { return def.ScheduledParams(due) },
 		}},
 		Enqueuer: enqueuer, ProcessClock: processClock, Start: start, Instruments: instruments, Logger: logger,

@@ -1,21 +1,24 @@
-package jobs
+package apttrade
 
 import (
 	"fmt"
 	"regexp"
 	"slices"
 	"time"
+
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queue/batch"
 )
 
-// AptTrade is the name of the apartment-trade job.
-const AptTrade = "aptTrade"
+// Name is the name of the apartment-trade job.
+const Name = "aptTrade"
 
 // Bounds of aptTrade's params.
 const (
-	// AptTradeMaxMonths bounds one request's month range.
-	AptTradeMaxMonths = 120
-	// AptTradeMaxRegions bounds the regions list.
-	AptTradeMaxRegions = 500
+	// MaxMonths bounds one request's month range.
+	MaxMonths = 120
+	// MaxRegions bounds the regions list.
+	MaxRegions = 500
 )
 
 var lawdCodePattern = regexp.MustCompile(`^[0-9]{5}$`)
@@ -28,15 +31,16 @@ var SeoulDistricts = []string{
 	"11620", "11650", "11680", "11710", "11740",
 }
 
-// AptTradeParams are aptTrade's params.
-type AptTradeParams struct {
+// Params are aptTrade's params. The API names their schema
+// AptTradeParams, after the job.
+type Params struct {
 	Regions []string `json:"regions" doc:"5-digit legal-district (LAWD) codes" minItems:"1" maxItems:"500" example:"11110"`
 	From    string   `json:"from" doc:"first month, YYYY-MM, from 2006-01 to December of next year" pattern:"^[0-9]{4}-[0-9]{2}$" example:"2025-01"`
 	To      string   `json:"to" doc:"last month, YYYY-MM, from 2006-01 to December of next year (at most 120 months after from)" pattern:"^[0-9]{4}-[0-9]{2}$" example:"2025-03"`
 }
 
 // Months returns every month from From to To as YYYYMM. Only valid params.
-func (p *AptTradeParams) Months() []string {
+func (p *Params) Months() []string {
 	from, _ := time.Parse("2006-01", p.From)
 	to, _ := time.Parse("2006-01", p.To)
 	var months []string
@@ -46,71 +50,66 @@ func (p *AptTradeParams) Months() []string {
 	return months
 }
 
-// AptTradeSpec defines aptTrade: MOLIT apartment trades per region×month.
+// Spec defines aptTrade: MOLIT apartment trades per region×month.
 //
 // Coverage: none yet. Its targets (the requested regions × months) come
 // from each request's params, not from a table, and a region×month with
 // no trade leaves no apt_trade row, so "fetched" is invisible in the
 // domain tables; a fetched-marker per region×month (as risk_rule_check is
 // for rules) would make it countable.
-func AptTradeSpec() *Spec[AptTradeParams] {
-	return &Spec[AptTradeParams]{
-		JobName:         AptTrade,
+func Spec() *jobs.Spec[Params] {
+	return &jobs.Spec[Params]{
+		JobName:         Name,
 		Desc:            "Apartment trades from MOLIT for each region and month, upserted into apt_trade.",
 		ProviderName:    "MOLIT",
 		ChunkDesc:       "one region×month (1 call)",
-		ExampleValue:    AptTradeParams{Regions: []string{"11110", "11140"}, From: "2025-01", To: "2025-03"},
+		ExampleValue:    Params{Regions: []string{"11110", "11140"}, From: "2025-01", To: "2025-03"},
 		DefaultSchedule: "0 4 * * *",
 		// A scheduled run refreshes last month for Seoul's districts.
-		Scheduled: func(now time.Time) AptTradeParams {
+		Scheduled: func(now time.Time) Params {
 			month := now.AddDate(0, -1, 0).Format("2006-01")
-			return AptTradeParams{Regions: slices.Clone(SeoulDistricts), From: month, To: month}
+			return Params{Regions: slices.Clone(SeoulDistricts), From: month, To: month}
 		},
-		Validate: validateAptTrade,
-		Estimate: func(p *AptTradeParams) int {
+		Validate: validate,
+		Estimate: func(p *Params) int {
 			return len(p.Regions) * len(p.Months())
 		},
 	}
 }
 
-func validateAptTrade(p *AptTradeParams) error {
+func validate(p *Params) error {
 	if len(p.Regions) == 0 {
-		return &ParamError{Field: "params.regions", Message: "at least one 5-digit region code is required"}
+		return &jobs.ParamError{Field: "params.regions", Message: "at least one 5-digit region code is required"}
 	}
-	if len(p.Regions) > AptTradeMaxRegions {
-		return &ParamError{Field: "params.regions", Message: fmt.Sprintf("%d regions; at most %d", len(p.Regions), AptTradeMaxRegions)}
+	if len(p.Regions) > MaxRegions {
+		return &jobs.ParamError{Field: "params.regions", Message: fmt.Sprintf("%d regions; at most %d", len(p.Regions), MaxRegions)}
 	}
 	for i, r := range p.Regions {
 		if !lawdCodePattern.MatchString(r) {
-			return &ParamError{Field: fmt.Sprintf("params.regions[%d]", i), Message: fmt.Sprintf("%s is not a 5-digit legal-district code", Quote(r))}
+			return &jobs.ParamError{Field: fmt.Sprintf("params.regions[%d]", i), Message: fmt.Sprintf("%s is not a 5-digit legal-district code", jobs.Quote(r))}
 		}
 	}
 	slices.Sort(p.Regions)
 	p.Regions = slices.Compact(p.Regions)
-	from, err := parseMonth(p.From, "params.from")
+	from, err := jobs.ParseMonth(p.From, "params.from")
 	if err != nil {
 		return err
 	}
-	to, err := parseMonth(p.To, "params.to")
+	to, err := jobs.ParseMonth(p.To, "params.to")
 	if err != nil {
 		return err
 	}
 	if from.After(to) {
-		return &ParamError{Field: "params.from", Message: fmt.Sprintf("from %s is after to %s", p.From, p.To)}
+		return &jobs.ParamError{Field: "params.from", Message: fmt.Sprintf("from %s is after to %s", p.From, p.To)}
 	}
-	if months := (to.Year()-from.Year())*12 + int(to.Month()-from.Month()) + 1; months > AptTradeMaxMonths {
-		return &ParamError{Field: "params.to", Message: fmt.Sprintf("range is %d months; at most %d", months, AptTradeMaxMonths)}
+	if months := (to.Year()-from.Year())*12 + int(to.Month()-from.Month()) + 1; months > MaxMonths {
+		return &jobs.ParamError{Field: "params.to", Message: fmt.Sprintf("range is %d months; at most %d", months, MaxMonths)}
 	}
 	return nil
 }
 
-func parseMonth(s, field string) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, &ParamError{Field: field, Message: "required, format YYYY-MM"}
-	}
-	t, err := time.Parse("2006-01", s)
-	if err != nil {
-		return time.Time{}, &ParamError{Field: field, Message: fmt.Sprintf("%s is not a month in the form YYYY-MM", Quote(s))}
-	}
-	return t, checkDateRange(t, field, s)
+// Registration is aptTrade as a process registers it: its definition and
+// its implementation.
+func Registration() batch.Registration {
+	return batch.Registration{Definition: Spec(), Job: Job{}}
 }

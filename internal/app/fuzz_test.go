@@ -1,34 +1,38 @@
-package jobs
+package app_test
 
 import (
 	"encoding/json"
 	"errors"
 	"testing"
+
+	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/jobs"
 )
 
 // Every job's params decoder, on any input: no panic; a refusal is a
 // *ParamError naming a field under params; accepted params decode again to
 // the same canonical form (what resume identity relies on).
 func FuzzDecodeParams(f *testing.F) {
-	for _, def := range Default().All() {
+	catalog := app.Catalog()
+	for _, def := range catalog.All() {
 		example, err := json.Marshal(def.Example())
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(def.Name(), string(example))
 	}
-	f.Add(AptTrade, `{"regions":["11110"],"from":"0000-01","to":"9999-12"}`)
-	f.Add(FilingParse, `{"from":"2025-01-01","to":"2025-01-01","corpCodes":[1]}`)
-	f.Add(StockPrice, `{"date":"2025-02-30"}`)
-	f.Add(Metrics, `null`)
+	f.Add("aptTrade", `{"regions":["11110"],"from":"0000-01","to":"9999-12"}`)
+	f.Add("filingParse", `{"from":"2025-01-01","to":"2025-01-01","corpCodes":[1]}`)
+	f.Add("stockPrice", `{"date":"2025-02-30"}`)
+	f.Add("metrics", `null`)
 	f.Fuzz(func(t *testing.T, job, raw string) {
-		for _, def := range Default().All() {
+		for _, def := range catalog.All() {
 			if job != "" && def.Name() != job {
 				continue
 			}
 			p, err := def.Decode(json.RawMessage(raw))
 			if err != nil {
-				var pe *ParamError
+				var pe *jobs.ParamError
 				if !errors.As(err, &pe) || pe.Field == "" || len(pe.Message) > 400 {
 					t.Fatalf("%s: %q: not a short *ParamError naming a field: %#v", def.Name(), raw, err)
 				}

@@ -1,15 +1,21 @@
-package jobs
+package stockprice
 
-import "time"
+import (
+	"time"
 
-// StockPrice is the name of the KRX daily price job.
-const StockPrice = "stockPrice"
+	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queue/batch"
+)
 
-// StockPriceChunkSize is how many listed companies one chunk prices.
-const StockPriceChunkSize = 100
+// Name is the name of the KRX daily price job.
+const Name = "stockPrice"
 
-// StockPriceParams are stockPrice's params.
-type StockPriceParams struct {
+// ChunkSize is how many listed companies one chunk prices.
+const ChunkSize = 100
+
+// Params are stockPrice's params. The API names their schema
+// StockPriceParams, after the job.
+type Params struct {
 	Date string `json:"date" doc:"trading date, YYYY-MM-DD, from 2006 to the end of next year; weekends and holidays are skipped, not failed" pattern:"^[0-9]{4}-[0-9]{2}-[0-9]{2}$" example:"2025-03-14"`
 	// OnlyMissing prices only the listed tracked companies without a price
 	// for Date (coverage's missing targets).
@@ -17,46 +23,53 @@ type StockPriceParams struct {
 }
 
 // Day returns Date as a date. Only valid params.
-func (p *StockPriceParams) Day() time.Time {
+func (p *Params) Day() time.Time {
 	d, _ := time.Parse(time.DateOnly, p.Date)
 	return d
 }
 
 // Weekend reports whether Date falls on a Saturday or Sunday, when KRX never
 // trades: a run on such a date calls nothing and skips every company.
-func (p *StockPriceParams) Weekend() bool {
+func (p *Params) Weekend() bool {
 	wd := p.Day().Weekday()
 	return wd == time.Saturday || wd == time.Sunday
 }
 
-// StockPriceSpec defines stockPrice: one day's KRX prices of the listed
-// tracked companies.
+// Spec defines stockPrice: one day's KRX prices of the listed tracked
+// companies.
 //
 // Estimate: one call per listed tracked company, none on a weekend. Only the
 // database knows the companies: the catalog answers 0 and the api's
-// estimator (stockprice.Estimate) counts them.
-func StockPriceSpec() *Spec[StockPriceParams] {
-	return &Spec[StockPriceParams]{
-		JobName: StockPrice,
+// estimator (Estimate) counts them.
+func Spec() *jobs.Spec[Params] {
+	return &jobs.Spec[Params]{
+		JobName: Name,
 		Desc: "Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. " +
 			"A day without trading (weekend, holiday) skips the companies with that reason instead of failing.",
 		ProviderName:    "KRX",
 		ChunkDesc:       "100 listed companies (one call each)",
-		ExampleValue:    StockPriceParams{Date: "2025-03-14"},
+		ExampleValue:    Params{Date: "2025-03-14"},
 		DefaultSchedule: "0 18 * * 1-5",
-		Scheduled: func(now time.Time) StockPriceParams {
-			return StockPriceParams{Date: now.Format(time.DateOnly)}
+		Scheduled: func(now time.Time) Params {
+			return Params{Date: now.Format(time.DateOnly)}
 		},
-		Validate: func(p *StockPriceParams) error {
-			_, err := parseDate(p.Date, "params.date")
+		Validate: func(p *Params) error {
+			_, err := jobs.ParseDate(p.Date, "params.date")
 			return err
 		},
-		Estimate: func(*StockPriceParams) int { return 0 },
-		CoverageDef: &Coverage{
+		Estimate: func(*Params) int { return 0 },
+		CoverageDef: &jobs.Coverage{
 			Targets:     "listed tracked companies (company.tracked with a stock_code)",
 			Current:     "a stock_price row for the trading date (today, or the last weekday on a weekend)",
-			DataDate:    LastWeekdayIn,
+			DataDate:    jobs.LastWeekdayIn,
 			OnlyMissing: true,
 		},
 	}
+}
+
+// Registration is stockPrice as a process registers it: its definition,
+// its implementation and its call estimate, which counts the listed
+// tracked companies (Estimate).
+func Registration() batch.Registration {
+	return batch.Registration{Definition: Spec(), Job: Job{}, Estimate: Estimate}
 }
