@@ -1,8 +1,8 @@
 -- Coverage: per job, its targets for a data date (from the job's source of
 -- truth) and how many of them are current (have the job's row for that
 -- date), counted from the domain tables alone. The definitions are
--- documented beside each job (jobs.Coverage in jobs/<pkg>/spec.go); jobs/coverage
--- binds each job to its two queries here. Every count is one merge join of
+-- documented beside each job (jobs.Coverage in jobs/<pkg>/spec.go), whose
+-- Count and Missing run its two queries here. Every count is one merge join of
 -- two indexes in key order (00008_coverage.sql), and every missing list a
 -- keyset page after the cursor.
 

@@ -29,7 +29,7 @@ var allowedImports = map[string][]string{
 	"jobs/jobstest":                   {"jobs"},
 	"upstream":                        {"queries", "sql/pgtx", "observability"},
 	"upstream/fakeupstream":           {},
-	"jobs":                            {},
+	"jobs":                            {"queries"},
 	"queries":                         {"sql/pgtx"},
 	"sql/pgtx":                        {},
 	"sql/migrations":                  {},

@@ -36,8 +36,9 @@ func (p *paramFlags) Set(v string) error { *p = append(*p, v); return nil }
 // resumable, capped; Ctrl-C drains it at a chunk boundary (a second Ctrl-C
 // cancels the chunk in flight).
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	catalog := app.Catalog()
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(stderr, "usage: radar run JOB [-p key=value ...] [--params JSON] [--max-calls N] [--confirm-purge]\njobs: %s\n", strings.Join(app.Catalog().Names(), ", "))
+		fmt.Fprintf(stderr, "usage: radar run JOB [-p key=value ...] [--params JSON] [--max-calls N] [--confirm-purge]\njobs: %s\n", strings.Join(catalog.Names(), ", "))
 		return exitUsage
 	}
 	jobName := args[0]
@@ -55,9 +56,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "radar run: unexpected arguments %q\n", fs.Args())
 		return exitUsage
 	}
-	def, ok := app.Catalog().Lookup(jobName)
+	def, ok := catalog.Lookup(jobName)
 	if !ok {
-		fmt.Fprintf(stderr, "radar run: unknown job %q; jobs: %s\n", jobName, strings.Join(app.Catalog().Names(), ", "))
+		fmt.Fprintf(stderr, "radar run: unknown job %q; jobs: %s\n", jobName, strings.Join(catalog.Names(), ", "))
 		return exitUsage
 	}
 	raw, err := buildParams(def, *paramsJSON, kv)

@@ -6,8 +6,8 @@
 // COMPLETED run, a day the schedule never ran, a plan over the wrong set.
 //
 // The definitions are the catalog's (jobs.Coverage, in each job package's
-// spec.go); the SQL is queries/coverage.sql; this package binds the two and
-// caches the counts for [Config.MaxAge] so that every scrape of the api and
+// spec.go, with the queries of queries/coverage.sql that count and list
+// them); this package caches the counts for [Config.MaxAge] so that every scrape of the api and
 // of each worker, and every GET /v1/coverage, costs at most one count per
 // job per MaxAge. It must not write anything.
 package coverage
@@ -92,6 +92,11 @@ func New(db queries.DBTX, cfg Config) (*Reader, error) {
 	if cfg.Catalog == nil {
 		return nil, errors.New("coverage: Catalog is required")
 	}
+	for _, d := range cfg.Catalog.All() {
+		if c := d.Coverage(); c != nil && (c.Count == nil || c.Missing == nil || c.DataDate == nil) {
+			return nil, fmt.Errorf("coverage: job %s: a coverage definition needs DataDate, Count and Missing", d.Name())
+		}
+	}
 	return &Reader{cfg: cfg.WithDefaults(), db: db}, nil
 }
 
@@ -100,7 +105,7 @@ func New(db queries.DBTX, cfg Config) (*Reader, error) {
 func (r *Reader) Jobs() []string {
 	var names []string
 	for _, d := range r.cfg.Catalog.All() {
-		if _, ok := bindings[d.Name()]; ok && d.Coverage() != nil {
+		if d.Coverage() != nil {
 			names = append(names, d.Name())
 		}
 	}
@@ -109,11 +114,19 @@ func (r *Reader) Jobs() []string {
 
 // DataDate returns job's data date now.
 func (r *Reader) DataDate(job string) (time.Time, error) {
+	_, day, err := r.definition(job)
+	return day, err
+}
+
+// definition returns job's coverage definition and its data date now, or
+// ErrNoCoverage for a job without one.
+func (r *Reader) definition(job string) (*jobs.Coverage, time.Time, error) {
 	def, ok := r.cfg.Catalog.Lookup(job)
 	if !ok || def.Coverage() == nil {
-		return time.Time{}, fmt.Errorf("%s: %w", job, ErrNoCoverage)
+		return nil, time.Time{}, fmt.Errorf("%s: %w", job, ErrNoCoverage)
 	}
-	return def.Coverage().DataDate(r.cfg.Now(), r.cfg.Location), nil
+	c := def.Coverage()
+	return c, c.DataDate(r.cfg.Now(), r.cfg.Location), nil
 }
 
 // Snapshot returns every job's coverage, counted at most MaxAge ago. A
@@ -150,12 +163,11 @@ func (r *Reader) Snapshot(ctx context.Context) ([]*Job, error) {
 
 // Count counts job's coverage now, bypassing the cache.
 func (r *Reader) Count(ctx context.Context, job string) (*Job, error) {
-	b, ok := bindings[job]
-	day, err := r.DataDate(job)
-	if err != nil || !ok {
-		return nil, fmt.Errorf("%s: %w", job, ErrNoCoverage)
+	c, day, err := r.definition(job)
+	if err != nil {
+		return nil, err
 	}
-	targets, current, err := b.count(ctx, r.db, day)
+	targets, current, err := c.Count(ctx, r.db, day)
 	if err != nil {
 		return nil, fmt.Errorf("error counting coverage of %s: %w", job, err)
 	}
@@ -166,79 +178,16 @@ func (r *Reader) Count(ctx context.Context, job string) (*Job, error) {
 // after the target `after` ("" from the first), in key order, and the data
 // date. Returns ErrNoCoverage for a job without a definition.
 func (r *Reader) Missing(ctx context.Context, job, after string, limit int) ([]string, time.Time, error) {
-	b, ok := bindings[job]
-	day, err := r.DataDate(job)
-	if err != nil || !ok {
-		return nil, time.Time{}, fmt.Errorf("%s: %w", job, ErrNoCoverage)
+	c, day, err := r.definition(job)
+	if err != nil {
+		return nil, time.Time{}, err
 	}
 	limit = min(max(limit, 1), MissingLimitMax)
-	targets, err := b.missing(ctx, r.db, day, after, int32(limit))
+	targets, err := c.Missing(ctx, r.db, day, after, int32(limit))
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("error listing missing targets of %s: %w", job, err)
 	}
 	return targets, day, nil
-}
-
-// binding ties a job to its two queries in queries/coverage.sql.
-type binding struct {
-	count   func(ctx context.Context, db queries.DBTX, day time.Time) (targets, current int64, err error)
-	missing func(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error)
-}
-
-// bindings are keyed by job name. The names are spelled out because this
-// package, which the api imports, must not import the job packages; a
-// binding counts only for a job of the catalog with a coverage definition
-// (Reader.Jobs), and TestReader_CountsEachJobFromTheDomainTables checks
-// that the service's catalog names all four.
-var bindings = map[string]binding{
-	"creditEval": {
-		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
-			row, err := queries.New().CoverageCreditEvalCount(ctx, db, day)
-			if err != nil {
-				return 0, 0, err
-			}
-			return row.Targets, row.Current, nil
-		},
-		missing: func(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error) {
-			return queries.New().CoverageCreditEvalMissing(ctx, db, &queries.CoverageCreditEvalMissingParams{After: after, DataDate: day, RowLimit: limit})
-		},
-	},
-	"stockPrice": {
-		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
-			row, err := queries.New().CoverageStockPriceCount(ctx, db, day)
-			if err != nil {
-				return 0, 0, err
-			}
-			return row.Targets, row.Current, nil
-		},
-		missing: func(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error) {
-			return queries.New().CoverageStockPriceMissing(ctx, db, &queries.CoverageStockPriceMissingParams{After: after, DataDate: day, RowLimit: limit})
-		},
-	},
-	"metrics": {
-		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
-			row, err := queries.New().CoverageMetricsCount(ctx, db, day)
-			if err != nil {
-				return 0, 0, err
-			}
-			return row.Targets, row.Current, nil
-		},
-		missing: func(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error) {
-			return queries.New().CoverageMetricsMissing(ctx, db, &queries.CoverageMetricsMissingParams{After: after, DataDate: day, RowLimit: limit})
-		},
-	},
-	"rules": {
-		count: func(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
-			row, err := queries.New().CoverageRulesCount(ctx, db, day)
-			if err != nil {
-				return 0, 0, err
-			}
-			return row.Targets, row.Current, nil
-		},
-		missing: func(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error) {
-			return queries.New().CoverageRulesMissing(ctx, db, &queries.CoverageRulesMissingParams{After: after, DataDate: day, RowLimit: limit})
-		},
-	},
 }
 
 // History days: GET /v1/jobs/{job}/history serves 1 to HistoryDaysMax of
@@ -290,9 +239,10 @@ func (r *Reader) History(ctx context.Context, job string, days int) ([]*Day, err
 	if err != nil {
 		return nil, fmt.Errorf("error reading the history of %s: %w", job, err)
 	}
+	_, _, noCoverage := r.definition(job)
+	bound := noCoverage == nil
 	out := make([]*Day, len(rows))
 	for i, row := range rows {
-		_, bound := bindings[job]
 		out[i] = &Day{Day: row.Day, Outcome: row.Outcome, Covered: row.Covered && bound, Targets: row.Targets, Current: row.CurrentTargets}
 	}
 	return out, nil

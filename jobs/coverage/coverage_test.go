@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/jobs/coverage"
 	"github.com/buildrisk/radar/jobs/credit"
@@ -50,6 +51,16 @@ func TestReader_CatalogRequired(t *testing.T) {
 	t.Parallel()
 	_, err := coverage.New(nil, coverage.Config{})
 	require.ErrorContains(t, err, "Catalog is required")
+}
+
+// A coverage definition carries the queries that count it: one without
+// them is refused when the Reader is made, not at the first scrape.
+func TestReader_CoverageDefinitionNeedsItsQueries(t *testing.T) {
+	t.Parallel()
+	incomplete := &jobs.Spec[struct{}]{JobName: "half", Desc: "a job whose coverage has no queries",
+		CoverageDef: &jobs.Coverage{Targets: "t", Current: "c", DataDate: jobs.DayIn}}
+	_, err := coverage.New(nil, coverage.Config{Catalog: jobs.NewCatalog(incomplete)})
+	require.ErrorContains(t, err, "job half: a coverage definition needs DataDate, Count and Missing")
 }
 
 func TestReader_CountsEachJobFromTheDomainTables(t *testing.T) {

@@ -1,9 +1,11 @@
 package credit
 
 import (
+	"context"
 	"time"
 
 	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 )
 
@@ -64,6 +66,8 @@ func Spec() *jobs.Spec[Params] {
 			Current:     "a credit_grade row for the eval date (today in BUILDRISK_TIMEZONE)",
 			DataDate:    jobs.DayIn,
 			OnlyMissing: true,
+			Count:       countCreditEvalCoverage,
+			Missing:     missingCreditEvalCoverage,
 		},
 	}
 }
@@ -73,4 +77,18 @@ func Spec() *jobs.Spec[Params] {
 // the database for the day today returns (Estimator).
 func Registration(today func() time.Time) batch.Registration {
 	return batch.Registration{Definition: Spec(), Job: New(), Estimate: Estimator(today)}
+}
+
+// countCreditEvalCoverage is the job's coverage count (queries/coverage.sql).
+func countCreditEvalCoverage(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
+	row, err := queries.New().CoverageCreditEvalCount(ctx, db, day)
+	if err != nil {
+		return 0, 0, err
+	}
+	return row.Targets, row.Current, nil
+}
+
+// missingCreditEvalCoverage is the job's missing list (queries/coverage.sql).
+func missingCreditEvalCoverage(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error) {
+	return queries.New().CoverageCreditEvalMissing(ctx, db, &queries.CoverageCreditEvalMissingParams{After: after, DataDate: day, RowLimit: limit})
 }

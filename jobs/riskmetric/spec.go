@@ -1,10 +1,12 @@
 package riskmetric
 
 import (
+	"context"
 	"time"
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/riskrule"
+	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 )
 
@@ -66,6 +68,8 @@ func spec(now func() time.Time) *jobs.Spec[Params] {
 			Current:     "a risk_metric row for the metric date (today in BUILDRISK_TIMEZONE)",
 			DataDate:    jobs.DayIn,
 			OnlyMissing: true,
+			Count:       countMetricsCoverage,
+			Missing:     missingMetricsCoverage,
 		},
 	}
 }
@@ -74,4 +78,18 @@ func spec(now func() time.Time) *jobs.Spec[Params] {
 // its implementation.
 func Registration() batch.Registration {
 	return batch.Registration{Definition: Spec(), Job: Job{}}
+}
+
+// countMetricsCoverage is the job's coverage count (queries/coverage.sql).
+func countMetricsCoverage(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
+	row, err := queries.New().CoverageMetricsCount(ctx, db, day)
+	if err != nil {
+		return 0, 0, err
+	}
+	return row.Targets, row.Current, nil
+}
+
+// missingMetricsCoverage is the job's missing list (queries/coverage.sql).
+func missingMetricsCoverage(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error) {
+	return queries.New().CoverageMetricsMissing(ctx, db, &queries.CoverageMetricsMissingParams{After: after, DataDate: day, RowLimit: limit})
 }

@@ -1,10 +1,12 @@
 package riskrule
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 )
 
@@ -155,6 +157,8 @@ func spec(now func() time.Time) *jobs.Spec[Params] {
 			Current:     "a risk_rule_check marker for the date (rules evaluated them, whether or not a rule fired)",
 			DataDate:    jobs.DayIn,
 			OnlyMissing: true,
+			Count:       countRulesCoverage,
+			Missing:     missingRulesCoverage,
 		},
 	}
 }
@@ -164,4 +168,18 @@ func spec(now func() time.Time) *jobs.Spec[Params] {
 // uses its default).
 func Registration(thresholds Thresholds) batch.Registration {
 	return batch.Registration{Definition: Spec(), Job: Job{Thresholds: thresholds}}
+}
+
+// countRulesCoverage is the job's coverage count (queries/coverage.sql).
+func countRulesCoverage(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
+	row, err := queries.New().CoverageRulesCount(ctx, db, day)
+	if err != nil {
+		return 0, 0, err
+	}
+	return row.Targets, row.Current, nil
+}
+
+// missingRulesCoverage is the job's missing list (queries/coverage.sql).
+func missingRulesCoverage(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error) {
+	return queries.New().CoverageRulesMissing(ctx, db, &queries.CoverageRulesMissingParams{After: after, DataDate: day, RowLimit: limit})
 }

@@ -1,9 +1,11 @@
 package stockprice
 
 import (
+	"context"
 	"time"
 
 	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 )
 
@@ -63,6 +65,8 @@ func Spec() *jobs.Spec[Params] {
 			Current:     "a stock_price row for the trading date (today, or the last weekday on a weekend)",
 			DataDate:    jobs.LastWeekdayIn,
 			OnlyMissing: true,
+			Count:       countStockPriceCoverage,
+			Missing:     missingStockPriceCoverage,
 		},
 	}
 }
@@ -72,4 +76,18 @@ func Spec() *jobs.Spec[Params] {
 // tracked companies (Estimate).
 func Registration() batch.Registration {
 	return batch.Registration{Definition: Spec(), Job: Job{}, Estimate: Estimate}
+}
+
+// countStockPriceCoverage is the job's coverage count (queries/coverage.sql).
+func countStockPriceCoverage(ctx context.Context, db queries.DBTX, day time.Time) (int64, int64, error) {
+	row, err := queries.New().CoverageStockPriceCount(ctx, db, day)
+	if err != nil {
+		return 0, 0, err
+	}
+	return row.Targets, row.Current, nil
+}
+
+// missingStockPriceCoverage is the job's missing list (queries/coverage.sql).
+func missingStockPriceCoverage(ctx context.Context, db queries.DBTX, day time.Time, after string, limit int32) ([]string, error) {
+	return queries.New().CoverageStockPriceMissing(ctx, db, &queries.CoverageStockPriceMissingParams{After: after, DataDate: day, RowLimit: limit})
 }
