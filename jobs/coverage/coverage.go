@@ -112,12 +112,6 @@ func (r *Reader) Jobs() []string {
 	return names
 }
 
-// DataDate returns job's data date now.
-func (r *Reader) DataDate(job string) (time.Time, error) {
-	_, day, err := r.definition(job)
-	return day, err
-}
-
 // definition returns job's coverage definition and its data date now, or
 // ErrNoCoverage for a job without one.
 func (r *Reader) definition(job string) (*jobs.Coverage, time.Time, error) {
