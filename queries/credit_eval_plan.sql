@@ -60,3 +60,13 @@ SELECT ARRAY(
 )::text[] AS corp_codes
 FROM credit_eval_plan pl
 WHERE pl.execution_id = @execution_id AND pl.chunk = @chunk;
+
+-- name: CreditEvalPlanInKeyOrder :exec
+-- CreditEvalPlanInKeyOrder makes the rest of the plan's transaction read
+-- pages in index order whatever the statistics say. Right after a ledger
+-- is loaded, exposure has none (autovacuum has not analyzed it yet, and the
+-- application's roles may not ANALYZE a table they do not own): the planner
+-- then guesses a few thousand targets, and CreditEvalPlanPage read every
+-- target after its page and sorted them, for every page, so a plan took
+-- time quadratic in the ledger.
+SELECT set_config('enable_sort', 'off', true);

@@ -59,6 +59,22 @@ func (q *Queries) CreditEvalPlanClear(ctx context.Context, db DBTX, executionID 
 	return err
 }
 
+const creditEvalPlanInKeyOrder = `-- name: CreditEvalPlanInKeyOrder :exec
+SELECT set_config('enable_sort', 'off', true)
+`
+
+// CreditEvalPlanInKeyOrder makes the rest of the plan's transaction read
+// pages in index order whatever the statistics say. Right after a ledger
+// is loaded, exposure has none (autovacuum has not analyzed it yet, and the
+// application's roles may not ANALYZE a table they do not own): the planner
+// then guesses a few thousand targets, and CreditEvalPlanPage read every
+// target after its page and sorted them, for every page, so a plan took
+// time quadratic in the ledger.
+func (q *Queries) CreditEvalPlanInKeyOrder(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, creditEvalPlanInKeyOrder)
+	return err
+}
+
 const creditEvalPlanPage = `-- name: CreditEvalPlanPage :one
 WITH page AS (
     SELECT e.corp_code

@@ -136,6 +136,9 @@ func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 		if err := q.CreditEvalPlanClear(ctx, tx, run.ExecutionID); err != nil {
 			return fmt.Errorf("error clearing earlier plans: %w", err)
 		}
+		if err := q.CreditEvalPlanInKeyOrder(ctx, tx); err != nil {
+			return fmt.Errorf("error planning in key order: %w", err)
+		}
 		for {
 			page, err := q.CreditEvalPlanPage(ctx, tx, params)
 			if errors.Is(err, pgx.ErrNoRows) {
