@@ -188,7 +188,7 @@ func benchCPUBound(t *testing.T, scale benchScale) []*benchRow {
 	const fanOut = 64
 	n := scale.cpuN
 	s := apptest.New(t, &apptest.Opts{
-		Env:  map[string]string{"BUILDRISK_FANOUT": strconv.Itoa(fanOut)},
+		Env:  map[string]string{"BUILDRISK_FANOUT": strconv.Itoa(fanOut), "BUILDRISK_DAILY_CAP_CREDIT": "1000000"},
 		Fake: fakeupstream.Config{Companies: max(n+1, fakeupstream.CompaniesDefault)},
 	})
 	productionTelemetry(t, s)

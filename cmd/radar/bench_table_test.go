@@ -45,7 +45,7 @@ type benchScale struct {
 
 func benchScaleFor(mode string) benchScale {
 	if mode == "full" {
-		return benchScale{mode: mode, reps: 3, creditN: 4000, cpuN: 10_000, latency: 20 * time.Millisecond, pickups: 200,
+		return benchScale{mode: mode, reps: 3, creditN: 4000, cpuN: 30_000, latency: 20 * time.Millisecond, pickups: 200,
 			chunkRegions: 20, chunkReps: 15, jobsGets: 300, jobsBig: 100_000, importSmall: 10_000, importBig: 200_000,
 			workerSmall: 10_000, workerBig: 200_000, scaleChunks: 20}
 	}

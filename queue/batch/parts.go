@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,9 +23,11 @@ import (
 // value is handed to the part commits, but at any moment at most
 // paidWindow(Size) = 2 × Size items are paid for and not yet committed (Size
 // calls in flight and Size finished items waiting for their part); beyond
-// that, the producer waits for a commit. Items that finish while both parts
-// commit go together in the next part (group commit), so the parts grow when
-// the database is the slower side.
+// that, the producer waits for a commit. One committer commits the parts
+// (group commit): a part is every item finished when it begins, and it
+// waits for half the slots' worth of items (or partMaxWait) before it
+// begins, so a part's fixed cost (its transaction, its fenced bookkeeping)
+// is shared by many items even when calls are cheap.
 //
 // The chunk can therefore end at any item: on a drain (the runner's Drain),
 // a stop request (learned at each part commit), a daily cap, maxCalls or a
@@ -109,15 +112,22 @@ func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string,
 	return status, nil
 }
 
-// partCommitsAtOnce is how many parts of a chunk commit at the same time:
-// the number of committer goroutines of a groupCommit. With two, a value
-// that arrives while a part commits starts its own part at once instead of
-// waiting for that one to end (the two then serialize only on the execution
-// row's lock, for a COMMIT). More did not help when measured (the fan-out
-// rows of make bench at 4 and 8): values no longer waited for a turn, but
-// each commit took as much longer, queued on that row lock and on the
-// pool's connections.
-const partCommitsAtOnce = 2
+// partMaxWait is how long a finished item waits for others to share its
+// part: past it, the part commits with what it has. It bounds how stale a
+// slow chunk's progress and its view of a stop request get, and matters
+// only when calls are slow or few (at FANOUT 64 and 20 ms calls, half the
+// slots finish in about 10 ms).
+const partMaxWait = 20 * time.Millisecond
+
+// minPart is how many finished items a part waits for (up to partMaxWait):
+// half the slots. With at most paidWindow = 2 × size items paid for and
+// uncommitted, a part of half the slots committing and as many waiting for
+// the next still leave every slot calling. Waiting for company is what
+// makes parts big when calls are cheap: taking whatever was pending made
+// parts of about 15 items at FANOUT 64 and 0 ms calls, where PostgreSQL
+// then spent 4 to 5 times the CPU per item of upserts of 1,000
+// (BENCHMARKS.md).
+func minPart(size int) int { return max(1, size/2) }
 
 // paidWindow is how many items of a fan-out chunk may be paid for (handed
 // over to a provider call) and not yet committed: the size calls in flight
@@ -128,17 +138,26 @@ const partCommitsAtOnce = 2
 // calls are in flight, so the commit no longer adds to every call's time.
 func paidWindow(size int) int { return 2 * size }
 
-// groupCommit commits the values handed to it in parts, on
-// partCommitsAtOnce committer goroutines, each taking every value pending
-// when it is free. add does not wait for the commit: done reports it.
+// groupCommit commits the values handed to it in parts, on one committer
+// goroutine: a part is every value pending when the committer takes them,
+// which it does once minPart values are pending, the oldest of them has
+// waited maxWait, or the group is closed. add does not wait for the commit:
+// done reports it.
 type groupCommit[R any] struct {
-	commit func(keys []string, values []R) error
+	commit  func(keys []string, values []R) error
+	minPart int
+	maxWait time.Duration
 
 	mu      sync.Mutex
-	wake    *sync.Cond // signalled when a value is pending or the group closes
+	wake    *sync.Cond // signalled when a part is due or the group closes
 	pending []pendingValue[R]
 	closed  bool
-	wg      sync.WaitGroup // the committers
+	// due is set when the oldest pending value has waited maxWait; timer
+	// sets it, for the part of generation gen.
+	due   bool
+	gen   uint64
+	timer *time.Timer
+	done  chan struct{} // closed when the committer has returned
 
 	queued func() // test hook: runs once a value is pending
 }
@@ -149,14 +168,11 @@ type pendingValue[R any] struct {
 	done  func(error)
 }
 
-// newGroupCommit starts the committers of a group; close it to wait for
-// them.
-func newGroupCommit[R any](commit func(keys []string, values []R) error) *groupCommit[R] {
-	g := &groupCommit[R]{commit: commit}
+// newGroupCommit starts the committer of a group; close it to wait for it.
+func newGroupCommit[R any](minPart int, maxWait time.Duration, commit func(keys []string, values []R) error) *groupCommit[R] {
+	g := &groupCommit[R]{commit: commit, minPart: max(1, minPart), maxWait: maxWait, done: make(chan struct{})}
 	g.wake = sync.NewCond(&g.mu)
-	for range partCommitsAtOnce {
-		g.wg.Go(g.committer)
-	}
+	go g.committer()
 	return g
 }
 
@@ -165,7 +181,22 @@ func newGroupCommit[R any](commit func(keys []string, values []R) error) *groupC
 func (g *groupCommit[R]) add(key string, value R, done func(error)) {
 	g.mu.Lock()
 	g.pending = append(g.pending, pendingValue[R]{key: key, value: value, done: done})
-	g.wake.Signal()
+	switch {
+	case len(g.pending) >= g.minPart:
+		g.wake.Signal()
+	case len(g.pending) == 1:
+		// The first value of a part: it waits at most maxWait for company.
+		g.gen++
+		gen := g.gen
+		g.timer = time.AfterFunc(g.maxWait, func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if g.gen == gen {
+				g.due = true
+				g.wake.Signal()
+			}
+		})
+	}
 	g.mu.Unlock()
 	if g.queued != nil {
 		g.queued()
@@ -179,19 +210,24 @@ func (g *groupCommit[R]) close() {
 	g.closed = true
 	g.wake.Broadcast()
 	g.mu.Unlock()
-	g.wg.Wait()
+	<-g.done
 }
 
-// committer commits parts until the group is closed and nothing is pending:
-// each part is every value pending when it begins.
+// committer commits parts until the group is closed and nothing is pending.
 func (g *groupCommit[R]) committer() {
+	defer close(g.done)
 	for {
 		g.mu.Lock()
-		for len(g.pending) == 0 && !g.closed {
+		for !g.closed && (len(g.pending) == 0 || (len(g.pending) < g.minPart && !g.due)) {
 			g.wake.Wait()
 		}
 		part := g.pending
-		g.pending = nil
+		g.pending, g.due = nil, false
+		if g.timer != nil {
+			g.timer.Stop()
+			g.timer = nil
+		}
+		g.gen++ // a timer that fires now belongs to no part
 		g.mu.Unlock()
 		if len(part) == 0 {
 			return // closed, nothing left
@@ -280,7 +316,7 @@ func fanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items [
 
 	// Parts commit even when ctx has ended: their calls were paid for.
 	commitCtx := context.WithoutCancel(ctx)
-	group := newGroupCommit(func(keys []string, values []R) error {
+	group := newGroupCommit(minPart(pool.Size()), partMaxWait, func(keys []string, values []R) error {
 		status, err := parts.commit(commitCtx, chunk, keys, func(b *pgx.Batch) { c.Queue(b, values) })
 		switch {
 		case err != nil:

@@ -17,24 +17,24 @@ import (
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
-// A value that arrives while a part commits starts a part of its own at
-// once instead of waiting for that one, up to partCommitsAtOnce parts; the
-// values that arrive while both commit go together in the next part, and
-// every value learns its own part's result.
-func TestGroupCommit_PartsCommitSideBySide(t *testing.T) {
+// A part waits for minPart values before it commits, and the values that
+// arrive while it commits go together in the next part; a part that has
+// fewer commits once its oldest value has waited maxWait or the group
+// closes, and every value learns its own part's result.
+func TestGroupCommit_PartsWaitForCompany(t *testing.T) {
 	type part struct {
 		keys    []string
 		release chan error
 	}
 	entered := make(chan part)
-	g := newGroupCommit(func(keys []string, _ []string) error {
-		p := part{keys: keys, release: make(chan error)}
-		entered <- p
-		return <-p.release
-	})
-	queued := make(chan struct{}, 4)
-	g.queued = func() { queued <- struct{}{} }
-	add := func(key string) <-chan error {
+	newGroup := func(minPart int, maxWait time.Duration) *groupCommit[string] {
+		return newGroupCommit(minPart, maxWait, func(keys []string, _ []string) error {
+			p := part{keys: keys, release: make(chan error)}
+			entered <- p
+			return <-p.release
+		})
+	}
+	add := func(g *groupCommit[string], key string) <-chan error {
 		result := make(chan error, 1)
 		g.add(key, key, func(err error) { result <- err })
 		return result
@@ -49,36 +49,48 @@ func TestGroupCommit_PartsCommitSideBySide(t *testing.T) {
 			return part{}
 		}
 	}
-	waitQueued := func(what string) {
-		t.Helper()
-		select {
-		case <-queued:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("never pending: %s", what)
+
+	t.Run("MinPart", func(t *testing.T) {
+		g := newGroup(3, time.Hour)
+		queued := make(chan struct{}, 8)
+		g.queued = func() { queued <- struct{}{} }
+		resultA, resultB, resultC := add(g, "a"), add(g, "b"), add(g, "c")
+		partABC := next("a, b and c")
+		// Had a part begun before the third value, it would hold fewer.
+		require.Equal(t, []string{"a", "b", "c"}, partABC.keys, "the part waited for three values")
+		resultD, resultE := add(g, "d"), add(g, "e")
+		for range 5 {
+			<-queued
 		}
-	}
+		partABC.release <- nil
+		resultF := add(g, "f")
+		partDEF := next("d, e and f, once a's part committed")
+		require.Equal(t, []string{"d", "e", "f"}, partDEF.keys)
+		partDEF.release <- errors.New("disk full")
+		resultG := add(g, "g")
+		closed := make(chan struct{})
+		go func() { g.close(); close(closed) }()
+		partG := next("g, alone, once the group closes")
+		require.Equal(t, []string{"g"}, partG.keys)
+		partG.release <- nil
+		<-closed
+		for _, r := range []<-chan error{resultA, resultB, resultC, resultG} {
+			require.NoError(t, <-r)
+		}
+		for _, r := range []<-chan error{resultD, resultE, resultF} {
+			require.EqualError(t, <-r, "disk full")
+		}
+	})
 
-	resultA := add("a")
-	partA := next("a")
-	require.Equal(t, []string{"a"}, partA.keys)
-	resultB := add("b")
-	partB := next("b, while a's part commits")
-	require.Equal(t, []string{"b"}, partB.keys, "b's part commits while a's is in flight")
-	resultC, resultD := add("c"), add("d")
-	for _, what := range []string{"a", "b", "c", "d"} {
-		waitQueued(what) // c and d are pending while both parts commit
-	}
-	partA.release <- nil
-	partCD := next("c and d, once a's part committed")
-	require.ElementsMatch(t, []string{"c", "d"}, partCD.keys, "c and d, added while both parts committed, go together")
-	partB.release <- errors.New("disk full")
-	partCD.release <- nil
-
-	require.NoError(t, <-resultA)
-	require.EqualError(t, <-resultB, "disk full")
-	require.NoError(t, <-resultC)
-	require.NoError(t, <-resultD)
-	g.close()
+	t.Run("MaxWait", func(t *testing.T) {
+		g := newGroup(100, time.Millisecond)
+		result := add(g, "x")
+		p := next("x, alone, once it has waited maxWait")
+		require.Equal(t, []string{"x"}, p.keys)
+		p.release <- nil
+		require.NoError(t, <-result)
+		g.close()
+	})
 }
 
 // A slot is free for its next call while its item's part commits, but the
