@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs/apttrade"
+	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/jobs/filing"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -86,12 +87,13 @@ func TestAccounting_ShortPageNeverCompletes(t *testing.T) {
 // instance what is done, and the instance adds up to its targets.
 func TestAccounting_InstanceFiguresAcrossResume(t *testing.T) {
 	t.Parallel()
-	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_FANOUT": "4"}})
+	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_FANOUT": "4"}, Fake: fakeupstream.Config{Companies: 6000}})
 	targets := s.SeedCreditTargets()
-	require.Greater(t, len(targets), 1500, "more than one chunk")
+	maxCalls := credit.ChunkSize + credit.ChunkSize/2 // the first chunk and part of the second
+	require.Greater(t, len(targets), maxCalls, "more than one chunk")
 	s.StartWorker()
 
-	status, out := s.Post("/v1/jobs/creditEval/requests", `{"params":{},"maxCalls":1500}`)
+	status, out := s.Post("/v1/jobs/creditEval/requests", fmt.Sprintf(`{"params":{},"maxCalls":%d}`, maxCalls))
 	require.Equal(t, http.StatusAccepted, status, "%v", out)
 	first := s.WaitRequest(out["requestId"].(string), "DONE", "FAILED")
 	exec := apptest.Execution(t, first)
@@ -99,7 +101,7 @@ func TestAccounting_InstanceFiguresAcrossResume(t *testing.T) {
 	inst, ok := first["instance"].(map[string]any)
 	require.True(t, ok, "no instance: %v", first)
 	paid := float64(s.Count(`SELECT count(*) FROM credit_grade`))
-	require.GreaterOrEqual(t, paid, float64(1500), "the first chunk and the grades of the second that came back")
+	require.GreaterOrEqual(t, paid, float64(maxCalls), "the first chunk and the grades of the second that came back")
 	require.Equal(t, map[string]any{
 		"id": inst["id"], "executions": float64(1), "chunksDone": float64(1),
 		"targets": paid, "itemsWritten": paid, "itemsSkipped": float64(0), "itemsFailed": float64(0),

@@ -78,6 +78,9 @@ const firstErrorsNamed = 3
 type Job struct {
 	mu   sync.Mutex
 	plan *declared
+	// chunkSize is how many targets a chunk holds (ChunkSize unless
+	// NewSized).
+	chunkSize int
 }
 
 // declared is what the running execution declared: the tolerance of failed
@@ -93,7 +96,17 @@ var (
 )
 
 // New returns the creditEval job.
-func New() *Job { return &Job{} }
+func New() *Job { return NewSized(ChunkSize) }
+
+// NewSized returns the creditEval job with chunks of chunkSize targets
+// (ChunkSize when below 1): tests use it to run several chunks over a
+// small ledger.
+func NewSized(chunkSize int) *Job {
+	if chunkSize < 1 {
+		chunkSize = ChunkSize
+	}
+	return &Job{chunkSize: chunkSize}
+}
 
 // Plan implements batch.Job. It freezes the execution's plan in the
 // database (credit_eval_plan), a chunk per statement in keyset order of
@@ -123,7 +136,7 @@ func (j *Job) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
 		return nil, fmt.Errorf("error reading checkpoint totals: %w", err)
 	}
 	params := &queries.CreditEvalPlanPageParams{
-		ExecutionID: run.ExecutionID, InstanceID: run.InstanceID, ChunkSize: ChunkSize,
+		ExecutionID: run.ExecutionID, InstanceID: run.InstanceID, ChunkSize: int32(j.chunkSize),
 		Backfill: p.Missing(), EvalDate: run.Calls.Today(), DoneChunks: committed,
 	}
 	params.DoneFirsts, params.DoneLasts = doneRanges(committed)

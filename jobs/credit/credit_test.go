@@ -31,6 +31,10 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// testChunkSize is the chunk size of the runner setup builds: a few
+// thousand targets then make several chunks.
+const testChunkSize = 1000
+
 var seoul = func() *time.Location {
 	loc, err := time.LoadLocation("Asia/Seoul")
 	if err != nil {
@@ -100,7 +104,7 @@ func setup(tb testing.TB, opts setupOpts) *testBundle {
 	})
 	require.NoError(tb, err)
 	b.runner, err = batch.NewRunner(b.pool, batch.Config{
-		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{credit.Name: credit.New()},
+		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{credit.Name: credit.NewSized(testChunkSize)},
 		Upstream: b.client, Instruments: instruments, Logger: logger, FanOut: opts.fanOut,
 	})
 	require.NoError(tb, err)

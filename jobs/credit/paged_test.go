@@ -27,7 +27,7 @@ import (
 func TestCreditEval_PagedTargetsOnceEachAcrossStopAndLedgerChange(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{targets: 2500, fanOut: 4})
-	require.Greater(t, len(b.targets), 2*credit.ChunkSize)
+	require.Greater(t, len(b.targets), 2*testChunkSize)
 
 	maxCalls := 1300 // the first chunk and part of the second
 	out, first := b.run(t, `{}`, &maxCalls)
@@ -87,7 +87,7 @@ func TestCreditEval_PlanMemoryFlat(t *testing.T) {
 func planAllocs(t *testing.T, n int) uint64 {
 	t.Helper()
 	b := setup(t, setupOpts{targets: n})
-	job := credit.New()
+	job := credit.NewSized(testChunkSize)
 	run := &batch.Run{
 		DB: batch.NewReader(b.pool), Job: credit.Name, ExecutionID: 1, InstanceID: 1, Params: json.RawMessage(`{}`),
 		Calls: b.client.NewCaller(credit.Name, 0),
@@ -114,7 +114,7 @@ func planAllocs(t *testing.T, n int) uint64 {
 // entries, and 400,000 would read 80 million.
 func TestCreditEval_PlanReadsEachTargetOnceWithoutStatistics(t *testing.T) {
 	t.Parallel()
-	const n = 5 * credit.ChunkSize
+	const n = 5 * testChunkSize
 	b := setup(t, setupOpts{targets: n})
 	ctx := context.Background()
 	var analyzed bool
@@ -133,7 +133,7 @@ func TestCreditEval_PlanReadsEachTargetOnceWithoutStatistics(t *testing.T) {
 		DB: batch.NewReader(b.pool), Job: credit.Name, ExecutionID: 1, InstanceID: 1, Params: json.RawMessage(`{}`),
 		Calls: b.client.NewCaller(credit.Name, 0),
 	}
-	plan, err := credit.New().Plan(ctx, run)
+	plan, err := credit.NewSized(testChunkSize).Plan(ctx, run)
 	require.NoError(t, err)
 	require.Equal(t, int64(n), plan.Targets)
 	var reads int64
@@ -142,5 +142,5 @@ func TestCreditEval_PlanReadsEachTargetOnceWithoutStatistics(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the plan's reads never reached the statistics (%d of at least %d)", reads, n)
 		time.Sleep(50 * time.Millisecond)
 	}
-	require.LessOrEqual(t, reads, int64(n+n/2), "exposure rows read to plan %d targets in pages of %d", n, credit.ChunkSize)
+	require.LessOrEqual(t, reads, int64(n+n/2), "exposure rows read to plan %d targets in pages of %d", n, testChunkSize)
 }
