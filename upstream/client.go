@@ -242,6 +242,9 @@ type Client struct {
 	// rates holds a dispenser per provider with a rate limit; nil for the
 	// others, which then cost nothing more per call.
 	rates map[Provider]*rateLimiter
+	// origins holds each configured provider's origin, or why its base URL
+	// cannot take its key, parsed once instead of at every call.
+	origins map[Provider]originOf
 	// limitLowered counts the 429s answered under a rate limit, logged as
 	// one summary line at most every SummaryInterval.
 	limitLowered  *observability.Summary
@@ -284,6 +287,11 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*Client, error) {
 	}
 	for p, rate := range cfg.Rates {
 		c.rates[p] = newRateLimiter(c, p, rate)
+	}
+	c.origins = make(map[Provider]originOf, len(cfg.BaseURLs))
+	for p, base := range cfg.BaseURLs {
+		o, err := providerOrigin(base, cfg.AllowHTTP)
+		c.origins[p] = originOf{origin: o, err: err}
 	}
 	return c, nil
 }
@@ -402,7 +410,6 @@ func (cl *Caller) Calls() int64 { return cl.calls.Load() }
 // body of a 2xx answer.
 func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) ([]byte, error) {
 	c := cl.client
-	key := endpoint.CallKey(query)
 	provider := endpoint.Provider
 	base, ok := c.cfg.BaseURLs[provider]
 	if !ok || base == "" {
@@ -412,15 +419,15 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 	if apiKey == "" {
 		return nil, fmt.Errorf("%s %s: %w (set %s)", provider, endpoint.Name, ErrNoKey, provider.KeyEnv())
 	}
-	origin, err := providerOrigin(base, c.cfg.AllowHTTP)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", provider, endpoint.Name, err)
+	origin := c.origins[provider]
+	if origin.err != nil {
+		return nil, fmt.Errorf("%s %s: %w", provider, endpoint.Name, origin.err)
 	}
 	// The URL built here has no key: keyTransport adds it at the last
 	// moment, below tracing, so no span, error or log line can quote it,
 	// and only to a request for the provider's own scheme and host.
 	target := strings.TrimRight(base, "/") + endpoint.Path + "?" + query.Encode()
-	ctx = context.WithValue(ctx, credentialKey{}, credential{param: provider.KeyParam(), value: apiKey, origin: origin})
+	ctx = context.WithValue(ctx, credentialKey{}, credential{param: provider.KeyParam(), value: apiKey, origin: origin.origin})
 
 	limiter := c.rates[provider] // nil without a rate limit
 	var lastStatus, attempts int
@@ -490,7 +497,7 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 		case <-time.After(wait):
 		}
 	}
-	return nil, &CallError{Provider: provider, Endpoint: endpoint.Name, Key: key, Status: lastStatus, Attempts: attempts, Err: lastErr}
+	return nil, &CallError{Provider: provider, Endpoint: endpoint.Name, Key: endpoint.CallKey(query), Status: lastStatus, Attempts: attempts, Err: lastErr}
 }
 
 func (c *Client) do(ctx context.Context, target string) ([]byte, int, time.Duration, error) {
@@ -544,6 +551,12 @@ func redirectError(from *url.URL, resp *http.Response) error {
 // origin is a provider's scheme and host: the only place its key goes.
 type origin struct{ scheme, host string }
 
+// originOf is a provider's origin, or the reason its base URL has none.
+type originOf struct {
+	origin origin
+	err    error
+}
+
 // providerOrigin parses a base URL and returns its origin; an http URL is
 // refused unless allowHTTP.
 func providerOrigin(base string, allowHTTP bool) (origin, error) {
@@ -585,16 +598,35 @@ func (t *keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		// No key, or a request for anywhere but the provider: sent as is.
 		return t.next.RoundTrip(r)
 	}
-	keyed := r.Clone(r.Context()) // a RoundTripper must not modify its request
-	q := keyed.URL.Query()
-	q.Set(cred.param, cred.value)
-	keyed.URL.RawQuery = q.Encode()
+	// A RoundTripper must not modify its request: the keyed one is a copy
+	// with its own URL (the rest is only read on the way out).
+	keyed := new(http.Request)
+	*keyed = *r
+	u := *r.URL
+	u.RawQuery = withParam(u.RawQuery, cred.param, cred.value)
+	keyed.URL = &u
 	resp, err := t.next.RoundTrip(keyed)
 	if err != nil {
 		return nil, &redactedError{err: err}
 	}
 	resp.Request = r // what callers read back is the request without the key
 	return resp, nil
+}
+
+// withParam returns the encoded query rawQuery with param set to value: the
+// pair is appended, unless rawQuery already holds param, which is then
+// replaced (the query parsed and encoded again).
+func withParam(rawQuery, param, value string) string {
+	pair := url.QueryEscape(param) + "=" + url.QueryEscape(value)
+	if rawQuery == "" {
+		return pair
+	}
+	if !strings.HasPrefix(rawQuery, param+"=") && !strings.Contains(rawQuery, "&"+param+"=") {
+		return rawQuery + "&" + pair
+	}
+	q, _ := url.ParseQuery(rawQuery)
+	q.Set(param, value)
+	return q.Encode()
 }
 
 // redactedError is a transport error whose text goes through

@@ -323,3 +323,17 @@ func TestClient_RequiresHTTPS(t *testing.T) {
 	_, err = upstream.NewClient(nil, cfg)
 	require.NoError(t, err)
 }
+
+// The key transport sets the key parameter on the encoded query: appended
+// when the query has none, replacing one it already holds, escaped.
+func TestWithParam(t *testing.T) {
+	for _, c := range []struct{ raw, want string }{
+		{"", "key=v%2B1"},
+		{"date=20260101", "date=20260101&key=v%2B1"},
+		{"xkey=1&date=2", "xkey=1&date=2&key=v%2B1"},
+		{"key=old&date=2", "date=2&key=v%2B1"},
+		{"date=2&key=old", "date=2&key=v%2B1"},
+	} {
+		require.Equal(t, c.want, upstream.WithParam(c.raw, "key", "v+1"), "query %q", c.raw)
+	}
+}

@@ -28,3 +28,6 @@ func ParseFilingList(body []byte) (filings []Filing, totalPages int, err error) 
 	filings, totalPages, _, err = parseFilingPage(body)
 	return filings, totalPages, err
 }
+
+// WithParam is withParam, for its table test.
+var WithParam = withParam
