@@ -274,8 +274,8 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*Client, error) {
 			// No Client.Timeout: do bounds each attempt with a context
 			// deadline instead. With a Timeout, and a transport that is not
 			// net/http's own (keyTransport wraps it), net/http cancels the
-			// old way: two goroutines and a timer per request, which was a
-			// tenth of the CPU of a fan-out of cheap calls.
+			// old way: two goroutines and a timer per request, several
+			// percent of the CPU of a fan-out of cheap calls.
 			Transport: transport,
 			// A redirect is never followed: the key would go with it to
 			// wherever it points. do reports it as the provider's error.
