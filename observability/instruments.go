@@ -33,6 +33,7 @@ const (
 	MetricAutoResumes            = "buildrisk_auto_resumes_total"
 	MetricAutoResumesRefused     = "buildrisk_auto_resumes_refused_total"
 	MetricChunkDuration          = "buildrisk_chunk_duration_seconds"
+	MetricCommitsLost            = "buildrisk_commits_lost_total"
 	MetricCoverageAsOf           = "buildrisk_coverage_as_of_timestamp_seconds"
 	MetricCoverageCheckFailures  = "buildrisk_coverage_check_failures_total"
 	MetricCoverageDataDate       = "buildrisk_coverage_data_date_timestamp_seconds"
@@ -71,6 +72,7 @@ var MetricNames = []string{
 	MetricAutoResumesRefused,
 	MetricAutoResumes,
 	MetricChunkDuration,
+	MetricCommitsLost,
 	MetricCoverageAsOf,
 	MetricCoverageCheckFailures,
 	MetricCoverageDataDate,
@@ -151,6 +153,7 @@ type Instruments struct {
 	autoResumes            metric.Int64Counter
 	autoResumesRefused     metric.Int64Counter
 	chunkDuration          metric.Float64Histogram
+	commitsLost            metric.Int64Counter
 	coverageAsOf           metric.Float64ObservableGauge
 	coverageCheckFailures  metric.Int64Counter
 	coverageDataDate       metric.Float64ObservableGauge
@@ -236,6 +239,14 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 	i.requestsFailed, err = meter.Int64Counter("buildrisk.requests.failed",
 		metric.WithDescription("Requests failed without an outcome of their own run, by reason (orphaned, start_failed)."),
 		metric.WithUnit("{request}"))
+	check(err)
+
+	// buildrisk_commits_lost_total{job}: commits the database acknowledged
+	// and then did not hold (a failover to an asynchronous replica), found
+	// by a run's check of its plan against the database and done again.
+	i.commitsLost, err = meter.Int64Counter("buildrisk.commits_lost",
+		metric.WithDescription("Commits the database acknowledged and then lost (a failover to an asynchronous replica), found and done again."),
+		metric.WithUnit("{commit}"))
 	check(err)
 
 	// buildrisk_ownership_lost_total{job}: runs that found their execution

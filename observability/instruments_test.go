@@ -107,6 +107,7 @@ func recordOneOfEach(ctx context.Context, inst *Instruments) {
 	})
 	inst.CoverageCheckFailed(ctx, "creditEval")
 	inst.HTTPRefused(ctx, RefusalBodyTooLarge)
+	inst.CommitsLost(ctx, "rules", 1)
 }
 
 func TestInstrumentsScrapedNames(t *testing.T) {
@@ -148,6 +149,7 @@ func TestInstrumentsScrapedNames(t *testing.T) {
 		"buildrisk_fanout_rejections_total":              {[]string{"job", "reason"}, dto.MetricType_COUNTER},
 		"buildrisk_items_total":                          {[]string{"job", "outcome"}, dto.MetricType_COUNTER},
 		"buildrisk_ownership_lost_total":                 {[]string{"job"}, dto.MetricType_COUNTER},
+		"buildrisk_commits_lost_total":                   {[]string{"job"}, dto.MetricType_COUNTER},
 		"buildrisk_provider_calls_remaining":             {[]string{"provider"}, dto.MetricType_GAUGE},
 		"buildrisk_provider_daily_cap":                   {[]string{"provider"}, dto.MetricType_GAUGE},
 		"buildrisk_queue_oldest_age_seconds":             {[]string{"job"}, dto.MetricType_GAUGE},

@@ -41,6 +41,7 @@ func (i *Instruments) InitSeries(ctx context.Context, jobs, providers []string) 
 			i.items.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrOutcome.String(outcome)))
 		}
 		i.ownershipLost.Add(ctx, 0, metric.WithAttributes(attrJob.String(job)))
+		i.commitsLost.Add(ctx, 0, metric.WithAttributes(attrJob.String(job)))
 		for _, reason := range requestFailedReasons {
 			i.requestsFailed.Add(ctx, 0, metric.WithAttributes(attrJob.String(job), attrReason.String(reason)))
 		}
@@ -138,6 +139,15 @@ func (i *Instruments) AuthFailuresInit(ctx context.Context) {
 // AuthViaLogin).
 func (i *Instruments) AuthFailed(ctx context.Context, via string) {
 	i.authFailures.Add(ctx, 1, metric.WithAttributes(attribute.String("via", oneOf(via, AuthViaBearer, AuthViaLogin))))
+}
+
+// CommitsLost counts n commits of job that the database acknowledged and
+// then did not hold: a failover to an asynchronous replica that had not
+// received them. The run does them again before it may complete; any
+// increase means the database lost acknowledged work: alert
+// BuildriskCommitsLost.
+func (i *Instruments) CommitsLost(ctx context.Context, job string, n int64) {
+	i.commitsLost.Add(ctx, n, metric.WithAttributes(attrJob.String(job)))
 }
 
 // OwnershipLost counts one run of job that found its execution no longer

@@ -37,3 +37,21 @@ SET last_updated = now(),
     items_failed = items_failed + @failed
 WHERE job_execution.id = @id
   AND execution_owned(job_execution, @worker_id::text, @lease_epoch::bigint);
+
+-- name: JobCheckpointPartHas :one
+-- JobCheckpointPartHas reports whether an item is listed in a part of the
+-- chunk committed by the execution: a part is one transaction, so its first
+-- item tells whether a commit whose answer was lost landed.
+SELECT EXISTS (
+    SELECT 1 FROM job_checkpoint_part
+    WHERE instance_id = @instance_id AND chunk = @chunk::text AND execution_id = @execution_id
+      AND @item::text = ANY (items)
+) AS has;
+
+-- name: JobCheckpointPartMissing :many
+-- JobCheckpointPartMissing returns the items, of those given, that no part
+-- of the chunk lists: items whose part commit was acknowledged and is not
+-- in the database (a failover to an asynchronous replica lost it).
+SELECT item::text AS item FROM unnest(@items::text[]) AS item
+EXCEPT
+SELECT unnest(items) FROM job_checkpoint_part WHERE instance_id = @instance_id AND chunk = @chunk::text;

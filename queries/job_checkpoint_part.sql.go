@@ -9,6 +9,36 @@ import (
 	"context"
 )
 
+const jobCheckpointPartHas = `-- name: JobCheckpointPartHas :one
+SELECT EXISTS (
+    SELECT 1 FROM job_checkpoint_part
+    WHERE instance_id = $1 AND chunk = $2::text AND execution_id = $3
+      AND $4::text = ANY (items)
+) AS has
+`
+
+type JobCheckpointPartHasParams struct {
+	InstanceID  int64
+	Chunk       string
+	ExecutionID int64
+	Item        string
+}
+
+// JobCheckpointPartHas reports whether an item is listed in a part of the
+// chunk committed by the execution: a part is one transaction, so its first
+// item tells whether a commit whose answer was lost landed.
+func (q *Queries) JobCheckpointPartHas(ctx context.Context, db DBTX, arg *JobCheckpointPartHasParams) (bool, error) {
+	row := db.QueryRow(ctx, jobCheckpointPartHas,
+		arg.InstanceID,
+		arg.Chunk,
+		arg.ExecutionID,
+		arg.Item,
+	)
+	var has bool
+	err := row.Scan(&has)
+	return has, err
+}
+
 const jobCheckpointPartItems = `-- name: JobCheckpointPartItems :many
 SELECT unnest(items)::text AS item FROM job_checkpoint_part WHERE instance_id = $1
 `
@@ -17,6 +47,41 @@ SELECT unnest(items)::text AS item FROM job_checkpoint_part WHERE instance_id = 
 // of chunks: a resume does not process them again.
 func (q *Queries) JobCheckpointPartItems(ctx context.Context, db DBTX, instanceID int64) ([]string, error) {
 	rows, err := db.Query(ctx, jobCheckpointPartItems, instanceID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var item string
+		if err := rows.Scan(&item); err != nil {
+			return nil, err
+		}
+		items = append(items, item)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobCheckpointPartMissing = `-- name: JobCheckpointPartMissing :many
+SELECT item::text AS item FROM unnest($1::text[]) AS item
+EXCEPT
+SELECT unnest(items) FROM job_checkpoint_part WHERE instance_id = $2 AND chunk = $3::text
+`
+
+type JobCheckpointPartMissingParams struct {
+	Items      []string
+	InstanceID int64
+	Chunk      string
+}
+
+// JobCheckpointPartMissing returns the items, of those given, that no part
+// of the chunk lists: items whose part commit was acknowledged and is not
+// in the database (a failover to an asynchronous replica lost it).
+func (q *Queries) JobCheckpointPartMissing(ctx context.Context, db DBTX, arg *JobCheckpointPartMissingParams) ([]string, error) {
+	rows, err := db.Query(ctx, jobCheckpointPartMissing, arg.Items, arg.InstanceID, arg.Chunk)
 	if err != nil {
 		return nil, err
 	}

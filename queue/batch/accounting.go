@@ -84,34 +84,76 @@ func (r *Runner) countItemFailures(ctx context.Context, st *started, err error) 
 	}
 }
 
-// itemTally is what one run counted in buildrisk_items_total, by outcome.
-// Every count follows a write that landed, but a commit can land and its
-// answer be lost (the connection dropped after the server committed); the
-// retry then finds the items committed and does not count them again, so
-// the run settles the difference against its execution's own figures when
-// it ends (settleItemCounts).
+// itemTally is what one run holds committed, by outcome, and what it
+// counted in buildrisk_items_total. Every count follows a write that
+// landed, but a commit can land and its answer be lost (the connection
+// dropped after the server committed); the retry then finds the items
+// committed and does not count them again, so the run settles the
+// difference against its execution's own figures when it ends
+// (settleItemCounts). A commit can also be acknowledged and then vanish (a
+// failover to an asynchronous replica that never received it): lose takes
+// its items out of the tally, and the counter, which only grows, does not
+// count them again when the run commits them once more.
 type itemTally struct {
 	instruments *observability.Instruments
 	job         string
-	written     atomic.Int64
-	skipped     atomic.Int64
-	failed      atomic.Int64
+	written     outcomeTally
+	skipped     outcomeTally
+	failed      outcomeTally
 }
 
-// count adds n items of outcome to the counter and to the tally.
+// outcomeTally is one outcome's items: committed is what the run holds
+// committed now; counted is what it has added to the counter, which is
+// never less.
+type outcomeTally struct {
+	committed atomic.Int64
+	counted   atomic.Int64
+}
+
+// of returns the outcome's tally, nil for an outcome not tallied.
+func (t *itemTally) of(outcome string) *outcomeTally {
+	switch outcome {
+	case observability.OutcomeWritten:
+		return &t.written
+	case observability.OutcomeSkipped:
+		return &t.skipped
+	case observability.OutcomeFailed:
+		return &t.failed
+	}
+	return nil
+}
+
+// count adds n committed items of outcome to the tally, and to the counter
+// those it has not counted before (the items of a lost commit, done again).
 func (t *itemTally) count(ctx context.Context, outcome string, n int64) {
 	if t == nil || n <= 0 {
 		return
 	}
-	switch outcome {
-	case observability.OutcomeWritten:
-		t.written.Add(n)
-	case observability.OutcomeSkipped:
-		t.skipped.Add(n)
-	case observability.OutcomeFailed:
-		t.failed.Add(n)
+	o := t.of(outcome)
+	if o == nil {
+		t.instruments.ItemsCounted(context.WithoutCancel(ctx), t.job, outcome, n)
+		return
 	}
-	t.instruments.ItemsCounted(context.WithoutCancel(ctx), t.job, outcome, n)
+	committed := o.committed.Add(n)
+	for {
+		counted := o.counted.Load()
+		if committed <= counted {
+			return
+		}
+		if o.counted.CompareAndSwap(counted, committed) {
+			t.instruments.ItemsCounted(context.WithoutCancel(ctx), t.job, outcome, committed-counted)
+			return
+		}
+	}
+}
+
+// lose takes n items of outcome out of the tally: their commit was
+// acknowledged and is not in the database. The counter keeps them; the
+// items count there again only past what it already holds.
+func (t *itemTally) lose(outcome string, n int64) {
+	if o := t.of(outcome); o != nil && n > 0 {
+		o.committed.Add(-n)
+	}
 }
 
 // settleItemCounts counts the items the run's execution holds and the run
@@ -132,9 +174,9 @@ func (r *Runner) settleItemCounts(ctx context.Context, rs *runState) {
 		recorded int64
 		counted  *atomic.Int64
 	}{
-		{observability.OutcomeWritten, exec.ItemsWritten, &rs.items.written},
-		{observability.OutcomeSkipped, exec.ItemsSkipped, &rs.items.skipped},
-		{observability.OutcomeFailed, exec.ItemsFailed, &rs.items.failed},
+		{observability.OutcomeWritten, exec.ItemsWritten, &rs.items.written.committed},
+		{observability.OutcomeSkipped, exec.ItemsSkipped, &rs.items.skipped.committed},
+		{observability.OutcomeFailed, exec.ItemsFailed, &rs.items.failed.committed},
 	} {
 		missing := c.recorded - c.counted.Load()
 		switch {

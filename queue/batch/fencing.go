@@ -26,6 +26,14 @@ var ErrOwnershipLost = errors.New("ownership of the execution lost")
 // without a successful heartbeat for its fencing threshold (see Fence).
 var ErrFenced = errors.New("no successful heartbeat within the fencing threshold")
 
+// ErrDatabaseStalled ends a run whose database calls kept failing
+// transiently for Config.RecordRetryWindow while the process kept its
+// window (heartbeats succeed): a lock held for minutes, a table a
+// migration waits on. The run stops with cause database and resumes; the
+// answers it paid for and could not commit are the only ones it pays for
+// again.
+var ErrDatabaseStalled = errors.New("database stalled")
+
 // Fence is a process's self-fencing signal. The worker's presence (and the
 // CLI's) implements it: when its last successful heartbeat is older than a
 // threshold safely below the reaper's stale window, it fires, so that the
@@ -128,8 +136,8 @@ func (r *Runner) retryTransient(ctx context.Context, fenced <-chan struct{}, rs 
 		callCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 		err := fn(callCtx)
 		cancel()
-		if err == nil || ctx.Err() != nil || !pgtx.IsTransient(err) {
-			return err
+		if err == nil || ctx.Err() != nil || !pgtx.IsTransient(err) || errors.Is(err, ErrDatabaseStalled) || errors.Is(err, ErrFenced) {
+			return err // an inner retry gave up already: not again
 		}
 		if rs != nil && rs.noteDBError(err) {
 			rs.logger.WarnContext(ctx, "database unavailable; retrying inside the fencing window", slog.String("error", err.Error()))
@@ -148,7 +156,7 @@ func (r *Runner) retryTransient(ctx context.Context, fenced <-chan struct{}, rs 
 		case <-fenced:
 			return fmt.Errorf("%w: %w", ErrFenced, err)
 		case <-window:
-			return fmt.Errorf("database errors for %s, retried in vain: %w", r.cfg.RecordRetryWindow, err)
+			return fmt.Errorf("%w: database errors for %s, retried in vain: %w", ErrDatabaseStalled, r.cfg.RecordRetryWindow, err)
 		case <-time.After(backoff):
 			backoff = min(backoff*2, time.Second)
 		}

@@ -246,9 +246,11 @@ func (j *flakyWriteJob) Process(context.Context, *batch.Run, string) (*batch.Chu
 }
 
 // A transient database error at a chunk's commit is retried (the chunk
-// counted once); one that never clears ends the run FAILED after
-// RecordRetryWindow, naming the error, instead of retrying forever while
-// the database is otherwise up; a non-transient one fails at once.
+// counted once); one that never clears stops the run after
+// RecordRetryWindow (STOPPED, cause database, so it resumes: a stall is
+// the database's doing, not the job's), naming the error, instead of
+// retrying forever while the database is otherwise up; a non-transient one
+// fails at once.
 func TestRunner_TransientCommitErrors(t *testing.T) {
 	t.Parallel()
 	statementTimeout := &pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"}
@@ -259,7 +261,7 @@ func TestRunner_TransientCommitErrors(t *testing.T) {
 		wantWrites int
 	}{
 		"RetriedThenCommitted": {&flakyWriteJob{chunks: 3, fail: 2, err: statementTimeout}, "COMPLETED", "completed: 3 targets", 5},
-		"NeverClears":          {&flakyWriteJob{chunks: 3, fail: -1, err: statementTimeout}, "FAILED", "retried in vain", 0},
+		"NeverClears":          {&flakyWriteJob{chunks: 3, fail: -1, err: statementTimeout}, "STOPPED", "retried in vain", 0},
 		"NotTransient":         {&flakyWriteJob{chunks: 3, fail: -1, err: &pgconn.PgError{Code: "23514"}}, "FAILED", "SQLSTATE 23514", 1},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -281,6 +283,11 @@ func TestRunner_TransientCommitErrors(t *testing.T) {
 			require.Equal(t, chunksDone, written)
 			if tc.wantWrites > 0 {
 				require.Equal(t, tc.wantWrites, tc.job.writes)
+			}
+			if name == "NeverClears" {
+				var cause string
+				require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT stop_cause FROM job_execution WHERE id = $1`, out.ExecutionID).Scan(&cause))
+				require.Equal(t, "database", cause)
 			}
 			if name == "NotTransient" {
 				require.Zero(t, transient)

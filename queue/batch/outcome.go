@@ -60,8 +60,40 @@ func (r *Runner) account(ctx context.Context, rs *runState, plan *Plan, job stri
 		return string(radartype.ExecutionFailed), fmt.Sprintf("unaccounted: %d of %d targets (written %d, skipped %d, failed %d)",
 			unaccounted, targets, totals.Written, totals.Skipped, totals.Failed), nil
 	}
+	// The plan adds up; so must the run's own tally: an execution holding
+	// fewer items than the run committed lost a commit somewhere the plan
+	// check cannot see, and that is never a success.
+	if short, err := r.shortOfTally(ctx, rs); err != nil {
+		return "", "", err
+	} else if short > 0 {
+		r.cfg.Instruments.CommitsLost(ctx, job, 1)
+		r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, short)
+		return string(radartype.ExecutionFailed), fmt.Sprintf("unaccounted: the run committed %d items that its execution does not hold (a commit the database acknowledged was lost)", short), nil
+	}
 	return string(radartype.ExecutionCompleted), fmt.Sprintf("completed: %d targets (written %d, skipped %d%s, failed %d)",
 		targets, totals.Written, totals.Skipped, skipReasons(reasons), totals.Failed), nil
+}
+
+// shortOfTally returns how many items the run holds committed (its tally)
+// that its execution's figures lack, summed over the outcomes.
+func (r *Runner) shortOfTally(ctx context.Context, rs *runState) (int64, error) {
+	var exec *queries.JobExecution
+	if err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
+		var err error
+		exec, err = r.queries.JobExecutionGetByID(callCtx, r.pool, rs.exec.ID)
+		return err
+	}); err != nil {
+		return 0, fmt.Errorf("error reading the execution's figures: %w", err)
+	}
+	var short int64
+	for _, c := range []struct{ recorded, committed int64 }{
+		{exec.ItemsWritten, rs.items.written.committed.Load()},
+		{exec.ItemsSkipped, rs.items.skipped.committed.Load()},
+		{exec.ItemsFailed, rs.items.failed.committed.Load()},
+	} {
+		short += max(c.committed-c.recorded, 0)
+	}
+	return short, nil
 }
 
 // skipReasons renders skipped items by reason: " (holiday: 100)".
@@ -102,6 +134,11 @@ func (r *Runner) classify(ctx context.Context, rs *runState, err error, where st
 		}
 		rs.cause = radartype.CauseDatabase
 		return string(radartype.ExecutionStopped), msg, nil
+	case errors.Is(err, ErrDatabaseStalled), errors.Is(err, ErrCommitsLost):
+		// Infrastructure's doing too: the run stops and resumes from what
+		// the database holds.
+		rs.cause = radartype.CauseDatabase
+		return string(radartype.ExecutionStopped), fmt.Sprintf("%s: %v; stopped, resumes from the last commit", where, err), nil
 	case ctx.Err() != nil:
 		rs.cause = radartype.CauseDrain
 		return string(radartype.ExecutionStopped), MessageDrainTimeout, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -71,6 +72,39 @@ type partCommitter struct {
 	drain <-chan struct{}
 	// loseAnswer is the runner's AnswerLostHook (nil: none).
 	loseAnswer func() error
+	// retry retries a transient database error of a part commit with the
+	// values in hand (the runner's retryTransient; nil: one attempt).
+	retry func(ctx context.Context, fn func(ctx context.Context) error) error
+
+	mu sync.Mutex
+	// committed lists the items this run committed in parts, by chunk, so
+	// the runner can check they are still there before the chunk commits.
+	committed map[string][]string
+}
+
+// committedIn returns the items the run committed in parts of chunk and
+// has not checked yet.
+func (c *partCommitter) committedIn(chunk string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.committed[chunk])
+}
+
+// forget drops chunk's items from the committed list once checked: all of
+// them when none is missing, the missing ones otherwise (their new parts
+// list them again).
+func (c *partCommitter) forget(chunk string, missing []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(missing) == 0 {
+		delete(c.committed, chunk)
+		return
+	}
+	gone := make(map[string]bool, len(missing))
+	for _, k := range missing {
+		gone[k] = true
+	}
+	c.committed[chunk] = slices.DeleteFunc(c.committed[chunk], func(k string) bool { return gone[k] })
 }
 
 // commit writes one part: the items' results (queue) and the part's whole
@@ -80,33 +114,76 @@ type partCommitter struct {
 //
 // The items of a part stay paid for and uncommitted until it returns, and
 // at most paidWindow of them may be, so a commit slower than the calls
-// makes the calls wait for it.
+// makes the calls wait for it. A transient database error (a lock held
+// past the statement timeout, a restart, a failover) is retried with the
+// values in hand, for as long as the run keeps its window: the provider is
+// never paid again for an answer the run holds. The writes are upserts, so
+// an attempt after one whose commit landed unseen first checks for the
+// part (JobCheckpointPartHas) and does not count it twice.
 func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string, queue func(b *pgx.Batch)) (string, error) {
 	var status string
-	err := pgtx.InImplicitTx(ctx, c.pool, func(b *pgx.Batch) {
-		queue(b)
-		if c.executionID == 0 {
-			return // no execution (see FanOutCommit): the values are only written
+	attempt := 0
+	landed := false
+	once := func(ctx context.Context) error {
+		attempt++
+		if attempt > 1 && c.executionID != 0 {
+			has, err := c.queries.JobCheckpointPartHas(ctx, c.pool, &queries.JobCheckpointPartHasParams{
+				InstanceID: c.instanceID, Chunk: chunk, ExecutionID: c.executionID, Item: keys[0],
+			})
+			if err != nil {
+				return err
+			}
+			if has {
+				landed = true
+				return nil
+			}
 		}
-		// The fenced statement raises (the whole batch rolls back) unless
-		// the execution is still this run's. It comes last because it locks
-		// the execution's row until the batch commits: a part committing
-		// beside this one writes its items meanwhile and waits only for
-		// that lock.
-		params := &queries.JobExecutionPartCommitParams{
-			ID: c.executionID, WorkerID: c.workerID, LeaseEpoch: c.leaseEpoch, Chunk: chunk, Items: keys,
+		err := pgtx.InImplicitTx(ctx, c.pool, func(b *pgx.Batch) {
+			queue(b)
+			if c.executionID == 0 {
+				return // no execution (see FanOutCommit): the values are only written
+			}
+			// The fenced statement raises (the whole batch rolls back) unless
+			// the execution is still this run's. It comes last because it locks
+			// the execution's row until the batch commits: a part committing
+			// beside this one writes its items meanwhile and waits only for
+			// that lock.
+			params := &queries.JobExecutionPartCommitParams{
+				ID: c.executionID, WorkerID: c.workerID, LeaseEpoch: c.leaseEpoch, Chunk: chunk, Items: keys,
+			}
+			queries.Queue(b, func(db queries.DBTX) { _, _ = c.queries.JobExecutionPartCommit(ctx, db, params) }).
+				QueryRow(func(row pgx.Row) error { return row.Scan(&status) })
+		})
+		if err == nil && c.loseAnswer != nil {
+			err = c.loseAnswer()
 		}
-		queries.Queue(b, func(db queries.DBTX) { _, _ = c.queries.JobExecutionPartCommit(ctx, db, params) }).
-			QueryRow(func(row pgx.Row) error { return row.Scan(&status) })
-	})
-	if err == nil && c.loseAnswer != nil {
-		err = c.loseAnswer()
+		if pgtx.IsNotOwned(err) {
+			return fmt.Errorf("execution %d (worker %s, lease epoch %d): %w", c.executionID, c.workerID, c.leaseEpoch, ErrOwnershipLost)
+		}
+		return err
 	}
-	if pgtx.IsNotOwned(err) {
-		err = fmt.Errorf("execution %d (worker %s, lease epoch %d): %w", c.executionID, c.workerID, c.leaseEpoch, ErrOwnershipLost)
+	var err error
+	if c.retry != nil {
+		err = c.retry(ctx, once)
+	} else {
+		err = once(ctx)
 	}
 	if err != nil {
 		return "", fmt.Errorf("commit of %d finished items of chunk %s: %w", len(keys), chunk, err)
+	}
+	if landed {
+		// An earlier attempt committed and its answer was lost: the items
+		// are committed (and counted now); the status is learned at the
+		// next part or chunk commit.
+		status = ""
+	}
+	if c.executionID != 0 {
+		c.mu.Lock()
+		if c.committed == nil {
+			c.committed = map[string][]string{}
+		}
+		c.committed[chunk] = append(c.committed[chunk], keys...)
+		c.mu.Unlock()
 	}
 	c.items.count(ctx, observability.OutcomeWritten, int64(len(keys)))
 	return status, nil
@@ -410,12 +487,15 @@ func (w *paidItems) take(ctx context.Context) error {
 // give returns a token.
 func (w *paidItems) give() { <-w.tokens }
 
-// partCommitter returns the committer of st's parts.
-func (r *Runner) partCommitter(st *started) *partCommitter {
+// partCommitter returns the committer of rs's parts.
+func (r *Runner) partCommitter(rs *runState) *partCommitter {
 	return &partCommitter{
-		pool: r.pool, queries: r.queries, items: st.items,
-		executionID: st.exec.ID, instanceID: st.exec.InstanceID, drain: r.drain,
-		workerID: st.exec.WorkerID, leaseEpoch: st.exec.LeaseEpoch, loseAnswer: r.loseAnswer,
+		pool: r.pool, queries: r.queries, items: rs.items,
+		executionID: rs.exec.ID, instanceID: rs.exec.InstanceID, drain: r.drain,
+		workerID: rs.exec.WorkerID, leaseEpoch: rs.exec.LeaseEpoch, loseAnswer: r.loseAnswer,
+		retry: func(ctx context.Context, fn func(ctx context.Context) error) error {
+			return r.retryTransient(ctx, rs.fenced, rs, fn)
+		},
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -266,9 +267,32 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	}
 	// Ownership lost: one line, one count, nothing more written.
 	span.SetStatus(codes.Error, err.Error())
+	if r.vanished(ctx, rs) {
+		// Not another worker's doing: the database no longer holds the
+		// execution it acknowledged (a failover to an asynchronous
+		// replica). A different cause, counted and alerted apart.
+		r.cfg.Instruments.CommitsLost(ctx, st.request.Job, 1)
+		rs.logger.WarnContext(ctx, "the database lost this execution after acknowledging it (a failover to an asynchronous replica?): stopped, nothing more written", slog.String("error", err.Error()))
+		return &Outcome{ExecutionID: st.exec.ID, Message: err.Error()}, fmt.Errorf("%w: %w", ErrExecutionVanished, err)
+	}
 	r.cfg.Instruments.OwnershipLost(ctx, st.request.Job)
 	rs.logger.WarnContext(ctx, "ownership of the execution lost: stopped at once, the work in flight rolled back, nothing more written", slog.String("error", err.Error()))
 	return &Outcome{ExecutionID: st.exec.ID, Message: err.Error()}, err
+}
+
+// ErrExecutionVanished is returned (wrapped, beside ErrOwnershipLost) by Run
+// when the run's execution is no longer in the database at all: the
+// database lost it after acknowledging it, as a failover to an
+// asynchronous replica does. No other worker took it over.
+var ErrExecutionVanished = errors.New("the database lost the execution")
+
+// vanished reports whether the run's execution row is gone from the
+// database (a read that fails says no: the loss stays ownership lost).
+func (r *Runner) vanished(ctx context.Context, rs *runState) bool {
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DBTimeout)
+	defer cancel()
+	_, err := r.queries.JobExecutionGetByID(callCtx, r.pool, rs.exec.ID)
+	return errors.Is(err, pgx.ErrNoRows)
 }
 
 // start claims the request and creates the execution in one transaction
@@ -389,7 +413,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		Instruments: r.cfg.Instruments,
 		fence:       r.runFence(rs),
 	}
-	run.parts = r.partCommitter(st)
+	run.parts = r.partCommitter(rs)
 	// The run's unspent leases of the daily caps go back to the budget when
 	// it ends, whatever the outcome.
 	defer func() { _ = run.Calls.Release(context.WithoutCancel(ctx)) }()
@@ -446,8 +470,14 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		}
 	}()
 
-	plan, err := job.Plan(ctx, run)
-	if err != nil {
+	// Plan reads the database like a chunk does: a transient error there
+	// costs a pause, never the run.
+	var plan *Plan
+	if err := r.retryTransient(ctx, rs.fenced, rs, func(context.Context) error {
+		var err error
+		plan, err = job.Plan(ctx, run)
+		return err
+	}); err != nil {
 		return fail(err, "plan")
 	}
 	var done []string
@@ -483,77 +513,210 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 	if err != nil {
 		return fail(err, "start")
 	}
-	for _, chunk := range plan.Chunks {
-		if committed[chunk] {
-			continue
+	pending := make([]string, 0, len(plan.Chunks)-chunksDone)
+	for _, c := range plan.Chunks {
+		if !committed[c] {
+			pending = append(pending, c)
 		}
-		if execStatus == string(radartype.ExecutionStopping) {
+	}
+	// ran holds what this run committed, by chunk: the figures it takes out
+	// of its tally when a commit turns out lost.
+	ran := make(map[string]*ChunkResult, len(pending))
+	lostChunks := 0
+	for {
+		for _, chunk := range pending {
+			if execStatus == string(radartype.ExecutionStopping) {
+				rs.cause = radartype.CauseOperator
+				return string(radartype.ExecutionStopped), MessageStopRequested, nil, nil
+			}
+			select {
+			case <-r.drain:
+				rs.cause = radartype.CauseDrain
+				return string(radartype.ExecutionStopped), MessageDrained, nil, nil
+			default:
+			}
+
+			began := time.Now()
+			callsBefore := run.Calls.Calls()
+			chunkCtx, chunkSpan := r.cfg.Tracer.Start(ctx, "buildrisk.chunk", trace.WithAttributes(attribute.String("buildrisk.chunk", chunk)))
+			var res *ChunkResult
+			// A transient database error inside Process (the call budget, a
+			// read) is retried like the commit: the chunk is done again.
+			// Before the chunk commits, the items it committed in parts
+			// must still be there: a part lost by the database after it was
+			// acknowledged is done again (Process calls only the items no
+			// part lists), never folded short into the checkpoint.
+			err := r.retryTransient(chunkCtx, rs.fenced, rs, func(context.Context) error {
+				for round := 1; ; round++ {
+					var err error
+					if res, err = job.Process(chunkCtx, run, chunk); err != nil {
+						return err
+					}
+					lost, err := r.checkParts(chunkCtx, rs, run.parts, chunk)
+					if err != nil || lost == 0 {
+						return err
+					}
+					if round > maxLostRounds {
+						return fmt.Errorf("%w: %d items of chunk %s committed in parts vanished again", ErrCommitsLost, lost, chunk)
+					}
+				}
+			})
+			if err != nil {
+				chunkSpan.SetStatus(codes.Error, err.Error())
+				chunkSpan.End()
+				r.countItemFailures(ctx, st, err)
+				return fail(err, "chunk "+chunk)
+			}
+			chunkSpan.SetAttributes(
+				attribute.Int64("buildrisk.targets", res.Targets), attribute.Int64("buildrisk.written", res.Written),
+				attribute.Int64("buildrisk.skipped", res.Skipped), attribute.Int64("buildrisk.failed", res.Failed),
+				attribute.Int64("buildrisk.external_calls", run.Calls.Calls()-callsBefore),
+			)
+			chunkCalls := run.Calls.Calls() - callsBefore
+			if err := r.checkChunk(ctx, run.Job, chunk, res); err != nil {
+				chunkSpan.SetStatus(codes.Error, err.Error())
+				chunkSpan.End()
+				if flushErr := flushCalls(); errors.Is(flushErr, ErrOwnershipLost) {
+					return "", "", nil, flushErr
+				}
+				return string(radartype.ExecutionFailed), err.Error(), nil, nil
+			}
+			newCalls := run.Calls.Calls() - callsRecorded
+			execStatus, err = r.commitChunk(ctx, rs, chunk, res, int32(chunkCalls), int32(newCalls))
+			chunkSpan.End()
+			if err != nil {
+				return fail(err, "commit of chunk "+chunk)
+			}
+			callsRecorded += newCalls
+			chunksDone++
+			r.cfg.Instruments.ChunkDuration(ctx, run.Job, time.Since(began))
+			st.items.count(ctx, observability.OutcomeWritten, res.Written)
+			st.items.count(ctx, observability.OutcomeSkipped, res.Skipped)
+			st.items.count(ctx, observability.OutcomeFailed, res.Failed)
+			ran[chunk] = res
+			if opts.OnChunk != nil {
+				opts.OnChunk(chunksDone, len(plan.Chunks))
+			}
+		}
+		if execStatus == string(radartype.ExecutionStopping) && chunksDone < len(plan.Chunks) {
 			rs.cause = radartype.CauseOperator
 			return string(radartype.ExecutionStopped), MessageStopRequested, nil, nil
 		}
-		select {
-		case <-r.drain:
-			rs.cause = radartype.CauseDrain
-			return string(radartype.ExecutionStopped), MessageDrained, nil, nil
-		default:
-		}
-
-		began := time.Now()
-		callsBefore := run.Calls.Calls()
-		chunkCtx, chunkSpan := r.cfg.Tracer.Start(ctx, "buildrisk.chunk", trace.WithAttributes(attribute.String("buildrisk.chunk", chunk)))
-		var res *ChunkResult
-		// A transient database error inside Process (the call budget, a
-		// read) is retried like the commit: the chunk is done again.
-		err := r.retryTransient(chunkCtx, rs.fenced, rs, func(context.Context) error {
-			var err error
-			res, err = job.Process(chunkCtx, run, chunk)
-			return err
-		})
+		// The end checks the plan against the database, not against the run's
+		// memory: a commit acknowledged and then lost (a failover to an
+		// asynchronous replica) leaves a planned chunk with no checkpoint, and
+		// such a chunk is done again before the run may complete.
+		lost, err := r.lostChunks(ctx, rs, plan)
 		if err != nil {
-			chunkSpan.SetStatus(codes.Error, err.Error())
-			chunkSpan.End()
-			r.countItemFailures(ctx, st, err)
-			return fail(err, "chunk "+chunk)
+			return fail(err, "verification")
 		}
-		chunkSpan.SetAttributes(
-			attribute.Int64("buildrisk.targets", res.Targets), attribute.Int64("buildrisk.written", res.Written),
-			attribute.Int64("buildrisk.skipped", res.Skipped), attribute.Int64("buildrisk.failed", res.Failed),
-			attribute.Int64("buildrisk.external_calls", run.Calls.Calls()-callsBefore),
-		)
-		chunkCalls := run.Calls.Calls() - callsBefore
-		if err := r.checkChunk(ctx, run.Job, chunk, res); err != nil {
-			chunkSpan.SetStatus(codes.Error, err.Error())
-			chunkSpan.End()
-			if flushErr := flushCalls(); errors.Is(flushErr, ErrOwnershipLost) {
-				return "", "", nil, flushErr
-			}
-			return string(radartype.ExecutionFailed), err.Error(), nil, nil
+		if len(lost) == 0 {
+			break
 		}
-		newCalls := run.Calls.Calls() - callsRecorded
-		execStatus, err = r.commitChunk(ctx, rs, chunk, res, int32(chunkCalls), int32(newCalls))
-		chunkSpan.End()
-		if err != nil {
-			return fail(err, "commit of chunk "+chunk)
+		lostChunks += len(lost)
+		chunksDone -= len(lost)
+		r.noteLostCommits(ctx, rs, lost, ran)
+		if lostChunks > len(plan.Chunks) {
+			// Commits keep vanishing: the database is not keeping what it
+			// acknowledges. Stop; the resume policy resumes the run.
+			rs.cause = radartype.CauseDatabase
+			return string(radartype.ExecutionStopped), fmt.Sprintf(
+				"%d commits acknowledged by the database were lost (%s); stopped, resumes from the last commit",
+				lostChunks, strings.Join(lost, ", ")), nil, nil
 		}
-		callsRecorded += newCalls
-		chunksDone++
-		r.cfg.Instruments.ChunkDuration(ctx, run.Job, time.Since(began))
-		st.items.count(ctx, observability.OutcomeWritten, res.Written)
-		st.items.count(ctx, observability.OutcomeSkipped, res.Skipped)
-		st.items.count(ctx, observability.OutcomeFailed, res.Failed)
-		if opts.OnChunk != nil {
-			opts.OnChunk(chunksDone, len(plan.Chunks))
-		}
-	}
-	if execStatus == string(radartype.ExecutionStopping) && chunksDone < len(plan.Chunks) {
-		rs.cause = radartype.CauseOperator
-		return string(radartype.ExecutionStopped), MessageStopRequested, nil, nil
+		pending = lost
 	}
 	status, message, err = r.account(ctx, rs, plan, run.Job)
 	if err != nil {
 		return fail(err, "accounting")
 	}
+	if lostChunks > 0 && status == string(radartype.ExecutionCompleted) {
+		message += fmt.Sprintf("; %d lost commit(s) done again: the database lost them after acknowledging them", lostChunks)
+	}
 	return status, message, nil, nil
+}
+
+// maxLostRounds is how many times a run does the same work again because
+// the database lost its commits before it stops (cause database): a
+// database that keeps losing what it acknowledges is not one to finish on.
+const maxLostRounds = 3
+
+// ErrCommitsLost ends a run whose commits the database lost again and
+// again (maxLostRounds): it stops with cause database and resumes.
+var ErrCommitsLost = errors.New("the database lost acknowledged commits")
+
+// checkParts returns how many of the items the run committed in parts of
+// chunk are missing from the database (a failover to an asynchronous
+// replica lost them after acknowledging them). Their items leave the run's
+// tally, and the loss is counted; the items found are forgotten once all
+// are there.
+func (r *Runner) checkParts(ctx context.Context, rs *runState, parts *partCommitter, chunk string) (int, error) {
+	keys := parts.committedIn(chunk)
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	var missing []string
+	if err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
+		var err error
+		missing, err = r.queries.JobCheckpointPartMissing(callCtx, r.pool, &queries.JobCheckpointPartMissingParams{
+			Items: keys, InstanceID: rs.exec.InstanceID, Chunk: chunk,
+		})
+		return err
+	}); err != nil {
+		return 0, fmt.Errorf("error checking the chunk's parts: %w", err)
+	}
+	parts.forget(chunk, missing)
+	if len(missing) == 0 {
+		return 0, nil
+	}
+	rs.items.lose(observability.OutcomeWritten, int64(len(missing)))
+	r.cfg.Instruments.CommitsLost(ctx, rs.request.Job, 1)
+	rs.logger.WarnContext(ctx, "items committed in parts are missing from the database: doing them again",
+		slog.String("chunk", chunk), slog.Int("items", len(missing)))
+	return len(missing), nil
+}
+
+// lostChunks returns the planned chunks that have no checkpoint. Every
+// chunk the run did not find committed when it started was committed by it
+// since, so any it returns is a commit the database acknowledged and then
+// lost, or one an earlier execution made and the database lost.
+func (r *Runner) lostChunks(ctx context.Context, rs *runState, plan *Plan) ([]string, error) {
+	var done []string
+	if err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
+		var err error
+		done, err = r.queries.JobCheckpointListChunks(callCtx, r.pool, rs.exec.InstanceID)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("error reading checkpoints: %w", err)
+	}
+	committed := make(map[string]bool, len(done))
+	for _, c := range done {
+		committed[c] = true
+	}
+	var lost []string
+	for _, c := range plan.Chunks {
+		if !committed[c] {
+			lost = append(lost, c)
+		}
+	}
+	return lost, nil
+}
+
+// noteLostCommits counts and logs the chunks whose commits were lost, and
+// takes the items this run committed in them out of its tally, so the
+// figures it checks at the end are what the database holds.
+func (r *Runner) noteLostCommits(ctx context.Context, rs *runState, lost []string, ran map[string]*ChunkResult) {
+	for _, chunk := range lost {
+		if res, ok := ran[chunk]; ok {
+			rs.items.lose(observability.OutcomeWritten, res.Written)
+			rs.items.lose(observability.OutcomeSkipped, res.Skipped)
+			rs.items.lose(observability.OutcomeFailed, res.Failed)
+			delete(ran, chunk)
+		}
+	}
+	r.cfg.Instruments.CommitsLost(ctx, rs.request.Job, int64(len(lost)))
+	rs.logger.WarnContext(ctx, "committed chunks are missing from the database: doing them again",
+		slog.Int("chunks", len(lost)), slog.String("first", lost[0]))
 }
 
 // commitChunk commits a chunk's writes and its checkpoint in one

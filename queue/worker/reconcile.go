@@ -41,13 +41,23 @@ func Reconcile(ctx context.Context, db pgtx.Beginner, river request.JobCanceller
 				continue
 			}
 			exec, err := q.JobExecutionGetByID(ctx, tx, *req.ExecutionID)
-			if err := queries.Interpret(err); err != nil {
-				if errors.Is(err, queries.ErrNotFound) {
-					continue
-				}
+			vanished := errors.Is(queries.Interpret(err), queries.ErrNotFound)
+			if err := queries.Interpret(err); err != nil && !vanished {
 				return err
 			}
-			executionStatus, message, cause := radartype.ExecutionStatus(exec.Status), exec.ExitMessage, radartype.StopCause(exec.StopCause)
+			var executionStatus radartype.ExecutionStatus
+			var message string
+			var cause radartype.StopCause
+			if vanished {
+				// The request names an execution the database no longer
+				// holds: a failover to an asynchronous replica lost it after
+				// acknowledging it. Nothing can finish it any more; the
+				// request fails saying so, instead of staying RUNNING.
+				executionStatus = radartype.ExecutionFailed
+				message = fmt.Sprintf("the database lost execution %d after acknowledging it (a failover to an asynchronous replica); a new request resumes from the last commit that survived", *req.ExecutionID)
+			} else {
+				executionStatus, message, cause = radartype.ExecutionStatus(exec.Status), exec.ExitMessage, radartype.StopCause(exec.StopCause)
+			}
 			if executionStatus.Active() {
 				// The execution itself was never finalized: it is over, since
 				// nobody holds it; record it ABANDONED. Its worker is alive
@@ -68,7 +78,7 @@ func Reconcile(ctx context.Context, db pgtx.Beginner, river request.JobCanceller
 					return err
 				}
 			}
-			if done > 0 && resume != nil && cause != "" && executionStatus != radartype.ExecutionCompleted {
+			if done > 0 && !vanished && resume != nil && cause != "" && executionStatus != radartype.ExecutionCompleted {
 				req.Status = status
 				if err := resume(ctx, tx, &request.Stopped{Request: req, ExecutionID: exec.ID, Cause: cause}); err != nil {
 					return err

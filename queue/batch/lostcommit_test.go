@@ -1,0 +1,316 @@
+package batch_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/observability/observabilitytest"
+	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/batch"
+)
+
+// loseChunkCommit undoes the commit of chunk as a failover to an
+// asynchronous replica does when the commit was acknowledged and never
+// reached the replica: the checkpoint is gone and the execution's figures
+// are back where they were before it, in one transaction.
+func loseChunkCommit(ctx context.Context, pool *pgxpool.Pool, executionID int64, chunk string) error {
+	_, err := pool.Exec(ctx, `
+WITH gone AS (
+    DELETE FROM job_checkpoint c USING job_execution e
+    WHERE e.id = $1 AND c.instance_id = e.instance_id AND c.chunk = $2
+    RETURNING c.written, c.skipped, c.failed, c.external_calls
+)
+UPDATE job_execution e
+SET chunks_done = e.chunks_done - 1,
+    items_written = e.items_written - gone.written,
+    items_skipped = e.items_skipped - gone.skipped,
+    items_failed = e.items_failed - gone.failed,
+    external_calls = e.external_calls - gone.external_calls
+FROM gone WHERE e.id = $1`, executionID, chunk)
+	return err
+}
+
+// lostCommitJob has chunks of perChunk targets; when it processes the chunk
+// named at, it makes the commit of the chunk named lose vanish first
+// (loseChunkCommit). It counts how often each chunk was processed.
+type lostCommitJob struct {
+	pool             *pgxpool.Pool
+	chunks, perChunk int64
+	declare          bool
+	at, lose         string
+
+	mu        sync.Mutex
+	processed map[string]int
+}
+
+func (j *lostCommitJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	plan := &batch.Plan{Targets: batch.TargetsUnknown, Chunks: chunkKeys(int(j.chunks))}
+	if j.declare {
+		plan.Targets = j.chunks * j.perChunk
+	}
+	return plan, nil
+}
+
+func (j *lostCommitJob) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	j.mu.Lock()
+	j.processed[chunk]++
+	first := j.processed[chunk] == 1
+	j.mu.Unlock()
+	if chunk == j.at && first {
+		if err := loseChunkCommit(ctx, j.pool, run.ExecutionID, j.lose); err != nil {
+			return nil, err
+		}
+	}
+	return &batch.ChunkResult{Targets: j.perChunk, Written: j.perChunk}, nil
+}
+
+// A chunk commit that was acknowledged and then vanished (a failover to an
+// asynchronous replica) is done again before the run ends: the run ends
+// COMPLETED with every planned chunk committed, never COMPLETED short of
+// its plan (the post-mortem's failure) nor FAILED for a gap it can close.
+// The loss is counted (buildrisk_commits_lost_total) and named in the
+// execution's message, and the items are counted once in
+// buildrisk_items_total, as the database holds them.
+func TestRunner_LostChunkCommitIsDoneAgain(t *testing.T) {
+	t.Parallel()
+	for _, declare := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DeclaredTargets_%v", declare), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			job := &lostCommitJob{chunks: 12, perChunk: 10, declare: declare, at: "c08", lose: "c03", processed: map[string]int{}}
+			b := setup(t, map[string]batch.Job{"aptTrade": job})
+			job.pool = b.pool
+
+			out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "aptTrade")})
+			require.NoError(t, err)
+			require.Equal(t, "COMPLETED", out.Status, out.Message)
+			require.Contains(t, out.Message, "120 targets")
+			require.Contains(t, out.Message, "1 lost commit")
+			require.Equal(t, 2, job.processed["c03"], "the lost chunk was processed again")
+			require.Equal(t, 1, job.processed["c04"], "chunks that stayed committed were not")
+
+			var checkpoints int
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM job_checkpoint`).Scan(&checkpoints))
+			require.Equal(t, 12, checkpoints, "every planned chunk is committed")
+			exec, err := queries.New().JobExecutionGetByID(ctx, b.pool, out.ExecutionID)
+			require.NoError(t, err)
+			require.Equal(t, int64(120), exec.ItemsWritten)
+			require.Equal(t, int32(12), exec.ChunksDone)
+
+			lost, err := observabilitytest.MetricValue(b.providers, "buildrisk_commits_lost_total", map[string]string{"job": "aptTrade"})
+			require.NoError(t, err)
+			require.Equal(t, float64(1), lost)
+			requireItemsCounted(t, b, "aptTrade", 120)
+		})
+	}
+}
+
+// losePartJob is compactJob whose first Process of chunk "a" makes one of
+// the chunk's committed parts vanish after FanOutCommit returns, as a
+// failover to an asynchronous replica does with a part acknowledged and
+// never replicated: the part and its items' writes are gone, and so is the
+// execution's count of them. It counts the calls of each item.
+type losePartJob struct {
+	pool *pgxpool.Pool
+	mu   sync.Mutex
+	lost bool
+	// calls counts the provider calls of each item.
+	calls map[string]int
+}
+
+func (j *losePartJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	return &batch.Plan{Chunks: []string{"a", "b"}, Targets: 100}, nil
+}
+
+func (j *losePartJob) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	done, err := batch.CommittedItems(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	var items []string
+	for i := range 50 {
+		if item := fmt.Sprintf("%s%02d", chunk, i); !done[item] {
+			items = append(items, item)
+		}
+	}
+	_, err = batch.FanOutCommit(ctx, run, chunk, items,
+		func(_ context.Context, item string) (string, error) {
+			j.mu.Lock()
+			j.calls[item]++
+			j.mu.Unlock()
+			return item, nil
+		},
+		batch.Committer[string, string]{
+			Key: func(s string) string { return s },
+			Queue: func(b *pgx.Batch, values []string) {
+				b.Queue(`INSERT INTO compact_write (item) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, values)
+			},
+		})
+	if err != nil {
+		return nil, err
+	}
+	j.mu.Lock()
+	lose := chunk == "a" && !j.lost
+	j.lost = true
+	j.mu.Unlock()
+	if lose {
+		_, err := j.pool.Exec(ctx, `
+WITH part AS (
+    DELETE FROM job_checkpoint_part
+    WHERE ctid = (SELECT ctid FROM job_checkpoint_part WHERE chunk = 'a' ORDER BY items[1] LIMIT 1)
+    RETURNING execution_id, items
+), writes AS (
+    DELETE FROM compact_write USING part WHERE compact_write.item = ANY (part.items)
+)
+UPDATE job_execution e SET items_written = e.items_written - cardinality(part.items)
+FROM part WHERE e.id = part.execution_id`)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return &batch.ChunkResult{}, nil
+}
+
+// A part commit that was acknowledged and then vanished is done again
+// before its chunk commits: the run ends COMPLETED with every item written
+// once, not FAILED "unaccounted" (which no resume repairs). Only the lost
+// part's items are called again; the loss is counted.
+func TestRunner_LostPartIsDoneAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	job := &losePartJob{calls: map[string]int{}}
+	b := setup(t, map[string]batch.Job{"creditEval": job})
+	job.pool = b.pool
+	_, err := b.pool.Exec(ctx, `CREATE TABLE compact_write (item text PRIMARY KEY)`)
+	require.NoError(t, err)
+
+	out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
+	require.NoError(t, err)
+	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Contains(t, out.Message, "100 targets (written 100")
+	require.Equal(t, 100, countRows(t, b, `SELECT count(*) FROM compact_write`))
+	exec, err := queries.New().JobExecutionGetByID(ctx, b.pool, out.ExecutionID)
+	require.NoError(t, err)
+	require.Equal(t, int64(100), exec.ItemsWritten)
+	repeated := 0
+	for _, n := range job.calls {
+		repeated += n - 1
+	}
+	require.Positive(t, repeated, "the lost part's items were called again")
+	require.Less(t, repeated, 50, "only the lost part's items")
+	lost, err := observabilitytest.MetricValue(b.providers, "buildrisk_commits_lost_total", map[string]string{"job": "creditEval"})
+	require.NoError(t, err)
+	require.Equal(t, float64(1), lost)
+	requireItemsCounted(t, b, "creditEval", 100)
+}
+
+// planTerminatedJob's first Plan has its connection terminated under it,
+// as a failover, a restart or pg_terminate_backend does.
+type planTerminatedJob struct {
+	plans int
+}
+
+func (j *planTerminatedJob) Plan(ctx context.Context, run *batch.Run) (*batch.Plan, error) {
+	j.plans++
+	if j.plans == 1 {
+		var ok bool
+		if err := run.DB.QueryRow(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`).Scan(&ok); err != nil {
+			return nil, fmt.Errorf("error reading the plan's targets: %w", err)
+		}
+	}
+	return &batch.Plan{Chunks: chunkKeys(2), Targets: 2}, nil
+}
+
+func (j *planTerminatedJob) Process(context.Context, *batch.Run, string) (*batch.ChunkResult, error) {
+	return &batch.ChunkResult{Targets: 1, Written: 1}, nil
+}
+
+// A transient database error inside Plan costs a pause, not the run: the
+// plan is read again and the run completes.
+func TestRunner_PlanRetriesATerminatedBackend(t *testing.T) {
+	t.Parallel()
+	job := &planTerminatedJob{}
+	b := setup(t, map[string]batch.Job{"metrics": job})
+	out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "metrics")})
+	require.NoError(t, err)
+	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Equal(t, 2, job.plans)
+}
+
+// shrinkJob's chunk c05 takes 10 written items off its execution's figures
+// while every checkpoint stays: a loss the plan check cannot see.
+type shrinkJob struct{ pool *pgxpool.Pool }
+
+func (j *shrinkJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	return &batch.Plan{Chunks: chunkKeys(12), Targets: batch.TargetsUnknown}, nil
+}
+
+func (j *shrinkJob) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	if chunk == "c05" {
+		if _, err := j.pool.Exec(ctx, `UPDATE job_execution SET items_written = items_written - 10 WHERE id = $1`, run.ExecutionID); err != nil {
+			return nil, err
+		}
+	}
+	return &batch.ChunkResult{Targets: 10, Written: 10}, nil
+}
+
+// A run whose execution holds fewer items than the run committed does not
+// complete: before, the run logged an ERROR line after recording COMPLETED.
+func TestRunner_TallyShortOfTheRunFails(t *testing.T) {
+	t.Parallel()
+	job := &shrinkJob{}
+	b := setup(t, map[string]batch.Job{"rules": job})
+	job.pool = b.pool
+	out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "rules")})
+	require.NoError(t, err)
+	require.Equal(t, "FAILED", out.Status, out.Message)
+	require.Contains(t, out.Message, "the run committed 10 items that its execution does not hold")
+	lost, err := observabilitytest.MetricValue(b.providers, "buildrisk_commits_lost_total", map[string]string{"job": "rules"})
+	require.NoError(t, err)
+	require.Equal(t, float64(1), lost)
+}
+
+// vanishJob's chunk c01 deletes its own execution's rows, as a failover to
+// an asynchronous replica loses an execution started just before it.
+type vanishJob struct{ pool *pgxpool.Pool }
+
+func (j *vanishJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	return &batch.Plan{Chunks: chunkKeys(3), Targets: 3}, nil
+}
+
+func (j *vanishJob) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	if chunk == "c01" {
+		if _, err := j.pool.Exec(ctx, `
+WITH checkpoints AS (DELETE FROM job_checkpoint WHERE execution_id = $1)
+DELETE FROM job_execution WHERE id = $1`, run.ExecutionID); err != nil {
+			return nil, err
+		}
+	}
+	return &batch.ChunkResult{Targets: 1, Written: 1}, nil
+}
+
+// A run whose execution vanished from the database is told apart from one
+// taken over by another worker: it counts buildrisk_commits_lost_total,
+// not buildrisk_ownership_lost_total (which pages as a takeover).
+func TestRunner_VanishedExecutionIsNotATakeover(t *testing.T) {
+	t.Parallel()
+	job := &vanishJob{}
+	b := setup(t, map[string]batch.Job{"rules": job})
+	job.pool = b.pool
+	out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "rules")})
+	require.ErrorIs(t, err, batch.ErrExecutionVanished, "%+v", out)
+	require.ErrorIs(t, err, batch.ErrOwnershipLost)
+	lost, err := observabilitytest.MetricValue(b.providers, "buildrisk_commits_lost_total", map[string]string{"job": "rules"})
+	require.NoError(t, err)
+	require.Equal(t, float64(1), lost)
+	takeovers, err := observabilitytest.MetricValue(b.providers, "buildrisk_ownership_lost_total", map[string]string{"job": "rules"})
+	if err == nil {
+		require.Zero(t, takeovers)
+	}
+}
