@@ -314,3 +314,46 @@ func TestRunner_VanishedExecutionIsNotATakeover(t *testing.T) {
 		require.Zero(t, takeovers)
 	}
 }
+
+// movedJob loses the commit of chunk c02 while it processes c05 and tells
+// the runner the database moved; it records the order it processes chunks
+// in.
+type movedJob struct {
+	pool   *pgxpool.Pool
+	runner *batch.Runner
+	mu     sync.Mutex
+	order  []string
+}
+
+func (j *movedJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
+	return &batch.Plan{Chunks: chunkKeys(12), Targets: batch.TargetsUnknown}, nil
+}
+
+func (j *movedJob) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
+	j.mu.Lock()
+	j.order = append(j.order, chunk)
+	first := len(j.order) == 6
+	j.mu.Unlock()
+	if chunk == "c05" && first {
+		if err := loseChunkCommit(ctx, j.pool, run.ExecutionID, "c02"); err != nil {
+			return nil, err
+		}
+		j.runner.DatabaseMoved()
+	}
+	return &batch.ChunkResult{Targets: 1, Written: 1}, nil
+}
+
+// When the process learns that the database moved (a failover), a running
+// execution checks its committed chunks at its next chunk boundary and
+// does a lost one again at once, not only at its end.
+func TestRunner_DatabaseMovedReverifiesAtOnce(t *testing.T) {
+	t.Parallel()
+	job := &movedJob{}
+	b := setup(t, map[string]batch.Job{"rules": job})
+	job.pool, job.runner = b.pool, b.runner
+	out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "rules")})
+	require.NoError(t, err)
+	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Contains(t, out.Message, "12 targets")
+	require.Equal(t, []string{"c00", "c01", "c02", "c03", "c04", "c05", "c02", "c06", "c07", "c08", "c09", "c10", "c11"}, job.order)
+}

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -146,7 +148,17 @@ type Runner struct {
 	queries   *queries.Queries
 	drain     chan struct{}
 	drainOnce sync.Once
+	// moved counts the database moves (failovers) the process has seen;
+	// a run re-verifies its committed chunks when it changes.
+	moved atomic.Uint64
 }
+
+// DatabaseMoved tells the runner that the database it writes to is another
+// cluster or timeline than before (a failover): every running execution
+// checks, at its next chunk boundary, that the chunks it committed are
+// still in the database, and does the missing ones again at once rather
+// than at its end.
+func (r *Runner) DatabaseMoved() { r.moved.Add(1) }
 
 // NewRunner returns a Runner.
 func NewRunner(pool *pgxpool.Pool, cfg Config) (*Runner, error) {
@@ -523,8 +535,24 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 	// of its tally when a commit turns out lost.
 	ran := make(map[string]*ChunkResult, len(pending))
 	lostChunks := 0
+	seenMoved := r.moved.Load()
 	for {
-		for _, chunk := range pending {
+		for i := 0; i < len(pending); i++ {
+			chunk := pending[i]
+			if moved := r.moved.Load(); moved != seenMoved {
+				seenMoved = moved
+				lost, err := r.lostChunks(ctx, rs, plan, pending[i:])
+				if err != nil {
+					return fail(err, "verification after a database failover")
+				}
+				if len(lost) > 0 {
+					lostChunks += len(lost)
+					chunksDone -= len(lost)
+					r.noteLostCommits(ctx, rs, lost, ran)
+					pending = slices.Insert(pending, i, lost...)
+					chunk = pending[i]
+				}
+			}
 			if execStatus == string(radartype.ExecutionStopping) {
 				rs.cause = radartype.CauseOperator
 				return string(radartype.ExecutionStopped), MessageStopRequested, nil, nil
@@ -606,7 +634,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		// memory: a commit acknowledged and then lost (a failover to an
 		// asynchronous replica) leaves a planned chunk with no checkpoint, and
 		// such a chunk is done again before the run may complete.
-		lost, err := r.lostChunks(ctx, rs, plan)
+		lost, err := r.lostChunks(ctx, rs, plan, nil)
 		if err != nil {
 			return fail(err, "verification")
 		}
@@ -676,11 +704,12 @@ func (r *Runner) checkParts(ctx context.Context, rs *runState, parts *partCommit
 	return len(missing), nil
 }
 
-// lostChunks returns the planned chunks that have no checkpoint. Every
-// chunk the run did not find committed when it started was committed by it
-// since, so any it returns is a commit the database acknowledged and then
-// lost, or one an earlier execution made and the database lost.
-func (r *Runner) lostChunks(ctx context.Context, rs *runState, plan *Plan) ([]string, error) {
+// lostChunks returns the planned chunks, except those still to do, that
+// have no checkpoint. Every chunk the run did not find committed when it
+// started, and is not still to do, was committed by it since, so any it
+// returns is a commit the database acknowledged and then lost, or one an
+// earlier execution made and the database lost.
+func (r *Runner) lostChunks(ctx context.Context, rs *runState, plan *Plan, toDo []string) ([]string, error) {
 	var done []string
 	if err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
 		var err error
@@ -689,9 +718,12 @@ func (r *Runner) lostChunks(ctx context.Context, rs *runState, plan *Plan) ([]st
 	}); err != nil {
 		return nil, fmt.Errorf("error reading checkpoints: %w", err)
 	}
-	committed := make(map[string]bool, len(done))
+	committed := make(map[string]bool, len(done)+len(toDo))
 	for _, c := range done {
 		committed[c] = true
+	}
+	for _, c := range toDo {
+		committed[c] = true // not done yet: not lost
 	}
 	var lost []string
 	for _, c := range plan.Chunks {
