@@ -157,7 +157,7 @@ func runJob(ctx context.Context, env *app.Config, jobName string, raw []byte, ma
 	runner, err := batch.NewRunner(pool, batch.Config{
 		WorkerID: workerID, Jobs: batch.Implementations(app.Jobs(env, pool)), Upstream: up, Instruments: tel.Instruments, Logger: tel.Logger, FanOut: env.FanOut,
 		Tracer: tel.Providers.Tracer.Tracer("github.com/buildrisk/radar/queue/batch"),
-		Fence:  presence, DBTimeout: env.DBTimeout, LeaseCheckInterval: env.HeartbeatInterval,
+		Fence:  presence, DBTimeout: env.DBTimeout, LeaseCheckInterval: env.HeartbeatInterval, StopTimeout: env.StopTimeout,
 		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
 			_, err := chain.EnqueueNext(ctx, tx, finished.Job, finished.Params)
 			return err

@@ -47,6 +47,11 @@ type Config struct {
 	DBTimeout    time.Duration
 	ReapInterval time.Duration
 	DrainTimeout time.Duration
+	// StopTimeout is how long the calls in flight of a run asked to stop
+	// (POST /v1/jobs/{job}/stop) may still take once the run has seen the
+	// stop, before they are cancelled uncommitted (BUILDRISK_STOP_TIMEOUT,
+	// default BUILDRISK_DRAIN_TIMEOUT): a stop is bounded like a drain.
+	StopTimeout time.Duration
 	// WorkerRetention is how long the registry keeps a silent worker's row
 	// (BUILDRISK_WORKER_RETENTION, default 168h).
 	WorkerRetention time.Duration
@@ -204,6 +209,15 @@ func LoadEnv(getenv func(string) string) (*Config, error) {
 			}
 			*d.dst = parsed
 		}
+	}
+	// A stop is bounded like a drain: by default by the same timeout.
+	c.StopTimeout = c.DrainTimeout
+	if v := getenv("BUILDRISK_STOP_TIMEOUT"); v != "" {
+		parsed, err := time.ParseDuration(v)
+		if err != nil || parsed <= 0 {
+			return nil, envError("BUILDRISK_STOP_TIMEOUT", "%q is not a positive Go duration such as 10s", v)
+		}
+		c.StopTimeout = parsed
 	}
 	if c.APIStatementTimeout < 100*time.Millisecond || c.APIStatementTimeout > APIStatementTimeoutMax {
 		return nil, envError("BUILDRISK_API_STATEMENT_TIMEOUT", "%s is not from 100ms to %s", c.APIStatementTimeout, APIStatementTimeoutMax)

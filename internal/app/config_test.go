@@ -26,6 +26,7 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 		"BUILDRISK_STALE_AFTER":           "-1s",
 		"BUILDRISK_REAP_INTERVAL":         "soon",
 		"BUILDRISK_DRAIN_TIMEOUT":         "0s",
+		"BUILDRISK_STOP_TIMEOUT":          "-1s",
 		"BUILDRISK_FENCE_AFTER":           "soon",
 		"BUILDRISK_DB_STATEMENT_TIMEOUT":  "0s",
 		"BUILDRISK_FANOUT":                "0",
@@ -75,6 +76,7 @@ func TestEnv_Defaults(t *testing.T) {
 	require.Equal(t, 60*time.Second, env.StaleAfter)
 	require.Equal(t, 30*time.Second, env.ReapInterval)
 	require.Equal(t, 45*time.Second, env.DrainTimeout)
+	require.Equal(t, 45*time.Second, env.StopTimeout, "a stop is bounded like a drain")
 	require.Equal(t, 30*time.Second, env.FenceAfter, "half of BUILDRISK_STALE_AFTER")
 	require.Equal(t, 5*time.Second, env.DBTimeout)
 	require.Equal(t, 5, env.FanOut)
@@ -94,6 +96,24 @@ func TestEnv_Defaults(t *testing.T) {
 	require.Equal(t, "http://fake:8090", string(env.UpstreamURLs["MOLIT"]))
 	require.Equal(t, "https://dart.example", env.UpstreamURLs["DART"], "the per-provider URL wins")
 	require.True(t, env.InsecureHTTPUpstream)
+}
+
+// BUILDRISK_STOP_TIMEOUT defaults to BUILDRISK_DRAIN_TIMEOUT, set or not: a
+// stop is bounded like a drain unless the operator says otherwise.
+func TestEnv_StopTimeoutFollowsTheDrainTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		vars map[string]string
+		want time.Duration
+	}{
+		{map[string]string{"BUILDRISK_DRAIN_TIMEOUT": "20s"}, 20 * time.Second},
+		{map[string]string{"BUILDRISK_DRAIN_TIMEOUT": "20s", "BUILDRISK_STOP_TIMEOUT": "5s"}, 5 * time.Second},
+		{map[string]string{"BUILDRISK_STOP_TIMEOUT": "2m"}, 2 * time.Minute},
+	} {
+		env, err := app.LoadEnv(func(k string) string { return tc.vars[k] })
+		require.NoError(t, err)
+		require.Equal(t, tc.want, env.StopTimeout, "%v", tc.vars)
+	}
 }
 
 // Provider URLs are https unless BUILDRISK_INSECURE_HTTP_UPSTREAM=1 (a fake

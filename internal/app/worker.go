@@ -142,6 +142,7 @@ func NewWorker(pool *pgxpool.Pool, env *Config, tel *Telemetry, workerID, hostna
 		Logger: tel.Logger, FanOut: env.FanOut, Tracer: tel.Providers.Tracer.Tracer("github.com/buildrisk/radar/queue/batch"),
 		DBTimeout:          env.DBTimeout,
 		LeaseCheckInterval: env.HeartbeatInterval,
+		StopTimeout:        env.StopTimeout,
 	}
 	workerConfig := worker.Config{
 		ID:                workerID,

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/apptest"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/observability"
@@ -34,8 +35,9 @@ type testBundle struct {
 }
 
 // setup builds a runner with the aptTrade job against the fake upstream
-// over real HTTP, on a database of its own.
-func setup(t *testing.T, cfg fakeupstream.Config) *testBundle {
+// over real HTTP, on a database of its own; configure, when given, changes
+// the provider client's and the runner's configs.
+func setup(t *testing.T, cfg fakeupstream.Config, configure ...func(*upstream.ClientConfig, *batch.Config)) *testBundle {
 	t.Helper()
 
 	b := &testBundle{pool: pgtest.NewPool(t), fake: fakeupstream.New(cfg)}
@@ -46,7 +48,7 @@ func setup(t *testing.T, cfg fakeupstream.Config) *testBundle {
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	client, err := upstream.NewClient(b.pool, upstream.ClientConfig{
+	clientCfg := upstream.ClientConfig{
 		AllowHTTP:   true, // the fake upstream
 		BaseURLs:    map[upstream.Provider]string{upstream.ProviderMOLIT: server.URL},
 		Keys:        map[upstream.Provider]string{upstream.ProviderMOLIT: "test-molit-key"},
@@ -54,14 +56,20 @@ func setup(t *testing.T, cfg fakeupstream.Config) *testBundle {
 		Backoff:     time.Millisecond,
 		MaxBackoff:  5 * time.Millisecond,
 		Instruments: instruments,
-	})
+	}
+	runnerCfg := batch.Config{
+		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{apttrade.Name: apttrade.Job{}},
+		Instruments: instruments, Logger: logger,
+	}
+	for _, c := range configure {
+		c(&clientCfg, &runnerCfg)
+	}
+	client, err := upstream.NewClient(b.pool, clientCfg)
 	require.NoError(t, err)
 	b.enqueuer, err = request.NewEnqueuer(b.pool, nil, request.Config{Catalog: jobs.NewCatalog(apttrade.Spec()), Instruments: instruments, Logger: logger})
 	require.NoError(t, err)
-	b.runner, err = batch.NewRunner(b.pool, batch.Config{
-		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{apttrade.Name: apttrade.Job{}},
-		Upstream: client, Instruments: instruments, Logger: logger,
-	})
+	runnerCfg.Upstream = client
+	b.runner, err = batch.NewRunner(b.pool, runnerCfg)
 	require.NoError(t, err)
 	return b
 }
@@ -142,4 +150,54 @@ func TestAptTrade_ShortPageFails(t *testing.T) {
 
 	require.Equal(t, "FAILED", exec.Status)
 	require.Zero(t, b.trades(t))
+}
+
+// A stop is bounded like a drain against a provider whose body stalls
+// (issue 41: one sending a byte a second left an execution STOPPING for
+// 141 s, then FAILED): the one call in flight gets the stop timeout, is
+// then cancelled and not retried, its chunk rolls back (a resume does it
+// again), and the execution ends STOPPED with cause operator. The call is
+// still counted: it was paid for.
+func TestAptTrade_StopAbandonsAStalledCall(t *testing.T) {
+	t.Parallel()
+
+	b := setup(t, fakeupstream.Config{HangBodyRate: 1}, func(client *upstream.ClientConfig, runner *batch.Config) {
+		client.RequestTimeout = 3 * time.Second // the client's own end of a stalled attempt, far past the stop's
+		runner.StopTimeout = 200 * time.Millisecond
+		runner.StopCheckInterval = 10 * time.Millisecond
+	})
+	ctx := context.Background()
+	res, err := b.enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: apttrade.Name, Source: radartype.SourceCLI,
+		Params: []byte(`{"regions":["11110"],"from":"2025-01","to":"2025-02"}`)})
+	require.NoError(t, err)
+	type result struct {
+		out *batch.Outcome
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: res.Request.ID})
+		done <- result{out, err}
+	}()
+	apptest.WaitUntil(t, time.Minute, "the first provider call", func() bool { return b.fake.Stats().Total > 0 })
+	_, err = queries.New().JobExecutionRequestStop(ctx, b.pool, apttrade.Name)
+	require.NoError(t, err)
+
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the stopped run did not end within a minute")
+	}
+	require.NoError(t, r.err)
+	require.Equal(t, "STOPPED", r.out.Status, r.out.Message)
+	require.Equal(t, batch.MessageStopTimeout, r.out.Message)
+	exec, err := queries.New().JobExecutionGetByID(ctx, b.pool, r.out.ExecutionID)
+	require.NoError(t, err)
+	require.Equal(t, "operator", exec.StopCause)
+	require.Zero(t, exec.ChunksDone, "the chunk of the abandoned call rolled back")
+	require.Zero(t, b.trades(t))
+	require.Equal(t, map[string]int64{"11110:202501": 1}, b.fake.Stats().Calls[fakeupstream.EndpointAptTrade],
+		"one call, cancelled and not retried; no chunk after it")
+	require.EqualValues(t, 1, exec.ExternalCalls, "the abandoned call is counted")
 }

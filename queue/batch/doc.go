@@ -9,6 +9,8 @@
 // targets at the end), and bounded fan-out. A fan-out chunk commits each
 // item paid for as it comes back, in checkpoint parts (FanOutCommit), so a
 // stop, drain, cap or kill inside a chunk loses at most the calls in flight.
+// A stop is bounded like a drain: once the run has seen it, no item is
+// handed out and the calls in flight get Config.StopTimeout (stop.go).
 //
 // A job implements Job and knows nothing of HTTP or River: the worker and
 // the CLI both call Runner.Run.

@@ -54,6 +54,9 @@ type runState struct {
 	mu        sync.Mutex
 	lastDBErr error // the newest transient database error, for the message
 	warned    bool
+
+	// stop is what the run knows of its execution's stop request.
+	stop runStop
 }
 
 func (rs *runState) noteDBError(err error) (first bool) {
@@ -87,13 +90,19 @@ func (r *Runner) fenced() <-chan struct{} {
 // watch cancels the run's work when the process fences itself or, checked
 // every LeaseCheckInterval, when the execution is no longer the run's: so a
 // lost execution is noticed while a chunk is in flight, not only at its
-// commit. Transient errors of the check are left to the fence.
+// commit. Transient errors of the check are left to the fence. It also
+// learns of a stop while a chunk is in flight (stopWatch, see stop.go):
+// from its status, read every StopCheckInterval and with each lease
+// check, it halts the run's fan-out and, past StopTimeout, cancels the
+// run with ErrStopTimeout.
 func (r *Runner) watch(ctx context.Context, cancel context.CancelCauseFunc, rs *runState) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		ticker := time.NewTicker(r.cfg.LeaseCheckInterval)
 		defer ticker.Stop()
+		stopping := r.newStopWatch(rs, cancel)
+		defer stopping.end()
 		for {
 			select {
 			case <-done:
@@ -103,15 +112,20 @@ func (r *Runner) watch(ctx context.Context, cancel context.CancelCauseFunc, rs *
 			case <-rs.fenced:
 				cancel(ErrFenced)
 				return
+			case <-stopping.poll:
+				stopping.check(ctx)
 			case <-ticker.C:
 				checkCtx, cancelCheck := context.WithTimeout(ctx, r.cfg.DBTimeout)
-				_, err := r.queries.JobExecutionOwned(checkCtx, r.pool, &queries.JobExecutionOwnedParams{
+				status, err := r.queries.JobExecutionOwned(checkCtx, r.pool, &queries.JobExecutionOwnedParams{
 					ID: rs.exec.ID, WorkerID: rs.exec.WorkerID, LeaseEpoch: rs.exec.LeaseEpoch,
 				})
 				cancelCheck()
 				if errors.Is(err, pgx.ErrNoRows) {
 					cancel(rs.lost())
 					return
+				}
+				if err == nil {
+					stopping.seen(ctx, status)
 				}
 			}
 		}

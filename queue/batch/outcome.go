@@ -134,6 +134,11 @@ func (r *Runner) classify(ctx context.Context, rs *runState, err error, where st
 		}
 		rs.cause = radartype.CauseDatabase
 		return string(radartype.ExecutionStopped), msg, nil
+	case errors.Is(cause, ErrStopTimeout):
+		// An operator's stop whose calls in flight outlasted the stop
+		// timeout: whatever they failed with is the stop's doing.
+		rs.cause = radartype.CauseOperator
+		return string(radartype.ExecutionStopped), MessageStopTimeout, nil
 	case errors.Is(err, ErrDatabaseStalled), errors.Is(err, ErrCommitsLost):
 		// Infrastructure's doing too: the run stops and resumes from what
 		// the database holds.

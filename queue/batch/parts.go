@@ -31,11 +31,12 @@ import (
 // is shared by many items even when calls are cheap.
 //
 // The chunk can therefore end at any item: on a drain (the runner's Drain),
-// a stop request (learned at each part commit), a daily cap, maxCalls or a
-// rejected key (Halt), or a failed part commit, FanOutCommit stops handing
-// items over, waits for the calls in flight, commits those that succeeded
-// and returns the reason. A drain thus takes at most one provider call plus
-// one commit, not a chunk. A resume processes only the items that no part
+// a stop request (learned at each part commit, or by the run's watch while
+// the calls stall: stop.go), a daily cap, maxCalls or a rejected key
+// (Halt), or a failed part commit, FanOutCommit stops handing items over,
+// waits for the calls in flight, commits those that succeeded and returns
+// the reason. A drain thus takes at most one provider call plus one commit,
+// not a chunk. A resume processes only the items that no part
 // lists (JobCheckpointPartItems). When the chunk itself commits, its parts
 // fold into its checkpoint in the same statement (JobExecutionChunkCommit
 // deletes them and adds their items to the checkpoint's targets and
@@ -70,6 +71,9 @@ type partCommitter struct {
 	leaseEpoch int64
 	// drain is closed when the worker drains.
 	drain <-chan struct{}
+	// stop is closed when the run has seen its execution STOPPING (nil: a
+	// Run the runner did not give); see stop.go.
+	stop <-chan struct{}
 	// loseAnswer is the runner's AnswerLostHook (nil: none).
 	loseAnswer func() error
 	// retry retries a transient database error of a part commit with the
@@ -354,12 +358,12 @@ type Committer[T, R any] struct {
 // more. ItemResult.Committed tells which items were committed.
 //
 // It stops handing over items when ctx ends, an item returns a Halt error,
-// the worker drains (ErrDrained), a part commit finds the execution
-// STOPPING (ErrStopRequested) or a part fails to commit (that error); it
-// returns that error after the items in flight have finished and the
-// successful ones are committed. A chunk that gets an error should write
-// nothing more and return it: its committed items are kept, the others stay
-// targets for the resume.
+// the worker drains (ErrDrained), a part commit or the run's watch finds
+// the execution STOPPING (ErrStopRequested) or a part fails to commit (that
+// error); it returns that error after the items in flight have finished and
+// the successful ones are committed. A chunk that gets an error should
+// write nothing more and return it: its committed items are kept, the
+// others stay targets for the resume.
 func FanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items []T, fn func(context.Context, T) (R, error), c Committer[T, R]) ([]ItemResult[R], error) {
 	return fanOutCommit(ctx, run, chunk, items, fn, c, nil)
 }
@@ -387,6 +391,8 @@ func fanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items [
 		select {
 		case <-parts.drain:
 			h.halt(ErrDrained)
+		case <-parts.stop:
+			h.halt(ErrStopRequested)
 		case <-h.ctx.Done():
 		}
 	}()

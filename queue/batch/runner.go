@@ -36,6 +36,10 @@ const (
 	RecordRetryWindowDefault  = time.Minute
 	DBTimeoutDefault          = 5 * time.Second
 	LeaseCheckIntervalDefault = 10 * time.Second
+	// StopTimeoutDefault is the worker's drain timeout's default
+	// (worker.DrainTimeoutDefault): a stop is bounded like a drain.
+	StopTimeoutDefault       = 45 * time.Second
+	StopCheckIntervalDefault = time.Second
 )
 
 // Config configures a Runner.
@@ -68,6 +72,15 @@ type Config struct {
 	// flight, that its execution is still its own; losing it cancels the
 	// chunk at once instead of at its commit.
 	LeaseCheckInterval time.Duration
+	// StopTimeout is how long the calls in flight of a run whose execution
+	// was asked to stop (STOPPING) may still take once the run has seen the
+	// stop (BUILDRISK_STOP_TIMEOUT, by default the drain timeout); past it
+	// they are cancelled and their results are not committed (see stop.go).
+	StopTimeout time.Duration
+	// StopCheckInterval is how often a run reads its execution's status
+	// to learn of a stop while a chunk is in flight, so that a stop does
+	// not wait for a commit that stalled calls never reach.
+	StopCheckInterval time.Duration
 	// OnTransient, when set, is called with each transient database error
 	// a run retries (tests wait for it to restart the database).
 	OnTransient func(err error)
@@ -116,6 +129,8 @@ func (c Config) withDefaults() Config {
 	c.RecordRetryWindow = cmp.Or(c.RecordRetryWindow, RecordRetryWindowDefault)
 	c.DBTimeout = cmp.Or(c.DBTimeout, DBTimeoutDefault)
 	c.LeaseCheckInterval = cmp.Or(c.LeaseCheckInterval, LeaseCheckIntervalDefault)
+	c.StopTimeout = cmp.Or(c.StopTimeout, StopTimeoutDefault)
+	c.StopCheckInterval = cmp.Or(c.StopCheckInterval, StopCheckIntervalDefault)
 	if c.Held == nil {
 		c.Held = NewHeldSet()
 	}
@@ -137,6 +152,10 @@ func (c Config) validate() error {
 		return errors.New("batch: Instruments is required")
 	case c.FanOut < 1:
 		return fmt.Errorf("batch: FanOut must be at least 1, got %d", c.FanOut)
+	case c.StopTimeout < 0:
+		return fmt.Errorf("batch: StopTimeout must be positive, got %s", c.StopTimeout)
+	case c.StopCheckInterval < 0:
+		return fmt.Errorf("batch: StopCheckInterval must be positive, got %s", c.StopCheckInterval)
 	}
 	return nil
 }
@@ -426,6 +445,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		fence:       r.runFence(rs),
 	}
 	run.parts = r.partCommitter(rs)
+	run.parts.stop = rs.stop.requested()
 	// The run's unspent leases of the daily caps go back to the budget when
 	// it ends, whatever the outcome.
 	defer func() { _ = run.Calls.Release(context.WithoutCancel(ctx)) }()

@@ -66,6 +66,32 @@ func TestLifecycle_StopAtChunkBoundary(t *testing.T) {
 	require.Equal(t, http.StatusConflict, status, "nothing runs")
 }
 
+// A stop is bounded like a drain, end to end (issue 41): against a provider
+// that does not answer, POST /v1/jobs/{job}/stop ends the run within the
+// stop timeout, not when the provider client gives up. The held call is
+// abandoned by its caller, its chunk rolls back, the execution is STOPPED
+// with cause operator and the request DONE.
+func TestLifecycle_StopBoundedLikeADrain(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_STOP_TIMEOUT": "300ms"}})
+	s.StartWorker()
+	s.Gate.Arm(2)
+	id := s.RequestAptTrade(apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
+	apptest.Within(t, time.Minute, s.Gate.Blocked, "the third provider call") // chunk 3 is in flight, 2 are committed
+
+	status, stop := s.Post("/v1/jobs/aptTrade/stop", "")
+	require.Equal(t, http.StatusAccepted, status, "%v", stop)
+	done := s.WaitRequest(id, "DONE", "FAILED")
+	require.Equal(t, "DONE", done["status"], "%v", done)
+	exec := apptest.Execution(t, done)
+	require.Equal(t, "STOPPED", exec["status"])
+	require.Equal(t, batch.MessageStopTimeout, exec["exitMessage"])
+	require.Equal(t, float64(2), exec["chunksDone"], "the chunk of the abandoned call rolled back")
+	require.Equal(t, "operator", s.StopCause(exec["id"].(string)))
+	apptest.Within(t, time.Minute, s.Gate.Abandoned, "the held call given up by its caller")
+	s.Gate.Open()
+}
+
 // Restart rules: equal params resume; different params start a new instance
 // from scratch; an execution that carried confirmPurge is never resumed.
 func TestLifecycle_RestartRules(t *testing.T) {
