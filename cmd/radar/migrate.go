@@ -29,10 +29,11 @@ func runMigrate(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	logger := observability.NewLogger(stderr, env.LogFormat, slog.LevelInfo).With(slog.String("role", "migrate"))
 	// Migrate opens its connections with this pool's configuration plus
-	// lock_timeout, and looks at pg_locks from this pool while one waits;
-	// pg_stat_activity shows them as "radar migrate" unless DATABASE_URL
-	// or PGAPPNAME names them.
-	pool, err := app.OpenPool(ctx, env.DatabaseURL, 4, 0, false, app.SessionLimits{AppName: "radar migrate"})
+	// lock_timeout (so at most 2 more), and looks at pg_locks from this pool
+	// while one waits: 4 connections in all, as before. pg_stat_activity
+	// shows them as "radar migrate" unless DATABASE_URL or PGAPPNAME names
+	// them.
+	pool, err := app.OpenPool(ctx, env.DatabaseURL, 2, 0, false, app.SessionLimits{AppName: "radar migrate"})
 	if err != nil {
 		return err
 	}
