@@ -80,7 +80,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	defer heartbeatPool.Close()
-	if err := migrations.Migrate(ctx, pool); err != nil {
+	if err := migrations.Migrate(ctx, pool, env.MigrateConfig(tel.Logger)); err != nil {
 		return err
 	}
 

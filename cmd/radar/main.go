@@ -77,7 +77,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "worker":
 		err = withEnv(ctx, app.RunWorker)
 	case "migrate":
-		err = runMigrate(ctx, stdout)
+		err = runMigrate(ctx, stdout, stderr)
 	case "run":
 		return runRun(ctx, rest, stdout, stderr)
 	case "import":

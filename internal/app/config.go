@@ -17,6 +17,7 @@ import (
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/sql/migrations"
 	"github.com/buildrisk/radar/upstream"
 )
 
@@ -86,6 +87,12 @@ type Config struct {
 	// (BUILDRISK_API_STATEMENT_TIMEOUT, BUILDRISK_API_LOCK_TIMEOUT).
 	APIStatementTimeout time.Duration
 	APILockTimeout      time.Duration
+	// MigrateLockTimeout is the lock_timeout of the sessions that apply
+	// migrations (BUILDRISK_MIGRATE_LOCK_TIMEOUT), MigrateLockRetryFor how
+	// long migrating retries after lock timeouts before it gives up
+	// (BUILDRISK_MIGRATE_LOCK_RETRY_FOR); see migrations.Config.
+	MigrateLockTimeout  time.Duration
+	MigrateLockRetryFor time.Duration
 	// Schedules are the periodic requests (catalog default, or
 	// BUILDRISK_SCHEDULE_<JOB>), parsed, with their catch-up windows
 	// (BUILDRISK_SCHEDULE_CATCHUP_<JOB>, default one period); jobs whose
@@ -114,6 +121,10 @@ const (
 	APILockTimeoutDefault      = 2 * time.Second
 	APIStatementTimeoutMax     = 25 * time.Second
 )
+
+// MigrateLockTimeoutMax bounds BUILDRISK_MIGRATE_LOCK_TIMEOUT: every
+// statement on a table a migration waits for queues behind it that long.
+const MigrateLockTimeoutMax = time.Minute
 
 // roleNamePattern is what BUILDRISK_DB_APP_ROLE and BUILDRISK_DB_API_ROLE may be: a plain
 // PostgreSQL identifier, safe to put in the migration's SQL.
@@ -197,6 +208,8 @@ func LoadEnv(getenv func(string) string) (*Config, error) {
 		{"BUILDRISK_AUTO_RESUME_BACKOFF", &c.AutoResume.Backoff, request.AutoResumeBackoffDefault},
 		{"BUILDRISK_API_STATEMENT_TIMEOUT", &c.APIStatementTimeout, APIStatementTimeoutDefault},
 		{"BUILDRISK_API_LOCK_TIMEOUT", &c.APILockTimeout, APILockTimeoutDefault},
+		{"BUILDRISK_MIGRATE_LOCK_TIMEOUT", &c.MigrateLockTimeout, migrations.LockTimeoutDefault},
+		{"BUILDRISK_MIGRATE_LOCK_RETRY_FOR", &c.MigrateLockRetryFor, migrations.LockRetryForDefault},
 		{"BUILDRISK_WORKER_RETENTION", &c.WorkerRetention, worker.RetentionDefault},
 		{"BUILDRISK_COVERAGE_MAX_AGE", &c.CoverageMaxAge, coverage.MaxAgeDefault},
 	}
@@ -224,6 +237,14 @@ func LoadEnv(getenv func(string) string) (*Config, error) {
 	}
 	if c.APILockTimeout < 10*time.Millisecond || c.APILockTimeout > c.APIStatementTimeout {
 		return nil, envError("BUILDRISK_API_LOCK_TIMEOUT", "%s is not from 10ms to BUILDRISK_API_STATEMENT_TIMEOUT (%s)", c.APILockTimeout, c.APIStatementTimeout)
+	}
+	// A migration's lock_timeout is what the fleet may wait behind it: a few
+	// seconds, and never more than the window of its retries.
+	if c.MigrateLockTimeout < 10*time.Millisecond || c.MigrateLockTimeout > MigrateLockTimeoutMax {
+		return nil, envError("BUILDRISK_MIGRATE_LOCK_TIMEOUT", "%s is not from 10ms to %s", c.MigrateLockTimeout, MigrateLockTimeoutMax)
+	}
+	if c.MigrateLockRetryFor < c.MigrateLockTimeout {
+		return nil, envError("BUILDRISK_MIGRATE_LOCK_RETRY_FOR", "%s is less than BUILDRISK_MIGRATE_LOCK_TIMEOUT (%s)", c.MigrateLockRetryFor, c.MigrateLockTimeout)
 	}
 	if c.StaleAfter <= c.HeartbeatInterval {
 		return nil, envError("BUILDRISK_STALE_AFTER", "%s must exceed BUILDRISK_HEARTBEAT_INTERVAL %s", c.StaleAfter, c.HeartbeatInterval)

@@ -20,31 +20,33 @@ import (
 func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 	t.Parallel()
 	cases := map[string]string{
-		"BUILDRISK_API_TOKENS":            "admin:x",
-		"BUILDRISK_INSECURE_NO_AUTH":      "yes",
-		"BUILDRISK_HEARTBEAT_INTERVAL":    "10",
-		"BUILDRISK_STALE_AFTER":           "-1s",
-		"BUILDRISK_REAP_INTERVAL":         "soon",
-		"BUILDRISK_DRAIN_TIMEOUT":         "0s",
-		"BUILDRISK_STOP_TIMEOUT":          "-1s",
-		"BUILDRISK_FENCE_AFTER":           "soon",
-		"BUILDRISK_DB_STATEMENT_TIMEOUT":  "0s",
-		"BUILDRISK_FANOUT":                "0",
-		"BUILDRISK_DB_MAX_CONNS":          "0",
-		"BUILDRISK_WORKER_RETENTION":      "30s",
-		"BUILDRISK_MOLIT_URL":             "ftp://x",
-		"BUILDRISK_DB_API_ROLE":           "Radar-API",
-		"BUILDRISK_SESSION_KEY":           "too-short",
-		"BUILDRISK_DAILY_CAP_DART":        "many",
-		"BUILDRISK_RATE_MOLIT":            "0",
-		"BUILDRISK_RATE_KRX":              "-5",
-		"BUILDRISK_RATE_DART":             "fast",
-		"BUILDRISK_TIMEZONE":              "Mars/Olympus",
-		"BUILDRISK_LOG_FORMAT":            "xml",
-		"BUILDRISK_MAX_BODY_BYTES":        "1MB",
-		"BUILDRISK_API_STATEMENT_TIMEOUT": "1h",
-		"BUILDRISK_API_LOCK_TIMEOUT":      "30s",
-		"BUILDRISK_SCHEDULE_APTTRADE":     "61 * * * *",
+		"BUILDRISK_API_TOKENS":             "admin:x",
+		"BUILDRISK_INSECURE_NO_AUTH":       "yes",
+		"BUILDRISK_HEARTBEAT_INTERVAL":     "10",
+		"BUILDRISK_STALE_AFTER":            "-1s",
+		"BUILDRISK_REAP_INTERVAL":          "soon",
+		"BUILDRISK_DRAIN_TIMEOUT":          "0s",
+		"BUILDRISK_STOP_TIMEOUT":           "-1s",
+		"BUILDRISK_FENCE_AFTER":            "soon",
+		"BUILDRISK_DB_STATEMENT_TIMEOUT":   "0s",
+		"BUILDRISK_FANOUT":                 "0",
+		"BUILDRISK_DB_MAX_CONNS":           "0",
+		"BUILDRISK_WORKER_RETENTION":       "30s",
+		"BUILDRISK_MOLIT_URL":              "ftp://x",
+		"BUILDRISK_DB_API_ROLE":            "Radar-API",
+		"BUILDRISK_SESSION_KEY":            "too-short",
+		"BUILDRISK_DAILY_CAP_DART":         "many",
+		"BUILDRISK_RATE_MOLIT":             "0",
+		"BUILDRISK_RATE_KRX":               "-5",
+		"BUILDRISK_RATE_DART":              "fast",
+		"BUILDRISK_TIMEZONE":               "Mars/Olympus",
+		"BUILDRISK_LOG_FORMAT":             "xml",
+		"BUILDRISK_MAX_BODY_BYTES":         "1MB",
+		"BUILDRISK_API_STATEMENT_TIMEOUT":  "1h",
+		"BUILDRISK_API_LOCK_TIMEOUT":       "30s",
+		"BUILDRISK_MIGRATE_LOCK_TIMEOUT":   "2m",
+		"BUILDRISK_MIGRATE_LOCK_RETRY_FOR": "1s",
+		"BUILDRISK_SCHEDULE_APTTRADE":      "61 * * * *",
 	}
 	for name, value := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -79,6 +81,8 @@ func TestEnv_Defaults(t *testing.T) {
 	require.Equal(t, 45*time.Second, env.StopTimeout, "a stop is bounded like a drain")
 	require.Equal(t, 30*time.Second, env.FenceAfter, "half of BUILDRISK_STALE_AFTER")
 	require.Equal(t, 5*time.Second, env.DBTimeout)
+	require.Equal(t, 5*time.Second, env.MigrateLockTimeout)
+	require.Equal(t, 2*time.Minute, env.MigrateLockRetryFor)
 	require.Equal(t, 5, env.FanOut)
 	require.Equal(t, "Asia/Seoul", env.Location.String())
 	require.Equal(t, 20000, env.DailyCaps["DART"])

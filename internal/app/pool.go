@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -252,6 +253,13 @@ func connectPool(ctx context.Context, cfg *pgxpool.Config, name string) (*pgxpoo
 	}
 	_ = otelpgx.RecordStats(pool, otelpgx.WithStatsAttributes(attribute.String("pool", name)))
 	return pool, nil
+}
+
+// MigrateConfig is the configuration of migrations.Migrate: the lock
+// timeout and retry window of BUILDRISK_MIGRATE_LOCK_TIMEOUT and
+// BUILDRISK_MIGRATE_LOCK_RETRY_FOR, each lock wait logged to logger.
+func (c *Config) MigrateConfig(logger *slog.Logger) *migrations.Config {
+	return &migrations.Config{LockTimeout: c.MigrateLockTimeout, LockRetryFor: c.MigrateLockRetryFor, Logger: logger}
 }
 
 // CheckSchema refuses to serve on a schema that is behind.

@@ -25,7 +25,7 @@ func PrivateCluster(t *testing.T) (*pglocal.Cluster, string) {
 	pool, err := pgxpool.New(ctx, url)
 	require.NoError(t, err)
 	defer pool.Close()
-	require.NoError(t, migrations.Migrate(ctx, pool))
+	require.NoError(t, migrations.Migrate(ctx, pool, nil))
 	return cluster, url
 }
 

@@ -101,7 +101,7 @@ func TestUnavailable_DatabaseDown(t *testing.T) {
 	url := cluster.URL("postgres")
 	owner, err := pgxpool.New(ctx, url)
 	require.NoError(t, err)
-	require.NoError(t, migrations.Migrate(ctx, owner))
+	require.NoError(t, migrations.Migrate(ctx, owner, nil))
 	owner.Close()
 
 	vars := map[string]string{"BUILDRISK_API_TOKENS": "operator:" + apptest.OperatorToken}

@@ -301,7 +301,7 @@ func (h *harness) createTemplate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("error connecting to template database: %w", err)
 	}
-	err = migrations.Migrate(ctx, pool)
+	err = migrations.Migrate(ctx, pool, nil)
 	// Close returns once every connection is closed: CREATE DATABASE ...
 	// TEMPLATE fails while anyone is connected to the template.
 	pool.Close()
