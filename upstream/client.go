@@ -93,13 +93,12 @@ type RateLimitedError struct {
 	Endpoint string
 	// RetryAfter is the wait the provider asked for, from its answer.
 	RetryAfter time.Duration
+	// Wait is the wait honoured: RetryAfter, at most
+	// ClientConfig.RetryAfterMax.
+	Wait time.Duration
 	// Until is when the provider may be called again, by this process's
-	// clock: the answer's arrival plus RetryAfter, at most
-	// ClientConfig.RetryAfterMax later.
+	// clock: the answer's arrival plus Wait.
 	Until time.Time
-	// Capped reports that RetryAfter was longer than RetryAfterMax, which
-	// Until was bounded by.
-	Capped bool
 }
 
 // Error implements error.
@@ -587,11 +586,8 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 // retryAfter (past MaxBackoff), from now and at most RetryAfterMax, and
 // returns the *RateLimitedError saying so.
 func (cl *Caller) mustWait(p Provider, endpoint string, retryAfter time.Duration) *RateLimitedError {
-	maxWait := cl.client.cfg.RetryAfterMax
-	e := &RateLimitedError{
-		Provider: p, Endpoint: endpoint, RetryAfter: retryAfter,
-		Until: time.Now().Add(min(retryAfter, maxWait)), Capped: retryAfter > maxWait,
-	}
+	wait := min(retryAfter, cl.client.cfg.RetryAfterMax)
+	e := &RateLimitedError{Provider: p, Endpoint: endpoint, RetryAfter: retryAfter, Wait: wait, Until: time.Now().Add(wait)}
 	cl.waitMu.Lock()
 	defer cl.waitMu.Unlock()
 	if prev := cl.waiting[p]; prev != nil && prev.Until.After(e.Until) {

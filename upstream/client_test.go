@@ -381,6 +381,7 @@ func TestClient_RetryAfterPastTheBackoffStops(t *testing.T) {
 			require.Equal(t, int32(1), hits.Load(), "one attempt: the wait is past MaxBackoff, a retry would be refused again")
 			require.Equal(t, upstream.ProviderMOLIT, rateErr.Provider)
 			require.Equal(t, tc.want, rateErr.RetryAfter)
+			require.Equal(t, tc.wait, rateErr.Wait)
 			require.False(t, rateErr.Until.Before(before.Add(tc.wait)), "until %s, want %s after the call", rateErr.Until, tc.wait)
 			require.False(t, rateErr.Until.After(after.Add(tc.wait)), "until %s, want %s after the call", rateErr.Until, tc.wait)
 			require.Contains(t, err.Error(), "MOLIT aptTrade")
