@@ -96,7 +96,10 @@ const (
 	// loss.
 	ReasonClosed = "closed"
 	// ReasonProvider429 is a provider refusing a call with 429 Too Many
-	// Requests (the call is retried after Retry-After). Not a loss.
+	// Requests (the call is retried after Retry-After). Not a loss. A 429
+	// whose Retry-After is longer than a call waits (the upstream client's
+	// MaxBackoff) is not counted here: it stops the run, counted by
+	// buildrisk_executions_stopped_total{cause="provider-rate"}.
 	ReasonProvider429 = "provider_429"
 	// ReasonProviderLimitLowered is a provider refusing a call with 429
 	// while its fleet-wide rate limit (BUILDRISK_RATE_<P>) is set: we stayed
