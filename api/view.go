@@ -65,7 +65,7 @@ type RequestView struct {
 	Status             string          `json:"status" enum:"QUEUED,RUNNING,DONE,FAILED"`
 	EstimatedCalls     int32           `json:"estimatedCalls"`
 	ResumesExecutionID *string         `json:"resumesExecutionId"`
-	ResumeCause        string          `json:"resumeCause,omitempty" enum:"drain,reap,database" doc:"for source resume: what stopped the run it resumes"`
+	ResumeCause        string          `json:"resumeCause,omitempty" enum:"drain,reap,database,provider-rate" doc:"for source resume: what stopped the run it resumes"`
 	CreatedAt          time.Time       `json:"createdAt"`
 	ClaimedAt          *time.Time      `json:"claimedAt" doc:"when a worker took the request: the database's time of the fetch that handed it to that worker; the status turns RUNNING a moment later, when the run starts"`
 	FinishedAt         *time.Time      `json:"finishedAt"`

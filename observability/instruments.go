@@ -267,7 +267,7 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 	// buildrisk_executions_stopped_total{job,cause}: executions that ended
 	// STOPPED, by what stopped them (stopCauses).
 	i.executionsStopped, err = meter.Int64Counter("buildrisk.executions.stopped",
-		metric.WithDescription("Job executions that ended STOPPED, by cause: cap (a provider's daily cap), max_calls (the request's maxCalls), operator (a stop), drain (a worker shutting down)."),
+		metric.WithDescription("Job executions that ended STOPPED, by cause: cap (a provider's daily cap), max_calls (the request's maxCalls), provider-rate (a provider's Retry-After past the client's backoff), operator (a stop), drain (a worker shutting down)."),
 		metric.WithUnit("{execution}"))
 	check(err)
 
@@ -348,9 +348,10 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 	check(err)
 
 	// buildrisk_auto_resumes_total{job,cause}: runs stopped by
-	// infrastructure that the system resumed by itself.
+	// infrastructure or a provider's Retry-After that the system resumed by
+	// itself.
 	i.autoResumes, err = meter.Int64Counter("buildrisk.auto_resumes",
-		metric.WithDescription("Runs stopped by infrastructure (drain, reap of a dead or cut-off worker, database outage) that resumed by themselves, by cause."),
+		metric.WithDescription("Runs stopped by infrastructure (drain, reap of a dead or cut-off worker, database outage) or by a provider's Retry-After (provider-rate) that resumed by themselves, by cause."),
 		metric.WithUnit("{request}"))
 	check(err)
 

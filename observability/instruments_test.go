@@ -334,8 +334,9 @@ func TestInstrumentsInitSeries(t *testing.T) {
 	for name, wantSeries := range map[string]int{
 		MetricFanoutRejections:      2 * 6,
 		MetricRequests:              2 * 5 * 3,
-		MetricAutoResumes:           2 * 3,
-		MetricAutoResumesRefused:    2 * 3,
+		MetricAutoResumes:           2 * 4,
+		MetricAutoResumesRefused:    2 * 4,
+		MetricExecutionsStopped:     2 * 5,
 		MetricExecutions:            2 * 4,
 		MetricItems:                 2 * 4,
 		MetricExternalCalls:         2 * 3,

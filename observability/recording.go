@@ -98,7 +98,7 @@ func (i *Instruments) FanoutRejected(ctx context.Context, job, reason string) {
 }
 
 // AutoResumed counts one automatic resume of job's run stopped by cause
-// (CauseDrain, CauseReap, CauseDatabase).
+// (CauseDrain, CauseReap, CauseDatabase, CauseProviderRate).
 func (i *Instruments) AutoResumed(ctx context.Context, job string, cause radartype.StopCause) {
 	i.autoResumes.Add(ctx, 1, metric.WithAttributes(attrJob.String(job), attrCause.String(oneOf(cause, autoResumeCauses...))))
 }
@@ -177,8 +177,9 @@ func (i *Instruments) ExecutionFinished(ctx context.Context, job string, status 
 }
 
 // ExecutionStopped counts one execution of job that ended STOPPED because
-// of cause (CauseCap, CauseMaxCalls, CauseOperator, CauseDrain). The cap causes
-// feed the alert BuildriskRunCapped.
+// of cause (CauseCap, CauseMaxCalls, CauseProviderRate, CauseOperator,
+// CauseDrain). The cap causes and provider-rate feed the alert
+// BuildriskRunCapped.
 func (i *Instruments) ExecutionStopped(ctx context.Context, job string, cause radartype.StopCause) {
 	i.executionsStopped.Add(ctx, 1, metric.WithAttributes(
 		attrJob.String(job),

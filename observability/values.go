@@ -33,8 +33,9 @@ const (
 
 // stopCauses lists every allowed value of the cause attribute of
 // buildrisk_executions_stopped_total: what stopped an execution that ended
-// STOPPED. CauseCap and CauseMaxCalls feed the alert BuildriskRunCapped.
-var stopCauses = []radartype.StopCause{radartype.CauseCap, radartype.CauseDrain, radartype.CauseMaxCalls, radartype.CauseOperator}
+// STOPPED. CauseCap, CauseMaxCalls and CauseProviderRate feed the alert
+// BuildriskRunCapped (a warning: the run is stopped, not failed).
+var stopCauses = []radartype.StopCause{radartype.CauseCap, radartype.CauseDrain, radartype.CauseMaxCalls, radartype.CauseOperator, radartype.CauseProviderRate}
 
 // Values of the outcome attribute of buildrisk_items_total: what became of
 // the items a chunked job declared as its targets.
@@ -95,7 +96,10 @@ const (
 	// loss.
 	ReasonClosed = "closed"
 	// ReasonProvider429 is a provider refusing a call with 429 Too Many
-	// Requests (the call is retried after Retry-After). Not a loss.
+	// Requests (the call is retried after Retry-After). Not a loss. A 429
+	// whose Retry-After is longer than a call waits (the upstream client's
+	// MaxBackoff) is not counted here: it stops the run, counted by
+	// buildrisk_executions_stopped_total{cause="provider-rate"}.
 	ReasonProvider429 = "provider_429"
 	// ReasonProviderLimitLowered is a provider refusing a call with 429
 	// while its fleet-wide rate limit (BUILDRISK_RATE_<P>) is set: we stayed
@@ -145,8 +149,8 @@ var fanoutReasons = []string{ReasonCap, ReasonClosed, ReasonProvider429, ReasonP
 
 // autoResumeCauses lists every allowed value of the cause attribute of
 // buildrisk_auto_resumes_total and buildrisk_auto_resumes_refused_total:
-// what stopped the run, always infrastructure.
-var autoResumeCauses = []radartype.StopCause{radartype.CauseDatabase, radartype.CauseDrain, radartype.CauseReap}
+// what stopped the run, infrastructure or a provider's Retry-After.
+var autoResumeCauses = []radartype.StopCause{radartype.CauseDatabase, radartype.CauseDrain, radartype.CauseProviderRate, radartype.CauseReap}
 
 // Values of the reason attribute of buildrisk_http_refusals_total.
 const (

@@ -199,10 +199,17 @@ CROSS JOIN live_keys lk;
 -- name: JobExecutionListByIDs :many
 SELECT * FROM job_execution WHERE id = ANY(@ids::bigint[]);
 
--- name: JobExecutionSetStopCause :exec
+-- name: JobExecutionSetStopCause :one
 -- JobExecutionSetStopCause records why an execution that did not complete
--- ended; the resume policy reads it.
-UPDATE job_execution SET stop_cause = @stop_cause WHERE id = @id;
+-- ended; the resume policy reads it. With resume_in_seconds it also records
+-- resume_at, that long from now (a provider's Retry-After); without, it
+-- keeps the resume_at recorded earlier. It returns how long from now
+-- resume_at still is: 0 once passed, or when none was ever recorded.
+UPDATE job_execution
+SET stop_cause = @stop_cause,
+    resume_at = coalesce(now() + make_interval(secs => sqlc.narg('resume_in_seconds')::float8), resume_at)
+WHERE id = @id
+RETURNING coalesce(greatest(extract(epoch FROM resume_at - now()), 0), 0)::float8 AS resume_in_seconds;
 
 -- name: JobExecutionLockSkipLocked :many
 -- JobExecutionLockSkipLocked locks an execution's row for its reap, or

@@ -8,6 +8,8 @@ package queries
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const jobExecutionAbandon = `-- name: JobExecutionAbandon :execrows
@@ -200,7 +202,7 @@ func (q *Queries) JobExecutionFinish(ctx context.Context, db DBTX, arg *JobExecu
 }
 
 const jobExecutionGetByID = `-- name: JobExecutionGetByID :one
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause FROM job_execution WHERE id = $1
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at FROM job_execution WHERE id = $1
 `
 
 func (q *Queries) JobExecutionGetByID(ctx context.Context, db DBTX, id int64) (*JobExecution, error) {
@@ -228,6 +230,7 @@ func (q *Queries) JobExecutionGetByID(ctx context.Context, db DBTX, id int64) (*
 		&i.DomainRows,
 		&i.LeaseEpoch,
 		&i.StopCause,
+		&i.ResumeAt,
 	)
 	return &i, err
 }
@@ -259,7 +262,7 @@ func (q *Queries) JobExecutionIDsByInstance(ctx context.Context, db DBTX, instan
 const jobExecutionInsert = `-- name: JobExecutionInsert :one
 INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, lease_epoch)
 VALUES ($1, $2, $3, 'STARTING', $4, $5)
-RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause
+RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at
 `
 
 type JobExecutionInsertParams struct {
@@ -303,12 +306,13 @@ func (q *Queries) JobExecutionInsert(ctx context.Context, db DBTX, arg *JobExecu
 		&i.DomainRows,
 		&i.LeaseEpoch,
 		&i.StopCause,
+		&i.ResumeAt,
 	)
 	return &i, err
 }
 
 const jobExecutionLastByJob = `-- name: JobExecutionLastByJob :one
-SELECT e.id, e.instance_id, e.job, e.request_id, e.status, e.worker_id, e.created_at, e.started_at, e.ended_at, e.last_updated, e.exit_message, e.chunks_total, e.chunks_done, e.targets, e.items_written, e.items_skipped, e.items_failed, e.external_calls, e.domain_rows, e.lease_epoch, e.stop_cause, i.params_hash, i.confirm_purge AS instance_confirm_purge
+SELECT e.id, e.instance_id, e.job, e.request_id, e.status, e.worker_id, e.created_at, e.started_at, e.ended_at, e.last_updated, e.exit_message, e.chunks_total, e.chunks_done, e.targets, e.items_written, e.items_skipped, e.items_failed, e.external_calls, e.domain_rows, e.lease_epoch, e.stop_cause, e.resume_at, i.params_hash, i.confirm_purge AS instance_confirm_purge
 FROM job_execution e
 JOIN job_instance i ON i.id = e.instance_id
 WHERE i.id = (SELECT max(ji.id) FROM job_instance ji WHERE ji.job = $1::text)
@@ -349,6 +353,7 @@ func (q *Queries) JobExecutionLastByJob(ctx context.Context, db DBTX, job string
 		&i.JobExecution.DomainRows,
 		&i.JobExecution.LeaseEpoch,
 		&i.JobExecution.StopCause,
+		&i.JobExecution.ResumeAt,
 		&i.ParamsHash,
 		&i.InstanceConfirmPurge,
 	)
@@ -356,7 +361,7 @@ func (q *Queries) JobExecutionLastByJob(ctx context.Context, db DBTX, job string
 }
 
 const jobExecutionListByIDs = `-- name: JobExecutionListByIDs :many
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause FROM job_execution WHERE id = ANY($1::bigint[])
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at FROM job_execution WHERE id = ANY($1::bigint[])
 `
 
 func (q *Queries) JobExecutionListByIDs(ctx context.Context, db DBTX, ids []int64) ([]*JobExecution, error) {
@@ -390,6 +395,7 @@ func (q *Queries) JobExecutionListByIDs(ctx context.Context, db DBTX, ids []int6
 			&i.DomainRows,
 			&i.LeaseEpoch,
 			&i.StopCause,
+			&i.ResumeAt,
 		); err != nil {
 			return nil, err
 		}
@@ -460,7 +466,7 @@ WHERE id = (
     ORDER BY id DESC LIMIT 1
 )
   AND status IN ('STARTING', 'STARTED')
-RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause
+RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at
 `
 
 // JobExecutionRequestStop marks the job's running execution STOPPING without
@@ -495,12 +501,13 @@ func (q *Queries) JobExecutionRequestStop(ctx context.Context, db DBTX, job stri
 		&i.DomainRows,
 		&i.LeaseEpoch,
 		&i.StopCause,
+		&i.ResumeAt,
 	)
 	return &i, err
 }
 
 const jobExecutionRunningByJob = `-- name: JobExecutionRunningByJob :one
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause FROM job_execution
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at FROM job_execution
 WHERE job = $1 AND status IN ('STARTING', 'STARTED', 'STOPPING')
 ORDER BY id DESC
 LIMIT 1
@@ -531,24 +538,35 @@ func (q *Queries) JobExecutionRunningByJob(ctx context.Context, db DBTX, job str
 		&i.DomainRows,
 		&i.LeaseEpoch,
 		&i.StopCause,
+		&i.ResumeAt,
 	)
 	return &i, err
 }
 
-const jobExecutionSetStopCause = `-- name: JobExecutionSetStopCause :exec
-UPDATE job_execution SET stop_cause = $1 WHERE id = $2
+const jobExecutionSetStopCause = `-- name: JobExecutionSetStopCause :one
+UPDATE job_execution
+SET stop_cause = $1,
+    resume_at = coalesce(now() + make_interval(secs => $2::float8), resume_at)
+WHERE id = $3
+RETURNING coalesce(greatest(extract(epoch FROM resume_at - now()), 0), 0)::float8 AS resume_in_seconds
 `
 
 type JobExecutionSetStopCauseParams struct {
-	StopCause string
-	ID        int64
+	StopCause       string
+	ResumeInSeconds pgtype.Float8
+	ID              int64
 }
 
 // JobExecutionSetStopCause records why an execution that did not complete
-// ended; the resume policy reads it.
-func (q *Queries) JobExecutionSetStopCause(ctx context.Context, db DBTX, arg *JobExecutionSetStopCauseParams) error {
-	_, err := db.Exec(ctx, jobExecutionSetStopCause, arg.StopCause, arg.ID)
-	return err
+// ended; the resume policy reads it. With resume_in_seconds it also records
+// resume_at, that long from now (a provider's Retry-After); without, it
+// keeps the resume_at recorded earlier. It returns how long from now
+// resume_at still is: 0 once passed, or when none was ever recorded.
+func (q *Queries) JobExecutionSetStopCause(ctx context.Context, db DBTX, arg *JobExecutionSetStopCauseParams) (float64, error) {
+	row := db.QueryRow(ctx, jobExecutionSetStopCause, arg.StopCause, arg.ResumeInSeconds, arg.ID)
+	var resume_in_seconds float64
+	err := row.Scan(&resume_in_seconds)
+	return resume_in_seconds, err
 }
 
 const jobExecutionStart = `-- name: JobExecutionStart :one

@@ -191,11 +191,12 @@ GROUP BY worker_id;
 -- process's: every worker and api counts the same day): the attempt limit
 -- of the resume policy, which stops crash loops. Resumes of drains are not
 -- counted: a drain is a deploy, not a failure, and a rolling deploy of a
--- large fleet must not spend the day's attempts.
+-- large fleet must not spend the day's attempts. Nor are those of
+-- provider-rate stops: each waits what the provider asked for.
 SELECT count(*) FROM job_request r
 JOIN job_execution e ON e.id = r.resumes_execution_id
 WHERE r.source = 'resume' AND e.instance_id = @instance_id
-  AND r.resume_cause <> 'drain'
+  AND r.resume_cause NOT IN ('drain', 'provider-rate')
   AND r.created_at >= (date_trunc('day', now() AT TIME ZONE @tz::text) AT TIME ZONE @tz::text);
 
 -- name: JobRequestSetResumeCause :exec

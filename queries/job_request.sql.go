@@ -682,7 +682,7 @@ const jobRequestResumesToday = `-- name: JobRequestResumesToday :one
 SELECT count(*) FROM job_request r
 JOIN job_execution e ON e.id = r.resumes_execution_id
 WHERE r.source = 'resume' AND e.instance_id = $1
-  AND r.resume_cause <> 'drain'
+  AND r.resume_cause NOT IN ('drain', 'provider-rate')
   AND r.created_at >= (date_trunc('day', now() AT TIME ZONE $2::text) AT TIME ZONE $2::text)
 `
 
@@ -696,7 +696,8 @@ type JobRequestResumesTodayParams struct {
 // process's: every worker and api counts the same day): the attempt limit
 // of the resume policy, which stops crash loops. Resumes of drains are not
 // counted: a drain is a deploy, not a failure, and a rolling deploy of a
-// large fleet must not spend the day's attempts.
+// large fleet must not spend the day's attempts. Nor are those of
+// provider-rate stops: each waits what the provider asked for.
 func (q *Queries) JobRequestResumesToday(ctx context.Context, db DBTX, arg *JobRequestResumesTodayParams) (int64, error) {
 	row := db.QueryRow(ctx, jobRequestResumesToday, arg.InstanceID, arg.Tz)
 	var count int64

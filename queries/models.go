@@ -207,6 +207,7 @@ type JobExecution struct {
 	DomainRows    *int64
 	LeaseEpoch    int64
 	StopCause     string
+	ResumeAt      *time.Time
 }
 
 type JobInstance struct {

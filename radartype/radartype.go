@@ -98,7 +98,8 @@ const (
 	SourceCLI      RequestSource = "cli"
 	SourceSchedule RequestSource = "schedule"
 	// SourceResume is a request the system inserted itself to resume a run
-	// that infrastructure (a drain, a reap, a database outage) stopped.
+	// that infrastructure (a drain, a reap, a database outage) or a
+	// provider's Retry-After stopped.
 	SourceResume RequestSource = "resume"
 )
 
@@ -114,11 +115,12 @@ var requestSources = []RequestSource{SourceAPI, SourceChain, SourceCLI, SourceRe
 func RequestSources() []RequestSource { return slices.Clone(requestSources) }
 
 // StopCause says why an execution ended without completing. The first three
-// are infrastructure's doing, and only those can be resumed automatically;
-// the rest are decisions (an operator's stop, a cap, maxCalls) or the run's
-// own failure, which a new run would only repeat. A run that finds it lost
-// ownership of its execution writes nothing, its end included: whoever took
-// the execution over (the reaper, cause reap) records it and its resume.
+// are infrastructure's doing and the fourth a provider's instruction to come
+// back later; only those can be resumed automatically. The rest are
+// decisions (an operator's stop, a cap, maxCalls) or the run's own failure,
+// which a new run would only repeat. A run that finds it lost ownership of
+// its execution writes nothing, its end included: whoever took the
+// execution over (the reaper, cause reap) records it and its resume.
 type StopCause string
 
 // Stop causes, as stored in job_execution.stop_cause and exported as the
@@ -133,6 +135,11 @@ const (
 	// worker fenced itself), or a run whose outcome its worker could not
 	// record (the reconcile loop abandons it).
 	CauseDatabase StopCause = "database"
+	// CauseProviderRate is a provider's 429 whose Retry-After asked for a
+	// longer wait than the client waits within a call: the run stops, and
+	// its automatic resume is due when the provider said (at most
+	// upstream.RetryAfterMaxDefault later).
+	CauseProviderRate StopCause = "provider-rate"
 	// CauseOperator is an operator's stop.
 	CauseOperator StopCause = "operator"
 	// CauseCap is a provider's daily cap reached (resumable tomorrow).
@@ -146,11 +153,11 @@ const (
 // String returns the cause as stored.
 func (c StopCause) String() string { return string(c) }
 
-// Resumable reports whether c is infrastructure's doing, one of
-// [ResumableCauses].
+// Resumable reports whether c is infrastructure's doing or a provider's
+// instruction to wait, one of [ResumableCauses].
 func (c StopCause) Resumable() bool { return slices.Contains(resumableCauses, c) }
 
-var resumableCauses = []StopCause{CauseDrain, CauseReap, CauseDatabase}
+var resumableCauses = []StopCause{CauseDrain, CauseReap, CauseDatabase, CauseProviderRate}
 
 // ResumableCauses returns the causes an automatic resume may name
 // (BUILDRISK_AUTO_RESUME).

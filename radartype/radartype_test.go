@@ -38,11 +38,12 @@ func TestRequestVocabulary(t *testing.T) {
 
 func TestStopCause(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, []radartype.StopCause{"drain", "reap", "database"}, radartype.ResumableCauses())
+	require.Equal(t, []radartype.StopCause{"drain", "reap", "database", "provider-rate"}, radartype.ResumableCauses())
 	for _, c := range []radartype.StopCause{radartype.CauseOperator, radartype.CauseCap, radartype.CauseMaxCalls, radartype.CauseFailure} {
 		require.False(t, c.Resumable(), c)
 	}
 	require.True(t, radartype.CauseReap.Resumable())
+	require.True(t, radartype.CauseProviderRate.Resumable(), "the provider said when")
 	// The returned lists are copies: changing one changes nothing here.
 	causes := radartype.ResumableCauses()
 	causes[0] = radartype.CauseCap

@@ -29,6 +29,11 @@ const (
 	BackoffDefault        = 200 * time.Millisecond
 	MaxBackoffDefault     = 5 * time.Second
 	RequestTimeoutDefault = 30 * time.Second
+	// RetryAfterMaxDefault bounds how long a provider's Retry-After past
+	// MaxBackoff stops a run (RateLimitedError.Until): a provider asking for
+	// a day is called again after six hours, and refuses again if it meant
+	// it, which costs one call.
+	RetryAfterMaxDefault = 6 * time.Hour
 	// MaxResponseBytesDefault bounds a provider's answer: the largest real
 	// one, DART's corp-code archive, is a few MB.
 	MaxResponseBytesDefault = 64 << 20
@@ -70,6 +75,43 @@ func (e *CapError) Error() string {
 
 // Is makes errors.Is(err, ErrCapped) true.
 func (e *CapError) Is(target error) bool { return target == ErrCapped }
+
+// RetryAfterLimit is the longest Retry-After the client reads; a longer one
+// (a typo of the provider's, a number past time.Duration) is read as this,
+// which is past RetryAfterMax anyway.
+const RetryAfterLimit = 365 * 24 * time.Hour
+
+// RateLimitedError is a provider's 429 whose Retry-After asks for a longer
+// wait than the client waits within a call (ClientConfig.MaxBackoff). It is
+// an instruction, not a transient refusal: the call is not retried, since
+// every attempt is paid for and would only be refused again, and the
+// execution's further calls to the provider are not made before Until
+// (Caller.Get returns this error for them). The runner stops the run with
+// stop cause provider-rate, and its automatic resume is due at Until.
+type RateLimitedError struct {
+	Provider Provider
+	Endpoint string
+	// RetryAfter is the wait the provider asked for, from its answer.
+	RetryAfter time.Duration
+	// Wait is the wait honoured: RetryAfter, at most
+	// ClientConfig.RetryAfterMax.
+	Wait time.Duration
+	// Until is when the provider may be called again, by this process's
+	// clock: the answer's arrival plus Wait.
+	Until time.Time
+}
+
+// Error implements error.
+func (e *RateLimitedError) Error() string {
+	return fmt.Sprintf("%s %s: HTTP 429 asking to wait %s (Retry-After), longer than the client waits within a call",
+		e.Provider, e.Endpoint, e.RetryAfter)
+}
+
+// ProviderName implements pgtx.ProviderError: the provider's answer, never
+// a database error.
+func (e *RateLimitedError) ProviderName() string { return string(e.Provider) }
+
+var _ pgtx.ProviderError = (*RateLimitedError)(nil)
 
 // CallError is a provider call that still failed after its retries.
 type CallError struct {
@@ -126,8 +168,13 @@ type ClientConfig struct {
 	Attempts int
 	// Backoff is the first retry delay, doubled per retry; Retry-After wins.
 	Backoff time.Duration
-	// MaxBackoff bounds any single wait, Retry-After included.
+	// MaxBackoff bounds any single wait within a call. A 429 whose
+	// Retry-After asks for longer is not retried: the call returns a
+	// *RateLimitedError and the run stops until then.
 	MaxBackoff time.Duration
+	// RetryAfterMax bounds the wait of a *RateLimitedError (its Until);
+	// default RetryAfterMaxDefault.
+	RetryAfterMax time.Duration
 	// MaxResponseBytes bounds the body of one provider answer; default
 	// MaxResponseBytesDefault. A larger answer fails with ErrResponseTooLarge
 	// after reading at most this much.
@@ -180,6 +227,7 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	c.Attempts = cmp.Or(c.Attempts, AttemptsDefault)
 	c.Backoff = cmp.Or(c.Backoff, BackoffDefault)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, MaxBackoffDefault)
+	c.RetryAfterMax = cmp.Or(c.RetryAfterMax, RetryAfterMaxDefault)
 	c.FanOut = max(c.FanOut, 1)
 	c.Holder = cmp.Or(c.Holder, "unnamed")
 	c.LeaseSpan = cmp.Or(c.LeaseSpan, LeaseSpanDefault)
@@ -221,6 +269,9 @@ func (c ClientConfig) validate() error {
 		if _, err := providerOrigin(base, c.AllowHTTP); err != nil {
 			return fmt.Errorf("upstream: base URL of %s: %w", p, err)
 		}
+	}
+	if c.RetryAfterMax < c.MaxBackoff {
+		return fmt.Errorf("upstream: RetryAfterMax (%s) must be at least MaxBackoff (%s)", c.RetryAfterMax, c.MaxBackoff)
 	}
 	for p, rate := range c.Rates {
 		if !(rate > 0) || math.IsInf(rate, 1) {
@@ -386,6 +437,12 @@ type Caller struct {
 	leases   map[Provider]*lease
 	rate     map[Provider]float64   // calls per second of the last spent lease
 	cappedOn map[Provider]time.Time // the day a provider's cap was found spent
+
+	waitMu sync.Mutex
+	// waiting holds, per provider, the 429 that asked this execution to
+	// wait past MaxBackoff; no call to the provider is made before its
+	// Until.
+	waiting map[Provider]*RateLimitedError
 }
 
 // NewCaller returns a Caller for one execution of job; maxCalls 0 means no
@@ -394,6 +451,7 @@ func (c *Client) NewCaller(job string, maxCalls int) *Caller {
 	cl := &Caller{
 		client: c, job: job, maxCalls: maxCalls,
 		leases: map[Provider]*lease{}, rate: map[Provider]float64{}, cappedOn: map[Provider]time.Time{},
+		waiting: map[Provider]*RateLimitedError{},
 	}
 	cl.claimed = sync.NewCond(&cl.mu)
 	return cl
@@ -434,6 +492,9 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 	var lastErr error
 	for attempt := 1; attempt <= c.cfg.Attempts; attempt++ {
 		attempts = attempt
+		if err := cl.waitingFor(provider); err != nil {
+			return nil, err // the provider said when: no call before then
+		}
 		// Reserve the call under maxCalls, then under the daily cap.
 		if n := cl.calls.Add(1); cl.maxCalls > 0 && n > int64(cl.maxCalls) {
 			cl.calls.Add(-1)
@@ -453,6 +514,12 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 				cl.calls.Add(-1)
 				return nil, err
 			}
+			// Another call of the execution may have been told to wait
+			// while this one waited for its slot.
+			if err := cl.waitingFor(provider); err != nil {
+				cl.calls.Add(-1)
+				return nil, err
+			}
 		}
 		body, status, retryAfter, err := c.do(ctx, target)
 		if err == nil && status >= 200 && status < 300 {
@@ -466,6 +533,21 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 		lastStatus, lastErr = status, err
 		if errors.Is(err, ErrResponseTooLarge) || errors.Is(err, ErrRedirect) {
 			break // the same answer would come again
+		}
+		if status == http.StatusTooManyRequests && retryAfter > c.cfg.MaxBackoff {
+			// The provider said when, and it is longer than a call waits:
+			// stop calling it until then instead of paying for refusals.
+			// Not a fan-out rejection: the run stops with cause
+			// provider-rate, counted and alerted as such.
+			if limiter != nil {
+				c.noteLimitLowered(ctx, provider)
+				// The fleet holds back as long as for any 429 (MaxBackoff):
+				// each other run learns of the wait from its own call.
+				if err := limiter.pause(ctx, c.cfg.MaxBackoff); err != nil {
+					return nil, err
+				}
+			}
+			return nil, cl.mustWait(provider, endpoint.Name, retryAfter)
 		}
 		wait := c.cfg.Backoff << (attempt - 1)
 		if retryAfter > 0 {
@@ -500,6 +582,32 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 	return nil, &CallError{Provider: provider, Endpoint: endpoint.Name, Key: endpoint.CallKey(query), Status: lastStatus, Attempts: attempts, Err: lastErr}
 }
 
+// mustWait records that the provider asked the execution to wait
+// retryAfter (past MaxBackoff), from now and at most RetryAfterMax, and
+// returns the *RateLimitedError saying so.
+func (cl *Caller) mustWait(p Provider, endpoint string, retryAfter time.Duration) *RateLimitedError {
+	wait := min(retryAfter, cl.client.cfg.RetryAfterMax)
+	e := &RateLimitedError{Provider: p, Endpoint: endpoint, RetryAfter: retryAfter, Wait: wait, Until: time.Now().Add(wait)}
+	cl.waitMu.Lock()
+	defer cl.waitMu.Unlock()
+	if prev := cl.waiting[p]; prev != nil && prev.Until.After(e.Until) {
+		return prev
+	}
+	cl.waiting[p] = e
+	return e
+}
+
+// waitingFor returns the *RateLimitedError of a provider that asked the
+// execution to wait until a moment still ahead, or nil.
+func (cl *Caller) waitingFor(p Provider) error {
+	cl.waitMu.Lock()
+	defer cl.waitMu.Unlock()
+	if e := cl.waiting[p]; e != nil && time.Now().Before(e.Until) {
+		return e
+	}
+	return nil
+}
+
 func (c *Client) do(ctx context.Context, target string) ([]byte, int, time.Duration, error) {
 	// The attempt's deadline covers the answer's body too: it ends when do
 	// returns, after the body is read.
@@ -525,13 +633,43 @@ func (c *Client) do(ctx context.Context, target string) ([]byte, int, time.Durat
 	if int64(len(body)) > limit {
 		return nil, resp.StatusCode, 0, fmt.Errorf("%w: over %d bytes", ErrResponseTooLarge, limit)
 	}
-	var retryAfter time.Duration
-	if s := resp.Header.Get("Retry-After"); s != "" {
-		if secs, err := strconv.Atoi(s); err == nil {
-			retryAfter = time.Duration(secs) * time.Second
-		}
+	return body, resp.StatusCode, parseRetryAfter(resp.Header, time.Now()), nil
+}
+
+// parseRetryAfter returns the wait a response's Retry-After asks for (RFC
+// 9110, section 10.2.3): delay-seconds, or an HTTP-date in any of the three
+// formats http.ParseTime reads. A date is measured from the response's own
+// Date when it has a valid one, so that a provider whose clock is off from
+// now's still gets the wait it meant; otherwise from now. It returns 0 for
+// no header, a malformed one or a date that has passed, and at most
+// RetryAfterLimit.
+func parseRetryAfter(h http.Header, now time.Time) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
 	}
-	return body, resp.StatusCode, retryAfter, nil
+	if v[0] >= '0' && v[0] <= '9' {
+		// delay-seconds is 1*DIGIT: no sign, no fraction.
+		secs, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			if errors.Is(err, strconv.ErrRange) {
+				return RetryAfterLimit
+			}
+			return 0
+		}
+		if secs >= uint64(RetryAfterLimit/time.Second) {
+			return RetryAfterLimit
+		}
+		return time.Duration(secs) * time.Second
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return 0
+	}
+	if date, err := http.ParseTime(h.Get("Date")); err == nil {
+		now = date
+	}
+	return min(max(at.Sub(now), 0), RetryAfterLimit)
 }
 
 // ErrRedirect is a provider answering a redirect: it is never followed (the

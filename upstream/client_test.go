@@ -337,3 +337,134 @@ func TestWithParam(t *testing.T) {
 		require.Equal(t, c.want, upstream.WithParam(c.raw, "key", "v+1"), "query %q", c.raw)
 	}
 }
+
+// A 429 whose Retry-After asks for longer than the client waits within a
+// call (MaxBackoff) is an instruction, not a transient refusal: the call is
+// not retried (every attempt is paid for and would be refused again) and
+// returns a *RateLimitedError saying until when, after exactly one attempt.
+// The execution's further calls to the provider are not made until then.
+// Retry-After may be delay-seconds or an HTTP-date (RFC 9110, 10.2.3); a
+// date is measured from the answer's Date, and the wait is bounded by
+// RetryAfterMax.
+func TestClient_RetryAfterPastTheBackoffStops(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	for name, tc := range map[string]struct {
+		header     func(date time.Time) string
+		want, wait time.Duration
+	}{
+		"Seconds":        {header: func(time.Time) string { return "3600" }, want: time.Hour, wait: time.Hour},
+		"HTTPDate":       {header: func(date time.Time) string { return date.Add(2 * time.Hour).Format(http.TimeFormat) }, want: 2 * time.Hour, wait: 2 * time.Hour},
+		"PastTheMaximum": {header: func(time.Time) string { return "86400" }, want: 24 * time.Hour, wait: upstream.RetryAfterMaxDefault},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var hits atomic.Int32
+			server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hits.Add(1)
+				// A provider's clock three hours off this process's: an
+				// HTTP-date is read against the answer's own Date.
+				date := time.Now().Add(-3 * time.Hour).UTC().Truncate(time.Second)
+				w.Header().Set("Date", date.Format(http.TimeFormat))
+				w.Header().Set("Retry-After", tc.header(date))
+				w.WriteHeader(http.StatusTooManyRequests)
+			}))
+			defer server.Close()
+			client, providers := newClient(t, pool, server.URL, nil)
+			caller := client.NewCaller("aptTrade", 0)
+
+			before := time.Now()
+			_, err := caller.Get(context.Background(), upstream.EndpointAptTrade, upstream.AptTradeQuery("11110", "202501", 1, 10))
+			after := time.Now()
+			var rateErr *upstream.RateLimitedError
+			require.ErrorAs(t, err, &rateErr)
+			require.Equal(t, int32(1), hits.Load(), "one attempt: the wait is past MaxBackoff, a retry would be refused again")
+			require.Equal(t, upstream.ProviderMOLIT, rateErr.Provider)
+			require.Equal(t, tc.want, rateErr.RetryAfter)
+			require.Equal(t, tc.wait, rateErr.Wait)
+			require.False(t, rateErr.Until.Before(before.Add(tc.wait)), "until %s, want %s after the call", rateErr.Until, tc.wait)
+			require.False(t, rateErr.Until.After(after.Add(tc.wait)), "until %s, want %s after the call", rateErr.Until, tc.wait)
+			require.Contains(t, err.Error(), "MOLIT aptTrade")
+			require.False(t, pgtx.IsTransient(err), "a provider's answer is no database error")
+			var callErr *upstream.CallError
+			require.False(t, errors.As(err, &callErr), "not a failed call: an instruction to wait")
+
+			_, err = caller.Get(context.Background(), upstream.EndpointAptTrade, upstream.AptTradeQuery("11110", "202502", 1, 10))
+			require.ErrorAs(t, err, &rateErr, "the execution's next call waits for the provider too")
+			require.Equal(t, int32(1), hits.Load(), "and is not made")
+			require.Equal(t, int64(1), caller.Calls())
+
+			plain, err := observabilitytest.MetricValue(providers, "buildrisk_fanout_rejections_total", map[string]string{"job": "aptTrade", "reason": observability.ReasonProvider429})
+			require.NoError(t, err)
+			require.Zero(t, plain, "the run stops with cause provider-rate, counted there: not a fan-out rejection that pages")
+		})
+	}
+}
+
+// A Retry-After within MaxBackoff keeps today's behaviour in either form:
+// the call is retried after the wait the provider asked for. An HTTP-date
+// two seconds after the answer's Date is a two-second wait.
+func TestClient_RetryAfterHTTPDateWithinTheBackoff(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	var firstAt, secondAt time.Time
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			firstAt = time.Now()
+			date := time.Now().UTC().Truncate(time.Second)
+			w.Header().Set("Date", date.Format(http.TimeFormat))
+			w.Header().Set("Retry-After", date.Add(2*time.Second).Format(http.TimeFormat))
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		secondAt = time.Now()
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer server.Close()
+	client, _ := newClient(t, pgtest.NewPool(t), server.URL, nil)
+
+	body, err := client.NewCaller("aptTrade", 0).Get(context.Background(), upstream.EndpointAptTrade, upstream.AptTradeQuery("11110", "202501", 1, 10))
+	require.NoError(t, err)
+	require.Equal(t, "ok", string(body))
+	require.Equal(t, int32(2), calls.Load())
+	require.GreaterOrEqual(t, secondAt.Sub(firstAt), 2*time.Second, "waited the date's two seconds, not the 10ms backoff")
+}
+
+// The parser of Retry-After (RFC 9110, 10.2.3): delay-seconds or an
+// HTTP-date in any of its three formats, measured from the answer's Date
+// when it has one; anything else is no Retry-After.
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		value, date string
+		want        time.Duration
+	}{
+		{"120", "", 2 * time.Minute},
+		{" 7 ", "", 7 * time.Second},
+		{"0", "", 0},
+		{"-5", "", 0},
+		{"+5", "", 0},
+		{"1.5", "", 0},
+		{"soon", "", 0},
+		{"", "", 0},
+		{"99999999999999999999", "", upstream.RetryAfterLimit},
+		{"Sun, 01 Mar 2026 13:00:00 GMT", "", time.Hour},
+		{"Sunday, 01-Mar-26 13:00:00 GMT", "", time.Hour},
+		{"Sun Mar  1 13:00:00 2026", "", time.Hour},
+		{"Sun, 01 Mar 2026 11:00:00 GMT", "", 0},
+		// The provider's clock is an hour behind: its date means an hour
+		// from its Date, not from ours.
+		{"Sun, 01 Mar 2026 12:00:00 GMT", "Sun, 01 Mar 2026 11:00:00 GMT", time.Hour},
+		{"Sun, 01 Mar 2026 13:00:00 GMT", "garbage", time.Hour},
+	} {
+		h := http.Header{}
+		if c.value != "" {
+			h.Set("Retry-After", c.value)
+		}
+		if c.date != "" {
+			h.Set("Date", c.date)
+		}
+		require.Equal(t, c.want, upstream.ParseRetryAfter(h, now), "Retry-After %q, Date %q", c.value, c.date)
+	}
+}

@@ -31,3 +31,6 @@ func ParseFilingList(body []byte) (filings []Filing, totalPages int, err error) 
 
 // WithParam is withParam, for its table test.
 var WithParam = withParam
+
+// ParseRetryAfter is parseRetryAfter, for its table test.
+var ParseRetryAfter = parseRetryAfter

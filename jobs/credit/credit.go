@@ -263,7 +263,7 @@ func (j *Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch
 		return nil, failuresError(targets, results, prior.Failed, declared, tolerance)
 	}
 	if err != nil {
-		// Stopped handing over (cap, maxCalls, key, stop or drain): the
+		// Stopped handing over (cap, maxCalls, key, Retry-After, stop or drain): the
 		// grades committed so far are kept, the other targets stay for the
 		// resume.
 		return nil, err
@@ -362,8 +362,9 @@ type Evaluation struct {
 
 // Evaluate asks the lookup for corpCode's grade as of day and, when it
 // answers with an empty grade, the fallback crawl. Errors that make every
-// further call pointless (daily cap, maxCalls, missing or rejected key) are
-// wrapped with batch.Halt.
+// further call pointless (daily cap, maxCalls, missing or rejected key, a
+// provider's Retry-After past the client's backoff) are wrapped with
+// batch.Halt.
 func Evaluate(ctx context.Context, calls *upstream.Caller, corpCode string, day time.Time) (Evaluation, error) {
 	g, err := ask(ctx, calls, upstream.EndpointCreditLookup, withDate(upstream.CreditLookupQuery(corpCode), day), corpCode)
 	if err != nil {
@@ -406,9 +407,14 @@ func ask(ctx context.Context, calls *upstream.Caller, ep upstream.Endpoint, q ur
 	return g, nil
 }
 
-// halts reports whether err makes every further call of the run pointless.
+// halts reports whether err makes every further call of the run pointless:
+// a provider that said to come back later (a *upstream.RateLimitedError)
+// would only refuse them, each paid for.
 func halts(err error) bool {
 	if errors.Is(err, upstream.ErrCapped) || errors.Is(err, upstream.ErrMaxCalls) || errors.Is(err, upstream.ErrNoKey) {
+		return true
+	}
+	if _, ok := errors.AsType[*upstream.RateLimitedError](err); ok {
 		return true
 	}
 	var callErr *upstream.CallError

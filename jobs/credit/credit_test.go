@@ -370,6 +370,29 @@ func TestCreditEval_MissingKeyHalts(t *testing.T) {
 	require.Zero(t, b.count(t, `SELECT count(*) FROM credit_grade`))
 }
 
+// A provider answering 429 with a Retry-After past the client's backoff
+// halts the fan-out like a cap: the run stops (STOPPED, cause
+// provider-rate, resumable) after the calls already in flight, at most
+// one per slot, instead of paying for a refusal per target until the
+// failure tolerance fails the run.
+func TestCreditEval_ProviderRateHalts(t *testing.T) {
+	t.Parallel()
+	const fanOut = 5
+	b := setup(t, setupOpts{targets: 600, fanOut: fanOut, fake: fakeupstream.Config{Rate429: 1, RetryAfter: time.Hour}})
+
+	out, exec := b.run(t, `{}`, nil)
+	require.Equal(t, "STOPPED", out.Status, out.Message)
+	require.Equal(t, "provider-rate", exec.StopCause)
+	require.Contains(t, out.Message, "rate limited by CREDIT")
+	calls := b.fake.Stats().Total
+	require.LessOrEqual(t, calls, int64(fanOut), "no call after the provider said to wait, beyond those in flight")
+	require.Equal(t, int64(exec.ExternalCalls), calls)
+	require.Zero(t, exec.ItemsFailed, "a wait the provider asked for fails no target")
+	require.Zero(t, exec.ItemsWritten)
+	require.NotNil(t, exec.ResumeAt, "the resume's time is recorded with the stop")
+	require.WithinDuration(t, time.Now().Add(time.Hour), *exec.ResumeAt, time.Minute)
+}
+
 func mustInstruments(t *testing.T) *observability.Instruments {
 	t.Helper()
 	providers, _ := observabilitytest.NewProviders()

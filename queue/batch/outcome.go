@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
@@ -117,6 +119,7 @@ func skipReasons(rows []*queries.JobCheckpointSkipReasonsRow) string {
 // execution (then there is no status to record).
 func (r *Runner) classify(ctx context.Context, rs *runState, err error, where string) (string, string, error) {
 	var capErr *upstream.CapError
+	var rateErr *upstream.RateLimitedError
 	cause := context.Cause(ctx)
 	switch {
 	case errors.Is(err, ErrOwnershipLost):
@@ -153,6 +156,11 @@ func (r *Runner) classify(ctx context.Context, rs *runState, err error, where st
 	case errors.Is(err, ErrStopRequested):
 		rs.cause = radartype.CauseOperator
 		return string(radartype.ExecutionStopped), MessageStopRequestedInChunk, nil
+	case errors.As(err, &rateErr):
+		// The provider said when to come back: a stop, not a failure, and
+		// its resume is due then.
+		rs.cause, rs.resumeAt = radartype.CauseProviderRate, rateErr.Until
+		return string(radartype.ExecutionStopped), providerRateMessage(rateErr), nil
 	case errors.As(err, &capErr):
 		rs.cause = radartype.CauseCap
 		return string(radartype.ExecutionStopped), fmt.Sprintf("daily cap of %s reached; resumes from the last commit", capErr.Provider), nil
@@ -162,6 +170,17 @@ func (r *Runner) classify(ctx context.Context, rs *runState, err error, where st
 	default:
 		return string(radartype.ExecutionFailed), fmt.Sprintf("%s: %v", where, err), nil
 	}
+}
+
+// providerRateMessage is the exit message of a run stopped by a provider's
+// Retry-After: the provider, the wait it asked for and when the run resumes.
+func providerRateMessage(e *upstream.RateLimitedError) string {
+	capped := ""
+	if e.Wait < e.RetryAfter {
+		capped = fmt.Sprintf(" (the wait capped at %s)", e.Wait)
+	}
+	return fmt.Sprintf("rate limited by %s: it asked to wait %s (Retry-After), longer than a call waits; stopped, resumes from the last commit at %s%s",
+		e.Provider, e.RetryAfter, e.Until.UTC().Format(time.RFC3339), capped)
 }
 
 // record writes the outcome in two steps, each retried until
@@ -203,7 +222,9 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 			if st.cause != "" {
 				// Recorded with the end, so the reconcile loop applies the
 				// resume policy if the request's own recording is lost.
-				if err := r.queries.JobExecutionSetStopCause(callCtx, tx, &queries.JobExecutionSetStopCauseParams{ID: st.exec.ID, StopCause: string(st.cause)}); err != nil {
+				if _, err := r.queries.JobExecutionSetStopCause(callCtx, tx, &queries.JobExecutionSetStopCauseParams{
+					ID: st.exec.ID, StopCause: string(st.cause), ResumeInSeconds: secondsFromNow(st.resumeAt),
+				}); err != nil {
 					return fmt.Errorf("error recording stop cause: %w", err)
 				}
 			}
@@ -244,7 +265,11 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 			if finished > 0 && outcome.Status != string(radartype.ExecutionCompleted) && r.cfg.Resume != nil {
 				// The resume (when the policy allows it) commits with the
 				// stop: never a stopped run without its resume.
-				if err := r.cfg.Resume(callCtx, tx, &request.Stopped{Request: st.request, ExecutionID: st.exec.ID, Cause: st.cause}); err != nil {
+				stopped := &request.Stopped{Request: st.request, ExecutionID: st.exec.ID, Cause: st.cause}
+				if !st.resumeAt.IsZero() {
+					stopped.Wait = time.Until(st.resumeAt)
+				}
+				if err := r.cfg.Resume(callCtx, tx, stopped); err != nil {
 					return fmt.Errorf("error applying the resume policy: %w", err)
 				}
 			}
@@ -263,6 +288,16 @@ func (r *Runner) recorded(ctx context.Context, tx pgx.Tx, st *started, outcome *
 	exec, err := r.queries.JobExecutionGetByID(ctx, tx, st.exec.ID)
 	return err == nil && exec.WorkerID == st.exec.WorkerID && exec.LeaseEpoch == st.exec.LeaseEpoch &&
 		exec.Status == outcome.Status && exec.ExitMessage == outcome.Message
+}
+
+// secondsFromNow is how long from now t is, as the resume_in_seconds of
+// JobExecutionSetStopCause: NULL for a zero t or one already past.
+func secondsFromNow(t time.Time) pgtype.Float8 {
+	if t.IsZero() {
+		return pgtype.Float8{}
+	}
+	d := time.Until(t)
+	return pgtype.Float8{Float64: d.Seconds(), Valid: d > 0}
 }
 
 func abs(n int64) int64 {

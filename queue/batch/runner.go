@@ -220,6 +220,11 @@ type started struct {
 	// cause says why a run that did not complete ended (radartype.StopCause);
 	// it is recorded with the end, and the resume policy reads it.
 	cause radartype.StopCause
+	// resumeAt, when set, is the earliest moment the run may resume, by
+	// this process's clock (cause provider-rate: the provider's
+	// Retry-After); it is recorded with the cause, and the resume waits
+	// for it.
+	resumeAt time.Time
 	// items is what the run counted in buildrisk_items_total.
 	items *itemTally
 }

@@ -26,8 +26,9 @@ const (
 
 // AutoResumeCausesDefault is the default of BUILDRISK_AUTO_RESUME: every
 // cause that is infrastructure's doing, so the same fault (an outage
-// shorter or longer than the stale window) ends the same way, resumed.
-const AutoResumeCausesDefault = string(radartype.CauseDrain + "," + radartype.CauseReap + "," + radartype.CauseDatabase)
+// shorter or longer than the stale window) ends the same way, resumed, and
+// a provider's Retry-After, resumed when the provider said.
+const AutoResumeCausesDefault = string(radartype.CauseDrain + "," + radartype.CauseReap + "," + radartype.CauseDatabase + "," + radartype.CauseProviderRate)
 
 // ResumePolicy decides which stopped runs resume by themselves.
 type ResumePolicy struct {
@@ -37,10 +38,15 @@ type ResumePolicy struct {
 	// Location, by the database's clock); past it the run stays stopped or
 	// failed and the refusal is counted, so a run that crashes its worker
 	// every time cannot loop. Resumes of drains do not count: a rolling
-	// deploy is not a crash loop.
+	// deploy is not a crash loop. Nor do those of provider-rate stops: each
+	// waits as long as the provider asked, longer than the client waits
+	// within a call, and a provider that limits a long run by the hour must
+	// not strand it after a few hours.
 	MaxPerDay int
 	// Backoff is the delay before the first automatic resume of the day; the
-	// n-th waits Backoff·2^(n-1), at most ten minutes.
+	// n-th waits Backoff·2^(n-1), at most ten minutes. A stop that recorded
+	// a time of its own (Stopped.Wait: a provider's Retry-After) resumes no
+	// earlier than that.
 	Backoff time.Duration
 	// Location is the day boundary of MaxPerDay.
 	Location *time.Location
@@ -96,10 +102,17 @@ type Stopped struct {
 	ExecutionID int64
 	// Cause is what stopped the run.
 	Cause radartype.StopCause
+	// Wait, when positive, is how long from now the resume must wait at
+	// least: for CauseProviderRate, what the provider's Retry-After asked
+	// (bounded by upstream.ClientConfig.RetryAfterMax). It is recorded on
+	// the execution (resume_at, the database's clock), so a stop finished
+	// later by the reconcile loop, without it, waits for the same moment.
+	Wait time.Duration
 }
 
-// ResumeTx records why a run stopped (the execution's stop_cause) and applies
-// the resume policy to it inside tx, the
+// ResumeTx records why a run stopped (the execution's stop_cause, and its
+// resume_at for a Stopped.Wait) and applies the resume policy to it inside
+// tx, the
 // transaction that records the stop (or the reap), so a stopped run and its
 // resume commit together: there is never a moment where the run is stopped
 // and its resume missing. It returns the new request's id, or 0 when the
@@ -110,7 +123,10 @@ type Stopped struct {
 // duplicate check, restart rules) but skips the stale cleanup: its callers
 // are the cleanup, or the run's own worker.
 func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, error) {
-	if err := e.queries.JobExecutionSetStopCause(ctx, tx, &queries.JobExecutionSetStopCauseParams{ID: s.ExecutionID, StopCause: string(s.Cause)}); err != nil {
+	waitSeconds, err := e.queries.JobExecutionSetStopCause(ctx, tx, &queries.JobExecutionSetStopCauseParams{
+		ID: s.ExecutionID, StopCause: string(s.Cause), ResumeInSeconds: notBeforeSeconds(s.Wait),
+	})
+	if err != nil {
 		return 0, fmt.Errorf("error recording stop cause: %w", err)
 	}
 	policy := e.cfg.Resume.withDefaults()
@@ -128,7 +144,7 @@ func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, 
 	if err != nil {
 		return 0, fmt.Errorf("error counting automatic resumes: %w", err)
 	}
-	if s.Cause != radartype.CauseDrain && int(attempts) >= policy.MaxPerDay {
+	if countsAgainstMaxPerDay(s.Cause) && int(attempts) >= policy.MaxPerDay {
 		e.cfg.Instruments.AutoResumeRefused(ctx, s.Request.Job, s.Cause)
 		logger.ErrorContext(ctx, "automatic resume refused: the instance has used every attempt of the day; request it by hand once the cause is fixed",
 			slog.Int64("attempts", attempts), slog.Int("max_per_day", policy.MaxPerDay))
@@ -146,7 +162,9 @@ func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, 
 		MaxCalls:    maxCalls,
 		Source:      radartype.SourceResume,
 		RequestedBy: fmt.Sprintf("resume:%s:execution %d", s.Cause, s.ExecutionID),
-		NotBefore:   policy.backoff(int(attempts) + 1),
+		// The later of the policy's backoff and the stop's own time (the
+		// provider's), counted from the stop's recording in this tx.
+		NotBefore:   max(policy.backoff(int(attempts)+1), time.Duration(waitSeconds*float64(time.Second))),
 		skipCleanup: true,
 	}
 	_, params, err := e.Validate(ctx, tx, p)
@@ -190,7 +208,15 @@ func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, 
 	}
 	e.cfg.Instruments.RequestRecorded(ctx, s.Request.Job, radartype.SourceResume, observability.ResultAccepted)
 	e.cfg.Instruments.AutoResumed(ctx, s.Request.Job, s.Cause)
-	logger.InfoContext(ctx, "run stopped by infrastructure resumes by itself",
+	logger.InfoContext(ctx, "stopped run resumes by itself",
 		slog.Int64("resume_request_id", res.Request.ID), slog.Int64("attempt", attempts+1), slog.Duration("backoff", p.NotBefore))
 	return res.Request.ID, nil
+}
+
+// countsAgainstMaxPerDay reports whether a resume of a run stopped by cause
+// counts against ResumePolicy.MaxPerDay (and is refused past it): every
+// cause but a drain (a deploy) and a provider's Retry-After (a wait the
+// provider asked for), which the count (JobRequestResumesToday) skips too.
+func countsAgainstMaxPerDay(cause radartype.StopCause) bool {
+	return cause != radartype.CauseDrain && cause != radartype.CauseProviderRate
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -198,11 +199,74 @@ func TestResume_DrainsDoNotSpendTheDayAttempts(t *testing.T) {
 	requireMetric(t, b.providers, 1, observability.MetricAutoResumesRefused, map[string]string{"job": "stockPrice", "cause": "reap"})
 }
 
+// A run stopped by a provider's Retry-After resumes when the provider
+// said, by the database's clock: Stopped.Wait from the stop's recording,
+// not the policy's backoff. The time is kept on the execution (resume_at),
+// so a stop finished by the reconcile loop, which has no Wait, waits for the
+// same moment. Those resumes do not spend the day's attempts: the provider
+// may limit a long run by the hour.
+func TestResume_ProviderRateWaitsForTheProvider(t *testing.T) {
+	t.Parallel()
+	b := newResumeBundle(t, request.ResumePolicy{Causes: []radartype.StopCause{radartype.CauseProviderRate, radartype.CauseReap}, MaxPerDay: 1, Backoff: time.Millisecond})
+	ctx := context.Background()
+	q := queries.New()
+	req, execID := b.stopRun(t, false, radartype.ExecutionStopped)
+	next := func(id int64) {
+		t.Helper()
+		got, err := q.JobRequestGetByID(ctx, b.pool, id)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `UPDATE job_request SET status = 'DONE' WHERE id = $1`, id)
+		require.NoError(t, err)
+		require.NoError(t, b.pool.QueryRow(ctx, `INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, ended_at)
+			SELECT instance_id, job, $1, 'STOPPED', 'w', now() FROM job_execution WHERE id = $2 RETURNING id`, id, execID).Scan(&execID))
+		req = got
+	}
+	dueIn := func(id int64) float64 {
+		t.Helper()
+		wait, err := q.JobRequestWait(ctx, b.pool, id)
+		require.NoError(t, err)
+		return wait
+	}
+
+	id := b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: radartype.CauseProviderRate, Wait: time.Hour})
+	require.NotZero(t, id, "a provider-rate stop resumes")
+	require.InDelta(t, time.Hour.Seconds(), dueIn(id), 5, "due when the provider said, not after the 1ms backoff")
+	exec, err := q.JobExecutionGetByID(ctx, b.pool, execID)
+	require.NoError(t, err)
+	require.Equal(t, string(radartype.CauseProviderRate), exec.StopCause)
+	require.NotNil(t, exec.ResumeAt)
+	got, err := q.JobRequestGetByID(ctx, b.pool, id)
+	require.NoError(t, err)
+	require.Equal(t, string(radartype.CauseProviderRate), got.ResumeCause)
+
+	// The reconcile loop finishes a stop whose runner recorded the end (and
+	// its resume_at) but not the request: it has the cause, not the Wait.
+	next(id)
+	_, err = q.JobExecutionSetStopCause(ctx, b.pool, &queries.JobExecutionSetStopCauseParams{
+		ID: execID, StopCause: string(radartype.CauseProviderRate), ResumeInSeconds: pgtype.Float8{Float64: 1800, Valid: true},
+	})
+	require.NoError(t, err)
+	id = b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: radartype.CauseProviderRate})
+	require.NotZero(t, id)
+	require.InDelta(t, 1800, dueIn(id), 5, "the recorded time, not the backoff")
+
+	// More provider-rate stops the same day: none spends the day's attempt.
+	for range 3 {
+		next(id)
+		id = b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: radartype.CauseProviderRate, Wait: time.Minute})
+		require.NotZero(t, id, "a provider's wait is never refused")
+	}
+	next(id)
+	require.NotZero(t, b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: radartype.CauseReap}), "the day's one attempt is still there for a crash")
+	requireMetric(t, b.providers, 5, observability.MetricAutoResumes, map[string]string{"job": "stockPrice", "cause": "provider-rate"})
+	requireMetric(t, b.providers, 0, observability.MetricAutoResumesRefused, nil)
+}
+
 func TestParseResumeCauses(t *testing.T) {
 	t.Parallel()
 	causes, err := request.ParseResumeCauses(request.AutoResumeCausesDefault)
 	require.NoError(t, err)
-	require.Equal(t, []radartype.StopCause{"drain", "reap", "database"}, causes, "every cause of infrastructure resumes by default")
+	require.Equal(t, []radartype.StopCause{"drain", "reap", "database", "provider-rate"}, causes, "every cause of infrastructure, and a provider's Retry-After, resumes by default")
 	causes, err = request.ParseResumeCauses("none")
 	require.NoError(t, err)
 	require.Empty(t, causes)

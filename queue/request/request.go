@@ -312,6 +312,8 @@ func (e *Enqueuer) insertRun(ctx context.Context, tx pgx.Tx, p *EnqueueParams, r
 	return res, nil
 }
 
+// notBeforeSeconds is d as a delay in seconds for the database to add to
+// its now(): NULL (no delay) unless d is positive.
 func notBeforeSeconds(d time.Duration) pgtype.Float8 {
 	return pgtype.Float8{Float64: d.Seconds(), Valid: d > 0}
 }

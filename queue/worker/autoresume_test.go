@@ -10,8 +10,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/upstream"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
@@ -96,4 +99,48 @@ func TestAutoResume_StartsWithoutALeader(t *testing.T) {
 	require.GreaterOrEqual(t, delay, 0.0, "never before its backoff")
 	require.Less(t, delay, 10.0, "within 10 s of being due")
 	apptest.RequireEachKeyOnce(t, s, 6)
+}
+
+// A provider answering 429 with a Retry-After of an hour is an instruction:
+// after one paid call the run stops (STOPPED, cause provider-rate, the
+// request DONE: not a failure, nothing pages), and its automatic resume is
+// due when the provider said, an hour from the answer by the database's
+// clock. Before, the client waited 5 s twice, and the run ended FAILED.
+func TestAutoResume_ProviderRateResumesWhenTheProviderSaid(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, &apptest.Opts{
+		Env:  map[string]string{"BUILDRISK_AUTO_RESUME": request.AutoResumeCausesDefault},
+		Fake: fakeupstream.Config{Rate429: 1, RetryAfter: time.Hour},
+	})
+	s.StartWorker()
+	id := s.RequestAptTrade(apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
+
+	stopped := s.WaitRequest(id, "DONE", "FAILED")
+	require.Equal(t, "DONE", stopped["status"], "%v", stopped)
+	exec := apptest.Execution(t, stopped)
+	execID := exec["id"].(string)
+	require.Equal(t, "STOPPED", exec["status"], "%v", stopped)
+	require.Equal(t, "provider-rate", s.StopCause(execID))
+	require.Contains(t, exec["exitMessage"], "MOLIT")
+	require.Contains(t, exec["exitMessage"], "Retry-After")
+	require.Equal(t, int64(1), s.Fake.Stats().Total, "one paid call: no retry past the backoff cap")
+
+	resumeID := s.ResumeOf(execID)
+	require.NotEmpty(t, resumeID, "the run resumes by itself")
+	var cause string
+	var dueIn float64
+	require.NoError(t, s.Pool.QueryRow(context.Background(),
+		`SELECT resume_cause, extract(epoch FROM not_before - now())::float8 FROM job_request WHERE id = $1::bigint AND status = 'QUEUED'`,
+		resumeID).Scan(&cause, &dueIn))
+	require.Equal(t, "provider-rate", cause)
+	require.Greater(t, dueIn, (50 * time.Minute).Seconds(), "due when the provider said, by the database's clock")
+	require.LessOrEqual(t, dueIn, time.Hour.Seconds(), "an hour from the answer, not from the resume's insert")
+	require.Less(t, dueIn, upstream.RetryAfterMaxDefault.Seconds())
+
+	job := map[string]string{"job": "aptTrade"}
+	require.Zero(t, s.Metric(observability.MetricExecutions, map[string]string{"job": "aptTrade", "status": "FAILED"}), "not a failure")
+	require.Equal(t, float64(1), s.Metric(observability.MetricExecutions, map[string]string{"job": "aptTrade", "status": "STOPPED"}))
+	require.Equal(t, float64(1), s.Metric(observability.MetricExecutionsStopped, map[string]string{"job": "aptTrade", "cause": "provider-rate"}))
+	require.Equal(t, float64(1), s.Metric(observability.MetricAutoResumes, map[string]string{"job": "aptTrade", "cause": "provider-rate"}))
+	require.Zero(t, s.Metric(observability.MetricFanoutRejections, job), "the stop is counted as such, not as a rejection that pages")
 }

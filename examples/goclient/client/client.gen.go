@@ -322,9 +322,10 @@ func (e RequestCreateOutputBodyStatus) Valid() bool {
 
 // Defines values for RequestViewResumeCause.
 const (
-	Database RequestViewResumeCause = "database"
-	Drain    RequestViewResumeCause = "drain"
-	Reap     RequestViewResumeCause = "reap"
+	Database     RequestViewResumeCause = "database"
+	Drain        RequestViewResumeCause = "drain"
+	ProviderRate RequestViewResumeCause = "provider-rate"
+	Reap         RequestViewResumeCause = "reap"
 )
 
 // Valid indicates whether the value is a known member of the RequestViewResumeCause enum.
@@ -333,6 +334,8 @@ func (e RequestViewResumeCause) Valid() bool {
 	case Database:
 		return true
 	case Drain:
+		return true
+	case ProviderRate:
 		return true
 	case Reap:
 		return true
