@@ -220,7 +220,7 @@ func New(t testing.TB, opts *Opts) *System {
 	if opts.Logs != nil {
 		logger = observability.NewLogger(opts.Logs, observability.LogFormatJSON, slog.LevelDebug)
 	}
-	s.Tel = &app.Telemetry{Providers: providers, Instruments: instruments, Logger: logger}
+	s.Tel = &app.Telemetry{Providers: providers, Instruments: instruments, Logger: logger, Database: worker.NewDatabaseWatch(instruments, logger)}
 
 	// The API has its own pool with the api role's statement and lock
 	// timeouts, as `radar api` does.
