@@ -125,6 +125,42 @@ func Promote(ctx context.Context, c *pglocal.Cluster) error {
 	return nil
 }
 
+// CatchUp returns once the standby has replayed everything the primary
+// had written when CatchUp was called: what was committed by then survives
+// a Failover in either mode.
+func (r *Replicated) CatchUp(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, replicaTimeout)
+	defer cancel()
+	primary, err := pgx.Connect(ctx, r.Primary.URL("postgres"))
+	if err != nil {
+		return fmt.Errorf("error connecting to the primary: %w", err)
+	}
+	defer primary.Close(context.WithoutCancel(ctx))
+	var lsn string
+	if err := primary.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		return fmt.Errorf("error reading the primary's WAL position: %w", err)
+	}
+	standby, err := pgx.Connect(ctx, r.Standby.URL("postgres"))
+	if err != nil {
+		return fmt.Errorf("error connecting to the standby: %w", err)
+	}
+	defer standby.Close(context.WithoutCancel(ctx))
+	for {
+		var done bool
+		if err := standby.QueryRow(ctx, "SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)", lsn).Scan(&done); err != nil {
+			return fmt.Errorf("error reading the standby's replay position: %w", err)
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the standby has not replayed the primary's WAL up to %s: %w", lsn, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // CutReplication stops the standby from receiving the primary's WAL (its
 // primary_conninfo emptied, its WAL receiver gone) while both keep
 // running, and returns once the standby has stopped receiving. From then on

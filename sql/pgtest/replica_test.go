@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -40,7 +39,7 @@ func TestReplicatedFailover(t *testing.T) {
 			if !synchronous {
 				// The standby stops receiving WAL: commit 2 is acknowledged
 				// by the primary alone.
-				require.NoError(t, waitReplayed(ctx, r))
+				require.NoError(t, r.CatchUp(ctx))
 				require.NoError(t, r.CutReplication(ctx))
 				want = []int32{1}
 			}
@@ -78,39 +77,4 @@ func readIdentity(t *testing.T, conn *pgx.Conn) [2]int64 {
 	require.NoError(t, conn.QueryRow(context.Background(),
 		`SELECT system_identifier, ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint FROM pg_control_system()`).Scan(&id[0], &id[1]))
 	return id
-}
-
-// waitReplayed waits until the standby has replayed everything the primary
-// wrote so far.
-func waitReplayed(ctx context.Context, r *Replicated) error {
-	primary, err := pgx.Connect(ctx, r.Primary.URL("postgres"))
-	if err != nil {
-		return err
-	}
-	defer primary.Close(ctx)
-	var lsn string
-	if err := primary.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
-		return err
-	}
-	standby, err := pgx.Connect(ctx, r.Standby.URL("postgres"))
-	if err != nil {
-		return err
-	}
-	defer standby.Close(ctx)
-	ctx, cancel := context.WithTimeout(ctx, replicaTimeout)
-	defer cancel()
-	for {
-		var done bool
-		if err := standby.QueryRow(ctx, "SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", lsn).Scan(&done); err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("standby has not replayed %s: %w", lsn, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
