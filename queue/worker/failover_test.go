@@ -140,7 +140,7 @@ func TestFailover_SynchronousLosesNothing(t *testing.T) {
 
 // The primary of an asynchronous pair crashes while the standby lags: the
 // replication link is cut after the run's first three chunks reached the
-// standby, the primary then acknowledges more chunks alone, and is killed
+// standby, the primary then acknowledges four more alone, and is killed
 // with a provider call in flight; the standby is promoted without them.
 // The system counts the failover and hands it to its subscribers; and no
 // run may end COMPLETED with a planned chunk missing (a chunk key of its
@@ -159,10 +159,9 @@ func TestFailover_AsyncLossIsCaught(t *testing.T) {
 	require.NoError(t, f.pair.CatchUp(ctx))
 	require.NoError(t, f.pair.CutReplication(ctx))
 
-	f.Gate.Open()
-	f.Gate.Arm(3) // at least chunks 4-6 commit on the primary alone
-	apptest.Within(t, time.Minute, f.Gate.Blocked, "a provider call after the cut")
-	f.WaitChunksDone(id, 6)
+	f.Gate.Rearm(3) // chunk 4's call is released; chunks 4-7 commit on the primary alone
+	apptest.Within(t, time.Minute, f.Gate.Blocked, "the eighth provider call")
+	f.WaitChunksDone(id, 7)
 	_, out := f.Get("/v1/requests/" + id)
 	acked := apptest.Execution(t, out)["chunksDone"].(float64)
 	executionID := apptest.Execution(t, out)["id"]
@@ -172,7 +171,8 @@ func TestFailover_AsyncLossIsCaught(t *testing.T) {
 	require.True(t, move.Failover())
 	lost := acked - float64(len(f.checkpointedChunks(t, executionID)))
 	t.Logf("%v chunks acknowledged before the failover, %v of them lost with the primary", acked, lost)
-	require.GreaterOrEqual(t, lost, float64(3), "the chunks committed after the cut are gone")
+	require.Equal(t, float64(7), acked)
+	require.Equal(t, float64(4), lost, "the chunks committed after the cut are gone")
 
 	done := f.WaitRequestAfterOutage(id, "DONE", "FAILED")
 	exec := apptest.Execution(t, done)

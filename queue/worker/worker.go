@@ -192,8 +192,10 @@ type Config struct {
 	Reachability *Reachability
 	// DatabaseWatch is the process's failover detection: each successful
 	// heartbeat checks the database's identity with it (see DatabaseWatch),
-	// so a move is seen within one HeartbeatInterval of the database
-	// answering again. Nil makes one of the worker's own.
+	// so a move is seen within a HeartbeatInterval or two of the new
+	// primary accepting connections (the first heartbeat after the move
+	// may meet a connection the old primary broke). Nil makes one of the
+	// worker's own.
 	DatabaseWatch *DatabaseWatch
 	// HeartbeatPool, when set, carries the registry's heartbeats and status
 	// changes, so that they never wait for a connection behind chunk work
