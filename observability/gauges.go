@@ -76,6 +76,18 @@ func (i *Instruments) DatabaseUpSet(ctx context.Context, up bool) {
 	i.databaseUp.Record(ctx, v)
 }
 
+// DatabaseSyncReplicationSet records whether the database the process
+// reaches acknowledges a commit only once a synchronous standby has it: a
+// failover then loses no acknowledged commit. Every process records it on
+// its database probe; the alert BuildriskDatabaseReplicationAsync reads it.
+func (i *Instruments) DatabaseSyncReplicationSet(ctx context.Context, on bool) {
+	var v int64
+	if on {
+		v = 1
+	}
+	i.databaseSyncRepl.Record(ctx, v)
+}
+
 // FanoutCapacitySet records the size n of job's fan-out pool.
 func (i *Instruments) FanoutCapacitySet(ctx context.Context, job string, n int64) {
 	i.fanoutCapacity.Record(ctx, n, metric.WithAttributes(attrJob.String(job)))

@@ -39,6 +39,8 @@ const (
 	MetricCoverageDataDate       = "buildrisk_coverage_data_date_timestamp_seconds"
 	MetricCoverageMissing        = "buildrisk_coverage_missing"
 	MetricCoverageTargets        = "buildrisk_coverage_targets"
+	MetricDatabaseFailovers      = "buildrisk_database_failovers_total"
+	MetricDatabaseSyncRepl       = "buildrisk_database_sync_replication"
 	MetricDatabaseUp             = "buildrisk_database_up"
 	MetricExecutions             = "buildrisk_executions_total"
 	MetricExecutionsStopped      = "buildrisk_executions_stopped_total"
@@ -78,6 +80,8 @@ var MetricNames = []string{
 	MetricCoverageDataDate,
 	MetricCoverageMissing,
 	MetricCoverageTargets,
+	MetricDatabaseFailovers,
+	MetricDatabaseSyncRepl,
 	MetricDatabaseUp,
 	MetricExecutionsStopped,
 	MetricExecutions,
@@ -159,6 +163,8 @@ type Instruments struct {
 	coverageDataDate       metric.Float64ObservableGauge
 	coverageMissing        metric.Int64ObservableGauge
 	coverageTargets        metric.Int64ObservableGauge
+	databaseFailovers      metric.Int64Counter
+	databaseSyncRepl       metric.Int64Gauge
 	databaseUp             metric.Int64Gauge
 	executions             metric.Int64Counter
 	executionsStopped      metric.Int64Counter
@@ -191,9 +197,9 @@ type Instruments struct {
 }
 
 // NewInstruments creates every instrument on a meter of mp named
-// [ScopeName]. It also sets buildrisk_worker_stale_heartbeats_total, which
-// has no attributes, to 0 so that the first stale worker is an increase an
-// alert can see. Returns an error if the meter refuses an instrument.
+// [ScopeName]. It also sets buildrisk_worker_stale_heartbeats_total and
+// buildrisk_database_failovers_total, which have no attributes, to 0 so
+// that the first stale worker or failover is an increase an alert can see. Returns an error if the meter refuses an instrument.
 func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 	meter := mp.Meter(ScopeName)
 	var (
@@ -276,6 +282,22 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 	i.databaseUp, err = meter.Int64Gauge("buildrisk.database.up",
 		metric.WithDescription("1 when the process's last database probe (worker heartbeat, api probe) succeeded, 0 when it failed: the database is unreachable from this process."),
 		metric.WithUnit("{up}"))
+	check(err)
+
+	// buildrisk_database_failovers_total: changes of the database's
+	// identity (system identifier, timeline) the process's probe saw: a
+	// promoted replica, or another cluster behind the same URL. No
+	// attributes.
+	i.databaseFailovers, err = meter.Int64Counter("buildrisk.database.failovers",
+		metric.WithDescription("Changes of the database's identity (system identifier or timeline) seen by the process's database probe: a replica was promoted (a failover) or the URL now reaches another cluster. With asynchronous replication the last acknowledged commits may be missing."),
+		metric.WithUnit("{failover}"))
+	check(err)
+
+	// buildrisk_database_sync_replication: 1 while the database the probe
+	// reaches makes every commit wait for a synchronous standby.
+	i.databaseSyncRepl, err = meter.Int64Gauge("buildrisk.database.sync_replication",
+		metric.WithDescription("1 when the database the process reaches acknowledges a commit only once a synchronous standby has it (synchronous_standby_names set and synchronous_commit on or remote_apply, as the process's sessions see them), 0 otherwise: a failover may then lose the last acknowledged commits."),
+		metric.WithUnit("{on}"))
 	check(err)
 
 	// buildrisk_items_total{job,outcome}: target items by outcome (written,
@@ -439,5 +461,6 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 	}
 
 	i.workerStaleHeartbeats.Add(context.Background(), 0)
+	i.databaseFailovers.Add(context.Background(), 0)
 	return &i, nil
 }

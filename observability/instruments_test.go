@@ -83,6 +83,8 @@ func recordOneOfEach(ctx context.Context, inst *Instruments) {
 	inst.ExecutionFinished(ctx, "aptTrade", radartype.ExecutionCompleted)
 	inst.ExecutionStopped(ctx, "stockPrice", radartype.CauseCap)
 	inst.DatabaseUpSet(ctx, true)
+	inst.DatabaseFailover(ctx)
+	inst.DatabaseSyncReplicationSet(ctx, true)
 	inst.OwnershipLost(ctx, "aptTrade")
 	inst.RequestFailed(ctx, "aptTrade", ReasonOrphaned)
 	inst.ItemsCounted(ctx, "aptTrade", OutcomeWritten, 72)
@@ -134,6 +136,8 @@ func TestInstrumentsScrapedNames(t *testing.T) {
 		"buildrisk_auto_resumes_total":                   {[]string{"cause", "job"}, dto.MetricType_COUNTER},
 		"buildrisk_auto_resumes_refused_total":           {[]string{"cause", "job"}, dto.MetricType_COUNTER},
 		"buildrisk_chunk_duration_seconds":               {[]string{"job"}, dto.MetricType_HISTOGRAM},
+		"buildrisk_database_failovers_total":             {nil, dto.MetricType_COUNTER},
+		"buildrisk_database_sync_replication":            {nil, dto.MetricType_GAUGE},
 		"buildrisk_database_up":                          {nil, dto.MetricType_GAUGE},
 		"buildrisk_coverage_as_of_timestamp_seconds":     {[]string{"job"}, dto.MetricType_GAUGE},
 		"buildrisk_coverage_check_failures_total":        {[]string{"job"}, dto.MetricType_COUNTER},
@@ -239,6 +243,8 @@ func TestInstrumentsValues(t *testing.T) {
 	}{
 		{map[string]string{"job": "creditEval", "reason": "queue_full"}, "buildrisk_fanout_rejections_total", 1},
 		{nil, "buildrisk_worker_stale_heartbeats_total", 1},
+		{nil, "buildrisk_database_failovers_total", 1},
+		{nil, "buildrisk_database_sync_replication", 1},
 		{map[string]string{"job": "aptTrade", "source": "api", "result": "accepted"}, "buildrisk_requests_total", 1},
 		{map[string]string{"job": "aptTrade", "status": "COMPLETED"}, "buildrisk_executions_total", 1},
 		{map[string]string{"job": "aptTrade", "outcome": "written"}, "buildrisk_items_total", 72},
@@ -322,10 +328,12 @@ func TestInstrumentsInitSeries(t *testing.T) {
 	ctx := t.Context()
 	bundle := setupInstruments(t)
 
-	// The stale-heartbeat counter exists at 0 right after NewInstruments.
+	// The counters without attributes exist at 0 right after NewInstruments.
 	families := scrape(t, bundle.providers.MetricsHandler())
-	require.Contains(t, families, MetricWorkerStaleHeartbeats)
-	require.Zero(t, families[MetricWorkerStaleHeartbeats].GetMetric()[0].GetCounter().GetValue())
+	for _, name := range []string{MetricWorkerStaleHeartbeats, MetricDatabaseFailovers} {
+		require.Contains(t, families, name)
+		require.Zero(t, families[name].GetMetric()[0].GetCounter().GetValue(), name)
+	}
 
 	bundle.inst.InitSeries(ctx, []string{"aptTrade", "creditEval"}, []string{"DART", "MOLIT"})
 	bundle.inst.InitSeries(ctx, []string{"aptTrade", "creditEval"}, []string{"DART", "MOLIT"}) // idempotent
@@ -341,6 +349,7 @@ func TestInstrumentsInitSeries(t *testing.T) {
 		MetricItems:                 2 * 4,
 		MetricExternalCalls:         2 * 3,
 		MetricWorkerStaleHeartbeats: 1,
+		MetricDatabaseFailovers:     1,
 	} {
 		require.Contains(t, families, name)
 		require.Len(t, families[name].GetMetric(), wantSeries, name)

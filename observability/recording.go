@@ -63,6 +63,7 @@ func (i *Instruments) InitSeries(ctx context.Context, jobs, providers []string) 
 		i.httpRefusals.Add(ctx, 0, metric.WithAttributes(attrReason.String(reason)))
 	}
 	i.workerStaleHeartbeats.Add(ctx, 0)
+	i.databaseFailovers.Add(ctx, 0)
 }
 
 // InitCoverageSeries records 0 on buildrisk_coverage_check_failures_total
@@ -113,6 +114,13 @@ func (i *Instruments) AutoResumeRefused(ctx context.Context, job string, cause r
 // requests it failed.
 func (i *Instruments) StaleHeartbeatReaped(ctx context.Context) {
 	i.workerStaleHeartbeats.Add(ctx, 1)
+}
+
+// DatabaseFailover counts one change of the database's identity (system
+// identifier or timeline) the process saw; the alert BuildriskDatabaseFailover
+// reads it.
+func (i *Instruments) DatabaseFailover(ctx context.Context) {
+	i.databaseFailovers.Add(ctx, 1)
 }
 
 // RequestRecorded counts one request to run job from source (one of

@@ -83,6 +83,12 @@ func TestMetrics_ScriptedScenario(t *testing.T) {
 	apptest.RequireMetric(t, wm, "buildrisk_executions_stopped_total", 0, `job="aptTrade"`, `cause="max_calls"`)
 	apptest.RequireMetric(t, wm, "buildrisk_database_up", 1)
 	apptest.RequireMetric(t, api, "buildrisk_database_up", 1)
+	// Each process checked the database's identity (no failover) and its
+	// replication (none on the test's database) on its first probe.
+	for _, exposition := range []string{wm, api} {
+		apptest.RequireMetric(t, exposition, "buildrisk_database_failovers_total", 0)
+		apptest.RequireMetric(t, exposition, "buildrisk_database_sync_replication", 0)
+	}
 	apptest.RequireMetric(t, wm, "buildrisk_external_calls_total", 3, `provider="MOLIT"`, `outcome="ok"`)
 	apptest.RequireMetric(t, wm, "buildrisk_external_calls_total", 1, `provider="CREDIT"`, `outcome="capped"`)
 	apptest.RequireMetric(t, wm, "buildrisk_fanout_rejections_total", 1, `job="creditEval"`, `reason="cap"`)

@@ -8,7 +8,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/worker"
 )
 
 // The role the api and workers run as reads and writes the application's
@@ -125,4 +130,24 @@ func TestPrivilege_APIAndWorkerRolesAreSeparate(t *testing.T) {
 	} {
 		refused("worker", s.Pool, stmt)
 	}
+}
+
+// The api's and the workers' roles read the database's identity (system
+// identifier, timeline, recovery, replication settings) with no grant of
+// their own: failover detection needs no privilege beyond theirs. A plain
+// test database is a primary on timeline 1 without synchronous replication.
+func TestPrivilege_AppRolesReadTheDatabaseIdentity(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	ctx := context.Background()
+	for name, pool := range map[string]*pgxpool.Pool{"api": s.APIPool, "worker": s.Pool} {
+		row, err := queries.New().DatabaseIdentity(ctx, pool)
+		require.NoError(t, err, name)
+		require.NotZero(t, row.SystemIdentifier, name)
+		require.Equal(t, int64(1), row.Timeline, name)
+		require.False(t, row.InRecovery, name)
+		require.False(t, worker.SynchronousReplication(row.SynchronousStandbyNames, row.SynchronousCommit), name)
+	}
+	require.Equal(t, float64(0), s.Metric(observability.MetricDatabaseSyncRepl, nil), "the api's probe recorded the setting at its start")
+	require.Equal(t, float64(0), s.Metric(observability.MetricDatabaseFailovers, nil))
 }

@@ -5,12 +5,15 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/worker"
 )
 
-// pinger is what probeDatabase needs of a pool.
-type pinger interface {
+// probed is what probeDatabase needs of a pool: a ping, and queries for
+// the database's identity.
+type probed interface {
 	Ping(ctx context.Context) error
+	queries.DBTX
 }
 
 // StartDatabaseProbe exports buildrisk_database_up for a process that has
@@ -20,13 +23,24 @@ type pinger interface {
 // /metrics never reads the database for this gauge, so it says 0 while the
 // database is down. A worker's heartbeat records the same gauge
 // (worker.Presence). Each result also feeds reach, the process's link that
-// its reapers wait on after a cut (nil: none).
-func StartDatabaseProbe(ctx context.Context, db pinger, interval, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability) {
+// its reapers wait on after a cut (nil: none). After each ping that
+// succeeded, and once at the start, watch checks whether the database
+// moved (a failover; nil: not checked), bounded by timeout as well.
+func StartDatabaseProbe(ctx context.Context, db probed, interval, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability, watch *worker.DatabaseWatch) {
 	inst.DatabaseUpSet(ctx, true)
-	go probeDatabase(ctx, db, interval, timeout, inst, reach)
+	checkIdentity(ctx, db, timeout, watch)
+	go probeDatabase(ctx, db, interval, timeout, inst, reach, watch)
 }
 
-func probeDatabase(ctx context.Context, db pinger, interval, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability) {
+// checkIdentity checks with watch whether the database db reaches moved,
+// bounded by timeout. A failed read is the watch's to report.
+func checkIdentity(ctx context.Context, db probed, timeout time.Duration, watch *worker.DatabaseWatch) {
+	checkCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_ = watch.Check(checkCtx, db)
+}
+
+func probeDatabase(ctx context.Context, db probed, interval, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability, watch *worker.DatabaseWatch) {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
@@ -43,6 +57,9 @@ func probeDatabase(ctx context.Context, db pinger, interval, timeout time.Durati
 		}
 		inst.DatabaseUpSet(ctx, err == nil)
 		reach.Observe(err)
+		if err == nil {
+			checkIdentity(ctx, db, timeout, watch)
+		}
 	}
 }
 

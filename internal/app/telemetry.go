@@ -21,6 +21,11 @@ type Telemetry struct {
 	// worker) or its probe (the api) see it; every reaper of the process
 	// waits on it after a cut. Nil: each reaper keeps its own.
 	Reach *worker.Reachability
+	// Database is the process's failover detection, which its heartbeats
+	// (a worker) or its probe (the api) feed; a runner subscribes to it
+	// (worker.DatabaseWatch.Subscribe). Nil: each worker keeps its own,
+	// the api's probe checks nothing.
+	Database *worker.DatabaseWatch
 }
 
 // NewTelemetry starts the providers, instruments and logger of a process
@@ -42,7 +47,10 @@ func NewTelemetry(ctx context.Context, env *Config, role, workerID, defaultForma
 	instruments.InitSeries(ctx, Catalog().Names(), providerNames)
 	logger := observability.NewLogger(os.Stderr, orDefault(env.LogFormat, defaultFormat), slog.LevelInfo).With(slog.String("role", role))
 	slog.SetDefault(logger)
-	return &Telemetry{Providers: providers, Instruments: instruments, Logger: logger, Reach: worker.NewReachability()}, nil
+	return &Telemetry{
+		Providers: providers, Instruments: instruments, Logger: logger,
+		Reach: worker.NewReachability(), Database: worker.NewDatabaseWatch(instruments, logger),
+	}, nil
 }
 
 // Shutdown flushes telemetry; it runs last, after drain.

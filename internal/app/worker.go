@@ -164,6 +164,7 @@ func NewWorker(pool *pgxpool.Pool, env *Config, tel *Telemetry, workerID, hostna
 		Instruments:       tel.Instruments,
 		Logger:            tel.Logger,
 		Reachability:      tel.Reach,
+		DatabaseWatch:     tel.Database,
 		RiverPlugins:      riverPlugins(tel),
 		Gauges: &worker.Gauges{
 			Pool: pool, Jobs: Catalog().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.Instruments,

@@ -84,6 +84,19 @@ func (g *CallGate) Arm(allow int) {
 	g.Blocked, g.Release, g.Abandoned = make(chan struct{}), make(chan struct{}), make(chan struct{})
 }
 
+// Rearm releases the held calls and holds every call after the next allow
+// ones, in one step: no call passes unheld between the two, as it could
+// between Open and Arm.
+func (g *CallGate) Rearm(allow int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.armed {
+		close(g.Release)
+	}
+	g.allow, g.calls, g.armed = allow, 0, true
+	g.Blocked, g.Release, g.Abandoned = make(chan struct{}), make(chan struct{}), make(chan struct{})
+}
+
 // Open releases held calls and disarms the gate.
 func (g *CallGate) Open() {
 	g.mu.Lock()
@@ -220,7 +233,7 @@ func New(t testing.TB, opts *Opts) *System {
 	if opts.Logs != nil {
 		logger = observability.NewLogger(opts.Logs, observability.LogFormatJSON, slog.LevelDebug)
 	}
-	s.Tel = &app.Telemetry{Providers: providers, Instruments: instruments, Logger: logger}
+	s.Tel = &app.Telemetry{Providers: providers, Instruments: instruments, Logger: logger, Database: worker.NewDatabaseWatch(instruments, logger)}
 
 	// The API has its own pool with the api role's statement and lock
 	// timeouts, as `radar api` does.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/buildrisk/radar/sql/migrations"
 	"github.com/buildrisk/radar/sql/pglocal"
+	"github.com/buildrisk/radar/sql/pgtest"
 )
 
 // PrivateCluster starts a PostgreSQL cluster of the test's own, which it
@@ -27,6 +28,23 @@ func PrivateCluster(t *testing.T) (*pglocal.Cluster, string) {
 	defer pool.Close()
 	require.NoError(t, migrations.Migrate(ctx, pool, nil))
 	return cluster, url
+}
+
+// ReplicatedCluster starts a primary and a streaming standby of the test's
+// own (pgtest.StartReplicated; synchronous or not) and returns them with
+// the multi-host URL (target_session_attrs=read-write) of a migrated
+// database on them, the form of production's DATABASE_URL: a system built
+// on it follows a Failover by itself.
+func ReplicatedCluster(t *testing.T, synchronous bool) (*pgtest.Replicated, string) {
+	t.Helper()
+	ctx := context.Background()
+	pair := pgtest.StartReplicated(t, &pgtest.ReplicatedOpts{Synchronous: synchronous})
+	url := pair.URL("postgres")
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	require.NoError(t, migrations.Migrate(ctx, pool, nil))
+	return pair, url
 }
 
 // WaitUntil polls cond every 20 ms and fails the test past d.

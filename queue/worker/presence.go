@@ -64,6 +64,7 @@ func StartPresence(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Presen
 		return nil, err
 	}
 	p.recordDatabaseUp(ctx, true)
+	p.checkIdentity(ctx)
 	p.mu.Lock()
 	p.lastBeat = sent
 	p.timer = time.AfterFunc(p.cfg.FenceAfter, p.checkFence)
@@ -156,9 +157,9 @@ func (p *Presence) heartbeat(ctx context.Context) error {
 		p.cfg.Reachability.Observe(err)
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if err != nil {
 		p.lastErr = err
+		p.mu.Unlock()
 		return err
 	}
 	p.lastBeat = sent
@@ -170,7 +171,18 @@ func (p *Presence) heartbeat(ctx context.Context) error {
 		p.fenced = make(chan struct{})
 		p.cfg.Logger.InfoContext(ctx, "database answers again: worker re-registered and ready", slog.String("worker_id", p.cfg.ID))
 	}
+	p.mu.Unlock()
+	p.checkIdentity(ctx)
 	return nil
+}
+
+// checkIdentity checks, after a heartbeat that reached the database,
+// whether the database moved (DatabaseWatch), bounded by DBTimeout. A
+// failed read is the watch's to report: the heartbeat itself succeeded.
+func (p *Presence) checkIdentity(ctx context.Context) {
+	callCtx, cancel := context.WithTimeout(ctx, p.cfg.DBTimeout)
+	defer cancel()
+	_ = p.cfg.DatabaseWatch.Check(callCtx, p.pool)
 }
 
 func (p *Presence) beat(ctx context.Context) error {

@@ -190,6 +190,13 @@ type Config struct {
 	// see it; the worker's reaper waits on it (see Reachability). Nil makes
 	// one of the worker's own.
 	Reachability *Reachability
+	// DatabaseWatch is the process's failover detection: each successful
+	// heartbeat checks the database's identity with it (see DatabaseWatch),
+	// so a move is seen within a HeartbeatInterval or two of the new
+	// primary accepting connections (the first heartbeat after the move
+	// may meet a connection the old primary broke). Nil makes one of the
+	// worker's own.
+	DatabaseWatch *DatabaseWatch
 	// HeartbeatPool, when set, carries the registry's heartbeats and status
 	// changes, so that they never wait for a connection behind chunk work
 	// on the main pool. Nil uses the main pool.
@@ -213,6 +220,9 @@ func (c Config) withDefaults() Config {
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Reachability == nil {
 		c.Reachability = NewReachability()
+	}
+	if c.DatabaseWatch == nil {
+		c.DatabaseWatch = NewDatabaseWatch(c.Instruments, c.Logger)
 	}
 	if c.ConfiguredKeys == nil {
 		c.ConfiguredKeys = []string{}

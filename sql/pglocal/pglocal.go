@@ -12,8 +12,15 @@
 // somehow have survived, kills it), so a crashed run never leaves a server
 // that gets in the way of the next one.
 //
-// PostgreSQL refuses to run as root: when the calling process is root, initdb
-// and postgres run as the `postgres` system user instead.
+// A cluster can also be one half of a streaming replication pair, for tests
+// of a failover: a primary (Config.Replication) and a standby cloned from it
+// with pg_basebackup (Config.StandbyOf), asynchronous or synchronous
+// (Config.Synchronous). Cluster.Kill crashes a server the way an immediate
+// shutdown does; promoting the standby is plain SQL (pg_promote), which the
+// pgtest harness wraps.
+//
+// PostgreSQL refuses to run as root: when the calling process is root, initdb,
+// pg_basebackup and postgres run as the `postgres` system user instead.
 package pglocal
 
 import (
@@ -23,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -68,6 +76,19 @@ const (
 	// the postmaster.
 	stopTimeout = 10 * time.Second
 
+	// killTimeout is how long Kill waits for an immediate shutdown before it
+	// sends SIGKILL.
+	killTimeout = 5 * time.Second
+
+	// freePortMin and freePortMax bound the ports FreePort picks: below the
+	// kernel's ephemeral range (Linux: 32768-60999), which outgoing
+	// connections take their local ports from. A cluster's port picked
+	// there could be held, a moment later, by some process's outgoing
+	// connection, and a cluster that is halted and resumed, or crashed and
+	// restarted, must get its port back.
+	freePortMin = 20000
+	freePortMax = 32767
+
 	// maxSocketPathLen is the longest Unix socket path Linux accepts
 	// (sizeof(sun_path) minus the terminating NUL).
 	maxSocketPathLen = 107
@@ -101,8 +122,38 @@ type Config struct {
 	Logger *slog.Logger
 
 	// StartTimeout bounds how long Start waits for the server to accept
-	// connections once it has been launched. Defaults to StartTimeoutDefault.
+	// connections once it has been launched (and, for a standby, to stream
+	// from its primary). Defaults to StartTimeoutDefault.
 	StartTimeout time.Duration
+
+	// Replication makes the cluster a primary that standbys (StandbyOf) can
+	// stream from: wal_level replica and WAL senders, as a production
+	// primary runs. Unlike a plain cluster, it commits synchronously
+	// (synchronous_commit on): a commit is acknowledged once its WAL reached
+	// the kernel, so a crash of the server's processes (Kill) loses nothing
+	// acknowledged, and a synchronous standby's guarantee holds. Replication
+	// connections from 127.0.0.1 are trusted, as every connection is.
+	Replication bool
+
+	// StandbyOf, when not nil, makes the new cluster a hot standby of that
+	// cluster, which must run with Replication: its data directory is a
+	// pg_basebackup of the primary (from the same BinDir, which must hold
+	// pg_basebackup), it streams the primary's WAL and answers read-only
+	// queries. Start returns once it streams. The standby runs with
+	// Replication itself, so that once promoted it is a primary like the
+	// first one.
+	StandbyOf *Cluster
+
+	// Synchronous, with StandbyOf, makes the standby synchronous: Start sets
+	// the primary's synchronous_standby_names to the standby's
+	// application_name and returns once the primary reports it in sync.
+	// From then on every commit on the primary waits until the standby has
+	// flushed its WAL (synchronous_commit on), so a failover to the standby
+	// loses no acknowledged commit. Without a standby to answer, commits on
+	// the primary wait. The setting is written to the primary only, after
+	// the standby was cloned: a standby promoted later does not wait for a
+	// standby of its own.
+	Synchronous bool
 }
 
 // withDefaults returns a copy of the configuration with every default applied,
@@ -118,6 +169,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.StartTimeout == 0 {
 		c.StartTimeout = StartTimeoutDefault
 	}
+	if c.Synchronous && c.StandbyOf == nil {
+		return c, errors.New("invalid replication: Synchronous needs StandbyOf")
+	}
+	if c.StandbyOf != nil {
+		if !c.StandbyOf.cfg.replicates() {
+			return c, errors.New("invalid replication: the primary of a standby must run with Replication")
+		}
+		c.Replication = true
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -130,7 +190,36 @@ func (c Config) withDefaults() (Config, error) {
 	} else if !hasServerBinaries(c.BinDir) {
 		return c, fmt.Errorf("bin dir %q does not hold both initdb and postgres: %w", c.BinDir, ErrBinariesNotFound)
 	}
+	if c.StandbyOf != nil {
+		if _, err := clientBinary(c.BinDir, "pg_basebackup"); err != nil {
+			return c, err
+		}
+	}
 	return c, nil
+}
+
+// clientBinary returns the path of the client program name (pg_basebackup)
+// of the installation whose server binaries are in binDir: binDir's own, or,
+// when binDir holds only links to the server (a /usr/local/bin with
+// initdb and postgres linked there), the one beside the server binary
+// postgres links to, so that both always come from the same version.
+func clientBinary(binDir, name string) (string, error) {
+	candidates := []string{filepath.Join(binDir, name)}
+	if postgres, err := filepath.EvalSymlinks(filepath.Join(binDir, "postgres")); err == nil {
+		candidates = append(candidates, filepath.Join(filepath.Dir(postgres), name))
+	}
+	for _, path := range candidates {
+		if info, err := os.Stat(path); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
+			return path, nil
+		}
+	}
+	return "", fmt.Errorf("no %s beside the server binaries of %q (tried %s): %w", name, binDir, strings.Join(candidates, ", "), ErrBinariesNotFound)
+}
+
+// replicates reports whether a cluster of this configuration runs as a
+// replication primary (or a standby that can become one).
+func (c Config) replicates() bool {
+	return c.Replication || c.StandbyOf != nil
 }
 
 // Cluster is a running throwaway PostgreSQL cluster started by Start. Its
@@ -205,23 +294,18 @@ func startIn(ctx context.Context, cfg Config, dir string, cred *syscall.Credenti
 		}
 	}
 
-	dataDir := filepath.Join(dir, dataDirName)
 	begin := time.Now()
-	initdb := exec.CommandContext(ctx, filepath.Join(cfg.BinDir, "initdb"),
-		"-D", dataDir,
-		"-U", superuser,
-		"--auth=trust",
-		"-E", "UTF8",
-		"--locale=C",
-		"--no-sync",
-	)
-	initdb.Dir = dir
-	initdb.Env = childEnv()
-	initdb.SysProcAttr = sysProcAttr(cred)
-	if out, err := initdb.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("error running initdb: %w\n%s", err, bytes.TrimSpace(out))
+	if cfg.StandbyOf != nil {
+		if err := cloneStandby(ctx, cfg, dir, cred); err != nil {
+			return nil, err
+		}
+		cfg.Logger.Debug("pglocal: pg_basebackup done", "dir", dir, "primary_port", cfg.StandbyOf.port, "duration", time.Since(begin))
+	} else {
+		if err := initdb(ctx, cfg, dir, cred); err != nil {
+			return nil, err
+		}
+		cfg.Logger.Debug("pglocal: initdb done", "dir", dir, "duration", time.Since(begin))
 	}
-	cfg.Logger.Debug("pglocal: initdb done", "dir", dir, "duration", time.Since(begin))
 
 	// The socket directory must be short enough for a Unix socket path; when
 	// $TMPDIR is too deep, Unix sockets are turned off, TCP is all we use.
@@ -243,8 +327,14 @@ func startIn(ctx context.Context, cfg Config, dir string, cred *syscall.Credenti
 			}
 		}
 		cluster, err := launch(ctx, cfg, dir, socketDir, port, cred)
+		if err == nil && cfg.StandbyOf != nil {
+			if err := cluster.joinPrimary(ctx); err != nil {
+				cluster.kill()
+				return nil, err
+			}
+		}
 		if err == nil {
-			cfg.Logger.Info("pglocal: postgres started", "dir", dir, "port", port, "duration", time.Since(begin))
+			cfg.Logger.Info("pglocal: postgres started", "dir", dir, "port", port, "standby", cfg.StandbyOf != nil, "duration", time.Since(begin))
 			return cluster, nil
 		}
 		if cfg.Port != 0 || attempt == maxAttempts || !errors.Is(err, errPortInUse) {
@@ -252,6 +342,114 @@ func startIn(ctx context.Context, cfg Config, dir string, cred *syscall.Credenti
 		}
 		cfg.Logger.Debug("pglocal: port taken, retrying", "port", port)
 	}
+}
+
+// initdb creates a fresh data directory in dir.
+func initdb(ctx context.Context, cfg Config, dir string, cred *syscall.Credential) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(cfg.BinDir, "initdb"),
+		"-D", filepath.Join(dir, dataDirName),
+		"-U", superuser,
+		"--auth=trust",
+		"-E", "UTF8",
+		"--locale=C",
+		"--no-sync",
+	)
+	cmd.Dir = dir
+	cmd.Env = childEnv()
+	cmd.SysProcAttr = sysProcAttr(cred)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("error running initdb: %w\n%s", err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// standbyName returns the application_name a standby in dir connects to
+// its primary with, which the primary's synchronous_standby_names names:
+// unique per cluster directory, and a plain identifier.
+func standbyName(dir string) string {
+	return strings.NewReplacer("-", "_", ".", "_").Replace(filepath.Base(dir))
+}
+
+// cloneStandby fills dir's data directory with a base backup of
+// cfg.StandbyOf taken with pg_basebackup, which also writes standby.signal
+// and the primary_conninfo (-R) the standby streams with, under the
+// application_name standbyName(dir).
+func cloneStandby(ctx context.Context, cfg Config, dir string, cred *syscall.Credential) error {
+	primary := cfg.StandbyOf
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=%s sslmode=disable application_name=%s", primary.port, superuser, standbyName(dir))
+	basebackup, err := clientBinary(cfg.BinDir, "pg_basebackup")
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, basebackup,
+		"-D", filepath.Join(dir, dataDirName),
+		"-d", conninfo,
+		"-R",
+		"-X", "stream",
+		"-c", "fast",
+		"--no-sync",
+	)
+	cmd.Dir = dir
+	cmd.Env = childEnv()
+	cmd.SysProcAttr = sysProcAttr(cred)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("error running pg_basebackup of the primary on port %d: %w\n%s", primary.port, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// joinPrimary waits until this standby streams from its primary and, when
+// the configuration asks for it, makes it the primary's synchronous
+// standby.
+func (c *Cluster) joinPrimary(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.StartTimeout)
+	defer cancel()
+	primary := c.cfg.StandbyOf
+	conn, err := pgx.Connect(ctx, primary.URL("postgres"))
+	if err != nil {
+		return fmt.Errorf("error connecting to the primary on port %d: %w", primary.port, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	name := standbyName(c.dir)
+	want := "async"
+	if c.cfg.Synchronous {
+		want = "sync"
+		// ALTER SYSTEM cannot run in a transaction: one statement each.
+		if _, err := conn.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = "+quoteLiteral(pgx.Identifier{name}.Sanitize())); err != nil {
+			return fmt.Errorf("error setting the primary's synchronous_standby_names: %w", err)
+		}
+		if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+			return fmt.Errorf("error reloading the primary's configuration: %w", err)
+		}
+	}
+	for {
+		var state string
+		err := conn.QueryRow(ctx, "SELECT sync_state FROM pg_stat_replication WHERE application_name = $1 AND state = 'streaming'", name).Scan(&state)
+		if err == nil && state == want {
+			return nil
+		}
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("error reading the primary's replication state: %w", err)
+		}
+		select {
+		case <-c.exited:
+			return fmt.Errorf("standby exited while joining its primary (%s)\nserver log (%s):\n%s", c.cmd.ProcessState, c.logPath(), logTail(c.logPath()))
+		case <-ctx.Done():
+			return fmt.Errorf("standby on port %d not streaming %s from its primary: %w\nserver log (%s):\n%s", c.port, want, ctx.Err(), c.logPath(), logTail(c.logPath()))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// logPath returns the path of the server log.
+func (c *Cluster) logPath() string {
+	return filepath.Join(c.dir, logFileName)
 }
 
 // errPortInUse marks a launch that failed because the port was taken.
@@ -269,17 +467,7 @@ func launch(ctx context.Context, cfg Config, dir, socketDir string, port int, cr
 	defer logFile.Close()
 
 	// Not exec.CommandContext: the server must outlive ctx.
-	cmd := exec.Command(filepath.Join(cfg.BinDir, "postgres"),
-		"-D", filepath.Join(dir, dataDirName),
-		"-p", strconv.Itoa(port),
-		"-k", socketDir,
-		"-c", "listen_addresses=127.0.0.1",
-		"-c", "fsync=off",
-		"-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off",
-		"-c", "max_connections=200",
-		"-c", "shared_buffers=32MB",
-	)
+	cmd := exec.Command(filepath.Join(cfg.BinDir, "postgres"), serverArgs(cfg, dir, socketDir, port)...)
 	cmd.Dir = dir
 	cmd.Env = childEnv()
 	cmd.Stdout = logFile
@@ -318,6 +506,33 @@ func launch(ctx context.Context, cfg Config, dir, socketDir string, port int, cr
 		return nil, fmt.Errorf("error starting postgres on port %d: %w\nserver log (%s):\n%s", port, err, logPath, tail)
 	}
 	return c, nil
+}
+
+// serverArgs returns the postmaster's command line: fast rather than
+// durable (no fsync, no full-page writes; nothing here survives a crash of
+// the machine anyway) and, without replication, with asynchronous commits.
+func serverArgs(cfg Config, dir, socketDir string, port int) []string {
+	args := []string{
+		"-D", filepath.Join(dir, dataDirName),
+		"-p", strconv.Itoa(port),
+		"-k", socketDir,
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "fsync=off",
+		"-c", "full_page_writes=off",
+		"-c", "max_connections=200",
+		"-c", "shared_buffers=32MB",
+	}
+	if !cfg.replicates() {
+		return append(args, "-c", "synchronous_commit=off")
+	}
+	return append(args,
+		"-c", "wal_level=replica",
+		"-c", "max_wal_senders=10",
+		"-c", "wal_keep_size=256MB",
+		"-c", "hot_standby=on",
+		// A standby whose primary is gone retries every second, not every 5.
+		"-c", "wal_retrieve_retry_interval=1s",
+	)
 }
 
 // waitReady polls the server until a connection succeeds, the postmaster
@@ -416,9 +631,31 @@ func (c *Cluster) shutdown() error {
 	case <-exited:
 	case <-time.After(stopTimeout):
 		c.logger.Warn("pglocal: postgres did not shut down in time, killing it", "pid", cmd.Process.Pid, "timeout", stopTimeout)
-		c.kill()
+		c.Kill()
 	}
 	return err
+}
+
+// Kill crashes the server as far as its clients and standbys can tell: an
+// immediate shutdown (SIGQUIT to the postmaster, as `pg_ctl stop -m
+// immediate` sends), in which every server process exits at once, without a
+// checkpoint: connections break, open transactions are gone, and WAL not yet
+// sent to a standby never reaches it. It returns once the postmaster has
+// exited, sending SIGKILL if it has not within five seconds. Like Halt, it
+// keeps the cluster's directory: Resume starts the server again (with crash
+// recovery), Stop removes it. Stop uses it on a server that ignores a fast
+// shutdown; tests use it to crash a primary before promoting its standby.
+func (c *Cluster) Kill() {
+	c.mu.Lock()
+	cmd, exited := c.cmd, c.exited
+	c.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-exited:
+	case <-time.After(killTimeout):
+		c.kill()
+	}
+	c.logger.Info("pglocal: postgres killed", "dir", c.dir, "port", c.port)
 }
 
 // Halt shuts the server down like Stop (fast shutdown) but keeps the
@@ -668,14 +905,24 @@ func childEnv() []string {
 	return env
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
+// picked at random below the kernel's ephemeral port range (between
+// freePortMin and freePortMax), where no outgoing connection can take it.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("error picking a free port: %w", err)
+	var lastErr error
+	for range 100 {
+		port := freePortMin + rand.IntN(freePortMax-freePortMin+1)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if err := l.Close(); err != nil {
+			return 0, fmt.Errorf("error picking a free port: %w", err)
+		}
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("error picking a free port: none of 100 tried between %d and %d was free: %w", freePortMin, freePortMax, lastErr)
 }
 
 // logTail returns the end of the server log at path.

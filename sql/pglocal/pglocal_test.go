@@ -296,8 +296,8 @@ func testRoot(t *testing.T) string {
 }
 
 // requirePortFree asserts that the port on 127.0.0.1 can be listened on
-// again. It retries briefly: the port comes from the ephemeral range, so a
-// short-lived outgoing connection of a concurrent test may hold it a moment.
+// again. It retries briefly: a backend of a stopped server may hold a
+// connection's socket a moment longer.
 func requirePortFree(t *testing.T, port int) {
 	t.Helper()
 
@@ -362,4 +362,176 @@ func TestHaltResume(t *testing.T) {
 	require.NoError(t, cluster.Stop())
 	require.NoDirExists(t, cluster.dir)
 	requirePortFree(t, cluster.Port())
+}
+
+// FreePort picks below the ephemeral port range, where no outgoing
+// connection can take a cluster's port between a halt and a resume.
+func TestFreePort(t *testing.T) {
+	t.Parallel()
+
+	for range 20 {
+		port, err := FreePort()
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, port, freePortMin)
+		require.LessOrEqual(t, port, freePortMax)
+		require.Less(t, port, 32768)
+	}
+}
+
+// Kill is a crash of the server's processes: connections break at once, the
+// directory stays, and Resume brings the server back through crash recovery
+// with every acknowledged commit (Replication commits synchronously).
+func TestKillResume(t *testing.T) {
+	t.Parallel()
+
+	ctx := context.Background()
+	cluster, err := Start(ctx, Config{Logger: testLogger(t), Replication: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, cluster.Stop()) })
+
+	conn, err := pgx.Connect(ctx, cluster.URL("postgres"))
+	require.NoError(t, err)
+	var syncCommit string
+	require.NoError(t, conn.QueryRow(ctx, "SHOW synchronous_commit").Scan(&syncCommit))
+	require.Equal(t, "on", syncCommit, "a replication primary commits synchronously")
+	_, err = conn.Exec(ctx, "CREATE TABLE kept (n int); INSERT INTO kept VALUES (7)")
+	require.NoError(t, err)
+
+	cluster.Kill()
+	require.Error(t, conn.Ping(ctx), "a kill breaks open connections")
+	_ = conn.Close(ctx)
+	require.DirExists(t, cluster.dir)
+	requirePortFree(t, cluster.Port())
+
+	require.NoError(t, cluster.Resume(ctx))
+	conn, err = pgx.Connect(ctx, cluster.URL("postgres"))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT n FROM kept").Scan(&n))
+	require.Equal(t, 7, n)
+}
+
+func TestConfigWithDefaultsReplication(t *testing.T) {
+	t.Parallel()
+
+	_, err := Config{Synchronous: true}.withDefaults()
+	require.ErrorContains(t, err, "Synchronous needs StandbyOf")
+
+	_, err = Config{StandbyOf: &Cluster{}}.withDefaults()
+	require.ErrorContains(t, err, "must run with Replication")
+
+	cfg, err := Config{StandbyOf: &Cluster{cfg: Config{Replication: true}}}.withDefaults()
+	require.NoError(t, err)
+	require.True(t, cfg.Replication, "a standby can become a primary")
+}
+
+// A primary and its standby, asynchronous and synchronous: the standby
+// streams (the primary reports it async or sync), answers reads of the
+// primary's commits and refuses writes; once the primary is killed and the
+// standby promoted, the standby takes writes on a new timeline with the
+// same system identifier, and keeps every commit it had received. Through
+// a multi-host URL with target_session_attrs=read-write, a client reaches
+// whichever of the two is the primary.
+func TestReplication(t *testing.T) {
+	t.Parallel()
+
+	for _, synchronous := range []bool{false, true} {
+		name := map[bool]string{false: "Async", true: "Synchronous"}[synchronous]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+
+			ctx := context.Background()
+			primary, err := Start(ctx, Config{Logger: testLogger(t), Replication: true})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, primary.Stop()) })
+			standby, err := Start(ctx, Config{Logger: testLogger(t), StandbyOf: primary, Synchronous: synchronous})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, standby.Stop()) })
+
+			multiHost := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write&connect_timeout=2",
+				primary.Port(), standby.Port())
+			conn, err := pgx.Connect(ctx, multiHost)
+			require.NoError(t, err)
+			require.Equal(t, uint16(primary.Port()), conn.PgConn().Conn().RemoteAddr().(*net.TCPAddr).AddrPort().Port())
+			var state string
+			require.NoError(t, conn.QueryRow(ctx, "SELECT sync_state FROM pg_stat_replication").Scan(&state))
+			require.Equal(t, map[bool]string{false: "async", true: "sync"}[synchronous], state)
+			before := identity(t, conn)
+			_, err = conn.Exec(ctx, "CREATE TABLE kept (n int); INSERT INTO kept VALUES (1)")
+			require.NoError(t, err)
+			_ = conn.Close(ctx)
+
+			reader, err := pgx.Connect(ctx, standby.URL("postgres"))
+			require.NoError(t, err)
+			var inRecovery bool
+			require.NoError(t, reader.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery))
+			require.True(t, inRecovery)
+			requireEventually(t, "the standby to replay the primary's commit", func() bool {
+				var n int
+				return reader.QueryRow(ctx, "SELECT count(*) FROM kept").Scan(&n) == nil && n == 1
+			})
+			_, err = reader.Exec(ctx, "INSERT INTO kept VALUES (2)")
+			require.ErrorContains(t, err, "read-only transaction")
+
+			primary.Kill()
+			require.DirExists(t, primary.dir)
+			var promoted bool
+			require.NoError(t, reader.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&promoted))
+			require.True(t, promoted)
+			require.NoError(t, reader.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery))
+			require.False(t, inRecovery)
+			_ = reader.Close(ctx)
+
+			conn, err = pgx.Connect(ctx, multiHost)
+			require.NoError(t, err, "the multi-host URL reaches the promoted standby")
+			defer conn.Close(ctx)
+			require.Equal(t, uint16(standby.Port()), conn.PgConn().Conn().RemoteAddr().(*net.TCPAddr).AddrPort().Port())
+			_, err = conn.Exec(ctx, "INSERT INTO kept VALUES (3)")
+			require.NoError(t, err)
+			var kept []int32
+			rows, err := conn.Query(ctx, "SELECT n FROM kept ORDER BY n")
+			require.NoError(t, err)
+			kept, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+			require.NoError(t, err)
+			require.Equal(t, []int32{1, 3}, kept)
+
+			after := identity(t, conn)
+			require.Equal(t, before.system, after.system, "a promoted standby keeps the cluster's identity")
+			require.Equal(t, before.timeline+1, after.timeline, "promotion starts a new timeline")
+		})
+	}
+}
+
+// clusterIdentity is what a failover changes and keeps.
+type clusterIdentity struct {
+	system   int64
+	timeline int64
+}
+
+// identity reads the system identifier and the timeline WAL is written on
+// of the primary conn is connected to.
+func identity(t *testing.T, conn *pgx.Conn) clusterIdentity {
+	t.Helper()
+	var id clusterIdentity
+	var walFile string
+	require.NoError(t, conn.QueryRow(context.Background(),
+		"SELECT system_identifier, pg_walfile_name(pg_current_wal_lsn()) FROM pg_control_system()").Scan(&id.system, &walFile))
+	timeline, err := strconv.ParseInt(walFile[:8], 16, 64)
+	require.NoError(t, err)
+	id.timeline = timeline
+	return id
+}
+
+// requireEventually polls cond every 20 ms and fails the test after ten
+// seconds.
+func requireEventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			require.FailNow(t, "timed out waiting for "+what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
