@@ -167,9 +167,9 @@ func TestFailover_AsyncLossIsCaught(t *testing.T) {
 	executionID := apptest.Execution(t, out)["id"]
 
 	move, _ := f.failover(t)
+	lost := acked - float64(len(f.checkpointedChunks(t, executionID))) // the run waits on the gate
 	f.Gate.Open()
 	require.True(t, move.Failover())
-	lost := acked - float64(len(f.checkpointedChunks(t, executionID)))
 	t.Logf("%v chunks acknowledged before the failover, %v of them lost with the primary", acked, lost)
 	require.Equal(t, float64(7), acked)
 	require.Equal(t, float64(4), lost, "the chunks committed after the cut are gone")
@@ -178,9 +178,10 @@ func TestFailover_AsyncLossIsCaught(t *testing.T) {
 	exec := apptest.Execution(t, done)
 	t.Logf("the run ended %s: %v", exec["status"], exec["exitMessage"])
 	require.Equal(t, float64(1), f.Metric(observability.MetricDatabaseFailovers, nil), "the failover is counted once")
-	if exec["status"] == "COMPLETED" {
-		require.Equal(t, failoverChunks(), f.checkpointedChunks(t, exec["id"]), "a COMPLETED run has every planned chunk checkpointed")
-	}
+	require.Equal(t, "COMPLETED", exec["status"], "the lost chunks were done again: %v", exec["exitMessage"])
+	require.Equal(t, failoverChunks(), f.checkpointedChunks(t, exec["id"]), "a COMPLETED run has every planned chunk checkpointed")
+	require.Contains(t, exec["exitMessage"], "4 lost commit(s) done again")
+	require.Equal(t, float64(4), f.Metric(observability.MetricCommitsLost, map[string]string{"job": "aptTrade"}), "each lost chunk counted")
 	require.Zero(t, f.Count(`SELECT count(*) FROM job_execution e WHERE e.status = 'COMPLETED'
 		AND e.chunks_total > (SELECT count(*) FROM job_checkpoint c WHERE c.instance_id = e.instance_id)`),
 		"no execution ended COMPLETED with a planned chunk missing")

@@ -273,6 +273,8 @@ type Worker struct {
 	// services are the background loops Start started (gauges, reaper,
 	// reconcile); Drain stops them.
 	services []*service.Service
+	// unwatch ends the runner's subscription to the database's moves.
+	unwatch func()
 }
 
 // New returns a Worker. It makes the worker's River client first, then the
@@ -454,9 +456,13 @@ func (w *Worker) Start(ctx context.Context) error {
 		_, err := w.Reconcile(ctx)
 		return err
 	}))
+	// A failover makes every running execution check that its committed
+	// chunks survived it, at its next chunk boundary.
+	unwatch := w.cfg.DatabaseWatch.Subscribe(func(DatabaseMove) { w.runner.DatabaseMoved() })
 	w.mu.Lock()
 	w.presence = presence
 	w.services = services
+	w.unwatch = unwatch
 	w.mu.Unlock()
 	for _, s := range services {
 		s.Start(context.WithoutCancel(ctx))
@@ -494,6 +500,11 @@ func (w *Worker) Drain(ctx context.Context) error {
 		err = w.river.StopAndCancel(hardCtx)
 	}
 	w.stopServices()
+	w.mu.Lock()
+	if w.unwatch != nil {
+		w.unwatch()
+	}
+	w.mu.Unlock()
 	if presence != nil {
 		presence.Stop(context.WithoutCancel(ctx))
 	}
