@@ -31,18 +31,21 @@ WHERE provider = @provider AND day = @day AND expires_at >= now() AND id <> @exc
 -- name: ProviderCallLeaseClaim :execrows
 -- ProviderCallLeaseClaim marks calls of an unexpired lease as claimed (about
 -- to be made) and renews it. No row means the lease expired: its unclaimed
--- calls went back to the budget, and the holder must take a new lease.
+-- calls went back to the budget, and the holder must take a new lease. Only
+-- its holder claims a lease: after a failover to an asynchronous replica
+-- that lost the lease, its id can be drawn again for another holder's.
 UPDATE provider_call_lease
 SET claimed = @claimed::integer, expires_at = now() + make_interval(secs => @ttl_seconds::float8)
-WHERE id = @id AND expires_at >= now() AND @claimed::integer <= granted;
+WHERE id = @id AND holder = @holder AND expires_at >= now() AND @claimed::integer <= granted;
 
 -- name: ProviderCallLeaseReturn :one
 -- ProviderCallLeaseReturn closes a lease of which spent calls were made and
 -- gives the rest back to the day's budget. No row means the lease had
--- expired (its unclaimed calls are already back; spent ≤ claimed).
+-- expired (its unclaimed calls are already back; spent ≤ claimed), or is
+-- another holder's (see ProviderCallLeaseClaim).
 WITH returned AS (
     DELETE FROM provider_call_lease
-    WHERE id = @id
+    WHERE id = @id AND holder = @holder
     RETURNING provider, day, granted
 )
 UPDATE provider_call_budget b

@@ -13,20 +13,28 @@ import (
 const providerCallLeaseClaim = `-- name: ProviderCallLeaseClaim :execrows
 UPDATE provider_call_lease
 SET claimed = $1::integer, expires_at = now() + make_interval(secs => $2::float8)
-WHERE id = $3 AND expires_at >= now() AND $1::integer <= granted
+WHERE id = $3 AND holder = $4 AND expires_at >= now() AND $1::integer <= granted
 `
 
 type ProviderCallLeaseClaimParams struct {
 	Claimed    int32
 	TtlSeconds float64
 	ID         int64
+	Holder     string
 }
 
 // ProviderCallLeaseClaim marks calls of an unexpired lease as claimed (about
 // to be made) and renews it. No row means the lease expired: its unclaimed
-// calls went back to the budget, and the holder must take a new lease.
+// calls went back to the budget, and the holder must take a new lease. Only
+// its holder claims a lease: after a failover to an asynchronous replica
+// that lost the lease, its id can be drawn again for another holder's.
 func (q *Queries) ProviderCallLeaseClaim(ctx context.Context, db DBTX, arg *ProviderCallLeaseClaimParams) (int64, error) {
-	result, err := db.Exec(ctx, providerCallLeaseClaim, arg.Claimed, arg.TtlSeconds, arg.ID)
+	result, err := db.Exec(ctx, providerCallLeaseClaim,
+		arg.Claimed,
+		arg.TtlSeconds,
+		arg.ID,
+		arg.Holder,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -117,7 +125,7 @@ func (q *Queries) ProviderCallLeaseInsert(ctx context.Context, db DBTX, arg *Pro
 const providerCallLeaseReturn = `-- name: ProviderCallLeaseReturn :one
 WITH returned AS (
     DELETE FROM provider_call_lease
-    WHERE id = $2
+    WHERE id = $2 AND holder = $3
     RETURNING provider, day, granted
 )
 UPDATE provider_call_budget b
@@ -128,15 +136,17 @@ RETURNING b.calls_used
 `
 
 type ProviderCallLeaseReturnParams struct {
-	Spent int32
-	ID    int64
+	Spent  int32
+	ID     int64
+	Holder string
 }
 
 // ProviderCallLeaseReturn closes a lease of which spent calls were made and
 // gives the rest back to the day's budget. No row means the lease had
-// expired (its unclaimed calls are already back; spent ≤ claimed).
+// expired (its unclaimed calls are already back; spent ≤ claimed), or is
+// another holder's (see ProviderCallLeaseClaim).
 func (q *Queries) ProviderCallLeaseReturn(ctx context.Context, db DBTX, arg *ProviderCallLeaseReturnParams) (int32, error) {
-	row := db.QueryRow(ctx, providerCallLeaseReturn, arg.Spent, arg.ID)
+	row := db.QueryRow(ctx, providerCallLeaseReturn, arg.Spent, arg.ID, arg.Holder)
 	var calls_used int32
 	err := row.Scan(&calls_used)
 	return calls_used, err

@@ -101,7 +101,7 @@ func (cl *Caller) take(ctx context.Context, p Provider) error {
 			} else if l.claimed < l.granted {
 				claimed := min(l.granted, l.claimed+cl.claimStep(l.granted))
 				n, err := c.queries.ProviderCallLeaseClaim(ctx, c.pool, &queries.ProviderCallLeaseClaimParams{
-					ID: l.id, Claimed: int32(claimed), TtlSeconds: c.cfg.LeaseTTL.Seconds(),
+					ID: l.id, Holder: c.cfg.Holder, Claimed: int32(claimed), TtlSeconds: c.cfg.LeaseTTL.Seconds(),
 				})
 				if err != nil {
 					return fmt.Errorf("error claiming calls of a lease: %w", err)
@@ -163,7 +163,7 @@ func (cl *Caller) claimAhead(l *lease) {
 	target := min(l.granted, l.claimed+cl.claimStep(l.granted))
 	cl.mu.Unlock()
 	n, err := c.queries.ProviderCallLeaseClaim(context.Background(), c.pool, &queries.ProviderCallLeaseClaimParams{
-		ID: l.id, Claimed: int32(target), TtlSeconds: c.cfg.LeaseTTL.Seconds(),
+		ID: l.id, Holder: c.cfg.Holder, Claimed: int32(target), TtlSeconds: c.cfg.LeaseTTL.Seconds(),
 	})
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
@@ -214,7 +214,7 @@ func (cl *Caller) giveBack(ctx context.Context, p Provider, l *lease) error {
 	c := cl.client
 	delete(cl.leases, p)
 	_, err := c.queries.ProviderCallLeaseReturn(context.WithoutCancel(ctx), c.pool, &queries.ProviderCallLeaseReturnParams{
-		ID: l.id, Spent: int32(l.spent),
+		ID: l.id, Holder: c.cfg.Holder, Spent: int32(l.spent),
 	})
 	if err := queries.Interpret(err); err != nil && !errors.Is(err, queries.ErrNotFound) {
 		return fmt.Errorf("error returning a call lease: %w", err)

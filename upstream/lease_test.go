@@ -365,3 +365,32 @@ func TestLeaseRaceHelper(t *testing.T) {
 	fmt.Printf("made %d\n", ok)
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections() // the provider lives in the parent process
 }
+
+// A lease id drawn again for another holder (a failover to an asynchronous
+// replica lost the lease and the sequence handed its id out anew) is never
+// claimed nor returned by the first holder: its claims find no row of its
+// own and it takes a new lease; the other holder's row stays as it was.
+func TestCaller_LeaseIsClaimedOnlyByItsHolder(t *testing.T) {
+	t.Parallel()
+	server, _ := countingServer(t)
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	client, _ := leaseClient(t, pool, server.URL, 1000, 1, func(c *upstream.ClientConfig) { c.Holder = "worker-a" })
+	q := upstream.AptTradeQuery("11110", "202501", 1, 10)
+	caller := client.NewCaller("aptTrade", 0)
+	_, err := caller.Get(ctx, upstream.EndpointAptTrade, q)
+	require.NoError(t, err)
+	var id int64
+	var granted int
+	require.NoError(t, pool.QueryRow(ctx, `UPDATE provider_call_lease SET holder = 'worker-b', claimed = 0 RETURNING id, granted`).Scan(&id, &granted))
+
+	for range granted + 1 {
+		_, err := caller.Get(ctx, upstream.EndpointAptTrade, q)
+		require.NoError(t, err)
+	}
+	require.NoError(t, caller.Release(ctx))
+	var claimed int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT claimed FROM provider_call_lease WHERE id = $1 AND holder = 'worker-b'`, id).Scan(&claimed),
+		"the other holder's lease is still there")
+	require.Zero(t, claimed, "and nothing claimed on it")
+}
