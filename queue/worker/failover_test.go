@@ -182,6 +182,9 @@ func TestFailover_AsyncLossIsCaught(t *testing.T) {
 	require.Equal(t, failoverChunks(), f.checkpointedChunks(t, exec["id"]), "a COMPLETED run has every planned chunk checkpointed")
 	require.Contains(t, exec["exitMessage"], "4 lost commit(s) done again")
 	require.Equal(t, float64(4), f.Metric(observability.MetricCommitsLost, map[string]string{"job": "aptTrade"}), "each lost chunk counted")
+	stats := f.Fake.Stats()
+	t.Logf("provider calls: %d for %d chunks (each lost chunk's call made again)", stats.Total, len(failoverChunks()))
+	require.Equal(t, int64(len(failoverChunks())+4), stats.Total, "only the lost chunks were paid for again")
 	require.Zero(t, f.Count(`SELECT count(*) FROM job_execution e WHERE e.status = 'COMPLETED'
 		AND e.chunks_total > (SELECT count(*) FROM job_checkpoint c WHERE c.instance_id = e.instance_id)`),
 		"no execution ended COMPLETED with a planned chunk missing")
