@@ -153,7 +153,7 @@ func TestAptTrade_ShortPageFails(t *testing.T) {
 }
 
 // A stop is bounded like a drain against a provider whose body stalls
-// (issue 41: one sending a byte a second left an execution STOPPING for
+// (one sending a byte a second used to leave an execution STOPPING for
 // 141 s, then FAILED): the one call in flight gets the stop timeout, is
 // then cancelled and not retried, its chunk rolls back (a resume does it
 // again), and the execution ends STOPPED with cause operator. The call is

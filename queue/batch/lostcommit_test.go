@@ -73,7 +73,7 @@ func (j *lostCommitJob) Process(ctx context.Context, run *batch.Run, chunk strin
 // A chunk commit that was acknowledged and then vanished (a failover to an
 // asynchronous replica) is done again before the run ends: the run ends
 // COMPLETED with every planned chunk committed, never COMPLETED short of
-// its plan (the post-mortem's failure) nor FAILED for a gap it can close.
+// its plan (the very failure this service exists to prevent) nor FAILED for a gap it can close.
 // The loss is counted (buildrisk_commits_lost_total) and named in the
 // execution's message, and the items are counted once in
 // buildrisk_items_total, as the database holds them.

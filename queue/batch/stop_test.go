@@ -173,7 +173,7 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 }
 
 // A stop is bounded like a drain, also in a fan-out chunk whose provider
-// stalls (issue 41): the run learns of the stop while every call is in
+// stalls: the run learns of the stop while every call is in
 // flight, not at a part commit that none of them reaches; from then on it
 // hands out no item, the calls in flight get StopTimeout and are then
 // cancelled, their results uncommitted, and the execution ends STOPPED with

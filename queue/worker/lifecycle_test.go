@@ -66,7 +66,7 @@ func TestLifecycle_StopAtChunkBoundary(t *testing.T) {
 	require.Equal(t, http.StatusConflict, status, "nothing runs")
 }
 
-// A stop is bounded like a drain, end to end (issue 41): against a provider
+// A stop is bounded like a drain, end to end: against a provider
 // that does not answer, POST /v1/jobs/{job}/stop ends the run within the
 // stop timeout, not when the provider client gives up. The held call is
 // abandoned by its caller, its chunk rolls back, the execution is STOPPED

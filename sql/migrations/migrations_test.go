@@ -33,7 +33,7 @@ const waitDeadline = 30 * time.Second
 
 // alterJobExecution is a migration after every real one that needs
 // job_execution's ACCESS EXCLUSIVE lock, like the ALTER TABLE that queued
-// the fleet behind a pg_dump in issue 41.
+// the fleet behind a pg_dump held open for 30 s.
 const alterJobExecution = `-- +goose Up
 ALTER TABLE job_execution ADD COLUMN lock_test text;
 
