@@ -153,7 +153,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	shutdownHTTP, httpAddr, err := app.ServeHTTP(ctx, env.HTTPAddr, otelhttp.NewHandler(server.Handler(), "http.server"), tel.Logger)
+	shutdownHTTP, httpAddr, err := app.ServeHTTP(ctx, env.HTTPAddr, "BUILDRISK_HTTP_ADDR", otelhttp.NewHandler(server.Handler(), "http.server"), tel.Logger)
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ func RunAPI(ctx context.Context, env *Config) error {
 	if err != nil {
 		return err
 	}
-	shutdown, addr, err := ServeHTTP(ctx, env.HTTPAddr, otelhttp.NewHandler(server.Handler(), "http.server"), tel.Logger)
+	shutdown, addr, err := ServeHTTP(ctx, env.HTTPAddr, "BUILDRISK_HTTP_ADDR", otelhttp.NewHandler(server.Handler(), "http.server"), tel.Logger)
 	if err != nil {
 		return err
 	}

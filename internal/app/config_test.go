@@ -2,6 +2,8 @@ package app_test
 
 import (
 	"encoding/json"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -331,4 +333,14 @@ func TestEnv_RotationBothTokensWork(t *testing.T) {
 	}
 	status, _ := s.Do(http.MethodPost, "/v1/jobs/aptTrade/stop", "op-gone-0123456789abcdef0123456789", "")
 	require.Equal(t, http.StatusUnauthorized, status)
+}
+
+// A port already taken names the variable that moves it.
+func TestServeHTTP_TakenPortNamesTheVariable(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	_, _, err = app.ServeHTTP(t.Context(), taken.Addr().String(), "BUILDRISK_HTTP_ADDR", http.NotFoundHandler(), slog.Default())
+	require.ErrorContains(t, err, "set BUILDRISK_HTTP_ADDR to another address")
 }

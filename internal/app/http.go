@@ -46,10 +46,12 @@ func NewHTTPServer(handler http.Handler, t ServerTimeouts) *http.Server {
 
 // ServeHTTP serves handler on addr in the background and returns the
 // Shutdown function and the address it really listens on (addr may say :0).
-func ServeHTTP(ctx context.Context, addr string, handler http.Handler, logger *slog.Logger) (func(context.Context) error, string, error) {
+// variable names the setting addr came from: a port already taken says
+// which one to change.
+func ServeHTTP(ctx context.Context, addr, variable string, handler http.Handler, logger *slog.Logger) (func(context.Context) error, string, error) {
 	listener, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, "", fmt.Errorf("error listening on %s: %w", addr, err)
+		return nil, "", fmt.Errorf("error listening on %s (set %s to another address, e.g. %s=:0 for any free port): %w", addr, variable, variable, err)
 	}
 	srv := NewHTTPServer(handler, ServerTimeoutsDefault)
 	go func() {

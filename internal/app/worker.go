@@ -68,7 +68,7 @@ func RunWorker(ctx context.Context, env *Config) error {
 		writeJSON(rw, http.StatusOK, map[string]string{"status": "ready", "workerId": workerID})
 	})
 	admin.Handle("GET /metrics", tel.Providers.MetricsHandler())
-	shutdownAdmin, adminAddr, err := ServeHTTP(ctx, env.AdminAddr, admin, tel.Logger)
+	shutdownAdmin, adminAddr, err := ServeHTTP(ctx, env.AdminAddr, "BUILDRISK_ADMIN_ADDR", admin, tel.Logger)
 	if err != nil {
 		_ = w.Drain(context.Background())
 		return err
