@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
 
+	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
@@ -109,7 +110,7 @@ func riverPlugins(tel *Telemetry) []rivertype.Plugin {
 // worker instead of waiting for its fetch poll.
 func NewInsertOnlyRiver(pool *pgxpool.Pool, tel *Telemetry) (*river.Client[pgx.Tx], error) {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger: tel.Logger, Plugins: riverPlugins(tel), FetchCooldown: river.FetchCooldownMin,
+		Logger: observability.NewRiverLogger(tel.Logger, observability.RiverRepeatIntervalDefault, nil), Plugins: riverPlugins(tel), FetchCooldown: river.FetchCooldownMin,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error creating river client: %w", err)

@@ -360,7 +360,7 @@ func (w *Worker) newRiverClient(pool *pgxpool.Pool) (*river.Client[pgx.Tx], erro
 		// worker's job) or, for a scheduler pass, timed out: runs have no
 		// timeout, so a live run is never rescued.
 		RescueStuckJobsAfter:   cfg.StaleAfter + cfg.SchedulePassTimeout,
-		Logger:                 cfg.Logger,
+		Logger:                 observability.NewRiverLogger(cfg.Logger, observability.RiverRepeatIntervalDefault, nil),
 		Plugins:                cfg.RiverPlugins,
 		PollOnly:               cfg.PollOnly,
 		LeaderElectionDisabled: cfg.LeaderElectionDisabled,
