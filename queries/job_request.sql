@@ -22,10 +22,10 @@ FROM job_request WHERE id = @id;
 -- input, as JobExecutionLastByJob; execution id 0: none), and, only when
 -- the job has no active request, a new request id (0 otherwise: a
 -- duplicate draws none). EnqueueStateTx sends it in one round trip with the lock. The query
--- lives in the function job_request_enqueue_state (migration 00083) so that
--- its plan is kept for the session even where pgx cannot keep a prepared
--- statement (behind PgBouncer's transaction pooling, which plans every
--- other statement at each call).
+-- lives in the function job_request_enqueue_state (migrations 00001 and
+-- 00012) so that its plan is kept for the session even where pgx cannot
+-- keep a prepared statement (behind PgBouncer's transaction pooling, which
+-- plans every other statement at each call).
 SELECT active_request_id::bigint AS active_request_id,
        next_request_id::bigint AS next_request_id,
        last_execution_id::bigint AS last_execution_id,

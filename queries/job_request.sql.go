@@ -115,10 +115,10 @@ type JobRequestEnqueueStateRow struct {
 // input, as JobExecutionLastByJob; execution id 0: none), and, only when
 // the job has no active request, a new request id (0 otherwise: a
 // duplicate draws none). EnqueueStateTx sends it in one round trip with the lock. The query
-// lives in the function job_request_enqueue_state (migration 00083) so that
-// its plan is kept for the session even where pgx cannot keep a prepared
-// statement (behind PgBouncer's transaction pooling, which plans every
-// other statement at each call).
+// lives in the function job_request_enqueue_state (migrations 00001 and
+// 00012) so that its plan is kept for the session even where pgx cannot
+// keep a prepared statement (behind PgBouncer's transaction pooling, which
+// plans every other statement at each call).
 func (q *Queries) JobRequestEnqueueState(ctx context.Context, db DBTX, job string) (*JobRequestEnqueueStateRow, error) {
 	row := db.QueryRow(ctx, jobRequestEnqueueState, job)
 	var i JobRequestEnqueueStateRow
