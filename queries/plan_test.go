@@ -111,9 +111,9 @@ ANALYZE;`, historyRows)
 		{"JobRequestViewRunning", jobRequestView, []any{int64(historyRows)}},
 		{"JobRequestGetActiveByJob", jobRequestGetActiveByJob, []any{"aptTrade"}},
 		{"JobRequestEnqueueState", jobRequestEnqueueState, []any{"aptTrade"}},
-		{"JobRequestListFirstPage", jobRequestList, []any{nil, nil, nil, int32(50)}},
-		{"JobRequestListByJob", jobRequestList, []any{"aptTrade", nil, int64(50_000), int32(50)}},
-		{"JobRequestListByStatus", jobRequestList, []any{nil, "FAILED", nil, int32(50)}},
+		{"JobRequestListFirstPage", jobRequestList, []any{nil, nil, int32(50)}},
+		{"JobRequestListByJob", jobRequestListByJob, []any{"aptTrade", nil, int64(50_000), int32(50)}},
+		{"JobRequestListByStatus", jobRequestList, []any{"FAILED", nil, int32(50)}},
 		{"JobRequestClaim", jobRequestClaim, []any{"w", int64(5)}},
 		{"JobRequestListRunningByWorker", jobRequestListRunningByWorker, []any{"live@host#b"}},
 		{"JobRequestListQueued", jobRequestListQueued, nil},
@@ -477,9 +477,11 @@ ANALYZE;`, historyRows)
 		{"JobListSummaryOneJob", jobListSummary, true, false, func(job string) []any { return []any{[]string{job}, 60.0} }},
 		// GET /v1/jobs/{job}/history.
 		{"JobHistory", jobHistory, true, false, byJob("Asia/Seoul", int32(14))},
-		// GET /v1/requests: the first page, a status's.
-		{"JobRequestListFirstPage", jobRequestList, false, true, static(nil, nil, nil, int32(50))},
-		{"JobRequestListByStatus", jobRequestList, false, true, static(nil, "FAILED", nil, int32(50))},
+		// GET /v1/requests: the first page, a status's, a job's.
+		{"JobRequestListFirstPage", jobRequestList, false, true, static(nil, nil, int32(50))},
+		{"JobRequestListByStatus", jobRequestList, false, true, static("FAILED", nil, int32(50))},
+		{"JobRequestListByJob", jobRequestListByJob, true, true, byJob(nil, nil, int32(50))},
+		{"JobRequestListByJobNextPage", jobRequestListByJob, true, true, byJob(nil, int64(historyRows), int32(50))},
 		{"JobExecutionListByIDs", jobExecutionListByIDs, false, false, static([]int64{liveExecution - 1, liveExecution})},
 		// GET /v1/workers.
 		{"WorkerListFirstPage", workerList, false, true, static(nil, nil, int32(50))},
