@@ -506,10 +506,12 @@ ANALYZE;`, historyRows)
 		{"JobExecutionLockSkipLocked", jobExecutionLockSkipLocked, false, false, static(liveExecution)},
 		// The reconcile pass.
 		{"JobRequestListRunningByWorker", jobRequestListRunningByWorker, false, false, static("live@host#b")},
-		// The gauges.
 		// The gauges, and the freshness every scrape reads.
 		{"WorkerCountAlive", workerCountAlive, false, false, static(60.0)},
 		{"JobRequestOldestQueuedByJob", jobRequestOldestQueuedByJob, false, false, static()},
+		{"JobFreshnessByJob", jobFreshnessByJob, false, false, static(skewedJobs)},
+		// The scheduler's pass.
+		{"ScheduleTickStateByJob", scheduleTickStateByJob, false, false, static(skewedJobs)},
 	}
 	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)
