@@ -41,17 +41,21 @@ type benchScale struct {
 	workerSmall  int // creditEval targets for worker memory
 	workerBig    int
 	scaleChunks  int // chunks per job in the scale-out row
+	// historyTurns turns of historyTurn each side per measurement of the
+	// history group (benchInterleaved).
+	historyTurns int
+	historyTurn  time.Duration
 }
 
 func benchScaleFor(mode string) benchScale {
 	if mode == "full" {
 		return benchScale{mode: mode, reps: 3, creditN: 4000, cpuN: 30_000, latency: 20 * time.Millisecond, pickups: 200,
 			chunkRegions: 20, chunkReps: 15, jobsGets: 300, jobsBig: 100_000, importSmall: 10_000, importBig: 200_000,
-			workerSmall: 10_000, workerBig: 200_000, scaleChunks: 20}
+			workerSmall: 10_000, workerBig: 200_000, scaleChunks: 20, historyTurns: 10, historyTurn: 100 * time.Millisecond}
 	}
 	return benchScale{mode: mode, reps: 1, creditN: 300, cpuN: 300, latency: 5 * time.Millisecond, pickups: 6,
 		chunkRegions: 1, chunkReps: 1, jobsGets: 20, jobsBig: 5_000, importSmall: 1_000, importBig: 5_000,
-		workerSmall: 300, workerBig: 1_000, scaleChunks: 4}
+		workerSmall: 300, workerBig: 1_000, scaleChunks: 4, historyTurns: 2, historyTurn: 10 * time.Millisecond}
 }
 
 // benchRow is one line of the table: per repetition, the figure and its
@@ -158,6 +162,9 @@ func TestBenchTable(t *testing.T) {
 	}
 	if want("api") {
 		rows = append(rows, benchAPI(t, scale)...)
+	}
+	if want("history") {
+		rows = append(rows, benchHistory(t, scale)...)
 	}
 	var bin string
 	if want("import") || want("memory") || want("drain") || want("stale") {
