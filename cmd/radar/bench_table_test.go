@@ -69,6 +69,49 @@ type benchRow struct {
 	// ratio is figure/reference per repetition, unless given.
 	ratio  []float64
 	target string
+	// guard, when set, is a regression guard on the row's median ratio:
+	// make bench fails when it returns an error.
+	guard func(ratio float64) error
+}
+
+// guardBelow returns a guard that fails when a ratio falls more than slack
+// (a fraction) below committed, and the target text that says so.
+func guardBelow(committed, slack float64) (func(float64) error, string) {
+	floor := committed * (1 - slack)
+	return func(ratio float64) error {
+		if ratio < floor {
+			return fmt.Errorf("ratio %s is more than %.0f %% below the committed %s", fmtNum(ratio), slack*100, fmtNum(committed))
+		}
+		return nil
+	}, fmt.Sprintf("guard ≥ %s (committed %s − %.0f %%)", fmtNum(floor), fmtNum(committed), slack*100)
+}
+
+// guardAbove returns a guard that fails when a ratio rises more than slack
+// (a fraction) above committed, and the target text that says so.
+func guardAbove(committed, slack float64) (func(float64) error, string) {
+	ceiling := committed * (1 + slack)
+	return func(ratio float64) error {
+		if ratio > ceiling {
+			return fmt.Errorf("ratio %s is more than %.0f %% above the committed %s", fmtNum(ratio), slack*100, fmtNum(committed))
+		}
+		return nil
+	}, fmt.Sprintf("guard ≤ %s (committed %s + %.0f %%)", fmtNum(ceiling), fmtNum(committed), slack*100)
+}
+
+// guardFailures returns, per row with a guard, why its median ratio fails
+// it.
+func guardFailures(rows []*benchRow) []string {
+	var failed []string
+	for _, r := range rows {
+		if r.guard == nil || len(r.ratio) == 0 {
+			continue
+		}
+		med, _, _ := medianRange(r.ratio)
+		if err := r.guard(med); err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", r.name, err))
+		}
+	}
+	return failed
 }
 
 func (r *benchRow) add(figure, reference float64) {
@@ -188,7 +231,15 @@ func TestBenchTable(t *testing.T) {
 	table := renderBenchTable(rows)
 	header := benchHeader(t, scale, time.Since(began))
 	fmt.Println(header + "\n\n" + table)
-	if mode == "full" && only == "" {
+	if mode != "full" {
+		return // toy sizes: the figures mean nothing, and guard nothing
+	}
+	// A full run that breaks a regression guard fails, and leaves the
+	// committed table as it was.
+	if failed := guardFailures(rows); len(failed) > 0 {
+		t.Fatalf("regression guards failed:\n%s", strings.Join(failed, "\n"))
+	}
+	if only == "" {
 		require.NoError(t, writeBenchmarks("../../BENCHMARKS.md", header+"\n\n"+table))
 	}
 }
@@ -259,4 +310,27 @@ func productionTelemetry(t *testing.T, s *apptest.System) {
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	s.Tel = &app.Telemetry{Providers: providers, Instruments: instruments, Logger: s.Tel.Logger}
+}
+
+// A regression guard fails a full run on its row's median ratio only when
+// it is worse than the committed figure by more than the slack, in the
+// row's direction; rows without a guard never fail.
+func TestBenchGuards(t *testing.T) {
+	t.Parallel()
+	below, target := guardBelow(0.667, 0.10)
+	require.Equal(t, "guard ≥ 0.600 (committed 0.667 − 10 %)", target)
+	above, target := guardAbove(1.40, 0.10)
+	require.Equal(t, "guard ≤ 1.54 (committed 1.40 + 10 %)", target)
+	rows := []*benchRow{
+		{name: "items", ratio: []float64{0.55, 0.61, 0.9}, guard: below}, // median 0.61: kept
+		{name: "cpu", ratio: []float64{1.2, 1.5, 1.9}, guard: above},     // median 1.5: kept
+		{name: "free", ratio: []float64{0.01}},
+	}
+	require.Empty(t, guardFailures(rows))
+	rows[0].ratio = []float64{0.59, 0.59, 0.9}
+	rows[1].ratio = []float64{1.55}
+	failed := guardFailures(rows)
+	require.Len(t, failed, 2)
+	require.Contains(t, failed[0], "items: ratio 0.590 is more than 10 % below the committed 0.667")
+	require.Contains(t, failed[1], "cpu: ratio 1.55 is more than 10 % above the committed 1.40")
 }
