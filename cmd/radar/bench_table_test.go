@@ -229,7 +229,7 @@ func TestBenchTable(t *testing.T) {
 		rows = append(rows, benchScaleOut(t, scale)...)
 	}
 	table := renderBenchTable(rows)
-	header := benchHeader(t, scale, time.Since(began))
+	header := benchHeader(t, scale, only, time.Since(began))
 	fmt.Println(header + "\n\n" + table)
 	if mode != "full" {
 		return // toy sizes: the figures mean nothing, and guard nothing
@@ -244,8 +244,9 @@ func TestBenchTable(t *testing.T) {
 	}
 }
 
-// benchHeader states the date, the machine and the command.
-func benchHeader(t *testing.T, scale benchScale, took time.Duration) string {
+// benchHeader states the date, the machine and the command (with the
+// groups it ran, when only names some).
+func benchHeader(t *testing.T, scale benchScale, only string, took time.Duration) string {
 	cpu := "unknown CPU"
 	if raw, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for line := range strings.Lines(string(raw)) {
@@ -275,6 +276,9 @@ func benchHeader(t *testing.T, scale benchScale, took time.Duration) string {
 	command := "make bench"
 	if scale.mode == "smoke" {
 		command = "make bench-smoke"
+	}
+	if only != "" {
+		command = "BUILDRISK_BENCH_ONLY=" + only + " " + command
 	}
 	return fmt.Sprintf("Run %s (%s mode, %d repetitions per row, %s): `%s`. Machine: %s, %d CPUs%s, %s/%s, %s, "+
 		"%s in a private cluster (pglocal), the fake upstream over real HTTP in the test process%s.",
