@@ -273,7 +273,6 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 		if _, ok := s.cfg.Catalog.Lookup(in.Job); !ok {
 			return nil, badQuery("job", fmt.Sprintf("unknown job %s", jobs.Quote(in.Job)))
 		}
-		params.Job = &in.Job
 	}
 	if in.Status != "" {
 		if !radartype.RequestStatus(in.Status).Valid() {
@@ -295,7 +294,16 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 		}
 		params.BeforeID = &before
 	}
-	rows, err := s.queries.JobRequestList(ctx, s.reads, params)
+	var rows []*queries.JobRequest
+	var err error
+	if in.Job != "" {
+		// One job's page goes down the job's index (JobRequestListByJob).
+		rows, err = s.queries.JobRequestListByJob(ctx, s.reads, &queries.JobRequestListByJobParams{
+			Job: in.Job, Status: params.Status, BeforeID: params.BeforeID, MaxRows: params.MaxRows,
+		})
+	} else {
+		rows, err = s.queries.JobRequestList(ctx, s.reads, params)
+	}
 	if err != nil {
 		return nil, s.problemFrom(ctx, err)
 	}

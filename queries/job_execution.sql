@@ -11,17 +11,27 @@ SELECT * FROM job_execution WHERE id = @id;
 -- name: JobExecutionLastByJob :one
 -- JobExecutionLastByJob returns the newest execution of the job's newest
 -- instance, with that instance's identity: the row the restart rules read.
+-- The newest instance is found as JobListSummary finds it: the job is a
+-- range, not an equality, and the order is the index's (job, id DESC), so
+-- the only plan is one probe of job_instance_job_id_idx (an equality lets
+-- the planner walk the primary key backward instead, past every other
+-- job's instances; a prepared statement's generic plan did).
 SELECT sqlc.embed(e), i.params_hash, i.confirm_purge AS instance_confirm_purge
 FROM job_execution e
 JOIN job_instance i ON i.id = e.instance_id
-WHERE i.id = (SELECT max(ji.id) FROM job_instance ji WHERE ji.job = @job::text)
+WHERE i.id = (SELECT ji.id FROM job_instance ji
+              WHERE ji.job >= @job::text AND ji.job <= @job::text
+              ORDER BY ji.job, ji.id DESC LIMIT 1)
 ORDER BY e.id DESC
 LIMIT 1;
 
 -- name: JobExecutionRunningByJob :one
+-- JobExecutionRunningByJob returns the job's newest active execution, down
+-- the partial job_execution_active_idx (the job as a range, ordered as the
+-- index: see JobListSummary).
 SELECT * FROM job_execution
-WHERE job = @job AND status IN ('STARTING', 'STARTED', 'STOPPING')
-ORDER BY id DESC
+WHERE job >= @job::text AND job <= @job::text AND status IN ('STARTING', 'STARTED', 'STOPPING')
+ORDER BY job, id DESC
 LIMIT 1;
 
 -- name: JobExecutionStart :one
@@ -121,8 +131,8 @@ UPDATE job_execution
 SET status = 'STOPPING', last_updated = now()
 WHERE id = (
     SELECT je.id FROM job_execution je
-    WHERE je.job = @job::text AND je.status IN ('STARTING', 'STARTED')
-    ORDER BY id DESC LIMIT 1
+    WHERE je.job >= @job::text AND je.job <= @job::text AND je.status IN ('STARTING', 'STARTED')
+    ORDER BY je.job, je.id DESC LIMIT 1
 )
   AND status IN ('STARTING', 'STARTED')
 RETURNING *;
@@ -156,16 +166,29 @@ WHERE id = @id AND status IN ('STARTING', 'STARTED', 'STOPPING');
 -- recorded, with its outcome. Each part is a lookup of one row per job down
 -- an index (job_instance_job_id_idx, job_execution_instance_id_idx, the
 -- partial job_execution_active_idx, job_request_active_job_idx, the
--- unique schedule_tick (job, due_at)), so the
--- answer costs the same with a million executions in history as with ten.
+-- unique schedule_tick (job, due_at)), so the answer costs the same with a
+-- million executions in history as with ten, however they are spread over
+-- the jobs.
+--
+-- The newest-per-job lookups name the job as a range (job >= x AND job <=
+-- x, the same rows as job = x) and order by the index's columns (job, id
+-- DESC). With job = x the planner drops job from the order (it is
+-- constant) and may walk the primary key backward, filtering on the job,
+-- betting on the average job's share of the rows: with one busy job in
+-- history, every quiet job's lookup walked past the busy job's rows (GET
+-- /v1/jobs took 66 ms instead of 9 with 100,000 of one job's instances).
+-- No other index gives the range's rows in (job, id DESC) order, so the
+-- probe of the (job, id DESC) index is the only plan.
 WITH picked AS (
     SELECT n.job,
            (SELECT e.id FROM job_execution e
-            WHERE e.instance_id = (SELECT ji.id FROM job_instance ji WHERE ji.job = n.job ORDER BY ji.id DESC LIMIT 1)
+            WHERE e.instance_id = (SELECT ji.id FROM job_instance ji
+                                   WHERE ji.job >= n.job AND ji.job <= n.job
+                                   ORDER BY ji.job, ji.id DESC LIMIT 1)
             ORDER BY e.id DESC LIMIT 1) AS last_id,
            (SELECT e.id FROM job_execution e
-            WHERE e.job = n.job AND e.status IN ('STARTING', 'STARTED', 'STOPPING')
-            ORDER BY e.id DESC LIMIT 1) AS running_id,
+            WHERE e.job >= n.job AND e.job <= n.job AND e.status IN ('STARTING', 'STARTED', 'STOPPING')
+            ORDER BY e.job, e.id DESC LIMIT 1) AS running_id,
            (SELECT r.id FROM job_request r
             WHERE r.job = n.job AND r.status IN ('QUEUED', 'RUNNING')
             LIMIT 1) AS active_id,

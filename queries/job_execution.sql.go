@@ -315,7 +315,9 @@ const jobExecutionLastByJob = `-- name: JobExecutionLastByJob :one
 SELECT e.id, e.instance_id, e.job, e.request_id, e.status, e.worker_id, e.created_at, e.started_at, e.ended_at, e.last_updated, e.exit_message, e.chunks_total, e.chunks_done, e.targets, e.items_written, e.items_skipped, e.items_failed, e.external_calls, e.domain_rows, e.lease_epoch, e.stop_cause, e.resume_at, i.params_hash, i.confirm_purge AS instance_confirm_purge
 FROM job_execution e
 JOIN job_instance i ON i.id = e.instance_id
-WHERE i.id = (SELECT max(ji.id) FROM job_instance ji WHERE ji.job = $1::text)
+WHERE i.id = (SELECT ji.id FROM job_instance ji
+              WHERE ji.job >= $1::text AND ji.job <= $1::text
+              ORDER BY ji.job, ji.id DESC LIMIT 1)
 ORDER BY e.id DESC
 LIMIT 1
 `
@@ -328,6 +330,11 @@ type JobExecutionLastByJobRow struct {
 
 // JobExecutionLastByJob returns the newest execution of the job's newest
 // instance, with that instance's identity: the row the restart rules read.
+// The newest instance is found as JobListSummary finds it: the job is a
+// range, not an equality, and the order is the index's (job, id DESC), so
+// the only plan is one probe of job_instance_job_id_idx (an equality lets
+// the planner walk the primary key backward instead, past every other
+// job's instances; a prepared statement's generic plan did).
 func (q *Queries) JobExecutionLastByJob(ctx context.Context, db DBTX, job string) (*JobExecutionLastByJobRow, error) {
 	row := db.QueryRow(ctx, jobExecutionLastByJob, job)
 	var i JobExecutionLastByJobRow
@@ -462,8 +469,8 @@ UPDATE job_execution
 SET status = 'STOPPING', last_updated = now()
 WHERE id = (
     SELECT je.id FROM job_execution je
-    WHERE je.job = $1::text AND je.status IN ('STARTING', 'STARTED')
-    ORDER BY id DESC LIMIT 1
+    WHERE je.job >= $1::text AND je.job <= $1::text AND je.status IN ('STARTING', 'STARTED')
+    ORDER BY je.job, je.id DESC LIMIT 1
 )
   AND status IN ('STARTING', 'STARTED')
 RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at
@@ -508,11 +515,14 @@ func (q *Queries) JobExecutionRequestStop(ctx context.Context, db DBTX, job stri
 
 const jobExecutionRunningByJob = `-- name: JobExecutionRunningByJob :one
 SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at FROM job_execution
-WHERE job = $1 AND status IN ('STARTING', 'STARTED', 'STOPPING')
-ORDER BY id DESC
+WHERE job >= $1::text AND job <= $1::text AND status IN ('STARTING', 'STARTED', 'STOPPING')
+ORDER BY job, id DESC
 LIMIT 1
 `
 
+// JobExecutionRunningByJob returns the job's newest active execution, down
+// the partial job_execution_active_idx (the job as a range, ordered as the
+// index: see JobListSummary).
 func (q *Queries) JobExecutionRunningByJob(ctx context.Context, db DBTX, job string) (*JobExecution, error) {
 	row := db.QueryRow(ctx, jobExecutionRunningByJob, job)
 	var i JobExecution
@@ -610,11 +620,13 @@ const jobListSummary = `-- name: JobListSummary :many
 WITH picked AS (
     SELECT n.job,
            (SELECT e.id FROM job_execution e
-            WHERE e.instance_id = (SELECT ji.id FROM job_instance ji WHERE ji.job = n.job ORDER BY ji.id DESC LIMIT 1)
+            WHERE e.instance_id = (SELECT ji.id FROM job_instance ji
+                                   WHERE ji.job >= n.job AND ji.job <= n.job
+                                   ORDER BY ji.job, ji.id DESC LIMIT 1)
             ORDER BY e.id DESC LIMIT 1) AS last_id,
            (SELECT e.id FROM job_execution e
-            WHERE e.job = n.job AND e.status IN ('STARTING', 'STARTED', 'STOPPING')
-            ORDER BY e.id DESC LIMIT 1) AS running_id,
+            WHERE e.job >= n.job AND e.job <= n.job AND e.status IN ('STARTING', 'STARTED', 'STOPPING')
+            ORDER BY e.job, e.id DESC LIMIT 1) AS running_id,
            (SELECT r.id FROM job_request r
             WHERE r.job = n.job AND r.status IN ('QUEUED', 'RUNNING')
             LIMIT 1) AS active_id,
@@ -675,8 +687,19 @@ type JobListSummaryRow struct {
 // recorded, with its outcome. Each part is a lookup of one row per job down
 // an index (job_instance_job_id_idx, job_execution_instance_id_idx, the
 // partial job_execution_active_idx, job_request_active_job_idx, the
-// unique schedule_tick (job, due_at)), so the
-// answer costs the same with a million executions in history as with ten.
+// unique schedule_tick (job, due_at)), so the answer costs the same with a
+// million executions in history as with ten, however they are spread over
+// the jobs.
+//
+// The newest-per-job lookups name the job as a range (job >= x AND job <=
+// x, the same rows as job = x) and order by the index's columns (job, id
+// DESC). With job = x the planner drops job from the order (it is
+// constant) and may walk the primary key backward, filtering on the job,
+// betting on the average job's share of the rows: with one busy job in
+// history, every quiet job's lookup walked past the busy job's rows (GET
+// /v1/jobs took 66 ms instead of 9 with 100,000 of one job's instances).
+// No other index gives the range's rows in (job, id DESC) order, so the
+// probe of the (job, id DESC) index is the only plan.
 func (q *Queries) JobListSummary(ctx context.Context, db DBTX, arg *JobListSummaryParams) ([]*JobListSummaryRow, error) {
 	rows, err := db.Query(ctx, jobListSummary, arg.Jobs, arg.StaleSeconds)
 	if err != nil {

@@ -22,10 +22,10 @@ FROM job_request WHERE id = @id;
 -- input, as JobExecutionLastByJob; execution id 0: none), and, only when
 -- the job has no active request, a new request id (0 otherwise: a
 -- duplicate draws none). EnqueueStateTx sends it in one round trip with the lock. The query
--- lives in the function job_request_enqueue_state (migration 00083) so that
--- its plan is kept for the session even where pgx cannot keep a prepared
--- statement (behind PgBouncer's transaction pooling, which plans every
--- other statement at each call).
+-- lives in the function job_request_enqueue_state (migrations 00001 and
+-- 00013) so that its plan is kept for the session even where pgx cannot
+-- keep a prepared statement (behind PgBouncer's transaction pooling, which
+-- plans every other statement at each call).
 SELECT active_request_id::bigint AS active_request_id,
        next_request_id::bigint AS next_request_id,
        last_execution_id::bigint AS last_execution_id,
@@ -80,11 +80,30 @@ SELECT * FROM job_request WHERE id = @id;
 SELECT * FROM job_request WHERE job = @job AND status IN ('QUEUED', 'RUNNING');
 
 -- name: JobRequestList :many
+-- JobRequestList pages every job's requests newest first (of one status
+-- when status is given), before the cursor before_id; one job's are
+-- JobRequestListByJob's. It is planned at each call (queries.PlanEachCall):
+-- a NULL filter then drops out of the plan, and the page is a walk down
+-- the primary key or job_request_status_id_idx.
 SELECT * FROM job_request
-WHERE (sqlc.narg('job')::text IS NULL OR job = sqlc.narg('job'))
-  AND (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status'))
+WHERE (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status'))
   AND (sqlc.narg('before_id')::bigint IS NULL OR id < sqlc.narg('before_id'))
 ORDER BY id DESC
+LIMIT @max_rows;
+
+-- name: JobRequestListByJob :many
+-- JobRequestListByJob pages one job's requests newest first, as
+-- JobRequestList does every job's, down job_request_job_id_idx (job, id
+-- DESC): the job is a range ordered as the index (see JobListSummary), so
+-- a job with few requests never walks the primary key past another job's.
+-- The range positions the scan at the job's newest request, not at the
+-- cursor: a page deep in one job's history reads the job's index entries
+-- newer than the cursor (never a row of its table, nor another job's).
+SELECT * FROM job_request
+WHERE job >= @job::text AND job <= @job::text
+  AND (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status'))
+  AND (sqlc.narg('before_id')::bigint IS NULL OR id < sqlc.narg('before_id'))
+ORDER BY job, id DESC
 LIMIT @max_rows;
 
 -- name: JobRequestClaim :one

@@ -115,10 +115,10 @@ type JobRequestEnqueueStateRow struct {
 // input, as JobExecutionLastByJob; execution id 0: none), and, only when
 // the job has no active request, a new request id (0 otherwise: a
 // duplicate draws none). EnqueueStateTx sends it in one round trip with the lock. The query
-// lives in the function job_request_enqueue_state (migration 00083) so that
-// its plan is kept for the session even where pgx cannot keep a prepared
-// statement (behind PgBouncer's transaction pooling, which plans every
-// other statement at each call).
+// lives in the function job_request_enqueue_state (migrations 00001 and
+// 00013) so that its plan is kept for the session even where pgx cannot
+// keep a prepared statement (behind PgBouncer's transaction pooling, which
+// plans every other statement at each call).
 func (q *Queries) JobRequestEnqueueState(ctx context.Context, db DBTX, job string) (*JobRequestEnqueueStateRow, error) {
 	row := db.QueryRow(ctx, jobRequestEnqueueState, job)
 	var i JobRequestEnqueueStateRow
@@ -297,22 +297,90 @@ func (q *Queries) JobRequestInsert(ctx context.Context, db DBTX, arg *JobRequest
 
 const jobRequestList = `-- name: JobRequestList :many
 SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause, not_before FROM job_request
-WHERE ($1::text IS NULL OR job = $1)
-  AND ($2::text IS NULL OR status = $2)
-  AND ($3::bigint IS NULL OR id < $3)
+WHERE ($1::text IS NULL OR status = $1)
+  AND ($2::bigint IS NULL OR id < $2)
 ORDER BY id DESC
-LIMIT $4
+LIMIT $3
 `
 
 type JobRequestListParams struct {
-	Job      *string
 	Status   *string
 	BeforeID *int64
 	MaxRows  int32
 }
 
+// JobRequestList pages every job's requests newest first (of one status
+// when status is given), before the cursor before_id; one job's are
+// JobRequestListByJob's. It is planned at each call (queries.PlanEachCall):
+// a NULL filter then drops out of the plan, and the page is a walk down
+// the primary key or job_request_status_id_idx.
 func (q *Queries) JobRequestList(ctx context.Context, db DBTX, arg *JobRequestListParams) ([]*JobRequest, error) {
-	rows, err := db.Query(ctx, jobRequestList,
+	rows, err := db.Query(ctx, jobRequestList, arg.Status, arg.BeforeID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*JobRequest
+	for rows.Next() {
+		var i JobRequest
+		if err := rows.Scan(
+			&i.ID,
+			&i.Job,
+			&i.Params,
+			&i.ParamsHash,
+			&i.MaxCalls,
+			&i.ConfirmPurge,
+			&i.Source,
+			&i.RequestedBy,
+			&i.Status,
+			&i.EstimatedCalls,
+			&i.ResumesExecutionID,
+			&i.RiverJobID,
+			&i.ExecutionID,
+			&i.WorkerID,
+			&i.Message,
+			&i.CreatedAt,
+			&i.ClaimedAt,
+			&i.FinishedAt,
+			&i.DueAt,
+			&i.ResumeCause,
+			&i.NotBefore,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobRequestListByJob = `-- name: JobRequestListByJob :many
+SELECT id, job, params, params_hash, max_calls, confirm_purge, source, requested_by, status, estimated_calls, resumes_execution_id, river_job_id, execution_id, worker_id, message, created_at, claimed_at, finished_at, due_at, resume_cause, not_before FROM job_request
+WHERE job >= $1::text AND job <= $1::text
+  AND ($2::text IS NULL OR status = $2)
+  AND ($3::bigint IS NULL OR id < $3)
+ORDER BY job, id DESC
+LIMIT $4
+`
+
+type JobRequestListByJobParams struct {
+	Job      string
+	Status   *string
+	BeforeID *int64
+	MaxRows  int32
+}
+
+// JobRequestListByJob pages one job's requests newest first, as
+// JobRequestList does every job's, down job_request_job_id_idx (job, id
+// DESC): the job is a range ordered as the index (see JobListSummary), so
+// a job with few requests never walks the primary key past another job's.
+// The range positions the scan at the job's newest request, not at the
+// cursor: a page deep in one job's history reads the job's index entries
+// newer than the cursor (never a row of its table, nor another job's).
+func (q *Queries) JobRequestListByJob(ctx context.Context, db DBTX, arg *JobRequestListByJobParams) ([]*JobRequest, error) {
+	rows, err := db.Query(ctx, jobRequestListByJob,
 		arg.Job,
 		arg.Status,
 		arg.BeforeID,

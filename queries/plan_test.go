@@ -111,9 +111,9 @@ ANALYZE;`, historyRows)
 		{"JobRequestViewRunning", jobRequestView, []any{int64(historyRows)}},
 		{"JobRequestGetActiveByJob", jobRequestGetActiveByJob, []any{"aptTrade"}},
 		{"JobRequestEnqueueState", jobRequestEnqueueState, []any{"aptTrade"}},
-		{"JobRequestListFirstPage", jobRequestList, []any{nil, nil, nil, int32(50)}},
-		{"JobRequestListByJob", jobRequestList, []any{"aptTrade", nil, int64(50_000), int32(50)}},
-		{"JobRequestListByStatus", jobRequestList, []any{nil, "FAILED", nil, int32(50)}},
+		{"JobRequestListFirstPage", jobRequestList, []any{nil, nil, int32(50)}},
+		{"JobRequestListByJob", jobRequestListByJob, []any{"aptTrade", nil, int64(50_000), int32(50)}},
+		{"JobRequestListByStatus", jobRequestList, []any{"FAILED", nil, int32(50)}},
 		{"JobRequestClaim", jobRequestClaim, []any{"w", int64(5)}},
 		{"JobRequestListRunningByWorker", jobRequestListRunningByWorker, []any{"live@host#b"}},
 		{"JobRequestListQueued", jobRequestListQueued, nil},
@@ -231,6 +231,9 @@ func settledQuery(t *testing.T, pool interface {
 type planNode struct {
 	NodeType         string     `json:"Node Type"`
 	RelationName     string     `json:"Relation Name"`
+	IndexName        string     `json:"Index Name"`
+	ScanDirection    string     `json:"Scan Direction"`
+	Filter           string     `json:"Filter"`
 	ActualRows       float64    `json:"Actual Rows"`
 	ActualLoops      float64    `json:"Actual Loops"`
 	RemovedByFilter  float64    `json:"Rows Removed by Filter"`
@@ -361,4 +364,265 @@ WHERE g %% 10 <> 0 AND g %% 1000 <> 8;`, coverageTargets, coverageOtherTargets, 
 				"%s reads too many rows for a scrape:\n%s", c.name, raw)
 		}
 	}
+}
+
+// skewedJobs are the catalog's jobs; the skewed history gives aptTrade
+// historyRows runs and the others 0 to 10 each.
+var skewedJobs = []string{"aptTrade", "corpCodeSync", "creditEval", "filingParse", "metrics", "rules", "stockPrice"}
+
+// maxFilteredRows bounds the rows an index scan of job_request,
+// job_instance or job_execution may read and then drop by its filter: a
+// handful of live rows, never a walk through another job's history.
+const maxFilteredRows = 10
+
+// Every "newest row per job" lookup, and every other statement the console's
+// polls and the reaper, reconcile and gauges passes send, finds its rows
+// down an index with no walk through history when the history is skewed:
+// one job with historyRows runs (requests, instances, executions, due
+// times) beside jobs with 0 to 10 each, and a second job with historyRows
+// requests and no execution. With the history spread evenly over the jobs
+// (TestPlans_NoSeqScanOfBigTablesWithHistory) a backward walk of a primary
+// key filtered on the job finds the job's newest row within a few rows; on
+// this history the planner, which judges by the average job, walks past the
+// busy job's rows for every quiet one (GET /v1/jobs took 66 ms instead of
+// 9). Each statement is explained as the server plans it at each call
+// (custom: the api's reads, queries.PlanEachCall) and as a prepared
+// statement's generic plan (the worker's cached statements, PL/pgSQL's
+// plans), for every job where it takes one; a plan fails when it reads a
+// big table sequentially, drops more than maxFilteredRows rows of the job
+// tables by a filter, or reads more than maxRowsRead rows of the big
+// tables.
+func TestPlans_NewestRowPerJobOnSkewedHistory(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	seed := fmt.Sprintf(`
+-- Past processes, and the live one.
+INSERT INTO worker (id, hostname, pid, boot, started_at, heartbeat_at, status)
+SELECT g || '@host#b', 'host', g, 'b', now() - make_interval(hours => g), now() - make_interval(hours => g), 'stopped'
+FROM generate_series(1, 1000) g;
+INSERT INTO worker (id, hostname, pid, boot) VALUES ('live@host#b', 'host', 1, 'b');
+-- The quiet jobs' runs first (the oldest ids): 0 to 10 each.
+WITH quiet(job, n) AS (VALUES ('corpCodeSync', 0), ('creditEval', 3), ('filingParse', 10), ('metrics', 1), ('rules', 5), ('stockPrice', 2)),
+r AS (
+  INSERT INTO job_request (job, source, status, worker_id, created_at, claimed_at, finished_at)
+  SELECT q.job, 'api', 'DONE', '1@host#b', now(), now(), now() FROM quiet q, generate_series(1, q.n) g
+  RETURNING id, job
+), i AS (
+  INSERT INTO job_instance (job, params, params_hash) SELECT r.job, '{}', r.id::text FROM r
+  RETURNING id, job, params_hash
+)
+INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at, ended_at)
+SELECT i.id, i.job, i.params_hash::bigint, 'COMPLETED', '1@host#b', now(), now() FROM i;
+-- Years of a busy job: aptTrade's runs, one a minute, and its due times.
+WITH r AS (
+  INSERT INTO job_request (job, source, status, worker_id, created_at, claimed_at, finished_at)
+  SELECT 'aptTrade', 'schedule', CASE WHEN g %% 10 = 0 THEN 'FAILED' ELSE 'DONE' END, (1 + g %% 1000) || '@host#b',
+         now() - make_interval(mins => %[1]d - g), now(), now()
+  FROM generate_series(1, %[1]d) g
+  RETURNING id, job, created_at
+), i AS (
+  INSERT INTO job_instance (job, params, params_hash) SELECT r.job, '{}', r.id::text FROM r
+  RETURNING id, job, params_hash
+)
+INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at, ended_at)
+SELECT i.id, i.job, r.id, CASE WHEN r.id %% 10 = 0 THEN 'FAILED' ELSE 'COMPLETED' END, '1@host#b', r.created_at, r.created_at
+FROM i JOIN r ON r.id = i.params_hash::bigint;
+INSERT INTO schedule_tick (job, due_at, outcome)
+SELECT 'aptTrade', now() - make_interval(mins => g), CASE WHEN g %% 10 = 0 THEN 'missed' ELSE 'enqueued' END
+FROM generate_series(1, %[1]d) g;
+-- stockPrice's requests that never ran (refused by its daily cap, say).
+INSERT INTO job_request (job, source, status, created_at, finished_at)
+SELECT 'stockPrice', 'schedule', 'DONE', now(), now() FROM generate_series(1, %[1]d) g;
+INSERT INTO audit_event (actor, client, action, target, detail)
+SELECT 'operator', 'console', 'request', 'aptTrade', '' FROM generate_series(1, %[1]d) g;
+-- A quiet job's live run, the newest rows.
+WITH r AS (
+  INSERT INTO job_request (job, source, status, worker_id, claimed_at) VALUES ('rules', 'api', 'RUNNING', 'live@host#b', now())
+  RETURNING id
+), i AS (
+  INSERT INTO job_instance (job, params, params_hash) VALUES ('rules', '{}', 'live') RETURNING id
+), e AS (
+  INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at)
+  SELECT i.id, 'rules', r.id, 'STARTED', 'live@host#b', now() FROM i, r
+  RETURNING id, request_id
+)
+UPDATE job_request SET execution_id = e.id FROM e WHERE job_request.id = e.request_id;
+ANALYZE;`, historyRows)
+	_, err := pool.Exec(ctx, seed)
+	require.NoError(t, err)
+
+	var liveExecution int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT max(id) FROM job_execution`).Scan(&liveExecution))
+	day := time.Now().UTC().Truncate(24 * time.Hour)
+	// A case with perJob set is explained once per job, its args built for
+	// that job; the others once. A case with perCall set is an api read
+	// sent only through queries.PlanEachCall, whose optional filters
+	// (narg IS NULL OR ...) leave a generic plan no index condition: only
+	// its per-call plan is checked.
+	type planCase struct {
+		name    string
+		sql     string
+		perJob  bool
+		perCall bool
+		args    func(job string) []any
+	}
+	static := func(args ...any) func(string) []any { return func(string) []any { return args } }
+	byJob := func(rest ...any) func(string) []any {
+		return func(job string) []any { return append([]any{job}, rest...) }
+	}
+	cases := []planCase{
+		// GET /v1/jobs and GET /v1/jobs/{job}.
+		{"JobListSummary", jobListSummary, false, false, static(skewedJobs, 60.0)},
+		{"JobListSummaryOneJob", jobListSummary, true, false, func(job string) []any { return []any{[]string{job}, 60.0} }},
+		// GET /v1/jobs/{job}/history.
+		{"JobHistory", jobHistory, true, false, byJob("Asia/Seoul", int32(14))},
+		// GET /v1/requests: the first page, a status's, a job's.
+		{"JobRequestListFirstPage", jobRequestList, false, true, static(nil, nil, int32(50))},
+		{"JobRequestListByStatus", jobRequestList, false, true, static("FAILED", nil, int32(50))},
+		{"JobRequestListByJob", jobRequestListByJob, true, true, byJob(nil, nil, int32(50))},
+		{"JobRequestListByJobNextPage", jobRequestListByJob, true, true, byJob(nil, int64(historyRows), int32(50))},
+		{"JobExecutionListByIDs", jobExecutionListByIDs, false, false, static([]int64{liveExecution - 1, liveExecution})},
+		// GET /v1/workers.
+		{"WorkerListFirstPage", workerList, false, true, static(nil, nil, int32(50))},
+		{"JobRequestActiveIDsByWorker", jobRequestActiveIDsByWorker, false, false, static()},
+		// GET /v1/alerts and GET /v1/audit.
+		{"RiskAlertLatestDate", riskAlertLatestDate, false, true, static(nil)},
+		{"RiskAlertList", riskAlertList, false, true, static(day, nil)},
+		{"AuditEventListFirstPage", auditEventList, false, true, static(int64(0), int32(51))},
+		{"AuditEventListNextPage", auditEventList, false, true, static(int64(historyRows/2), int32(51))},
+		// A run's start, a stop, an enqueue.
+		{"JobExecutionRunningByJob", jobExecutionRunningByJob, true, false, byJob()},
+		{"JobExecutionLastByJob", jobExecutionLastByJob, true, false, byJob()},
+		{"JobExecutionRequestStop", jobExecutionRequestStop, true, false, byJob()},
+		{"JobRequestGetActiveByJob", jobRequestGetActiveByJob, true, false, byJob()},
+		{"job_request_enqueue_state", functionQuery(t, pool, "job_request_enqueue_state"), true, false, byJob()},
+		{"job_lock_unless_settled", settledQuery(t, pool), true, false, byJob(60.0)},
+		// The reaper's pass.
+		{"WorkerStaleBackendsTerminate", workerStaleBackendsTerminate, false, false, static(int64(0), 60.0)},
+		{"JobRequestListStale", jobRequestListStale, false, false, static(nil, 60.0)},
+		{"JobRequestListStaleByJob", jobRequestListStale, true, false, byJob(60.0)},
+		{"JobRequestListOrphaned", jobRequestListOrphaned, false, false, static(nil, 60.0)},
+		{"JobExecutionLockSkipLocked", jobExecutionLockSkipLocked, false, false, static(liveExecution)},
+		// The reconcile pass.
+		{"JobRequestListRunningByWorker", jobRequestListRunningByWorker, false, false, static("live@host#b")},
+		// The gauges, and the freshness every scrape reads.
+		{"WorkerCountAlive", workerCountAlive, false, false, static(60.0)},
+		{"JobRequestOldestQueuedByJob", jobRequestOldestQueuedByJob, false, false, static()},
+		{"JobFreshnessByJob", jobFreshnessByJob, false, false, static(skewedJobs)},
+		// The scheduler's pass.
+		{"ScheduleTickStateByJob", scheduleTickStateByJob, false, false, static(skewedJobs)},
+	}
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	for _, c := range cases {
+		jobs := []string{""}
+		if c.perJob {
+			jobs = skewedJobs
+		}
+		for _, job := range jobs {
+			name := c.name
+			if job != "" {
+				name += "/" + job
+			}
+			t.Run(name+"/Custom", func(t *testing.T) {
+				requireNoHistoryWalk(t, explainCustom(t, conn.Conn(), c.sql, c.args(job)))
+			})
+			if c.perCall {
+				continue
+			}
+			t.Run(name+"/Generic", func(t *testing.T) {
+				requireNoHistoryWalk(t, explainGeneric(t, conn.Conn(), c.sql, c.args(job)))
+			})
+		}
+	}
+}
+
+// explainCustom returns EXPLAIN (ANALYZE, FORMAT JSON) of sql with args as
+// the server plans an unnamed statement: for these values. It runs in a
+// transaction rolled back.
+func explainCustom(t *testing.T, conn *pgx.Conn, sql string, args []any) []byte {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var raw []byte
+	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&raw))
+	return raw
+}
+
+// explainGeneric returns EXPLAIN (ANALYZE, FORMAT JSON) of sql's generic
+// plan (plan_cache_mode = force_generic_plan), the one PostgreSQL keeps for
+// a prepared statement once it judges it no worse than planning each call:
+// what a pgx connection's cached statement and a PL/pgSQL function run.
+// The statement is prepared and executed with args, in a transaction rolled
+// back (a prepared statement outlives it), then deallocated.
+func explainGeneric(t *testing.T, conn *pgx.Conn, sql string, args []any) []byte {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() {
+		_ = tx.Rollback(ctx)
+		_, _ = conn.Exec(ctx, "DEALLOCATE plan_generic")
+	}()
+	_, err = tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan")
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "PREPARE plan_generic AS "+sql)
+	require.NoError(t, err)
+	execute := "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE plan_generic"
+	if len(args) > 0 {
+		placeholders := make([]string, len(args))
+		for i := range args {
+			placeholders[i] = fmt.Sprintf("$%d", i+1)
+		}
+		execute += "(" + strings.Join(placeholders, ", ") + ")"
+	}
+	// The simple protocol sends the arguments as literals of the EXECUTE.
+	var raw []byte
+	require.NoError(t, tx.QueryRow(ctx, execute, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...).Scan(&raw))
+	return raw
+}
+
+// historyTables are the tables the skewed history fills; of them, a job's
+// lookups in jobTables go down a (job, ...) index.
+var (
+	historyTables = map[string]bool{
+		"job_request": true, "job_instance": true, "job_execution": true, "schedule_tick": true, "audit_event": true,
+	}
+	jobTables = map[string]bool{"job_request": true, "job_instance": true, "job_execution": true}
+)
+
+// requireNoHistoryWalk fails the test when the plan (EXPLAIN (ANALYZE,
+// FORMAT JSON)) reads a history table sequentially, when an index scan of
+// one of jobTables drops more than maxFilteredRows rows by its filter (a
+// walk down the primary key past other jobs' rows, looking for one job's),
+// or when it reads more than maxRowsRead rows of the history tables in
+// all.
+func requireNoHistoryWalk(t *testing.T, raw []byte) {
+	t.Helper()
+	var plans []struct {
+		Plan planNode `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &plans))
+	var problems []string
+	var rowsRead float64
+	plans[0].Plan.walk(func(n *planNode) {
+		if !historyTables[n.RelationName] {
+			return
+		}
+		loops := max(n.ActualLoops, 1)
+		if n.NodeType == "Seq Scan" {
+			problems = append(problems, "Seq Scan on "+n.RelationName)
+		}
+		if jobTables[n.RelationName] && n.Filter != "" && n.RemovedByFilter*loops > maxFilteredRows {
+			problems = append(problems, fmt.Sprintf("%s %s on %s using %s drops %.0f rows by Filter: %s",
+				n.NodeType, n.ScanDirection, n.RelationName, n.IndexName, n.RemovedByFilter*loops, n.Filter))
+		}
+		rowsRead += (n.ActualRows + n.RemovedByFilter + n.RemovedByRecheck) * loops
+	})
+	require.Empty(t, problems, "plan:\n%s", raw)
+	require.LessOrEqual(t, rowsRead, float64(maxRowsRead), "rows read from the history tables; plan:\n%s", raw)
 }

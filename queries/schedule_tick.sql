@@ -1,11 +1,17 @@
 -- name: ScheduleTickStateByJob :many
--- ScheduleTickStateByJob returns, per job with a recorded due time, the
--- newest one and how many due times are deferred: what a scheduler pass
--- needs to decide whether there is anything to do.
-SELECT DISTINCT ON (t.job) t.job, t.due_at AS last_due_at,
-       (SELECT count(*) FROM schedule_tick d WHERE d.job = t.job AND d.outcome = 'deferred') AS deferred
-FROM schedule_tick t
-ORDER BY t.job, t.due_at DESC;
+-- ScheduleTickStateByJob returns, per job of jobs with a recorded due time,
+-- the newest one and how many due times are deferred: what a scheduler
+-- pass needs to decide whether there is anything to do. Each job's newest
+-- due time is one probe of the primary key (job, due_at) and its deferred
+-- ones a count over the partial schedule_tick_deferred_idx, so a pass
+-- costs the same whatever the number of due times in history (a DISTINCT
+-- ON over the whole table read every one of them).
+SELECT n.job::text AS job, l.due_at AS last_due_at,
+       (SELECT count(*) FROM schedule_tick d WHERE d.job = n.job AND d.outcome = 'deferred') AS deferred
+FROM unnest(@jobs::text[]) AS n(job)
+JOIN LATERAL (
+    SELECT t.due_at FROM schedule_tick t WHERE t.job = n.job ORDER BY t.due_at DESC LIMIT 1
+) l ON true;
 
 -- name: JobScheduleSince :one
 -- JobScheduleSince records that job has the schedule spec since since,
@@ -68,15 +74,23 @@ WHERE c.job = r.job AND c.coalesced_into = r.due_at AND c.outcome = 'coalesced';
 SELECT * FROM schedule_tick WHERE job = @job ORDER BY due_at;
 
 -- name: JobFreshnessByJob :many
--- JobFreshnessByJob returns, per job, the end of its newest COMPLETED
--- execution, or, for a job that never completed, its first recorded due
--- time: the time since which a scheduled job is expected to complete.
-SELECT job, coalesce(max(completed_at), min(first_due_at))::timestamptz AS since, bool_or(completed) AS completed
-FROM (
-    SELECT job, max(ended_at) AS completed_at, NULL::timestamptz AS first_due_at, true AS completed
-    FROM job_execution WHERE status = 'COMPLETED' AND ended_at IS NOT NULL
-    GROUP BY job
-    UNION ALL
-    SELECT job, NULL, min(due_at), false FROM schedule_tick GROUP BY job
-) s
-GROUP BY job;
+-- JobFreshnessByJob returns, per job of jobs, the end of its newest
+-- COMPLETED execution, or, for a job that never completed, its first
+-- recorded due time: the time since which a scheduled job is expected to
+-- complete. A job with neither has no row. Every scrape of every process
+-- reads it, so each job's figures are probes of an index, whatever the
+-- history: job_execution_completed_idx (job, ended_at DESC), the job named
+-- as a range ordered as the index (see JobListSummary), and the primary
+-- key of schedule_tick (job, due_at). Grouping every execution and due
+-- time, as it did, read both tables whole.
+SELECT n.job::text AS job, coalesce(c.ended_at, f.due_at)::timestamptz AS since, (c.ended_at IS NOT NULL)::boolean AS completed
+FROM unnest(@jobs::text[]) AS n(job)
+LEFT JOIN LATERAL (
+    SELECT e.ended_at FROM job_execution e
+    WHERE e.job >= n.job AND e.job <= n.job AND e.status = 'COMPLETED' AND e.ended_at IS NOT NULL
+    ORDER BY e.job, e.ended_at DESC LIMIT 1
+) c ON true
+LEFT JOIN LATERAL (
+    SELECT t.due_at FROM schedule_tick t WHERE t.job = n.job ORDER BY t.due_at LIMIT 1
+) f ON true
+WHERE c.ended_at IS NOT NULL OR f.due_at IS NOT NULL;

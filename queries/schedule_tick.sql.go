@@ -11,15 +11,17 @@ import (
 )
 
 const jobFreshnessByJob = `-- name: JobFreshnessByJob :many
-SELECT job, coalesce(max(completed_at), min(first_due_at))::timestamptz AS since, bool_or(completed) AS completed
-FROM (
-    SELECT job, max(ended_at) AS completed_at, NULL::timestamptz AS first_due_at, true AS completed
-    FROM job_execution WHERE status = 'COMPLETED' AND ended_at IS NOT NULL
-    GROUP BY job
-    UNION ALL
-    SELECT job, NULL, min(due_at), false FROM schedule_tick GROUP BY job
-) s
-GROUP BY job
+SELECT n.job::text AS job, coalesce(c.ended_at, f.due_at)::timestamptz AS since, (c.ended_at IS NOT NULL)::boolean AS completed
+FROM unnest($1::text[]) AS n(job)
+LEFT JOIN LATERAL (
+    SELECT e.ended_at FROM job_execution e
+    WHERE e.job >= n.job AND e.job <= n.job AND e.status = 'COMPLETED' AND e.ended_at IS NOT NULL
+    ORDER BY e.job, e.ended_at DESC LIMIT 1
+) c ON true
+LEFT JOIN LATERAL (
+    SELECT t.due_at FROM schedule_tick t WHERE t.job = n.job ORDER BY t.due_at LIMIT 1
+) f ON true
+WHERE c.ended_at IS NOT NULL OR f.due_at IS NOT NULL
 `
 
 type JobFreshnessByJobRow struct {
@@ -28,11 +30,17 @@ type JobFreshnessByJobRow struct {
 	Completed bool
 }
 
-// JobFreshnessByJob returns, per job, the end of its newest COMPLETED
-// execution, or, for a job that never completed, its first recorded due
-// time: the time since which a scheduled job is expected to complete.
-func (q *Queries) JobFreshnessByJob(ctx context.Context, db DBTX) ([]*JobFreshnessByJobRow, error) {
-	rows, err := db.Query(ctx, jobFreshnessByJob)
+// JobFreshnessByJob returns, per job of jobs, the end of its newest
+// COMPLETED execution, or, for a job that never completed, its first
+// recorded due time: the time since which a scheduled job is expected to
+// complete. A job with neither has no row. Every scrape of every process
+// reads it, so each job's figures are probes of an index, whatever the
+// history: job_execution_completed_idx (job, ended_at DESC), the job named
+// as a range ordered as the index (see JobListSummary), and the primary
+// key of schedule_tick (job, due_at). Grouping every execution and due
+// time, as it did, read both tables whole.
+func (q *Queries) JobFreshnessByJob(ctx context.Context, db DBTX, jobs []string) ([]*JobFreshnessByJobRow, error) {
+	rows, err := db.Query(ctx, jobFreshnessByJob, jobs)
 	if err != nil {
 		return nil, err
 	}
@@ -314,10 +322,12 @@ func (q *Queries) ScheduleTickResolve(ctx context.Context, db DBTX, arg *Schedul
 }
 
 const scheduleTickStateByJob = `-- name: ScheduleTickStateByJob :many
-SELECT DISTINCT ON (t.job) t.job, t.due_at AS last_due_at,
-       (SELECT count(*) FROM schedule_tick d WHERE d.job = t.job AND d.outcome = 'deferred') AS deferred
-FROM schedule_tick t
-ORDER BY t.job, t.due_at DESC
+SELECT n.job::text AS job, l.due_at AS last_due_at,
+       (SELECT count(*) FROM schedule_tick d WHERE d.job = n.job AND d.outcome = 'deferred') AS deferred
+FROM unnest($1::text[]) AS n(job)
+JOIN LATERAL (
+    SELECT t.due_at FROM schedule_tick t WHERE t.job = n.job ORDER BY t.due_at DESC LIMIT 1
+) l ON true
 `
 
 type ScheduleTickStateByJobRow struct {
@@ -326,11 +336,15 @@ type ScheduleTickStateByJobRow struct {
 	Deferred  int64
 }
 
-// ScheduleTickStateByJob returns, per job with a recorded due time, the
-// newest one and how many due times are deferred: what a scheduler pass
-// needs to decide whether there is anything to do.
-func (q *Queries) ScheduleTickStateByJob(ctx context.Context, db DBTX) ([]*ScheduleTickStateByJobRow, error) {
-	rows, err := db.Query(ctx, scheduleTickStateByJob)
+// ScheduleTickStateByJob returns, per job of jobs with a recorded due time,
+// the newest one and how many due times are deferred: what a scheduler
+// pass needs to decide whether there is anything to do. Each job's newest
+// due time is one probe of the primary key (job, due_at) and its deferred
+// ones a count over the partial schedule_tick_deferred_idx, so a pass
+// costs the same whatever the number of due times in history (a DISTINCT
+// ON over the whole table read every one of them).
+func (q *Queries) ScheduleTickStateByJob(ctx context.Context, db DBTX, jobs []string) ([]*ScheduleTickStateByJobRow, error) {
+	rows, err := db.Query(ctx, scheduleTickStateByJob, jobs)
 	if err != nil {
 		return nil, err
 	}

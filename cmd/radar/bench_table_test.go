@@ -41,17 +41,21 @@ type benchScale struct {
 	workerSmall  int // creditEval targets for worker memory
 	workerBig    int
 	scaleChunks  int // chunks per job in the scale-out row
+	// historyTurns turns of historyTurn each side per measurement of the
+	// history group (benchInterleaved).
+	historyTurns int
+	historyTurn  time.Duration
 }
 
 func benchScaleFor(mode string) benchScale {
 	if mode == "full" {
 		return benchScale{mode: mode, reps: 3, creditN: 4000, cpuN: 30_000, latency: 20 * time.Millisecond, pickups: 200,
 			chunkRegions: 20, chunkReps: 15, jobsGets: 300, jobsBig: 100_000, importSmall: 10_000, importBig: 200_000,
-			workerSmall: 10_000, workerBig: 200_000, scaleChunks: 20}
+			workerSmall: 10_000, workerBig: 200_000, scaleChunks: 20, historyTurns: 10, historyTurn: 100 * time.Millisecond}
 	}
 	return benchScale{mode: mode, reps: 1, creditN: 300, cpuN: 300, latency: 5 * time.Millisecond, pickups: 6,
 		chunkRegions: 1, chunkReps: 1, jobsGets: 20, jobsBig: 5_000, importSmall: 1_000, importBig: 5_000,
-		workerSmall: 300, workerBig: 1_000, scaleChunks: 4}
+		workerSmall: 300, workerBig: 1_000, scaleChunks: 4, historyTurns: 2, historyTurn: 10 * time.Millisecond}
 }
 
 // benchRow is one line of the table: per repetition, the figure and its
@@ -65,6 +69,49 @@ type benchRow struct {
 	// ratio is figure/reference per repetition, unless given.
 	ratio  []float64
 	target string
+	// guard, when set, is a regression guard on the row's median ratio:
+	// make bench fails when it returns an error.
+	guard func(ratio float64) error
+}
+
+// guardBelow returns a guard that fails when a ratio falls more than slack
+// (a fraction) below committed, and the target text that says so.
+func guardBelow(committed, slack float64) (func(float64) error, string) {
+	floor := committed * (1 - slack)
+	return func(ratio float64) error {
+		if ratio < floor {
+			return fmt.Errorf("ratio %s is more than %.0f %% below the committed %s", fmtNum(ratio), slack*100, fmtNum(committed))
+		}
+		return nil
+	}, fmt.Sprintf("guard ≥ %s (committed %s − %.0f %%)", fmtNum(floor), fmtNum(committed), slack*100)
+}
+
+// guardAbove returns a guard that fails when a ratio rises more than slack
+// (a fraction) above committed, and the target text that says so.
+func guardAbove(committed, slack float64) (func(float64) error, string) {
+	ceiling := committed * (1 + slack)
+	return func(ratio float64) error {
+		if ratio > ceiling {
+			return fmt.Errorf("ratio %s is more than %.0f %% above the committed %s", fmtNum(ratio), slack*100, fmtNum(committed))
+		}
+		return nil
+	}, fmt.Sprintf("guard ≤ %s (committed %s + %.0f %%)", fmtNum(ceiling), fmtNum(committed), slack*100)
+}
+
+// guardFailures returns, per row with a guard, why its median ratio fails
+// it.
+func guardFailures(rows []*benchRow) []string {
+	var failed []string
+	for _, r := range rows {
+		if r.guard == nil || len(r.ratio) == 0 {
+			continue
+		}
+		med, _, _ := medianRange(r.ratio)
+		if err := r.guard(med); err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", r.name, err))
+		}
+	}
+	return failed
 }
 
 func (r *benchRow) add(figure, reference float64) {
@@ -159,6 +206,9 @@ func TestBenchTable(t *testing.T) {
 	if want("api") {
 		rows = append(rows, benchAPI(t, scale)...)
 	}
+	if want("history") {
+		rows = append(rows, benchHistory(t, scale)...)
+	}
 	var bin string
 	if want("import") || want("memory") || want("drain") || want("stale") {
 		bin = buildRadar(t)
@@ -179,15 +229,24 @@ func TestBenchTable(t *testing.T) {
 		rows = append(rows, benchScaleOut(t, scale)...)
 	}
 	table := renderBenchTable(rows)
-	header := benchHeader(t, scale, time.Since(began))
+	header := benchHeader(t, scale, only, time.Since(began))
 	fmt.Println(header + "\n\n" + table)
-	if mode == "full" && only == "" {
+	if mode != "full" {
+		return // toy sizes: the figures mean nothing, and guard nothing
+	}
+	// A full run that breaks a regression guard fails, and leaves the
+	// committed table as it was.
+	if failed := guardFailures(rows); len(failed) > 0 {
+		t.Fatalf("regression guards failed:\n%s", strings.Join(failed, "\n"))
+	}
+	if only == "" {
 		require.NoError(t, writeBenchmarks("../../BENCHMARKS.md", header+"\n\n"+table))
 	}
 }
 
-// benchHeader states the date, the machine and the command.
-func benchHeader(t *testing.T, scale benchScale, took time.Duration) string {
+// benchHeader states the date, the machine and the command (with the
+// groups it ran, when only names some).
+func benchHeader(t *testing.T, scale benchScale, only string, took time.Duration) string {
 	cpu := "unknown CPU"
 	if raw, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for line := range strings.Lines(string(raw)) {
@@ -217,6 +276,9 @@ func benchHeader(t *testing.T, scale benchScale, took time.Duration) string {
 	command := "make bench"
 	if scale.mode == "smoke" {
 		command = "make bench-smoke"
+	}
+	if only != "" {
+		command = "BUILDRISK_BENCH_ONLY=" + only + " " + command
 	}
 	return fmt.Sprintf("Run %s (%s mode, %d repetitions per row, %s): `%s`. Machine: %s, %d CPUs%s, %s/%s, %s, "+
 		"%s in a private cluster (pglocal), the fake upstream over real HTTP in the test process%s.",
@@ -252,4 +314,27 @@ func productionTelemetry(t *testing.T, s *apptest.System) {
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	s.Tel = &app.Telemetry{Providers: providers, Instruments: instruments, Logger: s.Tel.Logger}
+}
+
+// A regression guard fails a full run on its row's median ratio only when
+// it is worse than the committed figure by more than the slack, in the
+// row's direction; rows without a guard never fail.
+func TestBenchGuards(t *testing.T) {
+	t.Parallel()
+	below, target := guardBelow(0.667, 0.10)
+	require.Equal(t, "guard ≥ 0.600 (committed 0.667 − 10 %)", target)
+	above, target := guardAbove(1.40, 0.10)
+	require.Equal(t, "guard ≤ 1.54 (committed 1.40 + 10 %)", target)
+	rows := []*benchRow{
+		{name: "items", ratio: []float64{0.55, 0.61, 0.9}, guard: below}, // median 0.61: kept
+		{name: "cpu", ratio: []float64{1.2, 1.5, 1.9}, guard: above},     // median 1.5: kept
+		{name: "free", ratio: []float64{0.01}},
+	}
+	require.Empty(t, guardFailures(rows))
+	rows[0].ratio = []float64{0.59, 0.59, 0.9}
+	rows[1].ratio = []float64{1.55}
+	failed := guardFailures(rows)
+	require.Len(t, failed, 2)
+	require.Contains(t, failed[0], "items: ratio 0.590 is more than 10 % below the committed 0.667")
+	require.Contains(t, failed[1], "cpu: ratio 1.55 is more than 10 % above the committed 1.40")
 }

@@ -39,8 +39,9 @@ func observeSchedules(ctx context.Context, pool *pgxpool.Pool, env *Config, tel 
 		tel.Instruments.SchedulePeriodSet(ctx, s.Job, s.Period)
 	}
 	q := queries.New()
+	names := Catalog().Names()
 	tel.Instruments.SetJobFreshnessSource(func(ctx context.Context) (map[string]time.Time, error) {
-		rows, err := q.JobFreshnessByJob(ctx, pool)
+		rows, err := q.JobFreshnessByJob(ctx, pool, names)
 		if err != nil {
 			return nil, err
 		}

@@ -170,7 +170,11 @@ func (s *Scheduler) Pass(ctx context.Context) error {
 		return err
 	}
 	start := s.startAt(now)
-	states, err := s.queries.ScheduleTickStateByJob(ctx, s.pool)
+	jobs := make([]string, len(s.cfg.Schedules))
+	for i := range s.cfg.Schedules {
+		jobs[i] = s.cfg.Schedules[i].Job
+	}
+	states, err := s.queries.ScheduleTickStateByJob(ctx, s.pool, jobs)
 	if err != nil {
 		return fmt.Errorf("error reading schedule state: %w", err)
 	}
