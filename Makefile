@@ -40,13 +40,16 @@ REDOCLY_DIR = tools/redocly
 .PHONY: run test test-under-load bench bench-smoke bench-go build soak soak-ci generate generate-client check-generated fmt vet lint deadcode vuln promtool-test alert-e2e dashboard-lint openapi-lint fuzz ci
 
 ## run: everything in one process (embedded PostgreSQL, migrations, fake upstream, api + worker)
-run: build
+run:
+	@test -x bin/radar || echo "first run: building bin/radar; the go command fetches Go 1.27.3 and the modules (a few hundred MB, a few minutes)"
+	@$(MAKE) --no-print-directory build
 	./bin/radar dev
 
 ## test: the whole suite against private PostgreSQL clusters and the fake upstream
 test:
 	$(GO) test $(TEST_FLAGS) ./...
 	cd $(VALIDATE_DIR) && $(GO) test $(VALIDATE_TEST_FLAGS) ./...
+	@sh tools/optional-tests.sh
 
 ## test-under-load: make test beside stress-ng keeping every CPU busy, so
 ## the machine is twice as loaded as the suite alone makes it (the tests
