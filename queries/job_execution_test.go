@@ -163,3 +163,49 @@ func TestJobScheduleSince_ConcurrentFirstPasses(t *testing.T) {
 	require.NoError(t, r.err, "the second pass reads the first's row")
 	require.True(t, since.Equal(r.since), "since is the first pass's: %s", r.since)
 }
+
+// A part commit retried while its first attempt is still committing (the
+// first attempt's statement timed out on the client, its transaction went
+// on) inserts nothing and does not move the written count again: the
+// retry waits for the first attempt's part and finds it taken. Before, the
+// part was inserted twice and its items counted twice (items_written ran
+// 4 ahead of the rows under load).
+func TestJobExecutionPartCommit_RetryDuringTheFirstCommitsOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	q := queries.New()
+	exec := startedExecution(t, pool, "creditEval")
+	params := &queries.JobExecutionPartCommitParams{
+		ID: exec.ID, WorkerID: "w", LeaseEpoch: exec.LeaseEpoch, Chunk: "c0", Items: []string{"a", "b", "c", "d"},
+	}
+
+	// The first attempt: committed up to its end, not yet committed.
+	first, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer first.Rollback(ctx) //nolint:errcheck // committed below
+	_, err = q.JobExecutionPartCommit(ctx, first, params)
+	require.NoError(t, err)
+
+	// The retry, on another connection, waits for it.
+	retried := make(chan error, 1)
+	go func() {
+		_, err := q.JobExecutionPartCommit(ctx, pool, params)
+		retried <- err
+	}()
+	waitForLockWait(t, pool, "JobExecutionPartCommit")
+	require.NoError(t, first.Commit(ctx))
+	select {
+	case err := <-retried:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the retried part commit did not return")
+	}
+
+	var parts int
+	var written int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job_checkpoint_part`).Scan(&parts))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT items_written FROM job_execution WHERE id = $1`, exec.ID).Scan(&written))
+	require.Equal(t, 1, parts, "the part is inserted once")
+	require.Equal(t, int64(4), written, "its items are counted once")
+}

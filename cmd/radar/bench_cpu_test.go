@@ -182,7 +182,7 @@ func plainCreditLoop(t *testing.T, client *http.Client, pool *pgxpool.Pool, base
 // The CPU-bound rows' committed ratios: 0.667 of the plain loop's items/s
 // at 1.40× its CPU per item (make bench of 2026-12-03), accepted as the
 // cost of per-item fencing and checkpoints when the ≥ 0.8 and ≤ 1.25
-// targets were withdrawn (issue 45). Both rows are regression guards: a
+// targets were withdrawn. Both rows are regression guards: a
 // full run fails when its median is worse than these by more than
 // cpuGuardSlack.
 const (
