@@ -62,8 +62,31 @@ RETURNING status;
 -- their items added to its targets and written. Once the chunk has
 -- committed, a resume skips it whole and nothing reads its parts, so
 -- job_checkpoint_part holds only the parts of chunks not yet committed.
--- The counts are unchanged: each folded item was a target written.
-WITH execution AS (
+-- The counts are unchanged: each folded item was a target written. A chunk
+-- is checkpointed once: an attempt retried while the first is still
+-- committing waits for it on the execution's row, then finds the
+-- checkpoint taken and moves nothing.
+WITH owned AS (
+    SELECT job_execution.id, job_execution.instance_id, job_execution.status
+    FROM job_execution
+    WHERE job_execution.id = @id
+      AND execution_owned(job_execution, @worker_id::text, @lease_epoch::bigint)
+    FOR UPDATE
+), folded AS (
+    DELETE FROM job_checkpoint_part p
+    USING owned
+    WHERE p.instance_id = owned.instance_id AND p.chunk = @chunk::text
+    RETURNING cardinality(p.items) AS items
+), folded_items AS (
+    SELECT coalesce(sum(f.items), 0)::bigint AS n FROM folded f
+), checkpoint AS (
+    INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed, skip_reason, external_calls)
+    SELECT owned.instance_id, @chunk::text, owned.id, folded_items.n + @targets::bigint, folded_items.n + @written::bigint,
+           @skipped::bigint, @failed::bigint, @skip_reason::text, @chunk_calls::int
+    FROM owned, folded_items
+    ON CONFLICT (instance_id, chunk) DO NOTHING
+    RETURNING 1 AS inserted
+), execution AS (
     UPDATE job_execution
     SET last_updated = now(),
         chunks_done = chunks_done + 1,
@@ -71,23 +94,10 @@ WITH execution AS (
         items_skipped = items_skipped + @skipped::bigint,
         items_failed = items_failed + @failed::bigint,
         external_calls = external_calls + @external_calls::int
-    WHERE job_execution.id = @id
-      AND execution_owned(job_execution, @worker_id::text, @lease_epoch::bigint)
-    RETURNING job_execution.id, job_execution.instance_id, job_execution.status
-), folded AS (
-    DELETE FROM job_checkpoint_part p
-    USING execution
-    WHERE p.instance_id = execution.instance_id AND p.chunk = @chunk::text
-    RETURNING cardinality(p.items) AS items
-), folded_items AS (
-    SELECT coalesce(sum(f.items), 0)::bigint AS n FROM folded f
-), checkpoint AS (
-    INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed, skip_reason, external_calls)
-    SELECT execution.instance_id, @chunk::text, execution.id, folded_items.n + @targets::bigint, folded_items.n + @written::bigint,
-           @skipped::bigint, @failed::bigint, @skip_reason::text, @chunk_calls::int
-    FROM execution, folded_items
+    FROM owned
+    WHERE job_execution.id = owned.id AND EXISTS (SELECT 1 FROM checkpoint)
 )
-SELECT radar_owned((SELECT execution.status FROM execution))::text AS status;
+SELECT radar_owned((SELECT owned.status FROM owned))::text AS status;
 
 -- name: JobExecutionAddCalls :execrows
 -- JobExecutionAddCalls records calls made outside a chunk commit (a failed

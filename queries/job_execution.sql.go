@@ -61,45 +61,52 @@ func (q *Queries) JobExecutionAddCalls(ctx context.Context, db DBTX, arg *JobExe
 }
 
 const jobExecutionChunkCommit = `-- name: JobExecutionChunkCommit :one
-WITH execution AS (
-    UPDATE job_execution
-    SET last_updated = now(),
-        chunks_done = chunks_done + 1,
-        items_written = items_written + $1::bigint,
-        items_skipped = items_skipped + $2::bigint,
-        items_failed = items_failed + $3::bigint,
-        external_calls = external_calls + $4::int
-    WHERE job_execution.id = $5
-      AND execution_owned(job_execution, $6::text, $7::bigint)
-    RETURNING job_execution.id, job_execution.instance_id, job_execution.status
+WITH owned AS (
+    SELECT job_execution.id, job_execution.instance_id, job_execution.status
+    FROM job_execution
+    WHERE job_execution.id = $1
+      AND execution_owned(job_execution, $2::text, $3::bigint)
+    FOR UPDATE
 ), folded AS (
     DELETE FROM job_checkpoint_part p
-    USING execution
-    WHERE p.instance_id = execution.instance_id AND p.chunk = $8::text
+    USING owned
+    WHERE p.instance_id = owned.instance_id AND p.chunk = $4::text
     RETURNING cardinality(p.items) AS items
 ), folded_items AS (
     SELECT coalesce(sum(f.items), 0)::bigint AS n FROM folded f
 ), checkpoint AS (
     INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed, skip_reason, external_calls)
-    SELECT execution.instance_id, $8::text, execution.id, folded_items.n + $9::bigint, folded_items.n + $1::bigint,
-           $2::bigint, $3::bigint, $10::text, $11::int
-    FROM execution, folded_items
+    SELECT owned.instance_id, $4::text, owned.id, folded_items.n + $5::bigint, folded_items.n + $6::bigint,
+           $7::bigint, $8::bigint, $9::text, $10::int
+    FROM owned, folded_items
+    ON CONFLICT (instance_id, chunk) DO NOTHING
+    RETURNING 1 AS inserted
+), execution AS (
+    UPDATE job_execution
+    SET last_updated = now(),
+        chunks_done = chunks_done + 1,
+        items_written = items_written + $6::bigint,
+        items_skipped = items_skipped + $7::bigint,
+        items_failed = items_failed + $8::bigint,
+        external_calls = external_calls + $11::int
+    FROM owned
+    WHERE job_execution.id = owned.id AND EXISTS (SELECT 1 FROM checkpoint)
 )
-SELECT radar_owned((SELECT execution.status FROM execution))::text AS status
+SELECT radar_owned((SELECT owned.status FROM owned))::text AS status
 `
 
 type JobExecutionChunkCommitParams struct {
-	Written       int64
-	Skipped       int64
-	Failed        int64
-	ExternalCalls int32
 	ID            int64
 	WorkerID      string
 	LeaseEpoch    int64
 	Chunk         string
 	Targets       int64
+	Written       int64
+	Skipped       int64
+	Failed        int64
 	SkipReason    string
 	ChunkCalls    int32
+	ExternalCalls int32
 }
 
 // JobExecutionChunkCommit is a chunk commit's bookkeeping in one statement:
@@ -116,20 +123,23 @@ type JobExecutionChunkCommitParams struct {
 // their items added to its targets and written. Once the chunk has
 // committed, a resume skips it whole and nothing reads its parts, so
 // job_checkpoint_part holds only the parts of chunks not yet committed.
-// The counts are unchanged: each folded item was a target written.
+// The counts are unchanged: each folded item was a target written. A chunk
+// is checkpointed once: an attempt retried while the first is still
+// committing waits for it on the execution's row, then finds the
+// checkpoint taken and moves nothing.
 func (q *Queries) JobExecutionChunkCommit(ctx context.Context, db DBTX, arg *JobExecutionChunkCommitParams) (string, error) {
 	row := db.QueryRow(ctx, jobExecutionChunkCommit,
-		arg.Written,
-		arg.Skipped,
-		arg.Failed,
-		arg.ExternalCalls,
 		arg.ID,
 		arg.WorkerID,
 		arg.LeaseEpoch,
 		arg.Chunk,
 		arg.Targets,
+		arg.Written,
+		arg.Skipped,
+		arg.Failed,
 		arg.SkipReason,
 		arg.ChunkCalls,
+		arg.ExternalCalls,
 	)
 	var status string
 	err := row.Scan(&status)

@@ -209,3 +209,46 @@ func TestJobExecutionPartCommit_RetryDuringTheFirstCommitsOnce(t *testing.T) {
 	require.Equal(t, 1, parts, "the part is inserted once")
 	require.Equal(t, int64(4), written, "its items are counted once")
 }
+
+// A chunk commit retried while its first attempt is still committing waits
+// for it, then checkpoints nothing and moves no count: before, the retry
+// failed the chunk on the checkpoint's primary key (23505, not transient).
+func TestJobExecutionChunkCommit_RetryDuringTheFirstCommitsOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	q := queries.New()
+	exec := startedExecution(t, pool, "aptTrade")
+	params := &queries.JobExecutionChunkCommitParams{
+		ID: exec.ID, WorkerID: "w", LeaseEpoch: exec.LeaseEpoch, Chunk: "11110:202501", Targets: 5, Written: 5, ExternalCalls: 1, ChunkCalls: 1,
+	}
+
+	first, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer first.Rollback(ctx) //nolint:errcheck // committed below
+	_, err = q.JobExecutionChunkCommit(ctx, first, params)
+	require.NoError(t, err)
+
+	retried := make(chan error, 1)
+	go func() {
+		_, err := q.JobExecutionChunkCommit(ctx, pool, params)
+		retried <- err
+	}()
+	waitForLockWait(t, pool, "JobExecutionChunkCommit")
+	require.NoError(t, first.Commit(ctx))
+	select {
+	case err := <-retried:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the retried chunk commit did not return")
+	}
+
+	var checkpoints int
+	var chunksDone int32
+	var written int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job_checkpoint`).Scan(&checkpoints))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT chunks_done, items_written FROM job_execution WHERE id = $1`, exec.ID).Scan(&chunksDone, &written))
+	require.Equal(t, 1, checkpoints)
+	require.Equal(t, int32(1), chunksDone, "the chunk is counted once")
+	require.Equal(t, int64(5), written)
+}
