@@ -223,7 +223,8 @@ func TestAlertRouting_EndToEnd(t *testing.T) {
 	rules, err := filepath.Abs(filepath.Join("prometheus", "rules.yml"))
 	require.NoError(t, err)
 	promConfig := map[string]any{
-		"global":     map[string]any{"scrape_interval": "1s", "evaluation_interval": "1s"},
+		"global": map[string]any{"scrape_interval": "1s", "evaluation_interval": "1s",
+			"external_labels": map[string]string{"runbook_base": "https://runbooks.example/buildrisk/"}},
 		"rule_files": []string{rules},
 		"alerting": map[string]any{"alertmanagers": []any{map[string]any{
 			"static_configs": []any{map[string]any{"targets": []string{amAddr}}},
@@ -283,7 +284,8 @@ func TestAlertRouting_EndToEnd(t *testing.T) {
 	require.Equal(t, "creditEval", alert.Labels["job"])
 	require.Equal(t, "queue_full", alert.Labels["reason"])
 	require.Equal(t, "critical", alert.Labels["severity"])
-	require.Equal(t, "docs/operations.md#buildriskfanoutrejections", alert.Annotations["runbook_url"])
+	require.Equal(t, "https://runbooks.example/buildrisk/docs/operations.md#buildriskfanoutrejections", alert.Annotations["runbook_url"],
+		"runbook_url is absolute, from the runbook_base external label")
 
 	// for: 1m, then the group wait: within the 2 minutes the rule promises.
 	waitFor(t, 2*time.Minute, "BuildriskDatabaseDown at the webhook", func() bool {
