@@ -498,6 +498,9 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 		// Reserve the call under maxCalls, then under the daily cap.
 		if n := cl.calls.Add(1); cl.maxCalls > 0 && n > int64(cl.maxCalls) {
 			cl.calls.Add(-1)
+			// Counted like the daily cap (reason "cap"): a call the run's
+			// own limit refused, as the alert rules and runbook say.
+			c.cfg.Instruments.FanoutRejected(ctx, cl.job, observability.ReasonCap)
 			return nil, fmt.Errorf("%w (%d)", ErrMaxCalls, cl.maxCalls)
 		}
 		if err := cl.take(ctx, provider); err != nil {

@@ -126,7 +126,7 @@ func TestCaller_MaxCallsExactAtFanOut64(t *testing.T) {
 	t.Parallel()
 	server, served := countingServer(t)
 	pool := pgtest.NewPool(t)
-	client, _ := leaseClient(t, pool, server.URL, 10000, 64, nil)
+	client, providers := leaseClient(t, pool, server.URL, 10000, 64, nil)
 	caller := client.NewCaller("aptTrade", 100)
 
 	ok, refusals := fanOutUntilRefused(caller, 64)
@@ -136,6 +136,11 @@ func TestCaller_MaxCallsExactAtFanOut64(t *testing.T) {
 	for _, err := range refusals {
 		require.ErrorIs(t, err, upstream.ErrMaxCalls)
 	}
+	// Each refusal is counted as the runbook says: reason "cap", like the
+	// daily cap's.
+	rejected, err := observabilitytest.MetricValue(providers, "buildrisk_fanout_rejections_total", map[string]string{"job": "aptTrade", "reason": "cap"})
+	require.NoError(t, err)
+	require.Equal(t, float64(len(refusals)), rejected)
 	require.NoError(t, caller.Release(context.Background()))
 	remaining, err := client.Remaining(context.Background(), upstream.ProviderMOLIT)
 	require.NoError(t, err)
