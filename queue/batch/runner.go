@@ -556,10 +556,17 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 			pending = append(pending, c)
 		}
 	}
-	// ran holds what this run committed, by chunk: the figures it takes out
-	// of its tally when a commit turns out lost.
-	ran := make(map[string]*ChunkResult, len(pending))
+	// ran holds the figures this run committed, by chunk (not the results,
+	// which may hold the chunk's rows): what it takes out of its tally when
+	// a commit turns out lost.
+	ran := make(map[string]chunkFigures, len(pending))
 	lostChunks := 0
+	// redo takes lost chunks back: counted, out of the tally, to do again.
+	redo := func(lost []string) {
+		lostChunks += len(lost)
+		chunksDone -= len(lost)
+		r.noteLostCommits(ctx, rs, lost, ran)
+	}
 	seenMoved := r.moved.Load()
 	for {
 		for i := 0; i < len(pending); i++ {
@@ -571,9 +578,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 					return fail(err, "verification after a database failover")
 				}
 				if len(lost) > 0 {
-					lostChunks += len(lost)
-					chunksDone -= len(lost)
-					r.noteLostCommits(ctx, rs, lost, ran)
+					redo(lost)
 					pending = slices.Insert(pending, i, lost...)
 					chunk = pending[i]
 				}
@@ -594,11 +599,11 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 			chunkCtx, chunkSpan := r.cfg.Tracer.Start(ctx, "buildrisk.chunk", trace.WithAttributes(attribute.String("buildrisk.chunk", chunk)))
 			var res *ChunkResult
 			// A transient database error inside Process (the call budget, a
-			// read) is retried like the commit: the chunk is done again.
-			// Before the chunk commits, the items it committed in parts
-			// must still be there: a part lost by the database after it was
-			// acknowledged is done again (Process calls only the items no
-			// part lists), never folded short into the checkpoint.
+			// read) is retried like the commit: the chunk is done again. And
+			// before the chunk commits, the items it committed in parts must
+			// still be there: a part the database lost after acknowledging
+			// it is done again (Process calls only the items no part lists),
+			// never folded short into the checkpoint.
 			err := r.retryTransient(chunkCtx, rs.fenced, rs, func(context.Context) error {
 				for round := 1; ; round++ {
 					var err error
@@ -646,7 +651,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 			st.items.count(ctx, observability.OutcomeWritten, res.Written)
 			st.items.count(ctx, observability.OutcomeSkipped, res.Skipped)
 			st.items.count(ctx, observability.OutcomeFailed, res.Failed)
-			ran[chunk] = res
+			ran[chunk] = chunkFigures{written: res.Written, skipped: res.Skipped, failed: res.Failed}
 			if opts.OnChunk != nil {
 				opts.OnChunk(chunksDone, len(plan.Chunks))
 			}
@@ -666,9 +671,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		if len(lost) == 0 {
 			break
 		}
-		lostChunks += len(lost)
-		chunksDone -= len(lost)
-		r.noteLostCommits(ctx, rs, lost, ran)
+		redo(lost)
 		if lostChunks > len(plan.Chunks) {
 			// Commits keep vanishing: the database is not keeping what it
 			// acknowledges. Stop; the resume policy resumes the run.
@@ -759,15 +762,18 @@ func (r *Runner) lostChunks(ctx context.Context, rs *runState, plan *Plan, toDo 
 	return lost, nil
 }
 
+// chunkFigures are the items a committed chunk counted, by outcome.
+type chunkFigures struct{ written, skipped, failed int64 }
+
 // noteLostCommits counts and logs the chunks whose commits were lost, and
 // takes the items this run committed in them out of its tally, so the
 // figures it checks at the end are what the database holds.
-func (r *Runner) noteLostCommits(ctx context.Context, rs *runState, lost []string, ran map[string]*ChunkResult) {
+func (r *Runner) noteLostCommits(ctx context.Context, rs *runState, lost []string, ran map[string]chunkFigures) {
 	for _, chunk := range lost {
-		if res, ok := ran[chunk]; ok {
-			rs.items.lose(observability.OutcomeWritten, res.Written)
-			rs.items.lose(observability.OutcomeSkipped, res.Skipped)
-			rs.items.lose(observability.OutcomeFailed, res.Failed)
+		if figures, ok := ran[chunk]; ok {
+			rs.items.lose(observability.OutcomeWritten, figures.written)
+			rs.items.lose(observability.OutcomeSkipped, figures.skipped)
+			rs.items.lose(observability.OutcomeFailed, figures.failed)
 			delete(ran, chunk)
 		}
 	}
