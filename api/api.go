@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"reflect"
 	"strconv"
 	"strings"
@@ -116,6 +117,11 @@ type Config struct {
 	// then bounded by RequestTimeout alone (pgx cancels them, and PgBouncer
 	// forwards the cancel).
 	TxSettings *pgtx.TxSettings
+	// TrustedProxies are the proxies whose X-Forwarded-For names the client
+	// (BUILDRISK_TRUSTED_PROXIES): the address the audit trail, the logs and
+	// the limits of failed credential checks know a client by. From any
+	// other peer the header is ignored. Empty: every client is its peer.
+	TrustedProxies []netip.Prefix
 	// MaxBodyBytes bounds every request body (BUILDRISK_MAX_BODY_BYTES);
 	// default MaxBodyBytesDefault. A larger body is answered 413 unread.
 	MaxBodyBytes int64
@@ -137,7 +143,7 @@ type Server struct {
 	api      huma.API
 	mux      *http.ServeMux
 	sessions *sessionSigner
-	// authLimit counts failed credential checks per client.
+	// authLimit counts failed credential checks per client and in all.
 	authLimit *authLimiter
 	// crossOrigin rejects unsafe requests a browser marks as coming from
 	// another origin (Sec-Fetch-Site, Origin); see authenticate.
@@ -422,7 +428,7 @@ func nullableRefs(oapi *huma.OpenAPI) {
 // when configured. Auth comes first so that no anonymous body is read.
 func (s *Server) Handler() http.Handler {
 	inner := apiHeaders(s.authenticate(s.limitBody(s.requireJSON(s.withDeadline(s.mux)))))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { inner.ServeHTTP(w, withClient(r)) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { inner.ServeHTTP(w, s.withClient(r)) })
 }
 
 // apiHeaders marks every /v1 answer, refusals included, as one a browser

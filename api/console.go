@@ -95,14 +95,15 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin login refused", http.StatusForbidden)
 		return
 	}
-	if s.refuseLimited(w, r, false) {
-		return
-	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	next := localPath(r.PostFormValue("next"))
 	role, name, ok := s.lookupToken(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
-		s.authFailed(r.Context(), r, observability.AuthViaLogin)
+		// A right token is never limited; a wrong one is answered 429 once
+		// its client is.
+		if s.authFailed(w, r, observability.AuthViaLogin, false) {
+			return
+		}
 		s.audit(r.Context(), "anonymous", AuditLoginFailed, "", "")
 		s.render(w, http.StatusUnauthorized, "login.html", loginPage{Next: next, Error: "That token is not valid. Use a viewer or operator token from BUILDRISK_API_TOKENS."})
 		return

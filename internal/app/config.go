@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"os"
 	"regexp"
 	"runtime"
@@ -82,6 +83,10 @@ type Config struct {
 	LogFormat string
 	// MaxBodyBytes bounds every API request body (BUILDRISK_MAX_BODY_BYTES).
 	MaxBodyBytes int64
+	// TrustedProxies are the proxies whose X-Forwarded-For the api believes
+	// (BUILDRISK_TRUSTED_PROXIES: addresses and CIDR prefixes, separated by
+	// commas); see api.Config.TrustedProxies.
+	TrustedProxies []netip.Prefix
 	// APIStatementTimeout and APILockTimeout are the statement_timeout and
 	// lock_timeout of the api's database connections
 	// (BUILDRISK_API_STATEMENT_TIMEOUT, BUILDRISK_API_LOCK_TIMEOUT).
@@ -427,12 +432,38 @@ func LoadEnv(getenv func(string) string) (*Config, error) {
 			return nil, envError("BUILDRISK_MAX_BODY_BYTES", "%q is not an integer from 1024 to 1073741824", v)
 		}
 	}
+	if c.TrustedProxies, err = parseTrustedProxies(getenv("BUILDRISK_TRUSTED_PROXIES")); err != nil {
+		return nil, envError("BUILDRISK_TRUSTED_PROXIES", "%v", err)
+	}
 	switch c.LogFormat {
 	case "", "json", "text":
 	default:
 		return nil, envError("BUILDRISK_LOG_FORMAT", "%q is not json or text", c.LogFormat)
 	}
 	return c, nil
+}
+
+// parseTrustedProxies parses BUILDRISK_TRUSTED_PROXIES: IP addresses and
+// CIDR prefixes separated by commas or spaces. A prefix of every address
+// is refused: any client could then name its own address.
+func parseTrustedProxies(v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, entry := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' }) {
+		prefix, err := netip.ParsePrefix(entry)
+		if err != nil {
+			addr, addrErr := netip.ParseAddr(entry)
+			if addrErr != nil || addr.Zone() != "" {
+				return nil, fmt.Errorf("%q is not an IP address or a CIDR prefix such as 10.0.0.0/8", entry)
+			}
+			addr = addr.Unmap()
+			prefix = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		if prefix.Bits() == 0 {
+			return nil, fmt.Errorf("%q trusts every address, so any client could name its own; list the proxies", entry)
+		}
+		out = append(out, prefix.Masked())
+	}
+	return out, nil
 }
 
 // Connection budgets. A worker holds a main pool of workerMaxConns

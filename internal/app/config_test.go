@@ -3,6 +3,7 @@ package app_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -47,6 +48,7 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 		"BUILDRISK_MIGRATE_LOCK_TIMEOUT":   "2m",
 		"BUILDRISK_MIGRATE_LOCK_RETRY_FOR": "1s",
 		"BUILDRISK_SCHEDULE_APTTRADE":      "61 * * * *",
+		"BUILDRISK_TRUSTED_PROXIES":        "proxy.internal",
 	}
 	for name, value := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -331,4 +333,32 @@ func TestEnv_RotationBothTokensWork(t *testing.T) {
 	}
 	status, _ := s.Do(http.MethodPost, "/v1/jobs/aptTrade/stop", "op-gone-0123456789abcdef0123456789", "")
 	require.Equal(t, http.StatusUnauthorized, status)
+}
+
+// BUILDRISK_TRUSTED_PROXIES takes addresses and CIDR prefixes; a prefix of
+// every address is refused, since any client could then name its own.
+func TestEnv_TrustedProxies(t *testing.T) {
+	t.Parallel()
+	load := func(v string) (*app.Config, error) {
+		return app.LoadEnv(func(k string) string {
+			if k == "BUILDRISK_TRUSTED_PROXIES" {
+				return v
+			}
+			return ""
+		})
+	}
+	env, err := load("10.1.2.3/8, 192.168.1.7 ::ffff:172.16.0.1,2001:db8::/32")
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32"),
+		netip.MustParsePrefix("172.16.0.1/32"), netip.MustParsePrefix("2001:db8::/32"),
+	}, env.TrustedProxies)
+	env, err = load("")
+	require.NoError(t, err)
+	require.Empty(t, env.TrustedProxies)
+	for _, bad := range []string{"0.0.0.0/0", "::/0", "10.0.0.0/33", "fe80::1%eth0", "10.0.0.*"} {
+		_, err := load(bad)
+		require.ErrorContains(t, err, "BUILDRISK_TRUSTED_PROXIES", bad)
+		require.True(t, app.IsUsage(err), bad)
+	}
 }
