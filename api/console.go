@@ -121,8 +121,9 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 }
 
 // logout ends the session on the server and deletes the cookie; with
-// everywhere=1 it ends every console session. It is a POST carrying the
-// CSRF token, so another site cannot sign a user out.
+// everywhere=1 an operator's ends every console session, a viewer's every
+// session of its own token (endSessions). It is a POST carrying the CSRF
+// token, so another site cannot sign a user out.
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	if err := s.crossOrigin.Check(r); err != nil {
 		http.Error(w, "cross-origin logout refused", http.StatusForbidden)
@@ -142,8 +143,11 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		detail := ""
-		if everywhere {
+		switch {
+		case everywhere && sess.Role == RoleOperator:
 			detail = "everywhere"
+		case everywhere:
+			detail = "every session of this token"
 		}
 		s.audit(r.Context(), sess.Name, AuditLogout, "", detail)
 	}
