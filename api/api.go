@@ -117,6 +117,10 @@ type Config struct {
 	// then bounded by RequestTimeout alone (pgx cancels them, and PgBouncer
 	// forwards the cancel).
 	TxSettings *pgtx.TxSettings
+	// AllowedHosts are the host names (or IP addresses) the api answers for,
+	// ports aside (BUILDRISK_ALLOWED_HOSTS; loopback names by default with
+	// Insecure): any other Host is answered 421 (checkHost). Empty: any Host.
+	AllowedHosts []string
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client
 	// (BUILDRISK_TRUSTED_PROXIES): the address the audit trail, the logs and
 	// the limits of failed credential checks know a client by. From any
@@ -299,6 +303,8 @@ func paramsSchemaName(job string) string {
 //     that repeats a key (requireJSON), on every /v1 POST;
 //   - 503 with Retry-After for every /v1 operation: the database is
 //     unavailable or busy (problemFrom);
+//   - 421 for every operation: the Host is not one of AllowedHosts
+//     (checkHost);
 //   - the 409 as ConflictError, the problem with activeRequestId;
 //   - Huma's schema-validation failure as the 400 this API answers it with
 //     (see init), and only where Huma can raise one: an operation whose
@@ -363,6 +369,7 @@ func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 			"Retry-After": {Description: "seconds to wait before retrying", Required: true, Schema: &huma.Schema{Type: huma.TypeInteger, Minimum: new(float64(1))}},
 		}
 	}
+	add(http.StatusMisdirectedRequest).Description = "The request's Host is not one this api answers for (BUILDRISK_ALLOWED_HOSTS; without authentication, loopback names unless set)"
 	if _, ok := op.Responses["default"]; ok && len(op.Responses) > 2 {
 		// Huma's catch-all for an operation without declared errors: now
 		// that its errors are listed, list the 500 instead.
@@ -427,7 +434,7 @@ func nullableRefs(oapi *huma.OpenAPI) {
 // console session) auth and then the body limit, the console, and River UI
 // when configured. Auth comes first so that no anonymous body is read.
 func (s *Server) Handler() http.Handler {
-	inner := apiHeaders(s.authenticate(s.limitBody(s.requireJSON(s.withDeadline(s.mux)))))
+	inner := s.checkHost(apiHeaders(s.authenticate(s.limitBody(s.requireJSON(s.withDeadline(s.mux))))))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { inner.ServeHTTP(w, s.withClient(r)) })
 }
 

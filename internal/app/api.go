@@ -124,7 +124,7 @@ func NewAPIServer(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Tel
 		Logger: tel.Logger, Version: Version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
 		RequestTimeout: apiRequestTimeout(env), TxSettings: APITxSettings(env),
 		DailyCaps: env.CapsByName(), Today: BudgetDay(env, pool), RiverUI: riverUI, Coverage: cover,
-		TrustedProxies: env.TrustedProxies,
+		AllowedHosts: env.AllowedHosts, TrustedProxies: env.TrustedProxies,
 	})
 }
 

@@ -49,6 +49,7 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 		"BUILDRISK_MIGRATE_LOCK_RETRY_FOR": "1s",
 		"BUILDRISK_SCHEDULE_APTTRADE":      "61 * * * *",
 		"BUILDRISK_TRUSTED_PROXIES":        "proxy.internal",
+		"BUILDRISK_ALLOWED_HOSTS":          "radar.internal:8080",
 	}
 	for name, value := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -360,5 +361,30 @@ func TestEnv_TrustedProxies(t *testing.T) {
 		_, err := load(bad)
 		require.ErrorContains(t, err, "BUILDRISK_TRUSTED_PROXIES", bad)
 		require.True(t, app.IsUsage(err), bad)
+	}
+}
+
+// BUILDRISK_ALLOWED_HOSTS: loopback names by default without
+// authentication, any Host with it; names and addresses, never a port.
+func TestEnv_AllowedHosts(t *testing.T) {
+	t.Parallel()
+	load := func(vars map[string]string) (*app.Config, error) {
+		return app.LoadEnv(func(k string) string { return vars[k] })
+	}
+	env, err := load(map[string]string{"BUILDRISK_INSECURE_NO_AUTH": "1"})
+	require.NoError(t, err)
+	require.Equal(t, app.LoopbackHosts, env.AllowedHosts)
+	env, err = load(map[string]string{"BUILDRISK_INSECURE_NO_AUTH": "1", "BUILDRISK_ALLOWED_HOSTS": "*"})
+	require.NoError(t, err)
+	require.Nil(t, env.AllowedHosts, "* is any Host")
+	env, err = load(nil)
+	require.NoError(t, err)
+	require.Nil(t, env.AllowedHosts, "with authentication any Host by default")
+	env, err = load(map[string]string{"BUILDRISK_ALLOWED_HOSTS": "Radar.Example.com., 10.0.0.7 [::FFFF:10.0.0.8],2001:DB8::1"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"radar.example.com", "10.0.0.7", "10.0.0.8", "2001:db8::1"}, env.AllowedHosts)
+	for _, bad := range []string{"radar:8080", "10.0.0.7:80", "http://radar", "radar/x", "*,radar", "ra dar!"} {
+		_, err := load(map[string]string{"BUILDRISK_ALLOWED_HOSTS": bad})
+		require.ErrorContains(t, err, "BUILDRISK_ALLOWED_HOSTS", bad)
 	}
 }

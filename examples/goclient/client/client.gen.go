@@ -3417,6 +3417,8 @@ type AlertListResponse struct {
 	ApplicationproblemJSON400 *ErrorModel
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3444,6 +3446,11 @@ func (r AlertListResponse) GetApplicationproblemJSON400() *ErrorModel {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r AlertListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r AlertListResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3516,6 +3523,8 @@ type AuditListResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3548,6 +3557,11 @@ func (r AuditListResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r AuditListResponse) GetApplicationproblemJSON403() *ErrorModel {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r AuditListResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3616,6 +3630,8 @@ type CoverageListResponse struct {
 	JSON200 *CoverageListOutputBody
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3638,6 +3654,11 @@ func (r CoverageListResponse) GetJSON200() *CoverageListOutputBody {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r CoverageListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r CoverageListResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3710,6 +3731,8 @@ type CoverageMissingResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3742,6 +3765,11 @@ func (r CoverageMissingResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r CoverageMissingResponse) GetApplicationproblemJSON404() *ErrorModel {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r CoverageMissingResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3822,6 +3850,8 @@ type ExecutionAbandonResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3874,6 +3904,11 @@ func (r ExecutionAbandonResponse) GetApplicationproblemJSON413() *ErrorModel {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r ExecutionAbandonResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r ExecutionAbandonResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3942,6 +3977,8 @@ type JobListResponse struct {
 	JSON200 *JobListOutputBody
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3964,6 +4001,11 @@ func (r JobListResponse) GetJSON200() *JobListOutputBody {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r JobListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r JobListResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4042,6 +4084,8 @@ type RequestCreateAptTradeResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4089,6 +4133,11 @@ func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON413() *ErrorMode
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4167,6 +4216,8 @@ type RequestCreateCorpCodeSyncResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4214,6 +4265,11 @@ func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON413() *Error
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4292,6 +4348,8 @@ type RequestCreateCreditEvalResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4339,6 +4397,11 @@ func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON413() *ErrorMo
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4417,6 +4480,8 @@ type RequestCreateFilingParseResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4464,6 +4529,11 @@ func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON413() *ErrorM
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4542,6 +4612,8 @@ type RequestCreateMetricsResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4589,6 +4661,11 @@ func (r RequestCreateMetricsResponse) GetApplicationproblemJSON413() *ErrorModel
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateMetricsResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateMetricsResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4667,6 +4744,8 @@ type RequestCreateRulesResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4714,6 +4793,11 @@ func (r RequestCreateRulesResponse) GetApplicationproblemJSON413() *ErrorModel {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateRulesResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateRulesResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4792,6 +4876,8 @@ type RequestCreateStockPriceResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4839,6 +4925,11 @@ func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON413() *ErrorMo
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4909,6 +5000,8 @@ type JobGetResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4936,6 +5029,11 @@ func (r JobGetResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r JobGetResponse) GetApplicationproblemJSON404() *ErrorModel {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r JobGetResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5014,6 +5112,8 @@ type RequestEstimateResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5061,6 +5161,11 @@ func (r RequestEstimateResponse) GetApplicationproblemJSON413() *ErrorModel {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestEstimateResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestEstimateResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5133,6 +5238,8 @@ type JobHistoryResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5165,6 +5272,11 @@ func (r JobHistoryResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r JobHistoryResponse) GetApplicationproblemJSON404() *ErrorModel {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r JobHistoryResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5245,6 +5357,8 @@ type RequestCreateResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5297,6 +5411,11 @@ func (r RequestCreateResponse) GetApplicationproblemJSON413() *ErrorModel {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5377,6 +5496,8 @@ type JobStopResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5429,6 +5550,11 @@ func (r JobStopResponse) GetApplicationproblemJSON413() *ErrorModel {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r JobStopResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r JobStopResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5497,6 +5623,8 @@ type ProviderListResponse struct {
 	JSON200 *ProviderListOutputBody
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5519,6 +5647,11 @@ func (r ProviderListResponse) GetJSON200() *ProviderListOutputBody {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ProviderListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r ProviderListResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5589,6 +5722,8 @@ type RequestListResponse struct {
 	ApplicationproblemJSON400 *ErrorModel
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5616,6 +5751,11 @@ func (r RequestListResponse) GetApplicationproblemJSON400() *ErrorModel {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r RequestListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestListResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5688,6 +5828,8 @@ type RequestGetResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5720,6 +5862,11 @@ func (r RequestGetResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r RequestGetResponse) GetApplicationproblemJSON404() *ErrorModel {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestGetResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5788,6 +5935,8 @@ type WorkerListResponse struct {
 	JSON200 *WorkerListOutputBody
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5810,6 +5959,11 @@ func (r WorkerListResponse) GetJSON200() *WorkerListOutputBody {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r WorkerListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r WorkerListResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -6336,6 +6490,13 @@ func ParseAlertListResponse(rsp *http.Response) (*AlertListResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6437,6 +6598,13 @@ func ParseAuditListResponse(rsp *http.Response) (*AuditListResponse, error) {
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6523,6 +6691,13 @@ func ParseCoverageListResponse(rsp *http.Response) (*CoverageListResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -6624,6 +6799,13 @@ func ParseCoverageMissingResponse(rsp *http.Response) (*CoverageMissingResponse,
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -6754,6 +6936,13 @@ func ParseExecutionAbandonResponse(rsp *http.Response) (*ExecutionAbandonRespons
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6840,6 +7029,13 @@ func ParseJobListResponse(rsp *http.Response) (*JobListResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -6963,6 +7159,13 @@ func ParseRequestCreateAptTradeResponse(rsp *http.Response) (*RequestCreateAptTr
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7084,6 +7287,13 @@ func ParseRequestCreateCorpCodeSyncResponse(rsp *http.Response) (*RequestCreateC
 			return nil, err
 		}
 		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -7207,6 +7417,13 @@ func ParseRequestCreateCreditEvalResponse(rsp *http.Response) (*RequestCreateCre
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7328,6 +7545,13 @@ func ParseRequestCreateFilingParseResponse(rsp *http.Response) (*RequestCreateFi
 			return nil, err
 		}
 		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -7451,6 +7675,13 @@ func ParseRequestCreateMetricsResponse(rsp *http.Response) (*RequestCreateMetric
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7572,6 +7803,13 @@ func ParseRequestCreateRulesResponse(rsp *http.Response) (*RequestCreateRulesRes
 			return nil, err
 		}
 		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -7695,6 +7933,13 @@ func ParseRequestCreateStockPriceResponse(rsp *http.Response) (*RequestCreateSto
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7788,6 +8033,13 @@ func ParseJobGetResponse(rsp *http.Response) (*JobGetResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -7911,6 +8163,13 @@ func ParseRequestEstimateResponse(rsp *http.Response) (*RequestEstimateResponse,
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8011,6 +8270,13 @@ func ParseJobHistoryResponse(rsp *http.Response) (*JobHistoryResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -8141,6 +8407,13 @@ func ParseRequestCreateResponse(rsp *http.Response) (*RequestCreateResponse, err
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8270,6 +8543,13 @@ func ParseJobStopResponse(rsp *http.Response) (*JobStopResponse, error) {
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8356,6 +8636,13 @@ func ParseProviderListResponse(rsp *http.Response) (*ProviderListResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -8450,6 +8737,13 @@ func ParseRequestListResponse(rsp *http.Response) (*RequestListResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -8552,6 +8846,13 @@ func ParseRequestGetResponse(rsp *http.Response) (*RequestGetResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8638,6 +8939,13 @@ func ParseWorkerListResponse(rsp *http.Response) (*WorkerListResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
