@@ -298,7 +298,8 @@ func paramsSchemaName(job string) string {
 //     for one that needs an operator's (every POST), 429 (with Retry-After)
 //     once its client sent too many wrong tokens (authLimiter);
 //   - 413 for an operation that takes a body (every POST): limitBody
-//     answers it before the handler;
+//     answers it before the handler; 400 for a GET sent with a body,
+//     which limitBody refuses unread;
 //   - 415 for a /v1 body that is not application/json and 400 for one
 //     that repeats a key (requireJSON), on every /v1 POST;
 //   - 503 with Retry-After for every /v1 operation: the database is
@@ -356,6 +357,9 @@ func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 	}
 	if op.Method != http.MethodGet {
 		add(http.StatusRequestEntityTooLarge).Description = "The body is over the limit (BUILDRISK_MAX_BODY_BYTES)"
+	} else {
+		// limitBody refuses a GET with a body before reading it.
+		add(http.StatusBadRequest)
 	}
 	if op.Method != http.MethodGet && strings.HasPrefix(op.Path, "/v1/") {
 		// requireJSON answers these before the handler runs.

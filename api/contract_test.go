@@ -424,6 +424,14 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 		c.Do(exchange{method: http.MethodPost, path: abandon, token: op, want: http.StatusServiceUnavailable})
 	})
 
+	// A GET carries no body: sent with one, every GET answers 400 unread.
+	for path, item := range c.doc.Paths.Map() {
+		if item.Get != nil {
+			path := strings.NewReplacer("{job}", "aptTrade", "{id}", "1").Replace(path)
+			c.Do(exchange{method: http.MethodGet, path: path, token: op, body: `{}`, invalid: true, want: http.StatusBadRequest})
+		}
+	}
+
 	// Token guessing: past AuthFailuresMax wrong tokens from this address,
 	// every operation answers a wrong token 429 with Retry-After (a right
 	// one is never refused).
