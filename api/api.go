@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"reflect"
 	"strconv"
 	"strings"
@@ -116,6 +117,15 @@ type Config struct {
 	// then bounded by RequestTimeout alone (pgx cancels them, and PgBouncer
 	// forwards the cancel).
 	TxSettings *pgtx.TxSettings
+	// AllowedHosts are the host names (or IP addresses) the api answers for,
+	// ports aside (BUILDRISK_ALLOWED_HOSTS; loopback names by default with
+	// Insecure): any other Host is answered 421 (checkHost). Empty: any Host.
+	AllowedHosts []string
+	// TrustedProxies are the proxies whose X-Forwarded-For names the client
+	// (BUILDRISK_TRUSTED_PROXIES): the address the audit trail, the logs and
+	// the limits of failed credential checks know a client by. From any
+	// other peer the header is ignored. Empty: every client is its peer.
+	TrustedProxies []netip.Prefix
 	// MaxBodyBytes bounds every request body (BUILDRISK_MAX_BODY_BYTES);
 	// default MaxBodyBytesDefault. A larger body is answered 413 unread.
 	MaxBodyBytes int64
@@ -137,7 +147,7 @@ type Server struct {
 	api      huma.API
 	mux      *http.ServeMux
 	sessions *sessionSigner
-	// authLimit counts failed credential checks per client.
+	// authLimit counts failed credential checks per client and in all.
 	authLimit *authLimiter
 	// crossOrigin rejects unsafe requests a browser marks as coming from
 	// another origin (Sec-Fetch-Site, Origin); see authenticate.
@@ -288,11 +298,14 @@ func paramsSchemaName(job string) string {
 //     for one that needs an operator's (every POST), 429 (with Retry-After)
 //     once its client sent too many wrong tokens (authLimiter);
 //   - 413 for an operation that takes a body (every POST): limitBody
-//     answers it before the handler;
+//     answers it before the handler; 400 for a GET sent with a body,
+//     which limitBody refuses unread;
 //   - 415 for a /v1 body that is not application/json and 400 for one
 //     that repeats a key (requireJSON), on every /v1 POST;
 //   - 503 with Retry-After for every /v1 operation: the database is
 //     unavailable or busy (problemFrom);
+//   - 421 for every operation: the Host is not one of AllowedHosts
+//     (checkHost);
 //   - the 409 as ConflictError, the problem with activeRequestId;
 //   - Huma's schema-validation failure as the 400 this API answers it with
 //     (see init), and only where Huma can raise one: an operation whose
@@ -344,6 +357,9 @@ func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 	}
 	if op.Method != http.MethodGet {
 		add(http.StatusRequestEntityTooLarge).Description = "The body is over the limit (BUILDRISK_MAX_BODY_BYTES)"
+	} else {
+		// limitBody refuses a GET with a body before reading it.
+		add(http.StatusBadRequest)
 	}
 	if op.Method != http.MethodGet && strings.HasPrefix(op.Path, "/v1/") {
 		// requireJSON answers these before the handler runs.
@@ -357,6 +373,7 @@ func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 			"Retry-After": {Description: "seconds to wait before retrying", Required: true, Schema: &huma.Schema{Type: huma.TypeInteger, Minimum: new(float64(1))}},
 		}
 	}
+	add(http.StatusMisdirectedRequest).Description = "The request's Host is not one this api answers for (BUILDRISK_ALLOWED_HOSTS; without authentication, loopback names unless set)"
 	if _, ok := op.Responses["default"]; ok && len(op.Responses) > 2 {
 		// Huma's catch-all for an operation without declared errors: now
 		// that its errors are listed, list the 500 instead.
@@ -421,8 +438,8 @@ func nullableRefs(oapi *huma.OpenAPI) {
 // console session) auth and then the body limit, the console, and River UI
 // when configured. Auth comes first so that no anonymous body is read.
 func (s *Server) Handler() http.Handler {
-	inner := apiHeaders(s.authenticate(s.limitBody(s.requireJSON(s.withDeadline(s.mux)))))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { inner.ServeHTTP(w, withClient(r)) })
+	inner := s.checkHost(apiHeaders(s.authenticate(s.limitBody(s.requireJSON(s.withDeadline(s.mux))))))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { inner.ServeHTTP(w, s.withClient(r)) })
 }
 
 // apiHeaders marks every /v1 answer, refusals included, as one a browser

@@ -25,9 +25,10 @@ const (
 // clientKey carries the client's address in a request's context.
 type clientKey struct{}
 
-// withClient puts r's client address in its context for audit.
-func withClient(r *http.Request) *http.Request {
-	return r.WithContext(context.WithValue(r.Context(), clientKey{}, clientAddr(r)))
+// withClient puts r's client address (clientAddr) in its context, for the
+// audit trail, the logs and the limits of failed credential checks.
+func (s *Server) withClient(r *http.Request) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), clientKey{}, s.clientAddr(r)))
 }
 
 func clientFrom(ctx context.Context) string {

@@ -211,17 +211,13 @@ func callerName(ctx context.Context) string {
 	return "api"
 }
 
-// identifyLimited is identify under the per-client limit of failed checks:
-// a client past it gets 429 before its credential is looked at (refused),
-// and a wrong bearer token counts as a failure.
+// identifyLimited is identify under the limits of failed checks: a right
+// credential is never refused; a wrong bearer token counts as a failure,
+// and is answered 429 (refused) when its client is limited (authFailed).
 func (s *Server) identifyLimited(w http.ResponseWriter, r *http.Request) (*caller, bool, bool) {
-	bearer := r.Header.Get("Authorization") != ""
-	if bearer && s.refuseLimited(w, r, true) {
-		return nil, false, true
-	}
 	c, ok := s.identify(r)
-	if !ok && bearer {
-		s.authFailed(r.Context(), r, observability.AuthViaBearer)
+	if !ok && r.Header.Get("Authorization") != "" && s.authFailed(w, r, observability.AuthViaBearer, true) {
+		return nil, false, true
 	}
 	return c, ok, false
 }

@@ -1,6 +1,9 @@
 package api
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -84,4 +87,40 @@ func FuzzParseID(f *testing.F) {
 			t.Fatalf("parseID(%q) = %d, accepted but not canonical", s, id)
 		}
 	})
+}
+
+// clientAddr believes X-Forwarded-For only from a trusted proxy, reads it
+// from the right past the trusted proxies, and stops at a malformed entry;
+// limitKey keys an IPv6 client by its /64.
+func TestClientAddr(t *testing.T) {
+	t.Parallel()
+	s := &Server{cfg: Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}}}
+	for _, c := range []struct {
+		peer      string
+		forwarded []string
+		want      string
+	}{
+		{"192.0.2.1:5000", []string{"198.51.100.1"}, "192.0.2.1"},                           // not a proxy: ignored
+		{"10.0.0.5:5000", nil, "10.0.0.5"},                                                  // a proxy without the header
+		{"10.0.0.5:5000", []string{"198.51.100.1"}, "198.51.100.1"},                         // one proxy
+		{"10.0.0.5:5000", []string{"203.0.113.9, 198.51.100.1, 10.2.3.4"}, "198.51.100.1"},  // the client forged the first
+		{"10.0.0.5:5000", []string{"203.0.113.9", "198.51.100.1,10.2.3.4"}, "198.51.100.1"}, // several header lines
+		{"10.0.0.5:5000", []string{"198.51.100.1:4711"}, "198.51.100.1"},                    // with a port
+		{"10.0.0.5:5000", []string{"198.51.100.1, garbage"}, "10.0.0.5"},                    // malformed: the proxy
+		{"10.0.0.5:5000", []string{"10.9.9.9"}, "10.9.9.9"},                                 // only proxies: the first
+		{"[::1]:5000", []string{"[2001:db8::7]:80"}, "2001:db8::7"},
+		{"[::ffff:10.0.0.5]:5000", []string{"::ffff:198.51.100.1"}, "198.51.100.1"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = c.peer
+		for _, v := range c.forwarded {
+			r.Header.Add("X-Forwarded-For", v)
+		}
+		require.Equal(t, c.want, s.clientAddr(r), "%s %v", c.peer, c.forwarded)
+	}
+	r := s.withClient(httptest.NewRequest(http.MethodGet, "/", nil))
+	require.Equal(t, "192.0.2.1", limitKey(r))
+	r.RemoteAddr = "[::1]:1"
+	r.Header.Set("X-Forwarded-For", "2001:db8:1:2:3:4:5:6")
+	require.Equal(t, "2001:db8:1:2::/64", limitKey(s.withClient(r)))
 }

@@ -5,65 +5,86 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
 
-// Limits of failed credential checks per client: after AuthFailuresMax
-// wrong bearer tokens or logins within AuthFailureWindow, every credential
-// the client sends answers 429 (with Retry-After) until the window ends,
-// the right one too, so a guess can no longer be tested. A caller that
-// sends no credential is never limited.
+// Limits of failed credential checks. A right credential is never refused:
+// behind a proxy every client shares one address, and a limit that refused
+// it would let ten wrong tokens a minute lock every client out. A wrong one
+// is answered 429 (with Retry-After) instead of 401 once its client failed
+// AuthFailuresMax times within AuthFailureWindow, or once all clients
+// together failed AuthGlobalFailuresMax times within it, so that rotating
+// source addresses buys no more failures. Guessing a token of
+// TokenMinLength random characters is hopeless at any rate; the limit
+// bounds what failures cost (log lines, audit rows) and makes a burst
+// visible. A caller that sends no credential is never limited.
 const (
 	AuthFailuresMax   = 10
 	AuthFailureWindow = time.Minute
+	// AuthGlobalFailuresMax bounds the failures of every client together
+	// within AuthFailureWindow.
+	AuthGlobalFailuresMax = 100
 	// authClientsMax bounds the clients remembered; past it, the ones
 	// whose window ended are forgotten.
 	authClientsMax = 10000
 )
 
-// authLimiter counts failed credential checks per client address.
+// authLimiter counts failed credential checks per client and in all.
 type authLimiter struct {
 	mu      sync.Mutex
 	now     func() time.Time
-	clients map[string]*authClient
+	clients map[string]*authWindow
+	global  authWindow
 }
 
-type authClient struct {
+// authWindow counts the failures of a window that started at start.
+type authWindow struct {
 	start    time.Time
 	failures int
 }
 
 func newAuthLimiter(now func() time.Time) *authLimiter {
-	return &authLimiter{now: now, clients: map[string]*authClient{}}
+	return &authLimiter{now: now, clients: map[string]*authWindow{}}
 }
 
-// blocked returns how long client must wait, or 0 when it may try.
-func (l *authLimiter) blocked(client string) time.Duration {
+// limited returns how long a wrong credential of client is answered 429:
+// until the end of its window once it has AuthFailuresMax failures, or of
+// the global window once that has AuthGlobalFailuresMax; 0 when neither.
+func (l *authLimiter) limited(client string) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c, ok := l.clients[client]
-	if !ok {
-		return 0
+	now := l.now()
+	var wait time.Duration
+	if left := l.global.start.Add(AuthFailureWindow).Sub(now); left > 0 && l.global.failures >= AuthGlobalFailuresMax {
+		wait = left
 	}
-	left := c.start.Add(AuthFailureWindow).Sub(l.now())
-	if left <= 0 {
-		delete(l.clients, client)
-		return 0
+	if c, ok := l.clients[client]; ok {
+		left := c.start.Add(AuthFailureWindow).Sub(now)
+		switch {
+		case left <= 0:
+			delete(l.clients, client)
+		case c.failures >= AuthFailuresMax:
+			wait = max(wait, left)
+		}
 	}
-	if c.failures < AuthFailuresMax {
-		return 0
-	}
-	return left
+	return wait
 }
 
-// fail records a failed check of client and reports whether it is the
-// first of its window (the one that is logged).
+// fail records a failed check of client, in its window and the global one,
+// and reports whether it is the first of the client's window (the one that
+// is logged).
 func (l *authLimiter) fail(client string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
+	if now.Sub(l.global.start) >= AuthFailureWindow {
+		l.global = authWindow{start: now}
+	}
+	l.global.failures++
 	c, ok := l.clients[client]
 	if ok && now.Sub(c.start) >= AuthFailureWindow {
 		ok = false
@@ -76,32 +97,91 @@ func (l *authLimiter) fail(client string) bool {
 				}
 			}
 		}
-		c = &authClient{start: now}
+		c = &authWindow{start: now}
 		l.clients[client] = c
 	}
 	c.failures++
 	return c.failures == 1
 }
 
-// clientAddr is the address failures are counted by: the peer's IP (behind
-// a proxy, the proxy's: put the limit there too).
-func clientAddr(r *http.Request) string {
+// clientAddr returns r's client address: the peer's IP or, when the peer is
+// a trusted proxy (Config.TrustedProxies), the address X-Forwarded-For
+// names for it. That header is read from the right, each proxy having
+// appended the address it received the request from: the first address
+// that is not itself a trusted proxy is the client. A malformed entry ends
+// the walk at the last address read (a trusted proxy, which then stands for
+// the client); so does an X-Forwarded-For from anyone else, which is never
+// believed.
+func (s *Server) clientAddr(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
-		return r.RemoteAddr
+		host = r.RemoteAddr
 	}
-	return host
+	peer, err := netip.ParseAddr(host)
+	if err != nil || !s.trustedProxy(peer) {
+		return host
+	}
+	client := peer.Unmap()
+	entries := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+	for i := len(entries) - 1; i >= 0; i-- {
+		addr, ok := parseForwarded(entries[i])
+		if !ok {
+			break
+		}
+		client = addr
+		if !s.trustedProxy(addr) {
+			break
+		}
+	}
+	return client.String()
 }
 
-// refuseLimited answers 429 when r's client is limited and reports whether
-// it did.
+// parseForwarded parses one X-Forwarded-For entry: an IP address, maybe
+// with a port (IPv6 then in brackets).
+func parseForwarded(entry string) (netip.Addr, bool) {
+	entry = strings.TrimSpace(entry)
+	if addr, err := netip.ParseAddr(entry); err == nil {
+		return addr.Unmap(), true
+	}
+	if addrPort, err := netip.ParseAddrPort(entry); err == nil {
+		return addrPort.Addr().Unmap(), true
+	}
+	return netip.Addr{}, false
+}
+
+// trustedProxy reports whether addr is one of Config.TrustedProxies.
+func (s *Server) trustedProxy(addr netip.Addr) bool {
+	addr = addr.Unmap()
+	for _, p := range s.cfg.TrustedProxies {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// limitKey is what failures are counted by: r's client address (see
+// clientAddr), an IPv6 client by its /64, which one host usually holds
+// whole.
+func limitKey(r *http.Request) string {
+	client := clientFrom(r.Context())
+	addr, err := netip.ParseAddr(client)
+	if err != nil || !addr.Is6() || addr.Is4In6() {
+		return client
+	}
+	return netip.PrefixFrom(addr, 64).Masked().String()
+}
+
+// refuseLimited answers 429 when r's client is limited (see limited) and
+// reports whether it did. Call it only after r's credential was found
+// wrong: a right one is never refused.
 func (s *Server) refuseLimited(w http.ResponseWriter, r *http.Request, problem bool) bool {
-	wait := s.authLimit.blocked(clientAddr(r))
+	wait := s.authLimit.limited(limitKey(r))
 	if wait <= 0 {
 		return false
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
-	msg := "too many failed credential checks from this address; retry after Retry-After seconds"
+	msg := "too many failed credential checks; retry after Retry-After seconds"
 	if problem {
 		writeProblem(w, http.StatusTooManyRequests, msg)
 	} else {
@@ -110,14 +190,26 @@ func (s *Server) refuseLimited(w http.ResponseWriter, r *http.Request, problem b
 	return true
 }
 
-// authFailed counts and, once per client and window, logs a failed check.
-// The guess itself is never logged.
-func (s *Server) authFailed(ctx context.Context, r *http.Request, via string) {
+// authFailed handles a wrong credential: it is counted (via names how it
+// came: bearer or login), and answered 429 when its client is limited, which
+// authFailed reports. Otherwise the failure counts towards the limits and,
+// once per client and window, is logged: the caller answers 401. The guess
+// itself is never logged.
+func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, via string, problem bool) (refused bool) {
+	ctx := r.Context()
 	s.cfg.Instruments.AuthFailed(ctx, via)
-	client := clientAddr(r)
-	if s.authLimit.fail(client) {
-		s.cfg.Logger.WarnContext(ctx, "authentication failed", slog.String("client", client), slog.String("via", via),
-			slog.String("path", r.URL.Path),
-			slog.String("note", "later failures of this client within the window are counted in buildrisk_auth_failures_total, not logged"))
+	if s.refuseLimited(w, r, problem) {
+		return true
 	}
+	if s.authLimit.fail(limitKey(r)) {
+		s.logAuthFailure(ctx, r, via)
+	}
+	return false
+}
+
+// logAuthFailure logs the first failure of a client's window.
+func (s *Server) logAuthFailure(ctx context.Context, r *http.Request, via string) {
+	s.cfg.Logger.WarnContext(ctx, "authentication failed", slog.String("client", clientFrom(ctx)), slog.String("via", via),
+		slog.String("path", r.URL.Path),
+		slog.String("note", "later failures of this client within the window are counted in buildrisk_auth_failures_total, not logged"))
 }

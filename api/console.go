@@ -95,14 +95,15 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin login refused", http.StatusForbidden)
 		return
 	}
-	if s.refuseLimited(w, r, false) {
-		return
-	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	next := localPath(r.PostFormValue("next"))
 	role, name, ok := s.lookupToken(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
-		s.authFailed(r.Context(), r, observability.AuthViaLogin)
+		// A right token is never limited; a wrong one is answered 429 once
+		// its client is.
+		if s.authFailed(w, r, observability.AuthViaLogin, false) {
+			return
+		}
 		s.audit(r.Context(), "anonymous", AuditLoginFailed, "", "")
 		s.render(w, http.StatusUnauthorized, "login.html", loginPage{Next: next, Error: "That token is not valid. Use a viewer or operator token from BUILDRISK_API_TOKENS."})
 		return
@@ -120,8 +121,9 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 }
 
 // logout ends the session on the server and deletes the cookie; with
-// everywhere=1 it ends every console session. It is a POST carrying the
-// CSRF token, so another site cannot sign a user out.
+// everywhere=1 an operator's ends every console session, a viewer's every
+// session of its own token (endSessions). It is a POST carrying the CSRF
+// token, so another site cannot sign a user out.
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	if err := s.crossOrigin.Check(r); err != nil {
 		http.Error(w, "cross-origin logout refused", http.StatusForbidden)
@@ -141,8 +143,11 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		detail := ""
-		if everywhere {
+		switch {
+		case everywhere && sess.Role == RoleOperator:
 			detail = "everywhere"
+		case everywhere:
+			detail = "every session of this token"
 		}
 		s.audit(r.Context(), sess.Name, AuditLogout, "", detail)
 	}

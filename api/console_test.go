@@ -433,6 +433,32 @@ func TestConsole_LogoutRevokesTheSession(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, apptest.NewConsoleClient(t, s.API).Login(apptest.OperatorToken).StatusCode, "a new login works")
 }
 
+// "Sign out everywhere" ends every session only for an operator: a viewer
+// ends the sessions of its own token, never an operator's.
+func TestConsole_ViewerSignsOutOnlyItsOwnSessions(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	withCookie := func(value string) int {
+		req, err := http.NewRequest(http.MethodGet, s.API.URL+"/v1/jobs", nil)
+		require.NoError(t, err)
+		req.AddCookie(&http.Cookie{Name: api.SessionCookieName, Value: value})
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		return resp.StatusCode
+	}
+	operator := sessionCookie(t, apptest.NewConsoleClient(t, s.API).Login(apptest.OperatorToken)).Value
+	otherViewer := sessionCookie(t, apptest.NewConsoleClient(t, s.API).Login(apptest.ViewerToken)).Value
+	v := apptest.NewConsoleClient(t, s.API)
+	viewer := sessionCookie(t, v.Login(apptest.ViewerToken)).Value
+	require.Contains(t, v.Page(), "Sign out all my sessions")
+	resp, _ := v.Send(http.MethodPost, "/logout", "application/x-www-form-urlencoded", url.Values{"csrf": {v.CSRF}, "everywhere": {"1"}}.Encode(), nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, http.StatusUnauthorized, withCookie(viewer), "the viewer is signed out")
+	require.Equal(t, http.StatusUnauthorized, withCookie(otherViewer), "and so is its token's other session")
+	require.Equal(t, http.StatusOK, withCookie(operator), "an operator's session is not the viewer's to end")
+}
+
 // The low findings: a bad static path is a 4xx, not a 500; /v1 answers
 // (refusals included) are nosniff and no-store; over TLS the session
 // cookie is __Host- prefixed (Secure, Path=/, no Domain), so a sibling

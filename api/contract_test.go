@@ -82,6 +82,8 @@ type exchange struct {
 	// contentLength, when set, is sent instead of the body's length (a
 	// body over the limit is refused by its announced length).
 	contentLength int64
+	// host, when set, is sent as the Host header.
+	host string
 	// invalid marks a request the test means to break the document's
 	// rules (bad params, no token, a body over the limit): only its
 	// answer is validated.
@@ -105,6 +107,9 @@ func (c *contract) Do(e exchange) map[string]any {
 	}
 	if e.token != "" {
 		req.Header.Set("Authorization", "Bearer "+e.token)
+	}
+	if e.host != "" {
+		req.Host = e.host
 	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(c.t, err)
@@ -266,7 +271,8 @@ func (c *contract) unseen() []string {
 func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 	t.Parallel()
 	// Coverage counted at every call, so the locked database answers 503.
-	env := map[string]string{"BUILDRISK_COVERAGE_MAX_AGE": "1ms"}
+	// The api answers for the test server's address only (421 otherwise).
+	env := map[string]string{"BUILDRISK_COVERAGE_MAX_AGE": "1ms", "BUILDRISK_ALLOWED_HOSTS": "127.0.0.1"}
 	maps.Copy(env, apptest.UnavailableEnv)
 	s := apptest.New(t, &apptest.Opts{Env: env})
 	c := newContract(t, s.API.URL)
@@ -418,8 +424,17 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 		c.Do(exchange{method: http.MethodPost, path: abandon, token: op, want: http.StatusServiceUnavailable})
 	})
 
+	// A GET carries no body: sent with one, every GET answers 400 unread.
+	for path, item := range c.doc.Paths.Map() {
+		if item.Get != nil {
+			path := strings.NewReplacer("{job}", "aptTrade", "{id}", "1").Replace(path)
+			c.Do(exchange{method: http.MethodGet, path: path, token: op, body: `{}`, invalid: true, want: http.StatusBadRequest})
+		}
+	}
+
 	// Token guessing: past AuthFailuresMax wrong tokens from this address,
-	// every operation answers 429 with Retry-After, even to the right token.
+	// every operation answers a wrong token 429 with Retry-After (a right
+	// one is never refused).
 	for i := range api.AuthFailuresMax {
 		c.Do(exchange{method: http.MethodGet, path: "/v1/jobs", token: fmt.Sprintf("wrong-token-%d-0123456789abcdef0123456789", i), invalid: true, want: http.StatusUnauthorized})
 	}
@@ -437,7 +452,16 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 				require.NoError(t, err)
 				body = string(example)
 			}
-			c.Do(exchange{method: method, path: path, token: op, body: body, want: http.StatusTooManyRequests})
+			c.Do(exchange{method: method, path: path, token: "wrong-token-limited-0123456789abcdef0123456789", invalid: true, body: body, want: http.StatusTooManyRequests})
+		}
+	}
+
+	// A Host the api does not answer for (BUILDRISK_ALLOWED_HOSTS): 421 on
+	// every operation, before anything else.
+	for path, item := range c.doc.Paths.Map() {
+		for method := range item.Operations() {
+			path := strings.NewReplacer("{job}", "aptTrade", "{id}", "1").Replace(path)
+			c.Do(exchange{method: method, path: path, token: op, host: "rebound.example", invalid: true, want: http.StatusMisdirectedRequest})
 		}
 	}
 

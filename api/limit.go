@@ -23,13 +23,22 @@ const MaxBodyBytesDefault = 1 << 20
 // else (the console's login and logout forms, paths that take no body) is
 // never buffered: it is only capped while the handler streams it.
 //
+// A GET or HEAD carries no body: one that comes with a body is answered
+// 400 before any of it is read (and its connection closed), from anyone,
+// so a viewer cannot make the api buffer a body a read never uses.
+//
 // It runs after authenticate, which has already refused an anonymous /v1
 // or River UI call without reading its body.
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	limit := s.cfg.MaxBodyBytes
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body == nil || r.Body == http.NoBody {
+		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 			next.ServeHTTP(w, r)
+			return
+		}
+		if isReadOnly(r) {
+			w.Header().Set("Connection", "close")
+			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("a %s request carries no body", r.Method))
 			return
 		}
 		if r.ContentLength > limit {

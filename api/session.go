@@ -258,12 +258,18 @@ func (s *Server) startSession(ctx context.Context, role Role, name string) (*ses
 	return sess, nil
 }
 
-// endSessions revokes sess, or every session when everywhere is set.
+// endSessions revokes sess or, when everywhere is set, every session an
+// operator may end: an operator's "sign out everywhere" ends every console
+// session (a suspected leak), a viewer's only those opened with its own
+// token, since a viewer may not act on anyone else.
 func (s *Server) endSessions(ctx context.Context, sess *session, everywhere bool) error {
 	var err error
-	if everywhere {
+	switch {
+	case everywhere && sess.Role == RoleOperator:
 		_, err = s.queries.ConsoleSessionRevokeAll(ctx, s.pool)
-	} else {
+	case everywhere:
+		_, err = s.queries.ConsoleSessionRevokeOwn(ctx, s.pool, &queries.ConsoleSessionRevokeOwnParams{TokenName: sess.Name, Role: string(sess.Role)})
+	default:
 		_, err = s.queries.ConsoleSessionRevoke(ctx, s.pool, sessionIDHash(sess.ID))
 	}
 	return err

@@ -53,6 +53,7 @@ type promConfig struct {
 		HonorLabels   bool   `yaml:"honor_labels"`
 		JobName       string `yaml:"job_name"`
 		MetricsPath   string `yaml:"metrics_path"`
+		SampleLimit   int    `yaml:"sample_limit"`
 		StaticConfigs []struct {
 			Targets []string `yaml:"targets"`
 		} `yaml:"static_configs"`
@@ -202,6 +203,9 @@ func TestPrometheusConfig(t *testing.T) {
 		// Keeps the batch-job `job` label of buildrisk_* series.
 		require.True(t, sc.HonorLabels, "scrape job %s needs honor_labels: true", sc.JobName)
 		require.Contains(t, []string{"", "/metrics"}, sc.MetricsPath)
+		// A target serving unbounded series fails its scrape instead of
+		// filling Prometheus.
+		require.Positive(t, sc.SampleLimit, "scrape job %s needs a sample_limit", sc.JobName)
 		switch sc.JobName {
 		case "buildrisk-api":
 			require.Len(t, sc.StaticConfigs, 1)

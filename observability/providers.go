@@ -124,7 +124,7 @@ func NewProviders(ctx context.Context, cfg Config) (*Providers, error) {
 
 	plan := exportPlanFromEnv(os.Getenv)
 
-	meterOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(promReader)}
+	meterOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(promReader), sdkmetric.WithView(Views()...)}
 	var pushReader sdkmetric.Reader
 	if plan.Metrics {
 		pushReader, err = autoexport.NewMetricReader(ctx)
@@ -160,6 +160,36 @@ func NewProviders(ctx context.Context, cfg Config) (*Providers, error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 
 	return ProvidersFrom(reg, sdkmetric.NewMeterProvider(meterOpts...), sdktrace.NewTracerProvider(tracerOpts...), exporting), nil
+}
+
+// HTTPServerMetricAttributes are the only attributes the http.server.*
+// instruments keep (see [Views]): each has a bounded set of values whatever
+// the request says (otelhttp reads the method as one of the standard ones or
+// _OTHER, the route from the mux's patterns).
+var HTTPServerMetricAttributes = []attribute.Key{
+	semconv.HTTPRequestMethodKey,
+	semconv.HTTPResponseStatusCodeKey,
+	semconv.HTTPRouteKey,
+	semconv.URLSchemeKey,
+	semconv.NetworkProtocolNameKey,
+	semconv.NetworkProtocolVersionKey,
+	semconv.ErrorTypeKey,
+}
+
+// Views are the views every meter provider of the service is built with.
+// One allow-lists the attributes of the http.server.* instruments, whoever
+// makes them, to [HTTPServerMetricAttributes]: otelhttp labels
+// server.address and server.port from the request's Host header, before
+// the api has authenticated anything, so any client could otherwise add a
+// series per Host it sends. An allow-list, not a deny-list, so an attribute
+// a later otelhttp adds is dropped too until it is judged bounded.
+func Views() []sdkmetric.View {
+	return []sdkmetric.View{
+		sdkmetric.NewView(
+			sdkmetric.Instrument{Name: "http.server.*"},
+			sdkmetric.Stream{AttributeFilter: attribute.NewAllowKeysFilter(HTTPServerMetricAttributes...)},
+		),
+	}
 }
 
 // ProvidersFrom assembles providers from a meter and a tracer provider and

@@ -2,10 +2,14 @@ package observability
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -53,4 +57,54 @@ func TestNewLogger_Redacts(t *testing.T) {
 		}
 		require.Contains(t, out, Redacted)
 	}
+}
+
+// Secrets finds a configured value bare, in every encoding a message may
+// carry it, whatever the ASCII case of its percent-encoding, and before
+// the name=value rule cuts it at a '&'.
+func TestSecrets_Redact(t *testing.T) {
+	t.Parallel()
+	const key = "KEYCANARY+dart/9b&21=="
+	secrets := NewSecrets(key, "", "other-key")
+	for _, form := range []string{
+		key,
+		url.QueryEscape(key), url.PathEscape(key),
+		strings.ToLower(url.QueryEscape(key)),
+		url.QueryEscape(url.QueryEscape(key)),
+		`KEYCANARY+dart/9b\u002621==`, // JSON-escaped
+		"KEYCANARY+dart/9b&amp;21==",  // HTML-escaped
+		base64.StdEncoding.EncodeToString([]byte(key)), base64.RawURLEncoding.EncodeToString([]byte(key)),
+	} {
+		got := secrets.Redact("unregistered key " + form + " (/api/list.json?corp_code=1&crtfc_key=" + form + ")")
+		require.NotContains(t, got, "KEYCANARY", form)
+		require.NotContains(t, got, "21", form)
+		require.Contains(t, got, "unregistered key "+Redacted, form)
+	}
+	require.Equal(t, "key other-"+Redacted+"-x", secrets.Redact("key other-other-key-x"))
+	require.Equal(t, "crtfc_key="+Redacted, secrets.Redact("crtfc_key=unknown"), "the name=value rule still applies")
+	var none *Secrets
+	require.Equal(t, "apiKey="+Redacted+" KEYCANARY", none.Redact("apiKey=x KEYCANARY"))
+
+	err := fmt.Errorf("chunk 1: %w", &url.Error{Op: "Get", URL: "/x?k=" + key, Err: io.EOF})
+	redacted := secrets.RedactError(err)
+	require.NotContains(t, redacted.Error(), "KEYCANARY")
+	require.ErrorIs(t, redacted, io.EOF, "the cause is still seen")
+	require.Same(t, redacted, secrets.RedactError(redacted), "not wrapped twice")
+	require.NoError(t, secrets.RedactError(nil))
+}
+
+// A logger wrapped by Secrets.Handler quotes no secret value in its
+// message, attributes, groups or the attributes it was made with.
+func TestSecrets_Handler(t *testing.T) {
+	t.Parallel()
+	const key = "KEYCANARYlog%Secret"
+	var buf bytes.Buffer
+	logger := slog.New(NewSecrets(key).Handler(NewLogger(&buf, LogFormatJSON, slog.LevelInfo).Handler()))
+	logger.With(slog.String("with", "a "+key)).WithGroup("g").Info("refused: "+key,
+		slog.String("s", url.QueryEscape(key)),
+		slog.Any("error", errors.New("unregistered key "+key)),
+		slog.Group("inner", slog.String("deep", key)))
+	require.NotContains(t, buf.String(), "KEYCANARY")
+	require.Contains(t, buf.String(), `"msg":"refused: REDACTED"`)
+	require.Equal(t, slog.Default().Handler(), NewSecrets().Handler(slog.Default().Handler()), "nothing to redact: unwrapped")
 }

@@ -16,9 +16,16 @@ UPDATE console_session SET revoked_at = now()
 WHERE id_hash = @id_hash AND revoked_at IS NULL;
 
 -- name: ConsoleSessionRevokeAll :execrows
--- ConsoleSessionRevokeAll ends every session ("sign out everywhere").
+-- ConsoleSessionRevokeAll ends every session (an operator's "sign out
+-- everywhere").
 UPDATE console_session SET revoked_at = now()
 WHERE revoked_at IS NULL AND expires_at > now();
+
+-- name: ConsoleSessionRevokeOwn :execrows
+-- ConsoleSessionRevokeOwn ends every session opened with one token (its
+-- name and role): a viewer's "sign out everywhere".
+UPDATE console_session SET revoked_at = now()
+WHERE token_name = @token_name AND role = @role AND revoked_at IS NULL AND expires_at > now();
 
 -- name: ConsoleSessionDeleteExpired :execrows
 -- ConsoleSessionDeleteExpired forgets sessions that ended a day ago or more.

@@ -87,9 +87,30 @@ UPDATE console_session SET revoked_at = now()
 WHERE revoked_at IS NULL AND expires_at > now()
 `
 
-// ConsoleSessionRevokeAll ends every session ("sign out everywhere").
+// ConsoleSessionRevokeAll ends every session (an operator's "sign out
+// everywhere").
 func (q *Queries) ConsoleSessionRevokeAll(ctx context.Context, db DBTX) (int64, error) {
 	result, err := db.Exec(ctx, consoleSessionRevokeAll)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const consoleSessionRevokeOwn = `-- name: ConsoleSessionRevokeOwn :execrows
+UPDATE console_session SET revoked_at = now()
+WHERE token_name = $1 AND role = $2 AND revoked_at IS NULL AND expires_at > now()
+`
+
+type ConsoleSessionRevokeOwnParams struct {
+	TokenName string
+	Role      string
+}
+
+// ConsoleSessionRevokeOwn ends every session opened with one token (its
+// name and role): a viewer's "sign out everywhere".
+func (q *Queries) ConsoleSessionRevokeOwn(ctx context.Context, db DBTX, arg *ConsoleSessionRevokeOwnParams) (int64, error) {
+	result, err := db.Exec(ctx, consoleSessionRevokeOwn, arg.TokenName, arg.Role)
 	if err != nil {
 		return 0, err
 	}

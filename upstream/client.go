@@ -113,7 +113,9 @@ func (e *RateLimitedError) ProviderName() string { return string(e.Provider) }
 
 var _ pgtx.ProviderError = (*RateLimitedError)(nil)
 
-// CallError is a provider call that still failed after its retries.
+// CallError is a provider call that still failed after its retries. The
+// Client that returns one has passed Err through its key values' redaction
+// (Client.RedactError).
 type CallError struct {
 	Provider Provider
 	Endpoint string
@@ -149,7 +151,9 @@ type ClientConfig struct {
 	// BaseURLs is each provider's base URL (BUILDRISK_UPSTREAM_URL or
 	// BUILDRISK_<P>_URL).
 	BaseURLs map[Provider]string
-	// Keys is each provider's API key. Values never leave this struct.
+	// Keys is each provider's API key. Values never leave this struct: every
+	// error the Client returns, and every error a job's parsing of an answer
+	// makes (Client.RedactError), has them scrubbed in every form.
 	Keys map[Provider]string
 	// DailyCaps overrides DailyCapDefaults.
 	DailyCaps map[Provider]int
@@ -300,6 +304,9 @@ type Client struct {
 	// one summary line at most every SummaryInterval.
 	limitLowered  *observability.Summary
 	lastLimitLine atomic.Int64 // unix nanoseconds of the last such line
+	// secrets are the configured keys: every error text the client makes
+	// goes through their redaction.
+	secrets *observability.Secrets
 	// dbOffset is the database's clock minus ProcessClock, in nanoseconds,
 	// as last read (dbClockRead once it was read at least once).
 	dbOffset    atomic.Int64
@@ -315,7 +322,12 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	var transport http.RoundTripper = &keyTransport{next: cfg.Transport}
+	keys := make([]string, 0, len(cfg.Keys))
+	for _, key := range cfg.Keys {
+		keys = append(keys, key)
+	}
+	secrets := observability.NewSecrets(keys...)
+	var transport http.RoundTripper = &keyTransport{next: cfg.Transport, secrets: secrets}
 	if cfg.WrapTransport != nil {
 		transport = cfg.WrapTransport(transport)
 	}
@@ -332,7 +344,8 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*Client, error) {
 			// wherever it points. do reports it as the provider's error.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		rates: map[Provider]*rateLimiter{},
+		rates:   map[Provider]*rateLimiter{},
+		secrets: secrets,
 		limitLowered: observability.NewSummary(cfg.Logger, cfg.SummaryInterval,
 			"provider answered 429 under its BUILDRISK_RATE_<P>: its real limit is below the configured rate; lower the rate").WithLevel(slog.LevelWarn),
 	}
@@ -357,6 +370,17 @@ func (c *Client) noteLimitLowered(ctx context.Context, p Provider) {
 		c.limitLowered.Flush(ctx)
 	}
 }
+
+// Secrets returns the redaction of the configured keys: the runner passes
+// every message of a run, and every line it logs, through it.
+func (c *Client) Secrets() *observability.Secrets { return c.secrets }
+
+// RedactError returns err with every configured key, in any form it may be
+// quoted in (see observability.NewSecrets), scrubbed from its text; errors.Is
+// and errors.As still see its causes. The client's own errors are made so;
+// the runner passes every error of a job through it, since a job's parsing
+// of a provider's answer may quote whatever the provider put in a refusal.
+func (c *Client) RedactError(err error) error { return c.secrets.RedactError(err) }
 
 // DailyCap returns the provider's daily cap.
 func (c *Client) DailyCap(p Provider) int { return c.cfg.DailyCaps[p] }
@@ -582,7 +606,7 @@ func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) 
 		case <-time.After(wait):
 		}
 	}
-	return nil, &CallError{Provider: provider, Endpoint: endpoint.Name, Key: endpoint.CallKey(query), Status: lastStatus, Attempts: attempts, Err: lastErr}
+	return nil, &CallError{Provider: provider, Endpoint: endpoint.Name, Key: endpoint.CallKey(query), Status: lastStatus, Attempts: attempts, Err: c.RedactError(lastErr)}
 }
 
 // mustWait records that the provider asked the execution to wait
@@ -622,7 +646,7 @@ func (c *Client) do(ctx context.Context, target string) ([]byte, int, time.Durat
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, 0, 0, errors.New(observability.Redact(err.Error()))
+		return nil, 0, 0, errors.New(c.secrets.Redact(err.Error()))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
@@ -631,7 +655,7 @@ func (c *Client) do(ctx context.Context, target string) ([]byte, int, time.Durat
 	limit := c.cfg.MaxResponseBytes
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return nil, resp.StatusCode, 0, fmt.Errorf("error reading body: %w", err)
+		return nil, resp.StatusCode, 0, fmt.Errorf("error reading body: %w", c.RedactError(err))
 	}
 	if int64(len(body)) > limit {
 		return nil, resp.StatusCode, 0, fmt.Errorf("%w: over %d bytes", ErrResponseTooLarge, limit)
@@ -730,7 +754,11 @@ type credential struct {
 // provider's configured scheme and host. It is the innermost transport:
 // tracing wraps it and the http.Client's errors quote the request it was
 // given, so neither ever sees the key.
-type keyTransport struct{ next http.RoundTripper }
+type keyTransport struct {
+	next http.RoundTripper
+	// secrets redact the keys from the errors of next.
+	secrets *observability.Secrets
+}
 
 // RoundTrip implements http.RoundTripper.
 func (t *keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -748,7 +776,7 @@ func (t *keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	keyed.URL = &u
 	resp, err := t.next.RoundTrip(keyed)
 	if err != nil {
-		return nil, &redactedError{err: err}
+		return nil, t.secrets.RedactError(err)
 	}
 	resp.Request = r // what callers read back is the request without the key
 	return resp, nil
@@ -769,13 +797,3 @@ func withParam(rawQuery, param, value string) string {
 	q.Set(param, value)
 	return q.Encode()
 }
-
-// redactedError is a transport error whose text goes through
-// observability.Redact; errors.Is and errors.As still see the cause.
-type redactedError struct{ err error }
-
-// Error implements error.
-func (e *redactedError) Error() string { return observability.Redact(e.err.Error()) }
-
-// Unwrap returns the cause.
-func (e *redactedError) Unwrap() error { return e.err }

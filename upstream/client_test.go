@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -468,3 +469,35 @@ func TestParseRetryAfter(t *testing.T) {
 		require.Equal(t, c.want, upstream.ParseRetryAfter(h, now), "Retry-After %q, Date %q", c.value, c.date)
 	}
 }
+
+// An error below the client that quotes the key, bare or in the keyed URL
+// (a proxy's refusal, say), reaches the caller with the key scrubbed in
+// every form.
+func TestClient_ErrorsNeverQuoteTheKey(t *testing.T) {
+	t.Parallel()
+	providers, _ := observabilitytest.NewProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	require.NoError(t, err)
+	const key = "KEYCANARY+client/7f&3a=="
+	client, err := upstream.NewClient(pgtest.NewPool(t), upstream.ClientConfig{
+		BaseURLs:  map[upstream.Provider]string{upstream.ProviderMOLIT: "http://provider.example"},
+		Keys:      map[upstream.Provider]string{upstream.ProviderMOLIT: key},
+		AllowHTTP: true, Backoff: time.Millisecond, Attempts: 2, Instruments: instruments,
+		Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			return nil, fmt.Errorf("proxy: unregistered key %s (%s, %s): %w", r.URL.Query().Get("serviceKey"), r.URL.RequestURI(),
+				url.PathEscape(key), errors.New("refused"))
+		}),
+	})
+	require.NoError(t, err)
+
+	_, err = client.NewCaller("aptTrade", 0).Get(context.Background(), upstream.EndpointAptTrade, upstream.AptTradeQuery("11110", "202501", 1, 10))
+	var callErr *upstream.CallError
+	require.ErrorAs(t, err, &callErr)
+	require.Contains(t, err.Error(), "unregistered key REDACTED")
+	require.NotContains(t, err.Error(), "KEYCANARY")
+	require.NotContains(t, err.Error(), "7f")
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/exposure"
@@ -153,7 +152,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	shutdownHTTP, httpAddr, err := app.ServeHTTP(ctx, env.HTTPAddr, "BUILDRISK_HTTP_ADDR", otelhttp.NewHandler(server.Handler(), "http.server"), tel.Logger)
+	shutdownHTTP, httpAddr, err := app.ServeHTTP(ctx, env.HTTPAddr, "BUILDRISK_HTTP_ADDR", app.APIHandler(server, tel), tel.Logger)
 	if err != nil {
 		return err
 	}

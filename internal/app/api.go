@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -46,7 +47,7 @@ func RunAPI(ctx context.Context, env *Config) error {
 	if err != nil {
 		return err
 	}
-	shutdown, addr, err := ServeHTTP(ctx, env.HTTPAddr, "BUILDRISK_HTTP_ADDR", otelhttp.NewHandler(server.Handler(), "http.server"), tel.Logger)
+	shutdown, addr, err := ServeHTTP(ctx, env.HTTPAddr, "BUILDRISK_HTTP_ADDR", APIHandler(server, tel), tel.Logger)
 	if err != nil {
 		return err
 	}
@@ -84,6 +85,16 @@ func RunAPI(ctx context.Context, env *Config) error {
 // worth, so the server's statement_timeout fires first and names the cause.
 func apiRequestTimeout(env *Config) time.Duration { return 2 * env.APIStatementTimeout }
 
+// APIHandler is the api port's handler: server's, in otelhttp's server
+// spans and http.server.* metrics on the process's providers. Those
+// metrics' labels are bounded by the meter provider's views
+// (observability.Views), not here: otelhttp labels server.address and
+// server.port from the request's Host, before the api authenticates it.
+func APIHandler(server *api.Server, tel *Telemetry) http.Handler {
+	return otelhttp.NewHandler(server.Handler(), "http.server",
+		otelhttp.WithMeterProvider(tel.Providers.Meter), otelhttp.WithTracerProvider(tel.Providers.Tracer))
+}
+
 // NewAPIServer builds the api role's server with an insert-only River client,
 // and River UI on that client (the api authenticates it; see api.Config).
 // River UI's background services and the database probe behind
@@ -113,6 +124,7 @@ func NewAPIServer(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Tel
 		Logger: tel.Logger, Version: Version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
 		RequestTimeout: apiRequestTimeout(env), TxSettings: APITxSettings(env),
 		DailyCaps: env.CapsByName(), Today: BudgetDay(env, pool), RiverUI: riverUI, Coverage: cover,
+		AllowedHosts: env.AllowedHosts, TrustedProxies: env.TrustedProxies,
 	})
 }
 

@@ -240,3 +240,43 @@ func TestBounded_AnonymousBodyIsNotRead(t *testing.T) {
 		uploads, float64(grew)/(1<<20), float64(peakGrowth)/(1<<20))
 	require.Less(t, grew, uint64(40<<20), "anonymous bodies were read into memory")
 }
+
+// A GET or HEAD carries no body, so a viewer's is refused (400) before any
+// of it is read: each answer comes while the body is still held back by
+// the client after its first 16 KiB, where a server buffering the body (up
+// to BUILDRISK_MAX_BODY_BYTES, per connection) would wait for the rest.
+func TestBounded_GetBodyIsNotRead(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport, Timeout: 20 * time.Second}
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		for _, path := range []string{"/v1/jobs", "/v1/requests?limit=1", "/"} {
+			var sent atomic.Int64
+			release := make(chan struct{})
+			timer := time.AfterFunc(5*time.Second, func() { close(release) })
+			req, err := http.NewRequest(method, s.API.URL+path, &gatedBody{head: io.LimitReader(spaces{}, 16<<10), release: release, sent: &sent})
+			require.NoError(t, err)
+			req.ContentLength = -1 // Transfer-Encoding: chunked
+			req.Header.Set("Authorization", "Bearer "+apptest.ViewerToken)
+			start := time.Now()
+			resp, err := client.Do(req)
+			answered := time.Since(start)
+			if timer.Stop() {
+				close(release)
+			}
+			if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+				continue // closed while the client still sent: nothing more read
+			}
+			require.NoError(t, err, "%s %s", method, path)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s %s", method, path)
+			require.Less(t, answered, 5*time.Second, "%s %s: the server waited for the body", method, path)
+			require.LessOrEqual(t, sent.Load(), int64(16<<10), "%s %s", method, path)
+		}
+	}
+	status, out := s.Get("/v1/jobs")
+	require.Equal(t, http.StatusOK, status, "a GET without a body: %v", out)
+}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"net/netip"
 	"os"
 	"regexp"
 	"runtime"
@@ -82,6 +84,15 @@ type Config struct {
 	LogFormat string
 	// MaxBodyBytes bounds every API request body (BUILDRISK_MAX_BODY_BYTES).
 	MaxBodyBytes int64
+	// AllowedHosts are the Host names the api answers for
+	// (BUILDRISK_ALLOWED_HOSTS; LoopbackHosts by default with
+	// BUILDRISK_INSECURE_NO_AUTH=1, any Host by default otherwise); see
+	// api.Config.AllowedHosts. Nil: any Host.
+	AllowedHosts []string
+	// TrustedProxies are the proxies whose X-Forwarded-For the api believes
+	// (BUILDRISK_TRUSTED_PROXIES: addresses and CIDR prefixes, separated by
+	// commas); see api.Config.TrustedProxies.
+	TrustedProxies []netip.Prefix
 	// APIStatementTimeout and APILockTimeout are the statement_timeout and
 	// lock_timeout of the api's database connections
 	// (BUILDRISK_API_STATEMENT_TIMEOUT, BUILDRISK_API_LOCK_TIMEOUT).
@@ -427,12 +438,76 @@ func LoadEnv(getenv func(string) string) (*Config, error) {
 			return nil, envError("BUILDRISK_MAX_BODY_BYTES", "%q is not an integer from 1024 to 1073741824", v)
 		}
 	}
+	if c.AllowedHosts, err = parseAllowedHosts(getenv("BUILDRISK_ALLOWED_HOSTS"), c.InsecureNoAuth); err != nil {
+		return nil, envError("BUILDRISK_ALLOWED_HOSTS", "%v", err)
+	}
+	if c.TrustedProxies, err = parseTrustedProxies(getenv("BUILDRISK_TRUSTED_PROXIES")); err != nil {
+		return nil, envError("BUILDRISK_TRUSTED_PROXIES", "%v", err)
+	}
 	switch c.LogFormat {
 	case "", "json", "text":
 	default:
 		return nil, envError("BUILDRISK_LOG_FORMAT", "%q is not json or text", c.LogFormat)
 	}
 	return c, nil
+}
+
+// LoopbackHosts are the Host names the api answers for without
+// authentication unless BUILDRISK_ALLOWED_HOSTS says otherwise: a browser on
+// the machine itself, never a name an attacker's DNS can point at it.
+var LoopbackHosts = []string{"localhost", "127.0.0.1", "::1"}
+
+// hostNamePattern is a DNS name as BUILDRISK_ALLOWED_HOSTS takes it
+// (normalized: lower-case, no trailing dot).
+var hostNamePattern = regexp.MustCompile(`^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*$`)
+
+// parseAllowedHosts parses BUILDRISK_ALLOWED_HOSTS: host names and IP
+// addresses separated by commas or spaces, without ports, or * for any
+// Host. Unset, it is LoopbackHosts when authentication is off and any Host
+// otherwise (nil).
+func parseAllowedHosts(v string, insecure bool) ([]string, error) {
+	entries := strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
+	switch {
+	case len(entries) == 0 && insecure:
+		return LoopbackHosts, nil
+	case len(entries) == 0:
+		return nil, nil
+	case len(entries) == 1 && entries[0] == "*":
+		return nil, nil
+	}
+	out := make([]string, 0, len(entries))
+	for _, entry := range entries {
+		host := api.NormalizeHost(entry)
+		_, _, portErr := net.SplitHostPort(entry)
+		if _, err := netip.ParseAddr(host); portErr == nil || (err != nil && !hostNamePattern.MatchString(host)) {
+			return nil, fmt.Errorf("%q is not a host name or an IP address without a port (or * alone, for any Host)", entry)
+		}
+		out = append(out, host)
+	}
+	return out, nil
+}
+
+// parseTrustedProxies parses BUILDRISK_TRUSTED_PROXIES: IP addresses and
+// CIDR prefixes separated by commas or spaces. A prefix of every address
+// is refused: any client could then name its own address.
+func parseTrustedProxies(v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, entry := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' }) {
+		prefix, err := netip.ParsePrefix(entry)
+		if err != nil {
+			addr, addrErr := netip.ParseAddr(entry)
+			if addrErr != nil || addr.Zone() != "" {
+				return nil, fmt.Errorf("%q is not an IP address or a CIDR prefix such as 10.0.0.0/8", entry)
+			}
+			addr = addr.Unmap()
+			prefix = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		if prefix.Bits() == 0 {
+			return nil, fmt.Errorf("%q trusts every address, so any client could name its own; list the proxies", entry)
+		}
+		out = append(out, prefix.Masked())
+	}
+	return out, nil
 }
 
 // Connection budgets. A worker holds a main pool of workerMaxConns

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -49,6 +50,8 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 		"BUILDRISK_MIGRATE_LOCK_TIMEOUT":   "2m",
 		"BUILDRISK_MIGRATE_LOCK_RETRY_FOR": "1s",
 		"BUILDRISK_SCHEDULE_APTTRADE":      "61 * * * *",
+		"BUILDRISK_TRUSTED_PROXIES":        "proxy.internal",
+		"BUILDRISK_ALLOWED_HOSTS":          "radar.internal:8080",
 	}
 	for name, value := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -343,4 +346,57 @@ func TestServeHTTP_TakenPortNamesTheVariable(t *testing.T) {
 	defer taken.Close()
 	_, _, err = app.ServeHTTP(t.Context(), taken.Addr().String(), "BUILDRISK_HTTP_ADDR", http.NotFoundHandler(), slog.Default())
 	require.ErrorContains(t, err, "set BUILDRISK_HTTP_ADDR to another address")
+}
+
+// BUILDRISK_TRUSTED_PROXIES takes addresses and CIDR prefixes; a prefix of
+// every address is refused, since any client could then name its own.
+func TestEnv_TrustedProxies(t *testing.T) {
+	t.Parallel()
+	load := func(v string) (*app.Config, error) {
+		return app.LoadEnv(func(k string) string {
+			if k == "BUILDRISK_TRUSTED_PROXIES" {
+				return v
+			}
+			return ""
+		})
+	}
+	env, err := load("10.1.2.3/8, 192.168.1.7 ::ffff:172.16.0.1,2001:db8::/32")
+	require.NoError(t, err)
+	require.Equal(t, []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32"),
+		netip.MustParsePrefix("172.16.0.1/32"), netip.MustParsePrefix("2001:db8::/32"),
+	}, env.TrustedProxies)
+	env, err = load("")
+	require.NoError(t, err)
+	require.Empty(t, env.TrustedProxies)
+	for _, bad := range []string{"0.0.0.0/0", "::/0", "10.0.0.0/33", "fe80::1%eth0", "10.0.0.*"} {
+		_, err := load(bad)
+		require.ErrorContains(t, err, "BUILDRISK_TRUSTED_PROXIES", bad)
+		require.True(t, app.IsUsage(err), bad)
+	}
+}
+
+// BUILDRISK_ALLOWED_HOSTS: loopback names by default without
+// authentication, any Host with it; names and addresses, never a port.
+func TestEnv_AllowedHosts(t *testing.T) {
+	t.Parallel()
+	load := func(vars map[string]string) (*app.Config, error) {
+		return app.LoadEnv(func(k string) string { return vars[k] })
+	}
+	env, err := load(map[string]string{"BUILDRISK_INSECURE_NO_AUTH": "1"})
+	require.NoError(t, err)
+	require.Equal(t, app.LoopbackHosts, env.AllowedHosts)
+	env, err = load(map[string]string{"BUILDRISK_INSECURE_NO_AUTH": "1", "BUILDRISK_ALLOWED_HOSTS": "*"})
+	require.NoError(t, err)
+	require.Nil(t, env.AllowedHosts, "* is any Host")
+	env, err = load(nil)
+	require.NoError(t, err)
+	require.Nil(t, env.AllowedHosts, "with authentication any Host by default")
+	env, err = load(map[string]string{"BUILDRISK_ALLOWED_HOSTS": "Radar.Example.com., 10.0.0.7 [::FFFF:10.0.0.8],2001:DB8::1"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"radar.example.com", "10.0.0.7", "10.0.0.8", "2001:db8::1"}, env.AllowedHosts)
+	for _, bad := range []string{"radar:8080", "10.0.0.7:80", "http://radar", "radar/x", "*,radar", "ra dar!"} {
+		_, err := load(map[string]string{"BUILDRISK_ALLOWED_HOSTS": bad})
+		require.ErrorContains(t, err, "BUILDRISK_ALLOWED_HOSTS", bad)
+	}
 }

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 
 	"github.com/buildrisk/radar/internal/apptest"
@@ -150,4 +151,50 @@ func TestPrivilege_AppRolesReadTheDatabaseIdentity(t *testing.T) {
 	}
 	require.Equal(t, float64(0), s.Metric(observability.MetricDatabaseSyncRepl, nil), "the api's probe recorded the setting at its start")
 	require.Equal(t, float64(0), s.Metric(observability.MetricDatabaseFailovers, nil))
+}
+
+// Neither the api nor the workers can move a sequence: setval on
+// job_request_id_seq made every new request collide with request 1's key,
+// on audit_event_id_seq every later audit insert fail. They take values
+// (nextval: USAGE) and nothing more, and the workers not even that from the
+// audit trail's sequence. A request, its run and a login still write.
+func TestPrivilege_AppRolesCannotMoveSequences(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	ctx := context.Background()
+	rows, err := s.Pool.Query(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind = 'S' AND n.nspname = 'public' ORDER BY 1`)
+	require.NoError(t, err)
+	sequences, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Contains(t, sequences, "job_request_id_seq")
+	require.Contains(t, sequences, "audit_event_id_seq")
+	require.Contains(t, sequences, "river_job_id_seq")
+
+	refused := func(name string, pool *pgxpool.Pool, stmt string) {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, stmt)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, "%s: %s", name, stmt)
+		require.Equal(t, "42501", pgErr.Code, "%s: %s: %v", name, stmt, err) // insufficient_privilege
+	}
+	for name, pool := range map[string]*pgxpool.Pool{"api": s.APIPool, "worker": s.Pool} {
+		for _, seq := range sequences {
+			refused(name, pool, "SELECT setval('"+seq+"', 1)")
+			refused(name, pool, "ALTER SEQUENCE "+seq+" RESTART")
+		}
+	}
+	refused("worker", s.Pool, "SELECT nextval('audit_event_id_seq')")
+
+	// What the roles do with sequences still works: the api inserts a
+	// request and its River job, a worker runs it, a login is audited.
+	s.StartWorker()
+	s.RunJob("aptTrade", apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
+	require.Equal(t, http.StatusSeeOther, apptest.NewConsoleClient(t, s.API).Login(apptest.OperatorToken).StatusCode)
+	var audited int
+	require.NoError(t, s.APIPool.QueryRow(ctx, "SELECT count(*) FROM audit_event WHERE action = 'login'").Scan(&audited))
+	require.Equal(t, 1, audited)
 }

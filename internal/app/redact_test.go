@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/url"
@@ -103,6 +104,66 @@ func TestRedaction_ProviderKeysNeverLeave(t *testing.T) {
 		for _, form := range []string{key, url.QueryEscape(key), url.PathEscape(key)} {
 			if i := strings.Index(text, form); i >= 0 {
 				t.Fatalf("%s leaked: ...%s...", name, text[max(i-200, 0):min(i+len(form)+20, len(text))])
+			}
+		}
+	}
+}
+
+// A provider whose refusal quotes the key (raw, and URL-encoded in the
+// request's URL it echoes) is answered over real HTTP by every endpoint:
+// the refusals are recorded as the runs' messages, and the key, in any
+// form, is in no stored row, API answer, log line or span.
+func TestRedaction_ProviderErrorQuotingTheKey(t *testing.T) {
+	t.Parallel()
+	keys := map[string]string{
+		"BUILDRISK_KEY_MOLIT":  "KEYCANARYmolit+Secret/7f3a==",
+		"BUILDRISK_KEY_DART":   "KEYCANARYdart&Secret=9b21",
+		"BUILDRISK_KEY_KRX":    "KEYCANARYkrx%Secret;5d60",
+		"BUILDRISK_KEY_CREDIT": "KEYCANARYcredit~Secret0e88",
+	}
+	logs := &apptest.SyncBuffer{}
+	s := apptest.New(t, &apptest.Opts{Env: keys, Fake: fakeupstream.Config{Companies: 40}, Logs: logs})
+	dir := t.TempDir()
+	s.StartWorkerWith(s.Pool, func(_ *worker.Config, rc *batch.Config) { rc.Jobs[corpcode.Name] = corpcode.Job{Dir: dir} })
+	s.RunJob(corpcode.Name, `{}`)
+	_, err := exposure.Seed(context.Background(), s.Pool, s.Fake.Companies())
+	require.NoError(t, err)
+
+	s.Fake.SetConfig(fakeupstream.Config{Companies: 40, QuoteKey: true})
+	var ids []string
+	for job, body := range map[string]string{
+		corpcode.Name:   `{}`,
+		filing.Name:     `{"params":{"from":"2025-01-01","to":"2025-01-31"}}`,
+		stockprice.Name: `{"params":{"date":"2025-03-14"}}`,
+		apttrade.Name:   apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-01"),
+		credit.Name:     `{"params":{}}`,
+	} {
+		id := s.RequestJob(job, body)["requestId"].(string)
+		s.WaitRequest(id, "DONE", "FAILED")
+		ids = append(ids, id)
+	}
+
+	var seen strings.Builder
+	for _, span := range s.Spans.Ended() {
+		writeSpan(&seen, span)
+	}
+	seen.WriteString(logs.String())
+	for _, table := range []string{"job_request", "job_execution", "job_checkpoint", "job_instance", "river_job", "worker", "corp_code_download"} {
+		var rows string
+		require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(t::text, E'\n'), '') FROM `+table+` t`).Scan(&rows))
+		seen.WriteString(rows)
+	}
+	for _, path := range append([]string{"/v1/jobs", "/v1/workers", "/v1/requests?limit=500", "/metrics"}, prefixed("/v1/requests/", ids)...) {
+		seen.WriteString(s.Raw(path))
+	}
+	text := seen.String()
+	require.Contains(t, text, `provider code \"010\" (unregistered key `, "DART's refusal was recorded")
+	require.Contains(t, text, `provider code \"30\" (unregistered key `, "data.go.kr's refusal was recorded")
+	for name, key := range keys {
+		forms := []string{"KEYCANARY", base64.StdEncoding.EncodeToString([]byte(key)), base64.RawURLEncoding.EncodeToString([]byte(key))}
+		for _, form := range forms {
+			if i := strings.Index(text, form); i >= 0 {
+				t.Fatalf("%s leaked: ...%s...", name, text[max(i-200, 0):min(i+len(form)+40, len(text))])
 			}
 		}
 	}

@@ -45,7 +45,14 @@ func NewTelemetry(ctx context.Context, env *Config, role, workerID, defaultForma
 		providerNames[i] = string(p)
 	}
 	instruments.InitSeries(ctx, Catalog().Names(), providerNames)
-	logger := observability.NewLogger(os.Stderr, orDefault(env.LogFormat, defaultFormat), slog.LevelInfo).With(slog.String("role", role))
+	// A worker's lines are scrubbed of its provider keys, whatever logs them
+	// (River's own lines quote a run's error); the runner scrubs its own too.
+	keys := make([]string, 0, len(env.Keys))
+	for _, key := range env.Keys {
+		keys = append(keys, key)
+	}
+	handler := observability.NewLogger(os.Stderr, orDefault(env.LogFormat, defaultFormat), slog.LevelInfo).Handler()
+	logger := slog.New(observability.NewSecrets(keys...).Handler(handler)).With(slog.String("role", role))
 	slog.SetDefault(logger)
 	return &Telemetry{
 		Providers: providers, Instruments: instruments, Logger: logger,

@@ -22,9 +22,14 @@ type ConsoleClient struct {
 	CSRF string
 }
 
+// NewConsoleClient returns a client of server's console with a cookie jar of
+// its own: two of them are two browsers.
 func NewConsoleClient(t *testing.T, server *httptest.Server) *ConsoleClient {
 	t.Helper()
-	client := server.Client()
+	// server.Client() is one client per server: a copy, so that each
+	// console client keeps its own cookies.
+	client := new(http.Client)
+	*client = *server.Client()
 	client.Jar = NewJar(t)
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &ConsoleClient{t: t, Base: server.URL, http: client}

@@ -23,7 +23,7 @@ import (
 var ErrMetricUnknown = gathered.ErrUnknown
 
 // NewProviders returns providers for tests: metrics go to a fresh private
-// registry (without the Go and process collectors, to keep scrapes small)
+// registry, through the service's views (observability.Views), (without the Go and process collectors, to keep scrapes small)
 // and finished spans to the returned in-memory recorder. Nothing is pushed
 // anywhere and no global is touched, so parallel tests can each have their
 // own. Read values back with [MetricValue] or by scraping the providers'
@@ -40,7 +40,7 @@ func NewProviders() (*observability.Providers, *tracetest.SpanRecorder) {
 	res := resource.NewSchemaless(semconv.ServiceName(observability.ServiceName))
 	spans := tracetest.NewSpanRecorder()
 	return observability.ProvidersFrom(reg,
-		sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(promReader)),
+		sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(promReader), sdkmetric.WithView(observability.Views()...)),
 		sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSpanProcessor(spans)),
 		true,
 	), spans

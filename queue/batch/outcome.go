@@ -195,6 +195,9 @@ func providerRateMessage(e *upstream.RateLimitedError) string {
 // request's end) and returns an error wrapping ErrOwnershipLost.
 func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, domainRows *int64, finishTx func(context.Context, pgx.Tx, *Outcome) error) error {
 	st := rs.started
+	// The last guard before the message is stored (and answered by the
+	// API): no provider key in it, in any form.
+	outcome.Message = r.cfg.Upstream.Secrets().Redact(outcome.Message)
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RecordRetryWindow)
 	defer cancel()
 	attempt := 0

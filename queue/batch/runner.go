@@ -185,6 +185,9 @@ func NewRunner(pool *pgxpool.Pool, cfg Config) (*Runner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	// Every line of every run, the jobs' own included, is scrubbed of the
+	// provider keys: a job may log a provider's refusal that quotes one.
+	cfg.Logger = slog.New(cfg.Upstream.Secrets().Handler(cfg.Logger.Handler()))
 	return &Runner{cfg: cfg, pool: pool, queries: queries.New(), drain: make(chan struct{})}, nil
 }
 
@@ -279,6 +282,10 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 
 	status, message, domainRows, err := r.execute(ctx, rs, opts)
 	defer r.settleItemCounts(ctx, rs)
+	// The message is stored, answered by the API, logged and put in a span:
+	// no provider key goes with it, whatever a provider's error quoted.
+	message = r.cfg.Upstream.Secrets().Redact(message)
+	err = r.cfg.Upstream.RedactError(err)
 	if err == nil && status != string(radartype.ExecutionCompleted) && rs.cause == "" {
 		rs.cause = radartype.CauseFailure
 	}
@@ -481,8 +488,11 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		return nil
 	}
 	// fail ends the run on err: the calls made so far are recorded first,
-	// and a failure to record them is kept in the message.
+	// and a failure to record them is kept in the message. err is where a
+	// job's errors, a provider's refusal among them, enter the run's
+	// outcome: its text is scrubbed of the provider keys.
 	fail := func(err error, where string) (string, string, *int64, error) {
+		err = r.cfg.Upstream.RedactError(err)
 		if flushErr := flushCalls(); flushErr != nil {
 			if errors.Is(flushErr, ErrOwnershipLost) {
 				return "", "", nil, flushErr
@@ -620,6 +630,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 				}
 			})
 			if err != nil {
+				err = r.cfg.Upstream.RedactError(err)
 				chunkSpan.SetStatus(codes.Error, err.Error())
 				chunkSpan.End()
 				r.countItemFailures(ctx, st, err)

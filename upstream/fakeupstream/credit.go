@@ -1,6 +1,7 @@
 package fakeupstream
 
 import (
+	"cmp"
 	"net/http"
 	"time"
 )
@@ -29,9 +30,10 @@ type creditError struct {
 }
 
 // writeCreditKeyError answers a call without a key like the provider
-// answers an unknown key: HTTP 401.
-func writeCreditKeyError(w http.ResponseWriter) {
-	writeJSON(w, http.StatusUnauthorized, creditError{Error: "unauthorized", Message: "apiKey is missing or not registered"})
+// answers an unknown key: HTTP 401. msg replaces the provider's own message
+// when it is not "".
+func writeCreditKeyError(w http.ResponseWriter, msg string) {
+	writeJSON(w, http.StatusUnauthorized, creditError{Error: "unauthorized", Message: cmp.Or(msg, "apiKey is missing or not registered")})
 }
 
 // creditGrade is a company's grade as of a date.

@@ -3,6 +3,8 @@ package fakeupstream
 import (
 	"archive/zip"
 	"bytes"
+	"cmp"
+	"encoding/xml"
 	"fmt"
 	"net/http"
 	"slices"
@@ -29,16 +31,19 @@ const (
 
 // writeDARTXMLKeyError answers a corp-code download without a key like DART
 // answers an unregistered key: HTTP 200 and an XML status 010 instead of
-// the archive.
-func writeDARTXMLKeyError(w http.ResponseWriter) {
+// the archive. msg replaces DART's own message when it is not "".
+func writeDARTXMLKeyError(w http.ResponseWriter, msg string) {
+	var escaped bytes.Buffer
+	_ = xml.EscapeText(&escaped, []byte(cmp.Or(msg, dartMsgNoKey)))
 	writeBody(w, http.StatusOK, "application/xml;charset=UTF-8", []byte(
-		`<?xml version="1.0" encoding="UTF-8"?><result><status>010</status><message>`+dartMsgNoKey+`</message></result>`))
+		`<?xml version="1.0" encoding="UTF-8"?><result><status>010</status><message>`+escaped.String()+`</message></result>`))
 }
 
 // writeDARTJSONKeyError answers a JSON call without a key like DART answers
-// an unregistered key: HTTP 200 and status 010.
-func writeDARTJSONKeyError(w http.ResponseWriter) {
-	writeJSON(w, http.StatusOK, dartStatus{Status: "010", Message: dartMsgNoKey})
+// an unregistered key: HTTP 200 and status 010. msg replaces DART's own
+// message when it is not "".
+func writeDARTJSONKeyError(w http.ResponseWriter, msg string) {
+	writeJSON(w, http.StatusOK, dartStatus{Status: "010", Message: cmp.Or(msg, dartMsgNoKey)})
 }
 
 // dartStatus is a DART answer without data.

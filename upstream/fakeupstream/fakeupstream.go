@@ -19,6 +19,8 @@
 // Config.GarbageRate break the body of a 200 answer: cut short of its
 // Content-Length with the connection closed, stalled after its first bytes
 // until the caller gives up, or not in the provider's format at all.
+// Config.QuoteKey refuses every call as an unregistered key, the refusal
+// quoting the key the way a careless provider's does.
 // Random choices hash the seed, the
 // endpoint, the call key and how many times that key was called, so they do
 // not depend on how concurrent calls interleave: the n-th call of a key
@@ -142,6 +144,13 @@ type Config struct {
 	// FailKeys maps an endpoint name to call keys answered with HTTP 500
 	// every time, for targeted fault injection.
 	FailKeys map[string][]string `json:"failKeys"`
+
+	// QuoteKey refuses every provider call as an unregistered key, in the
+	// provider's format, with a message quoting the key as sent and the
+	// request's path and query (the key URL-encoded there): "unregistered
+	// key KEY (/api/list.json?...&crtfc_key=KEY)". Some providers' refusals
+	// do; tests prove such a message never leaves the worker with the key.
+	QuoteKey bool `json:"quoteKey"`
 }
 
 // configJSON is Config's JSON form: the latency is a Go duration string.
@@ -158,6 +167,7 @@ type configJSON struct {
 	Seed       int64               `json:"seed"`
 	Companies  int                 `json:"companies"`
 	FailKeys   map[string][]string `json:"failKeys"`
+	QuoteKey   bool                `json:"quoteKey"`
 }
 
 // MarshalJSON writes the configuration with the latency as a Go duration
@@ -180,6 +190,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Seed:       c.Seed,
 		Companies:  c.Companies,
 		FailKeys:   failKeys,
+		QuoteKey:   c.QuoteKey,
 	})
 }
 
@@ -202,6 +213,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		Seed       *int64          `json:"seed"`
 		Companies  *int            `json:"companies"`
 		FailKeys   json.RawMessage `json:"failKeys"`
+		QuoteKey   *bool           `json:"quoteKey"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -259,6 +271,9 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("failKeys: %w", err)
 		}
 		next.FailKeys = failKeys
+	}
+	if patch.QuoteKey != nil {
+		next.QuoteKey = *patch.QuoteKey
 	}
 	*c = next
 	return nil
@@ -496,8 +511,9 @@ func (c *call) draw(purpose string) float64 {
 
 // provider wraps the handler of one provider endpoint with what every call
 // goes through: counting, latency, injected faults and the key check
-// (writeKeyError answers a missing key the way the provider does).
-func (s *Server) provider(endpoint string, keyParams []string, keyParam string, writeKeyError func(http.ResponseWriter), serve func(http.ResponseWriter, *call)) http.Handler {
+// (writeKeyError answers a missing key the way the provider does, with
+// its own message when given "").
+func (s *Server) provider(endpoint string, keyParams []string, keyParam string, writeKeyError func(w http.ResponseWriter, msg string), serve func(http.ResponseWriter, *call)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		key := "all"
@@ -545,8 +561,12 @@ func (s *Server) provider(endpoint string, keyParams []string, keyParam string, 
 				return
 			}
 		}
+		if c.st.cfg.QuoteKey {
+			writeKeyError(w, fmt.Sprintf("unregistered key %s (%s)", q.Get(keyParam), r.URL.RequestURI()))
+			return
+		}
 		if strings.TrimSpace(q.Get(keyParam)) == "" {
-			writeKeyError(w)
+			writeKeyError(w, "")
 			return
 		}
 		serve(w, c)

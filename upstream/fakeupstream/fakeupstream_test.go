@@ -235,7 +235,7 @@ func TestConfigEndpoint(t *testing.T) {
 	require.Equal(t, int64(1), cfg.Seed)
 
 	_, body = get(t, srv, "/__fake/config", nil)
-	require.JSONEq(t, `{"latency":"2ms","errorRate":0.05,"rate429":0.1,"retryAfter":"1s","emptyRate":0,"shortRate":0,"cutBodyRate":0,"hangBodyRate":0,"garbageRate":0,"seed":1,"companies":50,"failKeys":{"aptTrade":["11110:202501"]}}`, string(body))
+	require.JSONEq(t, `{"latency":"2ms","errorRate":0.05,"rate429":0.1,"retryAfter":"1s","emptyRate":0,"shortRate":0,"cutBodyRate":0,"hangBodyRate":0,"garbageRate":0,"seed":1,"companies":50,"failKeys":{"aptTrade":["11110:202501"]},"quoteKey":false}`, string(body))
 
 	resp, _ = post(t, srv, "/__fake/config", `{"failKeys":null,"latency":"0s"}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -337,6 +337,55 @@ func TestMissingKey(t *testing.T) {
 	require.Contains(t, string(body), `"error":"unauthorized"`)
 
 	require.Equal(t, int64(5), fake.Stats().Total, "refused calls are counted")
+}
+
+// QuoteKey refuses every call like an unregistered key, in each provider's
+// format, quoting the key raw and URL-encoded.
+func TestQuoteKey(t *testing.T) {
+	t.Parallel()
+
+	fake, srv := startServer(t, Config{Companies: 50})
+	resp, _ := post(t, srv, "/__fake/config", `{"quoteKey":true}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.True(t, fake.Config().QuoteKey)
+	corp := fake.Companies()[0].CorpCode
+	const key = "KEY<&+/=>"
+	encoded := url.QueryEscape(key)
+
+	for _, path := range []string{pathAptTrade, pathStockPrice} {
+		resp, body := get(t, srv, path, url.Values{"serviceKey": {key}, "LAWD_CD": {"11110"}, "DEAL_YMD": {"202501"}})
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+		var g struct {
+			Msg  string `xml:"cmmMsgHeader>returnAuthMsg"`
+			Code string `xml:"cmmMsgHeader>returnReasonCode"`
+		}
+		require.NoError(t, xml.Unmarshal(body, &g), path)
+		require.Equal(t, "30", g.Code)
+		require.Contains(t, g.Msg, "unregistered key "+key+" ("+path+"?")
+		require.Contains(t, g.Msg, "serviceKey="+encoded)
+	}
+
+	resp, body := get(t, srv, pathCorpCode, url.Values{"crtfc_key": {key}})
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var x struct {
+		Status  string `xml:"status"`
+		Message string `xml:"message"`
+	}
+	require.NoError(t, xml.Unmarshal(body, &x))
+	require.Equal(t, "010", x.Status)
+	require.Equal(t, "unregistered key "+key+" ("+pathCorpCode+"?crtfc_key="+encoded+")", x.Message)
+
+	resp, body = get(t, srv, pathFilingList, url.Values{"crtfc_key": {key}, "corp_code": {corp}})
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var j dartStatus
+	require.NoError(t, json.Unmarshal(body, &j))
+	require.Equal(t, "010", j.Status)
+	require.Contains(t, j.Message, "unregistered key "+key+" (")
+	require.Contains(t, j.Message, "crtfc_key="+encoded)
+
+	resp, body = get(t, srv, pathCreditLookup, url.Values{"apiKey": {key}, "corpCode": {corp}})
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	require.Contains(t, string(body), "apiKey="+encoded)
 }
 
 func TestAptTrade(t *testing.T) {

@@ -2,6 +2,7 @@ package fakeupstream
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/xml"
 	"fmt"
 	"net/http"
@@ -18,12 +19,15 @@ const xmlContentType = "application/xml;charset=UTF-8"
 
 // writeDataGoKrKeyError answers a call without a key like the data.go.kr
 // gateway answers an unregistered key: HTTP 200 and an XML envelope with
-// reason code 30, whatever format was asked for.
-func writeDataGoKrKeyError(w http.ResponseWriter) {
+// reason code 30, whatever format was asked for. msg replaces the
+// gateway's own message when it is not "".
+func writeDataGoKrKeyError(w http.ResponseWriter, msg string) {
+	var escaped bytes.Buffer
+	_ = xml.EscapeText(&escaped, []byte(cmp.Or(msg, "SERVICE_KEY_IS_NOT_REGISTERED_ERROR")))
 	writeBody(w, http.StatusOK, xmlContentType, []byte(`<OpenAPI_ServiceResponse>
 	<cmmMsgHeader>
 		<errMsg>SERVICE ERROR</errMsg>
-		<returnAuthMsg>SERVICE_KEY_IS_NOT_REGISTERED_ERROR</returnAuthMsg>
+		<returnAuthMsg>`+escaped.String()+`</returnAuthMsg>
 		<returnReasonCode>30</returnReasonCode>
 	</cmmMsgHeader>
 </OpenAPI_ServiceResponse>`))

@@ -3417,6 +3417,8 @@ type AlertListResponse struct {
 	ApplicationproblemJSON400 *ErrorModel
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3444,6 +3446,11 @@ func (r AlertListResponse) GetApplicationproblemJSON400() *ErrorModel {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r AlertListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r AlertListResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3516,6 +3523,8 @@ type AuditListResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3548,6 +3557,11 @@ func (r AuditListResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r AuditListResponse) GetApplicationproblemJSON403() *ErrorModel {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r AuditListResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3614,8 +3628,12 @@ type CoverageListResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *CoverageListOutputBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3635,9 +3653,19 @@ func (r CoverageListResponse) GetJSON200() *CoverageListOutputBody {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CoverageListResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r CoverageListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r CoverageListResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3710,6 +3738,8 @@ type CoverageMissingResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3742,6 +3772,11 @@ func (r CoverageMissingResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r CoverageMissingResponse) GetApplicationproblemJSON404() *ErrorModel {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r CoverageMissingResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3822,6 +3857,8 @@ type ExecutionAbandonResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3874,6 +3911,11 @@ func (r ExecutionAbandonResponse) GetApplicationproblemJSON413() *ErrorModel {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r ExecutionAbandonResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r ExecutionAbandonResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -3940,8 +3982,12 @@ type JobListResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *JobListOutputBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -3961,9 +4007,19 @@ func (r JobListResponse) GetJSON200() *JobListOutputBody {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r JobListResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r JobListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r JobListResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4042,6 +4098,8 @@ type RequestCreateAptTradeResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4089,6 +4147,11 @@ func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON413() *ErrorMode
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4167,6 +4230,8 @@ type RequestCreateCorpCodeSyncResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4214,6 +4279,11 @@ func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON413() *Error
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4292,6 +4362,8 @@ type RequestCreateCreditEvalResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4339,6 +4411,11 @@ func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON413() *ErrorMo
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4417,6 +4494,8 @@ type RequestCreateFilingParseResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4464,6 +4543,11 @@ func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON413() *ErrorM
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4542,6 +4626,8 @@ type RequestCreateMetricsResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4589,6 +4675,11 @@ func (r RequestCreateMetricsResponse) GetApplicationproblemJSON413() *ErrorModel
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateMetricsResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateMetricsResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4667,6 +4758,8 @@ type RequestCreateRulesResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4714,6 +4807,11 @@ func (r RequestCreateRulesResponse) GetApplicationproblemJSON413() *ErrorModel {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateRulesResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateRulesResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4792,6 +4890,8 @@ type RequestCreateStockPriceResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4839,6 +4939,11 @@ func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON413() *ErrorMo
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4905,10 +5010,14 @@ type JobGetResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *JobDetail
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -4928,6 +5037,11 @@ func (r JobGetResponse) GetJSON200() *JobDetail {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r JobGetResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r JobGetResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
@@ -4936,6 +5050,11 @@ func (r JobGetResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r JobGetResponse) GetApplicationproblemJSON404() *ErrorModel {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r JobGetResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5014,6 +5133,8 @@ type RequestEstimateResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5061,6 +5182,11 @@ func (r RequestEstimateResponse) GetApplicationproblemJSON413() *ErrorModel {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestEstimateResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestEstimateResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5133,6 +5259,8 @@ type JobHistoryResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5165,6 +5293,11 @@ func (r JobHistoryResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r JobHistoryResponse) GetApplicationproblemJSON404() *ErrorModel {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r JobHistoryResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5245,6 +5378,8 @@ type RequestCreateResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5297,6 +5432,11 @@ func (r RequestCreateResponse) GetApplicationproblemJSON413() *ErrorModel {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r RequestCreateResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestCreateResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5377,6 +5517,8 @@ type JobStopResponse struct {
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5429,6 +5571,11 @@ func (r JobStopResponse) GetApplicationproblemJSON413() *ErrorModel {
 // GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
 func (r JobStopResponse) GetApplicationproblemJSON415() *ErrorModel {
 	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r JobStopResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5495,8 +5642,12 @@ type ProviderListResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *ProviderListOutputBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5516,9 +5667,19 @@ func (r ProviderListResponse) GetJSON200() *ProviderListOutputBody {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ProviderListResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r ProviderListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r ProviderListResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5589,6 +5750,8 @@ type RequestListResponse struct {
 	ApplicationproblemJSON400 *ErrorModel
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5616,6 +5779,11 @@ func (r RequestListResponse) GetApplicationproblemJSON400() *ErrorModel {
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r RequestListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestListResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5688,6 +5856,8 @@ type RequestGetResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5720,6 +5890,11 @@ func (r RequestGetResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
 func (r RequestGetResponse) GetApplicationproblemJSON404() *ErrorModel {
 	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r RequestGetResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5786,8 +5961,12 @@ type WorkerListResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WorkerListOutputBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
+	ApplicationproblemJSON421 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5807,9 +5986,19 @@ func (r WorkerListResponse) GetJSON200() *WorkerListOutputBody {
 	return r.JSON200
 }
 
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r WorkerListResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
 func (r WorkerListResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
+func (r WorkerListResponse) GetApplicationproblemJSON421() *ErrorModel {
+	return r.ApplicationproblemJSON421
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -6336,6 +6525,13 @@ func ParseAlertListResponse(rsp *http.Response) (*AlertListResponse, error) {
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6437,6 +6633,13 @@ func ParseAuditListResponse(rsp *http.Response) (*AuditListResponse, error) {
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6517,12 +6720,26 @@ func ParseCoverageListResponse(rsp *http.Response) (*CoverageListResponse, error
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -6624,6 +6841,13 @@ func ParseCoverageMissingResponse(rsp *http.Response) (*CoverageMissingResponse,
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -6754,6 +6978,13 @@ func ParseExecutionAbandonResponse(rsp *http.Response) (*ExecutionAbandonRespons
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6834,12 +7065,26 @@ func ParseJobListResponse(rsp *http.Response) (*JobListResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -6963,6 +7208,13 @@ func ParseRequestCreateAptTradeResponse(rsp *http.Response) (*RequestCreateAptTr
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7084,6 +7336,13 @@ func ParseRequestCreateCorpCodeSyncResponse(rsp *http.Response) (*RequestCreateC
 			return nil, err
 		}
 		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -7207,6 +7466,13 @@ func ParseRequestCreateCreditEvalResponse(rsp *http.Response) (*RequestCreateCre
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7328,6 +7594,13 @@ func ParseRequestCreateFilingParseResponse(rsp *http.Response) (*RequestCreateFi
 			return nil, err
 		}
 		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -7451,6 +7724,13 @@ func ParseRequestCreateMetricsResponse(rsp *http.Response) (*RequestCreateMetric
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7572,6 +7852,13 @@ func ParseRequestCreateRulesResponse(rsp *http.Response) (*RequestCreateRulesRes
 			return nil, err
 		}
 		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -7695,6 +7982,13 @@ func ParseRequestCreateStockPriceResponse(rsp *http.Response) (*RequestCreateSto
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7775,6 +8069,13 @@ func ParseJobGetResponse(rsp *http.Response) (*JobGetResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7788,6 +8089,13 @@ func ParseJobGetResponse(rsp *http.Response) (*JobGetResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -7911,6 +8219,13 @@ func ParseRequestEstimateResponse(rsp *http.Response) (*RequestEstimateResponse,
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8011,6 +8326,13 @@ func ParseJobHistoryResponse(rsp *http.Response) (*JobHistoryResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -8141,6 +8463,13 @@ func ParseRequestCreateResponse(rsp *http.Response) (*RequestCreateResponse, err
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8270,6 +8599,13 @@ func ParseJobStopResponse(rsp *http.Response) (*JobStopResponse, error) {
 		}
 		response.ApplicationproblemJSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8350,12 +8686,26 @@ func ParseProviderListResponse(rsp *http.Response) (*ProviderListResponse, error
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -8450,6 +8800,13 @@ func ParseRequestListResponse(rsp *http.Response) (*RequestListResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
@@ -8552,6 +8909,13 @@ func ParseRequestGetResponse(rsp *http.Response) (*RequestGetResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8632,12 +8996,26 @@ func ParseWorkerListResponse(rsp *http.Response) (*WorkerListResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 421:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON421 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
