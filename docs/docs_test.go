@@ -431,3 +431,23 @@ func TestReadmeAlertTable(t *testing.T) {
 	}
 	require.Equal(t, want, got, "README.md's alert table (name and severity) differs from deploy/prometheus/rules.yml")
 }
+
+// Every table the migrations create is named in the architecture page's
+// data model, so a reader learns of each one there.
+func TestArchitectureNamesEveryTable(t *testing.T) {
+	t.Parallel()
+	page := readRepoFile(t, "docs/architecture.md")
+	files, err := filepath.Glob(filepath.Join(root, "sql", "migrations", "goose", "*.sql"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	create := regexp.MustCompile(`(?m)^CREATE (?:UNLOGGED )?TABLE (?:IF NOT EXISTS )?([a-z_]+)`)
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		require.NoError(t, err)
+		for _, m := range create.FindAllStringSubmatch(string(data), -1) {
+			if !strings.Contains(page, "`"+m[1]+"`") {
+				t.Errorf("docs/architecture.md does not name the table %s (%s)", m[1], filepath.Base(file))
+			}
+		}
+	}
+}
