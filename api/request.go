@@ -27,6 +27,7 @@ const (
 
 // RequestCreateOutput is the 202 of POST /v1/jobs/{job}/requests.
 type RequestCreateOutput struct {
+	ReplayedOutput
 	Body struct {
 		RequestID          string  `json:"requestId"`
 		Job                string  `json:"job"`
@@ -61,6 +62,13 @@ func documentedBody(paramsType reflect.Type) reflect.Type {
 }
 
 type requestCreateJobInput struct {
+	IdempotencyKeyInput
+	RawBody []byte
+}
+
+type requestCreateAnyInput struct {
+	IdempotencyKeyInput
+	Job     string `path:"job" doc:"job name"`
 	RawBody []byte
 }
 
@@ -101,13 +109,13 @@ func (s *Server) registerRequests(api huma.API) {
 			Method:        http.MethodPost,
 			Path:          path,
 			Summary:       "Request a " + def.Name() + " run",
-			Description:   def.Description() + " Chunk: " + def.Chunking() + ". Answers 202 at once; a duplicate gets 409 with the active request id.",
+			Description:   def.Description() + " Chunk: " + def.Chunking() + ". Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.",
 			Tags:          []string{"requests"},
 			DefaultStatus: http.StatusAccepted,
 			Security:      []map[string][]string{{"bearer": {}}},
 			Errors:        []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusConflict},
 		}, func(ctx context.Context, in *requestCreateJobInput) (*RequestCreateOutput, error) {
-			return s.createRequest(ctx, def.Name(), in.RawBody)
+			return s.createRequest(ctx, def.Name(), &in.IdempotencyKeyInput, in.RawBody)
 		})
 		// RawBody registers as an opaque body; document the real JSON shape.
 		op := api.OpenAPI().Paths[path].Post
@@ -127,8 +135,8 @@ func (s *Server) registerRequests(api huma.API) {
 		// A named job's own path takes precedence and answers the same way:
 		// a client calling this operation for a known job sees its answers.
 		Errors: []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict},
-	}, func(ctx context.Context, in *requestCreateInput) (*RequestCreateOutput, error) {
-		return s.createRequest(ctx, in.Job, in.RawBody)
+	}, func(ctx context.Context, in *requestCreateAnyInput) (*RequestCreateOutput, error) {
+		return s.createRequest(ctx, in.Job, &in.IdempotencyKeyInput, in.RawBody)
 	})
 	documentAnyJobBody(api, "/v1/jobs/{job}/requests")
 	huma.Register(api, huma.Operation{
@@ -194,7 +202,20 @@ func (s *Server) decodeRequestBody(ctx context.Context, job string, raw []byte) 
 	}, nil
 }
 
-func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*RequestCreateOutput, error) {
+// createRequest enqueues a request for job. With an Idempotency-Key, a
+// kept record of the key answers at once (before the body is validated
+// again: the first call's answer stands), and otherwise the key is recorded
+// in the enqueue's transaction (enqueueGuard).
+func (s *Server) createRequest(ctx context.Context, job string, keyIn *IdempotencyKeyInput, raw []byte) (*RequestCreateOutput, error) {
+	key, err := s.idempotency(ctx, keyIn, "POST /v1/jobs/"+job+"/requests", raw)
+	if err != nil {
+		return nil, err
+	}
+	if key != nil {
+		if out, err := s.replayRequest(ctx, key.lookup(ctx, s.pool)); out != nil || err != nil {
+			return out, err
+		}
+	}
 	params, err := s.decodeRequestBody(ctx, job, raw)
 	if err != nil {
 		// Refused before the enqueuer saw it (an unknown job, a body that is
@@ -208,18 +229,44 @@ func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*Re
 		s.cfg.Instruments.RequestRecorded(ctx, counted, radartype.SourceAPI, observability.ResultInvalid)
 		return nil, err
 	}
-	res, err := s.cfg.Enqueuer.Enqueue(ctx, params)
-	if err != nil {
-		return nil, s.problemFrom(ctx, err)
+	if key != nil {
+		params.Guard = &enqueueGuard{key: key, body: func(res *request.EnqueueResult) any { return accepted(job, res).Body }}
 	}
+	res, err := s.cfg.Enqueuer.Enqueue(ctx, params)
+	if out, err := s.replayRequest(ctx, err); out != nil || err != nil {
+		return out, err
+	}
+	out := accepted(job, res)
+	s.audit(ctx, "", AuditRequest, job, "request "+out.Body.RequestID)
+	return out, nil
+}
+
+// accepted is the 202 of res, job's new request.
+func accepted(job string, res *request.EnqueueResult) *RequestCreateOutput {
 	out := &RequestCreateOutput{}
 	out.Body.RequestID = formatID(res.Request.ID)
 	out.Body.Job = job
 	out.Body.Status = res.Request.Status
 	out.Body.EstimatedCalls = res.EstimatedCalls
 	out.Body.ResumesExecutionID = formatIDPtr(res.ResumesExecutionID)
-	s.audit(ctx, "", AuditRequest, job, "request "+out.Body.RequestID)
-	return out, nil
+	return out
+}
+
+// replayRequest answers a create from an Idempotency-Key's record when err
+// is its replay, and maps any other error (nil, nil: no error).
+func (s *Server) replayRequest(ctx context.Context, err error) (*RequestCreateOutput, error) {
+	var replay *replayError
+	switch {
+	case err == nil:
+		return nil, nil
+	case errors.As(err, &replay):
+		out := &RequestCreateOutput{ReplayedOutput: ReplayedOutput{Replayed: "true"}}
+		if err := replayed(replay, &out.Body); err != nil {
+			return nil, s.problemFrom(ctx, err)
+		}
+		return out, nil
+	}
+	return nil, s.problemFrom(ctx, err)
 }
 
 // estimateRequest is the dry run of createRequest: the same decoding and

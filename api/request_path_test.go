@@ -55,7 +55,9 @@ func TestRequestPath_ConcurrentDuplicates(t *testing.T) {
 	require.NotEqual(t, accepted, again)
 }
 
-// Bad input: a 400 naming the field (or 404), never a 500, and nothing written.
+// Bad input: a 400 naming the field (or 404), never a 500, and nothing
+// written; its problem type tells a bad field from a request over the
+// provider's daily cap.
 func TestRequestPath_BadInput(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_DAILY_CAP_MOLIT": "10"}})
@@ -86,6 +88,11 @@ func TestRequestPath_BadInput(t *testing.T) {
 			status, out := s.Post(tc.path, tc.body)
 			require.Equal(t, tc.status, status, "%v", out)
 			require.NotEmpty(t, out["detail"])
+			kind := map[int]string{400: "invalid-params", 404: "not-found"}[tc.status]
+			if tc.name == "EstimateOverDailyCap" {
+				kind = "cap-exceeded" // a kind of its own: split the request
+			}
+			require.Equal(t, "/problems/"+kind, out["type"], "%v", out)
 			if tc.location != "" {
 				errs, ok := out["errors"].([]any)
 				require.True(t, ok, "%v", out)
