@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -87,10 +88,12 @@ type RequestGetOutput struct {
 }
 
 type requestListInput struct {
-	Job    string `query:"job" doc:"only this job"`
-	Status string `query:"status" doc:"only this status: QUEUED, RUNNING, DONE or FAILED"`
-	Limit  string `query:"limit" doc:"page size, 1..500 (default 50)"`
-	Cursor string `query:"cursor" doc:"nextCursor of the previous page"`
+	Job     string `query:"job" doc:"only this job"`
+	Status  string `query:"status" doc:"only this status: QUEUED, RUNNING, DONE or FAILED (a request that was served reads DONE however its run ended: see outcome)"`
+	Outcome string `query:"outcome" doc:"only requests whose execution ended so: COMPLETED, STOPPED (an operator's stop, maxCalls, a daily cap, a drain...), FAILED or ABANDONED"`
+	Cause   string `query:"cause" doc:"with outcome: only requests whose execution's stop cause is this: drain, reap, database, provider-rate, operator, cap, max_calls or failure"`
+	Limit   string `query:"limit" doc:"page size, 1..500 (default 50)"`
+	Cursor  string `query:"cursor" doc:"nextCursor of the previous page"`
 }
 
 // RequestListOutput is GET /v1/requests.
@@ -314,6 +317,45 @@ var requestStatusList = func() string {
 	return strings.Join(names, ", ")
 }()
 
+// requestPage reads one page of the request list: by their execution's
+// outcome (and stop cause) when one is asked for, down the executions of
+// that outcome, else down the requests.
+func (s *Server) requestPage(ctx context.Context, params *queries.JobRequestListParams, outcome, cause string) ([]*queries.JobRequest, error) {
+	if outcome == "" {
+		return s.queries.JobRequestList(ctx, s.reads, params)
+	}
+	byOutcome := &queries.JobRequestListByOutcomeParams{
+		Outcome: outcome, Job: params.Job, Status: params.Status, BeforeID: params.BeforeID, MaxRows: params.MaxRows,
+	}
+	if cause != "" {
+		byOutcome.Cause = &cause
+	}
+	rows, err := s.queries.JobRequestListByOutcome(ctx, s.reads, byOutcome)
+	if err != nil {
+		return nil, err
+	}
+	requests := make([]*queries.JobRequest, len(rows))
+	for i, r := range rows {
+		requests[i] = &r.JobRequest
+	}
+	return requests, nil
+}
+
+// outcomeList and causeList name an execution's outcomes and stop causes
+// in a refusal.
+var (
+	outcomeList = joinNames(radartype.FinalExecutionStatuses())
+	causeList   = joinNames(radartype.StopCauses())
+)
+
+func joinNames[T ~string](values []T) string {
+	names := make([]string, len(values))
+	for i, v := range values {
+		names[i] = string(v)
+	}
+	return strings.Join(names, ", ")
+}
+
 func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*RequestListOutput, error) {
 	params := &queries.JobRequestListParams{MaxRows: RequestListLimitDefault}
 	if in.Job != "" {
@@ -324,9 +366,24 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 	}
 	if in.Status != "" {
 		if !radartype.RequestStatus(in.Status).Valid() {
-			return nil, badQuery("status", fmt.Sprintf("%s is not one of %s", jobs.Quote(in.Status), requestStatusList))
+			msg := fmt.Sprintf("%s is not one of %s", jobs.Quote(in.Status), requestStatusList)
+			if slices.Contains(radartype.FinalExecutionStatuses(), radartype.ExecutionStatus(in.Status)) {
+				msg += fmt.Sprintf("; %s is how an execution ended: filter with outcome=%s", in.Status, in.Status)
+			}
+			return nil, badQuery("status", msg)
 		}
 		params.Status = &in.Status
+	}
+	if in.Outcome != "" && !slices.Contains(radartype.FinalExecutionStatuses(), radartype.ExecutionStatus(in.Outcome)) {
+		return nil, badQuery("outcome", fmt.Sprintf("%s is not one of %s", jobs.Quote(in.Outcome), outcomeList))
+	}
+	if in.Cause != "" {
+		if !slices.Contains(radartype.StopCauses(), radartype.StopCause(in.Cause)) {
+			return nil, badQuery("cause", fmt.Sprintf("%s is not one of %s", jobs.Quote(in.Cause), causeList))
+		}
+		if in.Outcome == "" {
+			return nil, badQuery("cause", "give the outcome it ended with too (outcome=STOPPED, FAILED or ABANDONED)")
+		}
 	}
 	if in.Limit != "" {
 		limit, err := strconv.Atoi(in.Limit)
@@ -342,7 +399,7 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 		}
 		params.BeforeID = &before
 	}
-	rows, err := s.queries.JobRequestList(ctx, s.reads, params)
+	rows, err := s.requestPage(ctx, params, in.Outcome, in.Cause)
 	if err != nil {
 		return nil, s.problemFrom(ctx, err)
 	}

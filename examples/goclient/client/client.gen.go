@@ -275,6 +275,42 @@ func (e ExecutionViewStatus) Valid() bool {
 	}
 }
 
+// Defines values for ExecutionViewStopCause.
+const (
+	ExecutionViewStopCauseCap          ExecutionViewStopCause = "cap"
+	ExecutionViewStopCauseDatabase     ExecutionViewStopCause = "database"
+	ExecutionViewStopCauseDrain        ExecutionViewStopCause = "drain"
+	ExecutionViewStopCauseFailure      ExecutionViewStopCause = "failure"
+	ExecutionViewStopCauseMaxCalls     ExecutionViewStopCause = "max_calls"
+	ExecutionViewStopCauseOperator     ExecutionViewStopCause = "operator"
+	ExecutionViewStopCauseProviderRate ExecutionViewStopCause = "provider-rate"
+	ExecutionViewStopCauseReap         ExecutionViewStopCause = "reap"
+)
+
+// Valid indicates whether the value is a known member of the ExecutionViewStopCause enum.
+func (e ExecutionViewStopCause) Valid() bool {
+	switch e {
+	case ExecutionViewStopCauseCap:
+		return true
+	case ExecutionViewStopCauseDatabase:
+		return true
+	case ExecutionViewStopCauseDrain:
+		return true
+	case ExecutionViewStopCauseFailure:
+		return true
+	case ExecutionViewStopCauseMaxCalls:
+		return true
+	case ExecutionViewStopCauseOperator:
+		return true
+	case ExecutionViewStopCauseProviderRate:
+		return true
+	case ExecutionViewStopCauseReap:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HistoryDayViewOutcome.
 const (
 	HistoryDayViewOutcomeAbandoned HistoryDayViewOutcome = "abandoned"
@@ -412,22 +448,22 @@ func (e RequestCreateOutputBodyStatus) Valid() bool {
 
 // Defines values for RequestViewResumeCause.
 const (
-	Database     RequestViewResumeCause = "database"
-	Drain        RequestViewResumeCause = "drain"
-	ProviderRate RequestViewResumeCause = "provider-rate"
-	Reap         RequestViewResumeCause = "reap"
+	RequestViewResumeCauseDatabase     RequestViewResumeCause = "database"
+	RequestViewResumeCauseDrain        RequestViewResumeCause = "drain"
+	RequestViewResumeCauseProviderRate RequestViewResumeCause = "provider-rate"
+	RequestViewResumeCauseReap         RequestViewResumeCause = "reap"
 )
 
 // Valid indicates whether the value is a known member of the RequestViewResumeCause enum.
 func (e RequestViewResumeCause) Valid() bool {
 	switch e {
-	case Database:
+	case RequestViewResumeCauseDatabase:
 		return true
-	case Drain:
+	case RequestViewResumeCauseDrain:
 		return true
-	case ProviderRate:
+	case RequestViewResumeCauseProviderRate:
 		return true
-	case Reap:
+	case RequestViewResumeCauseReap:
 		return true
 	default:
 		return false
@@ -745,12 +781,18 @@ type ExecutionView struct {
 	StartedAt     *time.Time          `json:"startedAt"`
 	Status        ExecutionViewStatus `json:"status"`
 
+	// StopCause why an execution that did not complete ended (GET /v1/requests?cause= filters by it); absent otherwise
+	StopCause *ExecutionViewStopCause `json:"stopCause,omitempty"`
+
 	// Targets items the instance must account for (-1 until known)
 	Targets int64 `json:"targets"`
 }
 
 // ExecutionViewStatus defines model for ExecutionView.Status.
 type ExecutionViewStatus string
+
+// ExecutionViewStopCause why an execution that did not complete ended (GET /v1/requests?cause= filters by it); absent otherwise
+type ExecutionViewStopCause string
 
 // FilingParseParams defines model for FilingParseParams.
 type FilingParseParams struct {
@@ -1309,8 +1351,14 @@ type RequestListParams struct {
 	// Job only this job
 	Job *string `form:"job,omitempty" json:"job,omitempty"`
 
-	// Status only this status: QUEUED, RUNNING, DONE or FAILED
+	// Status only this status: QUEUED, RUNNING, DONE or FAILED (a request that was served reads DONE however its run ended: see outcome)
 	Status *string `form:"status,omitempty" json:"status,omitempty"`
+
+	// Outcome only requests whose execution ended so: COMPLETED, STOPPED (an operator's stop, maxCalls, a daily cap, a drain...), FAILED or ABANDONED
+	Outcome *string `form:"outcome,omitempty" json:"outcome,omitempty"`
+
+	// Cause with outcome: only requests whose execution's stop cause is this: drain, reap, database, provider-rate, operator, cap, max_calls or failure
+	Cause *string `form:"cause,omitempty" json:"cause,omitempty"`
 
 	// Limit page size, 1..500 (default 50)
 	Limit *string `form:"limit,omitempty" json:"limit,omitempty"`
@@ -3222,6 +3270,30 @@ func NewRequestListRequest(server string, params *RequestListParams) (*http.Requ
 		if params.Status != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Outcome != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "outcome", *params.Outcome, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cause != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cause", *params.Cause, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
