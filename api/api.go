@@ -34,18 +34,6 @@ import (
 	"github.com/buildrisk/radar/sql/pgtx"
 )
 
-func init() {
-	// Huma answers schema violations with 422; the contract promises 400
-	// for every bad input. huma.NewError is process-global: set it once here.
-	newError := huma.NewError
-	huma.NewError = func(status int, msg string, errs ...error) huma.StatusError {
-		if status == http.StatusUnprocessableEntity {
-			status = http.StatusBadRequest
-		}
-		return newError(status, msg, errs...)
-	}
-}
-
 // RequestTimeoutDefault is Config.RequestTimeout's default.
 const RequestTimeoutDefault = 10 * time.Second
 
@@ -129,6 +117,10 @@ type Config struct {
 	// MaxBodyBytes bounds every request body (BUILDRISK_MAX_BODY_BYTES);
 	// default MaxBodyBytesDefault. A larger body is answered 413 unread.
 	MaxBodyBytes int64
+	// IdempotencyRetention is how long an Idempotency-Key is kept
+	// (BUILDRISK_IDEMPOTENCY_RETENTION): a retry within it is answered from
+	// the key's record; default IdempotencyRetentionDefault.
+	IdempotencyRetention time.Duration
 }
 
 // Server is the API.
@@ -171,8 +163,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	cfg.Version = cmp.Or(cfg.Version, "dev")
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, MaxBodyBytesDefault)
 	cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, RequestTimeoutDefault)
-	if cfg.MaxBodyBytes < 0 || cfg.RequestTimeout < 0 {
-		return nil, errors.New("api: MaxBodyBytes and RequestTimeout must be positive")
+	cfg.IdempotencyRetention = cmp.Or(cfg.IdempotencyRetention, IdempotencyRetentionDefault)
+	if cfg.MaxBodyBytes < 0 || cfg.RequestTimeout < 0 || cfg.IdempotencyRetention < 0 {
+		return nil, errors.New("api: MaxBodyBytes, RequestTimeout and IdempotencyRetention must be positive")
 	}
 	if cfg.Today == nil {
 		cfg.Today = func() time.Time { return time.Now().UTC().Truncate(24 * time.Hour) }
@@ -194,6 +187,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.api = humago.New(s.mux, openAPIConfig(cfg.Version, cfg.Catalog))
 	s.Register(s.api)
 	nullableRefs(s.api.OpenAPI())
+	documentProblemTypes(s.api.OpenAPI())
 
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -205,6 +199,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	}
 	s.registerConsole()
 	s.registerDocs()
+	s.registerProblems()
 	if cfg.RiverUI != nil {
 		s.mux.Handle(riverUIPrefix+"/", riverUIReadOnly(cfg.RiverUI, func(ctx context.Context, path string) {
 			s.audit(ctx, "", AuditRiverUIWrite, path, "River UI is read-only")
@@ -222,7 +217,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 func openAPIConfig(version string, catalog *jobs.Catalog) huma.Config {
 	c := huma.DefaultConfig("buildrisk-radar", version)
 	c.Components.Schemas = huma.NewMapRegistry("#/components/schemas/", schemaNamer(catalog))
-	c.Info.Description = "Enqueue and observe buildrisk-radar's batch jobs. GETs need a viewer or operator token, POSTs an operator token. Errors are RFC 9457 problem+json; bad input is a 400 naming the field."
+	c.Info.Description = "Enqueue and observe buildrisk-radar's batch jobs. GETs need a viewer or operator token, POSTs an operator token. " +
+		"Errors are RFC 9457 problem+json whose type is one of a closed set (ErrorModel.type; each is also a page of this api, see /problems/): branch on type, not on detail. " +
+		"Bad input is a 400 naming the field. The POSTs that start or change work take an optional Idempotency-Key header (IETF httpapi draft -09): " +
+		"a retry with the same key and body is answered with the first answer again (Idempotent-Replayed: true) and starts nothing."
 	c.Info.Contact = &huma.Contact{Name: "buildrisk-radar operators"}
 	c.Info.License = &huma.License{Name: "Proprietary", Identifier: "LicenseRef-Proprietary"}
 	// "/" is the api that serves the document, wherever it is deployed; the
@@ -267,7 +265,7 @@ func openAPIConfig(version string, catalog *jobs.Catalog) huma.Config {
 // the Go types that carry the params are not: every job package may name
 // its own type Params.
 func schemaNamer(catalog *jobs.Catalog) func(t reflect.Type, hint string) string {
-	byType := map[reflect.Type]string{}
+	byType := map[reflect.Type]string{problemType: problemSchemaName}
 	for _, def := range catalog.All() {
 		byType[def.ParamsType()] = paramsSchemaName(def.Name())
 	}
@@ -318,7 +316,7 @@ func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 	}
 	problem := func(status int, schema *huma.Schema) *huma.Response {
 		if schema == nil {
-			schema = oapi.Components.Schemas.Schema(reflect.TypeFor[huma.ErrorModel](), true, "ErrorModel")
+			schema = oapi.Components.Schemas.Schema(problemType, true, problemSchemaName)
 		}
 		return &huma.Response{
 			Description: http.StatusText(status),
@@ -341,6 +339,16 @@ func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 	}
 	if r, ok := op.Responses["409"]; ok {
 		r.Content = problem(http.StatusConflict, oapi.Components.Schemas.Schema(reflect.TypeFor[ConflictError](), true, "ConflictError")).Content
+	}
+	if takesIdempotencyKey(op) {
+		r := add(http.StatusUnprocessableEntity)
+		r.Description = "The Idempotency-Key was used within its retention for another request (type idempotency-key-reused); nothing was done"
+		if c := op.Responses["409"]; c != nil {
+			c.Description = "Conflict; type idempotency-key-in-progress while a call with the same Idempotency-Key is still being processed"
+		}
+		if ok := op.Responses[strconv.Itoa(op.DefaultStatus)]; ok != nil {
+			ok.Description += "; Idempotent-Replayed: true when it is the recorded answer of an earlier call with the same Idempotency-Key"
+		}
 	}
 	if len(op.Security) > 0 {
 		add(http.StatusUnauthorized).Headers = map[string]*huma.Header{
@@ -499,43 +507,34 @@ func (s *Server) Register(api huma.API) {
 	s.registerAudit(api)
 }
 
-// ConflictError is the 409 problem: RFC 9457's members plus, when the job
-// already has a QUEUED or RUNNING request, activeRequestId.
-type ConflictError struct {
-	huma.ErrorModel
-	ActiveRequestID string `json:"activeRequestId,omitempty" doc:"the job's active (QUEUED or RUNNING) request, when that is the conflict"`
-}
-
-// GetStatus implements huma.StatusError.
-func (e *ConflictError) GetStatus() int { return http.StatusConflict }
-
-// ContentType implements huma.ContentTypeFilter.
-func (e *ConflictError) ContentType(string) string { return "application/problem+json" }
-
-func newConflict(detail string, activeRequestID int64) *ConflictError {
-	e := &ConflictError{ErrorModel: huma.ErrorModel{Title: http.StatusText(http.StatusConflict), Status: http.StatusConflict, Detail: detail}}
-	if activeRequestID != 0 {
-		e.ActiveRequestID = formatID(activeRequestID)
-	}
-	return e
-}
-
 // unavailable is the 503 of a database that cannot serve the call now.
 func unavailable(detail string) error {
 	return huma.ErrorWithHeaders(huma.Error503ServiceUnavailable(detail),
 		http.Header{"Retry-After": {strconv.Itoa(RetryAfterSeconds)}})
 }
 
-// problemFrom maps a domain error to its HTTP answer. It is the only place
-// that does so; unknown errors are logged and answered with a bare 500.
+// problemFrom maps a domain error to its HTTP answer, a Problem of the
+// error's kind. It is the only place that does so; an error that already is
+// a problem (an Idempotency-Key's, from inside the enqueue) is answered as
+// it is, and unknown errors are logged and answered with a bare 500.
 func (s *Server) problemFrom(ctx context.Context, err error) error {
 	var paramErr *jobs.ParamError
+	var capErr *request.OverCapError
 	var dupErr *request.DuplicateError
+	var problem *Problem
+	var conflict *ConflictError
 	switch {
+	case errors.As(err, &conflict):
+		return conflict
+	case errors.As(err, &problem):
+		return problem
+	case errors.As(err, &capErr) && errors.As(err, &paramErr):
+		return newProblem(ProblemCapExceeded, fmt.Sprintf("invalid request: %s: %s", paramErr.Field, paramErr.Message),
+			&huma.ErrorDetail{Location: "body." + paramErr.Field, Message: paramErr.Message})
 	case errors.As(err, &paramErr):
 		return badInput("request", paramErr.Field, "body."+paramErr.Field, paramErr.Message)
 	case errors.As(err, &dupErr):
-		return newConflict(fmt.Sprintf("job %s already has an active request %d", dupErr.Job, dupErr.ActiveRequestID), dupErr.ActiveRequestID)
+		return newConflict(ProblemDuplicateActiveRequest, fmt.Sprintf("job %s already has an active request %d", dupErr.Job, dupErr.ActiveRequestID), dupErr.ActiveRequestID)
 	case errors.Is(err, request.ErrUnknownJob):
 		return huma.Error404NotFound(err.Error())
 	case errors.Is(err, queries.ErrNotFound):

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -162,7 +161,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			// through a user's trusted network.
 			if !isReadOnly(r) {
 				if err := s.crossOrigin.Check(r); err != nil {
-					writeProblem(w, http.StatusForbidden, "cross-origin request refused")
+					writeProblem(w, ProblemForbidden, "cross-origin request refused")
 					return
 				}
 			}
@@ -229,21 +228,21 @@ func (s *Server) authorizeAPI(w http.ResponseWriter, r *http.Request) (*caller, 
 	}
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="buildrisk-radar"`)
-		writeProblem(w, http.StatusUnauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)")
+		writeProblem(w, ProblemUnauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)")
 		return nil, false
 	}
 	readOnly := isReadOnly(r)
 	if !readOnly && c.role != RoleOperator {
-		writeProblem(w, http.StatusForbidden, fmt.Sprintf("%s requires an operator token; this token is %s", r.Method, c.role))
+		writeProblem(w, ProblemForbidden, fmt.Sprintf("%s requires an operator token; this token is %s", r.Method, c.role))
 		return nil, false
 	}
 	if c.session != nil && !readOnly {
 		if err := s.crossOrigin.Check(r); err != nil {
-			writeProblem(w, http.StatusForbidden, "cross-origin request refused")
+			writeProblem(w, ProblemForbidden, "cross-origin request refused")
 			return nil, false
 		}
 		if !s.sessions.checkCSRF(c.session, r.Header.Get(csrfHeader)) {
-			writeProblem(w, http.StatusForbidden, "missing or wrong "+csrfHeader+" header; reload the console")
+			writeProblem(w, ProblemForbidden, "missing or wrong "+csrfHeader+" header; reload the console")
 			return nil, false
 		}
 	}
@@ -262,15 +261,15 @@ func (s *Server) authorizeRiverUI(w http.ResponseWriter, r *http.Request) (*call
 		return nil, false
 	case !ok:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="buildrisk-radar"`)
-		writeProblem(w, http.StatusUnauthorized, "River UI needs an operator: log in to the console or send an operator bearer token")
+		writeProblem(w, ProblemUnauthorized, "River UI needs an operator: log in to the console or send an operator bearer token")
 		return nil, false
 	case c.role != RoleOperator:
-		writeProblem(w, http.StatusForbidden, "River UI needs an operator; this login is "+string(c.role))
+		writeProblem(w, ProblemForbidden, "River UI needs an operator; this login is "+string(c.role))
 		return nil, false
 	}
 	if c.session != nil && !isReadOnly(r) {
 		if err := s.crossOrigin.Check(r); err != nil {
-			writeProblem(w, http.StatusForbidden, "cross-origin request refused")
+			writeProblem(w, ProblemForbidden, "cross-origin request refused")
 			return nil, false
 		}
 	}
@@ -306,12 +305,4 @@ func (s *Server) lookupToken(token string) (Role, string, bool) {
 		}
 	}
 	return found, name, found != ""
-}
-
-func writeProblem(w http.ResponseWriter, status int, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"title": http.StatusText(status), "status": status, "detail": detail,
-	})
 }

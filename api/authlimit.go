@@ -183,7 +183,7 @@ func (s *Server) refuseLimited(w http.ResponseWriter, r *http.Request, problem b
 	w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
 	msg := "too many failed credential checks; retry after Retry-After seconds"
 	if problem {
-		writeProblem(w, http.StatusTooManyRequests, msg)
+		writeProblem(w, ProblemTooManyAuthFailures, msg)
 	} else {
 		http.Error(w, msg, http.StatusTooManyRequests)
 	}

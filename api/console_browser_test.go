@@ -286,7 +286,7 @@ func TestConsole_Browser(t *testing.T) {
 	b.Do("estimating", chromedp.Click(chromedp.CSS("#estimate-button")))
 	b.waitFor("the estimate", `(document.querySelector("#estimated-calls") || {}).innerText === "14"`)
 	b.Do("requesting again", chromedp.Click(chromedp.CSS("#submit-request")))
-	b.waitFor("the 409 explained", `document.querySelector("#form-error").innerText.includes("Conflict")`)
+	b.waitFor("the 409 explained", `document.querySelector("#form-error").innerText.includes("Duplicate active request")`)
 	conflict := b.text("#form-error")
 	require.Contains(t, conflict, "job aptTrade already has an active request "+running)
 	require.Contains(t, conflict, "The active one is request "+running)

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
 )
 
 // requireJSON guards every /v1 call that may change something (any method
@@ -30,7 +32,7 @@ func (s *Server) requireJSON(next http.Handler) http.Handler {
 		media, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 		if err != nil || media != "application/json" {
 			w.Header().Set("Connection", "close")
-			writeProblem(w, http.StatusUnsupportedMediaType, fmt.Sprintf("the body must be application/json (Content-Type: %s)", strconv.Quote(r.Header.Get("Content-Type"))))
+			writeProblem(w, ProblemUnsupportedMediaType, fmt.Sprintf("the body must be application/json (Content-Type: %s)", strconv.Quote(r.Header.Get("Content-Type"))))
 			return
 		}
 		raw, err := io.ReadAll(r.Body)
@@ -40,11 +42,11 @@ func (s *Server) requireJSON(next http.Handler) http.Handler {
 			s.tooLarge(w, r)
 			return
 		case err != nil:
-			writeProblem(w, http.StatusBadRequest, "error reading the request body")
+			writeProblem(w, ProblemInvalidParams, "error reading the request body")
 			return
 		}
 		if field, dup := duplicateKey(raw); dup {
-			writeProblem(w, http.StatusBadRequest, field+": duplicate key in the JSON body")
+			writeProblem(w, ProblemInvalidParams, field+": duplicate key in the JSON body", &huma.ErrorDetail{Location: field, Message: "duplicate key in the JSON body"})
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(raw))

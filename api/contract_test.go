@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -48,6 +50,8 @@ type contract struct {
 	violations []string
 	checked    int
 	seen       map[string]map[string]bool // operationId -> status -> seen
+	// problemTypes are the problem types the answers carried.
+	problemTypes map[string]bool
 }
 
 func newContract(t *testing.T, base string) *contract {
@@ -59,7 +63,7 @@ func newContract(t *testing.T, base string) *contract {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
-	c := &contract{t: t, base: base, seen: map[string]map[string]bool{}}
+	c := &contract{t: t, base: base, seen: map[string]map[string]bool{}, problemTypes: map[string]bool{}}
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromData(raw)
 	require.NoError(t, err, "the served document does not load")
@@ -89,6 +93,11 @@ type exchange struct {
 	// answer is validated.
 	invalid bool
 	want    int
+	// key, when set, is sent as the Idempotency-Key header.
+	key string
+	// replayed is the Idempotent-Replayed header the answer must carry
+	// ("" for none).
+	replayed string
 }
 
 // do sends e, validates request and response, requires the wanted status
@@ -111,12 +120,16 @@ func (c *contract) Do(e exchange) map[string]any {
 	if e.host != "" {
 		req.Host = e.host
 	}
+	if e.key != "" {
+		req.Header.Set(api.IdempotencyKeyHeader, e.key)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(c.t, err)
 	raw, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.NoError(c.t, err)
 	require.Equal(c.t, e.want, resp.StatusCode, "%s %s: %s", e.method, e.path, raw)
+	require.Equal(c.t, e.replayed, resp.Header.Get(api.IdempotentReplayedHeader), "%s %s: %s", e.method, e.path, raw)
 
 	c.validate(e, req, resp, raw)
 	var out map[string]any
@@ -128,6 +141,9 @@ func (c *contract) Do(e exchange) map[string]any {
 
 func (c *contract) validate(e exchange, req *http.Request, resp *http.Response, raw []byte) {
 	where := fmt.Sprintf("%s %s -> %d", e.method, e.path, resp.StatusCode)
+	if resp.StatusCode >= 400 {
+		c.checkProblemType(where, resp, raw)
+	}
 	// A fresh request for the validator: the sent one's body is consumed.
 	vreq, err := http.NewRequest(e.method, c.base+e.path, strings.NewReader(e.body))
 	require.NoError(c.t, err)
@@ -193,6 +209,38 @@ func (c *contract) check(e exchange, where string, vreq *http.Request, resp *htt
 	if err := openapi3filter.ValidateResponse(context.Background(), rin); err != nil {
 		c.violate(where, "response: "+flatten(err)+"\n      body: "+truncate(string(raw), 300))
 	}
+}
+
+// checkProblemType requires of an error answer a problem body whose type
+// is one of the closed set the document lists (the enum of ErrorModel.type),
+// and, for a 409, of ConflictError.type.
+func (c *contract) checkProblemType(where string, resp *http.Response, raw []byte) {
+	if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+		c.violate(where, "an error answer is "+ct+", not application/problem+json")
+		return
+	}
+	var problem struct {
+		Type *string `json:"type"`
+	}
+	if err := json.Unmarshal(raw, &problem); err != nil || problem.Type == nil {
+		c.violate(where, "a problem without type: "+truncate(string(raw), 300))
+		return
+	}
+	schema := "ErrorModel"
+	if resp.StatusCode == http.StatusConflict {
+		schema = "ConflictError"
+	}
+	ref := c.doc.Components.Schemas[schema]
+	if ref == nil || ref.Value == nil || ref.Value.Properties["type"] == nil {
+		c.violate(where, "the document has no "+schema+".type")
+		return
+	}
+	if !slices.Contains(ref.Value.Properties["type"].Value.Enum, any(*problem.Type)) {
+		c.violate(where, fmt.Sprintf("problem type %q is not one of %s.type's enum", *problem.Type, schema))
+	}
+	c.mu.Lock()
+	c.problemTypes[*problem.Type] = true
+	c.mu.Unlock()
 }
 
 func (c *contract) violate(where, what string) {
@@ -305,12 +353,19 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 	c.Do(exchange{method: http.MethodGet, path: "/v1/jobs/aptTrade", token: viewer, want: http.StatusOK})
 	c.Do(exchange{method: http.MethodPost, path: "/v1/jobs/aptTrade/requests", token: op,
 		body: apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-01"), want: http.StatusConflict})
-	c.Do(exchange{method: http.MethodPost, path: "/v1/jobs/aptTrade/stop", token: op, want: http.StatusAccepted})
+	// With an Idempotency-Key: the first answer, its replay, and the key
+	// reused for another call (422).
+	c.Do(exchange{method: http.MethodPost, path: "/v1/jobs/aptTrade/stop", token: op, key: "contract-stop", want: http.StatusAccepted})
+	c.Do(exchange{method: http.MethodPost, path: "/v1/jobs/aptTrade/stop", token: op, key: "contract-stop", want: http.StatusAccepted, replayed: "true"})
+	c.Do(exchange{method: http.MethodPost, path: "/v1/jobs/creditEval/stop", token: op, key: "contract-stop", want: http.StatusUnprocessableEntity})
 	abandon := fmt.Sprintf("/v1/executions/%d/abandon", execID)
 	c.Do(exchange{method: http.MethodPost, path: abandon, token: op, want: http.StatusConflict})
 	_, err := s.Pool.Exec(context.Background(), `UPDATE worker SET heartbeat_at = now() - interval '1 hour' WHERE id = '1@contract#a'`)
 	require.NoError(t, err)
-	c.Do(exchange{method: http.MethodPost, path: abandon, token: op, want: http.StatusOK})
+	c.Do(exchange{method: http.MethodPost, path: abandon, token: op, key: "contract-abandon", want: http.StatusOK})
+	c.Do(exchange{method: http.MethodPost, path: abandon, token: op, key: "contract-abandon", want: http.StatusOK, replayed: "true"})
+	c.Do(exchange{method: http.MethodPost, path: "/v1/executions/999999/abandon", token: op, key: "contract-abandon", want: http.StatusUnprocessableEntity})
+	c.Do(exchange{method: http.MethodPost, path: abandon, token: op, key: strings.Repeat("k", 256), invalid: true, want: http.StatusBadRequest})
 	c.Do(exchange{method: http.MethodPost, path: abandon, token: op, want: http.StatusConflict})
 	c.Do(exchange{method: http.MethodPost, path: "/v1/executions/999999/abandon", token: op, want: http.StatusNotFound})
 	c.Do(exchange{method: http.MethodPost, path: "/v1/executions/x1/abandon", token: op, invalid: true, want: http.StatusBadRequest})
@@ -330,9 +385,14 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 		example, err := json.Marshal(map[string]any{"params": def.Example()})
 		require.NoError(t, err)
 		path := "/v1/jobs/" + name + "/requests"
-		out := c.Do(exchange{method: http.MethodPost, path: path, token: op, body: string(example), want: http.StatusAccepted})
+		key := "contract-" + name
+		out := c.Do(exchange{method: http.MethodPost, path: path, token: op, key: key, body: string(example), want: http.StatusAccepted})
+		again := c.Do(exchange{method: http.MethodPost, path: path, token: op, key: key, body: string(example), want: http.StatusAccepted, replayed: "true"})
+		require.Equal(t, out, again, name)
 		dup := c.Do(exchange{method: http.MethodPost, path: path, token: op, body: string(example), want: http.StatusConflict})
 		require.Equal(t, out["requestId"], dup["activeRequestId"], name)
+		other := strings.TrimSuffix(string(example), "}") + `,"maxCalls":7}`
+		c.Do(exchange{method: http.MethodPost, path: path, token: op, key: key, body: other, want: http.StatusUnprocessableEntity})
 		c.Do(exchange{method: http.MethodPost, path: path, token: op, body: `{"params":{"noSuchParam":1}}`, invalid: true, want: http.StatusBadRequest})
 		c.Do(exchange{method: http.MethodPost, path: path, body: string(example), invalid: true, want: http.StatusUnauthorized})
 		c.Do(exchange{method: http.MethodPost, path: path, token: viewer, body: string(example), want: http.StatusForbidden})
@@ -344,6 +404,12 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 		c.Do(exchange{method: http.MethodPost, path: estimate, token: op, body: `{"params":{"noSuchParam":1}}`, invalid: true, want: http.StatusBadRequest})
 		c.Do(exchange{method: http.MethodGet, path: "/v1/jobs/" + name, token: viewer, want: http.StatusOK})
 	}
+	// A call while another with the same key is still being processed (the
+	// test's transaction holds the key's lock): 409 in progress.
+	holdKeyLock(t, s.OwnerURL, op, "contract-in-progress", func() {
+		c.Do(exchange{method: http.MethodPost, path: "/v1/jobs/aptTrade/requests", token: op, key: "contract-in-progress",
+			body: apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-01"), want: http.StatusConflict})
+	})
 	c.Do(exchange{method: http.MethodPost, path: "/v1/jobs/noSuchJob/requests", token: op, body: `{"params":{}}`, want: http.StatusNotFound})
 	c.Do(exchange{method: http.MethodPost, path: "/v1/jobs/noSuchJob/requests", token: viewer, body: `{"params":{}}`, want: http.StatusForbidden})
 	c.Do(exchange{method: http.MethodPost, path: "/v1/jobs/noSuchJob/requests", body: `{"params":{}}`, invalid: true, want: http.StatusUnauthorized})
@@ -363,6 +429,9 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 	cursor, _ := first["nextCursor"].(string)
 	require.NotEmpty(t, cursor)
 	c.Do(exchange{method: http.MethodGet, path: "/v1/requests?job=aptTrade&status=DONE&limit=1&cursor=" + url.QueryEscape(cursor), token: viewer, want: http.StatusOK})
+	c.Do(exchange{method: http.MethodGet, path: "/v1/requests?outcome=COMPLETED&job=aptTrade", token: viewer, want: http.StatusOK})
+	c.Do(exchange{method: http.MethodGet, path: "/v1/requests?outcome=STOPPED&cause=max_calls", token: viewer, want: http.StatusOK})
+	c.Do(exchange{method: http.MethodGet, path: "/v1/requests?outcome=DONE", token: viewer, invalid: true, want: http.StatusBadRequest})
 	c.Do(exchange{method: http.MethodGet, path: "/v1/requests?limit=0", token: viewer, invalid: true, want: http.StatusBadRequest})
 	c.Do(exchange{method: http.MethodGet, path: "/v1/requests", invalid: true, want: http.StatusUnauthorized})
 	c.Do(exchange{method: http.MethodGet, path: "/v1/requests/" + id, invalid: true, want: http.StatusUnauthorized})
@@ -420,6 +489,8 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 		// stockPrice's estimate counts the listed companies in the database.
 		c.Do(exchange{method: http.MethodPost, path: "/v1/jobs/stockPrice/estimate", token: op,
 			body: `{"params":{"date":"2025-01-31"}}`, want: http.StatusServiceUnavailable})
+		c.Do(exchange{method: http.MethodPost, path: "/v1/jobs/aptTrade/requests", token: op, key: "contract-503",
+			body: apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-01"), want: http.StatusServiceUnavailable})
 		c.Do(exchange{method: http.MethodPost, path: "/v1/jobs/aptTrade/stop", token: op, want: http.StatusServiceUnavailable})
 		c.Do(exchange{method: http.MethodPost, path: abandon, token: op, want: http.StatusServiceUnavailable})
 	})
@@ -465,6 +536,23 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 		}
 	}
 
+	// Every problem type was answered, but those no exchange can drive here:
+	// an internal error, a client gone before its answer, and a request
+	// over a daily cap (TestRequestPath_BadInput drives that one).
+	var unanswered []string
+	for _, t := range api.ProblemTypes() {
+		switch t {
+		case api.ProblemInternalError, api.ProblemClientClosedRequest, api.ProblemCapExceeded:
+			continue
+		}
+		if !c.problemTypes[string(t)] {
+			unanswered = append(unanswered, string(t))
+		}
+	}
+	if len(unanswered) > 0 {
+		t.Errorf("problem types no exchange was answered with: %s", strings.Join(unanswered, ", "))
+	}
+
 	missing := c.unseen()
 	t.Logf("%d exchanges checked against the document, %d violations, %d documented answers never driven", c.checked, len(c.violations), len(missing))
 	if len(c.violations) > 0 || len(missing) > 0 {
@@ -473,6 +561,24 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 			t.Errorf("%d documented answers never driven:\n  %s", len(missing), strings.Join(missing, "\n  "))
 		}
 	}
+}
+
+// holdKeyLock runs fn while a transaction of the test holds the advisory
+// lock of an Idempotency-Key of token's (named by its fingerprint, as a
+// token without a name is), as a call with that key being processed does.
+func holdKeyLock(t *testing.T, ownerURL, token, key string, fn func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, ownerURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	sum := sha256.Sum256([]byte(token))
+	_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('buildrisk.idempotency:' || $1 || ':' || $2, 0))`, "fp-"+hex.EncodeToString(sum[:4]), key)
+	require.NoError(t, err)
+	fn()
 }
 
 // lockEverything runs fn while one transaction holds an ACCESS EXCLUSIVE

@@ -16,12 +16,14 @@ import (
 	"github.com/buildrisk/radar/sql/pgtx"
 )
 
-type executionInput struct {
+type executionAbandonInput struct {
+	IdempotencyKeyInput
 	ID string `path:"id" doc:"execution id"`
 }
 
 // ExecutionAbandonOutput is the 200 of POST /v1/executions/{id}/abandon.
 type ExecutionAbandonOutput struct {
+	ReplayedOutput
 	Body struct {
 		ID     string `json:"id"`
 		Status string `json:"status" enum:"ABANDONED"`
@@ -34,21 +36,36 @@ func (s *Server) registerExecutions(api huma.API) {
 		Method:      http.MethodPost,
 		Path:        "/v1/executions/{id}/abandon",
 		Summary:     "Abandon an execution whose worker stopped heartbeating",
-		Description: "Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409).",
+		Description: "Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409). Safe to retry with an Idempotency-Key.",
 		Tags:        []string{"executions"},
 		Security:    []map[string][]string{{"bearer": {}}},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict},
 	}, s.abandonExecution)
 }
 
-func (s *Server) abandonExecution(ctx context.Context, in *executionInput) (*ExecutionAbandonOutput, error) {
+func (s *Server) abandonExecution(ctx context.Context, in *executionAbandonInput) (*ExecutionAbandonOutput, error) {
 	id, ok := parseID(in.ID)
 	if !ok {
 		return nil, badID("id", in.ID)
 	}
+	key, err := s.idempotency(ctx, &in.IdempotencyKeyInput, "POST /v1/executions/"+formatID(id)+"/abandon", nil)
+	if err != nil {
+		return nil, err
+	}
+	out := &ExecutionAbandonOutput{}
+	out.Body.ID = formatID(id)
+	out.Body.Status = string(radartype.ExecutionAbandoned)
 	var conflict error
-	err := pgtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-		conflict = nil
+	var replay *replayError
+	err = pgtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		conflict, replay = nil, nil
+		if key != nil {
+			if err := key.begin(ctx, tx); errors.As(err, &replay) {
+				return nil
+			} else if err != nil {
+				return err
+			}
+		}
 		exec, err := s.queries.JobExecutionGetByID(ctx, tx, id)
 		if err := queries.Interpret(err); err != nil {
 			return err
@@ -57,7 +74,7 @@ func (s *Server) abandonExecution(ctx context.Context, in *executionInput) (*Exe
 			return err
 		}
 		if !radartype.ExecutionStatus(exec.Status).Active() {
-			conflict = newConflict(fmt.Sprintf("execution %d is already %s", id, exec.Status), 0)
+			conflict = newConflict(ProblemExecutionNotActive, fmt.Sprintf("execution %d is already %s", id, exec.Status), 0)
 			return nil
 		}
 		w, err := s.queries.WorkerGetByID(ctx, tx, exec.WorkerID)
@@ -65,7 +82,7 @@ func (s *Server) abandonExecution(ctx context.Context, in *executionInput) (*Exe
 			return err
 		} else if err == nil && s.alive(w) {
 			age := time.Since(w.HeartbeatAt).Round(time.Second)
-			conflict = newConflict(fmt.Sprintf("worker %s is alive (last heartbeat %s ago); abandoning its run would let a resume overlap it", w.ID, age), 0)
+			conflict = newConflict(ProblemWorkerAlive, fmt.Sprintf("worker %s is alive (last heartbeat %s ago); abandoning its run would let a resume overlap it", w.ID, age), 0)
 			return nil
 		}
 		req, err := s.queries.JobRequestGetByID(ctx, tx, exec.RequestID)
@@ -76,8 +93,12 @@ func (s *Server) abandonExecution(ctx context.Context, in *executionInput) (*Exe
 		if ok, err := request.Abandon(ctx, tx, s.cfg.Enqueuer.Canceller(), req.ID, &exec.ID, req.RiverJobID, msg); err != nil {
 			return err
 		} else if !ok {
-			_, err := s.queries.JobExecutionAbandon(ctx, tx, &queries.JobExecutionAbandonParams{ID: exec.ID, ExitMessage: msg})
-			return err
+			if _, err := s.queries.JobExecutionAbandon(ctx, tx, &queries.JobExecutionAbandonParams{ID: exec.ID, ExitMessage: msg}); err != nil {
+				return err
+			}
+		}
+		if key != nil {
+			return key.record(ctx, tx, http.StatusOK, out.Body)
 		}
 		return nil
 	})
@@ -90,9 +111,13 @@ func (s *Server) abandonExecution(ctx context.Context, in *executionInput) (*Exe
 	if conflict != nil {
 		return nil, conflict
 	}
-	out := &ExecutionAbandonOutput{}
-	out.Body.ID = formatID(id)
-	out.Body.Status = string(radartype.ExecutionAbandoned)
+	if replay != nil {
+		out = &ExecutionAbandonOutput{ReplayedOutput: ReplayedOutput{Replayed: "true"}}
+		if err := replayed(replay, &out.Body); err != nil {
+			return nil, s.problemFrom(ctx, err)
+		}
+		return out, nil
+	}
 	s.audit(ctx, "", AuditAbandon, "execution "+formatID(id), "")
 	return out, nil
 }

@@ -61,8 +61,14 @@ type jobInput struct {
 	Job string `path:"job" doc:"job name"`
 }
 
+type jobStopInput struct {
+	IdempotencyKeyInput
+	Job string `path:"job" doc:"job name"`
+}
+
 // JobStopOutput is the 202 of POST /v1/jobs/{job}/stop.
 type JobStopOutput struct {
+	ReplayedOutput
 	Body struct {
 		ExecutionID string `json:"executionId"`
 		Status      string `json:"status" enum:"STOPPING"`
@@ -114,7 +120,7 @@ func (s *Server) registerJobs(api huma.API) {
 		Method:        http.MethodPost,
 		Path:          "/v1/jobs/{job}/stop",
 		Summary:       "Stop the job's running execution at its next chunk boundary",
-		Description:   "Marks the execution STOPPING (no end time). It becomes STOPPED when the job's goroutine has really ended; until then it counts as running.",
+		Description:   "Marks the execution STOPPING (no end time). It becomes STOPPED when the job's goroutine has really ended; until then it counts as running. Safe to retry with an Idempotency-Key.",
 		Tags:          []string{"jobs"},
 		DefaultStatus: http.StatusAccepted,
 		Security:      []map[string][]string{{"bearer": {}}},
@@ -195,25 +201,48 @@ func jobViewFrom(def jobs.Definition, row *queries.JobListSummaryRow, schedules 
 	return v
 }
 
-func (s *Server) stopJob(ctx context.Context, in *jobInput) (*JobStopOutput, error) {
+func (s *Server) stopJob(ctx context.Context, in *jobStopInput) (*JobStopOutput, error) {
+	key, err := s.idempotency(ctx, &in.IdempotencyKeyInput, "POST /v1/jobs/"+in.Job+"/stop", nil)
+	if err != nil {
+		return nil, err
+	}
 	if _, ok := s.cfg.Catalog.Lookup(in.Job); !ok {
 		return nil, huma.Error404NotFound(fmt.Sprintf("job %s not found", jobs.Quote(in.Job)))
 	}
-	var stopped *queries.JobExecution
-	err := pgtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		stopped, err = s.queries.JobExecutionRequestStop(ctx, queries.PlanEachCall(tx), in.Job) // finds the job's active execution among its history
-		return queries.Interpret(err)
-	})
-	if errors.Is(err, queries.ErrNotFound) {
-		return nil, newConflict(fmt.Sprintf("job %s has no STARTING or STARTED execution to stop", in.Job), 0)
-	}
-	if err != nil {
-		return nil, s.problemFrom(ctx, err)
-	}
 	out := &JobStopOutput{}
-	out.Body.ExecutionID = formatID(stopped.ID)
-	out.Body.Status = stopped.Status
+	var replay *replayError
+	err = pgtx.InTx(ctx, s.pool, func(tx pgx.Tx) error {
+		replay = nil
+		if key != nil {
+			if err := key.begin(ctx, tx); errors.As(err, &replay) {
+				return nil
+			} else if err != nil {
+				return err
+			}
+		}
+		stopped, err := s.queries.JobExecutionRequestStop(ctx, queries.PlanEachCall(tx), in.Job) // finds the job's active execution among its history
+		if err := queries.Interpret(err); err != nil {
+			return err
+		}
+		out.Body.ExecutionID = formatID(stopped.ID)
+		out.Body.Status = stopped.Status
+		if key != nil {
+			return key.record(ctx, tx, http.StatusAccepted, out.Body)
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, queries.ErrNotFound):
+		return nil, newConflict(ProblemNothingRunning, fmt.Sprintf("job %s has no STARTING or STARTED execution to stop", in.Job), 0)
+	case err != nil:
+		return nil, s.problemFrom(ctx, err)
+	case replay != nil:
+		out = &JobStopOutput{ReplayedOutput: ReplayedOutput{Replayed: "true"}}
+		if err := replayed(replay, &out.Body); err != nil {
+			return nil, s.problemFrom(ctx, err)
+		}
+		return out, nil
+	}
 	s.audit(ctx, "", AuditStop, in.Job, "execution "+out.Body.ExecutionID)
 	return out, nil
 }

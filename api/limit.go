@@ -38,7 +38,7 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 		}
 		if isReadOnly(r) {
 			w.Header().Set("Connection", "close")
-			writeProblem(w, http.StatusBadRequest, fmt.Sprintf("a %s request carries no body", r.Method))
+			writeProblem(w, ProblemBodyNotAllowed, fmt.Sprintf("a %s request carries no body", r.Method))
 			return
 		}
 		if r.ContentLength > limit {
@@ -58,7 +58,7 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 				s.tooLarge(w, r)
 				return
 			case err != nil:
-				writeProblem(w, http.StatusBadRequest, "error reading the request body")
+				writeProblem(w, ProblemInvalidParams, "error reading the request body")
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(buf))
@@ -72,5 +72,5 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 func (s *Server) tooLarge(w http.ResponseWriter, r *http.Request) {
 	s.cfg.Instruments.HTTPRefused(r.Context(), observability.RefusalBodyTooLarge)
 	w.Header().Set("Connection", "close")
-	writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over the limit of %d bytes", s.cfg.MaxBodyBytes))
+	writeProblem(w, ProblemBodyTooLarge, fmt.Sprintf("the request body is over the limit of %d bytes", s.cfg.MaxBodyBytes))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -27,6 +28,7 @@ const (
 
 // RequestCreateOutput is the 202 of POST /v1/jobs/{job}/requests.
 type RequestCreateOutput struct {
+	ReplayedOutput
 	Body struct {
 		RequestID          string  `json:"requestId"`
 		Job                string  `json:"job"`
@@ -61,6 +63,13 @@ func documentedBody(paramsType reflect.Type) reflect.Type {
 }
 
 type requestCreateJobInput struct {
+	IdempotencyKeyInput
+	RawBody []byte
+}
+
+type requestCreateAnyInput struct {
+	IdempotencyKeyInput
+	Job     string `path:"job" doc:"job name"`
 	RawBody []byte
 }
 
@@ -79,10 +88,12 @@ type RequestGetOutput struct {
 }
 
 type requestListInput struct {
-	Job    string `query:"job" doc:"only this job"`
-	Status string `query:"status" doc:"only this status: QUEUED, RUNNING, DONE or FAILED"`
-	Limit  string `query:"limit" doc:"page size, 1..500 (default 50)"`
-	Cursor string `query:"cursor" doc:"nextCursor of the previous page"`
+	Job     string `query:"job" doc:"only this job"`
+	Status  string `query:"status" doc:"only this status: QUEUED, RUNNING, DONE or FAILED (a request that was served reads DONE however its run ended: see outcome)"`
+	Outcome string `query:"outcome" doc:"only requests whose execution ended so: COMPLETED, STOPPED (an operator's stop, maxCalls, a daily cap, a drain...), FAILED or ABANDONED"`
+	Cause   string `query:"cause" doc:"with outcome: only requests whose execution's stop cause is this: drain, reap, database, provider-rate, operator, cap, max_calls or failure"`
+	Limit   string `query:"limit" doc:"page size, 1..500 (default 50)"`
+	Cursor  string `query:"cursor" doc:"nextCursor of the previous page"`
 }
 
 // RequestListOutput is GET /v1/requests.
@@ -101,13 +112,13 @@ func (s *Server) registerRequests(api huma.API) {
 			Method:        http.MethodPost,
 			Path:          path,
 			Summary:       "Request a " + def.Name() + " run",
-			Description:   def.Description() + " Chunk: " + def.Chunking() + ". Answers 202 at once; a duplicate gets 409 with the active request id.",
+			Description:   def.Description() + " Chunk: " + def.Chunking() + ". Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.",
 			Tags:          []string{"requests"},
 			DefaultStatus: http.StatusAccepted,
 			Security:      []map[string][]string{{"bearer": {}}},
 			Errors:        []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusConflict},
 		}, func(ctx context.Context, in *requestCreateJobInput) (*RequestCreateOutput, error) {
-			return s.createRequest(ctx, def.Name(), in.RawBody)
+			return s.createRequest(ctx, def.Name(), &in.IdempotencyKeyInput, in.RawBody)
 		})
 		// RawBody registers as an opaque body; document the real JSON shape.
 		op := api.OpenAPI().Paths[path].Post
@@ -127,8 +138,8 @@ func (s *Server) registerRequests(api huma.API) {
 		// A named job's own path takes precedence and answers the same way:
 		// a client calling this operation for a known job sees its answers.
 		Errors: []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict},
-	}, func(ctx context.Context, in *requestCreateInput) (*RequestCreateOutput, error) {
-		return s.createRequest(ctx, in.Job, in.RawBody)
+	}, func(ctx context.Context, in *requestCreateAnyInput) (*RequestCreateOutput, error) {
+		return s.createRequest(ctx, in.Job, &in.IdempotencyKeyInput, in.RawBody)
 	})
 	documentAnyJobBody(api, "/v1/jobs/{job}/requests")
 	huma.Register(api, huma.Operation{
@@ -194,7 +205,20 @@ func (s *Server) decodeRequestBody(ctx context.Context, job string, raw []byte) 
 	}, nil
 }
 
-func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*RequestCreateOutput, error) {
+// createRequest enqueues a request for job. With an Idempotency-Key, a
+// kept record of the key answers at once (before the body is validated
+// again: the first call's answer stands), and otherwise the key is recorded
+// in the enqueue's transaction (enqueueGuard).
+func (s *Server) createRequest(ctx context.Context, job string, keyIn *IdempotencyKeyInput, raw []byte) (*RequestCreateOutput, error) {
+	key, err := s.idempotency(ctx, keyIn, "POST /v1/jobs/"+job+"/requests", raw)
+	if err != nil {
+		return nil, err
+	}
+	if key != nil {
+		if out, err := s.replayRequest(ctx, key.lookup(ctx, s.pool)); out != nil || err != nil {
+			return out, err
+		}
+	}
 	params, err := s.decodeRequestBody(ctx, job, raw)
 	if err != nil {
 		// Refused before the enqueuer saw it (an unknown job, a body that is
@@ -208,18 +232,44 @@ func (s *Server) createRequest(ctx context.Context, job string, raw []byte) (*Re
 		s.cfg.Instruments.RequestRecorded(ctx, counted, radartype.SourceAPI, observability.ResultInvalid)
 		return nil, err
 	}
-	res, err := s.cfg.Enqueuer.Enqueue(ctx, params)
-	if err != nil {
-		return nil, s.problemFrom(ctx, err)
+	if key != nil {
+		params.Guard = &enqueueGuard{key: key, body: func(res *request.EnqueueResult) any { return accepted(job, res).Body }}
 	}
+	res, err := s.cfg.Enqueuer.Enqueue(ctx, params)
+	if out, err := s.replayRequest(ctx, err); out != nil || err != nil {
+		return out, err
+	}
+	out := accepted(job, res)
+	s.audit(ctx, "", AuditRequest, job, "request "+out.Body.RequestID)
+	return out, nil
+}
+
+// accepted is the 202 of res, job's new request.
+func accepted(job string, res *request.EnqueueResult) *RequestCreateOutput {
 	out := &RequestCreateOutput{}
 	out.Body.RequestID = formatID(res.Request.ID)
 	out.Body.Job = job
 	out.Body.Status = res.Request.Status
 	out.Body.EstimatedCalls = res.EstimatedCalls
 	out.Body.ResumesExecutionID = formatIDPtr(res.ResumesExecutionID)
-	s.audit(ctx, "", AuditRequest, job, "request "+out.Body.RequestID)
-	return out, nil
+	return out
+}
+
+// replayRequest answers a create from an Idempotency-Key's record when err
+// is its replay, and maps any other error (nil, nil: no error).
+func (s *Server) replayRequest(ctx context.Context, err error) (*RequestCreateOutput, error) {
+	var replay *replayError
+	switch {
+	case err == nil:
+		return nil, nil
+	case errors.As(err, &replay):
+		out := &RequestCreateOutput{ReplayedOutput: ReplayedOutput{Replayed: "true"}}
+		if err := replayed(replay, &out.Body); err != nil {
+			return nil, s.problemFrom(ctx, err)
+		}
+		return out, nil
+	}
+	return nil, s.problemFrom(ctx, err)
 }
 
 // estimateRequest is the dry run of createRequest: the same decoding and
@@ -267,6 +317,54 @@ var requestStatusList = func() string {
 	return strings.Join(names, ", ")
 }()
 
+// requestPage reads one page of the request list: by their execution's
+// outcome (and stop cause) when one is asked for, down the executions of
+// that outcome, else down the requests.
+func (s *Server) requestPage(ctx context.Context, job string, params *queries.JobRequestListParams, outcome, cause string) ([]*queries.JobRequest, error) {
+	if outcome == "" {
+		if job != "" {
+			// One job's page goes down the job's index (JobRequestListByJob).
+			return s.queries.JobRequestListByJob(ctx, s.reads, &queries.JobRequestListByJobParams{
+				Job: job, Status: params.Status, BeforeID: params.BeforeID, MaxRows: params.MaxRows,
+			})
+		}
+		return s.queries.JobRequestList(ctx, s.reads, params)
+	}
+	byOutcome := &queries.JobRequestListByOutcomeParams{
+		Outcome: outcome, Status: params.Status, BeforeID: params.BeforeID, MaxRows: params.MaxRows,
+	}
+	if job != "" {
+		byOutcome.Job = &job
+	}
+	if cause != "" {
+		byOutcome.Cause = &cause
+	}
+	rows, err := s.queries.JobRequestListByOutcome(ctx, s.reads, byOutcome)
+	if err != nil {
+		return nil, err
+	}
+	requests := make([]*queries.JobRequest, len(rows))
+	for i, r := range rows {
+		requests[i] = &r.JobRequest
+	}
+	return requests, nil
+}
+
+// outcomeList and causeList name an execution's outcomes and stop causes
+// in a refusal.
+var (
+	outcomeList = joinNames(radartype.FinalExecutionStatuses())
+	causeList   = joinNames(radartype.StopCauses())
+)
+
+func joinNames[T ~string](values []T) string {
+	names := make([]string, len(values))
+	for i, v := range values {
+		names[i] = string(v)
+	}
+	return strings.Join(names, ", ")
+}
+
 func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*RequestListOutput, error) {
 	params := &queries.JobRequestListParams{MaxRows: RequestListLimitDefault}
 	if in.Job != "" {
@@ -276,9 +374,24 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 	}
 	if in.Status != "" {
 		if !radartype.RequestStatus(in.Status).Valid() {
-			return nil, badQuery("status", fmt.Sprintf("%s is not one of %s", jobs.Quote(in.Status), requestStatusList))
+			msg := fmt.Sprintf("%s is not one of %s", jobs.Quote(in.Status), requestStatusList)
+			if slices.Contains(radartype.FinalExecutionStatuses(), radartype.ExecutionStatus(in.Status)) {
+				msg += fmt.Sprintf("; %s is how an execution ended: filter with outcome=%s", in.Status, in.Status)
+			}
+			return nil, badQuery("status", msg)
 		}
 		params.Status = &in.Status
+	}
+	if in.Outcome != "" && !slices.Contains(radartype.FinalExecutionStatuses(), radartype.ExecutionStatus(in.Outcome)) {
+		return nil, badQuery("outcome", fmt.Sprintf("%s is not one of %s", jobs.Quote(in.Outcome), outcomeList))
+	}
+	if in.Cause != "" {
+		if !slices.Contains(radartype.StopCauses(), radartype.StopCause(in.Cause)) {
+			return nil, badQuery("cause", fmt.Sprintf("%s is not one of %s", jobs.Quote(in.Cause), causeList))
+		}
+		if in.Outcome == "" {
+			return nil, badQuery("cause", "give the outcome it ended with too (outcome=STOPPED, FAILED or ABANDONED)")
+		}
 	}
 	if in.Limit != "" {
 		limit, err := strconv.Atoi(in.Limit)
@@ -294,16 +407,7 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 		}
 		params.BeforeID = &before
 	}
-	var rows []*queries.JobRequest
-	var err error
-	if in.Job != "" {
-		// One job's page goes down the job's index (JobRequestListByJob).
-		rows, err = s.queries.JobRequestListByJob(ctx, s.reads, &queries.JobRequestListByJobParams{
-			Job: in.Job, Status: params.Status, BeforeID: params.BeforeID, MaxRows: params.MaxRows,
-		})
-	} else {
-		rows, err = s.queries.JobRequestList(ctx, s.reads, params)
-	}
+	rows, err := s.requestPage(ctx, in.Job, params, in.Outcome, in.Cause)
 	if err != nil {
 		return nil, s.problemFrom(ctx, err)
 	}

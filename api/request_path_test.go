@@ -55,7 +55,9 @@ func TestRequestPath_ConcurrentDuplicates(t *testing.T) {
 	require.NotEqual(t, accepted, again)
 }
 
-// Bad input: a 400 naming the field (or 404), never a 500, and nothing written.
+// Bad input: a 400 naming the field (or 404), never a 500, and nothing
+// written; its problem type tells a bad field from a request over the
+// provider's daily cap.
 func TestRequestPath_BadInput(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_DAILY_CAP_MOLIT": "10"}})
@@ -86,6 +88,11 @@ func TestRequestPath_BadInput(t *testing.T) {
 			status, out := s.Post(tc.path, tc.body)
 			require.Equal(t, tc.status, status, "%v", out)
 			require.NotEmpty(t, out["detail"])
+			kind := map[int]string{400: "invalid-params", 404: "not-found"}[tc.status]
+			if tc.name == "EstimateOverDailyCap" {
+				kind = "cap-exceeded" // a kind of its own: split the request
+			}
+			require.Equal(t, "/problems/"+kind, out["type"], "%v", out)
 			if tc.location != "" {
 				errs, ok := out["errors"].([]any)
 				require.True(t, ok, "%v", out)
@@ -202,4 +209,56 @@ func TestRequestPath_RefusalsBeforeTheEnqueuerAreCounted(t *testing.T) {
 	}
 	require.Equal(t, float64(3), invalid("aptTrade"))
 	require.Zero(t, s.Count(`SELECT count(*) FROM job_request`))
+}
+
+// A run stopped by its maxCalls reads DONE as a request (the request was
+// served), so the status filter cannot find it; the outcome filter can: by
+// its execution's final status, and by the stop's cause. status=STOPPED
+// stays a 400 (STOPPED is no request status) that points at outcome.
+func TestRequestPath_OutcomeFilterListsAMaxCallsStop(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	s.StartWorker()
+	stopped := s.RequestAptTrade(`{"params":{"regions":["11110"],"from":"2025-01","to":"2025-04"},"maxCalls":2}`)
+	out := s.WaitRequest(stopped, "DONE", "FAILED")
+	require.Equal(t, "DONE", out["status"], "%v", out)
+	exec := apptest.Execution(t, out)
+	require.Equal(t, "STOPPED", exec["status"], "%v", out)
+	require.Equal(t, "max_calls", exec["stopCause"], "%v", out)
+	completed := s.RequestAptTrade(apptest.AptTradeBody([]string{"11140"}, "2025-01", "2025-01"))
+	s.WaitRequest(completed, "DONE")
+	s.Gate.Arm(0) // the third run never ends: it has no outcome
+	t.Cleanup(s.Gate.Open)
+	queued := s.RequestAptTrade(apptest.AptTradeBody([]string{"11140"}, "2025-02", "2025-02"))
+
+	ids := func(query string) []string {
+		t.Helper()
+		status, page := s.Get("/v1/requests" + query)
+		require.Equal(t, http.StatusOK, status, "%s: %v", query, page)
+		var got []string
+		for _, r := range page["requests"].([]any) {
+			got = append(got, r.(map[string]any)["requestId"].(string))
+		}
+		return got
+	}
+	require.Equal(t, []string{queued, completed, stopped}, ids(""))
+	require.Equal(t, []string{completed, stopped}, ids("?status=DONE"), "both read DONE")
+	require.Equal(t, []string{stopped}, ids("?outcome=STOPPED"))
+	require.Equal(t, []string{stopped}, ids("?outcome=STOPPED&cause=max_calls&job=aptTrade&status=DONE"))
+	require.Empty(t, ids("?outcome=STOPPED&cause=operator"))
+	require.Equal(t, []string{completed}, ids("?outcome=COMPLETED"))
+	require.Empty(t, ids("?outcome=FAILED"))
+	require.Equal(t, []string{stopped}, ids("?outcome=STOPPED&limit=1"))
+
+	for query, field := range map[string]string{
+		"?status=STOPPED": "status", "?outcome=DONE": "outcome", "?outcome=STARTED": "outcome",
+		"?outcome=STOPPED&cause=tired": "cause", "?cause=max_calls": "cause", // a cause needs its outcome
+	} {
+		status, out := s.Get("/v1/requests" + query)
+		require.Equal(t, http.StatusBadRequest, status, "%s: %v", query, out)
+		require.Equal(t, "/problems/invalid-params", out["type"], query)
+		require.Equal(t, "query."+field, out["errors"].([]any)[0].(map[string]any)["location"], query)
+	}
+	_, out = s.Get("/v1/requests?status=STOPPED")
+	require.Contains(t, out["detail"], "outcome=STOPPED", "the refusal says where STOPPED is")
 }

@@ -44,6 +44,6 @@ func riverUIReadOnly(next http.Handler, audit func(ctx context.Context, path str
 			instead = riverUIQueueRefusal
 		}
 		audit(r.Context(), path)
-		writeProblem(w, http.StatusForbidden, "River UI is read-only in buildrisk-radar: "+instead)
+		writeProblem(w, ProblemForbidden, "River UI is read-only in buildrisk-radar: "+instead)
 	})
 }

@@ -36,6 +36,7 @@ type ExecutionView struct {
 	EndedAt       *time.Time `json:"endedAt"`
 	LastUpdated   time.Time  `json:"lastUpdated"`
 	ExitMessage   string     `json:"exitMessage"`
+	StopCause     string     `json:"stopCause,omitempty" enum:"drain,reap,database,provider-rate,operator,cap,max_calls,failure" doc:"why an execution that did not complete ended (GET /v1/requests?cause= filters by it); absent otherwise"`
 }
 
 // InstanceView is the instance a request's execution belongs to, with its
@@ -109,7 +110,7 @@ func executionViewFromRow(e *queries.JobExecution) *ExecutionView {
 		ID: formatID(e.ID), Status: e.Status, ChunksDone: e.ChunksDone, ChunksTotal: e.ChunksTotal,
 		Targets: e.Targets, ItemsWritten: e.ItemsWritten, ItemsSkipped: e.ItemsSkipped, ItemsFailed: e.ItemsFailed,
 		DomainRows: e.DomainRows, ExternalCalls: e.ExternalCalls, StartedAt: e.StartedAt, EndedAt: e.EndedAt,
-		LastUpdated: e.LastUpdated, ExitMessage: e.ExitMessage,
+		LastUpdated: e.LastUpdated, ExitMessage: e.ExitMessage, StopCause: e.StopCause,
 	}
 }
 
@@ -132,7 +133,7 @@ func requestViewFromViewRow(row *queries.JobRequestViewRow) *RequestView {
 	exec := &queries.JobExecution{
 		ID: *row.ExecID, InstanceID: *row.ExecInstanceID, Status: *row.ExecStatus,
 		StartedAt: row.ExecStartedAt, EndedAt: row.ExecEndedAt, LastUpdated: *row.ExecLastUpdated,
-		ExitMessage: *row.ExecExitMessage, ChunksTotal: *row.ExecChunksTotal, ChunksDone: *row.ExecChunksDone,
+		ExitMessage: *row.ExecExitMessage, StopCause: *row.ExecStopCause, ChunksTotal: *row.ExecChunksTotal, ChunksDone: *row.ExecChunksDone,
 		Targets: *row.ExecTargets, ItemsWritten: *row.ExecItemsWritten, ItemsSkipped: *row.ExecItemsSkipped,
 		ItemsFailed: *row.ExecItemsFailed, ExternalCalls: *row.ExecExternalCalls, DomainRows: row.ExecDomainRows,
 	}

@@ -47,7 +47,7 @@ FROM job_request_enqueue_state(@job::text);
 -- much history there is. The execution's columns are NULL when the request
 -- has none.
 SELECT sqlc.embed(r),
-       e.id AS exec_id, e.instance_id AS exec_instance_id, e.status AS exec_status,
+       e.id AS exec_id, e.instance_id AS exec_instance_id, e.status AS exec_status, e.stop_cause AS exec_stop_cause,
        e.started_at AS exec_started_at, e.ended_at AS exec_ended_at, e.last_updated AS exec_last_updated,
        e.exit_message AS exec_exit_message, e.chunks_total AS exec_chunks_total, e.chunks_done AS exec_chunks_done,
        e.targets AS exec_targets, e.items_written AS exec_items_written, e.items_skipped AS exec_items_skipped,
@@ -104,6 +104,26 @@ WHERE job >= @job::text AND job <= @job::text
   AND (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status'))
   AND (sqlc.narg('before_id')::bigint IS NULL OR id < sqlc.narg('before_id'))
 ORDER BY job, id DESC
+LIMIT @max_rows;
+
+-- name: JobRequestListByOutcome :many
+-- JobRequestListByOutcome is JobRequestList of the requests whose
+-- execution ended with outcome (its final status: a run stopped by
+-- maxCalls reads DONE as a request, STOPPED as an execution), and with
+-- cause when given (its stop cause). It walks that outcome's executions
+-- newest request first (job_execution_outcome_idx): a page costs its rows
+-- whatever the history, for a rare outcome as for a common one.
+SELECT sqlc.embed(job_request)
+FROM job_execution e
+JOIN job_request ON job_request.id = e.request_id
+WHERE e.status = @outcome
+  AND (sqlc.narg('cause')::text IS NULL OR e.stop_cause = sqlc.narg('cause'))
+  AND (sqlc.narg('job')::text IS NULL OR job_request.job = sqlc.narg('job'))
+  AND (sqlc.narg('status')::text IS NULL OR job_request.status = sqlc.narg('status'))
+  -- The cursor bounds both sides of the join, so that neither is read
+  -- from the newest row down to it.
+  AND (sqlc.narg('before_id')::bigint IS NULL OR (e.request_id < sqlc.narg('before_id') AND job_request.id < sqlc.narg('before_id')))
+ORDER BY e.request_id DESC
 LIMIT @max_rows;
 
 -- name: JobRequestClaim :one

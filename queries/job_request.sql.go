@@ -426,6 +426,89 @@ func (q *Queries) JobRequestListByJob(ctx context.Context, db DBTX, arg *JobRequ
 	return items, nil
 }
 
+const jobRequestListByOutcome = `-- name: JobRequestListByOutcome :many
+SELECT job_request.id, job_request.job, job_request.params, job_request.params_hash, job_request.max_calls, job_request.confirm_purge, job_request.source, job_request.requested_by, job_request.status, job_request.estimated_calls, job_request.resumes_execution_id, job_request.river_job_id, job_request.execution_id, job_request.worker_id, job_request.message, job_request.created_at, job_request.claimed_at, job_request.finished_at, job_request.due_at, job_request.resume_cause, job_request.not_before
+FROM job_execution e
+JOIN job_request ON job_request.id = e.request_id
+WHERE e.status = $1
+  AND ($2::text IS NULL OR e.stop_cause = $2)
+  AND ($3::text IS NULL OR job_request.job = $3)
+  AND ($4::text IS NULL OR job_request.status = $4)
+  -- The cursor bounds both sides of the join, so that neither is read
+  -- from the newest row down to it.
+  AND ($5::bigint IS NULL OR (e.request_id < $5 AND job_request.id < $5))
+ORDER BY e.request_id DESC
+LIMIT $6
+`
+
+type JobRequestListByOutcomeParams struct {
+	Outcome  string
+	Cause    *string
+	Job      *string
+	Status   *string
+	BeforeID *int64
+	MaxRows  int32
+}
+
+type JobRequestListByOutcomeRow struct {
+	JobRequest JobRequest
+}
+
+// JobRequestListByOutcome is JobRequestList of the requests whose
+// execution ended with outcome (its final status: a run stopped by
+// maxCalls reads DONE as a request, STOPPED as an execution), and with
+// cause when given (its stop cause). It walks that outcome's executions
+// newest request first (job_execution_outcome_idx): a page costs its rows
+// whatever the history, for a rare outcome as for a common one.
+func (q *Queries) JobRequestListByOutcome(ctx context.Context, db DBTX, arg *JobRequestListByOutcomeParams) ([]*JobRequestListByOutcomeRow, error) {
+	rows, err := db.Query(ctx, jobRequestListByOutcome,
+		arg.Outcome,
+		arg.Cause,
+		arg.Job,
+		arg.Status,
+		arg.BeforeID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*JobRequestListByOutcomeRow
+	for rows.Next() {
+		var i JobRequestListByOutcomeRow
+		if err := rows.Scan(
+			&i.JobRequest.ID,
+			&i.JobRequest.Job,
+			&i.JobRequest.Params,
+			&i.JobRequest.ParamsHash,
+			&i.JobRequest.MaxCalls,
+			&i.JobRequest.ConfirmPurge,
+			&i.JobRequest.Source,
+			&i.JobRequest.RequestedBy,
+			&i.JobRequest.Status,
+			&i.JobRequest.EstimatedCalls,
+			&i.JobRequest.ResumesExecutionID,
+			&i.JobRequest.RiverJobID,
+			&i.JobRequest.ExecutionID,
+			&i.JobRequest.WorkerID,
+			&i.JobRequest.Message,
+			&i.JobRequest.CreatedAt,
+			&i.JobRequest.ClaimedAt,
+			&i.JobRequest.FinishedAt,
+			&i.JobRequest.DueAt,
+			&i.JobRequest.ResumeCause,
+			&i.JobRequest.NotBefore,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobRequestListOrphaned = `-- name: JobRequestListOrphaned :many
 SELECT r.id, r.job, r.river_job_id,
        coalesce(CASE WHEN j.state = 'running' THEN j.attempted_by[array_length(j.attempted_by, 1)] END, '')::text AS fetched_by,
@@ -803,7 +886,7 @@ func (q *Queries) JobRequestSetResumeCause(ctx context.Context, db DBTX, arg *Jo
 
 const jobRequestView = `-- name: JobRequestView :one
 SELECT r.id, r.job, r.params, r.params_hash, r.max_calls, r.confirm_purge, r.source, r.requested_by, r.status, r.estimated_calls, r.resumes_execution_id, r.river_job_id, r.execution_id, r.worker_id, r.message, r.created_at, r.claimed_at, r.finished_at, r.due_at, r.resume_cause, r.not_before,
-       e.id AS exec_id, e.instance_id AS exec_instance_id, e.status AS exec_status,
+       e.id AS exec_id, e.instance_id AS exec_instance_id, e.status AS exec_status, e.stop_cause AS exec_stop_cause,
        e.started_at AS exec_started_at, e.ended_at AS exec_ended_at, e.last_updated AS exec_last_updated,
        e.exit_message AS exec_exit_message, e.chunks_total AS exec_chunks_total, e.chunks_done AS exec_chunks_done,
        e.targets AS exec_targets, e.items_written AS exec_items_written, e.items_skipped AS exec_items_skipped,
@@ -835,6 +918,7 @@ type JobRequestViewRow struct {
 	ExecID                *int64
 	ExecInstanceID        *int64
 	ExecStatus            *string
+	ExecStopCause         *string
 	ExecStartedAt         *time.Time
 	ExecEndedAt           *time.Time
 	ExecLastUpdated       *time.Time
@@ -893,6 +977,7 @@ func (q *Queries) JobRequestView(ctx context.Context, db DBTX, id int64) (*JobRe
 		&i.ExecID,
 		&i.ExecInstanceID,
 		&i.ExecStatus,
+		&i.ExecStopCause,
 		&i.ExecStartedAt,
 		&i.ExecEndedAt,
 		&i.ExecLastUpdated,

@@ -163,6 +163,17 @@ type Filing struct {
 	UpdatedAt   time.Time
 }
 
+type IdempotencyKey struct {
+	TokenName   string
+	Key         string
+	Fingerprint []byte
+	Operation   string
+	Status      int16
+	Response    []byte
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+}
+
 type JobCheckpoint struct {
 	InstanceID    int64
 	Chunk         string

@@ -114,6 +114,9 @@ ANALYZE;`, historyRows)
 		{"JobRequestListFirstPage", jobRequestList, []any{nil, nil, int32(50)}},
 		{"JobRequestListByJob", jobRequestListByJob, []any{"aptTrade", nil, int64(50_000), int32(50)}},
 		{"JobRequestListByStatus", jobRequestList, []any{"FAILED", nil, int32(50)}},
+		// A rare outcome and a common one: a page either way.
+		{"JobRequestListByOutcomeRare", jobRequestListByOutcome, []any{"STOPPED", "max_calls", nil, nil, nil, int32(50)}},
+		{"JobRequestListByOutcomeCommon", jobRequestListByOutcome, []any{"COMPLETED", nil, "aptTrade", "DONE", int64(50_000), int32(50)}},
 		{"JobRequestClaim", jobRequestClaim, []any{"w", int64(5)}},
 		{"JobRequestListRunningByWorker", jobRequestListRunningByWorker, []any{"live@host#b"}},
 		{"JobRequestListQueued", jobRequestListQueued, nil},

@@ -159,6 +159,12 @@ func (c StopCause) Resumable() bool { return slices.Contains(resumableCauses, c)
 
 var resumableCauses = []StopCause{CauseDrain, CauseReap, CauseDatabase, CauseProviderRate}
 
+var stopCauses = []StopCause{CauseDrain, CauseReap, CauseDatabase, CauseProviderRate, CauseOperator, CauseCap, CauseMaxCalls, CauseFailure}
+
+// StopCauses returns every stop cause: the resumable ones, then the
+// decisions and the run's own failure.
+func StopCauses() []StopCause { return slices.Clone(stopCauses) }
+
 // ResumableCauses returns the causes an automatic resume may name
 // (BUILDRISK_AUTO_RESUME).
 func ResumableCauses() []StopCause { return slices.Clone(resumableCauses) }

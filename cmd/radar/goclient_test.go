@@ -3,6 +3,7 @@ package main
 import (
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -14,8 +15,10 @@ import (
 )
 
 // The example program (examples/goclient, the oapi-codegen client) runs
-// against a real system: it requests a run, reads the duplicate's 409
-// activeRequestId, polls the run to DONE and reads a 400's field errors.
+// against a real system: it requests a run with an Idempotency-Key, retries
+// it with the same key (the same request, replayed), reads the duplicate's
+// 409 type and activeRequestId, polls the run to DONE and reads a 400's
+// field errors.
 // Provider calls take 200 ms, so the duplicate surely meets an active run.
 func TestGoClientExample(t *testing.T) {
 	if testing.Short() {
@@ -35,8 +38,10 @@ func TestGoClientExample(t *testing.T) {
 	out, err = run.CombinedOutput()
 	t.Logf("examples/goclient:\n%s", out)
 	require.NoError(t, err)
-	require.Regexp(t, `requested: request (\d+), QUEUED`, string(out))
-	require.Regexp(t, `duplicate: 409, activeRequestId (\d+)`, string(out))
+	requested := regexp.MustCompile(`requested: request (\d+), QUEUED`).FindStringSubmatch(string(out))
+	require.NotNil(t, requested, "%s", out)
+	require.Contains(t, string(out), "retried with the same Idempotency-Key: request "+requested[1]+" again (Idempotent-Replayed: true)")
+	require.Contains(t, string(out), "duplicate: 409 /problems/duplicate-active-request, activeRequestId "+requested[1])
 	require.Regexp(t, `request \d+: DONE \(execution \d+ COMPLETED, 4/4 chunks\)`, string(out))
 	require.Regexp(t, `field body\.params\.\S+: `, string(out))
 }

@@ -5,7 +5,8 @@
 # POSTGRES_USER) grants read and write on every table but no DDL, TRUNCATE
 # or DROP (nor the migration bookkeeping, nor console sessions); the api as
 # a member of radar_app_api, which reads every table and writes only
-# requests, their River jobs, instances, executions and console sessions.
+# requests, their River jobs, instances, executions, console sessions and
+# Idempotency-Key records.
 # Passwords come from the environment, never from here.
 set -eu
 psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname "$POSTGRES_DB" \

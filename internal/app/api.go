@@ -122,7 +122,7 @@ func NewAPIServer(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Tel
 		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: Catalog(), AlertRules: riskrule.Doc(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.Instruments, MetricsHandler: tel.Providers.MetricsHandler(),
 		Logger: tel.Logger, Version: Version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
-		RequestTimeout: apiRequestTimeout(env), TxSettings: APITxSettings(env),
+		RequestTimeout: apiRequestTimeout(env), TxSettings: APITxSettings(env), IdempotencyRetention: env.IdempotencyRetention,
 		DailyCaps: env.CapsByName(), Today: BudgetDay(env, pool), RiverUI: riverUI, Coverage: cover,
 		AllowedHosts: env.AllowedHosts, TrustedProxies: env.TrustedProxies,
 	})

@@ -93,6 +93,11 @@ type Config struct {
 	// (BUILDRISK_TRUSTED_PROXIES: addresses and CIDR prefixes, separated by
 	// commas); see api.Config.TrustedProxies.
 	TrustedProxies []netip.Prefix
+	// IdempotencyRetention is how long the api keeps an Idempotency-Key's
+	// record, a retry within it being answered from the record
+	// (BUILDRISK_IDEMPOTENCY_RETENTION, default 24h, at most
+	// IdempotencyRetentionMax).
+	IdempotencyRetention time.Duration
 	// APIStatementTimeout and APILockTimeout are the statement_timeout and
 	// lock_timeout of the api's database connections
 	// (BUILDRISK_API_STATEMENT_TIMEOUT, BUILDRISK_API_LOCK_TIMEOUT).
@@ -132,6 +137,10 @@ const (
 	APILockTimeoutDefault      = 2 * time.Second
 	APIStatementTimeoutMax     = 25 * time.Second
 )
+
+// IdempotencyRetentionMax bounds BUILDRISK_IDEMPOTENCY_RETENTION: a key's
+// record is a row per POST, kept that long.
+const IdempotencyRetentionMax = 30 * 24 * time.Hour
 
 // MigrateLockTimeoutMax bounds BUILDRISK_MIGRATE_LOCK_TIMEOUT: every
 // statement on a table a migration waits for queues behind it that long.
@@ -223,6 +232,7 @@ func LoadEnv(getenv func(string) string) (*Config, error) {
 		{"BUILDRISK_MIGRATE_LOCK_RETRY_FOR", &c.MigrateLockRetryFor, migrations.LockRetryForDefault},
 		{"BUILDRISK_WORKER_RETENTION", &c.WorkerRetention, worker.RetentionDefault},
 		{"BUILDRISK_COVERAGE_MAX_AGE", &c.CoverageMaxAge, coverage.MaxAgeDefault},
+		{"BUILDRISK_IDEMPOTENCY_RETENTION", &c.IdempotencyRetention, api.IdempotencyRetentionDefault},
 	}
 	for _, d := range durations {
 		*d.dst = d.def
@@ -242,6 +252,9 @@ func LoadEnv(getenv func(string) string) (*Config, error) {
 			return nil, envError("BUILDRISK_STOP_TIMEOUT", "%q is not a positive Go duration such as 10s", v)
 		}
 		c.StopTimeout = parsed
+	}
+	if c.IdempotencyRetention > IdempotencyRetentionMax {
+		return nil, envError("BUILDRISK_IDEMPOTENCY_RETENTION", "%s is more than %s", c.IdempotencyRetention, IdempotencyRetentionMax)
 	}
 	if c.APIStatementTimeout < 100*time.Millisecond || c.APIStatementTimeout > APIStatementTimeoutMax {
 		return nil, envError("BUILDRISK_API_STATEMENT_TIMEOUT", "%s is not from 100ms to %s", c.APIStatementTimeout, APIStatementTimeoutMax)

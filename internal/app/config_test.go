@@ -35,6 +35,7 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 		"BUILDRISK_FANOUT":                 "0",
 		"BUILDRISK_DB_MAX_CONNS":           "0",
 		"BUILDRISK_WORKER_RETENTION":       "30s",
+		"BUILDRISK_IDEMPOTENCY_RETENTION":  "721h",
 		"BUILDRISK_MOLIT_URL":              "ftp://x",
 		"BUILDRISK_DB_API_ROLE":            "Radar-API",
 		"BUILDRISK_SESSION_KEY":            "too-short",
@@ -88,6 +89,7 @@ func TestEnv_Defaults(t *testing.T) {
 	require.Equal(t, 5*time.Second, env.DBTimeout)
 	require.Equal(t, 5*time.Second, env.MigrateLockTimeout)
 	require.Equal(t, 2*time.Minute, env.MigrateLockRetryFor)
+	require.Equal(t, 24*time.Hour, env.IdempotencyRetention)
 	require.Equal(t, 5, env.FanOut)
 	require.Equal(t, "Asia/Seoul", env.Location.String())
 	require.Equal(t, 20000, env.DailyCaps["DART"])

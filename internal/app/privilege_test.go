@@ -89,9 +89,11 @@ func TestPrivilege_AppRoleCannotWriteMigrationBookkeeping(t *testing.T) {
 
 // The api and the workers have roles of their own. The api reads every
 // table but writes only requests, their River jobs, job instances,
-// executions (stop, abandon) and console sessions: never a checkpoint, a
-// domain row, a worker row or a call budget, and it cannot lock those
-// tables. The workers cannot read or write console sessions.
+// executions (stop, abandon), console sessions and Idempotency-Key records
+// (never deleting one): never a checkpoint, a domain row, a worker row or a
+// call budget, and it cannot lock those tables. The workers cannot read or
+// write console sessions, and of the Idempotency-Key records may only read
+// and delete (the expired ones, in their reap pass).
 func TestPrivilege_APIAndWorkerRolesAreSeparate(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, nil)
@@ -112,9 +114,16 @@ func TestPrivilege_APIAndWorkerRolesAreSeparate(t *testing.T) {
 	for _, stmt := range []string{
 		"SELECT count(*) FROM job_checkpoint", "SELECT count(*) FROM apt_trade", "SELECT count(*) FROM worker",
 		"SELECT count(*) FROM river_job", "UPDATE job_request SET message = message",
+		"SELECT count(*) FROM idempotency_key", "UPDATE idempotency_key SET status = status",
+		`INSERT INTO idempotency_key (token_name, key, fingerprint, operation, status, response, expires_at)
+			VALUES ('t', 'k', '\x00', 'POST /v1/jobs/aptTrade/stop', 202, '{}', now())`,
 	} {
 		_, err := s.APIPool.Exec(ctx, stmt)
 		require.NoError(t, err, "api: %s", stmt)
+	}
+	for _, stmt := range []string{"SELECT count(*) FROM idempotency_key", "DELETE FROM idempotency_key WHERE expires_at <= now()"} {
+		_, err := s.Pool.Exec(ctx, stmt)
+		require.NoError(t, err, "worker: %s", stmt)
 	}
 	for _, stmt := range []string{
 		"INSERT INTO job_checkpoint DEFAULT VALUES", "UPDATE job_checkpoint SET chunk = chunk", "DELETE FROM job_checkpoint",
@@ -122,8 +131,16 @@ func TestPrivilege_APIAndWorkerRolesAreSeparate(t *testing.T) {
 		"UPDATE worker SET heartbeat_at = now()", "DELETE FROM provider_call_budget", "UPDATE provider_call_lease SET provider = provider",
 		"DELETE FROM job_request", "DELETE FROM job_execution", "DELETE FROM river_job",
 		"LOCK TABLE job_checkpoint IN ACCESS EXCLUSIVE MODE", "LOCK TABLE worker IN EXCLUSIVE MODE",
+		"DELETE FROM idempotency_key", "TRUNCATE idempotency_key",
 	} {
 		refused("api", s.APIPool, stmt)
+	}
+	for _, stmt := range []string{
+		`INSERT INTO idempotency_key (token_name, key, fingerprint, operation, status, response, expires_at)
+			VALUES ('t', 'w', '\x00', 'POST /v1/jobs/aptTrade/stop', 202, '{}', now())`,
+		"UPDATE idempotency_key SET status = status", "TRUNCATE idempotency_key",
+	} {
+		refused("worker", s.Pool, stmt)
 	}
 	for _, stmt := range []string{
 		"SELECT count(*) FROM console_session", "DELETE FROM console_session", "UPDATE console_session SET revoked_at = NULL",

@@ -44,6 +44,29 @@ func (e *DuplicateError) Error() string {
 	return fmt.Sprintf("job %s already has an active request %d", e.Job, e.ActiveRequestID)
 }
 
+// OverCapError refuses a run whose estimated calls exceed its provider's
+// whole daily cap: no day could serve it, so the request must be split. It
+// wraps the *jobs.ParamError that names the field (params), so it is a bad
+// param to every caller that does not look for it.
+type OverCapError struct {
+	Provider  string
+	Cap       int
+	Estimated int
+}
+
+// Error implements error.
+func (e *OverCapError) Error() string { return e.param().Error() }
+
+// Unwrap returns the *jobs.ParamError that names the field.
+func (e *OverCapError) Unwrap() error { return e.param() }
+
+func (e *OverCapError) param() *jobs.ParamError {
+	return &jobs.ParamError{
+		Field:   "params",
+		Message: fmt.Sprintf("estimated %d calls exceed the %s daily cap of %d; split the request", e.Estimated, e.Provider, e.Cap),
+	}
+}
+
 // CleanupFunc finalizes, inside tx and under the job's advisory lock, the
 // active request of job when the worker holding it is dead, so that a dead
 // worker never blocks a job: without it, a request held by a crashed worker
@@ -126,6 +149,23 @@ type EnqueueParams struct {
 	// every other source). The database refuses a second request for the
 	// same job and due time.
 	DueAt *time.Time
+	// Guard, when set, runs inside the enqueue's transaction around the
+	// request (the api's Idempotency-Key): what it writes commits with the
+	// request or not at all.
+	Guard Guard
+}
+
+// Guard is the caller's own work in the enqueue's transaction.
+type Guard interface {
+	// Before runs first in tx, before the job's lock and the duplicate
+	// check, so that it decides before anything else (a retried call is
+	// answered from what the first one recorded, even while its run is the
+	// job's active request). An error ends the enqueue, rolled back, and
+	// Enqueue returns it as it is.
+	Before(ctx context.Context, tx pgx.Tx) error
+	// After runs once the request and its River job are inserted, in the
+	// same transaction; an error rolls both back.
+	After(ctx context.Context, tx pgx.Tx, res *EnqueueResult) error
 }
 
 // EnqueueResult is an accepted request.
@@ -155,10 +195,7 @@ func (e *Enqueuer) Validate(ctx context.Context, db queries.DBTX, p *EnqueuePara
 		}
 	}
 	if limit, ok := e.cfg.DailyCaps[def.Provider()]; ok && params.EstimatedCalls > limit {
-		return nil, nil, &jobs.ParamError{
-			Field:   "params",
-			Message: fmt.Sprintf("estimated %d calls exceed the %s daily cap of %d; split the request", params.EstimatedCalls, def.Provider(), limit),
-		}
+		return nil, nil, &OverCapError{Provider: def.Provider(), Cap: limit, Estimated: params.EstimatedCalls}
 	}
 	return def, params, nil
 }
@@ -168,8 +205,8 @@ func (e *Enqueuer) Validate(ctx context.Context, db queries.DBTX, p *EnqueuePara
 // could not free, see settledStaleSeconds), runs the stale cleanup, refuses a duplicate, inserts the request's River
 // job (when the Enqueuer has a River client) and the request. A conflict
 // (serialization failure, deadlock) runs the transaction again (pgtx.InTx).
-// Errors: ErrUnknownJob, *jobs.ParamError, *DuplicateError, or an internal
-// error.
+// Errors: ErrUnknownJob, *jobs.ParamError (an *OverCapError among them),
+// *DuplicateError, p.Guard's own, or an internal error.
 func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, error) {
 	_, params, err := e.Validate(ctx, e.pool, p)
 	if err != nil {
@@ -245,6 +282,11 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams) (
 // A duplicate draws no request id: the state reads one only for a job
 // without an active request.
 func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *jobs.Params) (*EnqueueResult, error) {
+	if p.Guard != nil {
+		if err := p.Guard.Before(ctx, tx); err != nil {
+			return nil, err
+		}
+	}
 	state, settled, err := e.queries.EnqueueStateTx(ctx, tx, p.Job, e.settledStaleSeconds(p))
 	if err != nil {
 		return nil, fmt.Errorf("error taking job lock and reading its requests: %w", err)
@@ -299,7 +341,13 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 	if err != nil {
 		return nil, fmt.Errorf("error inserting request: %w", queries.Interpret(err))
 	}
-	return &EnqueueResult{Request: request, EstimatedCalls: params.EstimatedCalls, ResumesExecutionID: resumesID}, nil
+	res := &EnqueueResult{Request: request, EstimatedCalls: params.EstimatedCalls, ResumesExecutionID: resumesID}
+	if p.Guard != nil {
+		if err := p.Guard.After(ctx, tx, res); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }
 
 // insertRun inserts, through River's InsertTx, the River job that runs

@@ -7,6 +7,7 @@ import (
 
 	"github.com/buildrisk/radar/internal/apptest"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -51,4 +52,25 @@ func TestReaper_CutOffWaitsOneStaleWindowAfterReconnecting(t *testing.T) {
 		return n == 1
 	})
 	require.Equal(t, "FAILED", s.RequestStatusByWorker("1@gone#dead"))
+}
+
+// The reap pass of every worker deletes the api's Idempotency-Key records
+// past their retention (each row carries its expiry) and keeps the others.
+func TestReapPass_DeletesExpiredIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	ctx := context.Background()
+	owner, err := pgx.Connect(ctx, s.OwnerURL) // the workers' role may not insert keys
+	require.NoError(t, err)
+	defer owner.Close(ctx)
+	_, err = owner.Exec(ctx, `INSERT INTO idempotency_key (token_name, key, fingerprint, operation, status, response, expires_at) VALUES
+		('alice', 'expired', '\x00', 'POST /v1/jobs/aptTrade/stop', 202, '{}', now() - interval '1 second'),
+		('alice', 'kept', '\x00', 'POST /v1/jobs/aptTrade/stop', 202, '{}', now() + interval '1 hour')`)
+	require.NoError(t, err)
+
+	s.StartWorker()
+	apptest.WaitUntil(t, time.Minute, "the reap pass to delete the expired key", func() bool {
+		return s.Count(`SELECT count(*) FROM idempotency_key WHERE key = 'expired'`) == 0
+	})
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM idempotency_key WHERE key = 'kept'`))
 }

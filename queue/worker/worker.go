@@ -449,7 +449,10 @@ func (w *Worker) Start(ctx context.Context) error {
 			if _, err := w.reaper.Reap(ctx, ""); err != nil {
 				return err
 			}
-			return w.deleteExpiredWorkers(ctx)
+			if err := w.deleteExpiredWorkers(ctx); err != nil {
+				return err
+			}
+			return w.deleteExpiredIdempotencyKeys(ctx)
 		}))
 	}
 	services = append(services, w.service("reconcile", w.cfg.ReconcileInterval, func(ctx context.Context) error {
@@ -529,6 +532,22 @@ func (w *Worker) deleteExpiredWorkers(ctx context.Context) error {
 	}
 	if n > 0 {
 		w.cfg.Logger.InfoContext(ctx, "deleted the registry rows of long-gone workers", slog.Int64("workers", n), slog.Duration("retention", w.cfg.Retention))
+	}
+	return nil
+}
+
+// deleteExpiredIdempotencyKeys removes the api's Idempotency-Key records
+// past their retention (each row carries its own expiry, set by the api
+// that recorded it), so the table holds about one retention's POSTs. An
+// expired row no longer answers a retry whether or not it is deleted yet:
+// this pass only bounds the table.
+func (w *Worker) deleteExpiredIdempotencyKeys(ctx context.Context) error {
+	n, err := queries.New().IdempotencyKeyDeleteExpired(ctx, w.pool)
+	if err != nil {
+		return fmt.Errorf("error deleting expired idempotency keys: %w", err)
+	}
+	if n > 0 {
+		w.cfg.Logger.DebugContext(ctx, "deleted expired idempotency keys", slog.Int64("keys", n))
 	}
 	return nil
 }

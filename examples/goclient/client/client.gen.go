@@ -104,6 +104,102 @@ func (e AuditEventViewAction) Valid() bool {
 	}
 }
 
+// Defines values for ConflictErrorType.
+const (
+	ConflictErrorTypeProblemsduplicateActiveRequest   ConflictErrorType = "/problems/duplicate-active-request"
+	ConflictErrorTypeProblemsexecutionNotActive       ConflictErrorType = "/problems/execution-not-active"
+	ConflictErrorTypeProblemsidempotencyKeyInProgress ConflictErrorType = "/problems/idempotency-key-in-progress"
+	ConflictErrorTypeProblemsnothingRunning           ConflictErrorType = "/problems/nothing-running"
+	ConflictErrorTypeProblemsworkerAlive              ConflictErrorType = "/problems/worker-alive"
+)
+
+// Valid indicates whether the value is a known member of the ConflictErrorType enum.
+func (e ConflictErrorType) Valid() bool {
+	switch e {
+	case ConflictErrorTypeProblemsduplicateActiveRequest:
+		return true
+	case ConflictErrorTypeProblemsexecutionNotActive:
+		return true
+	case ConflictErrorTypeProblemsidempotencyKeyInProgress:
+		return true
+	case ConflictErrorTypeProblemsnothingRunning:
+		return true
+	case ConflictErrorTypeProblemsworkerAlive:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ErrorModelType.
+const (
+	ErrorModelTypeProblemsbodyNotAllowed           ErrorModelType = "/problems/body-not-allowed"
+	ErrorModelTypeProblemsbodyTooLarge             ErrorModelType = "/problems/body-too-large"
+	ErrorModelTypeProblemscapExceeded              ErrorModelType = "/problems/cap-exceeded"
+	ErrorModelTypeProblemsclientClosedRequest      ErrorModelType = "/problems/client-closed-request"
+	ErrorModelTypeProblemsdatabaseUnavailable      ErrorModelType = "/problems/database-unavailable"
+	ErrorModelTypeProblemsduplicateActiveRequest   ErrorModelType = "/problems/duplicate-active-request"
+	ErrorModelTypeProblemsexecutionNotActive       ErrorModelType = "/problems/execution-not-active"
+	ErrorModelTypeProblemsforbidden                ErrorModelType = "/problems/forbidden"
+	ErrorModelTypeProblemsidempotencyKeyInProgress ErrorModelType = "/problems/idempotency-key-in-progress"
+	ErrorModelTypeProblemsidempotencyKeyReused     ErrorModelType = "/problems/idempotency-key-reused"
+	ErrorModelTypeProblemsinternalError            ErrorModelType = "/problems/internal-error"
+	ErrorModelTypeProblemsinvalidParams            ErrorModelType = "/problems/invalid-params"
+	ErrorModelTypeProblemsmisdirectedRequest       ErrorModelType = "/problems/misdirected-request"
+	ErrorModelTypeProblemsnotFound                 ErrorModelType = "/problems/not-found"
+	ErrorModelTypeProblemsnothingRunning           ErrorModelType = "/problems/nothing-running"
+	ErrorModelTypeProblemstooManyAuthFailures      ErrorModelType = "/problems/too-many-auth-failures"
+	ErrorModelTypeProblemsunauthorized             ErrorModelType = "/problems/unauthorized"
+	ErrorModelTypeProblemsunsupportedMediaType     ErrorModelType = "/problems/unsupported-media-type"
+	ErrorModelTypeProblemsworkerAlive              ErrorModelType = "/problems/worker-alive"
+)
+
+// Valid indicates whether the value is a known member of the ErrorModelType enum.
+func (e ErrorModelType) Valid() bool {
+	switch e {
+	case ErrorModelTypeProblemsbodyNotAllowed:
+		return true
+	case ErrorModelTypeProblemsbodyTooLarge:
+		return true
+	case ErrorModelTypeProblemscapExceeded:
+		return true
+	case ErrorModelTypeProblemsclientClosedRequest:
+		return true
+	case ErrorModelTypeProblemsdatabaseUnavailable:
+		return true
+	case ErrorModelTypeProblemsduplicateActiveRequest:
+		return true
+	case ErrorModelTypeProblemsexecutionNotActive:
+		return true
+	case ErrorModelTypeProblemsforbidden:
+		return true
+	case ErrorModelTypeProblemsidempotencyKeyInProgress:
+		return true
+	case ErrorModelTypeProblemsidempotencyKeyReused:
+		return true
+	case ErrorModelTypeProblemsinternalError:
+		return true
+	case ErrorModelTypeProblemsinvalidParams:
+		return true
+	case ErrorModelTypeProblemsmisdirectedRequest:
+		return true
+	case ErrorModelTypeProblemsnotFound:
+		return true
+	case ErrorModelTypeProblemsnothingRunning:
+		return true
+	case ErrorModelTypeProblemstooManyAuthFailures:
+		return true
+	case ErrorModelTypeProblemsunauthorized:
+		return true
+	case ErrorModelTypeProblemsunsupportedMediaType:
+		return true
+	case ErrorModelTypeProblemsworkerAlive:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ExecutionAbandonOutputBodyStatus.
 const (
 	ExecutionAbandonOutputBodyStatusABANDONED ExecutionAbandonOutputBodyStatus = "ABANDONED"
@@ -179,6 +275,42 @@ func (e ExecutionViewStatus) Valid() bool {
 	case ExecutionViewStatusSTOPPED:
 		return true
 	case ExecutionViewStatusSTOPPING:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ExecutionViewStopCause.
+const (
+	ExecutionViewStopCauseCap          ExecutionViewStopCause = "cap"
+	ExecutionViewStopCauseDatabase     ExecutionViewStopCause = "database"
+	ExecutionViewStopCauseDrain        ExecutionViewStopCause = "drain"
+	ExecutionViewStopCauseFailure      ExecutionViewStopCause = "failure"
+	ExecutionViewStopCauseMaxCalls     ExecutionViewStopCause = "max_calls"
+	ExecutionViewStopCauseOperator     ExecutionViewStopCause = "operator"
+	ExecutionViewStopCauseProviderRate ExecutionViewStopCause = "provider-rate"
+	ExecutionViewStopCauseReap         ExecutionViewStopCause = "reap"
+)
+
+// Valid indicates whether the value is a known member of the ExecutionViewStopCause enum.
+func (e ExecutionViewStopCause) Valid() bool {
+	switch e {
+	case ExecutionViewStopCauseCap:
+		return true
+	case ExecutionViewStopCauseDatabase:
+		return true
+	case ExecutionViewStopCauseDrain:
+		return true
+	case ExecutionViewStopCauseFailure:
+		return true
+	case ExecutionViewStopCauseMaxCalls:
+		return true
+	case ExecutionViewStopCauseOperator:
+		return true
+	case ExecutionViewStopCauseProviderRate:
+		return true
+	case ExecutionViewStopCauseReap:
 		return true
 	default:
 		return false
@@ -322,22 +454,22 @@ func (e RequestCreateOutputBodyStatus) Valid() bool {
 
 // Defines values for RequestViewResumeCause.
 const (
-	Database     RequestViewResumeCause = "database"
-	Drain        RequestViewResumeCause = "drain"
-	ProviderRate RequestViewResumeCause = "provider-rate"
-	Reap         RequestViewResumeCause = "reap"
+	RequestViewResumeCauseDatabase     RequestViewResumeCause = "database"
+	RequestViewResumeCauseDrain        RequestViewResumeCause = "drain"
+	RequestViewResumeCauseProviderRate RequestViewResumeCause = "provider-rate"
+	RequestViewResumeCauseReap         RequestViewResumeCause = "reap"
 )
 
 // Valid indicates whether the value is a known member of the RequestViewResumeCause enum.
 func (e RequestViewResumeCause) Valid() bool {
 	switch e {
-	case Database:
+	case RequestViewResumeCauseDatabase:
 		return true
-	case Drain:
+	case RequestViewResumeCauseDrain:
 		return true
-	case ProviderRate:
+	case RequestViewResumeCauseProviderRate:
 		return true
-	case Reap:
+	case RequestViewResumeCauseReap:
 		return true
 	default:
 		return false
@@ -501,37 +633,27 @@ type AuditListOutputBody struct {
 
 // ConflictError defines model for ConflictError.
 type ConflictError struct {
-	// ActiveRequestId the job's active (QUEUED or RUNNING) request, when that is the conflict
+	// ActiveRequestId the job's active (QUEUED or RUNNING) request, when type is duplicate-active-request
 	ActiveRequestId *string `json:"activeRequestId,omitempty"`
 
-	// Detail A human-readable explanation specific to this occurrence of the problem.
-	//
-	// Examples: Property foo is required but is missing.
+	// Detail A human-readable explanation of this occurrence.
 	Detail *string `json:"detail,omitempty"`
 
-	// Errors Optional list of individual error details
+	// Errors One entry per bad input: where (location, e.g. body.params.from or header.Idempotency-Key) and what is wrong with it.
 	Errors *[]ErrorDetail `json:"errors,omitempty"`
 
-	// Instance A URI reference that identifies the specific occurrence of the problem.
-	//
-	// Examples: https://example.com/error-log/abc123
-	Instance *string `json:"instance,omitempty"`
+	// Status The HTTP status code.
+	Status int64 `json:"status"`
 
-	// Status HTTP status code
-	//
-	// Examples: 400
-	Status *int64 `json:"status,omitempty"`
+	// Title A short summary of the problem type, the same for every answer of the kind.
+	Title string `json:"title"`
 
-	// Title A short, human-readable summary of the problem type. This value should not change between occurrences of the error.
-	//
-	// Examples: Bad Request
-	Title *string `json:"title,omitempty"`
-
-	// Type A URI reference to human-readable documentation for the error.
-	//
-	// Examples: https://example.com/errors/example
-	Type *string `json:"type,omitempty"`
+	// Type The kind of problem, one of a closed set: a relative URI reference (/problems/<name>) that is also this api's page about the kind. Branch on it, not on detail.
+	Type ConflictErrorType `json:"type"`
 }
+
+// ConflictErrorType The kind of problem, one of a closed set: a relative URI reference (/problems/<name>) that is also this api's page about the kind. Branch on it, not on detail.
+type ConflictErrorType string
 
 // CorpCodeSyncParams defines model for CorpCodeSyncParams.
 type CorpCodeSyncParams = map[string]interface{}
@@ -604,34 +726,24 @@ type ErrorDetail struct {
 
 // ErrorModel defines model for ErrorModel.
 type ErrorModel struct {
-	// Detail A human-readable explanation specific to this occurrence of the problem.
-	//
-	// Examples: Property foo is required but is missing.
+	// Detail A human-readable explanation of this occurrence.
 	Detail *string `json:"detail,omitempty"`
 
-	// Errors Optional list of individual error details
+	// Errors One entry per bad input: where (location, e.g. body.params.from or header.Idempotency-Key) and what is wrong with it.
 	Errors *[]ErrorDetail `json:"errors,omitempty"`
 
-	// Instance A URI reference that identifies the specific occurrence of the problem.
-	//
-	// Examples: https://example.com/error-log/abc123
-	Instance *string `json:"instance,omitempty"`
+	// Status The HTTP status code.
+	Status int64 `json:"status"`
 
-	// Status HTTP status code
-	//
-	// Examples: 400
-	Status *int64 `json:"status,omitempty"`
+	// Title A short summary of the problem type, the same for every answer of the kind.
+	Title string `json:"title"`
 
-	// Title A short, human-readable summary of the problem type. This value should not change between occurrences of the error.
-	//
-	// Examples: Bad Request
-	Title *string `json:"title,omitempty"`
-
-	// Type A URI reference to human-readable documentation for the error.
-	//
-	// Examples: https://example.com/errors/example
-	Type *string `json:"type,omitempty"`
+	// Type The kind of problem, one of a closed set: a relative URI reference (/problems/<name>) that is also this api's page about the kind. Branch on it, not on detail.
+	Type ErrorModelType `json:"type"`
 }
+
+// ErrorModelType The kind of problem, one of a closed set: a relative URI reference (/problems/<name>) that is also this api's page about the kind. Branch on it, not on detail.
+type ErrorModelType string
 
 // ExecutionAbandonOutputBody defines model for ExecutionAbandonOutputBody.
 type ExecutionAbandonOutputBody struct {
@@ -675,12 +787,18 @@ type ExecutionView struct {
 	StartedAt     *time.Time          `json:"startedAt"`
 	Status        ExecutionViewStatus `json:"status"`
 
+	// StopCause why an execution that did not complete ended (GET /v1/requests?cause= filters by it); absent otherwise
+	StopCause *ExecutionViewStopCause `json:"stopCause,omitempty"`
+
 	// Targets items the instance must account for (-1 until known)
 	Targets int64 `json:"targets"`
 }
 
 // ExecutionViewStatus defines model for ExecutionView.Status.
 type ExecutionViewStatus string
+
+// ExecutionViewStopCause why an execution that did not complete ended (GET /v1/requests?cause= filters by it); absent otherwise
+type ExecutionViewStopCause string
 
 // FilingParseParams defines model for FilingParseParams.
 type FilingParseParams struct {
@@ -1060,6 +1178,12 @@ type CoverageMissingParams struct {
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ExecutionAbandonParams defines parameters for ExecutionAbandon.
+type ExecutionAbandonParams struct {
+	// IdempotencyKey Optional (IETF httpapi Idempotency-Key draft -09): 1 to 255 printable ASCII characters, as an RFC 8941 string ("...") or bare. A retry with the same key and body within BUILDRISK_IDEMPOTENCY_RETENTION (24 h by default) is answered with the first answer again (Idempotent-Replayed: true) and starts nothing; the same key with another body is a 422, and while the first call is still being processed a 409. Keys are per token name. A call that fails records nothing.
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // RequestCreateAptTradeJSONBody defines parameters for RequestCreateAptTrade.
 type RequestCreateAptTradeJSONBody struct {
 	// ConfirmPurge confirms a purge for this request only; such an execution is never resumed
@@ -1070,6 +1194,12 @@ type RequestCreateAptTradeJSONBody struct {
 
 	// Params the job's params
 	Params AptTradeParams `json:"params"`
+}
+
+// RequestCreateAptTradeParams defines parameters for RequestCreateAptTrade.
+type RequestCreateAptTradeParams struct {
+	// IdempotencyKey Optional (IETF httpapi Idempotency-Key draft -09): 1 to 255 printable ASCII characters, as an RFC 8941 string ("...") or bare. A retry with the same key and body within BUILDRISK_IDEMPOTENCY_RETENTION (24 h by default) is answered with the first answer again (Idempotent-Replayed: true) and starts nothing; the same key with another body is a 422, and while the first call is still being processed a 409. Keys are per token name. A call that fails records nothing.
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
 // RequestCreateCorpCodeSyncJSONBody defines parameters for RequestCreateCorpCodeSync.
@@ -1084,6 +1214,12 @@ type RequestCreateCorpCodeSyncJSONBody struct {
 	Params CorpCodeSyncParams `json:"params"`
 }
 
+// RequestCreateCorpCodeSyncParams defines parameters for RequestCreateCorpCodeSync.
+type RequestCreateCorpCodeSyncParams struct {
+	// IdempotencyKey Optional (IETF httpapi Idempotency-Key draft -09): 1 to 255 printable ASCII characters, as an RFC 8941 string ("...") or bare. A retry with the same key and body within BUILDRISK_IDEMPOTENCY_RETENTION (24 h by default) is answered with the first answer again (Idempotent-Replayed: true) and starts nothing; the same key with another body is a 422, and while the first call is still being processed a 409. Keys are per token name. A call that fails records nothing.
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // RequestCreateCreditEvalJSONBody defines parameters for RequestCreateCreditEval.
 type RequestCreateCreditEvalJSONBody struct {
 	// ConfirmPurge confirms a purge for this request only; such an execution is never resumed
@@ -1094,6 +1230,12 @@ type RequestCreateCreditEvalJSONBody struct {
 
 	// Params the job's params
 	Params CreditEvalParams `json:"params"`
+}
+
+// RequestCreateCreditEvalParams defines parameters for RequestCreateCreditEval.
+type RequestCreateCreditEvalParams struct {
+	// IdempotencyKey Optional (IETF httpapi Idempotency-Key draft -09): 1 to 255 printable ASCII characters, as an RFC 8941 string ("...") or bare. A retry with the same key and body within BUILDRISK_IDEMPOTENCY_RETENTION (24 h by default) is answered with the first answer again (Idempotent-Replayed: true) and starts nothing; the same key with another body is a 422, and while the first call is still being processed a 409. Keys are per token name. A call that fails records nothing.
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
 // RequestCreateFilingParseJSONBody defines parameters for RequestCreateFilingParse.
@@ -1108,6 +1250,12 @@ type RequestCreateFilingParseJSONBody struct {
 	Params FilingParseParams `json:"params"`
 }
 
+// RequestCreateFilingParseParams defines parameters for RequestCreateFilingParse.
+type RequestCreateFilingParseParams struct {
+	// IdempotencyKey Optional (IETF httpapi Idempotency-Key draft -09): 1 to 255 printable ASCII characters, as an RFC 8941 string ("...") or bare. A retry with the same key and body within BUILDRISK_IDEMPOTENCY_RETENTION (24 h by default) is answered with the first answer again (Idempotent-Replayed: true) and starts nothing; the same key with another body is a 422, and while the first call is still being processed a 409. Keys are per token name. A call that fails records nothing.
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // RequestCreateMetricsJSONBody defines parameters for RequestCreateMetrics.
 type RequestCreateMetricsJSONBody struct {
 	// ConfirmPurge confirms a purge for this request only; such an execution is never resumed
@@ -1118,6 +1266,12 @@ type RequestCreateMetricsJSONBody struct {
 
 	// Params the job's params
 	Params MetricsParams `json:"params"`
+}
+
+// RequestCreateMetricsParams defines parameters for RequestCreateMetrics.
+type RequestCreateMetricsParams struct {
+	// IdempotencyKey Optional (IETF httpapi Idempotency-Key draft -09): 1 to 255 printable ASCII characters, as an RFC 8941 string ("...") or bare. A retry with the same key and body within BUILDRISK_IDEMPOTENCY_RETENTION (24 h by default) is answered with the first answer again (Idempotent-Replayed: true) and starts nothing; the same key with another body is a 422, and while the first call is still being processed a 409. Keys are per token name. A call that fails records nothing.
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
 // RequestCreateRulesJSONBody defines parameters for RequestCreateRules.
@@ -1132,6 +1286,12 @@ type RequestCreateRulesJSONBody struct {
 	Params RulesParams `json:"params"`
 }
 
+// RequestCreateRulesParams defines parameters for RequestCreateRules.
+type RequestCreateRulesParams struct {
+	// IdempotencyKey Optional (IETF httpapi Idempotency-Key draft -09): 1 to 255 printable ASCII characters, as an RFC 8941 string ("...") or bare. A retry with the same key and body within BUILDRISK_IDEMPOTENCY_RETENTION (24 h by default) is answered with the first answer again (Idempotent-Replayed: true) and starts nothing; the same key with another body is a 422, and while the first call is still being processed a 409. Keys are per token name. A call that fails records nothing.
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // RequestCreateStockPriceJSONBody defines parameters for RequestCreateStockPrice.
 type RequestCreateStockPriceJSONBody struct {
 	// ConfirmPurge confirms a purge for this request only; such an execution is never resumed
@@ -1142,6 +1302,12 @@ type RequestCreateStockPriceJSONBody struct {
 
 	// Params the job's params
 	Params StockPriceParams `json:"params"`
+}
+
+// RequestCreateStockPriceParams defines parameters for RequestCreateStockPrice.
+type RequestCreateStockPriceParams struct {
+	// IdempotencyKey Optional (IETF httpapi Idempotency-Key draft -09): 1 to 255 printable ASCII characters, as an RFC 8941 string ("...") or bare. A retry with the same key and body within BUILDRISK_IDEMPOTENCY_RETENTION (24 h by default) is answered with the first answer again (Idempotent-Replayed: true) and starts nothing; the same key with another body is a 422, and while the first call is still being processed a 409. Keys are per token name. A call that fails records nothing.
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
 // RequestEstimateJSONBody defines parameters for RequestEstimate.
@@ -1174,13 +1340,31 @@ type RequestCreateJSONBody struct {
 	Params map[string]interface{} `json:"params"`
 }
 
+// RequestCreateParams defines parameters for RequestCreate.
+type RequestCreateParams struct {
+	// IdempotencyKey Optional (IETF httpapi Idempotency-Key draft -09): 1 to 255 printable ASCII characters, as an RFC 8941 string ("...") or bare. A retry with the same key and body within BUILDRISK_IDEMPOTENCY_RETENTION (24 h by default) is answered with the first answer again (Idempotent-Replayed: true) and starts nothing; the same key with another body is a 422, and while the first call is still being processed a 409. Keys are per token name. A call that fails records nothing.
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
+// JobStopParams defines parameters for JobStop.
+type JobStopParams struct {
+	// IdempotencyKey Optional (IETF httpapi Idempotency-Key draft -09): 1 to 255 printable ASCII characters, as an RFC 8941 string ("...") or bare. A retry with the same key and body within BUILDRISK_IDEMPOTENCY_RETENTION (24 h by default) is answered with the first answer again (Idempotent-Replayed: true) and starts nothing; the same key with another body is a 422, and while the first call is still being processed a 409. Keys are per token name. A call that fails records nothing.
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // RequestListParams defines parameters for RequestList.
 type RequestListParams struct {
 	// Job only this job
 	Job *string `form:"job,omitempty" json:"job,omitempty"`
 
-	// Status only this status: QUEUED, RUNNING, DONE or FAILED
+	// Status only this status: QUEUED, RUNNING, DONE or FAILED (a request that was served reads DONE however its run ended: see outcome)
 	Status *string `form:"status,omitempty" json:"status,omitempty"`
+
+	// Outcome only requests whose execution ended so: COMPLETED, STOPPED (an operator's stop, maxCalls, a daily cap, a drain...), FAILED or ABANDONED
+	Outcome *string `form:"outcome,omitempty" json:"outcome,omitempty"`
+
+	// Cause with outcome: only requests whose execution's stop cause is this: drain, reap, database, provider-rate, operator, cap, max_calls or failure
+	Cause *string `form:"cause,omitempty" json:"cause,omitempty"`
 
 	// Limit page size, 1..500 (default 50)
 	Limit *string `form:"limit,omitempty" json:"limit,omitempty"`
@@ -1325,10 +1509,10 @@ type ClientInterface interface {
 
 	// ExecutionAbandon Abandon an execution whose worker stopped heartbeating
 	//
-	// Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409).
+	// Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409). Safe to retry with an Idempotency-Key.
 	//
 	// Corresponds with POST /v1/executions/{id}/abandon (the `ExecutionAbandon` operationId).
-	ExecutionAbandon(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ExecutionAbandon(ctx context.Context, id string, params *ExecutionAbandonParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// JobList List jobs with their last execution and running state
 	//
@@ -1337,129 +1521,129 @@ type ClientInterface interface {
 
 	// RequestCreateAptTradeWithBody Request a aptTrade run
 	//
-	// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/jobs/aptTrade/requests (the `RequestCreateAptTrade` operationId).
-	RequestCreateAptTradeWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreateAptTradeWithBody(ctx context.Context, params *RequestCreateAptTradeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestCreateAptTrade Request a aptTrade run
 	//
-	// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/jobs/aptTrade/requests (the `RequestCreateAptTrade` operationId).
-	RequestCreateAptTrade(ctx context.Context, body RequestCreateAptTradeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreateAptTrade(ctx context.Context, params *RequestCreateAptTradeParams, body RequestCreateAptTradeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestCreateCorpCodeSyncWithBody Request a corpCodeSync run
 	//
-	// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/jobs/corpCodeSync/requests (the `RequestCreateCorpCodeSync` operationId).
-	RequestCreateCorpCodeSyncWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreateCorpCodeSyncWithBody(ctx context.Context, params *RequestCreateCorpCodeSyncParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestCreateCorpCodeSync Request a corpCodeSync run
 	//
-	// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/jobs/corpCodeSync/requests (the `RequestCreateCorpCodeSync` operationId).
-	RequestCreateCorpCodeSync(ctx context.Context, body RequestCreateCorpCodeSyncJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreateCorpCodeSync(ctx context.Context, params *RequestCreateCorpCodeSyncParams, body RequestCreateCorpCodeSyncJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestCreateCreditEvalWithBody Request a creditEval run
 	//
-	// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/jobs/creditEval/requests (the `RequestCreateCreditEval` operationId).
-	RequestCreateCreditEvalWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreateCreditEvalWithBody(ctx context.Context, params *RequestCreateCreditEvalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestCreateCreditEval Request a creditEval run
 	//
-	// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/jobs/creditEval/requests (the `RequestCreateCreditEval` operationId).
-	RequestCreateCreditEval(ctx context.Context, body RequestCreateCreditEvalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreateCreditEval(ctx context.Context, params *RequestCreateCreditEvalParams, body RequestCreateCreditEvalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestCreateFilingParseWithBody Request a filingParse run
 	//
-	// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/jobs/filingParse/requests (the `RequestCreateFilingParse` operationId).
-	RequestCreateFilingParseWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreateFilingParseWithBody(ctx context.Context, params *RequestCreateFilingParseParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestCreateFilingParse Request a filingParse run
 	//
-	// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/jobs/filingParse/requests (the `RequestCreateFilingParse` operationId).
-	RequestCreateFilingParse(ctx context.Context, body RequestCreateFilingParseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreateFilingParse(ctx context.Context, params *RequestCreateFilingParseParams, body RequestCreateFilingParseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestCreateMetricsWithBody Request a metrics run
 	//
-	// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/jobs/metrics/requests (the `RequestCreateMetrics` operationId).
-	RequestCreateMetricsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreateMetricsWithBody(ctx context.Context, params *RequestCreateMetricsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestCreateMetrics Request a metrics run
 	//
-	// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/jobs/metrics/requests (the `RequestCreateMetrics` operationId).
-	RequestCreateMetrics(ctx context.Context, body RequestCreateMetricsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreateMetrics(ctx context.Context, params *RequestCreateMetricsParams, body RequestCreateMetricsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestCreateRulesWithBody Request a rules run
 	//
-	// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/jobs/rules/requests (the `RequestCreateRules` operationId).
-	RequestCreateRulesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreateRulesWithBody(ctx context.Context, params *RequestCreateRulesParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestCreateRules Request a rules run
 	//
-	// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/jobs/rules/requests (the `RequestCreateRules` operationId).
-	RequestCreateRules(ctx context.Context, body RequestCreateRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreateRules(ctx context.Context, params *RequestCreateRulesParams, body RequestCreateRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestCreateStockPriceWithBody Request a stockPrice run
 	//
-	// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/jobs/stockPrice/requests (the `RequestCreateStockPrice` operationId).
-	RequestCreateStockPriceWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreateStockPriceWithBody(ctx context.Context, params *RequestCreateStockPriceParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestCreateStockPrice Request a stockPrice run
 	//
-	// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/jobs/stockPrice/requests (the `RequestCreateStockPrice` operationId).
-	RequestCreateStockPrice(ctx context.Context, body RequestCreateStockPriceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreateStockPrice(ctx context.Context, params *RequestCreateStockPriceParams, body RequestCreateStockPriceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// JobGet Get one job with its params schema
 	//
@@ -1496,21 +1680,21 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/jobs/{job}/requests (the `RequestCreate` operationId).
-	RequestCreateWithBody(ctx context.Context, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreateWithBody(ctx context.Context, job string, params *RequestCreateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestCreate Request a run of any job (404 for unknown jobs)
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/jobs/{job}/requests (the `RequestCreate` operationId).
-	RequestCreate(ctx context.Context, job string, body RequestCreateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RequestCreate(ctx context.Context, job string, params *RequestCreateParams, body RequestCreateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// JobStop Stop the job's running execution at its next chunk boundary
 	//
-	// Marks the execution STOPPING (no end time). It becomes STOPPED when the job's goroutine has really ended; until then it counts as running.
+	// Marks the execution STOPPING (no end time). It becomes STOPPED when the job's goroutine has really ended; until then it counts as running. Safe to retry with an Idempotency-Key.
 	//
 	// Corresponds with POST /v1/jobs/{job}/stop (the `JobStop` operationId).
-	JobStop(ctx context.Context, job string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	JobStop(ctx context.Context, job string, params *JobStopParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ProviderList List the providers' daily call budgets: cap, used today, remaining
 	//
@@ -1599,11 +1783,11 @@ func (c *Client) CoverageMissing(ctx context.Context, job string, params *Covera
 
 // ExecutionAbandon Abandon an execution whose worker stopped heartbeating
 //
-// Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409).
+// Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409). Safe to retry with an Idempotency-Key.
 //
 // Corresponds with POST /v1/executions/{id}/abandon (the `ExecutionAbandon` operationId).
-func (c *Client) ExecutionAbandon(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewExecutionAbandonRequest(c.Server, id)
+func (c *Client) ExecutionAbandon(ctx context.Context, id string, params *ExecutionAbandonParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExecutionAbandonRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1631,13 +1815,13 @@ func (c *Client) JobList(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 
 // RequestCreateAptTradeWithBody Request a aptTrade run
 //
-// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/jobs/aptTrade/requests (the `RequestCreateAptTrade` operationId).
-func (c *Client) RequestCreateAptTradeWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateAptTradeRequestWithBody(c.Server, contentType, body)
+func (c *Client) RequestCreateAptTradeWithBody(ctx context.Context, params *RequestCreateAptTradeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateAptTradeRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1650,13 +1834,13 @@ func (c *Client) RequestCreateAptTradeWithBody(ctx context.Context, contentType 
 
 // RequestCreateAptTrade Request a aptTrade run
 //
-// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/jobs/aptTrade/requests (the `RequestCreateAptTrade` operationId).
-func (c *Client) RequestCreateAptTrade(ctx context.Context, body RequestCreateAptTradeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateAptTradeRequest(c.Server, body)
+func (c *Client) RequestCreateAptTrade(ctx context.Context, params *RequestCreateAptTradeParams, body RequestCreateAptTradeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateAptTradeRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1669,13 +1853,13 @@ func (c *Client) RequestCreateAptTrade(ctx context.Context, body RequestCreateAp
 
 // RequestCreateCorpCodeSyncWithBody Request a corpCodeSync run
 //
-// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/jobs/corpCodeSync/requests (the `RequestCreateCorpCodeSync` operationId).
-func (c *Client) RequestCreateCorpCodeSyncWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateCorpCodeSyncRequestWithBody(c.Server, contentType, body)
+func (c *Client) RequestCreateCorpCodeSyncWithBody(ctx context.Context, params *RequestCreateCorpCodeSyncParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateCorpCodeSyncRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1688,13 +1872,13 @@ func (c *Client) RequestCreateCorpCodeSyncWithBody(ctx context.Context, contentT
 
 // RequestCreateCorpCodeSync Request a corpCodeSync run
 //
-// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/jobs/corpCodeSync/requests (the `RequestCreateCorpCodeSync` operationId).
-func (c *Client) RequestCreateCorpCodeSync(ctx context.Context, body RequestCreateCorpCodeSyncJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateCorpCodeSyncRequest(c.Server, body)
+func (c *Client) RequestCreateCorpCodeSync(ctx context.Context, params *RequestCreateCorpCodeSyncParams, body RequestCreateCorpCodeSyncJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateCorpCodeSyncRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1707,13 +1891,13 @@ func (c *Client) RequestCreateCorpCodeSync(ctx context.Context, body RequestCrea
 
 // RequestCreateCreditEvalWithBody Request a creditEval run
 //
-// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/jobs/creditEval/requests (the `RequestCreateCreditEval` operationId).
-func (c *Client) RequestCreateCreditEvalWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateCreditEvalRequestWithBody(c.Server, contentType, body)
+func (c *Client) RequestCreateCreditEvalWithBody(ctx context.Context, params *RequestCreateCreditEvalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateCreditEvalRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1726,13 +1910,13 @@ func (c *Client) RequestCreateCreditEvalWithBody(ctx context.Context, contentTyp
 
 // RequestCreateCreditEval Request a creditEval run
 //
-// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/jobs/creditEval/requests (the `RequestCreateCreditEval` operationId).
-func (c *Client) RequestCreateCreditEval(ctx context.Context, body RequestCreateCreditEvalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateCreditEvalRequest(c.Server, body)
+func (c *Client) RequestCreateCreditEval(ctx context.Context, params *RequestCreateCreditEvalParams, body RequestCreateCreditEvalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateCreditEvalRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1745,13 +1929,13 @@ func (c *Client) RequestCreateCreditEval(ctx context.Context, body RequestCreate
 
 // RequestCreateFilingParseWithBody Request a filingParse run
 //
-// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/jobs/filingParse/requests (the `RequestCreateFilingParse` operationId).
-func (c *Client) RequestCreateFilingParseWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateFilingParseRequestWithBody(c.Server, contentType, body)
+func (c *Client) RequestCreateFilingParseWithBody(ctx context.Context, params *RequestCreateFilingParseParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateFilingParseRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1764,13 +1948,13 @@ func (c *Client) RequestCreateFilingParseWithBody(ctx context.Context, contentTy
 
 // RequestCreateFilingParse Request a filingParse run
 //
-// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/jobs/filingParse/requests (the `RequestCreateFilingParse` operationId).
-func (c *Client) RequestCreateFilingParse(ctx context.Context, body RequestCreateFilingParseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateFilingParseRequest(c.Server, body)
+func (c *Client) RequestCreateFilingParse(ctx context.Context, params *RequestCreateFilingParseParams, body RequestCreateFilingParseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateFilingParseRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1783,13 +1967,13 @@ func (c *Client) RequestCreateFilingParse(ctx context.Context, body RequestCreat
 
 // RequestCreateMetricsWithBody Request a metrics run
 //
-// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/jobs/metrics/requests (the `RequestCreateMetrics` operationId).
-func (c *Client) RequestCreateMetricsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateMetricsRequestWithBody(c.Server, contentType, body)
+func (c *Client) RequestCreateMetricsWithBody(ctx context.Context, params *RequestCreateMetricsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateMetricsRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1802,13 +1986,13 @@ func (c *Client) RequestCreateMetricsWithBody(ctx context.Context, contentType s
 
 // RequestCreateMetrics Request a metrics run
 //
-// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/jobs/metrics/requests (the `RequestCreateMetrics` operationId).
-func (c *Client) RequestCreateMetrics(ctx context.Context, body RequestCreateMetricsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateMetricsRequest(c.Server, body)
+func (c *Client) RequestCreateMetrics(ctx context.Context, params *RequestCreateMetricsParams, body RequestCreateMetricsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateMetricsRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1821,13 +2005,13 @@ func (c *Client) RequestCreateMetrics(ctx context.Context, body RequestCreateMet
 
 // RequestCreateRulesWithBody Request a rules run
 //
-// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/jobs/rules/requests (the `RequestCreateRules` operationId).
-func (c *Client) RequestCreateRulesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateRulesRequestWithBody(c.Server, contentType, body)
+func (c *Client) RequestCreateRulesWithBody(ctx context.Context, params *RequestCreateRulesParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateRulesRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1840,13 +2024,13 @@ func (c *Client) RequestCreateRulesWithBody(ctx context.Context, contentType str
 
 // RequestCreateRules Request a rules run
 //
-// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/jobs/rules/requests (the `RequestCreateRules` operationId).
-func (c *Client) RequestCreateRules(ctx context.Context, body RequestCreateRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateRulesRequest(c.Server, body)
+func (c *Client) RequestCreateRules(ctx context.Context, params *RequestCreateRulesParams, body RequestCreateRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateRulesRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1859,13 +2043,13 @@ func (c *Client) RequestCreateRules(ctx context.Context, body RequestCreateRules
 
 // RequestCreateStockPriceWithBody Request a stockPrice run
 //
-// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/jobs/stockPrice/requests (the `RequestCreateStockPrice` operationId).
-func (c *Client) RequestCreateStockPriceWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateStockPriceRequestWithBody(c.Server, contentType, body)
+func (c *Client) RequestCreateStockPriceWithBody(ctx context.Context, params *RequestCreateStockPriceParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateStockPriceRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1878,13 +2062,13 @@ func (c *Client) RequestCreateStockPriceWithBody(ctx context.Context, contentTyp
 
 // RequestCreateStockPrice Request a stockPrice run
 //
-// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/jobs/stockPrice/requests (the `RequestCreateStockPrice` operationId).
-func (c *Client) RequestCreateStockPrice(ctx context.Context, body RequestCreateStockPriceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateStockPriceRequest(c.Server, body)
+func (c *Client) RequestCreateStockPrice(ctx context.Context, params *RequestCreateStockPriceParams, body RequestCreateStockPriceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateStockPriceRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1970,8 +2154,8 @@ func (c *Client) JobHistory(ctx context.Context, job string, params *JobHistoryP
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/jobs/{job}/requests (the `RequestCreate` operationId).
-func (c *Client) RequestCreateWithBody(ctx context.Context, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateRequestWithBody(c.Server, job, contentType, body)
+func (c *Client) RequestCreateWithBody(ctx context.Context, job string, params *RequestCreateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateRequestWithBody(c.Server, job, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1987,8 +2171,8 @@ func (c *Client) RequestCreateWithBody(ctx context.Context, job string, contentT
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/jobs/{job}/requests (the `RequestCreate` operationId).
-func (c *Client) RequestCreate(ctx context.Context, job string, body RequestCreateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRequestCreateRequest(c.Server, job, body)
+func (c *Client) RequestCreate(ctx context.Context, job string, params *RequestCreateParams, body RequestCreateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRequestCreateRequest(c.Server, job, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2001,11 +2185,11 @@ func (c *Client) RequestCreate(ctx context.Context, job string, body RequestCrea
 
 // JobStop Stop the job's running execution at its next chunk boundary
 //
-// Marks the execution STOPPING (no end time). It becomes STOPPED when the job's goroutine has really ended; until then it counts as running.
+// Marks the execution STOPPING (no end time). It becomes STOPPED when the job's goroutine has really ended; until then it counts as running. Safe to retry with an Idempotency-Key.
 //
 // Corresponds with POST /v1/jobs/{job}/stop (the `JobStop` operationId).
-func (c *Client) JobStop(ctx context.Context, job string, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewJobStopRequest(c.Server, job)
+func (c *Client) JobStop(ctx context.Context, job string, params *JobStopParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewJobStopRequest(c.Server, job, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2309,7 +2493,7 @@ func NewCoverageMissingRequest(server string, job string, params *CoverageMissin
 }
 
 // NewExecutionAbandonRequest constructs an http.Request for the ExecutionAbandon method
-func NewExecutionAbandonRequest(server string, id string) (*http.Request, error) {
+func NewExecutionAbandonRequest(server string, id string, params *ExecutionAbandonParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2337,6 +2521,21 @@ func NewExecutionAbandonRequest(server string, id string) (*http.Request, error)
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -2370,18 +2569,18 @@ func NewJobListRequest(server string) (*http.Request, error) {
 }
 
 // NewRequestCreateAptTradeRequest calls the generic RequestCreateAptTrade builder with application/json body
-func NewRequestCreateAptTradeRequest(server string, body RequestCreateAptTradeJSONRequestBody) (*http.Request, error) {
+func NewRequestCreateAptTradeRequest(server string, params *RequestCreateAptTradeParams, body RequestCreateAptTradeJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewRequestCreateAptTradeRequestWithBody(server, "application/json", bodyReader)
+	return NewRequestCreateAptTradeRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewRequestCreateAptTradeRequestWithBody constructs an http.Request for the RequestCreateAptTrade method, with any body, and a specified content type
-func NewRequestCreateAptTradeRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewRequestCreateAptTradeRequestWithBody(server string, params *RequestCreateAptTradeParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -2406,22 +2605,37 @@ func NewRequestCreateAptTradeRequestWithBody(server string, contentType string, 
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewRequestCreateCorpCodeSyncRequest calls the generic RequestCreateCorpCodeSync builder with application/json body
-func NewRequestCreateCorpCodeSyncRequest(server string, body RequestCreateCorpCodeSyncJSONRequestBody) (*http.Request, error) {
+func NewRequestCreateCorpCodeSyncRequest(server string, params *RequestCreateCorpCodeSyncParams, body RequestCreateCorpCodeSyncJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewRequestCreateCorpCodeSyncRequestWithBody(server, "application/json", bodyReader)
+	return NewRequestCreateCorpCodeSyncRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewRequestCreateCorpCodeSyncRequestWithBody constructs an http.Request for the RequestCreateCorpCodeSync method, with any body, and a specified content type
-func NewRequestCreateCorpCodeSyncRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewRequestCreateCorpCodeSyncRequestWithBody(server string, params *RequestCreateCorpCodeSyncParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -2446,22 +2660,37 @@ func NewRequestCreateCorpCodeSyncRequestWithBody(server string, contentType stri
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewRequestCreateCreditEvalRequest calls the generic RequestCreateCreditEval builder with application/json body
-func NewRequestCreateCreditEvalRequest(server string, body RequestCreateCreditEvalJSONRequestBody) (*http.Request, error) {
+func NewRequestCreateCreditEvalRequest(server string, params *RequestCreateCreditEvalParams, body RequestCreateCreditEvalJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewRequestCreateCreditEvalRequestWithBody(server, "application/json", bodyReader)
+	return NewRequestCreateCreditEvalRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewRequestCreateCreditEvalRequestWithBody constructs an http.Request for the RequestCreateCreditEval method, with any body, and a specified content type
-func NewRequestCreateCreditEvalRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewRequestCreateCreditEvalRequestWithBody(server string, params *RequestCreateCreditEvalParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -2486,22 +2715,37 @@ func NewRequestCreateCreditEvalRequestWithBody(server string, contentType string
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewRequestCreateFilingParseRequest calls the generic RequestCreateFilingParse builder with application/json body
-func NewRequestCreateFilingParseRequest(server string, body RequestCreateFilingParseJSONRequestBody) (*http.Request, error) {
+func NewRequestCreateFilingParseRequest(server string, params *RequestCreateFilingParseParams, body RequestCreateFilingParseJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewRequestCreateFilingParseRequestWithBody(server, "application/json", bodyReader)
+	return NewRequestCreateFilingParseRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewRequestCreateFilingParseRequestWithBody constructs an http.Request for the RequestCreateFilingParse method, with any body, and a specified content type
-func NewRequestCreateFilingParseRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewRequestCreateFilingParseRequestWithBody(server string, params *RequestCreateFilingParseParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -2526,22 +2770,37 @@ func NewRequestCreateFilingParseRequestWithBody(server string, contentType strin
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewRequestCreateMetricsRequest calls the generic RequestCreateMetrics builder with application/json body
-func NewRequestCreateMetricsRequest(server string, body RequestCreateMetricsJSONRequestBody) (*http.Request, error) {
+func NewRequestCreateMetricsRequest(server string, params *RequestCreateMetricsParams, body RequestCreateMetricsJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewRequestCreateMetricsRequestWithBody(server, "application/json", bodyReader)
+	return NewRequestCreateMetricsRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewRequestCreateMetricsRequestWithBody constructs an http.Request for the RequestCreateMetrics method, with any body, and a specified content type
-func NewRequestCreateMetricsRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewRequestCreateMetricsRequestWithBody(server string, params *RequestCreateMetricsParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -2566,22 +2825,37 @@ func NewRequestCreateMetricsRequestWithBody(server string, contentType string, b
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewRequestCreateRulesRequest calls the generic RequestCreateRules builder with application/json body
-func NewRequestCreateRulesRequest(server string, body RequestCreateRulesJSONRequestBody) (*http.Request, error) {
+func NewRequestCreateRulesRequest(server string, params *RequestCreateRulesParams, body RequestCreateRulesJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewRequestCreateRulesRequestWithBody(server, "application/json", bodyReader)
+	return NewRequestCreateRulesRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewRequestCreateRulesRequestWithBody constructs an http.Request for the RequestCreateRules method, with any body, and a specified content type
-func NewRequestCreateRulesRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewRequestCreateRulesRequestWithBody(server string, params *RequestCreateRulesParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -2606,22 +2880,37 @@ func NewRequestCreateRulesRequestWithBody(server string, contentType string, bod
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewRequestCreateStockPriceRequest calls the generic RequestCreateStockPrice builder with application/json body
-func NewRequestCreateStockPriceRequest(server string, body RequestCreateStockPriceJSONRequestBody) (*http.Request, error) {
+func NewRequestCreateStockPriceRequest(server string, params *RequestCreateStockPriceParams, body RequestCreateStockPriceJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewRequestCreateStockPriceRequestWithBody(server, "application/json", bodyReader)
+	return NewRequestCreateStockPriceRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewRequestCreateStockPriceRequestWithBody constructs an http.Request for the RequestCreateStockPrice method, with any body, and a specified content type
-func NewRequestCreateStockPriceRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewRequestCreateStockPriceRequestWithBody(server string, params *RequestCreateStockPriceParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -2645,6 +2934,21 @@ func NewRequestCreateStockPriceRequestWithBody(server string, contentType string
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -2792,18 +3096,18 @@ func NewJobHistoryRequest(server string, job string, params *JobHistoryParams) (
 }
 
 // NewRequestCreateRequest calls the generic RequestCreate builder with application/json body
-func NewRequestCreateRequest(server string, job string, body RequestCreateJSONRequestBody) (*http.Request, error) {
+func NewRequestCreateRequest(server string, job string, params *RequestCreateParams, body RequestCreateJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewRequestCreateRequestWithBody(server, job, "application/json", bodyReader)
+	return NewRequestCreateRequestWithBody(server, job, params, "application/json", bodyReader)
 }
 
 // NewRequestCreateRequestWithBody constructs an http.Request for the RequestCreate method, with any body, and a specified content type
-func NewRequestCreateRequestWithBody(server string, job string, contentType string, body io.Reader) (*http.Request, error) {
+func NewRequestCreateRequestWithBody(server string, job string, params *RequestCreateParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2835,11 +3139,26 @@ func NewRequestCreateRequestWithBody(server string, job string, contentType stri
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewJobStopRequest constructs an http.Request for the JobStop method
-func NewJobStopRequest(server string, job string) (*http.Request, error) {
+func NewJobStopRequest(server string, job string, params *JobStopParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2867,6 +3186,21 @@ func NewJobStopRequest(server string, job string) (*http.Request, error) {
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -2942,6 +3276,30 @@ func NewRequestListRequest(server string, params *RequestListParams) (*http.Requ
 		if params.Status != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Outcome != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "outcome", *params.Outcome, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cause != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cause", *params.Cause, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -3167,12 +3525,12 @@ type ClientWithResponsesInterface interface {
 
 	// ExecutionAbandonWithResponse Abandon an execution whose worker stopped heartbeating
 	//
-	// Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409).
+	// Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409). Safe to retry with an Idempotency-Key.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/executions/{id}/abandon (the `ExecutionAbandon` operationId).
-	ExecutionAbandonWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*ExecutionAbandonResponse, error)
+	ExecutionAbandonWithResponse(ctx context.Context, id string, params *ExecutionAbandonParams, reqEditors ...RequestEditorFn) (*ExecutionAbandonResponse, error)
 
 	// JobListWithResponse List jobs with their last execution and running state
 	//
@@ -3183,129 +3541,129 @@ type ClientWithResponsesInterface interface {
 
 	// RequestCreateAptTradeWithBodyWithResponse Request a aptTrade run
 	//
-	// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/aptTrade/requests (the `RequestCreateAptTrade` operationId).
-	RequestCreateAptTradeWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateAptTradeResponse, error)
+	RequestCreateAptTradeWithBodyWithResponse(ctx context.Context, params *RequestCreateAptTradeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateAptTradeResponse, error)
 
 	// RequestCreateAptTradeWithResponse Request a aptTrade run
 	//
-	// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/aptTrade/requests (the `RequestCreateAptTrade` operationId).
-	RequestCreateAptTradeWithResponse(ctx context.Context, body RequestCreateAptTradeJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateAptTradeResponse, error)
+	RequestCreateAptTradeWithResponse(ctx context.Context, params *RequestCreateAptTradeParams, body RequestCreateAptTradeJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateAptTradeResponse, error)
 
 	// RequestCreateCorpCodeSyncWithBodyWithResponse Request a corpCodeSync run
 	//
-	// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/corpCodeSync/requests (the `RequestCreateCorpCodeSync` operationId).
-	RequestCreateCorpCodeSyncWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateCorpCodeSyncResponse, error)
+	RequestCreateCorpCodeSyncWithBodyWithResponse(ctx context.Context, params *RequestCreateCorpCodeSyncParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateCorpCodeSyncResponse, error)
 
 	// RequestCreateCorpCodeSyncWithResponse Request a corpCodeSync run
 	//
-	// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/corpCodeSync/requests (the `RequestCreateCorpCodeSync` operationId).
-	RequestCreateCorpCodeSyncWithResponse(ctx context.Context, body RequestCreateCorpCodeSyncJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateCorpCodeSyncResponse, error)
+	RequestCreateCorpCodeSyncWithResponse(ctx context.Context, params *RequestCreateCorpCodeSyncParams, body RequestCreateCorpCodeSyncJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateCorpCodeSyncResponse, error)
 
 	// RequestCreateCreditEvalWithBodyWithResponse Request a creditEval run
 	//
-	// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/creditEval/requests (the `RequestCreateCreditEval` operationId).
-	RequestCreateCreditEvalWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateCreditEvalResponse, error)
+	RequestCreateCreditEvalWithBodyWithResponse(ctx context.Context, params *RequestCreateCreditEvalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateCreditEvalResponse, error)
 
 	// RequestCreateCreditEvalWithResponse Request a creditEval run
 	//
-	// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/creditEval/requests (the `RequestCreateCreditEval` operationId).
-	RequestCreateCreditEvalWithResponse(ctx context.Context, body RequestCreateCreditEvalJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateCreditEvalResponse, error)
+	RequestCreateCreditEvalWithResponse(ctx context.Context, params *RequestCreateCreditEvalParams, body RequestCreateCreditEvalJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateCreditEvalResponse, error)
 
 	// RequestCreateFilingParseWithBodyWithResponse Request a filingParse run
 	//
-	// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/filingParse/requests (the `RequestCreateFilingParse` operationId).
-	RequestCreateFilingParseWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateFilingParseResponse, error)
+	RequestCreateFilingParseWithBodyWithResponse(ctx context.Context, params *RequestCreateFilingParseParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateFilingParseResponse, error)
 
 	// RequestCreateFilingParseWithResponse Request a filingParse run
 	//
-	// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/filingParse/requests (the `RequestCreateFilingParse` operationId).
-	RequestCreateFilingParseWithResponse(ctx context.Context, body RequestCreateFilingParseJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateFilingParseResponse, error)
+	RequestCreateFilingParseWithResponse(ctx context.Context, params *RequestCreateFilingParseParams, body RequestCreateFilingParseJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateFilingParseResponse, error)
 
 	// RequestCreateMetricsWithBodyWithResponse Request a metrics run
 	//
-	// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/metrics/requests (the `RequestCreateMetrics` operationId).
-	RequestCreateMetricsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateMetricsResponse, error)
+	RequestCreateMetricsWithBodyWithResponse(ctx context.Context, params *RequestCreateMetricsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateMetricsResponse, error)
 
 	// RequestCreateMetricsWithResponse Request a metrics run
 	//
-	// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/metrics/requests (the `RequestCreateMetrics` operationId).
-	RequestCreateMetricsWithResponse(ctx context.Context, body RequestCreateMetricsJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateMetricsResponse, error)
+	RequestCreateMetricsWithResponse(ctx context.Context, params *RequestCreateMetricsParams, body RequestCreateMetricsJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateMetricsResponse, error)
 
 	// RequestCreateRulesWithBodyWithResponse Request a rules run
 	//
-	// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/rules/requests (the `RequestCreateRules` operationId).
-	RequestCreateRulesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateRulesResponse, error)
+	RequestCreateRulesWithBodyWithResponse(ctx context.Context, params *RequestCreateRulesParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateRulesResponse, error)
 
 	// RequestCreateRulesWithResponse Request a rules run
 	//
-	// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/rules/requests (the `RequestCreateRules` operationId).
-	RequestCreateRulesWithResponse(ctx context.Context, body RequestCreateRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateRulesResponse, error)
+	RequestCreateRulesWithResponse(ctx context.Context, params *RequestCreateRulesParams, body RequestCreateRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateRulesResponse, error)
 
 	// RequestCreateStockPriceWithBodyWithResponse Request a stockPrice run
 	//
-	// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/stockPrice/requests (the `RequestCreateStockPrice` operationId).
-	RequestCreateStockPriceWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateStockPriceResponse, error)
+	RequestCreateStockPriceWithBodyWithResponse(ctx context.Context, params *RequestCreateStockPriceParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateStockPriceResponse, error)
 
 	// RequestCreateStockPriceWithResponse Request a stockPrice run
 	//
-	// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id.
+	// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/stockPrice/requests (the `RequestCreateStockPrice` operationId).
-	RequestCreateStockPriceWithResponse(ctx context.Context, body RequestCreateStockPriceJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateStockPriceResponse, error)
+	RequestCreateStockPriceWithResponse(ctx context.Context, params *RequestCreateStockPriceParams, body RequestCreateStockPriceJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateStockPriceResponse, error)
 
 	// JobGetWithResponse Get one job with its params schema
 	//
@@ -3346,23 +3704,23 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/{job}/requests (the `RequestCreate` operationId).
-	RequestCreateWithBodyWithResponse(ctx context.Context, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateResponse, error)
+	RequestCreateWithBodyWithResponse(ctx context.Context, job string, params *RequestCreateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateResponse, error)
 
 	// RequestCreateWithResponse Request a run of any job (404 for unknown jobs)
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/{job}/requests (the `RequestCreate` operationId).
-	RequestCreateWithResponse(ctx context.Context, job string, body RequestCreateJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateResponse, error)
+	RequestCreateWithResponse(ctx context.Context, job string, params *RequestCreateParams, body RequestCreateJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateResponse, error)
 
 	// JobStopWithResponse Stop the job's running execution at its next chunk boundary
 	//
-	// Marks the execution STOPPING (no end time). It becomes STOPPED when the job's goroutine has really ended; until then it counts as running.
+	// Marks the execution STOPPING (no end time). It becomes STOPPED when the job's goroutine has really ended; until then it counts as running. Safe to retry with an Idempotency-Key.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/jobs/{job}/stop (the `JobStop` operationId).
-	JobStopWithResponse(ctx context.Context, job string, reqEditors ...RequestEditorFn) (*JobStopResponse, error)
+	JobStopWithResponse(ctx context.Context, job string, params *JobStopParams, reqEditors ...RequestEditorFn) (*JobStopResponse, error)
 
 	// ProviderListWithResponse List the providers' daily call budgets: cap, used today, remaining
 	//
@@ -3823,6 +4181,11 @@ func (r CoverageMissingResponse) ContentType() string {
 	return ""
 }
 
+// ExecutionAbandonResponse200Headers the declared response headers of an HTTP 200 response for ExecutionAbandon
+type ExecutionAbandonResponse200Headers struct {
+	IdempotentReplayed *string
+}
+
 // ExecutionAbandonResponse401Headers the declared response headers of an HTTP 401 response for ExecutionAbandon
 type ExecutionAbandonResponse401Headers struct {
 	WWWAuthenticate *string
@@ -3859,12 +4222,16 @@ type ExecutionAbandonResponse struct {
 	ApplicationproblemJSON415 *ErrorModel
 	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
 	ApplicationproblemJSON421 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExecutionAbandonResponse200Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *ExecutionAbandonResponse401Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -3916,6 +4283,11 @@ func (r ExecutionAbandonResponse) GetApplicationproblemJSON415() *ErrorModel {
 // GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
 func (r ExecutionAbandonResponse) GetApplicationproblemJSON421() *ErrorModel {
 	return r.ApplicationproblemJSON421
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ExecutionAbandonResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -4066,6 +4438,11 @@ func (r JobListResponse) ContentType() string {
 	return ""
 }
 
+// RequestCreateAptTradeResponse202Headers the declared response headers of an HTTP 202 response for RequestCreateAptTrade
+type RequestCreateAptTradeResponse202Headers struct {
+	IdempotentReplayed *string
+}
+
 // RequestCreateAptTradeResponse401Headers the declared response headers of an HTTP 401 response for RequestCreateAptTrade
 type RequestCreateAptTradeResponse401Headers struct {
 	WWWAuthenticate *string
@@ -4100,12 +4477,16 @@ type RequestCreateAptTradeResponse struct {
 	ApplicationproblemJSON415 *ErrorModel
 	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
 	ApplicationproblemJSON421 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *RequestCreateAptTradeResponse202Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateAptTradeResponse401Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -4154,6 +4535,11 @@ func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON421() *ErrorMode
 	return r.ApplicationproblemJSON421
 }
 
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r RequestCreateAptTradeResponse) GetApplicationproblemJSON429() *ErrorModel {
 	return r.ApplicationproblemJSON429
@@ -4198,6 +4584,11 @@ func (r RequestCreateAptTradeResponse) ContentType() string {
 	return ""
 }
 
+// RequestCreateCorpCodeSyncResponse202Headers the declared response headers of an HTTP 202 response for RequestCreateCorpCodeSync
+type RequestCreateCorpCodeSyncResponse202Headers struct {
+	IdempotentReplayed *string
+}
+
 // RequestCreateCorpCodeSyncResponse401Headers the declared response headers of an HTTP 401 response for RequestCreateCorpCodeSync
 type RequestCreateCorpCodeSyncResponse401Headers struct {
 	WWWAuthenticate *string
@@ -4232,12 +4623,16 @@ type RequestCreateCorpCodeSyncResponse struct {
 	ApplicationproblemJSON415 *ErrorModel
 	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
 	ApplicationproblemJSON421 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *RequestCreateCorpCodeSyncResponse202Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateCorpCodeSyncResponse401Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -4286,6 +4681,11 @@ func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON421() *Error
 	return r.ApplicationproblemJSON421
 }
 
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r RequestCreateCorpCodeSyncResponse) GetApplicationproblemJSON429() *ErrorModel {
 	return r.ApplicationproblemJSON429
@@ -4330,6 +4730,11 @@ func (r RequestCreateCorpCodeSyncResponse) ContentType() string {
 	return ""
 }
 
+// RequestCreateCreditEvalResponse202Headers the declared response headers of an HTTP 202 response for RequestCreateCreditEval
+type RequestCreateCreditEvalResponse202Headers struct {
+	IdempotentReplayed *string
+}
+
 // RequestCreateCreditEvalResponse401Headers the declared response headers of an HTTP 401 response for RequestCreateCreditEval
 type RequestCreateCreditEvalResponse401Headers struct {
 	WWWAuthenticate *string
@@ -4364,12 +4769,16 @@ type RequestCreateCreditEvalResponse struct {
 	ApplicationproblemJSON415 *ErrorModel
 	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
 	ApplicationproblemJSON421 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *RequestCreateCreditEvalResponse202Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateCreditEvalResponse401Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -4418,6 +4827,11 @@ func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON421() *ErrorMo
 	return r.ApplicationproblemJSON421
 }
 
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r RequestCreateCreditEvalResponse) GetApplicationproblemJSON429() *ErrorModel {
 	return r.ApplicationproblemJSON429
@@ -4462,6 +4876,11 @@ func (r RequestCreateCreditEvalResponse) ContentType() string {
 	return ""
 }
 
+// RequestCreateFilingParseResponse202Headers the declared response headers of an HTTP 202 response for RequestCreateFilingParse
+type RequestCreateFilingParseResponse202Headers struct {
+	IdempotentReplayed *string
+}
+
 // RequestCreateFilingParseResponse401Headers the declared response headers of an HTTP 401 response for RequestCreateFilingParse
 type RequestCreateFilingParseResponse401Headers struct {
 	WWWAuthenticate *string
@@ -4496,12 +4915,16 @@ type RequestCreateFilingParseResponse struct {
 	ApplicationproblemJSON415 *ErrorModel
 	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
 	ApplicationproblemJSON421 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *RequestCreateFilingParseResponse202Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateFilingParseResponse401Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -4550,6 +4973,11 @@ func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON421() *ErrorM
 	return r.ApplicationproblemJSON421
 }
 
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r RequestCreateFilingParseResponse) GetApplicationproblemJSON429() *ErrorModel {
 	return r.ApplicationproblemJSON429
@@ -4594,6 +5022,11 @@ func (r RequestCreateFilingParseResponse) ContentType() string {
 	return ""
 }
 
+// RequestCreateMetricsResponse202Headers the declared response headers of an HTTP 202 response for RequestCreateMetrics
+type RequestCreateMetricsResponse202Headers struct {
+	IdempotentReplayed *string
+}
+
 // RequestCreateMetricsResponse401Headers the declared response headers of an HTTP 401 response for RequestCreateMetrics
 type RequestCreateMetricsResponse401Headers struct {
 	WWWAuthenticate *string
@@ -4628,12 +5061,16 @@ type RequestCreateMetricsResponse struct {
 	ApplicationproblemJSON415 *ErrorModel
 	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
 	ApplicationproblemJSON421 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *RequestCreateMetricsResponse202Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateMetricsResponse401Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -4682,6 +5119,11 @@ func (r RequestCreateMetricsResponse) GetApplicationproblemJSON421() *ErrorModel
 	return r.ApplicationproblemJSON421
 }
 
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RequestCreateMetricsResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r RequestCreateMetricsResponse) GetApplicationproblemJSON429() *ErrorModel {
 	return r.ApplicationproblemJSON429
@@ -4726,6 +5168,11 @@ func (r RequestCreateMetricsResponse) ContentType() string {
 	return ""
 }
 
+// RequestCreateRulesResponse202Headers the declared response headers of an HTTP 202 response for RequestCreateRules
+type RequestCreateRulesResponse202Headers struct {
+	IdempotentReplayed *string
+}
+
 // RequestCreateRulesResponse401Headers the declared response headers of an HTTP 401 response for RequestCreateRules
 type RequestCreateRulesResponse401Headers struct {
 	WWWAuthenticate *string
@@ -4760,12 +5207,16 @@ type RequestCreateRulesResponse struct {
 	ApplicationproblemJSON415 *ErrorModel
 	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
 	ApplicationproblemJSON421 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *RequestCreateRulesResponse202Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateRulesResponse401Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -4814,6 +5265,11 @@ func (r RequestCreateRulesResponse) GetApplicationproblemJSON421() *ErrorModel {
 	return r.ApplicationproblemJSON421
 }
 
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RequestCreateRulesResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r RequestCreateRulesResponse) GetApplicationproblemJSON429() *ErrorModel {
 	return r.ApplicationproblemJSON429
@@ -4858,6 +5314,11 @@ func (r RequestCreateRulesResponse) ContentType() string {
 	return ""
 }
 
+// RequestCreateStockPriceResponse202Headers the declared response headers of an HTTP 202 response for RequestCreateStockPrice
+type RequestCreateStockPriceResponse202Headers struct {
+	IdempotentReplayed *string
+}
+
 // RequestCreateStockPriceResponse401Headers the declared response headers of an HTTP 401 response for RequestCreateStockPrice
 type RequestCreateStockPriceResponse401Headers struct {
 	WWWAuthenticate *string
@@ -4892,12 +5353,16 @@ type RequestCreateStockPriceResponse struct {
 	ApplicationproblemJSON415 *ErrorModel
 	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
 	ApplicationproblemJSON421 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *RequestCreateStockPriceResponse202Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateStockPriceResponse401Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -4944,6 +5409,11 @@ func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON415() *ErrorMo
 // GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
 func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON421() *ErrorModel {
 	return r.ApplicationproblemJSON421
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RequestCreateStockPriceResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -5344,6 +5814,11 @@ func (r JobHistoryResponse) ContentType() string {
 	return ""
 }
 
+// RequestCreateResponse202Headers the declared response headers of an HTTP 202 response for RequestCreate
+type RequestCreateResponse202Headers struct {
+	IdempotentReplayed *string
+}
+
 // RequestCreateResponse401Headers the declared response headers of an HTTP 401 response for RequestCreate
 type RequestCreateResponse401Headers struct {
 	WWWAuthenticate *string
@@ -5380,12 +5855,16 @@ type RequestCreateResponse struct {
 	ApplicationproblemJSON415 *ErrorModel
 	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
 	ApplicationproblemJSON421 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *RequestCreateResponse202Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *RequestCreateResponse401Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -5439,6 +5918,11 @@ func (r RequestCreateResponse) GetApplicationproblemJSON421() *ErrorModel {
 	return r.ApplicationproblemJSON421
 }
 
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RequestCreateResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
 func (r RequestCreateResponse) GetApplicationproblemJSON429() *ErrorModel {
 	return r.ApplicationproblemJSON429
@@ -5483,6 +5967,11 @@ func (r RequestCreateResponse) ContentType() string {
 	return ""
 }
 
+// JobStopResponse202Headers the declared response headers of an HTTP 202 response for JobStop
+type JobStopResponse202Headers struct {
+	IdempotentReplayed *string
+}
+
 // JobStopResponse401Headers the declared response headers of an HTTP 401 response for JobStop
 type JobStopResponse401Headers struct {
 	WWWAuthenticate *string
@@ -5519,12 +6008,16 @@ type JobStopResponse struct {
 	ApplicationproblemJSON415 *ErrorModel
 	// ApplicationproblemJSON421 the response for an HTTP 421 `application/problem+json` response
 	ApplicationproblemJSON421 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *ErrorModel
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *JobStopResponse202Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *JobStopResponse401Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -5576,6 +6069,11 @@ func (r JobStopResponse) GetApplicationproblemJSON415() *ErrorModel {
 // GetApplicationproblemJSON421 returns the response for an HTTP 421 `application/problem+json` response
 func (r JobStopResponse) GetApplicationproblemJSON421() *ErrorModel {
 	return r.ApplicationproblemJSON421
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r JobStopResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -6103,13 +6601,13 @@ func (c *ClientWithResponses) CoverageMissingWithResponse(ctx context.Context, j
 
 // ExecutionAbandonWithResponse Abandon an execution whose worker stopped heartbeating
 //
-// Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409).
+// Only for executions whose worker's heartbeat is stale: abandoning a live run would let a resume overlap it (409). Safe to retry with an Idempotency-Key.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/executions/{id}/abandon (the `ExecutionAbandon` operationId).
-func (c *ClientWithResponses) ExecutionAbandonWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*ExecutionAbandonResponse, error) {
-	rsp, err := c.ExecutionAbandon(ctx, id, reqEditors...)
+func (c *ClientWithResponses) ExecutionAbandonWithResponse(ctx context.Context, id string, params *ExecutionAbandonParams, reqEditors ...RequestEditorFn) (*ExecutionAbandonResponse, error) {
+	rsp, err := c.ExecutionAbandon(ctx, id, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6131,13 +6629,13 @@ func (c *ClientWithResponses) JobListWithResponse(ctx context.Context, reqEditor
 
 // RequestCreateAptTradeWithBodyWithResponse Request a aptTrade run
 //
-// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/aptTrade/requests (the `RequestCreateAptTrade` operationId).
-func (c *ClientWithResponses) RequestCreateAptTradeWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateAptTradeResponse, error) {
-	rsp, err := c.RequestCreateAptTradeWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateAptTradeWithBodyWithResponse(ctx context.Context, params *RequestCreateAptTradeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateAptTradeResponse, error) {
+	rsp, err := c.RequestCreateAptTradeWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6146,13 +6644,13 @@ func (c *ClientWithResponses) RequestCreateAptTradeWithBodyWithResponse(ctx cont
 
 // RequestCreateAptTradeWithResponse Request a aptTrade run
 //
-// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Apartment trades from MOLIT for each region and month, upserted into apt_trade. Chunk: one region×month (1 call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/aptTrade/requests (the `RequestCreateAptTrade` operationId).
-func (c *ClientWithResponses) RequestCreateAptTradeWithResponse(ctx context.Context, body RequestCreateAptTradeJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateAptTradeResponse, error) {
-	rsp, err := c.RequestCreateAptTrade(ctx, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateAptTradeWithResponse(ctx context.Context, params *RequestCreateAptTradeParams, body RequestCreateAptTradeJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateAptTradeResponse, error) {
+	rsp, err := c.RequestCreateAptTrade(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6161,13 +6659,13 @@ func (c *ClientWithResponses) RequestCreateAptTradeWithResponse(ctx context.Cont
 
 // RequestCreateCorpCodeSyncWithBodyWithResponse Request a corpCodeSync run
 //
-// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/corpCodeSync/requests (the `RequestCreateCorpCodeSync` operationId).
-func (c *ClientWithResponses) RequestCreateCorpCodeSyncWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateCorpCodeSyncResponse, error) {
-	rsp, err := c.RequestCreateCorpCodeSyncWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateCorpCodeSyncWithBodyWithResponse(ctx context.Context, params *RequestCreateCorpCodeSyncParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateCorpCodeSyncResponse, error) {
+	rsp, err := c.RequestCreateCorpCodeSyncWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6176,13 +6674,13 @@ func (c *ClientWithResponses) RequestCreateCorpCodeSyncWithBodyWithResponse(ctx 
 
 // RequestCreateCorpCodeSyncWithResponse Request a corpCodeSync run
 //
-// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into company, marking construction companies as tracked. A resumed run reuses the file while it exists and downloads it again, reading it from the start, when it is gone. Chunk: 1,000 companies of the archive (the download is the only call). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/corpCodeSync/requests (the `RequestCreateCorpCodeSync` operationId).
-func (c *ClientWithResponses) RequestCreateCorpCodeSyncWithResponse(ctx context.Context, body RequestCreateCorpCodeSyncJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateCorpCodeSyncResponse, error) {
-	rsp, err := c.RequestCreateCorpCodeSync(ctx, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateCorpCodeSyncWithResponse(ctx context.Context, params *RequestCreateCorpCodeSyncParams, body RequestCreateCorpCodeSyncJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateCorpCodeSyncResponse, error) {
+	rsp, err := c.RequestCreateCorpCodeSync(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6191,13 +6689,13 @@ func (c *ClientWithResponses) RequestCreateCorpCodeSyncWithResponse(ctx context.
 
 // RequestCreateCreditEvalWithBodyWithResponse Request a creditEval run
 //
-// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/creditEval/requests (the `RequestCreateCreditEval` operationId).
-func (c *ClientWithResponses) RequestCreateCreditEvalWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateCreditEvalResponse, error) {
-	rsp, err := c.RequestCreateCreditEvalWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateCreditEvalWithBodyWithResponse(ctx context.Context, params *RequestCreateCreditEvalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateCreditEvalResponse, error) {
+	rsp, err := c.RequestCreateCreditEvalWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6206,13 +6704,13 @@ func (c *ClientWithResponses) RequestCreateCreditEvalWithBodyWithResponse(ctx co
 
 // RequestCreateCreditEvalWithResponse Request a creditEval run
 //
-// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, and a fallback crawl when the lookup is empty; upserted into credit_grade for today (BUILDRISK_TIMEZONE). backfill re-evaluates only the companies without a grade for today. Chunk: 1,000 companies, fanned out over BUILDRISK_FANOUT slots (1 call each, 2 when the lookup is empty). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/creditEval/requests (the `RequestCreateCreditEval` operationId).
-func (c *ClientWithResponses) RequestCreateCreditEvalWithResponse(ctx context.Context, body RequestCreateCreditEvalJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateCreditEvalResponse, error) {
-	rsp, err := c.RequestCreateCreditEval(ctx, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateCreditEvalWithResponse(ctx context.Context, params *RequestCreateCreditEvalParams, body RequestCreateCreditEvalJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateCreditEvalResponse, error) {
+	rsp, err := c.RequestCreateCreditEval(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6221,13 +6719,13 @@ func (c *ClientWithResponses) RequestCreateCreditEvalWithResponse(ctx context.Co
 
 // RequestCreateFilingParseWithBodyWithResponse Request a filingParse run
 //
-// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/filingParse/requests (the `RequestCreateFilingParse` operationId).
-func (c *ClientWithResponses) RequestCreateFilingParseWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateFilingParseResponse, error) {
-	rsp, err := c.RequestCreateFilingParseWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateFilingParseWithBodyWithResponse(ctx context.Context, params *RequestCreateFilingParseParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateFilingParseResponse, error) {
+	rsp, err := c.RequestCreateFilingParseWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6236,13 +6734,13 @@ func (c *ClientWithResponses) RequestCreateFilingParseWithBodyWithResponse(ctx c
 
 // RequestCreateFilingParseWithResponse Request a filingParse run
 //
-// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, lawsuits, ...) with a reason. Chunk: one company (one call per page of 100 filings). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/filingParse/requests (the `RequestCreateFilingParse` operationId).
-func (c *ClientWithResponses) RequestCreateFilingParseWithResponse(ctx context.Context, body RequestCreateFilingParseJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateFilingParseResponse, error) {
-	rsp, err := c.RequestCreateFilingParse(ctx, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateFilingParseWithResponse(ctx context.Context, params *RequestCreateFilingParseParams, body RequestCreateFilingParseJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateFilingParseResponse, error) {
+	rsp, err := c.RequestCreateFilingParse(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6251,13 +6749,13 @@ func (c *ClientWithResponses) RequestCreateFilingParseWithResponse(ctx context.C
 
 // RequestCreateMetricsWithBodyWithResponse Request a metrics run
 //
-// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/metrics/requests (the `RequestCreateMetrics` operationId).
-func (c *ClientWithResponses) RequestCreateMetricsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateMetricsResponse, error) {
-	rsp, err := c.RequestCreateMetricsWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateMetricsWithBodyWithResponse(ctx context.Context, params *RequestCreateMetricsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateMetricsResponse, error) {
+	rsp, err := c.RequestCreateMetricsWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6266,13 +6764,13 @@ func (c *ClientWithResponses) RequestCreateMetricsWithBodyWithResponse(ctx conte
 
 // RequestCreateMetricsWithResponse Request a metrics run
 //
-// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+// Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, credit grade change in notches, and apartment trade volume and median price change in the company's main regions (last 3 months against the 3 before), into risk_metric. Chains to rules. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/metrics/requests (the `RequestCreateMetrics` operationId).
-func (c *ClientWithResponses) RequestCreateMetricsWithResponse(ctx context.Context, body RequestCreateMetricsJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateMetricsResponse, error) {
-	rsp, err := c.RequestCreateMetrics(ctx, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateMetricsWithResponse(ctx context.Context, params *RequestCreateMetricsParams, body RequestCreateMetricsJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateMetricsResponse, error) {
+	rsp, err := c.RequestCreateMetrics(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6281,13 +6779,13 @@ func (c *ClientWithResponses) RequestCreateMetricsWithResponse(ctx context.Conte
 
 // RequestCreateRulesWithBodyWithResponse Request a rules run
 //
-// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/rules/requests (the `RequestCreateRules` operationId).
-func (c *ClientWithResponses) RequestCreateRulesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateRulesResponse, error) {
-	rsp, err := c.RequestCreateRulesWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateRulesWithBodyWithResponse(ctx context.Context, params *RequestCreateRulesParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateRulesResponse, error) {
+	rsp, err := c.RequestCreateRulesWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6296,13 +6794,13 @@ func (c *ClientWithResponses) RequestCreateRulesWithBodyWithResponse(ctx context
 
 // RequestCreateRulesWithResponse Request a rules run
 //
-// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id.
+// Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics. Chunk: one company. Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/rules/requests (the `RequestCreateRules` operationId).
-func (c *ClientWithResponses) RequestCreateRulesWithResponse(ctx context.Context, body RequestCreateRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateRulesResponse, error) {
-	rsp, err := c.RequestCreateRules(ctx, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateRulesWithResponse(ctx context.Context, params *RequestCreateRulesParams, body RequestCreateRulesJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateRulesResponse, error) {
+	rsp, err := c.RequestCreateRules(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6311,13 +6809,13 @@ func (c *ClientWithResponses) RequestCreateRulesWithResponse(ctx context.Context
 
 // RequestCreateStockPriceWithBodyWithResponse Request a stockPrice run
 //
-// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/stockPrice/requests (the `RequestCreateStockPrice` operationId).
-func (c *ClientWithResponses) RequestCreateStockPriceWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateStockPriceResponse, error) {
-	rsp, err := c.RequestCreateStockPriceWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateStockPriceWithBodyWithResponse(ctx context.Context, params *RequestCreateStockPriceParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateStockPriceResponse, error) {
+	rsp, err := c.RequestCreateStockPriceWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6326,13 +6824,13 @@ func (c *ClientWithResponses) RequestCreateStockPriceWithBodyWithResponse(ctx co
 
 // RequestCreateStockPriceWithResponse Request a stockPrice run
 //
-// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id.
+// Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. A day without trading (weekend, holiday) skips the companies with that reason instead of failing. Chunk: 100 listed companies (one call each). Answers 202 at once; a duplicate gets 409 with the active request id. Safe to retry with an Idempotency-Key.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/stockPrice/requests (the `RequestCreateStockPrice` operationId).
-func (c *ClientWithResponses) RequestCreateStockPriceWithResponse(ctx context.Context, body RequestCreateStockPriceJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateStockPriceResponse, error) {
-	rsp, err := c.RequestCreateStockPrice(ctx, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateStockPriceWithResponse(ctx context.Context, params *RequestCreateStockPriceParams, body RequestCreateStockPriceJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateStockPriceResponse, error) {
+	rsp, err := c.RequestCreateStockPrice(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6402,8 +6900,8 @@ func (c *ClientWithResponses) JobHistoryWithResponse(ctx context.Context, job st
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/{job}/requests (the `RequestCreate` operationId).
-func (c *ClientWithResponses) RequestCreateWithBodyWithResponse(ctx context.Context, job string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateResponse, error) {
-	rsp, err := c.RequestCreateWithBody(ctx, job, contentType, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateWithBodyWithResponse(ctx context.Context, job string, params *RequestCreateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RequestCreateResponse, error) {
+	rsp, err := c.RequestCreateWithBody(ctx, job, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6415,8 +6913,8 @@ func (c *ClientWithResponses) RequestCreateWithBodyWithResponse(ctx context.Cont
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/{job}/requests (the `RequestCreate` operationId).
-func (c *ClientWithResponses) RequestCreateWithResponse(ctx context.Context, job string, body RequestCreateJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateResponse, error) {
-	rsp, err := c.RequestCreate(ctx, job, body, reqEditors...)
+func (c *ClientWithResponses) RequestCreateWithResponse(ctx context.Context, job string, params *RequestCreateParams, body RequestCreateJSONRequestBody, reqEditors ...RequestEditorFn) (*RequestCreateResponse, error) {
+	rsp, err := c.RequestCreate(ctx, job, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6425,13 +6923,13 @@ func (c *ClientWithResponses) RequestCreateWithResponse(ctx context.Context, job
 
 // JobStopWithResponse Stop the job's running execution at its next chunk boundary
 //
-// Marks the execution STOPPING (no end time). It becomes STOPPED when the job's goroutine has really ended; until then it counts as running.
+// Marks the execution STOPPING (no end time). It becomes STOPPED when the job's goroutine has really ended; until then it counts as running. Safe to retry with an Idempotency-Key.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/jobs/{job}/stop (the `JobStop` operationId).
-func (c *ClientWithResponses) JobStopWithResponse(ctx context.Context, job string, reqEditors ...RequestEditorFn) (*JobStopResponse, error) {
-	rsp, err := c.JobStop(ctx, job, reqEditors...)
+func (c *ClientWithResponses) JobStopWithResponse(ctx context.Context, job string, params *JobStopParams, reqEditors ...RequestEditorFn) (*JobStopResponse, error) {
+	rsp, err := c.JobStop(ctx, job, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6985,6 +7483,13 @@ func ParseExecutionAbandonResponse(rsp *http.Response) (*ExecutionAbandonRespons
 		}
 		response.ApplicationproblemJSON421 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7009,6 +7514,16 @@ func ParseExecutionAbandonResponse(rsp *http.Response) (*ExecutionAbandonRespons
 	}
 
 	switch {
+	case rsp.StatusCode == 200:
+		var headers ExecutionAbandonResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers200 = &headers
 	case rsp.StatusCode == 401:
 		var headers ExecutionAbandonResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -7215,6 +7730,13 @@ func ParseRequestCreateAptTradeResponse(rsp *http.Response) (*RequestCreateAptTr
 		}
 		response.ApplicationproblemJSON421 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7239,6 +7761,16 @@ func ParseRequestCreateAptTradeResponse(rsp *http.Response) (*RequestCreateAptTr
 	}
 
 	switch {
+	case rsp.StatusCode == 202:
+		var headers RequestCreateAptTradeResponse202Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers202 = &headers
 	case rsp.StatusCode == 401:
 		var headers RequestCreateAptTradeResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -7344,6 +7876,13 @@ func ParseRequestCreateCorpCodeSyncResponse(rsp *http.Response) (*RequestCreateC
 		}
 		response.ApplicationproblemJSON421 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7368,6 +7907,16 @@ func ParseRequestCreateCorpCodeSyncResponse(rsp *http.Response) (*RequestCreateC
 	}
 
 	switch {
+	case rsp.StatusCode == 202:
+		var headers RequestCreateCorpCodeSyncResponse202Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers202 = &headers
 	case rsp.StatusCode == 401:
 		var headers RequestCreateCorpCodeSyncResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -7473,6 +8022,13 @@ func ParseRequestCreateCreditEvalResponse(rsp *http.Response) (*RequestCreateCre
 		}
 		response.ApplicationproblemJSON421 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7497,6 +8053,16 @@ func ParseRequestCreateCreditEvalResponse(rsp *http.Response) (*RequestCreateCre
 	}
 
 	switch {
+	case rsp.StatusCode == 202:
+		var headers RequestCreateCreditEvalResponse202Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers202 = &headers
 	case rsp.StatusCode == 401:
 		var headers RequestCreateCreditEvalResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -7602,6 +8168,13 @@ func ParseRequestCreateFilingParseResponse(rsp *http.Response) (*RequestCreateFi
 		}
 		response.ApplicationproblemJSON421 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7626,6 +8199,16 @@ func ParseRequestCreateFilingParseResponse(rsp *http.Response) (*RequestCreateFi
 	}
 
 	switch {
+	case rsp.StatusCode == 202:
+		var headers RequestCreateFilingParseResponse202Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers202 = &headers
 	case rsp.StatusCode == 401:
 		var headers RequestCreateFilingParseResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -7731,6 +8314,13 @@ func ParseRequestCreateMetricsResponse(rsp *http.Response) (*RequestCreateMetric
 		}
 		response.ApplicationproblemJSON421 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7755,6 +8345,16 @@ func ParseRequestCreateMetricsResponse(rsp *http.Response) (*RequestCreateMetric
 	}
 
 	switch {
+	case rsp.StatusCode == 202:
+		var headers RequestCreateMetricsResponse202Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers202 = &headers
 	case rsp.StatusCode == 401:
 		var headers RequestCreateMetricsResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -7860,6 +8460,13 @@ func ParseRequestCreateRulesResponse(rsp *http.Response) (*RequestCreateRulesRes
 		}
 		response.ApplicationproblemJSON421 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7884,6 +8491,16 @@ func ParseRequestCreateRulesResponse(rsp *http.Response) (*RequestCreateRulesRes
 	}
 
 	switch {
+	case rsp.StatusCode == 202:
+		var headers RequestCreateRulesResponse202Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers202 = &headers
 	case rsp.StatusCode == 401:
 		var headers RequestCreateRulesResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -7989,6 +8606,13 @@ func ParseRequestCreateStockPriceResponse(rsp *http.Response) (*RequestCreateSto
 		}
 		response.ApplicationproblemJSON421 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8013,6 +8637,16 @@ func ParseRequestCreateStockPriceResponse(rsp *http.Response) (*RequestCreateSto
 	}
 
 	switch {
+	case rsp.StatusCode == 202:
+		var headers RequestCreateStockPriceResponse202Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers202 = &headers
 	case rsp.StatusCode == 401:
 		var headers RequestCreateStockPriceResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -8470,6 +9104,13 @@ func ParseRequestCreateResponse(rsp *http.Response) (*RequestCreateResponse, err
 		}
 		response.ApplicationproblemJSON421 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8494,6 +9135,16 @@ func ParseRequestCreateResponse(rsp *http.Response) (*RequestCreateResponse, err
 	}
 
 	switch {
+	case rsp.StatusCode == 202:
+		var headers RequestCreateResponse202Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers202 = &headers
 	case rsp.StatusCode == 401:
 		var headers RequestCreateResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
@@ -8606,6 +9257,13 @@ func ParseJobStopResponse(rsp *http.Response) (*JobStopResponse, error) {
 		}
 		response.ApplicationproblemJSON421 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8630,6 +9288,16 @@ func ParseJobStopResponse(rsp *http.Response) (*JobStopResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 202:
+		var headers JobStopResponse202Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		response.Headers202 = &headers
 	case rsp.StatusCode == 401:
 		var headers JobStopResponse401Headers
 		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
