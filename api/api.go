@@ -10,20 +10,25 @@
 package api
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/danielgtaylor/huma/v2/yaml"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/buildrisk/radar/jobs"
@@ -134,11 +139,15 @@ type Server struct {
 	// uses pool's cached statements instead: its generic plan is the same
 	// at any size, and queries/plan_test.go checks that plan, prepared on
 	// empty tables, after 100,000 executions of history.
-	reads    queries.DBTX
-	queries  *queries.Queries
-	api      huma.API
-	mux      *http.ServeMux
-	sessions *sessionSigner
+	reads   queries.DBTX
+	queries *queries.Queries
+	api     huma.API
+	// openAPI30Once makes the OpenAPI 3.0 copy once (openAPI30).
+	openAPI30Once                sync.Once
+	openAPI30JSON, openAPI30YAML []byte
+	openAPI30Err                 error
+	mux                          *http.ServeMux
+	sessions                     *sessionSigner
 	// authLimit counts failed credential checks per client and in all.
 	authLimit *authLimiter
 	// crossOrigin rejects unsafe requests a browser marks as coming from
@@ -187,6 +196,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	s.api = humago.New(s.mux, openAPIConfig(cfg.Version, cfg.Catalog))
 	s.Register(s.api)
 	nullableRefs(s.api.OpenAPI())
+	nullableEnums(s.api.OpenAPI())
 	documentProblemTypes(s.api.OpenAPI())
 
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -442,11 +452,125 @@ func nullableRefs(oapi *huma.OpenAPI) {
 	}
 }
 
+// nullableEnums adds null to the enum of every nullable property that has
+// one: Huma writes a nullable string as type [string, null] and keeps its
+// enum as tagged, and under JSON Schema 2020-12 an enum without null
+// refuses the null the type allows (a job never due answers
+// lastDueOutcome: null), which strict validators and generated clients
+// enforce.
+func nullableEnums(oapi *huma.OpenAPI) {
+	var walk func(s *huma.Schema)
+	walk = func(s *huma.Schema) {
+		if s == nil {
+			return
+		}
+		if s.Nullable && len(s.Enum) > 0 && !slices.Contains(s.Enum, any(nil)) {
+			s.Enum = append(s.Enum, nil)
+		}
+		for _, p := range s.Properties {
+			walk(p)
+		}
+		walk(s.Items)
+	}
+	for _, schema := range oapi.Components.Schemas.Map() {
+		walk(schema)
+	}
+}
+
+// openAPI30 serves the OpenAPI 3.0 copy of the document: Huma's downgrade,
+// then what the downgrade leaves that only 3.1 allows (to30).
+func (s *Server) openAPI30(w http.ResponseWriter, r *http.Request) {
+	s.openAPI30Once.Do(func() {
+		s.openAPI30JSON, s.openAPI30Err = s.api.OpenAPI().Downgrade()
+		if s.openAPI30Err == nil {
+			s.openAPI30JSON, s.openAPI30Err = to30(s.openAPI30JSON)
+		}
+		if s.openAPI30Err == nil {
+			var yamlDoc bytes.Buffer
+			s.openAPI30Err = yaml.Convert(&yamlDoc, bytes.NewReader(s.openAPI30JSON))
+			s.openAPI30YAML = yamlDoc.Bytes()
+		}
+	})
+	if s.openAPI30Err != nil {
+		http.Error(w, "the OpenAPI 3.0 document could not be made", http.StatusInternalServerError)
+		return
+	}
+	if strings.HasSuffix(r.URL.Path, ".yaml") {
+		w.Header().Set("Content-Type", "application/openapi+yaml")
+		_, _ = w.Write(s.openAPI30YAML)
+		return
+	}
+	w.Header().Set("Content-Type", "application/openapi+json")
+	_, _ = w.Write(s.openAPI30JSON)
+}
+
+// to30 rewrites a downgraded document's 3.1-only forms as 3.0 says them:
+// the license's SPDX identifier goes (3.0 has none), and a nullable
+// reference, anyOf [{$ref}, {type: null}] (nullableRefs), becomes
+// allOf [{$ref}] with nullable: true (3.0 has no null type).
+func to30(doc []byte) ([]byte, error) {
+	var root map[string]any
+	if err := json.Unmarshal(doc, &root); err != nil {
+		return nil, fmt.Errorf("error reading the downgraded document: %w", err)
+	}
+	if info, ok := root["info"].(map[string]any); ok {
+		if license, ok := info["license"].(map[string]any); ok {
+			delete(license, "identifier")
+		}
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if anyOf, ok := v["anyOf"].([]any); ok {
+				kept := slices.DeleteFunc(slices.Clone(anyOf), func(e any) bool {
+					m, ok := e.(map[string]any)
+					return ok && len(m) == 1 && m["type"] == "null"
+				})
+				if len(kept) < len(anyOf) {
+					delete(v, "anyOf")
+					v["nullable"] = true
+					if len(kept) == 1 {
+						v["allOf"] = kept
+					} else {
+						v["anyOf"] = kept
+					}
+				}
+			}
+			for _, e := range v {
+				walk(e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(root)
+	out, err := json.Marshal(root)
+	if err != nil {
+		return nil, fmt.Errorf("error writing the 3.0 document: %w", err)
+	}
+	return out, nil
+}
+
+// withOpenAPI30 answers GET /openapi-3.0.json and .yaml with openAPI30
+// instead of Huma's own copy.
+func (s *Server) withOpenAPI30(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && (r.URL.Path == "/openapi-3.0.json" || r.URL.Path == "/openapi-3.0.yaml") {
+			s.openAPI30(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // Handler returns the HTTP handler: the API behind bearer-token (or
 // console session) auth and then the body limit, the console, and River UI
 // when configured. Auth comes first so that no anonymous body is read.
 func (s *Server) Handler() http.Handler {
-	inner := s.checkHost(apiHeaders(s.authenticate(s.limitBody(s.requireJSON(s.withDeadline(s.mux))))))
+	inner := s.checkHost(apiHeaders(s.authenticate(s.limitBody(s.requireJSON(s.withDeadline(s.withOpenAPI30(s.mux)))))))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { inner.ServeHTTP(w, s.withClient(r)) })
 }
 

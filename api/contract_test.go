@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"mime"
 	"net/http"
 	"net/url"
 	"slices"
@@ -28,6 +29,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/api"
@@ -52,7 +54,19 @@ type contract struct {
 	seen       map[string]map[string]bool // operationId -> status -> seen
 	// problemTypes are the problem types the answers carried.
 	problemTypes map[string]bool
+
+	// strict validates every answer again under JSON Schema 2020-12 alone
+	// (santhosh-tekuri/jsonschema), as strict validators and generated
+	// clients read the document: kin-openapi tolerates an enum that lacks
+	// the null its type allows, they do not. schemas caches its compiled
+	// response schemas by JSON pointer.
+	strict  *jsonschema.Compiler
+	schemas map[string]*jsonschema.Schema
 }
+
+// strictDocURL names the served document as the strict validator's
+// resource.
+const strictDocURL = "https://radar.test/openapi.json"
 
 func newContract(t *testing.T, base string) *contract {
 	t.Helper()
@@ -63,7 +77,12 @@ func newContract(t *testing.T, base string) *contract {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
-	c := &contract{t: t, base: base, seen: map[string]map[string]bool{}, problemTypes: map[string]bool{}}
+	c := &contract{t: t, base: base, seen: map[string]map[string]bool{}, problemTypes: map[string]bool{}, schemas: map[string]*jsonschema.Schema{}}
+	strictDoc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	require.NoError(t, err)
+	c.strict = jsonschema.NewCompiler()
+	c.strict.DefaultDraft(jsonschema.Draft2020)
+	require.NoError(t, c.strict.AddResource(strictDocURL, strictDoc))
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromData(raw)
 	require.NoError(t, err, "the served document does not load")
@@ -208,6 +227,45 @@ func (c *contract) check(e exchange, where string, vreq *http.Request, resp *htt
 	rin.SetBodyBytes(raw)
 	if err := openapi3filter.ValidateResponse(context.Background(), rin); err != nil {
 		c.violate(where, "response: "+flatten(err)+"\n      body: "+truncate(string(raw), 300))
+	}
+	c.checkStrict(where, route, resp, raw)
+}
+
+// checkStrict validates a JSON answer against its documented schema under
+// JSON Schema 2020-12 (see contract.strict).
+func (c *contract) checkStrict(where string, route *routers.Route, resp *http.Response, raw []byte) {
+	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if len(raw) == 0 || !strings.HasSuffix(mediaType, "json") {
+		return
+	}
+	status := strconv.Itoa(resp.StatusCode)
+	if route.Operation.Responses.Value(status) == nil {
+		status = "default"
+	}
+	escape := strings.NewReplacer("~", "~0", "/", "~1").Replace
+	pointer := fmt.Sprintf("%s#/paths/%s/%s/responses/%s/content/%s/schema",
+		strictDocURL, escape(route.Path), strings.ToLower(route.Method), status, escape(mediaType))
+	c.mu.Lock()
+	schema, ok := c.schemas[pointer]
+	if !ok {
+		var err error
+		if schema, err = c.strict.Compile(pointer); err != nil {
+			schema = nil
+			c.violations = append(c.violations, where+": strict: no schema at "+pointer+": "+err.Error())
+		}
+		c.schemas[pointer] = schema
+	}
+	c.mu.Unlock()
+	if schema == nil {
+		return
+	}
+	body, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		c.violate(where, "strict: the body is not JSON: "+err.Error())
+		return
+	}
+	if err := schema.Validate(body); err != nil {
+		c.violate(where, "strict (JSON Schema 2020-12): "+err.Error()+"\n      body: "+truncate(string(raw), 300))
 	}
 }
 

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/metric/noop"
 
@@ -181,4 +183,29 @@ func TestOpenAPIDocument_ErrorsAreServed(t *testing.T) {
 	server.Handler().ServeHTTP(rec, r)
 	require.Equal(t, http.StatusNotFound, rec.Code, rec.Body.String())
 	require.NotContains(t, rec.Body.String(), "$schema")
+}
+
+// The OpenAPI 3.0 copy (/openapi-3.0.json, for 3.0-only tools) is a valid
+// 3.0 document: in particular no license identifier, which only 3.1 knows
+// (before, the copy carried it and the OAS 3.0 schema refused it).
+func TestOpenAPIDocument_30CopyIsValid30(t *testing.T) {
+	t.Parallel()
+	instruments, err := observability.NewInstruments(noop.NewMeterProvider())
+	require.NoError(t, err)
+	catalog := app.Catalog()
+	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: catalog, Instruments: instruments})
+	require.NoError(t, err)
+	server, err := api.New(nil, api.Config{Catalog: catalog, AlertRules: riskrule.Doc(), Enqueuer: enqueuer, Instruments: instruments, Version: "test"})
+	require.NoError(t, err)
+	for _, path := range []string{"/openapi-3.0.json", "/openapi-3.0.yaml"} {
+		rec := httptest.NewRecorder()
+		server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		require.Equal(t, http.StatusOK, rec.Code, path)
+		doc, err := openapi3.NewLoader().LoadFromData(rec.Body.Bytes())
+		require.NoError(t, err, path)
+		require.True(t, strings.HasPrefix(doc.OpenAPI, "3.0."), "%s: openapi %s", path, doc.OpenAPI)
+		require.NoError(t, doc.Validate(context.Background()), path)
+		require.NotNil(t, doc.Info.License, path)
+		require.NotContains(t, rec.Body.String(), "LicenseRef-", "%s: a license identifier is OpenAPI 3.1's", path)
+	}
 }

@@ -352,11 +352,12 @@ func (e HistoryDayViewOutcome) Valid() bool {
 
 // Defines values for JobDetailLastDueOutcome.
 const (
-	JobDetailLastDueOutcomeCoalesced JobDetailLastDueOutcome = "coalesced"
-	JobDetailLastDueOutcomeDeferred  JobDetailLastDueOutcome = "deferred"
-	JobDetailLastDueOutcomeEnqueued  JobDetailLastDueOutcome = "enqueued"
-	JobDetailLastDueOutcomeFailed    JobDetailLastDueOutcome = "failed"
-	JobDetailLastDueOutcomeMissed    JobDetailLastDueOutcome = "missed"
+	JobDetailLastDueOutcomeCoalesced   JobDetailLastDueOutcome = "coalesced"
+	JobDetailLastDueOutcomeDeferred    JobDetailLastDueOutcome = "deferred"
+	JobDetailLastDueOutcomeEnqueued    JobDetailLastDueOutcome = "enqueued"
+	JobDetailLastDueOutcomeFailed      JobDetailLastDueOutcome = "failed"
+	JobDetailLastDueOutcomeLessThannil JobDetailLastDueOutcome = "<nil>"
+	JobDetailLastDueOutcomeMissed      JobDetailLastDueOutcome = "missed"
 )
 
 // Valid indicates whether the value is a known member of the JobDetailLastDueOutcome enum.
@@ -369,6 +370,8 @@ func (e JobDetailLastDueOutcome) Valid() bool {
 	case JobDetailLastDueOutcomeEnqueued:
 		return true
 	case JobDetailLastDueOutcomeFailed:
+		return true
+	case JobDetailLastDueOutcomeLessThannil:
 		return true
 	case JobDetailLastDueOutcomeMissed:
 		return true
@@ -394,11 +397,12 @@ func (e JobStopOutputBodyStatus) Valid() bool {
 
 // Defines values for JobViewLastDueOutcome.
 const (
-	JobViewLastDueOutcomeCoalesced JobViewLastDueOutcome = "coalesced"
-	JobViewLastDueOutcomeDeferred  JobViewLastDueOutcome = "deferred"
-	JobViewLastDueOutcomeEnqueued  JobViewLastDueOutcome = "enqueued"
-	JobViewLastDueOutcomeFailed    JobViewLastDueOutcome = "failed"
-	JobViewLastDueOutcomeMissed    JobViewLastDueOutcome = "missed"
+	JobViewLastDueOutcomeCoalesced   JobViewLastDueOutcome = "coalesced"
+	JobViewLastDueOutcomeDeferred    JobViewLastDueOutcome = "deferred"
+	JobViewLastDueOutcomeEnqueued    JobViewLastDueOutcome = "enqueued"
+	JobViewLastDueOutcomeFailed      JobViewLastDueOutcome = "failed"
+	JobViewLastDueOutcomeLessThannil JobViewLastDueOutcome = "<nil>"
+	JobViewLastDueOutcomeMissed      JobViewLastDueOutcome = "missed"
 )
 
 // Valid indicates whether the value is a known member of the JobViewLastDueOutcome enum.
@@ -411,6 +415,8 @@ func (e JobViewLastDueOutcome) Valid() bool {
 	case JobViewLastDueOutcomeEnqueued:
 		return true
 	case JobViewLastDueOutcomeFailed:
+		return true
+	case JobViewLastDueOutcomeLessThannil:
 		return true
 	case JobViewLastDueOutcomeMissed:
 		return true
