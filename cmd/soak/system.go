@@ -103,6 +103,9 @@ func (s *system) baseEnv() map[string]string {
 	for _, job := range allJobs {
 		env["BUILDRISK_SCHEDULE_"+strings.ToUpper(job)] = "off"
 	}
+	if s.cfg.stopTimeout > 0 {
+		env["BUILDRISK_STOP_TIMEOUT"] = s.cfg.stopTimeout.String()
+	}
 	for k, v := range s.cfg.env {
 		env[k] = v
 	}
