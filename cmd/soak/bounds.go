@@ -14,7 +14,13 @@ import (
 // The invariants of bounds and losses: what a fault may cost a run (paid
 // calls repeated, the time a stop takes) and what the database may lose
 // (a planned chunk of a COMPLETED run, an accepted request, calls the cap
-// ledger did not count).
+// ledger did not count), with the failovers each process must have seen.
+
+// Metric names these checks read (the contract's).
+const (
+	metricFailovers   = "buildrisk_database_failovers_total"
+	metricCommitsLost = "buildrisk_commits_lost_total"
+)
 
 // paidRepeat is a provider call that repeated a call whose answer its
 // instance had already been given whole: a paid answer thrown away.
@@ -204,7 +210,9 @@ func checkStopBounded(ctx context.Context, db querier, ev *Evidence) ([]Breach, 
 		}
 		what := fmt.Sprintf("execution %d (%s) stopped at %s (%s)", stop.ExecutionID, stop.Job, clock(stop.At), stop.Fault)
 		if !found {
-			out = append(out, breachf(stop.At, "%s is not in the database", what))
+			if !ev.asyncFailovers() {
+				out = append(out, breachf(stop.At, "%s is not in the database", what))
+			}
 			continue
 		}
 		excused := interfered(ev.Faults, stop, bound)
@@ -273,9 +281,15 @@ func checkCompletedWhole(ctx context.Context, db querier, _ *Evidence) ([]Breach
 	return out, err
 }
 
+// lossWindow is how long before a failover to an asynchronous standby a
+// request answered 202 may be lost with the primary: the standby's lag on
+// a loaded machine, generously.
+const lossWindow = 30 * time.Second
+
 // lostAccepted returns the requests answered 202 that the database does
-// not hold.
-func lostAccepted(ctx context.Context, db querier, ev *Evidence) (lost []Answer, err error) {
+// not hold, and which of them an asynchronous failover may have taken
+// (accepted within lossWindow before one).
+func lostAccepted(ctx context.Context, db querier, ev *Evidence) (lost []Answer, excused []bool, err error) {
 	var ids []int64
 	byID := map[int64]Answer{}
 	for _, a := range ev.Answers {
@@ -284,33 +298,51 @@ func lostAccepted(ctx context.Context, db querier, ev *Evidence) (lost []Answer,
 		}
 		id, err := strconv.ParseInt(a.RequestID, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("request id %q of a 202: %w", a.RequestID, err)
+			return nil, nil, fmt.Errorf("request id %q of a 202: %w", a.RequestID, err)
 		}
 		ids = append(ids, id)
 		byID[id] = a
 	}
 	rows, err := db.Query(ctx, `SELECT id FROM unnest($1::bigint[]) AS t(id) WHERE NOT EXISTS (SELECT 1 FROM job_request r WHERE r.id = t.id) ORDER BY id`, ids)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var id int64
 	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-		lost = append(lost, byID[id])
+		a := byID[id]
+		lost = append(lost, a)
+		excused = append(excused, ev.Replication == replicationAsync && afterFailover(ev.Failovers, a.At, lossWindow))
 		return nil
 	})
-	return lost, err
+	return lost, excused, err
+}
+
+// afterFailover reports whether t lies within window before the kill of a
+// failover (or during it).
+func afterFailover(failovers []FailoverEvent, t time.Time, window time.Duration) bool {
+	for _, f := range failovers {
+		if !t.Before(f.Start.Add(-window)) && !t.After(f.Promoted) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkAcceptedKept checks that every request the api answered 202 is in
-// the database at the end: an accepted request is never lost.
+// the database at the end: an accepted request is never lost, a failover
+// to a synchronous standby included. After a failover to an asynchronous
+// standby, the requests accepted just before it may be gone with the
+// primary: those are reported in the figures, not breaches.
 func checkAcceptedKept(ctx context.Context, db querier, ev *Evidence) ([]Breach, error) {
-	lost, err := lostAccepted(ctx, db, ev)
+	lost, excused, err := lostAccepted(ctx, db, ev)
 	if err != nil {
 		return nil, err
 	}
 	var out []Breach
-	for _, a := range lost {
-		out = append(out, breachf(a.At, "request %s (%s) answered 202 at %s is not in the database", a.RequestID, a.Job, clock(a.At)))
+	for i, a := range lost {
+		if !excused[i] {
+			out = append(out, breachf(a.At, "request %s (%s) answered 202 at %s is not in the database", a.RequestID, a.Job, clock(a.At)))
+		}
 	}
 	return out, nil
 }
@@ -353,11 +385,16 @@ func capLedger(ctx context.Context, db querier, calls []UpstreamCall) (ledger, m
 // checkCapLedger checks that the daily-cap ledger counts every call made:
 // per provider, the ledger's spent calls are at least the calls the proxy
 // forwarded, or a cap could be exceeded. It may count more (calls a killed
-// worker had claimed and never made stay spent, by design).
+// worker had claimed and never made stay spent, by design). After a
+// failover to an asynchronous standby the ledger may have lost leases
+// with the primary: the shortfall is then reported, not a breach.
 func checkCapLedger(ctx context.Context, db querier, ev *Evidence) ([]Breach, error) {
 	ledger, made, err := capLedger(ctx, db, ev.Calls)
 	if err != nil {
 		return nil, err
+	}
+	if ev.asyncFailovers() {
+		return nil, nil
 	}
 	var out []Breach
 	for _, p := range sortedKeys(made) {
@@ -377,13 +414,75 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// lossFigures are the report's lines on what the database lost: accepted
-// requests gone, the cap ledger against the calls made, and how each stop
-// ended.
+// failoversLived counts the failovers a process started at started lived
+// through with a probe of the database before each: started a couple of
+// heartbeats before the kill.
+func failoversLived(failovers []FailoverEvent, started time.Time) int {
+	n := 0
+	for _, f := range failovers {
+		if started.Add(2 * time.Second).Before(f.Start) {
+			n++
+		}
+	}
+	return n
+}
+
+// checkFailoversCounted checks, when the run failed over, that every
+// process alive at the end counted each failover it lived through
+// (buildrisk_database_failovers_total), and, after a failover to an
+// asynchronous standby, that lost work did not go unnoticed: a worker
+// whose buildrisk_items_total{outcome=written} exceeds what its executions
+// hold (items the database acknowledged and then lost) must have counted
+// buildrisk_commits_lost_total.
+func checkFailoversCounted(ctx context.Context, db querier, ev *Evidence) ([]Breach, error) {
+	if len(ev.Failovers) == 0 {
+		return nil, nil
+	}
+	var out []Breach
+	if ev.APIMetrics != nil {
+		want := failoversLived(ev.Failovers, ev.APIStarted)
+		if got := int(ev.APIMetrics.Sum(metricFailovers, nil)); got != want {
+			out = append(out, breachf(time.Time{}, "soak-api: %s = %d, it lived through %d failovers", metricFailovers, got, want))
+		}
+	}
+	for _, name := range sortedKeys(ev.WorkerMetrics) {
+		m := ev.WorkerMetrics[name]
+		p := ev.workerByAppName(name)
+		if p == nil {
+			continue
+		}
+		want := failoversLived(ev.Failovers, p.Started)
+		if got := int(m.Sum(metricFailovers, nil)); got != want {
+			out = append(out, breachf(time.Time{}, "%s: %s = %d, it lived through %d failovers", name, metricFailovers, got, want))
+		}
+		if !ev.asyncFailovers() || p.WorkerID == "" {
+			continue
+		}
+		items, err := itemsCommitted(ctx, db, p.WorkerID)
+		if err != nil {
+			return nil, err
+		}
+		excess := int64(m.Sum(metricItems, map[string]string{"outcome": "written"})) - items["written"]
+		if lost := m.Sum(metricCommitsLost, nil); excess > 0 && lost == 0 {
+			out = append(out, breachf(time.Time{}, "%s counted %d written items its executions do not hold, and %s = 0: the loss went unnoticed", name, excess, metricCommitsLost))
+		}
+	}
+	return out, nil
+}
+
+// lossFigures are the report's lines on what the database lost and what
+// the processes saw of it: accepted requests gone, the cap ledger against
+// the calls made, the failovers and lost commits each process counted.
 func lossFigures(ctx context.Context, db querier, ev *Evidence) []string {
 	var out []string
-	if lost, err := lostAccepted(ctx, db, ev); err == nil && len(lost) > 0 {
-		out = append(out, fmt.Sprintf("requests answered 202 and lost: %d", len(lost)))
+	if lost, excused, err := lostAccepted(ctx, db, ev); err == nil && len(lost) > 0 {
+		n := 0
+		for _, e := range excused {
+			if e {
+				n++
+			}
+		}
+		out = append(out, fmt.Sprintf("requests answered 202 and lost: %d (%d within %s before an asynchronous failover)", len(lost), n, lossWindow))
 	}
 	if ledger, made, err := capLedger(ctx, db, ev.Calls); err == nil {
 		var parts []string
@@ -391,6 +490,21 @@ func lossFigures(ctx context.Context, db querier, ev *Evidence) []string {
 			parts = append(parts, fmt.Sprintf("%s %d for %d made", p, ledger[p], made[p]))
 		}
 		out = append(out, "daily-cap ledger: "+strings.Join(parts, ", "))
+	}
+	if len(ev.Failovers) > 0 || ev.Replication != replicationNone {
+		var parts []string
+		for _, f := range ev.Failovers {
+			parts = append(parts, fmt.Sprintf("%s (promoted after %s)", clock(f.Start), f.Promoted.Sub(f.Start).Round(time.Millisecond)))
+		}
+		counted := []string{fmt.Sprintf("soak-api %d", int(ev.APIMetrics.Sum(metricFailovers, nil)))}
+		var lost float64
+		for _, name := range sortedKeys(ev.WorkerMetrics) {
+			m := ev.WorkerMetrics[name]
+			counted = append(counted, fmt.Sprintf("%s %d", name, int(m.Sum(metricFailovers, nil))))
+			lost += m.Sum(metricCommitsLost, nil)
+		}
+		out = append(out, fmt.Sprintf("replication %s; failovers: %d %s; counted: %s; commits lost (live workers): %d",
+			ev.Replication, len(ev.Failovers), strings.Join(parts, ", "), strings.Join(counted, ", "), int(lost)))
 	}
 	if len(ev.Stops) > 0 {
 		var parts []string

@@ -48,7 +48,8 @@ func TestCompletedWhole(t *testing.T) {
 // A stop ends STOPPED by the operator within the stop timeout and the
 // margin, or COMPLETED; FAILED is a breach whatever happened meanwhile, a
 // late end or another cause only when no process or database fault got in
-// the way; a stop whose execution is gone is a breach.
+// the way; a stop whose execution is gone is a breach unless an
+// asynchronous failover may have taken it.
 func TestStopBounded(t *testing.T) {
 	t.Parallel()
 	d := newAuditedDB(t)
@@ -82,14 +83,16 @@ func TestStopBounded(t *testing.T) {
 		"execution 999999 (gone) stopped at")
 
 	// A worker killed while the late and drained runs stopped excuses both,
-	// not the FAILED one.
+	// not the FAILED one; an asynchronous failover excuses the gone one.
 	ev.Faults = append(ev.Faults, FaultEvent{Name: "worker-kill9", Stream: 0, Start: late.At.Add(time.Second), End: drained.At.Add(time.Second)})
+	ev.Replication, ev.Failovers = replicationAsync, []FailoverEvent{{Start: time.Now(), Promoted: time.Now()}}
 	requireBreaches(t, check(t, "stop-bounded", d.pool, ev),
-		fmt.Sprintf("execution %d (failed) stopped at", failed.ExecutionID), "execution 999999 (gone) stopped at")
+		fmt.Sprintf("execution %d (failed) stopped at", failed.ExecutionID))
 	require.Contains(t, check(t, "stop-bounded", d.pool, ev)[0], "(slow-provider) ended FAILED: x")
 }
 
-// Every 202 must be in the database.
+// Every 202 must be in the database; after an asynchronous failover, the
+// requests accepted just before it are excused.
 func TestAcceptedKept(t *testing.T) {
 	t.Parallel()
 	d := newAuditedDB(t)
@@ -107,6 +110,11 @@ func TestAcceptedKept(t *testing.T) {
 	}}
 	requireBreaches(t, check(t, "accepted-kept", d.pool, ev),
 		fmt.Sprintf("request %d (rules) answered 202", kept+100), fmt.Sprintf("request %d (rules) answered 202", kept+101))
+	ev.Failovers = []FailoverEvent{{Start: now, Promoted: now.Add(time.Second)}}
+	ev.Replication = replicationSync
+	require.Len(t, check(t, "accepted-kept", d.pool, ev), 2, "a synchronous standby loses nothing")
+	ev.Replication = replicationAsync
+	requireBreaches(t, check(t, "accepted-kept", d.pool, ev), fmt.Sprintf("request %d (rules) answered 202", kept+100))
 }
 
 // The ledger (calls_used less what open leases have not claimed) must
@@ -128,6 +136,8 @@ func TestCapLedger(t *testing.T) {
 	// CREDIT: 10 - (8 - 3) = 5 for 6 made; MOLIT 3 for 3; KRX 0 for 1.
 	requireBreaches(t, check(t, "cap-ledger", d.pool, ev),
 		"CREDIT: the daily-cap ledger counts 5 calls, 6 were made", "KRX: the daily-cap ledger counts 0 calls, 1 were made")
+	ev.Replication, ev.Failovers = replicationAsync, []FailoverEvent{{Start: time.Now(), Promoted: time.Now()}}
+	require.Empty(t, check(t, "cap-ledger", d.pool, ev), "an asynchronous failover's shortfall is reported, not breached")
 }
 
 // Paid repeats are put down to the injections they followed, per
@@ -171,4 +181,42 @@ func TestRepeatsBounded(t *testing.T) {
 	// Ten repeats are within the bound.
 	ev = &Evidence{FanOut: 5, Calls: calls[:22], Faults: []FaultEvent{stall}}
 	require.Empty(t, check(t, "repeats-bounded", d.pool, ev))
+}
+
+// Each process alive at the end counts every failover it lived through;
+// after an asynchronous failover, a worker that counted items its
+// executions do not hold must have counted lost commits.
+func TestFailoversCounted(t *testing.T) {
+	t.Parallel()
+	d := newAuditedDB(t)
+	w := d.as("soak-worker-1.1")
+	exec, inst := startExecution(t, w, "aptTrade", "wA", 0)
+	commitChunk(t, w, exec, inst, "a", 5, 5, 0, 0)
+	finish(t, w, exec, "COMPLETED")
+	now := time.Now()
+	failovers := func(n, written float64) Metrics {
+		return metricsOf(metricFailovers, map[string]string{}, n, metricItems, map[string]string{"outcome": "written"}, written)
+	}
+	ev := &Evidence{
+		Replication: replicationSync,
+		APIStarted:  now.Add(-time.Hour),
+		Failovers:   []FailoverEvent{{Start: now.Add(-time.Minute), Promoted: now.Add(-time.Minute + time.Second)}},
+		Workers: []*ProcessRecord{
+			workerRecord("soak-worker-1.1", "wA", now.Add(-time.Hour)),
+			workerRecord("soak-worker-2.2", "wB", now.Add(-time.Minute+time.Second)), // started after it
+		},
+		APIMetrics:    failovers(0, 0),
+		WorkerMetrics: map[string]Metrics{"soak-worker-1.1": failovers(1, 7), "soak-worker-2.2": failovers(0, 0)},
+	}
+	requireBreaches(t, check(t, "failovers-counted", d.pool, ev),
+		"soak-api: buildrisk_database_failovers_total = 0, it lived through 1 failovers")
+
+	ev.APIMetrics = failovers(1, 0)
+	require.Empty(t, check(t, "failovers-counted", d.pool, ev), "synchronous: the counters' excess is the counters check's")
+	ev.Replication = replicationAsync
+	requireBreaches(t, check(t, "failovers-counted", d.pool, ev),
+		"soak-worker-1.1 counted 2 written items its executions do not hold, and buildrisk_commits_lost_total = 0")
+	ev.WorkerMetrics["soak-worker-1.1"]["buildrisk_commits_lost_total"] = []Sample{{Labels: map[string]string{"job": "aptTrade"}, Value: 1}}
+	require.Empty(t, check(t, "failovers-counted", d.pool, ev))
+	require.Empty(t, check(t, "failovers-counted", d.pool, &Evidence{}), "no failover, nothing to count")
 }

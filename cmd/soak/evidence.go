@@ -59,6 +59,15 @@ type Evidence struct {
 	// Stops are the operator stops the faults made (a 202 to POST
 	// /v1/jobs/{job}/stop), each with the execution it stopped.
 	Stops []StopEvent
+
+	// Replication is the database's replication mode (-replication: none,
+	// async or sync); Failovers are the failovers the soak made.
+	Replication string
+	Failovers   []FailoverEvent
+
+	// APIStarted is when the api process started (its failover counter
+	// starts with it).
+	APIStarted time.Time
 }
 
 // StopEvent is one operator stop the soak made: when the api accepted it,
@@ -83,6 +92,25 @@ func (e *Evidence) stops() []StopEvent {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]StopEvent(nil), e.Stops...)
+}
+
+// FailoverEvent is one failover: the primary killed at Start, the standby
+// promoted (accepting writes) at Promoted.
+type FailoverEvent struct {
+	Start, Promoted time.Time
+}
+
+// addFailover records a failover the soak made.
+func (e *Evidence) addFailover(f FailoverEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.Failovers = append(e.Failovers, f)
+}
+
+// asyncFailovers reports whether the run failed over to an asynchronous
+// standby, which may lose the commits acknowledged last.
+func (e *Evidence) asyncFailovers() bool {
+	return e.Replication == replicationAsync && len(e.Failovers) > 0
 }
 
 // addCutOff records a window in which the process p was cut off.

@@ -67,7 +67,7 @@ func (t *faultTally) add(name string, injected bool, err error) {
 // recording the window in the evidence.
 func (f *faulter) outage(ctx context.Context) error {
 	start := time.Now()
-	pg := f.s.pg
+	pg := f.s.primary()
 	if err := pg.stopServer(); err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ var faults = []Fault{
 		return f.stopJob(ctx, running[f.rng.IntN(len(running))], "api-stop")
 	}},
 	{Name: "pg-restart", Description: "PostgreSQL fast restart (pg_ctl restart -m fast)", Inject: func(ctx context.Context, f *faulter) (bool, error) {
-		return true, f.s.pg.restart()
+		return true, f.s.primary().restart()
 	}},
 	{Name: "pg-outage", Description: "PostgreSQL down for STALE_AFTER + 2 s", Inject: func(ctx context.Context, f *faulter) (bool, error) {
 		return true, f.outage(ctx)
@@ -170,6 +170,9 @@ var faults = []Fault{
 	{Name: "lock-stall", Description: "ACCESS EXCLUSIVE lock on job_execution held for 5–30 s (every commit, stop and end of a run waits behind it, heartbeats go on)", Inject: func(ctx context.Context, f *faulter) (bool, error) {
 		return f.lockStall(ctx)
 	}},
+	{Name: "failover", Description: "the primary killed (pg_ctl stop -m immediate), the standby promoted 1 s later, then a new standby cloned from the new primary (pg_basebackup)", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		return f.s.failover(context.WithoutCancel(ctx))
+	}},
 	{Name: "upstream-latency", Upstream: true, Description: "provider latency spike (300 ms a call)", Inject: upstreamFault(map[string]any{"latency": "300ms"})},
 	{Name: "upstream-500", Upstream: true, Description: "30% of provider calls answer 500", Inject: upstreamFault(map[string]any{"errorRate": 0.3})},
 	{Name: "upstream-429", Upstream: true, Description: "30% of provider calls answer 429", Inject: upstreamFault(map[string]any{"rate429": 0.3})},
@@ -181,12 +184,12 @@ var faults = []Fault{
 			return false, nil
 		}
 		start := time.Now()
-		w.pgProxy.partition()
+		w.pgLink.partition()
 		if inTx {
 			f.tally.add("pg-partition-in-transaction", true, nil)
 		}
 		sleep(context.WithoutCancel(ctx), f.s.cfg.staleAfter+2*time.Second)
-		w.pgProxy.heal()
+		w.pgLink.heal()
 		f.s.ev.addCutOff(w.record, Outage{Start: start, End: time.Now()})
 		return true, nil
 	}},
@@ -207,7 +210,7 @@ var faults = []Fault{
 	}},
 	{Name: "pg-kill9", Description: "kill -9 of the whole PostgreSQL cluster (postmaster and every backend), started again 1–3 s later (crash recovery)", Inject: func(ctx context.Context, f *faulter) (bool, error) {
 		start := time.Now()
-		pg := f.s.pg
+		pg := f.s.primary()
 		if err := pg.kill9(); err != nil {
 			return false, err
 		}

@@ -56,6 +56,7 @@ type config struct {
 	companies       int
 	exposures       int
 	only            string
+	replication     string
 	env             map[string]string
 }
 
@@ -97,6 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.companies, "companies", 1000, "companies in the fake upstream's universe")
 	fs.IntVar(&c.exposures, "exposures", 400, "companies with exposure (creditEval's targets)")
 	fs.StringVar(&c.only, "faults", "", "comma list of faults to inject (default: every fault the binary supports)")
+	fs.StringVar(&c.replication, "replication", replicationNone, "the database: none (one server), async or sync (a primary and a streaming standby, asynchronous or synchronous, which the failover fault promotes)")
 	fs.Var(envFlags(c.env), "env", "NAME=VALUE added to every radar process's environment (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -118,6 +120,8 @@ func (c *config) validate() error {
 		return errors.New("-request-gap and -fault-gap must be positive")
 	case c.stopTimeout <= 0:
 		return errors.New("-stop-timeout must be positive")
+	case !slices.Contains(replicationModes, c.replication):
+		return fmt.Errorf("-replication must be one of %s, not %q", strings.Join(replicationModes, ", "), c.replication)
 	}
 	if c.seed == 0 {
 		c.seed = rand.Int64N(1<<31) + 1
@@ -190,7 +194,7 @@ func soak(ctx context.Context, cfg *config, stderr io.Writer) (*report, error) {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ev := &Evidence{FakeTotal: -1, APITimeout: cfg.apiTimeout, StaleAfter: cfg.staleAfter, WorkerMetrics: map[string]Metrics{},
-		FanOut: cfg.fanOut(), StopTimeout: cfg.stopTimeout}
+		FanOut: cfg.fanOut(), StopTimeout: cfg.stopTimeout, Replication: cfg.replication}
 	s := &system{cfg: cfg, logger: logger, ev: ev}
 	defer s.close()
 	logger.Info("soak starting", "seed", cfg.seed, "duration", cfg.duration, "dir", cfg.dir)
@@ -241,7 +245,7 @@ func soak(ctx context.Context, cfg *config, stderr io.Writer) (*report, error) {
 	rep.faultErrors = tally.errors
 
 	// Everything back to normal, then quiescence.
-	if err := s.pg.startServer(); err != nil {
+	if err := s.primary().startServer(); err != nil {
 		return nil, err
 	}
 	if err := s.restoreUpstream(); err != nil {
@@ -316,6 +320,9 @@ func (s *system) enabledFaults(rep *report) []Fault {
 		reason := f.NotInjected
 		if f.Name == "upstream-short-page" && !s.shortPages {
 			reason = "the fake upstream has no short-page mode yet (POST /__fake/config refuses " + shortPageField + ")"
+		}
+		if f.Name == "failover" && s.cfg.replication == replicationNone {
+			reason = "needs a standby to promote (-replication async or sync)"
 		}
 		if f.Name == "disk-full" && s.disk == nil {
 			reason = "no small disk could be mounted here: " + s.diskErr.Error()
