@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -118,41 +119,103 @@ func repeatsByInjection(reps []paidRepeat, events []FaultEvent) map[repeatKey][]
 // answers again than the documented bound, 2 × FANOUT: the answers a run
 // held uncommitted when the fault hit. A lock on job_execution, a stalled
 // commit, a failover, a kill: each may cost what was in flight, never the
-// same items over and over. Each instance's repeats are put down to the
-// fault injections they followed (as the per-fault table does); a repeat
-// after two faults (one per stream) counts for both.
+// same items over and over. A repeat is put down to the fault injections
+// it followed (as the per-fault table does: the latest of each stream, so
+// up to two), and it is charged to one of them: an instance breaches when
+// no way of charging its repeats keeps every injection within the bound.
+// So a kill and a SIGSTOP that each cost a run ten answers during one
+// upstream fault are two faults within their bound, not one past it.
 func checkRepeatsBounded(ctx context.Context, db querier, ev *Evidence) ([]Breach, error) {
 	reps, err := paidRepeats(ctx, db, ev.Calls, ev.Faults)
 	if err != nil {
 		return nil, err
 	}
 	bound := ev.repeatBound()
-	byKey := repeatsByInjection(reps, ev.Faults)
-	keys := make([]repeatKey, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(a, b int) bool {
-		if keys[a].instance != keys[b].instance {
-			return keys[a].instance < keys[b].instance
+	byInstance := map[int64][]paidRepeat{}
+	var instances []int64
+	for _, r := range reps {
+		if _, ok := byInstance[r.instance]; !ok {
+			instances = append(instances, r.instance)
 		}
-		return keys[a].event < keys[b].event
-	})
+		byInstance[r.instance] = append(byInstance[r.instance], r)
+	}
+	slices.Sort(instances)
 	var out []Breach
-	for _, k := range keys {
-		ats := byKey[k]
-		if len(ats) <= bound {
+	for _, inst := range instances {
+		list := byInstance[inst]
+		candidates := make([][]int, len(list))
+		involved := map[int]bool{}
+		for i, r := range list {
+			candidates[i] = latestEvents(ev.Faults, r.at)
+			if len(candidates[i]) == 0 {
+				candidates[i] = []int{-1} // before any fault
+			}
+			for _, e := range candidates[i] {
+				involved[e] = true
+			}
+		}
+		unexplained := chargeRepeats(candidates, bound)
+		if len(unexplained) == 0 {
 			continue
 		}
-		after := "no fault"
-		if k.event >= 0 {
-			e := ev.Faults[k.event]
-			after = fmt.Sprintf("%s (injected %s..%s)", e.Name, clock(e.Start), clock(e.End))
+		var names []string
+		for _, e := range sortedInts(involved) {
+			if e < 0 {
+				names = append(names, "no fault")
+				continue
+			}
+			f := ev.Faults[e]
+			names = append(names, fmt.Sprintf("%s (injected %s..%s)", f.Name, clock(f.Start), clock(f.End)))
 		}
-		out = append(out, breachf(ats[bound], "instance %d paid for %d answers again after %s, %s..%s: more than 2 × FANOUT = %d",
-			k.instance, len(ats), after, clock(ats[0]), clock(ats[len(ats)-1]), bound))
+		out = append(out, breachf(list[unexplained[0]].at, "instance %d paid for %d answers again, %s..%s, after %s: %d more than 2 × FANOUT = %d per fault",
+			inst, len(list), clock(list[0].at), clock(list[len(list)-1].at), strings.Join(names, ", "), len(unexplained), bound))
 	}
 	return out, nil
+}
+
+// chargeRepeats charges each repeat to one of its candidate injections,
+// at most bound per injection, as many as can be (a bipartite matching of
+// repeats to the injections' bound slots, by augmenting paths), and
+// returns the repeats left uncharged, in order.
+func chargeRepeats(candidates [][]int, bound int) []int {
+	load := map[int][]int{} // injection → the repeats charged to it
+	var try func(r int, seen map[int]bool) bool
+	try = func(r int, seen map[int]bool) bool {
+		for _, e := range candidates[r] {
+			if seen[e] {
+				continue
+			}
+			seen[e] = true
+			if len(load[e]) < bound {
+				load[e] = append(load[e], r)
+				return true
+			}
+			// Move one of e's repeats to another of its injections.
+			for i, other := range load[e] {
+				if try(other, seen) {
+					load[e][i] = r
+					return true
+				}
+			}
+		}
+		return false
+	}
+	var left []int
+	for r := range candidates {
+		if !try(r, map[int]bool{}) {
+			left = append(left, r)
+		}
+	}
+	return left
+}
+
+func sortedInts(set map[int]bool) []int {
+	out := make([]int, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // repeatFigures summarises the paid repeats per fault kind for the report:

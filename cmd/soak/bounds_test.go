@@ -167,8 +167,23 @@ func TestRepeatsBounded(t *testing.T) {
 	stall := FaultEvent{Name: "lock-stall", Stream: 0, Start: ms(50), End: ms(200)}
 	ev := &Evidence{FanOut: 5, Calls: calls, Faults: []FaultEvent{stall}}
 	breaches := check(t, "repeats-bounded", d.pool, ev)
-	requireBreaches(t, breaches, fmt.Sprintf("instance %d paid for 11 answers again after lock-stall", inst))
+	requireBreaches(t, breaches, fmt.Sprintf("instance %d paid for 11 answers again", inst))
+	require.Contains(t, breaches[0], "after lock-stall (injected")
+	require.Contains(t, breaches[0], "1 more than 2 × FANOUT = 10 per fault")
 	_ = began
+
+	// The same repeats after two faults of the process stream, ten after
+	// the first and one after the second, both under one upstream fault:
+	// each within its bound.
+	kill := FaultEvent{Name: "worker-kill9", Stream: 0, Start: ms(50), End: ms(60)}
+	sigstop := FaultEvent{Name: "worker-sigstop", Stream: 0, Start: ms(110), End: ms(120)}
+	slow := FaultEvent{Name: "upstream-latency", Stream: 1, Start: ms(40), End: ms(300)}
+	ev.Faults = []FaultEvent{kill, slow, sigstop}
+	require.Empty(t, check(t, "repeats-bounded", d.pool, ev))
+	// One fault of each stream and eleven repeats after both: ten can be
+	// the process fault's, the eleventh the upstream fault's.
+	ev.Faults = []FaultEvent{kill, slow}
+	require.Empty(t, check(t, "repeats-bounded", d.pool, ev))
 
 	// The first answers given while garbage spoiled answers: the calls
 	// after them are retries.
@@ -219,4 +234,14 @@ func TestFailoversCounted(t *testing.T) {
 	ev.WorkerMetrics["soak-worker-1.1"]["buildrisk_commits_lost_total"] = []Sample{{Labels: map[string]string{"job": "aptTrade"}, Value: 1}}
 	require.Empty(t, check(t, "failovers-counted", d.pool, ev))
 	require.Empty(t, check(t, "failovers-counted", d.pool, &Evidence{}), "no failover, nothing to count")
+}
+
+// Charging repeats to faults: each to one of the faults it followed, at
+// most the bound each, moving earlier charges when that makes room.
+func TestChargeRepeats(t *testing.T) {
+	t.Parallel()
+	require.Empty(t, chargeRepeats([][]int{{0, 1}, {0}, {0}}, 2), "the first moves to fault 1")
+	require.Equal(t, []int{2}, chargeRepeats([][]int{{0}, {0}, {0}}, 2))
+	require.Empty(t, chargeRepeats([][]int{{0, 1}, {1}, {0}, {0, 1}}, 2), "four repeats, four slots")
+	require.Equal(t, []int{4}, chargeRepeats([][]int{{0, 1}, {1}, {0}, {0, 1}, {1}}, 2))
 }
