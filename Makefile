@@ -19,9 +19,12 @@ VULNDB_VERSION = $(shell awk '$$1 == "golang.org/x/vulndb" { print $$2 }' tools/
 VULNDB_DIR = $(CURDIR)/.cache/vulndb/$(VULNDB_VERSION)
 TEST_FLAGS ?= -race -count=1 -timeout 12m
 # The chaos soak (see RELIABILITY.md): how long it loads and injects faults,
-# and its seed (random: a new one each run, printed for a replay).
+# its seed (random: a new one each run, printed for a replay), and its
+# database (none: one server; async or sync: a primary and a standby, which
+# the failover fault promotes).
 SOAK_DURATION ?= 10m
 SOAK_SEED ?= random
+SOAK_REPLICATION ?= none
 SOAK_CI_SEED = 20261130
 
 # deploy/validate is a Go module of its own (the Kubernetes and Compose
@@ -78,10 +81,10 @@ bench-go:
 build:
 	$(BUILD_ENV) $(GO) build $(BUILD_FLAGS) -o bin/radar ./cmd/radar
 
-## soak: the chaos soak against bin/radar (SOAK_DURATION, SOAK_SEED); exits 1 on a breached invariant
+## soak: the chaos soak against bin/radar (SOAK_DURATION, SOAK_SEED, SOAK_REPLICATION); exits 1 on a breached invariant
 soak: build
 	$(GO) build -o bin/soak ./cmd/soak
-	./bin/soak -bin bin/radar -duration $(SOAK_DURATION) $(if $(filter random,$(SOAK_SEED)),,-seed $(SOAK_SEED))
+	./bin/soak -bin bin/radar -duration $(SOAK_DURATION) -replication $(SOAK_REPLICATION) $(if $(filter random,$(SOAK_SEED)),,-seed $(SOAK_SEED))
 
 ## soak-ci: the soak for CI, 60 s with a fixed seed
 soak-ci: build

@@ -32,25 +32,38 @@ func attribute(events []FaultEvent, t time.Time) []string {
 	if t.IsZero() {
 		return []string{notAtOneMoment}
 	}
-	latest := map[int]FaultEvent{}
-	for _, e := range events {
-		if e.Start.After(t) {
-			continue
-		}
-		if cur, ok := latest[e.Stream]; !ok || e.Start.After(cur.Start) {
-			latest[e.Stream] = e
-		}
-	}
+	latest := latestEvents(events, t)
 	if len(latest) == 0 {
 		return []string{beforeAnyFault}
 	}
 	var out []string
-	for _, e := range latest {
-		if !containsString(out, e.Name) {
-			out = append(out, e.Name)
+	for _, i := range latest {
+		if !containsString(out, events[i].Name) {
+			out = append(out, events[i].Name)
 		}
 	}
 	sort.Strings(out)
+	return out
+}
+
+// latestEvents returns the injections a moment t is put down to, as
+// indices into events: in each fault stream, the most recent one begun at
+// or before t. None when no fault had begun by then.
+func latestEvents(events []FaultEvent, t time.Time) []int {
+	latest := map[int]int{}
+	for i, e := range events {
+		if e.Start.After(t) {
+			continue
+		}
+		if cur, ok := latest[e.Stream]; !ok || e.Start.After(events[cur].Start) {
+			latest[e.Stream] = i
+		}
+	}
+	out := make([]int, 0, len(latest))
+	for _, i := range latest {
+		out = append(out, i)
+	}
+	sort.Ints(out)
 	return out
 }
 

@@ -109,8 +109,20 @@ func TestDumpTables(t *testing.T) {
 	w := d.as("soak-worker-1.1")
 	exec, inst := startExecution(t, w, "creditEval", "w1", 0)
 	commitChunk(t, w, exec, inst, "00100000-00200000", 1, 1, 0, 0)
+	sqlRow(t, w, `INSERT INTO provider_call_budget (provider, day, calls_used) VALUES ('CREDIT', current_date, 8)`)
+	sqlRow(t, w, `INSERT INTO provider_call_lease (provider, day, holder, granted, claimed, expires_at) VALUES ('CREDIT', current_date, 'w1', 8, 5, now())`)
 	s := &system{cfg: &config{dir: t.TempDir()}, db: d.pool}
 	require.NoError(t, s.dumpTables(context.Background()))
+	calls := filepath.Join(s.cfg.dir, "calls.csv")
+	require.NoError(t, dumpCalls(calls, []UpstreamCall{
+		{At: time.Now(), Endpoint: "creditLookup", Params: map[string]string{"corpCode": "2"}, Status: 200},
+		{At: time.Now().Add(-time.Second), Endpoint: "creditLookup", Params: map[string]string{"corpCode": "1"}, Status: 500},
+	}))
+	b, err := os.ReadFile(calls)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	require.Len(t, lines, 3)
+	require.Contains(t, lines[1], "creditLookup,corpCode=1,500,false", "in the order the calls were made")
 	for _, table := range dumpedTables {
 		b, err := os.ReadFile(filepath.Join(s.cfg.dir, table+".csv"))
 		require.NoError(t, err)

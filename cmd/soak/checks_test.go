@@ -238,9 +238,9 @@ func TestNoCallAfterCommit(t *testing.T) {
 	requireBreaches(t, check(t, "no-call-after-commit", d.pool, ev),
 		"aptTrade DEAL_YMD=202501&LAWD_CD=11110", "creditLookup corpCode=00150000")
 
-	repeated, err := repeatedPaidCalls(context.Background(), d.pool, ev.Calls)
+	repeated, err := paidRepeats(context.Background(), d.pool, ev.Calls, nil)
 	require.NoError(t, err)
-	require.Equal(t, 1, repeated, "the aptTrade call after the commit repeated its instance's call")
+	require.Len(t, repeated, 1, "the aptTrade call after the commit repeated its instance's call")
 }
 
 func TestUpstreamCallsSeen(t *testing.T) {
@@ -455,6 +455,16 @@ func TestParseFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(5), cfg.seed)
 	require.Equal(t, "1", cfg.env["BUILDRISK_X"])
+	require.Equal(t, replicationNone, cfg.replication, "one server unless asked")
+	require.Equal(t, fanOutDefault, cfg.fanOut())
+	cfg, err = parseFlags([]string{"-replication", "sync", "-env", "BUILDRISK_FANOUT=8"}, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, replicationSync, cfg.replication)
+	require.Equal(t, 8, cfg.fanOut(), "the fleet's fan-out, for the repeats' bound")
+	_, err = parseFlags([]string{"-replication", "streaming"}, io.Discard)
+	require.ErrorContains(t, err, "-replication must be one of none, async, sync")
+	_, err = parseFlags([]string{"-stop-timeout", "0s"}, io.Discard)
+	require.ErrorContains(t, err, "-stop-timeout")
 	cfg, err = parseFlags(nil, io.Discard)
 	require.NoError(t, err)
 	require.NotZero(t, cfg.seed, "a random seed is picked and printed")

@@ -47,6 +47,70 @@ type Evidence struct {
 
 	// Faults are the injections that took effect, in the order they ended.
 	Faults []FaultEvent
+
+	// FanOut is the fleet's BUILDRISK_FANOUT: the documented bound on the
+	// paid calls one fault may make a run repeat is 2 × FanOut.
+	FanOut int
+
+	// StopTimeout is the fleet's BUILDRISK_STOP_TIMEOUT: how long a stopped
+	// run's calls in flight may take before they are abandoned.
+	StopTimeout time.Duration
+
+	// Stops are the operator stops the faults made (a 202 to POST
+	// /v1/jobs/{job}/stop), each with the execution it stopped.
+	Stops []StopEvent
+
+	// Replication is the database's replication mode (-replication: none,
+	// async or sync); Failovers are the failovers the soak made.
+	Replication string
+	Failovers   []FailoverEvent
+
+	// APIStarted is when the api process started (its failover counter
+	// starts with it).
+	APIStarted time.Time
+}
+
+// StopEvent is one operator stop the soak made: when the api accepted it,
+// the execution it marked STOPPING, and the fault that made it.
+type StopEvent struct {
+	At          time.Time
+	Job         string
+	ExecutionID int64
+	Fault       string
+	Stream      int
+}
+
+// addStop records an operator stop the api accepted.
+func (e *Evidence) addStop(s StopEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.Stops = append(e.Stops, s)
+}
+
+// stops returns a copy of the stops recorded so far.
+func (e *Evidence) stops() []StopEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]StopEvent(nil), e.Stops...)
+}
+
+// FailoverEvent is one failover: the primary killed at Start, the standby
+// promoted (accepting writes) at Promoted.
+type FailoverEvent struct {
+	Start, Promoted time.Time
+}
+
+// addFailover records a failover the soak made.
+func (e *Evidence) addFailover(f FailoverEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.Failovers = append(e.Failovers, f)
+}
+
+// asyncFailovers reports whether the run failed over to an asynchronous
+// standby, which may lose the commits acknowledged last.
+func (e *Evidence) asyncFailovers() bool {
+	return e.Replication == replicationAsync && len(e.Failovers) > 0
 }
 
 // addCutOff records a window in which the process p was cut off.
@@ -149,6 +213,8 @@ type Answer struct {
 	Err     string
 	Latency time.Duration
 	Body    string // the start of the answer, for the report
+	// RequestID is the id a 202 to a request to run a job carries.
+	RequestID string
 }
 
 // UpstreamCall is one provider call the proxy forwarded.

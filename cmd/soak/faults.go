@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -28,6 +29,11 @@ type Fault struct {
 	// NotInjected, when set, says why the soak cannot inject this fault
 	// against the binary under test; it is listed in the table with 0.
 	NotInjected string
+	// Spoils says the fault makes some answers of 200 unusable (a body in
+	// no provider's format, a short page, an empty grade): a call made
+	// again after one of those is a retry of a bad answer, not a paid
+	// answer thrown away, and repeats-bounded does not count it.
+	Spoils bool
 }
 
 // faulter injects faults at random moments and counts them.
@@ -61,11 +67,12 @@ func (t *faultTally) add(name string, injected bool, err error) {
 // recording the window in the evidence.
 func (f *faulter) outage(ctx context.Context) error {
 	start := time.Now()
-	if err := f.s.pg.stopServer(); err != nil {
+	pg := f.s.primary()
+	if err := pg.stopServer(); err != nil {
 		return err
 	}
 	sleep(context.WithoutCancel(ctx), f.s.cfg.staleAfter+2*time.Second)
-	err := f.s.pg.startServer()
+	err := pg.startServer()
 	f.s.ev.addOutage(Outage{Start: start, End: time.Now()})
 	return err
 }
@@ -96,26 +103,14 @@ var faults = []Fault{
 		return f.killWorker(ctx, syscall.SIGTERM)
 	}},
 	{Name: "api-stop", Description: "POST /v1/jobs/{job}/stop of a running job", Inject: func(ctx context.Context, f *faulter) (bool, error) {
-		status, out, err := f.s.apiJSON(ctx, http.MethodGet, "/v1/jobs", "")
-		if err != nil || status != http.StatusOK {
+		running, err := f.runningJobs(ctx)
+		if err != nil || len(running) == 0 {
 			return false, err
 		}
-		var running []string
-		list, _ := out["jobs"].([]any)
-		for _, j := range list {
-			if m, ok := j.(map[string]any); ok && m["running"] == true {
-				running = append(running, fmt.Sprint(m["name"]))
-			}
-		}
-		if len(running) == 0 {
-			return false, nil
-		}
-		job := running[f.rng.IntN(len(running))]
-		status, _, err = f.s.apiJSON(ctx, http.MethodPost, "/v1/jobs/"+job+"/stop", "")
-		return status == http.StatusAccepted, err
+		return f.stopJob(ctx, running[f.rng.IntN(len(running))], "api-stop")
 	}},
 	{Name: "pg-restart", Description: "PostgreSQL fast restart (pg_ctl restart -m fast)", Inject: func(ctx context.Context, f *faulter) (bool, error) {
-		return true, f.s.pg.restart()
+		return true, f.s.primary().restart()
 	}},
 	{Name: "pg-outage", Description: "PostgreSQL down for STALE_AFTER + 2 s", Inject: func(ctx context.Context, f *faulter) (bool, error) {
 		return true, f.outage(ctx)
@@ -172,23 +167,29 @@ var faults = []Fault{
 		sleep(context.WithoutCancel(ctx), f.s.cfg.lockHold)
 		return true, nil
 	}},
+	{Name: "lock-stall", Description: "ACCESS EXCLUSIVE lock on job_execution held for 5–30 s (every commit, stop and end of a run waits behind it, heartbeats go on)", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		return f.lockStall(ctx)
+	}},
+	{Name: "failover", Description: "the primary killed (pg_ctl stop -m immediate), the standby promoted 1 s later, then a new standby cloned from the new primary (pg_basebackup)", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		return f.s.failover(context.WithoutCancel(ctx))
+	}},
 	{Name: "upstream-latency", Upstream: true, Description: "provider latency spike (300 ms a call)", Inject: upstreamFault(map[string]any{"latency": "300ms"})},
 	{Name: "upstream-500", Upstream: true, Description: "30% of provider calls answer 500", Inject: upstreamFault(map[string]any{"errorRate": 0.3})},
 	{Name: "upstream-429", Upstream: true, Description: "30% of provider calls answer 429", Inject: upstreamFault(map[string]any{"rate429": 0.3})},
-	{Name: "upstream-empty", Upstream: true, Description: "30% of credit lookups answer an empty grade", Inject: upstreamFault(map[string]any{"emptyRate": 0.3})},
-	{Name: "upstream-short-page", Upstream: true, Description: "pages shorter than the provider's declared total", Inject: upstreamFault(map[string]any{shortPageField: 0.3})},
+	{Name: "upstream-empty", Upstream: true, Description: "30% of credit lookups answer an empty grade", Spoils: true, Inject: upstreamFault(map[string]any{"emptyRate": 0.3})},
+	{Name: "upstream-short-page", Upstream: true, Description: "pages shorter than the provider's declared total", Spoils: true, Inject: upstreamFault(map[string]any{shortPageField: 0.3})},
 	{Name: "pg-partition", Description: "one worker's connections to PostgreSQL go silent, sockets kept open, for STALE_AFTER + 2 s (inside a transaction when one is caught), then heal", Inject: func(ctx context.Context, f *faulter) (bool, error) {
 		w, inTx := f.pickWorker(ctx)
 		if w == nil {
 			return false, nil
 		}
 		start := time.Now()
-		w.pgProxy.partition()
+		w.pgLink.partition()
 		if inTx {
 			f.tally.add("pg-partition-in-transaction", true, nil)
 		}
 		sleep(context.WithoutCancel(ctx), f.s.cfg.staleAfter+2*time.Second)
-		w.pgProxy.heal()
+		w.pgLink.heal()
 		f.s.ev.addCutOff(w.record, Outage{Start: start, End: time.Now()})
 		return true, nil
 	}},
@@ -209,11 +210,12 @@ var faults = []Fault{
 	}},
 	{Name: "pg-kill9", Description: "kill -9 of the whole PostgreSQL cluster (postmaster and every backend), started again 1–3 s later (crash recovery)", Inject: func(ctx context.Context, f *faulter) (bool, error) {
 		start := time.Now()
-		if err := f.s.pg.kill9(); err != nil {
+		pg := f.s.primary()
+		if err := pg.kill9(); err != nil {
 			return false, err
 		}
 		sleep(context.WithoutCancel(ctx), time.Second+time.Duration(f.rng.Int64N(int64(2*time.Second))))
-		err := f.s.pg.startServer()
+		err := pg.startServer()
 		f.s.ev.addOutage(Outage{Start: start, End: time.Now()})
 		return true, err
 	}},
@@ -230,7 +232,10 @@ var faults = []Fault{
 	}},
 	{Name: "upstream-cut-body", Upstream: true, Description: "30% of provider calls answer 200 with a body cut short (the connection closed)", Inject: upstreamFault(map[string]any{"cutBodyRate": 0.3})},
 	{Name: "upstream-hang-body", Upstream: true, Description: "10% of provider calls answer 200 with a body that stops and never ends", Inject: upstreamFault(map[string]any{"hangBodyRate": 0.1})},
-	{Name: "upstream-garbage", Upstream: true, Description: "30% of provider calls answer 200 with a body in no provider's format", Inject: upstreamFault(map[string]any{"garbageRate": 0.3})},
+	{Name: "upstream-garbage", Upstream: true, Description: "30% of provider calls answer 200 with a body in no provider's format", Spoils: true, Inject: upstreamFault(map[string]any{"garbageRate": 0.3})},
+	{Name: "slow-provider", Upstream: true, Description: "every provider answer's body sent at 1 byte/s (or never ended) for 2–8 s; once a run waits on such a call, an operator stop of its job, the provider kept slow until the stopped execution ended or the stop's bound passed", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		return f.slowProvider(ctx)
+	}},
 	{Name: "day-rollover", Description: "the call caps' day rolls over mid-run (injected clock)",
 		NotInjected: "radar has no clock a process can be given (the budget clock is injectable only in-process, in tests)"},
 }
@@ -238,6 +243,154 @@ var faults = []Fault{
 // shortPageField is the fake upstream's configuration field for short
 // pages: aptTrade and filingList pages cut short of the total they declare.
 const shortPageField = "shortRate"
+
+// lockStall holds an ACCESS EXCLUSIVE lock on job_execution for a random
+// 5–30 s from the harness's own connection, the way a migration's ALTER
+// TABLE or a pg_dump in its lock queue does: every commit of a run (its
+// checkpoint and figures go through its execution's row), every stop and
+// every end waits behind it, while the workers' heartbeats (the worker
+// table) go on. A run must wait it out or fence itself; it must not pay
+// for its items again (repeats-bounded).
+func (f *faulter) lockStall(ctx context.Context) (bool, error) {
+	hold := 5*time.Second + time.Duration(f.rng.Int64N(int64(25*time.Second)))
+	tx, err := f.s.db.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	// Rolling back releases the lock; there is nothing to keep.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	// A transaction of the fleet holding the table keeps the lock from
+	// being granted, and everything queues behind the wait: bounded.
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+		return false, err
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE job_execution IN ACCESS EXCLUSIVE MODE"); err != nil {
+		return false, fmt.Errorf("error locking job_execution: %w", err)
+	}
+	f.s.logger.Info("job_execution locked", "hold", hold.Round(time.Millisecond))
+	sleep(context.WithoutCancel(ctx), hold)
+	return true, nil
+}
+
+// stopMargin is what a stop may take beyond the stop timeout: the run's
+// next look at its execution's status (StopCheckInterval, 1 s) and the
+// commit of its end.
+const stopMargin = 5 * time.Second
+
+// slowProvider makes the provider crawl for a window: every answer's body
+// at one byte a second (the proxy trickles it) or, at random instead, a
+// body that never ends (the fake's hangBodyRate 1). A second into the
+// window it stops a run that is waiting on such a call, when one is (an
+// operator's stop against a slow provider, which must end STOPPED within
+// the stop timeout: stop-bounded), and keeps the provider slow until the
+// stopped execution has ended or the stop's bound has passed.
+func (f *faulter) slowProvider(ctx context.Context) (bool, error) {
+	trickle := f.rng.IntN(2) == 0
+	if trickle {
+		f.s.recorder.trickle.Store(true)
+	} else if err := f.s.admin.configure(map[string]any{"hangBodyRate": 1}); err != nil {
+		return false, err
+	}
+	defer f.s.recorder.trickle.Store(false)
+	window := f.upstreamWindow()
+	began := time.Now()
+	var stopped *StopEvent
+	for time.Since(began) < window && sleep(ctx, 250*time.Millisecond) {
+		if stopped != nil || time.Since(began) < time.Second {
+			continue
+		}
+		var err error
+		if stopped, err = f.stopWaitingRun(ctx); err != nil {
+			f.s.logger.Warn("slow-provider: stopping a run", "error", err)
+		}
+	}
+	if stopped != nil {
+		f.tally.add("slow-provider-stop", true, nil)
+		deadline := stopped.At.Add(f.s.cfg.stopTimeout + stopMargin)
+		for time.Now().Before(deadline) && f.s.executionRunning(ctx, stopped.ExecutionID) && sleep(context.WithoutCancel(ctx), 250*time.Millisecond) {
+		}
+	}
+	f.s.recorder.trickle.Store(false)
+	return true, f.s.restoreUpstream()
+}
+
+// stopWaitingRun stops the job of a run with a provider call in flight (a
+// job running whose endpoint the proxy is forwarding a call of); nil when
+// no running job is waiting on the provider.
+func (f *faulter) stopWaitingRun(ctx context.Context) (*StopEvent, error) {
+	waiting := map[string]bool{}
+	for _, endpoint := range f.s.recorder.callsInFlight() {
+		if ep, ok := endpointJob[endpoint]; ok {
+			waiting[ep.job] = true
+		}
+	}
+	if len(waiting) == 0 {
+		return nil, nil
+	}
+	running, err := f.runningJobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var candidates []string
+	for _, job := range running {
+		if waiting[job] {
+			candidates = append(candidates, job)
+		}
+	}
+	if len(candidates) == 0 {
+		return nil, nil
+	}
+	n := len(f.s.ev.stops())
+	if ok, err := f.stopJob(ctx, candidates[f.rng.IntN(len(candidates))], "slow-provider"); !ok || err != nil {
+		return nil, err
+	}
+	stops := f.s.ev.stops()
+	if len(stops) == n {
+		return nil, nil
+	}
+	return &stops[len(stops)-1], nil
+}
+
+// runningJobs returns the jobs GET /v1/jobs shows running.
+func (f *faulter) runningJobs(ctx context.Context) ([]string, error) {
+	status, out, err := f.s.apiJSON(ctx, http.MethodGet, "/v1/jobs", "")
+	if err != nil || status != http.StatusOK {
+		return nil, err
+	}
+	var running []string
+	list, _ := out["jobs"].([]any)
+	for _, j := range list {
+		if m, ok := j.(map[string]any); ok && m["running"] == true {
+			running = append(running, fmt.Sprint(m["name"]))
+		}
+	}
+	return running, nil
+}
+
+// stopJob asks the api to stop job's running execution, as the operator,
+// and records the stop (stop-bounded checks how its execution ended).
+func (f *faulter) stopJob(ctx context.Context, job, fault string) (bool, error) {
+	status, out, err := f.s.apiJSON(ctx, http.MethodPost, "/v1/jobs/"+job+"/stop", "")
+	if err != nil || status != http.StatusAccepted {
+		return false, err
+	}
+	id, err := strconv.ParseInt(fmt.Sprint(out["executionId"]), 10, 64)
+	if err != nil {
+		return true, fmt.Errorf("the stop of %s answered 202 without an execution id: %v", job, out)
+	}
+	f.s.ev.addStop(StopEvent{At: time.Now(), Job: job, ExecutionID: id, Fault: fault, Stream: f.stream})
+	return true, nil
+}
+
+// executionRunning reports whether the execution is still STARTING,
+// STARTED or STOPPING (true when the database cannot say, within a second).
+func (s *system) executionRunning(ctx context.Context, id int64) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	var running bool
+	err := s.db.QueryRow(ctx, "SELECT status IN ('STARTING', 'STARTED', 'STOPPING') FROM job_execution WHERE id = $1", id).Scan(&running)
+	return err != nil || running
+}
 
 // pickWorker picks a live worker, preferring one caught inside a
 // transaction: for up to two seconds it looks (through the harness's own

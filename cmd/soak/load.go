@@ -41,9 +41,12 @@ func (s *system) apiCall(ctx context.Context, kind RequestKind, method, path, jo
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	a.Status = resp.StatusCode
 	a.Body = string(raw[:min(len(raw), 200)])
-	s.ev.addAnswer(a)
 	var out map[string]any
 	_ = json.Unmarshal(raw, &out)
+	if id, ok := out["requestId"]; ok && a.Status == http.StatusAccepted {
+		a.RequestID = fmt.Sprint(id)
+	}
+	s.ev.addAnswer(a)
 	return a, out
 }
 

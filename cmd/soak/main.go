@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +46,7 @@ type config struct {
 	staleAfter      time.Duration
 	reapInterval    time.Duration
 	drainTimeout    time.Duration
+	stopTimeout     time.Duration
 	apiTimeout      time.Duration
 	lockHold        time.Duration
 	quiesce         time.Duration
@@ -53,6 +56,7 @@ type config struct {
 	companies       int
 	exposures       int
 	only            string
+	replication     string
 	env             map[string]string
 }
 
@@ -84,6 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.staleAfter, "stale-after", 4*time.Second, "BUILDRISK_STALE_AFTER of the fleet")
 	fs.DurationVar(&c.reapInterval, "reap-interval", time.Second, "BUILDRISK_REAP_INTERVAL of the fleet")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 5*time.Second, "BUILDRISK_DRAIN_TIMEOUT of the fleet")
+	fs.DurationVar(&c.stopTimeout, "stop-timeout", 5*time.Second, "BUILDRISK_STOP_TIMEOUT of the fleet: how long a stopped run's calls in flight may take")
 	fs.DurationVar(&c.apiTimeout, "api-timeout", 5*time.Second, "client timeout of every API call: a call without an answer by then is a breach")
 	fs.DurationVar(&c.lockHold, "lock-hold", 8*time.Second, "how long the table-lock fault holds its lock (past the api's lock timeout)")
 	fs.DurationVar(&c.quiesce, "quiesce", 3*time.Minute, "how long to wait for every request to finish after the load")
@@ -93,6 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.companies, "companies", 1000, "companies in the fake upstream's universe")
 	fs.IntVar(&c.exposures, "exposures", 400, "companies with exposure (creditEval's targets)")
 	fs.StringVar(&c.only, "faults", "", "comma list of faults to inject (default: every fault the binary supports)")
+	fs.StringVar(&c.replication, "replication", replicationNone, "the database: none (one server), async or sync (a primary and a streaming standby, asynchronous or synchronous, which the failover fault promotes)")
 	fs.Var(envFlags(c.env), "env", "NAME=VALUE added to every radar process's environment (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -112,11 +118,27 @@ func (c *config) validate() error {
 		return errors.New("-companies must be at least 10 and -exposures at least 1")
 	case c.requestGap <= 0 || c.faultGap <= 0:
 		return errors.New("-request-gap and -fault-gap must be positive")
+	case c.stopTimeout <= 0:
+		return errors.New("-stop-timeout must be positive")
+	case !slices.Contains(replicationModes, c.replication):
+		return fmt.Errorf("-replication must be one of %s, not %q", strings.Join(replicationModes, ", "), c.replication)
 	}
 	if c.seed == 0 {
 		c.seed = rand.Int64N(1<<31) + 1
 	}
 	return nil
+}
+
+// fanOutDefault is radar's BUILDRISK_FANOUT default (batch.FanOutDefault).
+const fanOutDefault = 5
+
+// fanOut is the fleet's BUILDRISK_FANOUT: the one -env hands it, or radar's
+// default.
+func (c *config) fanOut() int {
+	if n, err := strconv.Atoi(c.env["BUILDRISK_FANOUT"]); err == nil && n > 0 {
+		return n
+	}
+	return fanOutDefault
 }
 
 func main() {
@@ -171,7 +193,8 @@ func soak(ctx context.Context, cfg *config, stderr io.Writer) (*report, error) {
 		return nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	ev := &Evidence{FakeTotal: -1, APITimeout: cfg.apiTimeout, StaleAfter: cfg.staleAfter, WorkerMetrics: map[string]Metrics{}}
+	ev := &Evidence{FakeTotal: -1, APITimeout: cfg.apiTimeout, StaleAfter: cfg.staleAfter, WorkerMetrics: map[string]Metrics{},
+		FanOut: cfg.fanOut(), StopTimeout: cfg.stopTimeout, Replication: cfg.replication}
 	s := &system{cfg: cfg, logger: logger, ev: ev}
 	defer s.close()
 	logger.Info("soak starting", "seed", cfg.seed, "duration", cfg.duration, "dir", cfg.dir)
@@ -222,7 +245,7 @@ func soak(ctx context.Context, cfg *config, stderr io.Writer) (*report, error) {
 	rep.faultErrors = tally.errors
 
 	// Everything back to normal, then quiescence.
-	if err := s.pg.startServer(); err != nil {
+	if err := s.primary().startServer(); err != nil {
 		return nil, err
 	}
 	if err := s.restoreUpstream(); err != nil {
@@ -272,6 +295,9 @@ func soak(ctx context.Context, cfg *config, stderr io.Writer) (*report, error) {
 		if err := s.dumpTables(ctx); err != nil {
 			logger.Warn("error dumping the tables", "error", err)
 		}
+		if err := dumpCalls(filepath.Join(cfg.dir, "calls.csv"), ev.Calls); err != nil {
+			logger.Warn("error dumping the provider calls", "error", err)
+		}
 	}
 	return rep, nil
 }
@@ -294,6 +320,9 @@ func (s *system) enabledFaults(rep *report) []Fault {
 		reason := f.NotInjected
 		if f.Name == "upstream-short-page" && !s.shortPages {
 			reason = "the fake upstream has no short-page mode yet (POST /__fake/config refuses " + shortPageField + ")"
+		}
+		if f.Name == "failover" && s.cfg.replication == replicationNone {
+			reason = "needs a standby to promote (-replication async or sync)"
 		}
 		if f.Name == "disk-full" && s.disk == nil {
 			reason = "no small disk could be mounted here: " + s.diskErr.Error()
@@ -349,7 +378,7 @@ func (s *system) waitQuiescent(ctx context.Context) (bool, time.Duration) {
 
 // dumpedTables are the tables a breached run leaves in its log directory
 // (as CSV, one file each), to confirm a breach after the cluster is gone.
-var dumpedTables = []string{"job_request", "job_execution", "job_checkpoint", "soak_audit"}
+var dumpedTables = []string{"job_request", "job_execution", "job_checkpoint", "soak_audit", "provider_call_budget", "provider_call_lease"}
 
 // dumpTables writes dumpedTables to the log directory.
 func (s *system) dumpTables(ctx context.Context) error {
@@ -370,6 +399,28 @@ func (s *system) dumpTables(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("error dumping %s: %w", table, err)
 		}
+	}
+	return nil
+}
+
+// dumpCalls writes the provider calls the proxy forwarded to path as CSV,
+// in the order they were made: what a breach of repeats-bounded,
+// cap-ledger or no-call-after-commit is confirmed from.
+func dumpCalls(path string, calls []UpstreamCall) error {
+	sorted := slices.Clone(calls)
+	slices.SortStableFunc(sorted, func(a, b UpstreamCall) int { return a.At.Compare(b.At) })
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write([]string{"at", "endpoint", "params", "status", "body_broken"})
+	for _, c := range sorted {
+		_ = w.Write([]string{c.At.Format(time.RFC3339Nano), c.Endpoint, sortedParams(c.Params), strconv.Itoa(c.Status), strconv.FormatBool(c.BodyBroken)})
+	}
+	w.Flush()
+	if err := errors.Join(w.Error(), f.Close()); err != nil {
+		return fmt.Errorf("error writing %s: %w", path, err)
 	}
 	return nil
 }
@@ -432,9 +483,10 @@ func (s *system) figures(ctx context.Context) []string {
 			ok++
 		}
 	}
-	repeated, err := repeatedPaidCalls(ctx, s.db, s.ev.Calls)
-	if err != nil {
-		repeated = -1
+	repeated := -1
+	reps, err := paidRepeats(ctx, s.db, s.ev.Calls, s.ev.Faults)
+	if err == nil {
+		repeated = len(reps)
 	}
 	var answers, slow int
 	var worst time.Duration
@@ -447,6 +499,10 @@ func (s *system) figures(ctx context.Context) []string {
 	}
 	s.ev.mu.Unlock()
 	out = append(out, fmt.Sprintf("provider calls: %d (%d answered 200); paid calls repeated within one instance: %d", calls, ok, repeated))
+	if err == nil {
+		out = append(out, repeatFigures(reps, s.ev.Faults, s.ev.repeatBound()))
+	}
+	out = append(out, lossFigures(ctx, s.db, s.ev)...)
 	if s.disk != nil {
 		out = append(out, "the tablespace's disk: "+s.disk.used())
 	}

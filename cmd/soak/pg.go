@@ -27,24 +27,38 @@ import (
 // replaces it with one pg_ctl starts. So that a plain `pg_ctl start` after a
 // stop brings the same server back, the settings pglocal passes on the
 // command line are also written with ALTER SYSTEM.
+//
+// With -replication the soak runs two of them, a primary and a standby
+// streaming from it (pglocal's Config.Replication and Config.StandbyOf);
+// replicates says the server is one of those, standby that it was started
+// as the standby (it may have been promoted since).
 type pgServer struct {
-	cluster *pglocal.Cluster
-	binDir  string
-	dataDir string
-	logPath string
-	cred    *syscall.Credential
+	cluster    *pglocal.Cluster
+	binDir     string
+	dataDir    string
+	logPath    string
+	cred       *syscall.Credential
+	replicates bool
+	standby    bool
 
 	mu   sync.Mutex
 	down bool // stopped by stopServer, not yet started again
 	ctl  bool // the postmaster now running was started by pg_ctl
 }
 
+// startPG starts a server of its own, without replication.
 func startPG(ctx context.Context, logger *slog.Logger) (*pgServer, error) {
-	cluster, err := pglocal.Start(ctx, pglocal.Config{Logger: logger})
+	return startNode(ctx, pglocal.Config{Logger: logger})
+}
+
+// startNode starts a pglocal cluster of cfg (a plain server, a replication
+// primary, or a standby of one) and configures it for pg_ctl.
+func startNode(ctx context.Context, cfg pglocal.Config) (*pgServer, error) {
+	cluster, err := pglocal.Start(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	s := &pgServer{cluster: cluster}
+	s := &pgServer{cluster: cluster, replicates: cfg.Replication || cfg.StandbyOf != nil, standby: cfg.StandbyOf != nil}
 	if err := s.configure(ctx); err != nil {
 		_ = cluster.Stop()
 		return nil, err
@@ -64,7 +78,7 @@ func (s *pgServer) configure(ctx context.Context) error {
 	if err := conn.QueryRow(ctx, "SELECT setting FROM pg_config WHERE name = 'BINDIR'").Scan(&s.binDir); err != nil {
 		return err
 	}
-	for _, set := range []string{
+	settings := []string{
 		"port = " + strconv.Itoa(s.cluster.Port()),
 		"listen_addresses = '127.0.0.1'",
 		// The cluster directory, where pglocal puts the socket (an empty
@@ -77,16 +91,32 @@ func (s *pgServer) configure(ctx context.Context) error {
 		// server's memory.
 		"fsync = off", "synchronous_commit = on", "full_page_writes = off",
 		"max_connections = 300", "shared_buffers = '32MB'",
-	} {
+	}
+	if s.replicates {
+		// What pglocal puts on a replicating server's command line, so a
+		// `pg_ctl start` runs it the same. max_connections stays at
+		// pglocal's 200: a standby refuses to replay a primary's WAL once
+		// the primary allows more connections than it does.
+		settings = append(settings[:len(settings)-2], "max_connections = 200", "shared_buffers = '32MB'",
+			"wal_level = replica", "max_wal_senders = 10", "wal_keep_size = '256MB'", "hot_standby = on",
+			"wal_retrieve_retry_interval = '1s'")
+	}
+	// ALTER SYSTEM writes the server's own postgresql.auto.conf, on a
+	// standby too (whose copy came from its primary by pg_basebackup, with
+	// the primary's port and socket directory in it).
+	for _, set := range settings {
 		if _, err := conn.Exec(ctx, "ALTER SYSTEM SET "+set); err != nil {
 			return fmt.Errorf("error setting %s: %w", set, err)
 		}
 	}
 	// Every session commits synchronously, whichever postmaster runs (the
 	// first one has pglocal's asynchronous commit on its command line,
-	// which a role setting overrides).
-	if _, err := conn.Exec(ctx, "ALTER ROLE ALL SET synchronous_commit = on"); err != nil {
-		return fmt.Errorf("error setting synchronous_commit: %w", err)
+	// which a role setting overrides). A standby has the primary's role
+	// settings, and could not write them.
+	if !s.standby {
+		if _, err := conn.Exec(ctx, "ALTER ROLE ALL SET synchronous_commit = on"); err != nil {
+			return fmt.Errorf("error setting synchronous_commit: %w", err)
+		}
 	}
 	s.logPath = filepath.Join(s.dataDir, "soak-pg_ctl.log")
 	if os.Geteuid() == 0 {
@@ -183,6 +213,41 @@ func (s *pgServer) kill9() error {
 		if err := os.Remove(lock); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("error removing the crashed server's lock file: %w", err)
 		}
+	}
+	return nil
+}
+
+// killImmediate crashes the server the way a failover test does: an
+// immediate shutdown (pg_ctl stop -m immediate), every server process
+// exiting at once without a checkpoint, WAL not yet sent to a standby
+// never reaching it. The server is down until startServer.
+func (s *pgServer) killImmediate() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = true
+	return s.pgctl("stop", "-m", "immediate", "-w", "-t", "60")
+}
+
+// promote promotes the standby (pg_promote, as `pg_ctl promote` does) and
+// returns once it accepts writes.
+func (s *pgServer) promote(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.URL("postgres"))
+	if err != nil {
+		return fmt.Errorf("error connecting to the standby on port %d: %w", s.cluster.Port(), err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var promoted bool
+	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&promoted); err != nil {
+		return fmt.Errorf("error promoting the standby on port %d: %w", s.cluster.Port(), err)
+	}
+	var inRecovery bool
+	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil {
+		return fmt.Errorf("error reading the recovery state of port %d: %w", s.cluster.Port(), err)
+	}
+	if !promoted || inRecovery {
+		return fmt.Errorf("the standby on port %d was not promoted within a minute", s.cluster.Port())
 	}
 	return nil
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -83,4 +85,49 @@ func TestPGServer_Kill9(t *testing.T) {
 		session.Close(ctx)
 		session = conn
 	}
+}
+
+// The failover fault on the soak's replicated database, twice: the
+// primary killed and the standby promoted, a client on the multi-host URL
+// finds the new primary with every commit it made (synchronous
+// replication), and the new standby, cloned on the dead primary's port,
+// lets the run fail over again with the same URL.
+func TestSystem_FailoverTwice(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := &system{cfg: &config{replication: replicationSync}, logger: slog.New(slog.DiscardHandler), ev: &Evidence{}}
+	t.Cleanup(s.close)
+	require.NoError(t, s.startDatabase(ctx))
+	addrs := slices.Clone(s.pgAddrs)
+	require.Len(t, addrs, 2)
+	require.Contains(t, s.dbURL, "target_session_attrs=read-write")
+	query := func(sql string) (int, error) {
+		conn, err := pgx.Connect(ctx, s.dbURL)
+		if err != nil {
+			return 0, err
+		}
+		defer conn.Close(ctx)
+		var n int
+		return n, conn.QueryRow(ctx, sql).Scan(&n)
+	}
+	conn, err := pgx.Connect(ctx, s.dbURL)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "CREATE TABLE kept (n int)")
+	require.NoError(t, err)
+	conn.Close(ctx)
+	for i := range 2 {
+		_, err := query(fmt.Sprintf("WITH i AS (INSERT INTO kept VALUES (%d) RETURNING n) SELECT count(*) FROM i", i))
+		require.NoError(t, err)
+		old := s.primary()
+		ok, err := s.failover(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NotSame(t, old, s.primary(), "the standby took over")
+		require.NotNil(t, s.standby, "a new standby streams")
+		n, err := query("SELECT count(*) FROM kept")
+		require.NoError(t, err, "the multi-host URL finds the new primary")
+		require.Equal(t, i+1, n, "nothing acknowledged was lost")
+	}
+	require.Equal(t, addrs, s.pgAddrs, "the servers' addresses never change")
+	require.Len(t, s.ev.Failovers, 2)
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -38,6 +40,44 @@ type recordingProxy struct {
 
 	// inflight counts the calls forwarded and not yet answered.
 	inflight atomic.Int64
+
+	// trickle, while set, sends the answers' bodies one byte a second (the
+	// slow-provider fault): a provider that does answer, too slowly for
+	// anything but the caller's own timeout to end the call.
+	trickle atomic.Bool
+
+	mu sync.Mutex
+	// inflightBy counts the calls in flight by endpoint.
+	inflightBy map[string]int
+}
+
+// callsInFlight returns the endpoints with calls in flight.
+func (p *recordingProxy) callsInFlight() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for endpoint, n := range p.inflightBy {
+		if n > 0 {
+			out = append(out, endpoint)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// track counts a call of endpoint in flight until the returned func runs.
+func (p *recordingProxy) track(endpoint string) func() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inflightBy == nil {
+		p.inflightBy = map[string]int{}
+	}
+	p.inflightBy[endpoint]++
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.inflightBy[endpoint]--
+	}
 }
 
 func (p *recordingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -49,6 +89,7 @@ func (p *recordingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "soak proxy: unknown provider path "+r.URL.Path, http.StatusNotFound)
 		return
 	}
+	defer p.track(endpoint)()
 	params := map[string]string{}
 	for k, v := range r.URL.Query() {
 		if !keyParams[k] && len(v) > 0 {
@@ -83,10 +124,17 @@ func (p *recordingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
+	// The headers go at once, as the fake sent them: a caller that then
+	// waits on a slow body has its answer's status, and a body that fails
+	// before its first byte fails as a body, not as a connection closed
+	// without an answer (which the caller's transport would replay).
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
 	// The body is streamed as it comes, so the caller sees what the
 	// provider sent: a body cut short arrives cut short (the connection is
 	// then closed), a body that hangs hangs.
-	_, err = io.Copy(flushWriter{w}, resp.Body)
+	_, err = io.Copy(flushWriter{w}, trickleReader{ctx: r.Context(), r: resp.Body, on: &p.trickle})
 	call.BodyBroken = err != nil
 	p.ev.addCall(call)
 	if err != nil {
@@ -94,6 +142,25 @@ func (p *recordingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// completing the answer: the cut reaches the caller.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// trickleReader reads r one byte a second while on is set (and at full
+// speed once it is not), until ctx ends: the body of a provider that sends
+// one byte a second, as the caller sees it through the flushing writer.
+type trickleReader struct {
+	ctx context.Context
+	r   io.Reader
+	on  *atomic.Bool
+}
+
+func (t trickleReader) Read(b []byte) (int, error) {
+	if !t.on.Load() || len(b) == 0 {
+		return t.r.Read(b)
+	}
+	if !sleep(t.ctx, time.Second) {
+		return 0, t.ctx.Err()
+	}
+	return t.r.Read(b[:1])
 }
 
 // flushWriter flushes after every write, so a partial body reaches the

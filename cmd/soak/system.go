@@ -46,9 +46,16 @@ type system struct {
 	logger *slog.Logger
 	ev     *Evidence
 
-	pg    *pgServer
-	dbURL string
-	db    *pgxpool.Pool // the harness's own connections (application_name soak-harness)
+	// pg is the server that accepts writes (the primary; guarded by mu,
+	// read through primary()), standby the server streaming from it with
+	// -replication (nil without, or while a failover clones a new one).
+	pg      *pgServer
+	standby *pgServer
+	// pgAddrs are the servers' host:port, primary first: fixed for the
+	// run, a new standby taking the dead primary's port.
+	pgAddrs []string
+	dbURL   string
+	db      *pgxpool.Pool // the harness's own connections (application_name soak-harness)
 
 	fake     *proc
 	admin    *fakeAdmin
@@ -56,10 +63,10 @@ type system struct {
 	recorder *recordingProxy
 	proxyURL string
 
-	api        *proc
-	apiURL     string
-	apiPGProxy *blackhole
-	http       *http.Client
+	api       *proc
+	apiURL    string
+	apiPGLink pgLink
+	http      *http.Client
 
 	mu         sync.Mutex
 	workers    []*workerSlot
@@ -79,9 +86,55 @@ type workerSlot struct {
 	proc      *proc
 	record    *ProcessRecord
 	adminAddr string
-	// pgProxy is the slot's way to PostgreSQL, which the pg-partition
+	// pgLink is the slot's way to PostgreSQL, which the pg-partition
 	// fault silences; every generation of the slot connects through it.
-	pgProxy *blackhole
+	pgLink pgLink
+}
+
+// pgLink is one process's way to PostgreSQL: a blackhole proxy in front of
+// each server (the primary's and the standby's with -replication), which
+// the pg-partition fault silences together.
+type pgLink []*blackhole
+
+// newPGLink starts a proxy in front of each address.
+func newPGLink(addrs []string) (pgLink, error) {
+	var l pgLink
+	for _, addr := range addrs {
+		b, err := newBlackhole(addr)
+		if err != nil {
+			l.close()
+			return nil, err
+		}
+		l = append(l, b)
+	}
+	return l, nil
+}
+
+func (l pgLink) partition() {
+	for _, b := range l {
+		b.partition()
+	}
+}
+
+func (l pgLink) heal() {
+	for _, b := range l {
+		b.heal()
+	}
+}
+
+func (l pgLink) close() {
+	for _, b := range l {
+		b.close()
+	}
+}
+
+// addrs are the proxies' host:port, in the servers' order.
+func (l pgLink) addrs() []string {
+	out := make([]string, len(l))
+	for i, b := range l {
+		out[i] = b.Addr()
+	}
+	return out
 }
 
 func (s *system) baseEnv() map[string]string {
@@ -103,31 +156,29 @@ func (s *system) baseEnv() map[string]string {
 	for _, job := range allJobs {
 		env["BUILDRISK_SCHEDULE_"+strings.ToUpper(job)] = "off"
 	}
+	if s.cfg.stopTimeout > 0 {
+		env["BUILDRISK_STOP_TIMEOUT"] = s.cfg.stopTimeout.String()
+	}
 	for k, v := range s.cfg.env {
 		env[k] = v
 	}
 	return env
 }
 
-// pgAddr is PostgreSQL's host:port.
-func (s *system) pgAddr() string { return "127.0.0.1:" + strconv.Itoa(s.pg.cluster.Port()) }
-
-// dbURLVia is the database URL through the process's blackhole proxy: the
-// api and the workers reach PostgreSQL only that way, the harness, the
+// dbURLVia is the database URL through the process's blackhole proxies:
+// the api and the workers reach PostgreSQL only that way, the harness, the
 // migration and the import directly.
-func (s *system) dbURLVia(b *blackhole) string {
-	return strings.Replace(s.dbURL, s.pgAddr(), b.Addr(), 1)
+func (s *system) dbURLVia(l pgLink) string {
+	return databaseURL(l.addrs(), len(l) > 1)
 }
 
 // start brings the whole system up and seeds it.
 func (s *system) start(ctx context.Context) error {
 	s.http = &http.Client{Timeout: s.cfg.apiTimeout}
-	var err error
-	if s.pg, err = startPG(ctx, s.logger); err != nil {
+	if err := s.startDatabase(ctx); err != nil {
 		return err
 	}
-	s.dbURL = s.pg.URL("postgres")
-	s.logger.Info("postgres up", "url", s.dbURL, "data", s.pg.dataDir)
+	s.logger.Info("postgres up", "url", s.dbURL, "data", s.pg.dataDir, "replication", s.cfg.replication)
 
 	migrate, err := startProc(s.cfg.dir, "migrate", s.cfg.bin, map[string]string{"DATABASE_URL": s.dbURL, "PGAPPNAME": "soak-migrate"}, nil, "migrate")
 	if err != nil {
@@ -148,7 +199,9 @@ func (s *system) start(ctx context.Context) error {
 	if _, err := s.db.Exec(ctx, auditSQL); err != nil {
 		return fmt.Errorf("error installing the audit triggers: %w", err)
 	}
-	if s.disk, s.diskErr = mountSmallDisk(ctx, s); s.diskErr != nil {
+	if s.cfg.replication != replicationNone {
+		s.diskErr = errors.New("with -replication a standby would need a disk of its own for the tablespace")
+	} else if s.disk, s.diskErr = mountSmallDisk(ctx, s); s.diskErr != nil {
 		s.logger.Warn("no small disk: disk-full is not injected", "error", s.diskErr)
 	}
 
@@ -185,11 +238,11 @@ func (s *system) start(ctx context.Context) error {
 		return err
 	}
 	s.apiURL = "http://127.0.0.1:" + strconv.Itoa(apiPort)
-	if s.apiPGProxy, err = newBlackhole(s.pgAddr()); err != nil {
+	if s.apiPGLink, err = newPGLink(s.pgAddrs); err != nil {
 		return err
 	}
 	env := s.baseEnv()
-	env["DATABASE_URL"] = s.dbURLVia(s.apiPGProxy)
+	env["DATABASE_URL"] = s.dbURLVia(s.apiPGLink)
 	env["BUILDRISK_HTTP_ADDR"] = "127.0.0.1:" + strconv.Itoa(apiPort)
 	env["PGAPPNAME"] = "soak-api"
 	if s.api, err = startProc(s.cfg.dir, "api", s.cfg.bin, env, []*regexp.Regexp{reAPIListening}, "api"); err != nil {
@@ -198,6 +251,9 @@ func (s *system) start(ctx context.Context) error {
 	if _, err := s.api.waitLine(ctx, reAPIListening, time.Minute); err != nil {
 		return err
 	}
+	s.ev.mu.Lock()
+	s.ev.APIStarted = time.Now()
+	s.ev.mu.Unlock()
 
 	for i := range s.cfg.workers {
 		slot := &workerSlot{index: i + 1}
@@ -220,13 +276,13 @@ func (s *system) startWorker(ctx context.Context, slot *workerSlot) error {
 	slot.gen++
 	name := fmt.Sprintf("soak-worker-%d.%d", slot.index, slot.gen)
 	s.mu.Unlock()
-	if slot.pgProxy == nil {
-		if slot.pgProxy, err = newBlackhole(s.pgAddr()); err != nil {
+	if slot.pgLink == nil {
+		if slot.pgLink, err = newPGLink(s.pgAddrs); err != nil {
 			return err
 		}
 	}
 	env := s.baseEnv()
-	env["DATABASE_URL"] = s.dbURLVia(slot.pgProxy)
+	env["DATABASE_URL"] = s.dbURLVia(slot.pgLink)
 	slot.adminAddr = "127.0.0.1:" + strconv.Itoa(port)
 	env["BUILDRISK_ADMIN_ADDR"] = slot.adminAddr
 	env["PGAPPNAME"] = name
@@ -377,19 +433,19 @@ func (s *system) close() {
 		_ = s.proxy.Close()
 	}
 	for _, w := range s.workers {
-		if w.pgProxy != nil {
-			w.pgProxy.close()
-		}
+		w.pgLink.close()
 	}
-	if s.apiPGProxy != nil {
-		s.apiPGProxy.close()
-	}
+	s.apiPGLink.close()
 	if s.db != nil {
 		s.db.Close()
 	}
-	if s.pg != nil {
-		if err := s.pg.close(); err != nil {
-			s.logger.Warn("error stopping postgres", "error", err)
+	// The standby first: a synchronous primary then has nothing left to
+	// wait for.
+	for _, pg := range []*pgServer{s.standby, s.pg} {
+		if pg != nil {
+			if err := pg.close(); err != nil {
+				s.logger.Warn("error stopping postgres", "port", pg.cluster.Port(), "error", err)
+			}
 		}
 	}
 	if s.disk != nil {
