@@ -16,11 +16,15 @@ WHERE e.outstanding_krw > 0;
 
 -- name: CoverageCreditEvalMissing :many
 -- CoverageCreditEvalMissing lists the targets without a grade for
--- data_date after the corp code `after`, in corp-code order.
+-- data_date after the corp code `after`, in corp-code order. Like every
+-- Missing query here, it looks for the day's row with a scalar subquery
+-- (one probe of the table's key per target, at most one row), not NOT
+-- EXISTS: the planner may turn an anti-join into a scan of the whole
+-- per-day table, and did so or not from one ANALYZE sample to the next.
 SELECT e.corp_code::text AS target
 FROM exposure e
 WHERE e.outstanding_krw > 0 AND e.corp_code > @after::text
-  AND NOT EXISTS (SELECT 1 FROM credit_grade g WHERE g.eval_date = @data_date::date AND g.corp_code = e.corp_code)
+  AND (SELECT true FROM credit_grade g WHERE g.eval_date = @data_date::date AND g.corp_code = e.corp_code) IS NULL
 ORDER BY e.corp_code
 LIMIT @row_limit::int;
 
@@ -38,7 +42,7 @@ WHERE c.tracked AND c.stock_code IS NOT NULL;
 SELECT c.stock_code::text AS target
 FROM company c
 WHERE c.tracked AND c.stock_code IS NOT NULL AND c.stock_code > @after::text
-  AND NOT EXISTS (SELECT 1 FROM stock_price p WHERE p.trade_date = @data_date::date AND p.short_code = c.stock_code)
+  AND (SELECT true FROM stock_price p WHERE p.trade_date = @data_date::date AND p.short_code = c.stock_code) IS NULL
 ORDER BY c.stock_code
 LIMIT @row_limit::int;
 
@@ -56,7 +60,7 @@ WHERE c.tracked;
 SELECT c.corp_code::text AS target
 FROM company c
 WHERE c.tracked AND c.corp_code > @after::text
-  AND NOT EXISTS (SELECT 1 FROM risk_metric m WHERE m.metric_date = @data_date::date AND m.corp_code = c.corp_code)
+  AND (SELECT true FROM risk_metric m WHERE m.metric_date = @data_date::date AND m.corp_code = c.corp_code) IS NULL
 ORDER BY c.corp_code
 LIMIT @row_limit::int;
 
@@ -75,6 +79,6 @@ WHERE m.metric_date = @data_date::date;
 SELECT m.corp_code::text AS target
 FROM risk_metric m
 WHERE m.metric_date = @data_date::date AND m.corp_code > @after::text
-  AND NOT EXISTS (SELECT 1 FROM risk_rule_check k WHERE k.alert_date = @data_date::date AND k.corp_code = m.corp_code)
+  AND (SELECT true FROM risk_rule_check k WHERE k.alert_date = @data_date::date AND k.corp_code = m.corp_code) IS NULL
 ORDER BY m.corp_code
 LIMIT @row_limit::int;

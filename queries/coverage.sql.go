@@ -43,7 +43,7 @@ const coverageCreditEvalMissing = `-- name: CoverageCreditEvalMissing :many
 SELECT e.corp_code::text AS target
 FROM exposure e
 WHERE e.outstanding_krw > 0 AND e.corp_code > $1::text
-  AND NOT EXISTS (SELECT 1 FROM credit_grade g WHERE g.eval_date = $2::date AND g.corp_code = e.corp_code)
+  AND (SELECT true FROM credit_grade g WHERE g.eval_date = $2::date AND g.corp_code = e.corp_code) IS NULL
 ORDER BY e.corp_code
 LIMIT $3::int
 `
@@ -55,7 +55,11 @@ type CoverageCreditEvalMissingParams struct {
 }
 
 // CoverageCreditEvalMissing lists the targets without a grade for
-// data_date after the corp code `after`, in corp-code order.
+// data_date after the corp code `after`, in corp-code order. Like every
+// Missing query here, it looks for the day's row with a scalar subquery
+// (one probe of the table's key per target, at most one row), not NOT
+// EXISTS: the planner may turn an anti-join into a scan of the whole
+// per-day table, and did so or not from one ANALYZE sample to the next.
 func (q *Queries) CoverageCreditEvalMissing(ctx context.Context, db DBTX, arg *CoverageCreditEvalMissingParams) ([]string, error) {
 	rows, err := db.Query(ctx, coverageCreditEvalMissing, arg.After, arg.DataDate, arg.RowLimit)
 	if err != nil {
@@ -101,7 +105,7 @@ const coverageMetricsMissing = `-- name: CoverageMetricsMissing :many
 SELECT c.corp_code::text AS target
 FROM company c
 WHERE c.tracked AND c.corp_code > $1::text
-  AND NOT EXISTS (SELECT 1 FROM risk_metric m WHERE m.metric_date = $2::date AND m.corp_code = c.corp_code)
+  AND (SELECT true FROM risk_metric m WHERE m.metric_date = $2::date AND m.corp_code = c.corp_code) IS NULL
 ORDER BY c.corp_code
 LIMIT $3::int
 `
@@ -160,7 +164,7 @@ const coverageRulesMissing = `-- name: CoverageRulesMissing :many
 SELECT m.corp_code::text AS target
 FROM risk_metric m
 WHERE m.metric_date = $1::date AND m.corp_code > $2::text
-  AND NOT EXISTS (SELECT 1 FROM risk_rule_check k WHERE k.alert_date = $1::date AND k.corp_code = m.corp_code)
+  AND (SELECT true FROM risk_rule_check k WHERE k.alert_date = $1::date AND k.corp_code = m.corp_code) IS NULL
 ORDER BY m.corp_code
 LIMIT $3::int
 `
@@ -218,7 +222,7 @@ const coverageStockPriceMissing = `-- name: CoverageStockPriceMissing :many
 SELECT c.stock_code::text AS target
 FROM company c
 WHERE c.tracked AND c.stock_code IS NOT NULL AND c.stock_code > $1::text
-  AND NOT EXISTS (SELECT 1 FROM stock_price p WHERE p.trade_date = $2::date AND p.short_code = c.stock_code)
+  AND (SELECT true FROM stock_price p WHERE p.trade_date = $2::date AND p.short_code = c.stock_code) IS NULL
 ORDER BY c.stock_code
 LIMIT $3::int
 `
