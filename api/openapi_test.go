@@ -30,7 +30,17 @@ var openAPIOut = flag.String("openapi.out", "", "write the served OpenAPI docume
 // database is needed: building the document touches none.
 func servedOpenAPI(t *testing.T) []byte {
 	t.Helper()
+	server := documentServer(t)
+	rec := httptest.NewRecorder()
+	server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.json", nil))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	return rec.Body.Bytes()
+}
 
+// documentServer returns an api server with no database, enough to serve
+// its documents: building them touches none.
+func documentServer(t *testing.T) *api.Server {
+	t.Helper()
 	instruments, err := observability.NewInstruments(noop.NewMeterProvider())
 	require.NoError(t, err)
 	catalog := app.Catalog()
@@ -38,11 +48,7 @@ func servedOpenAPI(t *testing.T) []byte {
 	require.NoError(t, err)
 	server, err := api.New(nil, api.Config{Catalog: catalog, AlertRules: riskrule.Doc(), Enqueuer: enqueuer, Instruments: instruments, Version: "test"})
 	require.NoError(t, err)
-
-	rec := httptest.NewRecorder()
-	server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.json", nil))
-	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	return rec.Body.Bytes()
+	return server
 }
 
 // openAPIDoc is the part of an OpenAPI document the test reads.
@@ -190,13 +196,7 @@ func TestOpenAPIDocument_ErrorsAreServed(t *testing.T) {
 // (before, the copy carried it and the OAS 3.0 schema refused it).
 func TestOpenAPIDocument_30CopyIsValid30(t *testing.T) {
 	t.Parallel()
-	instruments, err := observability.NewInstruments(noop.NewMeterProvider())
-	require.NoError(t, err)
-	catalog := app.Catalog()
-	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: catalog, Instruments: instruments})
-	require.NoError(t, err)
-	server, err := api.New(nil, api.Config{Catalog: catalog, AlertRules: riskrule.Doc(), Enqueuer: enqueuer, Instruments: instruments, Version: "test"})
-	require.NoError(t, err)
+	server := documentServer(t)
 	for _, path := range []string{"/openapi-3.0.json", "/openapi-3.0.yaml"} {
 		rec := httptest.NewRecorder()
 		server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
