@@ -8,13 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/buildrisk/radar/api"
-	"github.com/buildrisk/radar/internal/app"
-	"github.com/buildrisk/radar/jobs/riskrule"
-	"github.com/buildrisk/radar/observability"
-	"github.com/buildrisk/radar/queue/request"
 )
 
 // /docs works with no network: the page references no other host (no
@@ -23,13 +18,7 @@ import (
 // without a token.
 func TestDocs_Offline(t *testing.T) {
 	t.Parallel()
-	instruments, err := observability.NewInstruments(noop.NewMeterProvider())
-	require.NoError(t, err)
-	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: app.Catalog(), Instruments: instruments})
-	require.NoError(t, err)
-	server, err := api.New(nil, api.Config{Catalog: app.Catalog(), AlertRules: riskrule.Doc(), Enqueuer: enqueuer, Instruments: instruments,
-		Tokens: map[string]api.Role{"v": api.RoleViewer}})
-	require.NoError(t, err)
+	server := documentServer(t, map[string]api.Role{"v": api.RoleViewer})
 	get := func(path string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))

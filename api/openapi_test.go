@@ -30,23 +30,24 @@ var openAPIOut = flag.String("openapi.out", "", "write the served OpenAPI docume
 // database is needed: building the document touches none.
 func servedOpenAPI(t *testing.T) []byte {
 	t.Helper()
-	server := documentServer(t)
+	server := documentServer(t, nil)
 	rec := httptest.NewRecorder()
 	server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.json", nil))
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	return rec.Body.Bytes()
 }
 
-// documentServer returns an api server with no database, enough to serve
-// its documents: building them touches none.
-func documentServer(t *testing.T) *api.Server {
+// documentServer returns an api server with no database and the given
+// tokens (nil: none), enough to serve its documents and refusals: building
+// and answering them touches none.
+func documentServer(t *testing.T, tokens map[string]api.Role) *api.Server {
 	t.Helper()
 	instruments, err := observability.NewInstruments(noop.NewMeterProvider())
 	require.NoError(t, err)
 	catalog := app.Catalog()
 	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: catalog, Instruments: instruments})
 	require.NoError(t, err)
-	server, err := api.New(nil, api.Config{Catalog: catalog, AlertRules: riskrule.Doc(), Enqueuer: enqueuer, Instruments: instruments, Version: "test"})
+	server, err := api.New(nil, api.Config{Catalog: catalog, AlertRules: riskrule.Doc(), Enqueuer: enqueuer, Instruments: instruments, Version: "test", Tokens: tokens})
 	require.NoError(t, err)
 	return server
 }
@@ -161,13 +162,7 @@ func TestOpenAPIDocument(t *testing.T) {
 func TestOpenAPIDocument_ErrorsAreServed(t *testing.T) {
 	t.Parallel()
 
-	instruments, err := observability.NewInstruments(noop.NewMeterProvider())
-	require.NoError(t, err)
-	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: app.Catalog(), Instruments: instruments})
-	require.NoError(t, err)
-	server, err := api.New(nil, api.Config{Catalog: app.Catalog(), AlertRules: riskrule.Doc(), Enqueuer: enqueuer, Instruments: instruments,
-		Tokens: map[string]api.Role{"v": api.RoleViewer}})
-	require.NoError(t, err)
+	server := documentServer(t, map[string]api.Role{"v": api.RoleViewer})
 	for _, r := range []*http.Request{
 		httptest.NewRequest(http.MethodGet, "/v1/jobs", nil),
 		httptest.NewRequest(http.MethodPost, "/v1/jobs/aptTrade/stop", nil),
@@ -196,7 +191,7 @@ func TestOpenAPIDocument_ErrorsAreServed(t *testing.T) {
 // (before, the copy carried it and the OAS 3.0 schema refused it).
 func TestOpenAPIDocument_30CopyIsValid30(t *testing.T) {
 	t.Parallel()
-	server := documentServer(t)
+	server := documentServer(t, nil)
 	for _, path := range []string{"/openapi-3.0.json", "/openapi-3.0.yaml"} {
 		rec := httptest.NewRecorder()
 		server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))

@@ -10,13 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/buildrisk/radar/api"
-	"github.com/buildrisk/radar/internal/app"
-	"github.com/buildrisk/radar/jobs/riskrule"
-	"github.com/buildrisk/radar/observability"
-	"github.com/buildrisk/radar/queue/request"
 )
 
 // Every problem type is a page of the api that needs no token (a type is
@@ -24,13 +19,7 @@ import (
 // the set is not found.
 func TestProblemTypes_EachIsAPage(t *testing.T) {
 	t.Parallel()
-	instruments, err := observability.NewInstruments(noop.NewMeterProvider())
-	require.NoError(t, err)
-	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: app.Catalog(), Instruments: instruments})
-	require.NoError(t, err)
-	server, err := api.New(nil, api.Config{Catalog: app.Catalog(), AlertRules: riskrule.Doc(), Enqueuer: enqueuer, Instruments: instruments,
-		Tokens: map[string]api.Role{"v": api.RoleViewer}})
-	require.NoError(t, err)
+	server := documentServer(t, map[string]api.Role{"v": api.RoleViewer})
 	get := func(path string) (int, string) {
 		rec := httptest.NewRecorder()
 		server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
