@@ -14,9 +14,11 @@ const RiverRepeatIntervalDefault = time.Minute
 // NewRiverLogger returns the logger River's clients log through. River's
 // own INFO lines (producer job counts every few seconds, elections) go to
 // DEBUG: they are its bookkeeping, not the service's news. Its warnings and
-// errors are kept but throttled by message: during a database outage River's
-// fetch loop fails several times a second, and one line when it starts, a
-// reminder with the count every interval, is what an operator can read.
+// errors are kept but throttled, warnings by message and errors all
+// together: during a database outage River's fetch loop fails several times
+// a second and each of its other loops fails too, and one line when it
+// starts, a reminder with the count every interval, is what an operator can
+// read.
 // now is the clock (nil: time.Now).
 func NewRiverLogger(logger *slog.Logger, interval time.Duration, now func() time.Time) *slog.Logger {
 	if now == nil {
@@ -51,7 +53,14 @@ func (h *riverHandler) Handle(ctx context.Context, r slog.Record) error {
 		}
 		return h.next.Handle(ctx, r)
 	}
-	log, repeated := h.throttle.admit(r.Message)
+	// River's errors share one key: through an outage every one of its
+	// loops (fetch, notifier, elector, each maintenance service) fails with
+	// the same cause, and the first says it. Warnings are kept by message.
+	key := r.Message
+	if r.Level >= slog.LevelError {
+		key = "river error"
+	}
+	log, repeated := h.throttle.admit(key)
 	if !log {
 		return nil
 	}

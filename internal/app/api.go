@@ -17,6 +17,7 @@ import (
 
 	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/jobs/riskrule"
+	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
 )
@@ -135,7 +136,7 @@ func NewAPIServer(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Tel
 func newRiverUI(ctx context.Context, client *river.Client[pgx.Tx], tel *Telemetry) (*riverui.Handler, error) {
 	handler, err := riverui.NewHandler(&riverui.HandlerOpts{
 		Endpoints: riverui.NewEndpoints(client, nil),
-		Logger:    tel.Logger,
+		Logger:    observability.NewRiverLogger(tel.Logger, observability.RiverRepeatIntervalDefault, nil),
 		Prefix:    "/riverui",
 	})
 	if err != nil {

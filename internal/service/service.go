@@ -16,6 +16,10 @@ import (
 	"time"
 )
 
+// ReminderIntervalDefault is how often a service whose passes keep failing
+// says so again.
+const ReminderIntervalDefault = time.Minute
+
 // Config configures a Service.
 type Config struct {
 	// Name names the service in its log lines ("reap" logs "reap failed").
@@ -26,8 +30,13 @@ type Config struct {
 	// Timeout bounds one pass; 0 leaves a pass bounded only by the
 	// service's context.
 	Timeout time.Duration
-	// Logger receives one warning per failed pass; nil uses slog.Default.
+	// Logger receives a warning when passes start failing, a reminder at
+	// most every ReminderInterval while they go on failing, and a line
+	// when a pass succeeds again; nil uses slog.Default.
 	Logger *slog.Logger
+	// ReminderInterval is how often a run of failed passes is logged
+	// again; 0 is ReminderIntervalDefault.
+	ReminderInterval time.Duration
 	// Pass is one pass of the service's work. Required.
 	Pass func(ctx context.Context) error
 }
@@ -39,6 +48,12 @@ type Config struct {
 type Service struct {
 	cfg     Config
 	trigger chan struct{}
+
+	// failures counts the failed passes since the last success;
+	// remindedAt is when the run of failures was last logged. Only the
+	// pass's goroutine touches them.
+	failures   int
+	remindedAt time.Time
 
 	mu     sync.Mutex
 	passed chan struct{} // closed when the pass under way (or the next) ends
@@ -60,6 +75,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.ReminderInterval <= 0 {
+		cfg.ReminderInterval = ReminderIntervalDefault
 	}
 	return &Service{cfg: cfg, trigger: make(chan struct{}, 1), passed: make(chan struct{})}
 }
@@ -139,6 +157,32 @@ func (s *Service) Passed() <-chan struct{} {
 	return s.passed
 }
 
+// logOutcome logs a pass's failure once per run of failures: the first
+// one, then a reminder with the count at most every ReminderInterval, and
+// the success that ends the run. A database outage fails every pass of
+// every service for as long as it lasts; a line per pass (the heartbeat's
+// every few seconds) drowned the log in the same sentence.
+func (s *Service) logOutcome(ctx context.Context, err error) {
+	attrs := []any{slog.String("service", s.cfg.Name)}
+	switch {
+	case err == nil && s.failures > 0:
+		s.cfg.Logger.InfoContext(ctx, s.cfg.Name+" recovered", append(attrs, slog.Int("failed_passes", s.failures))...)
+		s.failures = 0
+	case err == nil:
+	case s.failures == 0:
+		s.failures, s.remindedAt = 1, time.Now()
+		s.cfg.Logger.WarnContext(ctx, s.cfg.Name+" failed", append(attrs, slog.String("error", err.Error()))...)
+	default:
+		s.failures++
+		if time.Since(s.remindedAt) < s.cfg.ReminderInterval {
+			s.cfg.Logger.DebugContext(ctx, s.cfg.Name+" failed", append(attrs, slog.String("error", err.Error()))...)
+			return
+		}
+		s.remindedAt = time.Now()
+		s.cfg.Logger.WarnContext(ctx, s.cfg.Name+" still failing", append(attrs, slog.Int("failed_passes", s.failures), slog.String("error", err.Error()))...)
+	}
+}
+
 // pass runs one pass bounded by the timeout and logs its failure, unless
 // the failure is the service's own stop.
 func (s *Service) pass(ctx context.Context) {
@@ -148,8 +192,8 @@ func (s *Service) pass(ctx context.Context) {
 	}
 	err := s.cfg.Pass(passCtx)
 	cancel()
-	if err != nil && ctx.Err() == nil {
-		s.cfg.Logger.WarnContext(ctx, s.cfg.Name+" failed", slog.String("service", s.cfg.Name), slog.String("error", err.Error()))
+	if ctx.Err() == nil {
+		s.logOutcome(ctx, err)
 	}
 	s.mu.Lock()
 	close(s.passed)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,4 +141,42 @@ func TestNewRefusesIncompleteConfig(t *testing.T) {
 	require.Panics(t, func() { service.New(service.Config{Interval: time.Second, Pass: pass}) })
 	require.Panics(t, func() { service.New(service.Config{Name: "x", Interval: time.Second}) })
 	require.Panics(t, func() { service.New(service.Config{Name: "x", Pass: pass}) })
+}
+
+// A run of failed passes logs its first failure and then, with no reminder
+// due, nothing more at WARN; the pass that succeeds again says so, with the
+// count. An outage no longer writes a line per pass.
+func TestFailedPassesLogOncePerRun(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	var fail atomic.Bool
+	fail.Store(true)
+	s := service.New(service.Config{
+		Name: "beat", Interval: never, ReminderInterval: never,
+		Logger: slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Pass: func(context.Context) error {
+			if fail.Load() {
+				return errors.New("connection refused")
+			}
+			return nil
+		},
+	})
+	s.Start(context.Background())
+	defer s.Stop()
+	pass := func() {
+		passed := s.Passed()
+		s.Trigger()
+		<-passed
+	}
+	for range 5 {
+		pass()
+	}
+	fail.Store(false)
+	pass()
+	pass()
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 2, out.String())
+	require.Contains(t, lines[0], "level=WARN msg=\"beat failed\"")
+	require.Contains(t, lines[1], "level=INFO msg=\"beat recovered\"")
+	require.Contains(t, lines[1], "failed_passes=5")
 }

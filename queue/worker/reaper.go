@@ -74,7 +74,13 @@ func (r *Reaper) Reap(ctx context.Context, job string) (int, error) {
 	if n, err := r.queries.WorkerStaleBackendsTerminate(ctx, r.pool, &queries.WorkerStaleBackendsTerminateParams{
 		WaitMs: terminateWait.Milliseconds(), StaleSeconds: r.cfg.StaleAfter.Seconds(),
 	}); err != nil {
-		r.cfg.Logger.WarnContext(ctx, "could not end the backends of stale workers", slog.String("error", err.Error()))
+		// An unreachable database fails the pass that follows too, and the
+		// pass's failure is what is logged (once, by its service).
+		level := slog.LevelWarn
+		if pgtx.IsTransient(err) {
+			level = slog.LevelDebug
+		}
+		r.cfg.Logger.Log(ctx, level, "could not end the backends of stale workers", slog.String("error", err.Error()))
 	} else if n > 0 {
 		r.cfg.Logger.WarnContext(ctx, "ended the database backends of stale workers", slog.Int64("backends", n))
 	}
