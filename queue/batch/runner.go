@@ -527,24 +527,13 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 	}); err != nil {
 		return fail(err, "plan")
 	}
-	var done []string
-	if err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
-		var err error
-		done, err = r.queries.JobCheckpointListChunks(callCtx, r.pool, st.exec.InstanceID)
-		return err
-	}); err != nil {
-		return fail(fmt.Errorf("error reading checkpoints: %w", err), "start")
+	// The chunks to do are the planned chunks with no checkpoint; the same
+	// read checks the plan against the database at the end.
+	pending, err := r.uncommittedChunks(ctx, rs, plan, nil)
+	if err != nil {
+		return fail(err, "start")
 	}
-	committed := make(map[string]bool, len(done))
-	for _, c := range done {
-		committed[c] = true
-	}
-	chunksDone := 0
-	for _, c := range plan.Chunks {
-		if committed[c] {
-			chunksDone++
-		}
-	}
+	chunksDone := len(plan.Chunks) - len(pending)
 	var execStatus string
 	err = r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
 		var err error
@@ -559,12 +548,6 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 	})
 	if err != nil {
 		return fail(err, "start")
-	}
-	pending := make([]string, 0, len(plan.Chunks)-chunksDone)
-	for _, c := range plan.Chunks {
-		if !committed[c] {
-			pending = append(pending, c)
-		}
 	}
 	// ran holds the figures this run committed, by chunk (not the results,
 	// which may hold the chunk's rows): what it takes out of its tally when
@@ -583,7 +566,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 			chunk := pending[i]
 			if moved := r.moved.Load(); moved != seenMoved {
 				seenMoved = moved
-				lost, err := r.lostChunks(ctx, rs, plan, pending[i:])
+				lost, err := r.uncommittedChunks(ctx, rs, plan, pending[i:])
 				if err != nil {
 					return fail(err, "verification after a database failover")
 				}
@@ -675,7 +658,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		// memory: a commit acknowledged and then lost (a failover to an
 		// asynchronous replica) leaves a planned chunk with no checkpoint, and
 		// such a chunk is done again before the run may complete.
-		lost, err := r.lostChunks(ctx, rs, plan, nil)
+		lost, err := r.uncommittedChunks(ctx, rs, plan, nil)
 		if err != nil {
 			return fail(err, "verification")
 		}
@@ -743,12 +726,13 @@ func (r *Runner) checkParts(ctx context.Context, rs *runState, parts *partCommit
 	return len(missing), nil
 }
 
-// lostChunks returns the planned chunks, except those still to do, that
-// have no checkpoint. Every chunk the run did not find committed when it
+// uncommittedChunks returns the planned chunks, except those still to do,
+// that have no checkpoint, in plan order. At the start they are the chunks
+// to do. After that, every chunk the run did not find committed when it
 // started, and is not still to do, was committed by it since, so any it
 // returns is a commit the database acknowledged and then lost, or one an
 // earlier execution made and the database lost.
-func (r *Runner) lostChunks(ctx context.Context, rs *runState, plan *Plan, toDo []string) ([]string, error) {
+func (r *Runner) uncommittedChunks(ctx context.Context, rs *runState, plan *Plan, toDo []string) ([]string, error) {
 	var done []string
 	if err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
 		var err error
