@@ -1,11 +1,9 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,40 +12,27 @@ import (
 	"github.com/buildrisk/radar/internal/apptest"
 )
 
-// lockedBuffer is a bytes.Buffer several goroutines log into.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // A database outage is logged when it starts, not once per failed pass:
-// through a 20 s outage an idle api and worker (one process here) write
-// each warning or error at most once, and a handful in all (before, 289
-// lines: the heartbeat, gauges and reap failing every pass, River's fetch
-// loop about four times a second).
+// through an outage that lasts until the heartbeat has failed 40 passes
+// (about 8 s at the tests' 200 ms interval), an idle api and worker (one
+// process here) write each warning or error at most once, and a handful in
+// all (before, a 20 s outage wrote 289 lines: the heartbeat, gauges and
+// reap failing every pass, River's fetch loop about four times a second).
 func TestOutage_LogsTheOutageOnceNotPerPass(t *testing.T) {
 	t.Parallel()
 	cluster, url := apptest.PrivateCluster(t)
-	logs := &lockedBuffer{}
+	logs := &apptest.SyncBuffer{}
 	s := apptest.New(t, &apptest.Opts{DBURL: url, Logs: logs})
 	w, _ := s.StartWorker()
 	apptest.WaitUntil(t, time.Minute, "the worker to be ready", func() bool { return w.Ready(context.Background()) == nil })
 	before := len(logs.String())
 
 	require.NoError(t, cluster.Halt())
-	time.Sleep(20 * time.Second) // the fault: the outage's length
+	// The outage lasts until the heartbeat has failed 40 passes (each is
+	// logged, at DEBUG from the second on: the test's logger keeps DEBUG).
+	apptest.WaitUntil(t, 2*time.Minute, "40 failed heartbeats", func() bool {
+		return strings.Count(logs.String()[before:], `"msg":"heartbeat failed"`) >= 40
+	})
 	require.NoError(t, cluster.Resume(context.Background()))
 	apptest.WaitUntil(t, time.Minute, "the worker to be ready again", func() bool { return w.Ready(context.Background()) == nil })
 
@@ -63,7 +48,7 @@ func TestOutage_LogsTheOutageOnceNotPerPass(t *testing.T) {
 			perMessage[entry.Msg]++
 		}
 	}
-	t.Logf("%d WARN/ERROR lines through a 20 s outage:\n%s", len(loud), strings.Join(loud, "\n"))
+	t.Logf("%d WARN/ERROR lines through the outage:\n%s", len(loud), strings.Join(loud, "\n"))
 	for msg, n := range perMessage {
 		require.Equal(t, 1, n, "%q logged %d times", msg, n)
 	}
