@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -111,56 +110,30 @@ func TestRunner_LostChunkCommitIsDoneAgain(t *testing.T) {
 	}
 }
 
-// losePartJob is compactJob whose first Process of chunk "a" makes one of
-// the chunk's committed parts vanish after FanOutCommit returns, as a
+// losePart returns a compactJob whose first Process of chunk "a" makes one
+// of the chunk's committed parts vanish after FanOutCommit returns, as a
 // failover to an asynchronous replica does with a part acknowledged and
 // never replicated: the part and its items' writes are gone, and so is the
-// execution's count of them. It counts the calls of each item.
-type losePartJob struct {
-	pool *pgxpool.Pool
-	mu   sync.Mutex
-	lost bool
-	// calls counts the provider calls of each item.
-	calls map[string]int
-}
-
-func (j *losePartJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
-	return &batch.Plan{Chunks: []string{"a", "b"}, Targets: 100}, nil
-}
-
-func (j *losePartJob) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
-	done, err := batch.CommittedItems(ctx, run)
-	if err != nil {
-		return nil, err
-	}
-	var items []string
-	for i := range 50 {
-		if item := fmt.Sprintf("%s%02d", chunk, i); !done[item] {
-			items = append(items, item)
-		}
-	}
-	_, err = batch.FanOutCommit(ctx, run, chunk, items,
-		func(_ context.Context, item string) (string, error) {
-			j.mu.Lock()
-			j.calls[item]++
-			j.mu.Unlock()
-			return item, nil
+// execution's count of them. calls counts the calls of each item.
+func losePart(pool *pgxpool.Pool) (job *compactJob, calls map[string]int) {
+	var mu sync.Mutex
+	calls = map[string]int{}
+	lost := false
+	job = &compactJob{
+		called: func(item string) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[item]++
 		},
-		batch.Committer[string, string]{
-			Key: func(s string) string { return s },
-			Queue: func(b *pgx.Batch, values []string) {
-				b.Queue(`INSERT INTO compact_write (item) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, values)
-			},
-		})
-	if err != nil {
-		return nil, err
-	}
-	j.mu.Lock()
-	lose := chunk == "a" && !j.lost
-	j.lost = true
-	j.mu.Unlock()
-	if lose {
-		_, err := j.pool.Exec(ctx, `
+		committed: func(ctx context.Context, chunk string) error {
+			mu.Lock()
+			lose := chunk == "a" && !lost
+			lost = true
+			mu.Unlock()
+			if !lose {
+				return nil
+			}
+			_, err := pool.Exec(ctx, `
 WITH part AS (
     DELETE FROM job_checkpoint_part
     WHERE ctid = (SELECT ctid FROM job_checkpoint_part WHERE chunk = 'a' ORDER BY items[1] LIMIT 1)
@@ -170,11 +143,10 @@ WITH part AS (
 )
 UPDATE job_execution e SET items_written = e.items_written - cardinality(part.items)
 FROM part WHERE e.id = part.execution_id`)
-		if err != nil {
-			return nil, err
-		}
+			return err
+		},
 	}
-	return &batch.ChunkResult{}, nil
+	return job, calls
 }
 
 // A part commit that was acknowledged and then vanished is done again
@@ -184,13 +156,16 @@ FROM part WHERE e.id = part.execution_id`)
 func TestRunner_LostPartIsDoneAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	job := &losePartJob{calls: map[string]int{}}
-	b := setup(t, map[string]batch.Job{"creditEval": job})
-	job.pool = b.pool
-	_, err := b.pool.Exec(ctx, `CREATE TABLE compact_write (item text PRIMARY KEY)`)
+	b := setup(t, map[string]batch.Job{"creditEval": &compactJob{}})
+	job, calls := losePart(b.pool)
+	runner, err := batch.NewRunner(b.pool, batch.Config{
+		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"creditEval": job}, Upstream: b.upstream, Instruments: b.instruments,
+	})
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `CREATE TABLE compact_write (item text PRIMARY KEY)`)
 	require.NoError(t, err)
 
-	out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
+	out, err := runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
 	require.NoError(t, err)
 	require.Equal(t, "COMPLETED", out.Status, out.Message)
 	require.Contains(t, out.Message, "100 targets (written 100")
@@ -199,7 +174,7 @@ func TestRunner_LostPartIsDoneAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(100), exec.ItemsWritten)
 	repeated := 0
-	for _, n := range job.calls {
+	for _, n := range calls {
 		repeated += n - 1
 	}
 	require.Positive(t, repeated, "the lost part's items were called again")

@@ -167,6 +167,11 @@ func TestFanOutCommit_PartCommitIsFenced(t *testing.T) {
 // chunk (the execution fails with the parts before it committed).
 type compactJob struct {
 	haltAt string
+	// called, when set, is told of each item's call.
+	called func(item string)
+	// committed, when set, runs after the chunk's items are committed in
+	// parts, before Process returns.
+	committed func(ctx context.Context, chunk string) error
 }
 
 func (j *compactJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
@@ -189,6 +194,9 @@ func (j *compactJob) Process(ctx context.Context, run *batch.Run, chunk string) 
 			if item == j.haltAt {
 				return "", batch.Halt(fmt.Errorf("halted at %s", item))
 			}
+			if j.called != nil {
+				j.called(item)
+			}
 			return item, nil
 		},
 		batch.Committer[string, string]{
@@ -199,6 +207,11 @@ func (j *compactJob) Process(ctx context.Context, run *batch.Run, chunk string) 
 		})
 	if err != nil {
 		return nil, err
+	}
+	if j.committed != nil {
+		if err := j.committed(ctx, chunk); err != nil {
+			return nil, err
+		}
 	}
 	return &batch.ChunkResult{}, nil
 }
