@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/jobset"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs/credit"
 )
 
@@ -408,7 +408,7 @@ func TestConsole_BrowserCoverage(t *testing.T) {
 	// date, outcome and coverage %.
 	strip := `#history tr[data-job="creditEval"] .strip .day`
 	b.waitFor("creditEval's strip", fmt.Sprintf(`document.querySelectorAll('%s').length === 14`, strip))
-	require.Equal(t, float64(len(app.Catalog().All())), eval[float64](b, `document.querySelectorAll("#history tbody tr[data-job]").length`), "a strip per job")
+	require.Equal(t, float64(len(jobset.Catalog().All())), eval[float64](b, `document.querySelectorAll("#history tbody tr[data-job]").length`), "a strip per job")
 	title := func(day string) string {
 		return eval[string](b, fmt.Sprintf(`document.querySelector('%s[data-day="%s"]').title`, strip, day))
 	}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/jobset"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -33,7 +34,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/api"
-	"github.com/buildrisk/radar/internal/app"
 )
 
 // contract validates every exchange with a running system against the
@@ -383,7 +383,7 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 	s := apptest.New(t, &apptest.Opts{Env: env})
 	c := newContract(t, s.API.URL)
 	op, viewer := apptest.OperatorToken, apptest.ViewerToken
-	catalog := app.Catalog()
+	catalog := jobset.Catalog()
 	big := `{"params":{},"pad":"` + strings.Repeat("x", 2<<20) + `"}`
 
 	// A run to its end: the request before it is claimed (no execution,

@@ -12,11 +12,10 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/jobset"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-
-	"github.com/buildrisk/radar/internal/app"
 )
 
 // Two operators with named tokens (alice, bob) and a viewer: keys are per
@@ -141,7 +140,7 @@ func TestIdempotency_ReusedKeyWithAnotherRequestIs422(t *testing.T) {
 	first := postKey(t, s, aliceToken, "/v1/jobs/aptTrade/requests", "k-422", body)
 	require.Equal(t, http.StatusAccepted, first.status, first.raw)
 
-	rules, ok := app.Catalog().Lookup("rules")
+	rules, ok := jobset.Catalog().Lookup("rules")
 	require.True(t, ok)
 	rulesBody, err := json.Marshal(map[string]any{"params": rules.Example()})
 	require.NoError(t, err)
@@ -240,7 +239,7 @@ func TestIdempotency_KeysArePerTokenName(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, &apptest.Opts{Env: idempotencyEnv})
 	aptTrade := apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-01")
-	rules, ok := app.Catalog().Lookup("rules")
+	rules, ok := jobset.Catalog().Lookup("rules")
 	require.True(t, ok)
 	rulesBody, err := json.Marshal(map[string]any{"params": rules.Example()})
 	require.NoError(t, err)
@@ -363,7 +362,7 @@ func TestIdempotency_ExpiredKeyIsFree(t *testing.T) {
 	defer owner.Close(ctx)
 	_, err = owner.Exec(ctx, `UPDATE idempotency_key SET expires_at = now() - interval '1 second'`)
 	require.NoError(t, err)
-	rules, ok := app.Catalog().Lookup("rules")
+	rules, ok := jobset.Catalog().Lookup("rules")
 	require.True(t, ok)
 	rulesBody, err := json.Marshal(map[string]any{"params": rules.Example()})
 	require.NoError(t, err)

@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/buildrisk/radar/api"
-	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/request"
@@ -44,7 +44,7 @@ func documentServer(t *testing.T, tokens map[string]api.Role) *api.Server {
 	t.Helper()
 	instruments, err := observability.NewInstruments(noop.NewMeterProvider())
 	require.NoError(t, err)
-	catalog := app.Catalog()
+	catalog := jobset.Catalog()
 	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: catalog, Instruments: instruments})
 	require.NoError(t, err)
 	server, err := api.New(nil, api.Config{Catalog: catalog, AlertRules: riskrule.Doc(), Enqueuer: enqueuer, Instruments: instruments, Version: "test", Tokens: tokens})

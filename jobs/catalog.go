@@ -154,7 +154,7 @@ func (s *Spec[P]) Params(raw json.RawMessage) (*P, error) {
 }
 
 // Catalog is the set of jobs a process knows. The service's catalog is
-// internal/app's (app.Catalog), built from its one list of jobs.
+// internal/jobset's (jobset.Catalog), built from its one list of jobs.
 type Catalog struct {
 	defs []Definition
 }

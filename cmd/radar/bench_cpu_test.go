@@ -20,6 +20,8 @@ import (
 
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/upstream"
@@ -208,7 +210,7 @@ func benchCPUBound(t *testing.T, scale benchScale) []*benchRow {
 	runner, enqueuer := benchRunner(t, s, nil)
 	client := &http.Client{Transport: app.ProviderTransport(fanOut), Timeout: time.Minute}
 	defer client.CloseIdleConnections()
-	pool, err := app.OpenPool(context.Background(), s.DBURL, s.Env.WorkerMaxConns(), s.Env.DBTimeout, false, app.SessionLimits{})
+	pool, err := dbpool.Open(context.Background(), s.DBURL, s.Env.WorkerMaxConns(), s.Env.DBTimeout, false, config.SessionLimits{})
 	require.NoError(t, err)
 	defer pool.Close()
 	day := app.BudgetDay(s.Env, s.Pool)()

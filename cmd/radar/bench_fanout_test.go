@@ -16,6 +16,8 @@ import (
 
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/jobs/credit"
@@ -35,7 +37,7 @@ func benchRunner(t *testing.T, s *apptest.System, jobsByName map[string]batch.Jo
 	t.Helper()
 	// The runner works on a pool of the worker's size, as deployed (the
 	// test system's own pool has pgxpool's default of 4 connections).
-	pool, err := app.OpenPool(context.Background(), s.DBURL, s.Env.WorkerMaxConns(), s.Env.DBTimeout, false, app.SessionLimits{})
+	pool, err := dbpool.Open(context.Background(), s.DBURL, s.Env.WorkerMaxConns(), s.Env.DBTimeout, false, config.SessionLimits{})
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	up, err := app.NewUpstream(pool, s.Env, s.Tel, "bench")

@@ -12,8 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
+	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/worker"
 )
@@ -103,7 +105,7 @@ var historyEndpoints = []string{
 // kept-alive connection, {job} taking each catalog job in turn) to the api
 // at base.
 func benchGet(t *testing.T, client *http.Client, base, path string) func() {
-	names := app.Catalog().Names()
+	names := jobset.Catalog().Names()
 	i := 0
 	return func() {
 		p := strings.ReplaceAll(path, "{job}", url.PathEscape(names[i%len(names)]))
@@ -150,15 +152,15 @@ type historyPass struct {
 func historyPasses(t *testing.T, s *apptest.System) []historyPass {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := app.OpenPool(ctx, s.DBURL, s.Env.WorkerMaxConns(), s.Env.DBTimeout, false, app.SessionLimits{})
+	pool, err := dbpool.Open(ctx, s.DBURL, s.Env.WorkerMaxConns(), s.Env.DBTimeout, false, config.SessionLimits{})
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	// A stale window longer than the bench: the live worker's heartbeat
 	// never goes stale, so the reaper finds no request to reap.
 	const stale = 24 * time.Hour
 	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: stale, Instruments: s.Tel.Instruments, Logger: s.Tel.Logger})
-	gauges := &worker.Gauges{Pool: pool, Jobs: app.Catalog().Names(), StaleAfter: stale, Instruments: s.Tel.Instruments}
-	names := app.Catalog().Names()
+	gauges := &worker.Gauges{Pool: pool, Jobs: jobset.Catalog().Names(), StaleAfter: stale, Instruments: s.Tel.Instruments}
+	names := jobset.Catalog().Names()
 	q := queries.New()
 	return []historyPass{
 		{"reaper pass", func(ctx context.Context) error {

@@ -16,6 +16,8 @@ import (
 
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
@@ -75,12 +77,12 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
 	}
 	openWorkerPool := func() *pgxpool.Pool {
-		pool, err := app.OpenPool(ctx, s.DBURL, s.Env.WorkerMaxConns(), s.Env.DBTimeout, false, app.SessionLimits{})
+		pool, err := dbpool.Open(ctx, s.DBURL, s.Env.WorkerMaxConns(), s.Env.DBTimeout, false, config.SessionLimits{})
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		return pool
 	}
-	heartbeatPool, err := app.OpenHeartbeatPool(ctx, s.DBURL, app.HeartbeatPoolConns, s.Env.DBTimeout, false, app.SessionLimits{})
+	heartbeatPool, err := dbpool.OpenHeartbeat(ctx, s.DBURL, config.HeartbeatPoolConns, s.Env.DBTimeout, false, config.SessionLimits{})
 	require.NoError(t, err)
 	t.Cleanup(heartbeatPool.Close)
 	w, _ := s.StartWorkerWith(openWorkerPool(), func(wc *worker.Config, rc *batch.Config) {
@@ -108,7 +110,7 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	require.NoError(t, err)
 	require.NoError(t, raw.Start(ctx))
 	defer func() { _ = raw.Stop(ctx) }()
-	rawInsertPool, err := app.OpenAPIPool(ctx, s.Env, s.DBURL)
+	rawInsertPool, err := dbpool.OpenAPI(ctx, s.Env, s.DBURL)
 	require.NoError(t, err)
 	t.Cleanup(rawInsertPool.Close)
 	rawInsert, err := river.NewClient(riverpgxv5.New(rawInsertPool), &river.Config{FetchCooldown: river.FetchCooldownMin})

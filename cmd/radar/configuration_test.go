@@ -18,7 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/docs"
-	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/upstream"
 )
@@ -42,7 +43,7 @@ func placeholders() map[string][]string {
 	for _, p := range upstream.Providers {
 		values["P"] = append(values["P"], string(p))
 	}
-	for _, def := range app.Catalog().All() {
+	for _, def := range jobset.Catalog().All() {
 		values["JOB"] = append(values["JOB"], strings.ToUpper(def.Name()))
 	}
 	for _, r := range riskrule.Set {
@@ -309,14 +310,14 @@ func paramIndex(fd *ast.FuncDecl, name string) int {
 	return -1
 }
 
-// loadEnvReads returns every name app.LoadEnv asks its getenv for when no
+// loadEnvReads returns every name config.LoadEnv asks its getenv for when no
 // variable is set.
 func loadEnvReads(t *testing.T) []string {
 	t.Helper()
 
 	var mu sync.Mutex
 	seen := map[string]bool{}
-	_, err := app.LoadEnv(func(name string) string {
+	_, err := config.LoadEnv(func(name string) string {
 		mu.Lock()
 		defer mu.Unlock()
 		seen[name] = true

@@ -20,6 +20,8 @@ import (
 	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/exposure"
 	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/sql/migrations"
 	"github.com/buildrisk/radar/sql/pglocal"
@@ -39,11 +41,11 @@ const devFakeUpstreamAddr = "127.0.0.1:8090"
 // PostgreSQL when DATABASE_URL is unset, migrations, the fake upstream, the
 // API and a worker. Ctrl-C drains the worker and stops everything.
 func runDev(ctx context.Context, stdout io.Writer) error {
-	env, err := app.LoadEnv(os.Getenv)
+	env, err := config.LoadEnv(os.Getenv)
 	if err != nil {
 		return err
 	}
-	if err := app.RefuseTxPoolingMigrations(env, "radar dev"); err != nil {
+	if err := config.RefuseTxPoolingMigrations(env, "radar dev"); err != nil {
 		return err
 	}
 	workerID, hostname, boot := app.NewWorkerID()
@@ -69,12 +71,12 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 		databaseNote = "embedded, deleted on exit"
 	}
 	// The worker's pool; the api has its own (below), each with its budget.
-	pool, err := app.OpenPool(ctx, env.DatabaseURL, env.WorkerMaxConns(), env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
+	pool, err := dbpool.Open(ctx, env.DatabaseURL, env.WorkerMaxConns(), env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	heartbeatPool, err := app.OpenHeartbeatPool(ctx, env.DatabaseURL, app.HeartbeatPoolConns, env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
+	heartbeatPool, err := dbpool.OpenHeartbeat(ctx, env.DatabaseURL, config.HeartbeatPoolConns, env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
 	if err != nil {
 		return err
 	}
@@ -143,7 +145,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 	}
 	// The API has its own pool with its statement and lock timeouts, as in
 	// production; the worker's long writes are not bound by them.
-	apiPool, err := app.OpenAPIPool(ctx, env, env.DatabaseURL)
+	apiPool, err := dbpool.OpenAPI(ctx, env, env.DatabaseURL)
 	if err != nil {
 		return err
 	}

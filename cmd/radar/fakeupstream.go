@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
@@ -23,10 +23,10 @@ func runFakeUpstream(ctx context.Context, args []string, stdout, stderr io.Write
 	errorRate := fs.Float64("error-rate", 0, "fraction of calls answered 500")
 	seed := fs.Int64("seed", 1, "seed of all data and faults")
 	if err := fs.Parse(args); err != nil {
-		return app.Usage(err)
+		return config.Usage(err)
 	}
 	if *errorRate < 0 || *errorRate > 1 {
-		return app.Usage(fmt.Errorf("--error-rate %v is not between 0 and 1", *errorRate))
+		return config.Usage(fmt.Errorf("--error-rate %v is not between 0 and 1", *errorRate))
 	}
 	server := fakeupstream.New(fakeupstream.Config{Latency: *latency, ErrorRate: *errorRate, Seed: *seed})
 	listener, err := net.Listen("tcp", *addr)

@@ -10,7 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/buildrisk/radar/exposure"
-	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
 )
 
 const importUsage = `usage: radar import exposure FILE.csv
@@ -39,22 +40,22 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	defer closeFile()
-	env, err := app.LoadEnv(os.Getenv)
+	env, err := config.LoadEnv(os.Getenv)
 	if err == nil {
-		err = app.RequireDatabaseURL(env)
+		err = config.RequireDatabaseURL(env)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "radar import exposure: %v\n", err)
 		return exitUsage
 	}
-	pool, err := app.OpenPool(ctx, env.DatabaseURL, 2, 0, env.TxPooling, importLimits(env))
+	pool, err := dbpool.Open(ctx, env.DatabaseURL, 2, 0, env.TxPooling, importLimits(env))
 	if err == nil {
 		defer pool.Close()
-		err = app.CheckSchema(ctx, pool)
+		err = dbpool.CheckSchema(ctx, pool)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "radar import exposure: %v\n", err)
-		if app.IsUsage(err) {
+		if config.IsUsage(err) {
 			return exitUsage
 		}
 		return exitFailed
@@ -104,7 +105,7 @@ func loadExposure(ctx context.Context, pool *pgxpool.Pool, path string, ledger *
 // importLimits are the session limits of `radar import exposure`: those of
 // every process but transaction_timeout, since one import loads a whole
 // ledger in one transaction for as long as that takes.
-func importLimits(env *app.Config) app.SessionLimits {
+func importLimits(env *config.Config) config.SessionLimits {
 	limits := env.SessionLimits("radar import")
 	limits.TransactionTimeout = 0
 	return limits

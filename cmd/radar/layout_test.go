@@ -19,6 +19,9 @@ const module = "github.com/buildrisk/radar/"
 var allowedImports = map[string][]string{
 	"internal/app":                    nil,
 	"internal/apptest":                nil,
+	"internal/config":                 {"api", "internal/jobset", "jobs/coverage", "jobs/riskrule", "queries", "queue/batch", "queue/request", "queue/worker", "sql/migrations", "upstream"},
+	"internal/dbpool":                 {"internal/config", "queries", "sql/migrations", "sql/pgtx"},
+	"internal/jobset":                 {"jobs", "jobs/apttrade", "jobs/corpcode", "jobs/credit", "jobs/filing", "jobs/riskmetric", "jobs/riskrule", "jobs/stockprice", "queue/batch"},
 	"exposure":                        {"queries", "sql/pgtx", "upstream/fakeupstream"},
 	"api":                             {"jobs/coverage", "queue/request", "jobs", "queries", "sql/pgtx", "observability", "radartype"},
 	"queue/worker":                    {"queue/batch", "queue/request", "upstream", "jobs", "queries", "sql/pgtx", "observability", "radartype", "internal/service"},

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/config"
 )
 
 // Exit codes of radar (the CLI contract).
@@ -156,7 +157,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "radar %s: %v\n", command, err)
-		if app.IsUsage(err) {
+		if config.IsUsage(err) {
 			return exitUsage
 		}
 		return exitFailed
@@ -165,8 +166,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // withEnv loads the configuration from the environment and runs role on it.
-func withEnv(ctx context.Context, role func(context.Context, *app.Config) error) error {
-	env, err := app.LoadEnv(os.Getenv)
+func withEnv(ctx context.Context, role func(context.Context, *config.Config) error) error {
+	env, err := config.LoadEnv(os.Getenv)
 	if err != nil {
 		return err
 	}

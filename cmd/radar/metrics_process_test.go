@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/config"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/batch"
 )
@@ -107,7 +107,7 @@ func TestMetrics_ScriptedScenario(t *testing.T) {
 	apiCompleted, ok := apptest.MetricLine(api, "buildrisk_job_last_completed_timestamp_seconds", `job="aptTrade"`)
 	require.True(t, ok)
 	apptest.RequireMetric(t, wm, "buildrisk_job_last_completed_timestamp_seconds", apiCompleted, `job="aptTrade"`)
-	workerEnv, err := app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_SCHEDULE_RULES": "0 3 1 1 *"}[k] })
+	workerEnv, err := config.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_SCHEDULE_RULES": "0 3 1 1 *"}[k] })
 	require.NoError(t, err)
 	for _, sched := range workerEnv.Schedules {
 		if sched.Job == "rules" {

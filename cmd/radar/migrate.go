@@ -7,7 +7,8 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/sql/migrations"
 )
@@ -17,14 +18,14 @@ import (
 // and is retried until BUILDRISK_MIGRATE_LOCK_RETRY_FOR has passed, each
 // wait logged to stderr with the sessions it waited behind.
 func runMigrate(ctx context.Context, stdout, stderr io.Writer) error {
-	env, err := app.LoadEnv(os.Getenv)
+	env, err := config.LoadEnv(os.Getenv)
 	if err != nil {
 		return err
 	}
-	if err := app.RequireDatabaseURL(env); err != nil {
+	if err := config.RequireDatabaseURL(env); err != nil {
 		return err
 	}
-	if err := app.RefuseTxPoolingMigrations(env, "radar migrate"); err != nil {
+	if err := config.RefuseTxPoolingMigrations(env, "radar migrate"); err != nil {
 		return err
 	}
 	logger := observability.NewLogger(stderr, env.LogFormat, slog.LevelInfo).With(slog.String("role", "migrate"))
@@ -33,7 +34,7 @@ func runMigrate(ctx context.Context, stdout, stderr io.Writer) error {
 	// while one waits: 4 connections in all, as before. pg_stat_activity
 	// shows them as "radar migrate" unless DATABASE_URL or PGAPPNAME names
 	// them.
-	pool, err := app.OpenPool(ctx, env.DatabaseURL, 2, 0, false, app.SessionLimits{AppName: "radar migrate"})
+	pool, err := dbpool.Open(ctx, env.DatabaseURL, 2, 0, false, config.SessionLimits{AppName: "radar migrate"})
 	if err != nil {
 		return err
 	}

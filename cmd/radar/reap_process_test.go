@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -175,10 +176,10 @@ func TestReap_APIReapsWithNoWorker(t *testing.T) {
 func TestReap_FrozenWorkerInTransaction(t *testing.T) {
 	t.Parallel()
 	bin := buildRadar(t)
-	for name, holderLimits := range map[string]func(s *apptest.System, workerID string) app.SessionLimits{
-		"ServerLimits": func(s *apptest.System, _ string) app.SessionLimits { return s.Env.SessionLimits("partition-holder") },
-		"ReaperEndsBackend": func(_ *apptest.System, workerID string) app.SessionLimits {
-			return app.SessionLimits{AppName: workerID}
+	for name, holderLimits := range map[string]func(s *apptest.System, workerID string) config.SessionLimits{
+		"ServerLimits": func(s *apptest.System, _ string) config.SessionLimits { return s.Env.SessionLimits("partition-holder") },
+		"ReaperEndsBackend": func(_ *apptest.System, workerID string) config.SessionLimits {
+			return config.SessionLimits{AppName: workerID}
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -203,7 +204,7 @@ func TestReap_FrozenWorkerInTransaction(t *testing.T) {
 			require.NoError(t, victim.cmd.Process.Signal(syscall.SIGSTOP))
 			t.Cleanup(func() { _ = victim.cmd.Process.Signal(syscall.SIGCONT) })
 			ctx := context.Background()
-			holderPool, err := app.OpenPool(ctx, s.ServiceURL, 1, 0, false, holderLimits(s, workerID))
+			holderPool, err := dbpool.Open(ctx, s.ServiceURL, 1, 0, false, holderLimits(s, workerID))
 			require.NoError(t, err)
 			holder, err := holderPool.Begin(ctx)
 			require.NoError(t, err)

@@ -18,6 +18,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
+	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
@@ -36,7 +39,7 @@ func (p *paramFlags) Set(v string) error { *p = append(*p, v); return nil }
 // resumable, capped; Ctrl-C drains it at a chunk boundary (a second Ctrl-C
 // cancels the chunk in flight).
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	catalog := app.Catalog()
+	catalog := jobset.Catalog()
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fmt.Fprintf(stderr, "usage: radar run JOB [-p key=value ...] [--params JSON] [--max-calls N] [--confirm-purge]\njobs: %s\n", strings.Join(catalog.Names(), ", "))
 		return exitUsage
@@ -71,9 +74,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		maxCallsPtr = maxCalls
 	}
 
-	env, err := app.LoadEnv(os.Getenv)
+	env, err := config.LoadEnv(os.Getenv)
 	if err == nil {
-		err = app.RequireDatabaseURL(env)
+		err = config.RequireDatabaseURL(env)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "radar run: %v\n", err)
@@ -86,23 +89,23 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-func runJob(ctx context.Context, env *app.Config, jobName string, raw []byte, maxCalls *int, confirmPurge bool, stdout io.Writer) (int, error) {
+func runJob(ctx context.Context, env *config.Config, jobName string, raw []byte, maxCalls *int, confirmPurge bool, stdout io.Writer) (int, error) {
 	workerID, hostname, boot := app.NewWorkerID()
 	tel, err := app.NewTelemetry(ctx, env, "cli", workerID, "text")
 	if err != nil {
 		return exitFailed, err
 	}
 	defer tel.Shutdown()
-	pool, err := app.OpenPool(ctx, env.DatabaseURL, 4, env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
+	pool, err := dbpool.Open(ctx, env.DatabaseURL, 4, env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
 	if err != nil {
 		return exitFailed, err
 	}
 	defer pool.Close()
-	if err := app.CheckSchema(ctx, pool); err != nil {
+	if err := dbpool.CheckSchema(ctx, pool); err != nil {
 		return exitUsage, err
 	}
 	// The CLI's heartbeat has a connection of its own, like a worker's.
-	heartbeatPool, err := app.OpenHeartbeatPool(ctx, env.DatabaseURL, 1, env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
+	heartbeatPool, err := dbpool.OpenHeartbeat(ctx, env.DatabaseURL, 1, env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
 	if err != nil {
 		return exitFailed, err
 	}

@@ -16,6 +16,9 @@ import (
 	"riverqueue.com/riverui"
 
 	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
+	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/request"
@@ -24,24 +27,24 @@ import (
 
 // RunAPI serves the API until SIGINT/SIGTERM. It refuses to start without
 // tokens (unless BUILDRISK_INSECURE_NO_AUTH=1) or on a schema that is behind.
-func RunAPI(ctx context.Context, env *Config) error {
-	if err := RequireDatabaseURL(env); err != nil {
+func RunAPI(ctx context.Context, env *config.Config) error {
+	if err := config.RequireDatabaseURL(env); err != nil {
 		return err
 	}
 	if !env.TokensSet && !env.InsecureNoAuth {
-		return UsageError{errors.New("BUILDRISK_API_TOKENS (or BUILDRISK_API_TOKENS_FILE) is not set: give viewer:TOKEN,operator:TOKEN, or set BUILDRISK_INSECURE_NO_AUTH=1 for a trusted network")}
+		return config.Usage(errors.New("BUILDRISK_API_TOKENS (or BUILDRISK_API_TOKENS_FILE) is not set: give viewer:TOKEN,operator:TOKEN, or set BUILDRISK_INSECURE_NO_AUTH=1 for a trusted network"))
 	}
 	tel, err := NewTelemetry(ctx, env, "api", "", "json")
 	if err != nil {
 		return err
 	}
 	defer tel.Shutdown()
-	pool, err := OpenAPIPool(ctx, env, env.DatabaseURL)
+	pool, err := dbpool.OpenAPI(ctx, env, env.DatabaseURL)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := CheckSchema(ctx, pool); err != nil {
+	if err := dbpool.CheckSchema(ctx, pool); err != nil {
 		return err
 	}
 	server, err := NewAPIServer(ctx, pool, env, tel)
@@ -84,7 +87,7 @@ func RunAPI(ctx context.Context, env *Config) error {
 
 // apiRequestTimeout bounds one /v1 call's database work: two statements'
 // worth, so the server's statement_timeout fires first and names the cause.
-func apiRequestTimeout(env *Config) time.Duration { return 2 * env.APIStatementTimeout }
+func apiRequestTimeout(env *config.Config) time.Duration { return 2 * env.APIStatementTimeout }
 
 // APIHandler is the api port's handler: server's, in otelhttp's server
 // spans and http.server.* metrics on the process's providers. Those
@@ -100,7 +103,7 @@ func APIHandler(server *api.Server, tel *Telemetry) http.Handler {
 // and River UI on that client (the api authenticates it; see api.Config).
 // River UI's background services and the database probe behind
 // buildrisk_database_up run until ctx is done.
-func NewAPIServer(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Telemetry) (*api.Server, error) {
+func NewAPIServer(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Telemetry) (*api.Server, error) {
 	insertOnly, err := NewInsertOnlyRiver(pool, tel)
 	if err != nil {
 		return nil, err
@@ -120,10 +123,10 @@ func NewAPIServer(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Tel
 	}
 	StartDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.Instruments, tel.Reach, tel.Database)
 	return api.New(pool, api.Config{
-		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: Catalog(), AlertRules: riskrule.Doc(), Enqueuer: enqueuer,
+		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: jobset.Catalog(), AlertRules: riskrule.Doc(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.Instruments, MetricsHandler: tel.Providers.MetricsHandler(),
 		Logger: tel.Logger, Version: Version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
-		RequestTimeout: apiRequestTimeout(env), TxSettings: APITxSettings(env), IdempotencyRetention: env.IdempotencyRetention,
+		RequestTimeout: apiRequestTimeout(env), TxSettings: dbpool.APITxSettings(env), IdempotencyRetention: env.IdempotencyRetention,
 		DailyCaps: env.CapsByName(), Today: BudgetDay(env, pool), RiverUI: riverUI, Coverage: cover,
 		AllowedHosts: env.AllowedHosts, TrustedProxies: env.TrustedProxies,
 	})

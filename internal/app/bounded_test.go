@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/config"
 
 	"github.com/stretchr/testify/require"
 
@@ -104,7 +105,7 @@ func TestBounded_ServerTimeouts(t *testing.T) {
 	for name, v := range map[string]time.Duration{"ReadHeader": d.ReadHeader, "Read": d.Read, "Write": d.Write, "Idle": d.Idle} {
 		require.Positive(t, v, name)
 	}
-	require.Greater(t, d.Write, 2*app.APIStatementTimeoutMax, "a call's database deadline (two statements) ends before the write timeout")
+	require.Greater(t, d.Write, 2*config.APIStatementTimeoutMax, "a call's database deadline (two statements) ends before the write timeout")
 
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -1,5 +1,5 @@
 // Package app is radar's composition root: from a Config (the environment,
-// read and validated by LoadEnv) it builds the pieces every role runs — the
+// read and validated by config.LoadEnv) it builds the pieces every role runs — the
 // pools and their session limits, the telemetry, River's clients, the
 // enqueuer, the worker and its runner, the api server and the HTTP servers —
 // and runs the api and worker roles (RunAPI, RunWorker). cmd/radar parses

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/jobs"
 )
 
@@ -13,7 +13,7 @@ import (
 // *ParamError naming a field under params; accepted params decode again to
 // the same canonical form (what resume identity relies on).
 func FuzzDecodeParams(f *testing.F) {
-	catalog := app.Catalog()
+	catalog := jobset.Catalog()
 	for _, def := range catalog.All() {
 		example, err := json.Marshal(def.Example())
 		if err != nil {

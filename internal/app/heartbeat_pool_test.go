@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -25,7 +27,7 @@ func TestWorker_HeartbeatNeverWaitsBehindChunkWork(t *testing.T) {
 	mainPool, err := pgxpool.NewWithConfig(ctx, mainCfg)
 	require.NoError(t, err)
 	t.Cleanup(mainPool.Close)
-	heartbeatPool, err := app.OpenHeartbeatPool(ctx, s.DBURL, app.HeartbeatPoolConns, s.Env.DBTimeout, false, app.SessionLimits{})
+	heartbeatPool, err := dbpool.OpenHeartbeat(ctx, s.DBURL, config.HeartbeatPoolConns, s.Env.DBTimeout, false, config.SessionLimits{})
 	require.NoError(t, err)
 	t.Cleanup(heartbeatPool.Close)
 

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queue/batch"
 )
@@ -20,8 +22,8 @@ import (
 func TestCatalog_RadarJobsInOrder(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, []string{"corpCodeSync", "filingParse", "stockPrice", "aptTrade", "creditEval", "metrics", "rules"},
-		app.Catalog().Names())
-	for _, def := range app.Catalog().All() {
+		jobset.Catalog().Names())
+	for _, def := range jobset.Catalog().All() {
 		_, err := def.Decode(mustJSON(t, def.Example()))
 		require.NoError(t, err, "%s's example is valid", def.Name())
 		_, err = def.Decode(def.ScheduledParams(time.Date(2026, 3, 31, 18, 0, 0, 0, jobs.Seoul)))
@@ -42,13 +44,13 @@ func mustJSON(t *testing.T, v any) json.RawMessage {
 // those of the three jobs whose targets only the database knows.
 func TestJobs_OneRegistrationPerJob(t *testing.T) {
 	t.Parallel()
-	regs := app.Jobs(&app.Config{}, nil)
+	regs := app.Jobs(&config.Config{}, nil)
 	names := make([]string, len(regs))
 	for i, r := range regs {
 		names[i] = r.Definition.Name()
 		require.NotNil(t, r.Job, names[i])
 	}
-	require.Equal(t, app.Catalog().Names(), names)
+	require.Equal(t, jobset.Catalog().Names(), names)
 	require.Len(t, batch.Implementations(regs), len(regs))
 	require.ElementsMatch(t, []string{"filingParse", "stockPrice", "creditEval"}, slices.Collect(maps.Keys(batch.Estimators(regs))))
 }

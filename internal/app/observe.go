@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/jobs/coverage"
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/jobs/stockprice"
@@ -16,7 +18,7 @@ import (
 )
 
 // scheduleInfo tells the API a job's schedule and its next due time.
-func scheduleInfo(env *Config) func(job string) (string, *time.Time) {
+func scheduleInfo(env *config.Config) func(job string) (string, *time.Time) {
 	byJob := map[string]worker.Schedule{}
 	for _, s := range env.Schedules {
 		byJob[s.Job] = s
@@ -34,12 +36,12 @@ func scheduleInfo(env *Config) func(job string) (string, *time.Time) {
 // observeSchedules exports, from any process, each scheduled job's period
 // and every job's freshness read from the database, so that the api and
 // every worker serve the same values.
-func observeSchedules(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Telemetry) {
+func observeSchedules(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Telemetry) {
 	for _, s := range env.Schedules {
 		tel.Instruments.SchedulePeriodSet(ctx, s.Job, s.Period)
 	}
 	q := queries.New()
-	names := Catalog().Names()
+	names := jobset.Catalog().Names()
 	tel.Instruments.SetJobFreshnessSource(func(ctx context.Context) (map[string]time.Time, error) {
 		rows, err := q.JobFreshnessByJob(ctx, pool, names)
 		if err != nil {
@@ -56,9 +58,9 @@ func observeSchedules(ctx context.Context, pool *pgxpool.Pool, env *Config, tel 
 // observeCoverage exports, from any process, every job's coverage counted
 // from the database (jobs/coverage, cached for BUILDRISK_COVERAGE_MAX_AGE),
 // and returns the reader, which the api also serves as GET /v1/coverage.
-func observeCoverage(ctx context.Context, pool *pgxpool.Pool, env *Config, tel *Telemetry) (*coverage.Reader, error) {
+func observeCoverage(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Telemetry) (*coverage.Reader, error) {
 	r, err := coverage.New(pool, coverage.Config{
-		Catalog: Catalog(), Location: env.Location, MaxAge: env.CoverageMaxAge, Now: env.TimeNow,
+		Catalog: jobset.Catalog(), Location: env.Location, MaxAge: env.CoverageMaxAge, Now: env.TimeNow,
 		OnError: func(ctx context.Context, job string, err error) {
 			tel.Instruments.CoverageCheckFailed(ctx, job)
 			tel.Logger.WarnContext(ctx, "coverage count failed", slog.String("job", job), slog.String("error", err.Error()))
@@ -91,7 +93,7 @@ var fanOutJobs = []string{credit.Name, stockprice.Name}
 // buildrisk_fanout_inflight (0) for every fan-out job from the worker's
 // start, so a rule or a dashboard reading them sees a series before the
 // first fan-out job ran.
-func observeFanOut(ctx context.Context, env *Config, tel *Telemetry) {
+func observeFanOut(ctx context.Context, env *config.Config, tel *Telemetry) {
 	for _, job := range fanOutJobs {
 		tel.Instruments.FanoutCapacitySet(ctx, job, int64(env.FanOut))
 		tel.Instruments.FanoutInflightAdd(ctx, job, 0)

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/sql/pgtx"
 
@@ -65,23 +67,23 @@ func TestPgBouncer_APITimeoutsFire(t *testing.T) {
 // timeouts, and River's workers poll-only; unset, nothing changes.
 func TestPgBouncer_Switch(t *testing.T) {
 	t.Parallel()
-	load := func(extra map[string]string) *app.Config {
+	load := func(extra map[string]string) *config.Config {
 		vars := map[string]string{"BUILDRISK_API_TOKENS": "operator:" + apptest.OperatorToken}
 		for k, v := range extra {
 			vars[k] = v
 		}
-		env, err := app.LoadEnv(func(k string) string { return vars[k] })
+		env, err := config.LoadEnv(func(k string) string { return vars[k] })
 		require.NoError(t, err)
 		return env
 	}
-	_, err := app.LoadEnv(func(k string) string {
+	_, err := config.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_DB_PGBOUNCER": "session"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_DB_PGBOUNCER")
 
 	for _, c := range []struct {
 		name      string
-		env       *app.Config
+		env       *config.Config
 		pgbouncer bool
 	}{
 		{"Direct", load(nil), false},
@@ -91,30 +93,30 @@ func TestPgBouncer_Switch(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			env := c.env
 			require.Equal(t, c.pgbouncer, env.TxPooling)
-			cfg, err := app.PoolConfig("postgres://radar@127.0.0.1:1/radar", 4, env.TxPooling)
+			cfg, err := dbpool.Config("postgres://radar@127.0.0.1:1/radar", 4, env.TxPooling)
 			require.NoError(t, err)
 			if c.pgbouncer {
 				require.Equal(t, pgx.QueryExecModeCacheDescribe, cfg.ConnConfig.DefaultQueryExecMode)
-				require.Equal(t, &pgtx.TxSettings{StatementTimeout: env.APIStatementTimeout, LockTimeout: env.APILockTimeout}, app.APITxSettings(env))
+				require.Equal(t, &pgtx.TxSettings{StatementTimeout: env.APIStatementTimeout, LockTimeout: env.APILockTimeout}, dbpool.APITxSettings(env))
 			} else {
 				require.Equal(t, pgx.QueryExecModeCacheStatement, cfg.ConnConfig.DefaultQueryExecMode)
-				require.Nil(t, app.APITxSettings(env))
+				require.Nil(t, dbpool.APITxSettings(env))
 			}
 			// The api's pool is configured like any other: its reads are
 			// planned at every call by the api itself (queries.PlanEachCall),
 			// its enqueue keeps cached statements where they may be.
-			apiCfg, err := app.APIPoolConfig(env, "postgres://radar@127.0.0.1:1/radar")
+			apiCfg, err := dbpool.APIConfig(env, "postgres://radar@127.0.0.1:1/radar")
 			require.NoError(t, err)
 			require.Equal(t, cfg.ConnConfig.DefaultQueryExecMode, apiCfg.ConnConfig.DefaultQueryExecMode)
 			if c.pgbouncer {
-				require.ErrorContains(t, app.RefuseTxPoolingMigrations(env, "radar migrate"), "session-level advisory lock")
+				require.ErrorContains(t, config.RefuseTxPoolingMigrations(env, "radar migrate"), "session-level advisory lock")
 			} else {
-				require.NoError(t, app.RefuseTxPoolingMigrations(env, "radar migrate"))
+				require.NoError(t, config.RefuseTxPoolingMigrations(env, "radar migrate"))
 			}
 
 			// The worker's config as newWorker builds it (no connection is
 			// made: River connects when the worker starts).
-			poolCfg, err := app.PoolConfig("postgres://radar@127.0.0.1:1/radar", 4, env.TxPooling)
+			poolCfg, err := dbpool.Config("postgres://radar@127.0.0.1:1/radar", 4, env.TxPooling)
 			require.NoError(t, err)
 			pool, err := pgxpool.NewWithConfig(t.Context(), poolCfg)
 			require.NoError(t, err)

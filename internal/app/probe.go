@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/worker"
@@ -65,6 +66,6 @@ func probeDatabase(ctx context.Context, db probed, interval, timeout time.Durati
 
 // databaseProbeTimeout bounds one probe: a database that does not answer
 // within it counts as down.
-func databaseProbeTimeout(env *Config) time.Duration {
+func databaseProbeTimeout(env *config.Config) time.Duration {
 	return min(env.HeartbeatInterval, 2*time.Second)
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/jobset"
 
 	"github.com/stretchr/testify/require"
 
@@ -181,12 +183,12 @@ func TestRadar_CorpCodeSyncRedownload(t *testing.T) {
 func TestRadar_RuleThresholdEnv(t *testing.T) {
 	t.Parallel()
 	base := map[string]string{"DATABASE_URL": "x"}
-	load := func(k, v string) (*app.Config, error) {
+	load := func(k, v string) (*config.Config, error) {
 		vars := map[string]string{k: v}
 		for bk, bv := range base {
 			vars[bk] = bv
 		}
-		return app.LoadEnv(func(name string) string { return vars[name] })
+		return config.LoadEnv(func(name string) string { return vars[name] })
 	}
 	for _, bad := range [][2]string{
 		{"BUILDRISK_RULE_PRICE_DRAWDOWN", "25"},
@@ -237,7 +239,7 @@ func TestRadar_OpenAPI(t *testing.T) {
 		}
 		example, err := json.Marshal(content["example"].(map[string]any)["params"])
 		require.NoError(t, err)
-		def, _ := app.Catalog().Lookup(job)
+		def, _ := jobset.Catalog().Lookup(job)
 		_, err = def.Decode(example)
 		require.NoError(t, err, "%s's example is valid: %s", job, example)
 	}

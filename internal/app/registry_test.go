@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/jobset"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -101,7 +102,7 @@ func TestRegistry_JobListOneStatement(t *testing.T) {
 	var queriesSeen atomic.Int32
 	apiPool := s.CountingPool(&queriesSeen)
 	server, err := api.New(apiPool, api.Config{
-		Tokens: map[string]api.Role{"t": api.RoleViewer}, Catalog: app.Catalog(), AlertRules: riskrule.Doc(), Enqueuer: mustEnqueuer(t, s),
+		Tokens: map[string]api.Role{"t": api.RoleViewer}, Catalog: jobset.Catalog(), AlertRules: riskrule.Doc(), Enqueuer: mustEnqueuer(t, s),
 		Instruments: s.Tel.Instruments, StaleAfter: 2 * time.Second,
 	})
 	require.NoError(t, err)

@@ -1,12 +1,15 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"time"
 
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream"
@@ -30,7 +33,7 @@ type Telemetry struct {
 
 // NewTelemetry starts the providers, instruments and logger of a process
 // in role (api, worker, cli, dev), and makes them the process's globals.
-func NewTelemetry(ctx context.Context, env *Config, role, workerID, defaultFormat string) (*Telemetry, error) {
+func NewTelemetry(ctx context.Context, env *config.Config, role, workerID, defaultFormat string) (*Telemetry, error) {
 	providers, err := observability.NewProviders(ctx, observability.Config{ServiceVersion: Version, Role: role, WorkerID: workerID})
 	if err != nil {
 		return nil, fmt.Errorf("error starting telemetry: %w", err)
@@ -44,14 +47,14 @@ func NewTelemetry(ctx context.Context, env *Config, role, workerID, defaultForma
 	for i, p := range upstream.Providers {
 		providerNames[i] = string(p)
 	}
-	instruments.InitSeries(ctx, Catalog().Names(), providerNames)
+	instruments.InitSeries(ctx, jobset.Catalog().Names(), providerNames)
 	// A worker's lines are scrubbed of its provider keys, whatever logs them
 	// (River's own lines quote a run's error); the runner scrubs its own too.
 	keys := make([]string, 0, len(env.Keys))
 	for _, key := range env.Keys {
 		keys = append(keys, key)
 	}
-	handler := observability.NewLogger(os.Stderr, orDefault(env.LogFormat, defaultFormat), slog.LevelInfo).Handler()
+	handler := observability.NewLogger(os.Stderr, cmp.Or(env.LogFormat, defaultFormat), slog.LevelInfo).Handler()
 	logger := slog.New(observability.NewSecrets(keys...).Handler(handler)).With(slog.String("role", role))
 	slog.SetDefault(logger)
 	return &Telemetry{

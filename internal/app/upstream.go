@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
+	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/upstream"
 )
@@ -29,7 +30,7 @@ func NewWorkerID() (id, hostname, boot string) {
 
 // NewUpstream returns the provider client of a process; holder (the worker
 // id) names the process in the leases of the daily caps it takes.
-func NewUpstream(pool *pgxpool.Pool, env *Config, tel *Telemetry, holder string) (*upstream.Client, error) {
+func NewUpstream(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, holder string) (*upstream.Client, error) {
 	return upstream.NewClient(pool, upstream.ClientConfig{
 		BaseURLs: env.UpstreamURLs, Keys: env.Keys, DailyCaps: env.DailyCaps, Rates: env.Rates, Location: env.Location,
 		Logger: tel.Logger,

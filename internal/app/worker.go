@@ -16,6 +16,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
 
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
+	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
@@ -25,8 +28,8 @@ import (
 // RunWorker claims and runs requests until SIGINT/SIGTERM, then drains:
 // stop claiming, let running jobs stop at a chunk boundary (up to
 // BUILDRISK_DRAIN_TIMEOUT), and only then close the pool and telemetry.
-func RunWorker(ctx context.Context, env *Config) error {
-	if err := RequireDatabaseURL(env); err != nil {
+func RunWorker(ctx context.Context, env *config.Config) error {
+	if err := config.RequireDatabaseURL(env); err != nil {
 		return err
 	}
 	workerID, hostname, boot := NewWorkerID()
@@ -35,17 +38,17 @@ func RunWorker(ctx context.Context, env *Config) error {
 		return err
 	}
 	defer tel.Shutdown() // last: after drain and pool close
-	pool, err := OpenPool(ctx, env.DatabaseURL, env.WorkerMaxConns(), env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
+	pool, err := dbpool.Open(ctx, env.DatabaseURL, env.WorkerMaxConns(), env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	heartbeatPool, err := OpenHeartbeatPool(ctx, env.DatabaseURL, HeartbeatPoolConns, env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
+	heartbeatPool, err := dbpool.OpenHeartbeat(ctx, env.DatabaseURL, config.HeartbeatPoolConns, env.DBTimeout, env.TxPooling, env.SessionLimits(workerID))
 	if err != nil {
 		return err
 	}
 	defer heartbeatPool.Close()
-	if err := CheckSchema(ctx, pool); err != nil {
+	if err := dbpool.CheckSchema(ctx, pool); err != nil {
 		return err
 	}
 	w, _, err := NewWorker(pool, env, tel, workerID, hostname, boot, WithHeartbeatPool(heartbeatPool))
@@ -133,7 +136,7 @@ func WithHeartbeatPool(pool *pgxpool.Pool) TuneFunc {
 // lock, dedupe); its runner is then built on that enqueuer and fenced by
 // the worker's own presence. One River client inserts and works the
 // process's queues, and nothing is assigned after construction.
-func NewWorker(pool *pgxpool.Pool, env *Config, tel *Telemetry, workerID, hostname, boot string, tune TuneFunc) (*worker.Worker, *batch.Runner, error) {
+func NewWorker(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, workerID, hostname, boot string, tune TuneFunc) (*worker.Worker, *batch.Runner, error) {
 	up, err := NewUpstream(pool, env, tel, workerID)
 	if err != nil {
 		return nil, nil, err
@@ -168,7 +171,7 @@ func NewWorker(pool *pgxpool.Pool, env *Config, tel *Telemetry, workerID, hostna
 		DatabaseWatch:     tel.Database,
 		RiverPlugins:      riverPlugins(tel),
 		Gauges: &worker.Gauges{
-			Pool: pool, Jobs: Catalog().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.Instruments,
+			Pool: pool, Jobs: jobset.Catalog().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.Instruments,
 		},
 		Schedules: env.Schedules,
 		Now:       env.Now,

@@ -19,6 +19,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
+	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/batch"
@@ -48,7 +51,7 @@ type System struct {
 	Bouncer    *pgtest.PgBouncer
 	// apiPool is the API's pool (statement and lock timeouts set).
 	APIPool *pgxpool.Pool
-	Env     *app.Config
+	Env     *config.Config
 	Tel     *app.Telemetry
 	Fake    *fakeupstream.Server
 	FakeURL string
@@ -213,14 +216,14 @@ func New(t testing.TB, opts *Opts) *System {
 	}
 	// Schedules are off unless a test turns one on: a cron tick must never
 	// land in the middle of an unrelated test.
-	for _, name := range app.Catalog().Names() {
+	for _, name := range jobset.Catalog().Names() {
 		vars["BUILDRISK_SCHEDULE_"+strings.ToUpper(name)] = "off"
 	}
 	for k, v := range opts.Env {
 		vars[k] = v
 	}
 	s.Vars = vars
-	env, err := app.LoadEnv(func(k string) string { return vars[k] })
+	env, err := config.LoadEnv(func(k string) string { return vars[k] })
 	require.NoError(t, err)
 	env.Now = opts.Now
 	s.Env = env
@@ -243,7 +246,7 @@ func New(t testing.TB, opts *Opts) *System {
 	if opts.PgBouncer {
 		apiServiceURL = s.Bouncer.URL(t, apiServiceURL)
 	}
-	s.APIPool, err = app.OpenAPIPool(context.Background(), env, apiServiceURL)
+	s.APIPool, err = dbpool.OpenAPI(context.Background(), env, apiServiceURL)
 	require.NoError(t, err)
 	t.Cleanup(s.APIPool.Close)
 	server, err := app.NewAPIServer(t.Context(), s.APIPool, env, s.Tel)

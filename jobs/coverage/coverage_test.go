@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/jobs/coverage"
@@ -39,7 +39,7 @@ var wednesdayNight = time.Date(2026, 12, 2, 23, 30, 0, 0, time.UTC)
 // newReader returns a Reader over pool of every job in the catalog.
 func newReader(t *testing.T, pool queries.DBTX, cfg coverage.Config) *coverage.Reader {
 	t.Helper()
-	cfg.Catalog = app.Catalog()
+	cfg.Catalog = jobset.Catalog()
 	r, err := coverage.New(pool, cfg)
 	require.NoError(t, err)
 	return r

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -182,14 +184,14 @@ func TestOpenPool_StatementTimeout(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	for timeout, want := range map[time.Duration]string{1500 * time.Millisecond: "1500ms", 0: "0"} {
-		pool, err := app.OpenPool(ctx, url, 2, timeout, false, app.SessionLimits{})
+		pool, err := dbpool.Open(ctx, url, 2, timeout, false, config.SessionLimits{})
 		require.NoError(t, err)
 		var got string
 		require.NoError(t, pool.QueryRow(ctx, "SHOW statement_timeout").Scan(&got))
 		pool.Close()
 		require.Equal(t, want, got)
 	}
-	pool, err := app.OpenPool(ctx, url, 2, 200*time.Millisecond, false, app.SessionLimits{})
+	pool, err := dbpool.Open(ctx, url, 2, 200*time.Millisecond, false, config.SessionLimits{})
 	require.NoError(t, err)
 	defer pool.Close()
 	_, err = pool.Exec(ctx, "SELECT pg_sleep(5)")
@@ -216,7 +218,7 @@ func TestOutage_LongerThanStaleEndsResumedNobodyReaped(t *testing.T) {
 			// for a moment after the database is back: the moment before a
 			// live worker re-registers, when a reaper used to take it for dead.
 			heartbeats := apptest.NewCutProxy(t, s.DBURL)
-			hbPool, err := app.OpenHeartbeatPool(context.Background(), heartbeats.URL, 4, s.Env.DBTimeout, false, app.SessionLimits{})
+			hbPool, err := dbpool.OpenHeartbeat(context.Background(), heartbeats.URL, 4, s.Env.DBTimeout, false, config.SessionLimits{})
 			require.NoError(t, err)
 			t.Cleanup(hbPool.Close)
 			a, _ := s.StartWorkerWith(s.Pool, app.WithHeartbeatPool(hbPool))
@@ -279,12 +281,12 @@ func TestOpenPool_SessionLimits(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	env, err := app.LoadEnv(func(k string) string {
+	env, err := config.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_STALE_AFTER": "12s", "BUILDRISK_HEARTBEAT_INTERVAL": "2s"}[k]
 	})
 	require.NoError(t, err)
 	require.Equal(t, 6*time.Second, env.FenceAfter)
-	pool, err := app.OpenPool(ctx, url, 2, env.DBTimeout, false, env.SessionLimits("7@host#b00t"))
+	pool, err := dbpool.Open(ctx, url, 2, env.DBTimeout, false, env.SessionLimits("7@host#b00t"))
 	require.NoError(t, err)
 	defer pool.Close()
 	show := func(p *pgxpool.Pool, name string) string {

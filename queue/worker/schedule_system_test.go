@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/config"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -171,11 +172,11 @@ func TestSchedule_JobList(t *testing.T) {
 	require.Nil(t, out["lastDueAt"], "nothing recorded yet")
 	require.Nil(t, out["lastDueOutcome"])
 
-	_, err = app.LoadEnv(func(k string) string {
+	_, err = config.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_SCHEDULE_APTTRADE": "every day"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_SCHEDULE_APTTRADE")
-	_, err = app.LoadEnv(func(k string) string {
+	_, err = config.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_SCHEDULE_CATCHUP_APTTRADE": "-1h"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_SCHEDULE_CATCHUP_APTTRADE")

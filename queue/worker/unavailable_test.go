@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/dbpool"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -108,13 +110,13 @@ func TestUnavailable_DatabaseDown(t *testing.T) {
 	for k, v := range apptest.UnavailableEnv {
 		vars[k] = v
 	}
-	env, err := app.LoadEnv(func(k string) string { return vars[k] })
+	env, err := config.LoadEnv(func(k string) string { return vars[k] })
 	require.NoError(t, err)
 	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	tel := &app.Telemetry{Providers: providers, Instruments: instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	pool, err := app.OpenAPIPool(ctx, env, url)
+	pool, err := dbpool.OpenAPI(ctx, env, url)
 	require.NoError(t, err)
 	defer pool.Close()
 	server, err := app.NewAPIServer(t.Context(), pool, env, tel)

@@ -1,10 +1,6 @@
-package app_test
+package config_test
 
 import (
-	"encoding/json"
-	"log/slog"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,11 +8,11 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/config"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/api"
-	"github.com/buildrisk/radar/internal/app"
 )
 
 // Every bad value fails at start with a message naming the variable.
@@ -57,7 +53,7 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 	for name, value := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, err := app.LoadEnv(func(k string) string {
+			_, err := config.LoadEnv(func(k string) string {
 				if k == name {
 					return value
 				}
@@ -65,10 +61,10 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 			})
 			require.Error(t, err)
 			require.Contains(t, err.Error(), name)
-			require.True(t, app.IsUsage(err))
+			require.True(t, config.IsUsage(err))
 		})
 	}
-	_, err := app.LoadEnv(func(k string) string {
+	_, err := config.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_HEARTBEAT_INTERVAL": "1m", "BUILDRISK_STALE_AFTER": "30s"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_STALE_AFTER")
@@ -76,7 +72,7 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 
 func TestEnv_Defaults(t *testing.T) {
 	t.Parallel()
-	env, err := app.LoadEnv(func(string) string { return "" })
+	env, err := config.LoadEnv(func(string) string { return "" })
 	require.NoError(t, err)
 	require.Equal(t, ":8080", env.HTTPAddr)
 	require.Equal(t, ":9090", env.AdminAddr)
@@ -98,9 +94,9 @@ func TestEnv_Defaults(t *testing.T) {
 	require.Equal(t, 50000, env.DailyCaps["CREDIT"])
 	require.Empty(t, env.Rates, "no rate limit by default")
 	require.Empty(t, env.UpstreamURLs)
-	require.Error(t, app.RequireDatabaseURL(env))
+	require.Error(t, config.RequireDatabaseURL(env))
 
-	env, err = app.LoadEnv(func(k string) string {
+	env, err = config.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_UPSTREAM_URL": "http://fake:8090/", "BUILDRISK_DART_URL": "https://dart.example", "BUILDRISK_INSECURE_HTTP_UPSTREAM": "1"}[k]
 	})
 	require.NoError(t, err)
@@ -121,7 +117,7 @@ func TestEnv_StopTimeoutFollowsTheDrainTimeout(t *testing.T) {
 		{map[string]string{"BUILDRISK_DRAIN_TIMEOUT": "20s", "BUILDRISK_STOP_TIMEOUT": "5s"}, 5 * time.Second},
 		{map[string]string{"BUILDRISK_STOP_TIMEOUT": "2m"}, 2 * time.Minute},
 	} {
-		env, err := app.LoadEnv(func(k string) string { return tc.vars[k] })
+		env, err := config.LoadEnv(func(k string) string { return tc.vars[k] })
 		require.NoError(t, err)
 		require.Equal(t, tc.want, env.StopTimeout, "%v", tc.vars)
 	}
@@ -131,17 +127,17 @@ func TestEnv_StopTimeoutFollowsTheDrainTimeout(t *testing.T) {
 // upstream): a key never travels in clear by accident.
 func TestEnv_ProviderURLsRequireHTTPS(t *testing.T) {
 	t.Parallel()
-	_, err := app.LoadEnv(func(k string) string {
+	_, err := config.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_MOLIT_URL": "http://molit.example"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_MOLIT_URL")
 	require.ErrorContains(t, err, "BUILDRISK_INSECURE_HTTP_UPSTREAM=1")
-	env, err := app.LoadEnv(func(k string) string {
+	env, err := config.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_UPSTREAM_URL": "https://gw.example"}[k]
 	})
 	require.NoError(t, err)
 	require.False(t, env.InsecureHTTPUpstream)
-	_, err = app.LoadEnv(func(k string) string {
+	_, err = config.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_INSECURE_HTTP_UPSTREAM": "yes"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_INSECURE_HTTP_UPSTREAM")
@@ -150,16 +146,16 @@ func TestEnv_ProviderURLsRequireHTTPS(t *testing.T) {
 // Pool sizes follow the concurrency unless BUILDRISK_DB_MAX_CONNS says.
 func TestEnv_ConnectionBudgets(t *testing.T) {
 	t.Parallel()
-	env, err := app.LoadEnv(func(string) string { return "" })
+	env, err := config.LoadEnv(func(string) string { return "" })
 	require.NoError(t, err)
 	require.Equal(t, int32(2*10+6), env.WorkerMaxConns(), "two per concurrent job, plus River's and the loops'")
 	require.GreaterOrEqual(t, env.APIMaxConns(), int32(8))
 
-	env, err = app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_WORKER_CONCURRENCY": "3"}[k] })
+	env, err = config.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_WORKER_CONCURRENCY": "3"}[k] })
 	require.NoError(t, err)
 	require.Equal(t, int32(2*3+6), env.WorkerMaxConns())
 
-	env, err = app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_DB_MAX_CONNS": "40"}[k] })
+	env, err = config.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_DB_MAX_CONNS": "40"}[k] })
 	require.NoError(t, err)
 	require.Equal(t, int32(40), env.WorkerMaxConns())
 	require.Equal(t, int32(40), env.APIMaxConns())
@@ -172,8 +168,8 @@ func TestEnv_ConnectionBudgets(t *testing.T) {
 // derived from a short stale window keep it.
 func TestEnv_FencingInequality(t *testing.T) {
 	t.Parallel()
-	load := func(vars map[string]string) (*app.Config, error) {
-		return app.LoadEnv(func(k string) string { return vars[k] })
+	load := func(vars map[string]string) (*config.Config, error) {
+		return config.LoadEnv(func(k string) string { return vars[k] })
 	}
 	for name, vars := range map[string]map[string]string{
 		// A derived value adapts to the ones set (see
@@ -187,7 +183,7 @@ func TestEnv_FencingInequality(t *testing.T) {
 			t.Parallel()
 			_, err := load(vars)
 			require.Error(t, err)
-			require.True(t, app.IsUsage(err))
+			require.True(t, config.IsUsage(err))
 			for _, v := range []string{"BUILDRISK_FENCE_AFTER", "BUILDRISK_HEARTBEAT_INTERVAL", "BUILDRISK_DB_STATEMENT_TIMEOUT", "BUILDRISK_STALE_AFTER"} {
 				require.Contains(t, err.Error(), v)
 			}
@@ -227,7 +223,7 @@ func TestEnv_DerivedDefaultsKeepFencing(t *testing.T) {
 				case "BUILDRISK_DB_STATEMENT_TIMEOUT":
 					vars[explicit] = ((stale - hb) / 4).String()
 				}
-				env, err := app.LoadEnv(func(k string) string { return vars[k] })
+				env, err := config.LoadEnv(func(k string) string { return vars[k] })
 				require.NoError(t, err, "stale %s heartbeat %s explicit %q", stale, hb, explicit)
 				require.Positive(t, env.FenceAfter)
 				require.GreaterOrEqual(t, env.DBTimeout, time.Millisecond, "statement_timeout is set in whole milliseconds")
@@ -238,13 +234,13 @@ func TestEnv_DerivedDefaultsKeepFencing(t *testing.T) {
 	}
 	require.Greater(t, checked, 100)
 	// The case of the report, and the defaults unchanged where they fitted.
-	env, err := app.LoadEnv(func(k string) string {
+	env, err := config.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_STALE_AFTER": "4s", "BUILDRISK_HEARTBEAT_INTERVAL": "1s"}[k]
 	})
 	require.NoError(t, err)
 	require.Equal(t, time.Second, env.DBTimeout)
 	require.Equal(t, 1500*time.Millisecond, env.FenceAfter)
-	env, err = app.LoadEnv(func(string) string { return "" })
+	env, err = config.LoadEnv(func(string) string { return "" })
 	require.NoError(t, err)
 	require.Equal(t, 30*time.Second, env.FenceAfter)
 	require.Equal(t, 5*time.Second, env.DBTimeout)
@@ -255,12 +251,12 @@ func TestEnv_DerivedDefaultsKeepFencing(t *testing.T) {
 func TestEnv_TokensStrengthAndNames(t *testing.T) {
 	t.Parallel()
 	for _, tokens := range []string{"operator:short-secret", "operator:" + apptest.OpNew + ",viewer:alice:short-secret"} {
-		_, err := app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_API_TOKENS": tokens}[k] })
+		_, err := config.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_API_TOKENS": tokens}[k] })
 		require.ErrorContains(t, err, "BUILDRISK_API_TOKENS")
 		require.ErrorContains(t, err, "at least 32 characters")
 		require.NotContains(t, err.Error(), "short-secret")
 	}
-	env, err := app.LoadEnv(func(k string) string {
+	env, err := config.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_API_TOKENS": "operator:alice:" + apptest.OpNew + ",viewer:" + apptest.ViewerToken}[k]
 	})
 	require.NoError(t, err)
@@ -269,7 +265,7 @@ func TestEnv_TokensStrengthAndNames(t *testing.T) {
 
 	// The session key: one, or new,old while rotating; each of 32 or more.
 	for value, ok := range map[string]bool{apptest.OpNew: true, apptest.OpNew + "," + apptest.OpOld: true, apptest.OpNew + ",short": false, "short": false} {
-		_, err := app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_SESSION_KEY": value}[k] })
+		_, err := config.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_SESSION_KEY": value}[k] })
 		if ok {
 			require.NoError(t, err, value)
 		} else {
@@ -279,83 +275,33 @@ func TestEnv_TokensStrengthAndNames(t *testing.T) {
 	}
 }
 
-// A request records the name of the token that made it, by bearer token
-// or through a console session; a token without a name, its fingerprint.
-func TestEnv_RequestRecordsTheTokenName(t *testing.T) {
-	t.Parallel()
-	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_API_TOKENS": "operator:alice:" + apptest.OpNew + ",operator:" + apptest.OpOld + ",viewer:" + apptest.ViewerToken}})
-	requestedBy := func(id string) string {
-		var by string
-		require.NoError(t, s.Pool.QueryRow(t.Context(), "SELECT requested_by FROM job_request WHERE id = $1", id).Scan(&by))
-		return by
-	}
-	status, out := s.Do(http.MethodPost, "/v1/jobs/aptTrade/requests", apptest.OpNew, apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
-	require.Equal(t, http.StatusAccepted, status, "%v", out)
-	require.Equal(t, "alice", requestedBy(out["requestId"].(string)))
-	status, out = s.Do(http.MethodPost, "/v1/jobs/stockPrice/requests", apptest.OpOld, `{"params":{"date":"2025-03-14"}}`)
-	require.Equal(t, http.StatusAccepted, status, "%v", out)
-	require.Regexp(t, `^fp-[0-9a-f]{8}$`, requestedBy(out["requestId"].(string)))
-
-	c := apptest.NewConsoleClient(t, s.API)
-	c.Login(apptest.OpNew)
-	c.Page()
-	resp, body := c.Send(http.MethodPost, "/v1/jobs/corpCodeSync/requests", "application/json", `{"params":{}}`,
-		map[string]string{"X-CSRF-Token": c.CSRF, "Sec-Fetch-Site": "same-origin"})
-	require.Equal(t, http.StatusAccepted, resp.StatusCode, body)
-	var created map[string]any
-	require.NoError(t, json.Unmarshal([]byte(body), &created))
-	require.Equal(t, "alice", requestedBy(created["requestId"].(string)), "the session carries the token's name")
-}
-
 // Tokens from a mounted secret file, several per role; the file and the
 // variable together are refused, as is a missing file.
 func TestEnv_TokensFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "tokens")
 	require.NoError(t, os.WriteFile(path, []byte("operator:"+apptest.OpNew+"\noperator:"+apptest.OpOld+"\nviewer:"+apptest.ViewerToken+"\n"), 0o600))
-	env, err := app.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_API_TOKENS_FILE": path}[k] })
+	env, err := config.LoadEnv(func(k string) string { return map[string]string{"BUILDRISK_API_TOKENS_FILE": path}[k] })
 	require.NoError(t, err)
 	require.True(t, env.TokensSet)
 	require.Equal(t, map[string]api.Role{apptest.OpNew: api.RoleOperator, apptest.OpOld: api.RoleOperator, apptest.ViewerToken: api.RoleViewer}, env.Tokens)
 
-	_, err = app.LoadEnv(func(k string) string {
+	_, err = config.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_API_TOKENS_FILE": path, "BUILDRISK_API_TOKENS": "operator:" + apptest.OpNew}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_API_TOKENS_FILE")
-	_, err = app.LoadEnv(func(k string) string {
+	_, err = config.LoadEnv(func(k string) string {
 		return map[string]string{"BUILDRISK_API_TOKENS_FILE": path + ".missing"}[k]
 	})
 	require.ErrorContains(t, err, "BUILDRISK_API_TOKENS_FILE")
-}
-
-// Both tokens of a role work during a rotation.
-func TestEnv_RotationBothTokensWork(t *testing.T) {
-	t.Parallel()
-	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_API_TOKENS": "operator:" + apptest.OpNew + ",operator:" + apptest.OpOld + ",viewer:" + apptest.ViewerToken}})
-	for _, token := range []string{apptest.OpNew, apptest.OpOld} {
-		status, out := s.Do(http.MethodPost, "/v1/jobs/aptTrade/stop", token, "")
-		require.Equal(t, http.StatusConflict, status, "%s is an operator token: %v", token, out)
-	}
-	status, _ := s.Do(http.MethodPost, "/v1/jobs/aptTrade/stop", "op-gone-0123456789abcdef0123456789", "")
-	require.Equal(t, http.StatusUnauthorized, status)
-}
-
-// A port already taken names the variable that moves it.
-func TestServeHTTP_TakenPortNamesTheVariable(t *testing.T) {
-	t.Parallel()
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer taken.Close()
-	_, _, err = app.ServeHTTP(t.Context(), taken.Addr().String(), "BUILDRISK_HTTP_ADDR", http.NotFoundHandler(), slog.Default())
-	require.ErrorContains(t, err, "set BUILDRISK_HTTP_ADDR to another address")
 }
 
 // BUILDRISK_TRUSTED_PROXIES takes addresses and CIDR prefixes; a prefix of
 // every address is refused, since any client could then name its own.
 func TestEnv_TrustedProxies(t *testing.T) {
 	t.Parallel()
-	load := func(v string) (*app.Config, error) {
-		return app.LoadEnv(func(k string) string {
+	load := func(v string) (*config.Config, error) {
+		return config.LoadEnv(func(k string) string {
 			if k == "BUILDRISK_TRUSTED_PROXIES" {
 				return v
 			}
@@ -374,7 +320,7 @@ func TestEnv_TrustedProxies(t *testing.T) {
 	for _, bad := range []string{"0.0.0.0/0", "::/0", "10.0.0.0/33", "fe80::1%eth0", "10.0.0.*"} {
 		_, err := load(bad)
 		require.ErrorContains(t, err, "BUILDRISK_TRUSTED_PROXIES", bad)
-		require.True(t, app.IsUsage(err), bad)
+		require.True(t, config.IsUsage(err), bad)
 	}
 }
 
@@ -382,12 +328,12 @@ func TestEnv_TrustedProxies(t *testing.T) {
 // authentication, any Host with it; names and addresses, never a port.
 func TestEnv_AllowedHosts(t *testing.T) {
 	t.Parallel()
-	load := func(vars map[string]string) (*app.Config, error) {
-		return app.LoadEnv(func(k string) string { return vars[k] })
+	load := func(vars map[string]string) (*config.Config, error) {
+		return config.LoadEnv(func(k string) string { return vars[k] })
 	}
 	env, err := load(map[string]string{"BUILDRISK_INSECURE_NO_AUTH": "1"})
 	require.NoError(t, err)
-	require.Equal(t, app.LoopbackHosts, env.AllowedHosts)
+	require.Equal(t, config.LoopbackHosts, env.AllowedHosts)
 	env, err = load(map[string]string{"BUILDRISK_INSECURE_NO_AUTH": "1", "BUILDRISK_ALLOWED_HOSTS": "*"})
 	require.NoError(t, err)
 	require.Nil(t, env.AllowedHosts, "* is any Host")

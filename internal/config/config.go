@@ -1,4 +1,4 @@
-package app
+package config
 
 import (
 	"errors"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/jobs/coverage"
 	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/queue/batch"
@@ -382,7 +383,7 @@ func LoadEnv(getenv func(string) string) (*Config, error) {
 	if c.Location, err = time.LoadLocation(tz); err != nil {
 		return nil, envError("BUILDRISK_TIMEZONE", "%q is not an IANA time zone", tz)
 	}
-	for _, def := range Catalog().All() {
+	for _, def := range jobset.Catalog().All() {
 		name := "BUILDRISK_SCHEDULE_" + strings.ToUpper(def.Name())
 		spec := def.Schedule()
 		if v := strings.TrimSpace(getenv(name)); v != "" {
