@@ -49,9 +49,9 @@ func TestRequestPath_GetRequestInOneStatement(t *testing.T) {
 	// The api again, on a traced pool: its statements are counted by name.
 	tracer := &pgtest.RoundTripTracer{}
 	traced := pgtest.NewTracedPool(t, s.APIPool, tracer)
-	server, err := app.NewAPIServer(t.Context(), traced, s.Env, s.Tel)
+	role, err := app.NewAPI(t.Context(), traced, s.Env, s.Tel)
 	require.NoError(t, err)
-	api := httptest.NewServer(server.Handler())
+	api := httptest.NewServer(role.Server().Handler())
 	t.Cleanup(api.Close)
 	read := func(id int64) (map[string]any, []string) {
 		t.Helper()

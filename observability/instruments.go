@@ -212,9 +212,25 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 		}
 	}
 
+	i.createFirstThird(meter, check)
+	i.createSecondThird(meter, check)
+	i.createLastThird(meter, check)
+
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("error creating instruments: %w", errors.Join(errs...))
+	}
+
+	i.workerStaleHeartbeats.Add(context.Background(), 0)
+	i.databaseFailovers.Add(context.Background(), 0)
+	return &i, nil
+}
+
+// createFirstThird creates the list's instruments from fan-out rejections to database failovers, in its
+// order (NewInstruments is split in three only for length).
+func (i *Instruments) createFirstThird(meter metric.Meter, check func(error)) {
+	var err error
 	// buildrisk_fanout_rejections_total{job,reason}: items of a fan-out
 	// refused instead of processed. reason: one of fanoutReasons.
-	var err error
 	i.fanoutRejections, err = meter.Int64Counter("buildrisk.fanout.rejections",
 		metric.WithDescription("Items of a job's fan-out refused instead of processed, by reason; closed, queue_full and submit_failed are losses and should always be 0."),
 		metric.WithUnit("{item}"))
@@ -292,7 +308,12 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 		metric.WithDescription("Changes of the database's identity (system identifier or timeline) seen by the process's database probe: a replica was promoted (a failover) or the URL now reaches another cluster. With asynchronous replication the last acknowledged commits may be missing."),
 		metric.WithUnit("{failover}"))
 	check(err)
+}
 
+// createSecondThird creates the list's instruments from sync replication to auto-resumes, in its
+// order (NewInstruments is split in three only for length).
+func (i *Instruments) createSecondThird(meter metric.Meter, check func(error)) {
+	var err error
 	// buildrisk_database_sync_replication: 1 while the database the probe
 	// reaches makes every commit wait for a synchronous standby.
 	i.databaseSyncRepl, err = meter.Int64Gauge("buildrisk.database.sync_replication",
@@ -376,7 +397,12 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 		metric.WithDescription("Runs stopped by infrastructure (drain, reap of a dead or cut-off worker, database outage) or by a provider's Retry-After (provider-rate) that resumed by themselves, by cause."),
 		metric.WithUnit("{request}"))
 	check(err)
+}
 
+// createLastThird creates the list's instruments from refused resumes to HTTP refusals, in its
+// order (NewInstruments is split in three only for length).
+func (i *Instruments) createLastThird(meter metric.Meter, check func(error)) {
+	var err error
 	// buildrisk_auto_resumes_refused_total{job,cause}: automatic resumes
 	// refused because the instance spent the day's attempts (or its params
 	// no longer validate). Any increase pages: the run stays stopped.
@@ -455,12 +481,4 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 		metric.WithDescription("HTTP answers refused by the api before doing the work, by reason: body_too_large (413) or database_unavailable (503, with Retry-After)."),
 		metric.WithUnit("{response}"))
 	check(err)
-
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("error creating instruments: %w", errors.Join(errs...))
-	}
-
-	i.workerStaleHeartbeats.Add(context.Background(), 0)
-	i.databaseFailovers.Add(context.Background(), 0)
-	return &i, nil
 }

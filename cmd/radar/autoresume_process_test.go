@@ -10,14 +10,10 @@ import (
 	"github.com/buildrisk/radar/internal/apptest"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/batch"
-	"github.com/buildrisk/radar/queue/request"
-	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
@@ -115,17 +111,7 @@ func TestAutoResume_CrashLoopStopsAtTheAttemptLimit(t *testing.T) {
 		env[k] = v
 	}
 	s := apptest.New(t, &apptest.Opts{Env: env, Fake: fakeupstream.Config{Latency: 50 * time.Millisecond}})
-	riverClient, err := app.NewInsertOnlyRiver(s.Pool, s.Tel)
-	require.NoError(t, err)
-	enqueuer, err := app.NewEnqueuer(s.Pool, riverClient, s.Env, s.Tel)
-	require.NoError(t, err)
-	reaper := worker.NewReaper(s.Pool, worker.ReaperConfig{
-		StaleAfter: s.Env.StaleAfter, Instruments: s.Tel.Instruments, Logger: s.Tel.Logger, River: riverClient,
-		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
-			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
-			return err
-		},
-	})
+	reaper := s.Role.Reaper() // the api's, which resumes through its Enqueuer
 	procEnv := s.ProcessEnv(map[string]string{"BUILDRISK_WORKER_CONCURRENCY": "1", "BUILDRISK_REAP_INTERVAL": "1h"})
 
 	id := s.RequestAptTrade(apptest.AptTradeBody(apptest.SixRegions, "2025-01", "2025-12"))

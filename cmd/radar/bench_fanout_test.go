@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/app"
@@ -49,9 +51,7 @@ func benchRunner(t *testing.T, s *apptest.System, jobsByName map[string]batch.Jo
 		WorkerID: "1@bench#b", Jobs: jobsByName, Upstream: up, Instruments: s.Tel.Instruments, Logger: s.Tel.Logger, FanOut: s.Env.FanOut,
 	})
 	require.NoError(t, err)
-	enqueuer, err := app.NewEnqueuer(s.Pool, nil, s.Env, s.Tel)
-	require.NoError(t, err)
-	return runner, enqueuer
+	return runner, s.Role.Enqueuer()
 }
 
 func benchRun(t *testing.T, runner *batch.Runner, enqueuer *request.Enqueuer, job, params string) (*batch.Outcome, time.Duration) {
@@ -314,7 +314,7 @@ func benchScaleOut(t *testing.T, scale benchScale) []*benchRow {
 			})
 			ws = append(ws, w)
 		}
-		insertOnly, err := app.NewInsertOnlyRiver(s.Pool, s.Tel)
+		insertOnly, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{FetchCooldown: river.FetchCooldownMin})
 		require.NoError(t, err)
 		enqueuer, err := request.NewEnqueuer(s.Pool, insertOnly, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.Tel.Instruments})
 		require.NoError(t, err)

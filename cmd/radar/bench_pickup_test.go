@@ -14,7 +14,6 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/internal/apptest"
 	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/internal/dbpool"
@@ -89,10 +88,16 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 		rc.Jobs = registry
 		wc.HeartbeatPool = heartbeatPool
 	})
-	insertOnly, err := app.NewInsertOnlyRiver(s.APIPool, s.Tel)
+	// The production path (cleanup, lock, dedupe, InsertTx) for the no-op
+	// catalog, built as internal/app builds a role's.
+	insertOnly, err := river.NewClient(riverpgxv5.New(s.APIPool), &river.Config{FetchCooldown: river.FetchCooldownMin})
 	require.NoError(t, err)
-	enqueuer, err := app.NewEnqueuerFor(jobs.NewCatalog(defs...), s.APIPool, insertOnly, insertOnly, s.Env, s.Tel)
+	reaper := worker.NewReaper(s.APIPool, worker.ReaperConfig{StaleAfter: s.Env.StaleAfter, Instruments: s.Tel.Instruments, River: request.RiverCanceller(insertOnly)})
+	enqueuer, err := request.NewEnqueuer(s.APIPool, insertOnly, request.Config{
+		Catalog: jobs.NewCatalog(defs...), Instruments: s.Tel.Instruments, StaleAfter: s.Env.StaleAfter, Cleanup: reaper.CleanupTx, Resume: s.Env.AutoResume,
+	})
 	require.NoError(t, err)
+	reaper.ResumeThrough(enqueuer)
 	serviceEvents, cancelService := w.River().Subscribe(river.EventKindJobCompleted)
 	defer cancelService()
 	serviceDone := apptest.NewCompletions(serviceEvents)

@@ -412,7 +412,7 @@ func TestConfigurationDocumentsEveryVariable(t *testing.T) {
 
 	reads, unknown := scanEnvReads(parseModuleSources(t, repoRoot))
 	for _, r := range unknown {
-		if r.fn != envLoader || !strings.HasSuffix(r.dir, "internal/app") {
+		if r.fn != envLoader || !strings.HasSuffix(r.dir, "internal/config") {
 			t.Errorf("%s reads an environment variable whose name the source does not tell: "+
 				"use a literal or constant (or read it in %s)", r.pos, envLoader)
 		}

@@ -85,61 +85,23 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 
-	upstreamNote := "from the environment"
-	if len(env.UpstreamURLs) == 0 {
-		fake := fakeupstream.New(fakeupstream.Config{Seed: 1})
-		if n, err := exposure.Seed(ctx, pool, fake.Companies()); err != nil {
-			return err
-		} else if n > 0 {
-			fmt.Fprintf(stdout, "seeded the exposure ledger with %d of the fake upstream's companies (creditEval's targets)\n", n)
-		}
-		if n, err := seedCompanyRegions(ctx, pool, fake.Companies()); err != nil {
-			return err
-		} else if n > 0 {
-			fmt.Fprintf(stdout, "seeded company_region with %d company→region pairs of the fake upstream (metrics' main regions)\n", n)
-		}
-		listener, err := net.Listen("tcp", devFakeUpstreamAddr)
-		if err != nil {
-			listener, err = net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				return fmt.Errorf("error listening for the fake upstream: %w", err)
-			}
-		}
-		fakeServer := &http.Server{Handler: fake, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = fakeServer.Serve(listener) }()
-		defer fakeServer.Close()
-		base := "http://" + listener.Addr().String()
-		env.InsecureHTTPUpstream = true // dev's own fake upstream, on loopback
-		for _, p := range upstream.Providers {
-			env.UpstreamURLs[p] = base
-		}
-		upstreamNote = "fake; stats at " + base + "/__fake/stats"
+	upstreamNote, stopFake, err := startDevUpstream(ctx, pool, env, stdout)
+	if err != nil {
+		return err
 	}
+	defer stopFake()
 	for _, p := range upstream.Providers {
 		if env.Keys[p] == "" {
 			env.Keys[p] = "dev-" + strings.ToLower(string(p)) + "-key"
 		}
 	}
-	operatorToken, viewerTokenNote := "", ""
-	if !env.TokensSet && !env.InsecureNoAuth {
-		operatorToken, err = randomToken()
-		if err != nil {
-			return err
-		}
-		viewerToken, err := randomToken()
-		if err != nil {
-			return err
-		}
-		env.Tokens = map[string]api.Role{operatorToken: api.RoleOperator, viewerToken: api.RoleViewer}
-		env.TokenNames = map[string]string{operatorToken: "dev-operator", viewerToken: "dev-viewer"}
-		if err := os.MkdirAll(filepath.Dir(devTokenFile), 0o700); err == nil {
-			_ = os.WriteFile(devTokenFile, []byte(operatorToken+"\n"), 0o600)
-		}
-		defer os.Remove(devTokenFile)
-		viewerTokenNote = viewerToken
+	operatorToken, viewerTokenNote, removeTokenFile, err := devTokens(env)
+	if err != nil {
+		return err
 	}
+	defer removeTokenFile()
 
-	w, _, err := app.NewWorker(pool, env, tel, workerID, hostname, boot, app.WithHeartbeatPool(heartbeatPool))
+	w, err := app.NewWorker(pool, env, tel, app.WorkerOptions{ID: workerID, Hostname: hostname, Boot: boot, HeartbeatPool: heartbeatPool})
 	if err != nil {
 		return err
 	}
@@ -150,11 +112,11 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	defer apiPool.Close()
-	server, err := app.NewAPIServer(ctx, apiPool, env, tel)
+	apiRole, err := app.NewAPI(ctx, apiPool, env, tel)
 	if err != nil {
 		return err
 	}
-	shutdownHTTP, httpAddr, err := app.ServeHTTP(ctx, env.HTTPAddr, "BUILDRISK_HTTP_ADDR", app.APIHandler(server, tel), tel.Logger)
+	shutdownHTTP, httpAddr, err := app.ServeHTTP(ctx, env.HTTPAddr, "BUILDRISK_HTTP_ADDR", apiRole.Handler(), tel.Logger)
 	if err != nil {
 		return err
 	}
@@ -190,6 +152,67 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 	}
 	fmt.Fprintln(stdout, "stopped")
 	return nil
+}
+
+// startDevUpstream points every provider at the fake upstream, served on
+// loopback, and seeds the exposure ledger and company regions with its
+// companies, unless the environment names upstream URLs. It returns what
+// the banner says of the upstream and how to stop the fake.
+func startDevUpstream(ctx context.Context, pool *pgxpool.Pool, env *config.Config, stdout io.Writer) (string, func(), error) {
+	stop := func() {}
+	if len(env.UpstreamURLs) > 0 {
+		return "from the environment", stop, nil
+	}
+	fake := fakeupstream.New(fakeupstream.Config{Seed: 1})
+	if n, err := exposure.Seed(ctx, pool, fake.Companies()); err != nil {
+		return "", stop, err
+	} else if n > 0 {
+		fmt.Fprintf(stdout, "seeded the exposure ledger with %d of the fake upstream's companies (creditEval's targets)\n", n)
+	}
+	if n, err := seedCompanyRegions(ctx, pool, fake.Companies()); err != nil {
+		return "", stop, err
+	} else if n > 0 {
+		fmt.Fprintf(stdout, "seeded company_region with %d company→region pairs of the fake upstream (metrics' main regions)\n", n)
+	}
+	listener, err := net.Listen("tcp", devFakeUpstreamAddr)
+	if err != nil {
+		listener, err = net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", stop, fmt.Errorf("error listening for the fake upstream: %w", err)
+		}
+	}
+	fakeServer := &http.Server{Handler: fake, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = fakeServer.Serve(listener) }()
+	base := "http://" + listener.Addr().String()
+	env.InsecureHTTPUpstream = true // dev's own fake upstream, on loopback
+	for _, p := range upstream.Providers {
+		env.UpstreamURLs[p] = base
+	}
+	return "fake; stats at " + base + "/__fake/stats", func() { _ = fakeServer.Close() }, nil
+}
+
+// devTokens makes an operator and a viewer token when the environment
+// gives none (and auth is on), and writes the operator's to devTokenFile.
+// It returns the operator token ("" when the environment's are used), what
+// the banner says of the viewer's, and how to remove the file.
+func devTokens(env *config.Config) (operatorToken, viewerTokenNote string, remove func(), err error) {
+	remove = func() {}
+	if env.TokensSet || env.InsecureNoAuth {
+		return "", "", remove, nil
+	}
+	if operatorToken, err = randomToken(); err != nil {
+		return "", "", remove, err
+	}
+	viewerToken, err := randomToken()
+	if err != nil {
+		return "", "", remove, err
+	}
+	env.Tokens = map[string]api.Role{operatorToken: api.RoleOperator, viewerToken: api.RoleViewer}
+	env.TokenNames = map[string]string{operatorToken: "dev-operator", viewerToken: "dev-viewer"}
+	if err := os.MkdirAll(filepath.Dir(devTokenFile), 0o700); err == nil {
+		_ = os.WriteFile(devTokenFile, []byte(operatorToken+"\n"), 0o600)
+	}
+	return operatorToken, viewerToken, func() { _ = os.Remove(devTokenFile) }, nil
 }
 
 func randomToken() (string, error) {

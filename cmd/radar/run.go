@@ -15,8 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/internal/dbpool"
@@ -24,7 +22,6 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
-	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/radartype"
 )
 
@@ -110,33 +107,14 @@ func runJob(ctx context.Context, env *config.Config, jobName string, raw []byte,
 		return exitFailed, err
 	}
 	defer heartbeatPool.Close()
-	presence, err := worker.StartPresence(ctx, heartbeatPool, worker.Config{
-		ID: workerID, Hostname: hostname, PID: os.Getpid(), Boot: boot, Version: version,
-		ConfiguredKeys: env.ConfiguredKeyNames(), DailyCaps: env.CapsByName(), HeartbeatInterval: env.HeartbeatInterval,
-		StaleAfter: env.StaleAfter, FenceAfter: env.FenceAfter, DBTimeout: env.DBTimeout,
-	})
+	cli, err := app.NewCLI(ctx, pool, heartbeatPool, env, tel, workerID, hostname, boot)
 	if err != nil {
 		return exitFailed, err
 	}
-	defer presence.Stop(context.Background())
-
-	// The CLI's own request has no River job (the CLI runs it); the request
-	// a completed run chains to does, so that a worker picks it up.
-	insertOnly, err := app.NewInsertOnlyRiver(pool, tel)
-	if err != nil {
-		return exitFailed, err
-	}
-	enqueuer, err := app.NewCLIEnqueuer(pool, insertOnly, env, tel)
-	if err != nil {
-		return exitFailed, err
-	}
-	chain, err := app.NewEnqueuer(pool, insertOnly, env, tel)
-	if err != nil {
-		return exitFailed, err
-	}
-	res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{
+	defer cli.Stop(context.Background())
+	res, err := cli.Enqueue(ctx, request.EnqueueParams{
 		Job: jobName, Params: raw, MaxCalls: maxCalls, ConfirmPurge: confirmPurge,
-		Source: radartype.SourceCLI, RequestedBy: "cli", WorkerID: workerID,
+		Source: radartype.SourceCLI, RequestedBy: "cli",
 	})
 	var dup *request.DuplicateError
 	switch {
@@ -153,24 +131,8 @@ func runJob(ctx context.Context, env *config.Config, jobName string, raw []byte,
 	}
 	fmt.Fprintf(stdout, "request %d: %s, %d estimated calls, %s\n", res.Request.ID, jobName, res.EstimatedCalls, resumes)
 
-	up, err := app.NewUpstream(pool, env, tel, workerID)
-	if err != nil {
-		return exitFailed, err
-	}
-	runner, err := batch.NewRunner(pool, batch.Config{
-		WorkerID: workerID, Jobs: batch.Implementations(app.Jobs(env, pool)), Upstream: up, Instruments: tel.Instruments, Logger: tel.Logger, FanOut: env.FanOut,
-		Tracer: tel.Providers.Tracer.Tracer("github.com/buildrisk/radar/queue/batch"),
-		Fence:  presence, DBTimeout: env.DBTimeout, LeaseCheckInterval: env.HeartbeatInterval, StopTimeout: env.StopTimeout,
-		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
-			_, err := chain.EnqueueNext(ctx, tx, finished.Job, finished.Params)
-			return err
-		},
-	})
-	if err != nil {
-		return exitFailed, err
-	}
+	runner := cli.Runner()
 
-	// First signal: drain at the next chunk boundary. Second: cancel.
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
 	signals := make(chan os.Signal, 1)

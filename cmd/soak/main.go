@@ -244,39 +244,8 @@ func soak(ctx context.Context, cfg *config, stderr io.Writer) (*report, error) {
 	rep.requests = l.counts
 	rep.faultErrors = tally.errors
 
-	// Everything back to normal, then quiescence.
-	if err := s.primary().startServer(); err != nil {
+	if err := s.recoverAndCollect(ctx, rep); err != nil {
 		return nil, err
-	}
-	if err := s.restoreUpstream(); err != nil {
-		return nil, err
-	}
-	for _, w := range s.workers {
-		if w.proc.exitCode() != -1 {
-			if err := s.startWorker(ctx, w); err != nil {
-				return nil, err
-			}
-		}
-	}
-	rep.quiesced, rep.quiesceTime = s.waitQuiescent(ctx)
-	if !rep.quiesced {
-		rep.stuck = s.stuckRows(ctx)
-	}
-
-	// Evidence from the processes, then the checks.
-	if ev.FakeTotal, err = s.admin.total(); err != nil {
-		ev.FakeTotal = -1
-	}
-	if ev.APIMetrics, err = scrape(s.http, s.apiURL+"/metrics"); err != nil {
-		logger.Warn("api metrics", "error", err)
-	}
-	for _, w := range s.liveWorkers() {
-		m, err := scrape(s.http, "http://"+w.adminAddr+"/metrics")
-		if err != nil {
-			logger.Warn("worker metrics", "worker", w.record.AppName, "error", err)
-			continue
-		}
-		ev.WorkerMetrics[w.record.AppName] = m
 	}
 	rep.figures = s.figures(ctx)
 	for _, inv := range Invariants {
@@ -300,6 +269,50 @@ func soak(ctx context.Context, cfg *config, stderr io.Writer) (*report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// recoverAndCollect puts everything back to normal (the database, the
+// upstream, every dead worker), waits for quiescence, then gathers the
+// processes' evidence: the fake upstream's call total and every live
+// process's metrics.
+func (s *system) recoverAndCollect(ctx context.Context, rep *report) error {
+	ev, logger := s.ev, s.logger
+	var err error
+	// Everything back to normal, then quiescence.
+	if err := s.primary().startServer(); err != nil {
+		return err
+	}
+	if err := s.restoreUpstream(); err != nil {
+		return err
+	}
+	for _, w := range s.workers {
+		if w.proc.exitCode() != -1 {
+			if err := s.startWorker(ctx, w); err != nil {
+				return err
+			}
+		}
+	}
+	rep.quiesced, rep.quiesceTime = s.waitQuiescent(ctx)
+	if !rep.quiesced {
+		rep.stuck = s.stuckRows(ctx)
+	}
+
+	// Evidence from the processes, then the checks.
+	if ev.FakeTotal, err = s.admin.total(); err != nil {
+		ev.FakeTotal = -1
+	}
+	if ev.APIMetrics, err = scrape(s.http, s.apiURL+"/metrics"); err != nil {
+		logger.Warn("api metrics", "error", err)
+	}
+	for _, w := range s.liveWorkers() {
+		m, err := scrape(s.http, "http://"+w.adminAddr+"/metrics")
+		if err != nil {
+			logger.Warn("worker metrics", "worker", w.record.AppName, "error", err)
+			continue
+		}
+		ev.WorkerMetrics[w.record.AppName] = m
+	}
+	return nil
 }
 
 // enabledFaults returns the faults to inject: every fault the binary and

@@ -47,11 +47,11 @@ func RunAPI(ctx context.Context, env *config.Config) error {
 	if err := dbpool.CheckSchema(ctx, pool); err != nil {
 		return err
 	}
-	server, err := NewAPIServer(ctx, pool, env, tel)
+	role, err := NewAPI(ctx, pool, env, tel)
 	if err != nil {
 		return err
 	}
-	shutdown, addr, err := ServeHTTP(ctx, env.HTTPAddr, "BUILDRISK_HTTP_ADDR", APIHandler(server, tel), tel.Logger)
+	shutdown, addr, err := ServeHTTP(ctx, env.HTTPAddr, "BUILDRISK_HTTP_ADDR", role.Handler(), tel.Logger)
 	if err != nil {
 		return err
 	}
@@ -59,25 +59,9 @@ func RunAPI(ctx context.Context, env *config.Config) error {
 	// The API reaps too: with no live worker, a dead worker's requests
 	// still read FAILED within BUILDRISK_STALE_AFTER + BUILDRISK_REAP_INTERVAL.
 	// Its reaps apply the resume policy like a worker's.
-	riverClient, err := NewInsertOnlyRiver(pool, tel)
-	if err != nil {
-		return err
-	}
-	enqueuer, err := NewEnqueuer(pool, riverClient, env, tel)
-	if err != nil {
-		return err
-	}
-	reaper := worker.NewReaper(pool, worker.ReaperConfig{
-		StaleAfter: env.StaleAfter, Instruments: tel.Instruments, Logger: tel.Logger, Reachability: tel.Reach,
-		River: enqueuer.Canceller(),
-		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
-			_, err := enqueuer.ResumeTx(ctx, tx, stopped)
-			return err
-		},
-	})
 	var reaping sync.WaitGroup
 	reaperCtx, stopReaper := context.WithCancel(ctx)
-	reaping.Go(func() { reaper.Run(reaperCtx, env.ReapInterval) })
+	reaping.Go(func() { role.Reap(reaperCtx) })
 	defer func() { stopReaper(); reaping.Wait() }()
 	<-ctx.Done()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -89,29 +73,31 @@ func RunAPI(ctx context.Context, env *config.Config) error {
 // worth, so the server's statement_timeout fires first and names the cause.
 func apiRequestTimeout(env *config.Config) time.Duration { return 2 * env.APIStatementTimeout }
 
-// APIHandler is the api port's handler: server's, in otelhttp's server
-// spans and http.server.* metrics on the process's providers. Those
-// metrics' labels are bounded by the meter provider's views
-// (observability.Views), not here: otelhttp labels server.address and
-// server.port from the request's Host, before the api authenticates it.
-func APIHandler(server *api.Server, tel *Telemetry) http.Handler {
-	return otelhttp.NewHandler(server.Handler(), "http.server",
-		otelhttp.WithMeterProvider(tel.Providers.Meter), otelhttp.WithTracerProvider(tel.Providers.Tracer))
+// API is the api role: the server of the public API and the console on
+// one insert-only River client (River UI reads through it too), the
+// process's one Enqueuer every request goes through and its one Reaper.
+type API struct {
+	env      *config.Config
+	tel      *Telemetry
+	server   *api.Server
+	enqueuer *request.Enqueuer
+	reaper   *worker.Reaper
+	built    census
 }
 
-// NewAPIServer builds the api role's server with an insert-only River client,
-// and River UI on that client (the api authenticates it; see api.Config).
-// River UI's background services and the database probe behind
-// buildrisk_database_up run until ctx is done.
-func NewAPIServer(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Telemetry) (*api.Server, error) {
-	insertOnly, err := NewInsertOnlyRiver(pool, tel)
+// NewAPI builds the api role on pool. River UI's background services and
+// the database probe behind buildrisk_database_up run until ctx is done.
+func NewAPI(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Telemetry) (*API, error) {
+	a := &API{env: env, tel: tel}
+	insertOnly, err := newInsertOnlyRiver(pool, tel, &a.built)
 	if err != nil {
 		return nil, err
 	}
-	enqueuer, err := NewEnqueuer(pool, insertOnly, env, tel)
+	enqueuer, reaper, err := newRequests(pool, insertOnly, env, tel, &a.built)
 	if err != nil {
 		return nil, err
 	}
+	a.enqueuer, a.reaper = enqueuer, reaper
 	riverUI, err := newRiverUI(ctx, insertOnly, tel)
 	if err != nil {
 		return nil, err
@@ -121,8 +107,8 @@ func NewAPIServer(ctx context.Context, pool *pgxpool.Pool, env *config.Config, t
 	if err != nil {
 		return nil, err
 	}
-	StartDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.Instruments, tel.Reach, tel.Database)
-	return api.New(pool, api.Config{
+	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.Instruments, tel.Reach, tel.Database)
+	a.server, err = api.New(pool, api.Config{
 		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: jobset.Catalog(), AlertRules: riskrule.Doc(), Enqueuer: enqueuer,
 		StaleAfter: env.StaleAfter, Instruments: tel.Instruments, MetricsHandler: tel.Providers.MetricsHandler(),
 		Logger: tel.Logger, Version: Version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
@@ -130,7 +116,35 @@ func NewAPIServer(ctx context.Context, pool *pgxpool.Pool, env *config.Config, t
 		DailyCaps: env.CapsByName(), Today: BudgetDay(env, pool), RiverUI: riverUI, Coverage: cover,
 		AllowedHosts: env.AllowedHosts, TrustedProxies: env.TrustedProxies,
 	})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
 }
+
+// Handler is the api port's handler: the server's, in otelhttp's server
+// spans and http.server.* metrics on the process's providers. Those
+// metrics' labels are bounded by the meter provider's views
+// (observability.Views), not here: otelhttp labels server.address and
+// server.port from the request's Host, before the api authenticates it.
+func (a *API) Handler() http.Handler {
+	return otelhttp.NewHandler(a.server.Handler(), "http.server",
+		otelhttp.WithMeterProvider(a.tel.Providers.Meter), otelhttp.WithTracerProvider(a.tel.Providers.Tracer))
+}
+
+// Server is the role's api server (tests serve its handler without the
+// process's telemetry middleware).
+func (a *API) Server() *api.Server { return a.server }
+
+// Enqueuer is the role's one Enqueuer.
+func (a *API) Enqueuer() *request.Enqueuer { return a.enqueuer }
+
+// Reaper is the role's one Reaper.
+func (a *API) Reaper() *worker.Reaper { return a.reaper }
+
+// Reap runs the role's reaper every BUILDRISK_REAP_INTERVAL until ctx is
+// done.
+func (a *API) Reap(ctx context.Context) { a.reaper.Run(ctx, a.env.ReapInterval) }
 
 // newRiverUI returns River UI (riverqueue.com/riverui) for job-level
 // inspection, served under /riverui/. It reads River's tables through the

@@ -13,7 +13,6 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
@@ -96,11 +95,7 @@ func BenchmarkServiceVsRiver(b *testing.B) {
 // reap-seconds per request.
 func BenchmarkReapLatency(b *testing.B) {
 	s := apptest.New(b, nil)
-	riverClient, err := app.NewInsertOnlyRiver(s.Pool, s.Tel)
-	if err != nil {
-		b.Fatal(err)
-	}
-	reaper := worker.NewReaper(s.Pool, worker.ReaperConfig{StaleAfter: s.Env.StaleAfter, Instruments: s.Tel.Instruments, Logger: s.Tel.Logger, River: riverClient})
+	reaper := s.Role.Reaper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var reaping sync.WaitGroup
 	reaping.Go(func() { reaper.Run(ctx, s.Env.ReapInterval) })

@@ -23,9 +23,9 @@ import (
 func TestBounded_MetricSeriesIgnoreTheRequest(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, nil)
-	server, err := app.NewAPIServer(t.Context(), s.APIPool, s.Env, s.Tel)
+	role, err := app.NewAPI(t.Context(), s.APIPool, s.Env, s.Tel)
 	require.NoError(t, err)
-	srv := httptest.NewServer(app.APIHandler(server, s.Tel))
+	srv := httptest.NewServer(role.Handler())
 	t.Cleanup(srv.Close)
 
 	send := func(i int, host string) {

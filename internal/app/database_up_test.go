@@ -30,8 +30,7 @@ func TestDatabaseUp_FollowsAnOutage(t *testing.T) {
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	workerTel := &app.Telemetry{Providers: providers, Instruments: instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	id, hostname, boot := app.NewWorkerID()
-	w, _, err := app.NewWorker(s.Pool, s.Env, workerTel, id, hostname, boot, nil)
+	w, err := app.NewWorker(s.Pool, s.Env, workerTel, app.WorkerOptions{})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(func() { _ = w.Drain(context.Background()) })

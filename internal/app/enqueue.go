@@ -37,47 +37,67 @@ func BudgetDay(env *config.Config, db queries.DBTX) func() time.Time {
 	}
 }
 
-// NewEnqueuer returns the one way requests are inserted (api, CLI, chains,
-// schedules): stale-worker cleanup, then dedupe, under the job's lock.
-// riverClient nil records requests the caller runs itself.
-func NewEnqueuer(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *config.Config, tel *Telemetry) (*request.Enqueuer, error) {
-	return NewEnqueuerFor(jobset.Catalog(), pool, riverClient, request.RiverCanceller(riverClient), env, tel)
+// census counts what a role built: the test of each role's construction
+// reads it (one River client, one Enqueuer, one Reaper).
+type census struct {
+	riverClients, enqueuers, reapers int
+	// enqueuerRiver is the River client the Enqueuer inserts through.
+	enqueuerRiver *river.Client[pgx.Tx]
 }
 
-// NewCLIEnqueuer returns the enqueuer of `radar run`'s own request, which
-// has no River job (the CLI runs it); its cleanup still cancels the River
-// job of a dead worker's request through cancelWith.
-func NewCLIEnqueuer(pool *pgxpool.Pool, cancelWith *river.Client[pgx.Tx], env *config.Config, tel *Telemetry) (*request.Enqueuer, error) {
-	return NewEnqueuerFor(jobset.Catalog(), pool, nil, request.RiverCanceller(cancelWith), env, tel)
+// newRequests builds a process's one Enqueuer and one Reaper on its River
+// client: every insert (api, CLI, chains, schedules, resumes) goes through
+// the Enqueuer, which reaps a job's dead runs (the Reaper) before its
+// duplicate check; a reaped run resumes through the Enqueuer. Each needs
+// the other, so the Reaper is made first and told its resumer last.
+func newRequests(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *config.Config, tel *Telemetry, built *census) (*request.Enqueuer, *worker.Reaper, error) {
+	return newRequestsFor(jobset.Catalog(), pool, riverClient, env, tel, built)
 }
 
-// NewEnqueuerFor is newEnqueuer for another catalog (benchmarks enqueue
+// newRequestsFor is newRequests for another catalog (benchmarks enqueue
 // no-op jobs through the production path).
-func NewEnqueuerFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], canceller request.JobCanceller, env *config.Config, tel *Telemetry) (*request.Enqueuer, error) {
-	// The cleanup reaps dead workers' runs, and a reaped run resumes. The
-	// resume goes through an enqueuer of its own without a cleanup (a
-	// resume never cleans up: its caller is the cleanup), so the reaper is
-	// built on it before the enqueuer that cleans up with the reaper.
-	cfg := request.Config{
-		Catalog: catalog, DailyCaps: env.CapsByName(), Estimators: batch.Estimators(Jobs(env, pool)),
-		Instruments: tel.Instruments, Logger: tel.Logger, Resume: env.AutoResume,
-		StaleAfter: env.StaleAfter,
-	}
-	resumer, err := request.NewEnqueuer(pool, riverClient, cfg)
-	if err != nil {
-		return nil, err
-	}
+func newRequestsFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *config.Config, tel *Telemetry, built *census) (*request.Enqueuer, *worker.Reaper, error) {
 	reaper := worker.NewReaper(pool, worker.ReaperConfig{
 		StaleAfter: env.StaleAfter, Instruments: tel.Instruments, Logger: tel.Logger, Reachability: tel.Reach,
-		River: canceller,
-		Resume: func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
-			_, err := resumer.ResumeTx(ctx, tx, stopped)
-			return err
-		},
+		River: request.RiverCanceller(riverClient),
 	})
-	cfg.Cleanup = func(ctx context.Context, tx pgx.Tx, job string) error {
-		_, err := reaper.ReapTx(ctx, tx, job)
+	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
+		Catalog: catalog, DailyCaps: env.CapsByName(), Estimators: batch.Estimators(Jobs(env, pool)),
+		Instruments: tel.Instruments, Logger: tel.Logger, Resume: env.AutoResume,
+		StaleAfter: env.StaleAfter, Cleanup: reaper.CleanupTx,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	reaper.ResumeThrough(enqueuer)
+	built.enqueuers++
+	built.enqueuerRiver = riverClient
+	built.reapers++
+	return enqueuer, reaper, nil
+}
+
+// runnerConfig is the batch runner's configuration of a process, but for
+// what links it to the process's other parts (withParts).
+func runnerConfig(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, workerID string, up *upstream.Client) batch.Config {
+	return batch.Config{
+		WorkerID: workerID, Jobs: batch.Implementations(Jobs(env, pool)), Upstream: up, Instruments: tel.Instruments,
+		Logger: tel.Logger, FanOut: env.FanOut, Tracer: tel.Providers.Tracer.Tracer("github.com/buildrisk/radar/queue/batch"),
+		DBTimeout: env.DBTimeout, LeaseCheckInterval: env.HeartbeatInterval, StopTimeout: env.StopTimeout,
+	}
+}
+
+// newRunner builds a process's one batch runner from cfg (runnerConfig's):
+// fenced by the process's presence, its runs' ends chaining and resuming
+// through the process's Enqueuer.
+func newRunner(pool *pgxpool.Pool, cfg batch.Config, fence batch.Fence, requests *request.Enqueuer) (*batch.Runner, error) {
+	cfg.Fence = fence
+	cfg.Chain = func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
+		_, err := requests.EnqueueNext(ctx, tx, finished.Job, finished.Params)
 		return err
 	}
-	return request.NewEnqueuer(pool, riverClient, cfg)
+	cfg.Resume = func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
+		_, err := requests.ResumeTx(ctx, tx, stopped)
+		return err
+	}
+	return batch.NewRunner(pool, cfg)
 }

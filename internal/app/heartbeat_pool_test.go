@@ -8,11 +8,11 @@ import (
 	"github.com/buildrisk/radar/internal/apptest"
 	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/internal/dbpool"
+	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/worker"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-
-	"github.com/buildrisk/radar/internal/app"
 )
 
 // A worker's heartbeats have their own pool: with every connection of the
@@ -31,7 +31,7 @@ func TestWorker_HeartbeatNeverWaitsBehindChunkWork(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(heartbeatPool.Close)
 
-	w, _ := s.StartWorkerWith(mainPool, app.WithHeartbeatPool(heartbeatPool))
+	w, _ := s.StartWorkerWith(mainPool, func(wc *worker.Config, _ *batch.Config) { wc.HeartbeatPool = heartbeatPool })
 	var before time.Time
 	require.NoError(t, s.Pool.QueryRow(ctx, "SELECT heartbeat_at FROM worker WHERE id = $1", w.ID()).Scan(&before))
 

@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// ServerTimeouts are the HTTP server timeouts of the api and admin
+// serverTimeouts are the HTTP server timeouts of the api and admin
 // listeners: a slow or idle client cannot hold a connection (or a goroutine
 // and its buffers) for longer.
-type ServerTimeouts struct {
+type serverTimeouts struct {
 	// ReadHeader bounds reading the request line and headers (slowloris).
 	ReadHeader time.Duration
 	// Read bounds reading the whole request, body included.
@@ -26,14 +26,14 @@ type ServerTimeouts struct {
 	Idle time.Duration
 }
 
-// ServerTimeoutsDefault are the timeouts radar serves with.
-var ServerTimeoutsDefault = ServerTimeouts{ReadHeader: 5 * time.Second, Read: 30 * time.Second, Write: 60 * time.Second, Idle: 120 * time.Second}
+// serverTimeoutsDefault are the timeouts radar serves with.
+var serverTimeoutsDefault = serverTimeouts{ReadHeader: 5 * time.Second, Read: 30 * time.Second, Write: 60 * time.Second, Idle: 120 * time.Second}
 
 // maxHeaderBytes bounds a request's headers (net/http's default is 1 MiB).
 const maxHeaderBytes = 64 << 10
 
-// NewHTTPServer returns the server of the api and admin listeners.
-func NewHTTPServer(handler http.Handler, t ServerTimeouts) *http.Server {
+// newHTTPServer returns the server of the api and admin listeners.
+func newHTTPServer(handler http.Handler, t serverTimeouts) *http.Server {
 	return &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: t.ReadHeader,
@@ -53,7 +53,7 @@ func ServeHTTP(ctx context.Context, addr, variable string, handler http.Handler,
 	if err != nil {
 		return nil, "", fmt.Errorf("error listening on %s (set %s to another address, e.g. %s=:0 for any free port): %w", addr, variable, variable, err)
 	}
-	srv := NewHTTPServer(handler, ServerTimeoutsDefault)
+	srv := newHTTPServer(handler, serverTimeoutsDefault)
 	go func() {
 		if err := srv.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("http server failed", slog.String("addr", addr), slog.String("error", err.Error()))

@@ -126,7 +126,7 @@ func TestPgBouncer_Switch(t *testing.T) {
 			require.NoError(t, err)
 			tel := &app.Telemetry{Providers: providers, Instruments: instruments, Logger: slog.New(slog.DiscardHandler)}
 			var pollOnly bool
-			_, _, err = app.NewWorker(pool, env, tel, "1@test#boot", "test", "boot", func(wc *worker.Config, _ *batch.Config) { pollOnly = wc.PollOnly })
+			_, err = app.NewWorker(pool, env, tel, app.WorkerOptions{ID: "1@test#boot", Hostname: "test", Boot: "boot", Tune: func(wc *worker.Config, _ *batch.Config) { pollOnly = wc.PollOnly }})
 			require.NoError(t, err)
 			require.Equal(t, c.pgbouncer, pollOnly, "River polls instead of LISTEN behind PgBouncer")
 		})

@@ -17,7 +17,7 @@ type probed interface {
 	queries.DBTX
 }
 
-// StartDatabaseProbe exports buildrisk_database_up for a process that has
+// startDatabaseProbe exports buildrisk_database_up for a process that has
 // no heartbeat of its own (the api): it records 1 at once (the pool has just
 // connected), then, in the background until ctx is done, pings the database
 // every interval, each ping bounded by timeout, and records the result.
@@ -27,7 +27,7 @@ type probed interface {
 // its reapers wait on after a cut (nil: none). After each ping that
 // succeeded, and once at the start, watch checks whether the database
 // moved (a failover; nil: not checked), bounded by timeout as well.
-func StartDatabaseProbe(ctx context.Context, db probed, interval, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability, watch *worker.DatabaseWatch) {
+func startDatabaseProbe(ctx context.Context, db probed, interval, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability, watch *worker.DatabaseWatch) {
 	inst.DatabaseUpSet(ctx, true)
 	checkIdentity(ctx, db, timeout, watch)
 	go probeDatabase(ctx, db, interval, timeout, inst, reach, watch)

@@ -228,9 +228,7 @@ func TestRegistry_ResultRecordingOutage(t *testing.T) {
 
 func mustEnqueuer(t *testing.T, s *apptest.System) *apptest.RequestEnqueuer {
 	t.Helper()
-	e, err := app.NewEnqueuer(s.Pool, nil, s.Env, s.Tel)
-	require.NoError(t, err)
-	return e
+	return s.Role.Enqueuer()
 }
 
 type recorder struct {

@@ -38,16 +38,16 @@ func NewUpstream(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, holder 
 		RequestTimeout: env.ProviderTimeout,
 		AllowHTTP:      env.InsecureHTTPUpstream,
 		Transport:      ProviderTransport(env.FanOut),
-		WrapTransport:  ProviderTracing(tel.Providers),
+		WrapTransport:  providerTracing(tel.Providers),
 	})
 }
 
-// ProviderTracing makes provider calls client spans (the key is added below
+// providerTracing makes provider calls client spans (the key is added below
 // them) when spans are recorded. When no exporter will read them it leaves
 // the wrapper out: at fan-out 64 the span, its attributes and otelhttp's
 // own metrics cost more CPU per call than the key, the budget and the
 // request together (BENCHMARKS.md).
-func ProviderTracing(providers *observability.Providers) func(http.RoundTripper) http.RoundTripper {
+func providerTracing(providers *observability.Providers) func(http.RoundTripper) http.RoundTripper {
 	if !providers.SpansRecorded {
 		return nil
 	}

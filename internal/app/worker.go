@@ -21,7 +21,6 @@ import (
 	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/batch"
-	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
 )
 
@@ -51,7 +50,7 @@ func RunWorker(ctx context.Context, env *config.Config) error {
 	if err := dbpool.CheckSchema(ctx, pool); err != nil {
 		return err
 	}
-	w, _, err := NewWorker(pool, env, tel, workerID, hostname, boot, WithHeartbeatPool(heartbeatPool))
+	w, err := NewWorker(pool, env, tel, WorkerOptions{ID: workerID, Hostname: hostname, Boot: boot, HeartbeatPool: heartbeatPool})
 	if err != nil {
 		return err
 	}
@@ -106,57 +105,55 @@ func riverPlugins(tel *Telemetry) []rivertype.Plugin {
 	})}
 }
 
-// NewInsertOnlyRiver returns a River client that only inserts (no queues,
+// newInsertOnlyRiver returns a River client that only inserts (no queues,
 // no workers), with the trace propagation of every insert. River's InsertTx
 // announces each job to the workers itself, at most once per FetchCooldown
 // per queue: at River's minimum, so that back-to-back requests each wake a
 // worker instead of waiting for its fetch poll.
-func NewInsertOnlyRiver(pool *pgxpool.Pool, tel *Telemetry) (*river.Client[pgx.Tx], error) {
+func newInsertOnlyRiver(pool *pgxpool.Pool, tel *Telemetry, built *census) (*river.Client[pgx.Tx], error) {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger: observability.NewRiverLogger(tel.Logger, observability.RiverRepeatIntervalDefault, nil), Plugins: riverPlugins(tel), FetchCooldown: river.FetchCooldownMin,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error creating river client: %w", err)
 	}
+	built.riverClients++
 	return client, nil
 }
 
-// TuneFunc adjusts the worker's and runner's configs before they are built
-// (tests shorten intervals or disable the reaper); nil changes nothing.
-type TuneFunc func(*worker.Config, *batch.Config)
-
-// WithHeartbeatPool gives the worker's registry heartbeats their own pool.
-func WithHeartbeatPool(pool *pgxpool.Pool) TuneFunc {
-	return func(wc *worker.Config, _ *batch.Config) { wc.HeartbeatPool = pool }
+// WorkerOptions are a worker role's choices beyond the environment.
+type WorkerOptions struct {
+	// ID, Hostname and Boot are the worker's identity (NewWorkerID's);
+	// empty makes one.
+	ID, Hostname, Boot string
+	// HeartbeatPool gives the worker's registry heartbeats their own pool
+	// (nil: the main pool).
+	HeartbeatPool *pgxpool.Pool
+	// Tune adjusts the worker's and runner's configs before they are built
+	// (tests shorten intervals or disable the reaper); nil changes nothing.
+	Tune func(*worker.Config, *batch.Config)
 }
 
-// NewWorker builds the worker role's parts. The worker makes its River
-// client first and hands it to the enqueuer built here, which chains,
-// schedules and resumes go through (the same path as the API: cleanup,
-// lock, dedupe); its runner is then built on that enqueuer and fenced by
-// the worker's own presence. One River client inserts and works the
-// process's queues, and nothing is assigned after construction.
-func NewWorker(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, workerID, hostname, boot string, tune TuneFunc) (*worker.Worker, *batch.Runner, error) {
-	up, err := NewUpstream(pool, env, tel, workerID)
-	if err != nil {
-		return nil, nil, err
-	}
-	runnerConfig := batch.Config{
-		WorkerID: workerID, Jobs: batch.Implementations(Jobs(env, pool)), Upstream: up, Instruments: tel.Instruments,
-		Logger: tel.Logger, FanOut: env.FanOut, Tracer: tel.Providers.Tracer.Tracer("github.com/buildrisk/radar/queue/batch"),
-		DBTimeout:          env.DBTimeout,
-		LeaseCheckInterval: env.HeartbeatInterval,
-		StopTimeout:        env.StopTimeout,
+// NewWorker builds the worker role on pool, ready to Start: its River
+// client (which inserts and works its queues), the one Enqueuer its
+// chains, resumes and schedules go through, the one Reaper, and the runner,
+// fenced by the worker's own presence.
+func NewWorker(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts WorkerOptions) (*worker.Worker, error) {
+	w, _, err := newWorker(pool, env, tel, opts)
+	return w, err
+}
+
+func newWorker(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts WorkerOptions) (*worker.Worker, census, error) {
+	var built census
+	if opts.ID == "" {
+		opts.ID, opts.Hostname, opts.Boot = NewWorkerID()
 	}
 	workerConfig := worker.Config{
-		ID:                workerID,
-		Hostname:          hostname,
-		PID:               os.Getpid(),
-		Boot:              boot,
-		Version:           Version,
+		ID: opts.ID, Hostname: opts.Hostname, PID: os.Getpid(), Boot: opts.Boot, Version: Version,
 		ConfiguredKeys:    env.ConfiguredKeyNames(),
 		DailyCaps:         env.CapsByName(),
 		HeartbeatInterval: env.HeartbeatInterval,
+		HeartbeatPool:     opts.HeartbeatPool,
 		StaleAfter:        env.StaleAfter,
 		FenceAfter:        env.FenceAfter,
 		DBTimeout:         env.DBTimeout,
@@ -170,26 +167,40 @@ func NewWorker(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, workerID,
 		Reachability:      tel.Reach,
 		DatabaseWatch:     tel.Database,
 		RiverPlugins:      riverPlugins(tel),
-		Gauges: &worker.Gauges{
-			Pool: pool, Jobs: jobset.Catalog().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.Instruments,
-		},
-		Schedules: env.Schedules,
-		Now:       env.Now,
-		Enqueuer: func(client *river.Client[pgx.Tx]) (*request.Enqueuer, error) {
-			return NewEnqueuer(pool, client, env, tel)
-		},
+		Schedules:         env.Schedules,
+		Now:               env.Now,
 	}
-	if tune != nil {
-		tune(&workerConfig, &runnerConfig)
-	}
-	w, err := worker.New(pool, runnerConfig, workerConfig)
+	up, err := NewUpstream(pool, env, tel, opts.ID)
 	if err != nil {
-		return nil, nil, err
+		return nil, built, err
+	}
+	workerConfig.Gauges = &worker.Gauges{
+		Pool: pool, Jobs: jobset.Catalog().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.Instruments,
+	}
+	runnerCfg := runnerConfig(pool, env, tel, opts.ID, up)
+	if opts.Tune != nil {
+		opts.Tune(&workerConfig, &runnerCfg)
+	}
+	w, err := worker.New(pool, workerConfig)
+	if err != nil {
+		return nil, built, err
+	}
+	built.riverClients++
+	enqueuer, reaper, err := newRequests(pool, w.River(), env, tel, &built)
+	if err != nil {
+		return nil, built, err
+	}
+	runner, err := newRunner(pool, runnerCfg, w, enqueuer)
+	if err != nil {
+		return nil, built, err
+	}
+	if err := w.Bind(worker.Parts{Runner: runner, Enqueuer: enqueuer, Reaper: reaper}); err != nil {
+		return nil, built, err
 	}
 	observeSchedules(context.Background(), pool, env, tel)
 	if _, err := observeCoverage(context.Background(), pool, env, tel); err != nil {
-		return nil, nil, err
+		return nil, built, err
 	}
 	observeFanOut(context.Background(), env, tel)
-	return w, w.Runner(), nil
+	return w, built, nil
 }

@@ -56,6 +56,8 @@ type System struct {
 	Fake    *fakeupstream.Server
 	FakeURL string
 	API     *httptest.Server
+	// Role is the api role API serves.
+	Role *app.API
 	// vars is the environment the system was built from.
 	Vars map[string]string
 	// gate can hold provider calls to make a chunk boundary deterministic.
@@ -249,9 +251,9 @@ func New(t testing.TB, opts *Opts) *System {
 	s.APIPool, err = dbpool.OpenAPI(context.Background(), env, apiServiceURL)
 	require.NoError(t, err)
 	t.Cleanup(s.APIPool.Close)
-	server, err := app.NewAPIServer(t.Context(), s.APIPool, env, s.Tel)
+	s.Role, err = app.NewAPI(t.Context(), s.APIPool, env, s.Tel)
 	require.NoError(t, err)
-	s.API = httptest.NewServer(server.Handler())
+	s.API = httptest.NewServer(s.Role.Server().Handler())
 	t.Cleanup(s.API.Close)
 	return s
 }
@@ -263,14 +265,13 @@ func (s *System) StartWorker() (*worker.Worker, *batch.Runner) {
 }
 
 // StartWorkerWith starts a worker on its own pool with tuned configs.
-func (s *System) StartWorkerWith(pool *pgxpool.Pool, tune app.TuneFunc) (*worker.Worker, *batch.Runner) {
+func (s *System) StartWorkerWith(pool *pgxpool.Pool, tune func(*worker.Config, *batch.Config)) (*worker.Worker, *batch.Runner) {
 	s.T.Helper()
-	id, hostname, boot := app.NewWorkerID()
-	w, runner, err := app.NewWorker(pool, s.Env, s.Tel, id, hostname, boot, tune)
+	w, err := app.NewWorker(pool, s.Env, s.Tel, app.WorkerOptions{Tune: tune})
 	require.NoError(s.T, err)
 	require.NoError(s.T, w.Start(context.Background()))
 	s.T.Cleanup(func() { _ = w.Drain(context.Background()) })
-	return w, runner
+	return w, w.Runner()
 }
 
 // Do sends a request with the given token and decodes the JSON answer.

@@ -18,12 +18,11 @@ func (s *System) StartWorkerWithCaps(caps map[upstream.Provider]int) string {
 	env := *s.Env
 	env.DailyCaps = maps.Clone(s.Env.DailyCaps)
 	maps.Copy(env.DailyCaps, caps)
-	id, hostname, boot := app.NewWorkerID()
-	w, _, err := app.NewWorker(s.Pool, &env, s.Tel, id, hostname, boot, nil)
+	w, err := app.NewWorker(s.Pool, &env, s.Tel, app.WorkerOptions{})
 	require.NoError(s.T, err)
 	require.NoError(s.T, w.Start(context.Background()))
 	s.T.Cleanup(func() { _ = w.Drain(context.Background()) })
-	return id
+	return w.ID()
 }
 
 // Provider returns one provider of GET /v1/providers.

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs/corpcode"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/batch"
@@ -116,11 +115,7 @@ func (s *System) Ticks(job, outcome string) float64 {
 func (s *System) NewTestScheduler(clock *TestClock, start time.Time, enq worker.ScheduleEnqueuer, schedules ...worker.Schedule) *worker.Scheduler {
 	s.T.Helper()
 	if enq == nil {
-		insertOnly, err := app.NewInsertOnlyRiver(s.Pool, s.Tel)
-		require.NoError(s.T, err)
-		e, err := app.NewEnqueuer(s.Pool, insertOnly, s.Env, s.Tel)
-		require.NoError(s.T, err)
-		enq = e
+		enq = s.Role.Enqueuer()
 	}
 	if schedules == nil {
 		schedules = s.Env.Schedules

@@ -111,8 +111,8 @@ type Enqueuer struct {
 	queries *queries.Queries
 }
 
-// NewEnqueuer returns an Enqueuer. riverClient may be nil: the CLI records
-// its request without a River job because it runs the job itself.
+// NewEnqueuer returns an Enqueuer. riverClient inserts each request's River
+// job; nil records requests without one (and resumes nothing), for tests.
 func NewEnqueuer(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg Config) (*Enqueuer, error) {
 	if cfg.Catalog == nil {
 		return nil, errors.New("request: Catalog is required")
@@ -133,7 +133,8 @@ type EnqueueParams struct {
 	Source       radartype.RequestSource
 	RequestedBy  string
 	// WorkerID is set when the enqueuing process will run the request
-	// itself (the CLI): the reaper then frees it if that process dies.
+	// itself (the CLI): no River job is inserted for it, and the reaper
+	// frees it if that process dies.
 	WorkerID string
 	// NotBefore, when positive, keeps the request from starting before that
 	// long after its insert, by the database's clock (an automatic resume's
@@ -315,7 +316,7 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 		resumesID = &state.LastExecutionID
 	}
 	var riverJobID *int64
-	if e.river != nil {
+	if e.river != nil && p.WorkerID == "" {
 		res, err := e.insertRun(ctx, tx, p, state.NextRequestID)
 		if err != nil {
 			return nil, err

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
@@ -221,8 +220,8 @@ func TestOutage_LongerThanStaleEndsResumedNobodyReaped(t *testing.T) {
 			hbPool, err := dbpool.OpenHeartbeat(context.Background(), heartbeats.URL, 4, s.Env.DBTimeout, false, config.SessionLimits{})
 			require.NoError(t, err)
 			t.Cleanup(hbPool.Close)
-			a, _ := s.StartWorkerWith(s.Pool, app.WithHeartbeatPool(hbPool))
-			b, _ := s.StartWorkerWith(s.Pool, app.WithHeartbeatPool(hbPool))
+			a, _ := s.StartWorkerWith(s.Pool, func(wc *worker.Config, _ *batch.Config) { wc.HeartbeatPool = hbPool })
+			b, _ := s.StartWorkerWith(s.Pool, func(wc *worker.Config, _ *batch.Config) { wc.HeartbeatPool = hbPool })
 			s.Gate.Arm(2) // chunks 1-2 commit; chunk 3's call is held
 			id := s.RequestAptTrade(apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
 			apptest.Within(t, time.Minute, s.Gate.Blocked, "the third provider call")

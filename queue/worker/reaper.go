@@ -23,10 +23,12 @@ type ReaperConfig struct {
 	StaleAfter  time.Duration
 	Instruments *observability.Instruments
 	Logger      *slog.Logger
-	// Resume, when set, runs in the transaction that abandons a dead
-	// worker's execution, so the run's automatic resume (if the policy
-	// allows it) commits with the reap.
-	Resume ResumeFunc
+	// Resumer, when set, applies the resume policy in the transaction that
+	// abandons a dead worker's execution, so the run's automatic resume (if
+	// the policy allows it) commits with the reap. The process's Enqueuer
+	// cleans up with the Reaper, so it is handed over after both are made
+	// (ResumeThrough); nil resumes nothing.
+	Resumer Resumer
 	// River cancels the River jobs of the requests it reaps; nil when the
 	// process inserts none.
 	River request.JobCanceller
@@ -36,9 +38,11 @@ type ReaperConfig struct {
 	Reachability *Reachability
 }
 
-// ResumeFunc applies the resume policy to a run that stopped, inside the
-// transaction that records the stop (request.Enqueuer.ResumeTx).
-type ResumeFunc func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error
+// Resumer applies the resume policy to a run that stopped, inside the
+// transaction that records the stop: request.Enqueuer.
+type Resumer interface {
+	ResumeTx(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) (int64, error)
+}
 
 // Reaper finalizes the requests of dead workers: only those, never a live
 // worker's, whatever their age: a long run on a live worker is slow, not
@@ -58,6 +62,20 @@ func NewReaper(pool *pgxpool.Pool, cfg ReaperConfig) *Reaper {
 	}
 	return &Reaper{cfg: cfg, pool: pool, queries: queries.New()}
 }
+
+// CleanupTx is ReapTx for one job as the enqueue's cleanup
+// (request.CleanupFunc): a dead worker's request of job is finalized before
+// the duplicate check, so it does not answer 409.
+func (r *Reaper) CleanupTx(ctx context.Context, tx pgx.Tx, job string) error {
+	_, err := r.ReapTx(ctx, tx, job)
+	return err
+}
+
+// ResumeThrough sets the Reaper's Resumer. The process's one Enqueuer
+// reaps through this Reaper before each enqueue and this Reaper resumes
+// through that Enqueuer, so one of the two learns the other after both are
+// made: the composition root calls this once, before either is used.
+func (r *Reaper) ResumeThrough(resumer Resumer) { r.cfg.Resumer = resumer }
 
 // terminateWait is how long the reaper waits for each backend of a dead
 // worker it ends to exit (and release its locks).
@@ -246,14 +264,14 @@ func (r *Reaper) CleanupPreviousBoots(ctx context.Context, hostname string, pid 
 // resume hands a reaped run to the resume policy. A request that never
 // started an execution has nothing to resume.
 func (r *Reaper) resume(ctx context.Context, tx pgx.Tx, requestID int64, executionID *int64) error {
-	if r.cfg.Resume == nil || executionID == nil {
+	if r.cfg.Resumer == nil || executionID == nil {
 		return nil
 	}
 	req, err := r.queries.JobRequestGetByID(ctx, tx, requestID)
 	if err != nil {
 		return fmt.Errorf("error reading reaped request %d: %w", requestID, err)
 	}
-	if err := r.cfg.Resume(ctx, tx, &request.Stopped{Request: req, ExecutionID: *executionID, Cause: radartype.CauseReap}); err != nil {
+	if _, err := r.cfg.Resumer.ResumeTx(ctx, tx, &request.Stopped{Request: req, ExecutionID: *executionID, Cause: radartype.CauseReap}); err != nil {
 		return fmt.Errorf("error resuming reaped request %d: %w", requestID, err)
 	}
 	return nil

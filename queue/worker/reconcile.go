@@ -18,16 +18,16 @@ import (
 // longer holds (their result recording failed past its retry window), from
 // the execution's recorded result, and only while they are still RUNNING.
 func (w *Worker) Reconcile(ctx context.Context) (int, error) {
-	return Reconcile(ctx, w.pool, w.river, w.cfg.ID, w.runner.Held(), w.resume, w.cfg.Logger)
+	return Reconcile(ctx, w.pool, w.river, w.cfg.ID, w.runner.Held(), w.parts.Enqueuer, w.cfg.Logger)
 }
 
 // heldChecker is the part of batch.HeldSet Reconcile needs.
 type heldChecker interface{ Has(id int64) bool }
 
 // Reconcile is the reconcile loop's body for one worker id. A request it
-// finishes whose execution recorded a stop cause goes to resume (nil resumes
+// finishes whose execution recorded a stop cause goes to resumer (nil resumes
 // nothing), in the same transaction, as the runner would have done.
-func Reconcile(ctx context.Context, db pgtx.Beginner, river request.JobCanceller, workerID string, held heldChecker, resume ResumeFunc, logger *slog.Logger) (int, error) {
+func Reconcile(ctx context.Context, db pgtx.Beginner, river request.JobCanceller, workerID string, held heldChecker, resumer Resumer, logger *slog.Logger) (int, error) {
 	q := queries.New()
 	n := 0
 	err := pgtx.InTx(ctx, db, func(tx pgx.Tx) error {
@@ -78,9 +78,9 @@ func Reconcile(ctx context.Context, db pgtx.Beginner, river request.JobCanceller
 					return err
 				}
 			}
-			if done > 0 && !vanished && resume != nil && cause != "" && executionStatus != radartype.ExecutionCompleted {
+			if done > 0 && !vanished && resumer != nil && cause != "" && executionStatus != radartype.ExecutionCompleted {
 				req.Status = status
-				if err := resume(ctx, tx, &request.Stopped{Request: req, ExecutionID: exec.ID, Cause: cause}); err != nil {
+				if _, err := resumer.ResumeTx(ctx, tx, &request.Stopped{Request: req, ExecutionID: exec.ID, Cause: cause}); err != nil {
 					return err
 				}
 			}

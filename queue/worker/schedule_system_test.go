@@ -346,9 +346,7 @@ func TestSchedule_FailedEnqueueCounted(t *testing.T) {
 	require.Nil(t, job["lastDueRequestId"])
 
 	// An enqueue that errors: counted, not recorded, retried.
-	inner, err := app.NewEnqueuer(s.Pool, w.River(), s.Env, s.Tel)
-	require.NoError(t, err)
-	flaky := &flakyEnqueuer{ScheduleEnqueuer: inner, fail: true}
+	flaky := &flakyEnqueuer{ScheduleEnqueuer: s.Role.Enqueuer(), fail: true}
 	tt, err := worker.ParseSchedule("@every 1h", seoul)
 	require.NoError(t, err)
 	metricsDef := riskmetric.Spec()
@@ -391,7 +389,7 @@ func TestSchedule_FreshnessFromDatabase(t *testing.T) {
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	other := &app.Telemetry{Providers: providers, Instruments: instruments, Logger: s.Tel.Logger}
-	_, err = app.NewAPIServer(t.Context(), s.Pool, s.Env, other)
+	_, err = app.NewAPI(t.Context(), s.Pool, s.Env, other)
 	require.NoError(t, err)
 
 	var ended float64

@@ -119,9 +119,9 @@ func TestUnavailable_DatabaseDown(t *testing.T) {
 	pool, err := dbpool.OpenAPI(ctx, env, url)
 	require.NoError(t, err)
 	defer pool.Close()
-	server, err := app.NewAPIServer(t.Context(), pool, env, tel)
+	role, err := app.NewAPI(t.Context(), pool, env, tel)
 	require.NoError(t, err)
-	api := httptest.NewServer(server.Handler())
+	api := httptest.NewServer(role.Server().Handler())
 	defer api.Close()
 
 	status, _, out := apptest.Call(t, api.URL, http.MethodGet, "/v1/requests", "")

@@ -165,12 +165,6 @@ type Config struct {
 
 	Instruments *observability.Instruments
 	Logger      *slog.Logger
-	// Enqueuer returns, given the worker's River client, the enqueuer that
-	// the worker's chains, resumes and schedules go through (the API's path:
-	// cleanup, lock, dedupe). New makes the client first and hands it over,
-	// so the process inserts and works its queues through one client and
-	// nothing is assigned after construction. Required.
-	Enqueuer func(client *river.Client[pgx.Tx]) (*request.Enqueuer, error)
 	// RiverPlugins are added to the River client (otelriver).
 	RiverPlugins []rivertype.Plugin
 	// Schedules are the jobs requested periodically. Only River's elected
@@ -242,8 +236,6 @@ func (c Config) validate() error {
 		return fmt.Errorf("worker: Retention (%s) must exceed StaleAfter (%s)", c.Retention, c.StaleAfter)
 	case len(c.Schedules) > 0 && c.LeaderElectionDisabled:
 		return errors.New("worker: Schedules need River's leader election (LeaderElectionDisabled is set)")
-	case c.Enqueuer == nil:
-		return errors.New("worker: Enqueuer is required")
 	}
 	if err := CheckFencing(c.FenceAfter, c.HeartbeatInterval, c.DBTimeout, c.StaleAfter); err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -253,17 +245,16 @@ func (c Config) validate() error {
 
 // Worker is one worker process's machinery.
 type Worker struct {
-	cfg    Config
-	pool   *pgxpool.Pool
+	cfg   Config
+	pool  *pgxpool.Pool
+	river *river.Client[pgx.Tx]
+	// parts are what Bind handed over, built on river.
+	parts Parts
+	// runner and reaper are parts' (nil until Bind).
 	runner *batch.Runner
-	river  *river.Client[pgx.Tx]
 	reaper *Reaper
 	// scheduler is nil without schedules.
 	scheduler *Scheduler
-	// resume applies the resume policy through the worker's enqueuer to the
-	// runs the runner, the reaper and the reconcile loop stop.
-	resume ResumeFunc
-
 	// leading is closed once River made this worker its leader.
 	leading  chan struct{}
 	leadOnce sync.Once
@@ -277,12 +268,11 @@ type Worker struct {
 	unwatch func()
 }
 
-// New returns a Worker. It makes the worker's River client first, then the
-// enqueuer (Config.Enqueuer) on that client, then the runner from runnerCfg,
-// which chains and resumes through that enqueuer and is fenced by the
-// worker itself (Fenced, its presence once started), so a fenced worker's
-// runs stop uncommitted; runnerCfg's Fence, Chain and Resume are ignored.
-func New(pool *pgxpool.Pool, runnerCfg batch.Config, cfg Config) (*Worker, error) {
+// New returns a Worker and makes its River client, whose jobs the worker
+// runs. What runs them needs that client (the enqueuer inserts through it,
+// the runner chains and resumes through the enqueuer), so it is built by
+// the caller on River() and handed over with Bind before Start.
+func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -293,37 +283,40 @@ func New(pool *pgxpool.Pool, runnerCfg batch.Config, cfg Config) (*Worker, error
 		return nil, err
 	}
 	w.river = client
-	enqueuer, err := cfg.Enqueuer(client)
-	if err != nil {
-		return nil, fmt.Errorf("error creating the worker's enqueuer: %w", err)
+	return w, nil
+}
+
+// Parts are what a worker runs its River jobs with, built on its River
+// client: the runner (fenced by the worker itself, see Fenced), the
+// enqueuer its chains, resumes and schedules go through (the API's path:
+// cleanup, lock, dedupe), and the reaper that enqueuer cleans up with.
+type Parts struct {
+	Runner   *batch.Runner
+	Enqueuer *request.Enqueuer
+	Reaper   *Reaper
+}
+
+// Bind hands the worker its parts. It is called once, after New and before
+// Start; Start refuses a worker without them.
+func (w *Worker) Bind(parts Parts) error {
+	switch {
+	case parts.Runner == nil || parts.Enqueuer == nil || parts.Reaper == nil:
+		return errors.New("worker: Bind needs a Runner, an Enqueuer and a Reaper")
+	case w.runner != nil:
+		return errors.New("worker: already bound")
 	}
-	w.resume = func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
-		_, err := enqueuer.ResumeTx(ctx, tx, stopped)
-		return err
-	}
-	runnerCfg.Fence = w
-	runnerCfg.Chain = func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
-		_, err := enqueuer.EnqueueNext(ctx, tx, finished.Job, finished.Params)
-		return err
-	}
-	runnerCfg.Resume = w.resume
-	runner, err := batch.NewRunner(pool, runnerCfg)
-	if err != nil {
-		return nil, err
-	}
-	w.runner = runner
-	if len(cfg.Schedules) > 0 {
-		scheduler, err := NewScheduler(pool, SchedulerConfig{
-			Schedules: cfg.Schedules, Enqueuer: enqueuer, Now: cfg.Now,
-			Instruments: cfg.Instruments, Logger: cfg.Logger,
+	if len(w.cfg.Schedules) > 0 {
+		scheduler, err := NewScheduler(w.pool, SchedulerConfig{
+			Schedules: w.cfg.Schedules, Enqueuer: parts.Enqueuer, Now: w.cfg.Now,
+			Instruments: w.cfg.Instruments, Logger: w.cfg.Logger,
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		w.scheduler = scheduler
 	}
-	w.reaper = NewReaper(pool, ReaperConfig{StaleAfter: cfg.StaleAfter, Instruments: cfg.Instruments, Logger: cfg.Logger, Resume: w.resume, Reachability: cfg.Reachability, River: client})
-	return w, nil
+	w.parts, w.runner, w.reaper = parts, parts.Runner, parts.Reaper
+	return nil
 }
 
 // newRiverClient makes the worker's River client: its runs' queue and, with
@@ -427,6 +420,9 @@ func (w *Worker) Ready(ctx context.Context) error {
 // slot left RUNNING, and starts claiming requests, heartbeating, reaping
 // and reconciling. ctx bounds the background loops.
 func (w *Worker) Start(ctx context.Context) error {
+	if w.runner == nil {
+		return errors.New("worker: Start before Bind")
+	}
 	presence, err := StartPresence(ctx, cmp.Or(w.cfg.HeartbeatPool, w.pool), w.cfg)
 	if err != nil {
 		return err

@@ -6,13 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/apptest"
 	"github.com/buildrisk/radar/queue/batch"
-	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
 )
 
@@ -98,22 +95,4 @@ func TestWorkers_Retention(t *testing.T) {
 	}
 	require.Equal(t, 1, s.Count("SELECT count(*) FROM worker WHERE id = 'recent@a#x'"))
 	require.Equal(t, 1, s.Count("SELECT count(*) FROM worker WHERE id = $1", w.ID()))
-}
-
-// The worker makes its River client first and builds its enqueuer (chains,
-// resumes, schedules) on that client: one client per worker process, for
-// its inserts and its queues alike.
-func TestWorker_EnqueuerUsesTheWorkersRiverClient(t *testing.T) {
-	t.Parallel()
-	s := apptest.New(t, nil)
-	var given *river.Client[pgx.Tx]
-	w, _ := s.StartWorkerWith(s.Pool, func(wc *worker.Config, _ *batch.Config) {
-		build := wc.Enqueuer
-		wc.Enqueuer = func(client *river.Client[pgx.Tx]) (*request.Enqueuer, error) {
-			given = client
-			return build(client)
-		}
-	})
-	require.NotNil(t, given, "the worker built its enqueuer")
-	require.Same(t, w.River(), given, "the enqueuer inserts through the client that works the queues")
 }
