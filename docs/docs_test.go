@@ -729,3 +729,17 @@ func TestArchitectureCitationRules(t *testing.T) {
 		require.NotEmpty(t, rec.errs, "must fail:\n%s", bad)
 	}
 }
+
+// benchmarksMaxLines bounds BENCHMARKS.md: the current table and how it is
+// measured. Past figures belong in commit messages and the changelog.
+const benchmarksMaxLines = 150
+
+func TestBenchmarksStaySmall(t *testing.T) {
+	t.Parallel()
+
+	text := readRepoFile(t, "BENCHMARKS.md")
+	lines := strings.Count(strings.TrimSuffix(text, "\n"), "\n") + 1
+	require.LessOrEqual(t, lines, benchmarksMaxLines,
+		"BENCHMARKS.md holds the current figures and their method only; move past readings to commit messages")
+	require.Contains(t, text, "<!-- make bench: begin -->", "the table `make bench` writes")
+}
