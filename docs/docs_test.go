@@ -367,24 +367,35 @@ func TestAlertsLinkToRunbook(t *testing.T) {
 // testNameRE finds test names the documents cite: `TestSomething`.
 var testNameRE = regexp.MustCompile("`(Test[A-Za-z0-9_]+)`")
 
-// Every test a document cites as proof of a guarantee exists, so a renamed
-// or deleted test can't leave a claim without its proof.
-func TestCitedTestsExist(t *testing.T) {
-	t.Parallel()
+// definedTests returns the name of every top-level func TestX( of the
+// repository's tracked *_test.go files.
+func definedTests(t *testing.T) map[string]bool {
+	t.Helper()
 
 	defined := map[string]bool{}
 	funcRE := regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]+)\(`)
-	files := trackedFiles(t)
-	for _, name := range files {
+	for _, name := range trackedFiles(t) {
 		if strings.HasSuffix(name, "_test.go") {
 			for _, m := range funcRE.FindAllStringSubmatch(readRepoFile(t, name), -1) {
 				defined[m[1]] = true
 			}
 		}
 	}
+	require.NotEmpty(t, defined)
+	return defined
+}
+
+// Every test a document cites as proof of a guarantee exists as a
+// func TestX( of a tracked test file, so a renamed or deleted test can't
+// leave a claim without its proof. Every tracked Markdown file is read but
+// CHANGELOG.md, whose entries are history and stay as they were written.
+func TestCitedTestsExist(t *testing.T) {
+	t.Parallel()
+
+	defined := definedTests(t)
 	cited := 0
-	for _, name := range files {
-		if !strings.HasPrefix(name, "docs/") || !strings.HasSuffix(name, ".md") {
+	for _, name := range trackedFiles(t) {
+		if !strings.HasSuffix(name, ".md") || name == "CHANGELOG.md" || strings.Contains(name, "node_modules/") {
 			continue
 		}
 		for _, m := range testNameRE.FindAllStringSubmatch(readRepoFile(t, name), -1) {
@@ -433,13 +444,20 @@ func TestReadmeAlertTable(t *testing.T) {
 }
 
 // Every table the migrations create is named in the architecture page's
-// data model, so a reader learns of each one there.
+// data model, so a reader learns of each one there, and every migration
+// file the page names exists.
 func TestArchitectureNamesEveryTable(t *testing.T) {
 	t.Parallel()
 	page := readRepoFile(t, "docs/architecture.md")
 	files, err := filepath.Glob(filepath.Join(root, "sql", "migrations", "goose", "*.sql"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
+	named := regexp.MustCompile("`([0-9]{5}_[a-z_]+\\.sql)`")
+	for _, m := range named.FindAllStringSubmatch(page, -1) {
+		if !slices.ContainsFunc(files, func(f string) bool { return filepath.Base(f) == m[1] }) {
+			t.Errorf("docs/architecture.md names the migration %s, which sql/migrations/goose does not hold", m[1])
+		}
+	}
 	create := regexp.MustCompile(`(?m)^CREATE (?:UNLOGGED )?TABLE (?:IF NOT EXISTS )?([a-z_]+)`)
 	for _, file := range files {
 		data, err := os.ReadFile(file)
@@ -450,4 +468,278 @@ func TestArchitectureNamesEveryTable(t *testing.T) {
 			}
 		}
 	}
+}
+
+// architecture is the page whose every mechanism names the test proving it.
+const architecture = "docs/architecture.md"
+
+// citationRE matches a citation, the one form in which architecture.md
+// names a test: "proved by" (or "Proved by") and one or more test names in
+// backticks, separated by ", " or " and ", each optionally followed by a
+// short note in parentheses (no parentheses inside it). It is matched
+// against text whose whitespace runs are collapsed to single spaces, so a
+// citation may wrap.
+var citationRE = regexp.MustCompile("[Pp]roved by `Test[A-Za-z0-9_]+`(?: \\([^()]*\\))?" +
+	"(?:(?:,? and |, )`Test[A-Za-z0-9_]+`(?: \\([^()]*\\))?)*")
+
+// collapse replaces every run of whitespace by one space.
+func collapse(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// citedTests returns the test names of text's citations.
+func citedTests(text string) []string {
+	var names []string
+	for _, c := range citationRE.FindAllString(collapse(text), -1) {
+		for _, m := range testNameRE.FindAllStringSubmatch(c, -1) {
+			names = append(names, m[1])
+		}
+	}
+	return names
+}
+
+// uncitedTestNames returns the test names of text that stand outside any
+// citation: a test named some other way than "proved by".
+func uncitedTestNames(text string) []string {
+	text = collapse(text)
+	spans := citationRE.FindAllStringIndex(text, -1)
+	var outside []string
+	for _, m := range testNameRE.FindAllStringSubmatchIndex(text, -1) {
+		inside := slices.ContainsFunc(spans, func(s []int) bool { return s[0] <= m[0] && m[1] <= s[1] })
+		if !inside {
+			outside = append(outside, text[m[2]:m[3]])
+		}
+	}
+	return outside
+}
+
+// section is a "##" or "###" heading of a Markdown page and the lines up to
+// the next one, code fences included.
+type section struct {
+	level   int // 2 or 3
+	heading string
+	parent  string // the "##" heading a "###" section is under
+	line    int    // 1-based line of the heading
+	body    []string
+}
+
+// sections splits markdown at its "##" and "###" headings outside code
+// fences; the text before the first one is not a section.
+func sections(markdown string) []*section {
+	var all []*section
+	var cur *section
+	parent := ""
+	fenced := false
+	for i, line := range strings.Split(markdown, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+		}
+		level := 0
+		switch {
+		case !fenced && strings.HasPrefix(line, "## "):
+			level = 2
+		case !fenced && strings.HasPrefix(line, "### "):
+			level = 3
+		}
+		if level == 0 {
+			if cur != nil {
+				cur.body = append(cur.body, line)
+			}
+			continue
+		}
+		heading := strings.TrimSpace(line[level+1:])
+		if level == 2 {
+			parent = heading
+		}
+		cur = &section{level: level, heading: heading, parent: parent, line: i + 1}
+		if level == 2 {
+			cur.parent = ""
+		}
+		all = append(all, cur)
+	}
+	return all
+}
+
+// unit is one statement-sized block of a section's body: a paragraph, a
+// list item with its continuation lines, a table row, or a code fence.
+type unit struct {
+	line int // 1-based line within the body
+	text string
+}
+
+// units splits a section's body into units. A table's header row and its
+// separator row are not units, and neither is a paragraph ending in ":",
+// which only leads into the list, table or fence after it.
+func units(body []string) []unit {
+	var all []unit
+	var cur *unit
+	kind := "" // of cur: "prose", "item", "row", "fence"
+	inTable := false
+	flush := func() {
+		if cur != nil {
+			text := strings.TrimSpace(cur.text)
+			if !(kind == "prose" && strings.HasSuffix(text, ":")) {
+				all = append(all, unit{cur.line, text})
+			}
+		}
+		cur, kind = nil, ""
+	}
+	start := func(i int, k, line string) {
+		flush()
+		cur, kind = &unit{line: i + 1, text: line}, k
+	}
+	for i, line := range body {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case kind == "fence":
+			cur.text += "\n" + line
+			if strings.HasPrefix(trimmed, "```") {
+				flush()
+			}
+		case strings.HasPrefix(trimmed, "```"):
+			start(i, "fence", line)
+			inTable = false
+		case trimmed == "":
+			flush()
+			inTable = false
+		case strings.HasPrefix(trimmed, "|"):
+			if !inTable || strings.HasPrefix(trimmed, "|---") || strings.HasPrefix(trimmed, "| ---") {
+				flush() // the header row, or the separator under it
+				inTable = true
+				continue
+			}
+			start(i, "row", line)
+		case strings.HasPrefix(line, "- ") || strings.HasPrefix(line, "* "):
+			start(i, "item", line)
+		case cur == nil || kind == "row":
+			start(i, "prose", line)
+		default:
+			cur.text += "\n" + line
+		}
+	}
+	flush()
+	return all
+}
+
+// guarantees is the architecture page's "##" section whose "###" sections
+// are the service's promises, one mechanism each.
+const guarantees = "Guarantees and their mechanisms"
+
+// descriptiveSections are the "##" sections of the architecture page that
+// state no mechanism, and so need no citation: the failures the design
+// answers (history), and the data model (a glossary of the tables, which
+// TestArchitectureNamesEveryTable keeps complete). The guarantees' own
+// heading holds only its "###" sections.
+var descriptiveSections = []string{"Background: the failures this design answers", "Data model", guarantees}
+
+// Every mechanism the architecture page claims names the test that proves
+// it, and in one form, "proved by `TestX`" (citationRE), which
+// TestCitedTestsExist then checks against the tests that exist.
+//
+// What counts as a mechanism claim, mechanically:
+//   - under "## Guarantees and their mechanisms", every unit of every "###"
+//     section: each paragraph, each list item and each table row (units);
+//     a paragraph ending in ":" only introduces what follows it and is
+//     exempt;
+//   - every other "##" or "###" section (the roles, the package map, the
+//     path of a request) carries at least one citation, unless
+//     descriptiveSections lists it.
+//
+// A test named outside a citation fails too, so the page names tests in
+// one way only.
+func TestArchitectureCitesItsProofs(t *testing.T) {
+	t.Parallel()
+
+	page := readRepoFile(t, architecture)
+	checkArchitectureCitations(t, page)
+	require.NotEmpty(t, citedTests(page))
+}
+
+// checkArchitectureCitations reports, on t, every claim of page that lacks a
+// citation and every test page names outside one.
+func checkArchitectureCitations(t testing.TB, page string) {
+	t.Helper()
+
+	for _, name := range uncitedTestNames(page) {
+		t.Errorf("%s names %s outside a citation: write \"proved by `%s`\"", architecture, name, name)
+	}
+	headings := map[string]bool{}
+	for _, s := range sections(page) {
+		headings[s.heading] = true
+		switch {
+		case s.level == 3 && s.parent == guarantees:
+			for _, u := range units(s.body) {
+				if len(citedTests(u.text)) == 0 {
+					first, _, _ := strings.Cut(u.text, "\n")
+					t.Errorf("%s, %q line %d: a claim without a citation (\"proved by `TestX`\"): %s",
+						architecture, s.heading, s.line+u.line, first)
+				}
+			}
+		case slices.Contains(descriptiveSections, s.heading) || slices.Contains(descriptiveSections, s.parent):
+		default:
+			if len(citedTests(strings.Join(s.body, "\n"))) == 0 {
+				t.Errorf("%s, section %q (line %d) cites no test (\"proved by `TestX`\")", architecture, s.heading, s.line)
+			}
+		}
+	}
+	for _, h := range descriptiveSections {
+		if !headings[h] {
+			t.Errorf("descriptiveSections lists %q, which is no heading of %s", h, architecture)
+		}
+	}
+}
+
+// errorRecorder is a testing.TB that keeps the errors of a check run on a
+// made-up page.
+type errorRecorder struct {
+	testing.TB
+	errs []string
+}
+
+func (r *errorRecorder) Helper() {}
+
+func (r *errorRecorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+// The citation rules on made-up pages: what a citation is, and each way a
+// page can break them.
+func TestArchitectureCitationRules(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, []string{"TestA", "TestB", "TestC"},
+		citedTests("holds (proved by `TestA` (a note), `TestB` and\n`TestC`)."))
+	require.Equal(t, []string{"TestD"}, uncitedTestNames("Tests: `TestD`. Proved by `TestE`; proved by `TestF`."))
+
+	heads := "## Background: the failures this design answers\n\nhistory\n\n## Data model\n\n| table | holds |\n|---|---|\n| `t` | rows |\n\n"
+	good := heads + "## Roles\n\n| role | does |\n|---|---|\n| `api` | serves (proved by `TestR`) |\n| `cli` | runs |\n\n" +
+		"## " + guarantees + "\n\n### One\n\nA lead-in:\n\n- a bullet (proved by `TestA`)\n- another, proved by `TestB`\n\n" +
+		"| write | proof |\n|---|---|\n| x | proved by `TestC` |\n\n```\ncode (proved by `TestD`)\n```\n"
+	rec := &errorRecorder{TB: t}
+	checkArchitectureCitations(rec, good)
+	require.Empty(t, rec.errs)
+
+	for _, bad := range []string{
+		strings.Replace(good, " (proved by `TestR`)", "", 1),                     // a section without a citation
+		strings.Replace(good, "- another, proved by `TestB`", "- another", 1),    // a bullet without one
+		strings.Replace(good, "| x | proved by `TestC` |", "| x | `TestC` |", 1), // a row, and a name outside
+		strings.Replace(good, "## Data model", "## Data", 1),                     // an exemption that names no heading
+		good + "\nA last paragraph.\n",
+	} {
+		rec := &errorRecorder{TB: t}
+		checkArchitectureCitations(rec, bad)
+		require.NotEmpty(t, rec.errs, "must fail:\n%s", bad)
+	}
+}
+
+// benchmarksMaxLines bounds BENCHMARKS.md: the current table and how it is
+// measured. Past figures belong in commit messages and the changelog.
+const benchmarksMaxLines = 150
+
+func TestBenchmarksStaySmall(t *testing.T) {
+	t.Parallel()
+
+	text := readRepoFile(t, "BENCHMARKS.md")
+	lines := strings.Count(strings.TrimSuffix(text, "\n"), "\n") + 1
+	require.LessOrEqual(t, lines, benchmarksMaxLines,
+		"BENCHMARKS.md holds the current figures and their method only; move past readings to commit messages")
+	require.Contains(t, text, "<!-- make bench: begin -->", "the table `make bench` writes")
 }
