@@ -95,41 +95,7 @@ func HandAlerts(t *testing.T, s *System, day time.Time, tracked []string) map[st
 			}
 		}
 
-		// Apartments in the company's regions: trades and median price per
-		// m², the last 3 months against the 3 before.
-		type window struct {
-			n      int
-			prices []float64
-		}
-		var recent, previous window
-		recentFrom, previousFrom := day.AddDate(0, -3, 1), day.AddDate(0, -6, 1)
-		require.NoError(t, PgxCollect(ctx, s, `SELECT t.deal_date, t.deal_amount_krw::float8, t.area_m2::float8 FROM apt_trade t
-			JOIN company_region r ON r.region = t.region WHERE r.corp_code = $1`, []any{corp}, func(scan func(...any) error) error {
-			var d time.Time
-			var amount, area float64
-			if err := scan(&d, &amount, &area); err != nil {
-				return err
-			}
-			switch {
-			case !d.Before(recentFrom) && !d.After(day):
-				recent.n++
-				recent.prices = append(recent.prices, amount/area)
-			case !d.Before(previousFrom) && d.Before(recentFrom):
-				previous.n++
-				previous.prices = append(previous.prices, amount/area)
-			}
-			return nil
-		}))
-		if previous.n > 0 {
-			if v := float64(recent.n)/float64(previous.n) - 1; v <= -riskrule.AptVolumeDropDefault {
-				add(corp, riskrule.AptVolumeDrop, map[string]any{"aptVolumeChange": v})
-			}
-			if recent.n > 0 {
-				if v := Median(recent.prices)/Median(previous.prices) - 1; v <= -riskrule.AptPriceDropDefault {
-					add(corp, riskrule.AptPriceDrop, map[string]any{"aptPriceChange": v})
-				}
-			}
-		}
+		handAptSignals(t, s, corp, day, add)
 
 		// Compound: independent signals (the two apartment rules are one).
 		signals := map[string]bool{}
@@ -148,6 +114,47 @@ func HandAlerts(t *testing.T, s *System, day time.Time, tracked []string) map[st
 		}
 	}
 	return want
+}
+
+// handAptSignals adds corp's apartment alerts, computed by hand: trades
+// and median price per m² in the company's regions, the last 3 months
+// against the 3 before.
+func handAptSignals(t *testing.T, s *System, corp string, day time.Time, add func(corp, rule string, values map[string]any)) {
+	t.Helper()
+	ctx := context.Background()
+	type window struct {
+		n      int
+		prices []float64
+	}
+	var recent, previous window
+	recentFrom, previousFrom := day.AddDate(0, -3, 1), day.AddDate(0, -6, 1)
+	require.NoError(t, PgxCollect(ctx, s, `SELECT t.deal_date, t.deal_amount_krw::float8, t.area_m2::float8 FROM apt_trade t
+		JOIN company_region r ON r.region = t.region WHERE r.corp_code = $1`, []any{corp}, func(scan func(...any) error) error {
+		var d time.Time
+		var amount, area float64
+		if err := scan(&d, &amount, &area); err != nil {
+			return err
+		}
+		switch {
+		case !d.Before(recentFrom) && !d.After(day):
+			recent.n++
+			recent.prices = append(recent.prices, amount/area)
+		case !d.Before(previousFrom) && d.Before(recentFrom):
+			previous.n++
+			previous.prices = append(previous.prices, amount/area)
+		}
+		return nil
+	}))
+	if previous.n > 0 {
+		if v := float64(recent.n)/float64(previous.n) - 1; v <= -riskrule.AptVolumeDropDefault {
+			add(corp, riskrule.AptVolumeDrop, map[string]any{"aptVolumeChange": v})
+		}
+		if recent.n > 0 {
+			if v := Median(recent.prices)/Median(previous.prices) - 1; v <= -riskrule.AptPriceDropDefault {
+				add(corp, riskrule.AptPriceDrop, map[string]any{"aptPriceChange": v})
+			}
+		}
+	}
 }
 
 // ProcessJob runs every chunk of job in this process, outside the worker
