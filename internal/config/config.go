@@ -1,17 +1,23 @@
 package config
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sethvargo/go-envconfig"
 
 	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/internal/jobset"
@@ -26,47 +32,46 @@ import (
 
 // Config is every environment variable radar reads, read and validated
 // in this one place; a bad value fails with a message naming the variable.
+// A field tagged env holds that variable, decoded by envconfig (see vars
+// and checkValue, which also reads the range and oneof tags).
 type Config struct {
-	DatabaseURL string
-	HTTPAddr    string
-	AdminAddr   string
+	DatabaseURL string `env:"DATABASE_URL"`
+	HTTPAddr    string `env:"BUILDRISK_HTTP_ADDR, default=:8080"`
+	AdminAddr   string `env:"BUILDRISK_ADMIN_ADDR, default=:9090"`
 	Tokens      map[string]api.Role
 	TokenNames  map[string]string
-	// SessionKey is BUILDRISK_SESSION_KEY (at least 32 characters).
-	SessionKey        []byte
+	// SessionKey is a key, or new,old while rotating: each of 32 or more.
+	SessionKey        []byte `env:"BUILDRISK_SESSION_KEY"`
 	TokensSet         bool
-	InsecureNoAuth    bool
-	HeartbeatInterval time.Duration
-	StaleAfter        time.Duration
+	InsecureNoAuth    bool          `env:"BUILDRISK_INSECURE_NO_AUTH"`
+	HeartbeatInterval time.Duration `env:"BUILDRISK_HEARTBEAT_INTERVAL"`
+	StaleAfter        time.Duration `env:"BUILDRISK_STALE_AFTER"`
 	// CoverageMaxAge is how old the coverage counts behind the gauges and
 	// GET /v1/coverage may be before they are counted again.
-	CoverageMaxAge time.Duration
+	CoverageMaxAge time.Duration `env:"BUILDRISK_COVERAGE_MAX_AGE"`
 	// FenceAfter is the fencing threshold (BUILDRISK_FENCE_AFTER, default
 	// half of BUILDRISK_STALE_AFTER): a worker or CLI whose last successful
 	// heartbeat is older cancels its work in flight uncommitted.
-	FenceAfter time.Duration
+	FenceAfter time.Duration `env:"BUILDRISK_FENCE_AFTER"`
 	// DBTimeout is the statement timeout of the worker's and the CLI's
 	// database calls (BUILDRISK_DB_STATEMENT_TIMEOUT, default 5s, at most a
 	// quarter of BUILDRISK_STALE_AFTER).
-	DBTimeout    time.Duration
-	ReapInterval time.Duration
-	DrainTimeout time.Duration
+	DBTimeout    time.Duration `env:"BUILDRISK_DB_STATEMENT_TIMEOUT"`
+	ReapInterval time.Duration `env:"BUILDRISK_REAP_INTERVAL"`
+	DrainTimeout time.Duration `env:"BUILDRISK_DRAIN_TIMEOUT"`
 	// StopTimeout is how long the calls in flight of a run asked to stop
 	// (POST /v1/jobs/{job}/stop) may still take once the run has seen the
 	// stop, before they are cancelled uncommitted (BUILDRISK_STOP_TIMEOUT,
 	// default BUILDRISK_DRAIN_TIMEOUT): a stop is bounded like a drain.
-	StopTimeout time.Duration
-	// WorkerRetention is how long the registry keeps a silent worker's row
-	// (BUILDRISK_WORKER_RETENTION, default 168h).
-	WorkerRetention time.Duration
-	FanOut          int
-	// WorkerConcurrency is how many requests one worker process runs at
-	// once (BUILDRISK_WORKER_CONCURRENCY, an addition to the contract).
-	WorkerConcurrency int
+	StopTimeout time.Duration `env:"BUILDRISK_STOP_TIMEOUT"`
+	// WorkerRetention is how long the registry keeps a silent worker's row.
+	WorkerRetention time.Duration `env:"BUILDRISK_WORKER_RETENTION"`
+	FanOut          int           `env:"BUILDRISK_FANOUT" range:"1 to 1000"`
+	// WorkerConcurrency is how many requests one worker process runs at once.
+	WorkerConcurrency int `env:"BUILDRISK_WORKER_CONCURRENCY" range:"1 to 1000"`
 	// DBMaxConns is the size of the api's or the worker's main database
-	// pool (BUILDRISK_DB_MAX_CONNS); 0 derives it from the concurrency (see
-	// APIMaxConns and workerMaxConns).
-	DBMaxConns int
+	// pool; 0 derives it from the concurrency (APIMaxConns, WorkerMaxConns).
+	DBMaxConns int `env:"BUILDRISK_DB_MAX_CONNS" range:"1 to 10000"`
 	// TxPooling is BUILDRISK_DB_PGBOUNCER=transaction: DATABASE_URL leads
 	// to PgBouncer in transaction pooling mode, so the processes keep no
 	// state on a server connection beyond one transaction (see
@@ -75,16 +80,16 @@ type Config struct {
 	UpstreamURLs map[upstream.Provider]string
 	// InsecureHTTPUpstream is BUILDRISK_INSECURE_HTTP_UPSTREAM=1: provider
 	// URLs may be plain http (a fake upstream); otherwise they must be https.
-	InsecureHTTPUpstream bool
+	InsecureHTTPUpstream bool `env:"BUILDRISK_INSECURE_HTTP_UPSTREAM"`
 	Keys                 map[upstream.Provider]string
 	DailyCaps            map[upstream.Provider]int
 	// Rates is each provider's fleet-wide rate limit in calls per second
 	// (BUILDRISK_RATE_<P>); a provider without one is absent.
 	Rates     map[upstream.Provider]float64
 	Location  *time.Location
-	LogFormat string
-	// MaxBodyBytes bounds every API request body (BUILDRISK_MAX_BODY_BYTES).
-	MaxBodyBytes int64
+	LogFormat string `env:"BUILDRISK_LOG_FORMAT" oneof:"json text"`
+	// MaxBodyBytes bounds every API request body.
+	MaxBodyBytes int64 `env:"BUILDRISK_MAX_BODY_BYTES" range:"1024 to 1073741824"`
 	// AllowedHosts are the Host names the api answers for
 	// (BUILDRISK_ALLOWED_HOSTS; LoopbackHosts by default with
 	// BUILDRISK_INSECURE_NO_AUTH=1, any Host by default otherwise); see
@@ -95,21 +100,18 @@ type Config struct {
 	// commas); see api.Config.TrustedProxies.
 	TrustedProxies []netip.Prefix
 	// IdempotencyRetention is how long the api keeps an Idempotency-Key's
-	// record, a retry within it being answered from the record
-	// (BUILDRISK_IDEMPOTENCY_RETENTION, default 24h, at most
+	// record, a retry within it being answered from the record (at most
 	// IdempotencyRetentionMax).
-	IdempotencyRetention time.Duration
+	IdempotencyRetention time.Duration `env:"BUILDRISK_IDEMPOTENCY_RETENTION"`
 	// APIStatementTimeout and APILockTimeout are the statement_timeout and
-	// lock_timeout of the api's database connections
-	// (BUILDRISK_API_STATEMENT_TIMEOUT, BUILDRISK_API_LOCK_TIMEOUT).
-	APIStatementTimeout time.Duration
-	APILockTimeout      time.Duration
+	// lock_timeout of the api's database connections.
+	APIStatementTimeout time.Duration `env:"BUILDRISK_API_STATEMENT_TIMEOUT"`
+	APILockTimeout      time.Duration `env:"BUILDRISK_API_LOCK_TIMEOUT"`
 	// MigrateLockTimeout is the lock_timeout of the sessions that apply
-	// migrations (BUILDRISK_MIGRATE_LOCK_TIMEOUT), MigrateLockRetryFor how
-	// long migrating retries after lock timeouts before it gives up
-	// (BUILDRISK_MIGRATE_LOCK_RETRY_FOR); see migrations.Config.
-	MigrateLockTimeout  time.Duration
-	MigrateLockRetryFor time.Duration
+	// migrations, MigrateLockRetryFor how long migrating retries after lock
+	// timeouts before it gives up; see migrations.Config.
+	MigrateLockTimeout  time.Duration `env:"BUILDRISK_MIGRATE_LOCK_TIMEOUT"`
+	MigrateLockRetryFor time.Duration `env:"BUILDRISK_MIGRATE_LOCK_RETRY_FOR"`
 	// Schedules are the periodic requests (catalog default, or
 	// BUILDRISK_SCHEDULE_<JOB>), parsed, with their catch-up windows
 	// (BUILDRISK_SCHEDULE_CATCHUP_<JOB>, default one period); jobs whose
@@ -167,235 +169,192 @@ func envError(name string, format string, args ...any) error {
 	return UsageError{fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...))}
 }
 
+// vars is what envconfig decodes: the tagged fields of Config, and the
+// variables that make a field of Config only once parsed (tokens, a time
+// zone, host and proxy lists) or that fill a type of another package. A
+// field's value before decoding is its variable's default.
+type vars struct {
+	*Config
+	APITokens         string        `env:"BUILDRISK_API_TOKENS"`
+	APITokensFile     string        `env:"BUILDRISK_API_TOKENS_FILE"`
+	PgBouncer         string        `env:"BUILDRISK_DB_PGBOUNCER" oneof:"transaction off"`
+	UpstreamURL       string        `env:"BUILDRISK_UPSTREAM_URL"`
+	Timezone          string        `env:"BUILDRISK_TIMEZONE, default=Asia/Seoul"`
+	AutoResumeCauses  string        `env:"BUILDRISK_AUTO_RESUME"`
+	AutoResumeMax     int           `env:"BUILDRISK_AUTO_RESUME_MAX" range:"0 to 100"`
+	AutoResumeBackoff time.Duration `env:"BUILDRISK_AUTO_RESUME_BACKOFF"`
+	DBAppRole         string        `env:"BUILDRISK_DB_APP_ROLE"`
+	DBAPIRole         string        `env:"BUILDRISK_DB_API_ROLE"`
+	AllowedHostList   string        `env:"BUILDRISK_ALLOWED_HOSTS"`
+	TrustedProxyList  string        `env:"BUILDRISK_TRUSTED_PROXIES"`
+}
+
 // LoadEnv reads the configuration from getenv (os.Getenv in production)
 // and validates every value; an error names the variable and is a usage
-// error.
+// error. An empty variable counts as unset.
 func LoadEnv(getenv func(string) string) (*Config, error) {
-	c := &Config{
-		DatabaseURL:  getenv("DATABASE_URL"),
-		HTTPAddr:     orDefault(getenv("BUILDRISK_HTTP_ADDR"), ":8080"),
-		AdminAddr:    orDefault(getenv("BUILDRISK_ADMIN_ADDR"), ":9090"),
-		UpstreamURLs: map[upstream.Provider]string{},
-		Keys:         map[upstream.Provider]string{},
-		DailyCaps:    map[upstream.Provider]int{},
-		Rates:        map[upstream.Provider]float64{},
-		LogFormat:    getenv("BUILDRISK_LOG_FORMAT"),
+	v := &vars{
+		Config: &Config{
+			HeartbeatInterval: worker.HeartbeatIntervalDefault, StaleAfter: worker.StaleAfterDefault,
+			ReapInterval: worker.ReapIntervalDefault, DrainTimeout: worker.DrainTimeoutDefault,
+			WorkerRetention: worker.RetentionDefault, WorkerConcurrency: worker.MaxConcurrentJobsDefault,
+			APIStatementTimeout: APIStatementTimeoutDefault, APILockTimeout: APILockTimeoutDefault,
+			MigrateLockTimeout: migrations.LockTimeoutDefault, MigrateLockRetryFor: migrations.LockRetryForDefault,
+			IdempotencyRetention: api.IdempotencyRetentionDefault, MaxBodyBytes: api.MaxBodyBytesDefault,
+			CoverageMaxAge: coverage.MaxAgeDefault, FanOut: batch.FanOutDefault,
+		},
+		AutoResumeCauses: request.AutoResumeCausesDefault, AutoResumeMax: request.AutoResumeMaxDefault,
+		AutoResumeBackoff: request.AutoResumeBackoffDefault,
 	}
+	err := envconfig.ProcessWith(context.Background(), &envconfig.Config{
+		Target:           v,
+		Lookuper:         envconfig.LookuperFunc(lookuper(getenv).lookupVar),
+		DefaultOverwrite: true, // a variable set replaces the default set above
+		Mutators:         []envconfig.Mutator{checkValue},
+	})
+	if u := (UsageError{}); errors.As(err, &u) {
+		return nil, u // without envconfig's prefix: the Go fields' names
+	} else if err != nil {
+		return nil, err // a mistake in a tag
+	}
+	if err := v.parse(getenv); err != nil {
+		return nil, err
+	}
+	v.deriveTimeouts()
+	if err := v.validate(); err != nil {
+		return nil, err
+	}
+	return v.Config, nil
+}
+
+// lookuper is LoadEnv's getenv as envconfig's Lookuper: empty is unset.
+// The names come from the tags (the configuration docs test records them
+// as LoadEnv asks for them).
+type lookuper func(string) string
+
+func (getenv lookuper) lookupVar(name string) (string, bool) {
+	value := getenv(name)
+	return value, value != ""
+}
+
+// envFields are the fields of vars and Config by the variable they hold.
+var envFields = func() map[string]reflect.StructField {
+	fields := map[string]reflect.StructField{}
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[vars]()) {
+		if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" {
+			fields[name] = f
+		}
+	}
+	return fields
+}()
+
+// checkValue is the rule of each kind of value, an envconfig mutator that
+// runs before a value is decoded so that a refusal names the variable: a
+// duration is a positive Go duration, a bool 1 or 0 (or true or false), an
+// integer a decimal within its field's range tag, a string one of its
+// field's oneof tag if it has one.
+var checkValue = envconfig.MutatorFunc(func(_ context.Context, name, _, _, value string) (string, bool, error) {
+	f := envFields[name]
+	switch bounds, oneOf := f.Tag.Get("range"), strings.Fields(f.Tag.Get("oneof")); {
+	case len(oneOf) > 0 && !slices.Contains(oneOf, value):
+		return "", true, envError(name, "%q is not %s", value, strings.Join(oneOf, " or "))
+	case f.Type == reflect.TypeFor[time.Duration]():
+		if d, err := time.ParseDuration(value); err != nil || d <= 0 {
+			return "", true, envError(name, "%q is not a positive Go duration such as 10s", value)
+		}
+	case f.Type.Kind() == reflect.Bool:
+		if value != "0" && value != "false" && value != "1" && value != "true" {
+			return "", true, envError(name, "%q is not 1 or 0", value)
+		}
+	case bounds != "":
+		var lo, hi int64
+		fmt.Sscanf(bounds, "%d to %d", &lo, &hi) // a bad tag refuses every value
+		n, err := strconv.ParseInt(value, 10, 64)
+		if err != nil || n < lo || n > hi {
+			return "", true, envError(name, "%q is not an integer from %s", value, bounds)
+		}
+		return strconv.FormatInt(n, 10), false, nil // envconfig would take 010 for octal
+	}
+	return value, false, nil
+})
+
+// parse makes the fields of Config that its variables give only once
+// parsed, and those of the variables named after a list.
+func (v *vars) parse(getenv func(string) string) error {
 	var err error
-	tokens, tokensFile := getenv("BUILDRISK_API_TOKENS"), getenv("BUILDRISK_API_TOKENS_FILE")
 	switch {
-	case tokens != "" && tokensFile != "":
-		return nil, envError("BUILDRISK_API_TOKENS_FILE", "set either it or BUILDRISK_API_TOKENS, not both")
-	case tokensFile != "":
-		raw, err := os.ReadFile(tokensFile)
+	case v.APITokens != "" && v.APITokensFile != "":
+		return envError("BUILDRISK_API_TOKENS_FILE", "set either it or BUILDRISK_API_TOKENS, not both")
+	case v.APITokensFile != "":
+		raw, err := os.ReadFile(v.APITokensFile)
 		if err != nil {
-			return nil, envError("BUILDRISK_API_TOKENS_FILE", "%v", err)
+			return envError("BUILDRISK_API_TOKENS_FILE", "%v", err)
 		}
-		if c.Tokens, c.TokenNames, err = api.ParseTokens(string(raw)); err != nil {
-			return nil, envError("BUILDRISK_API_TOKENS_FILE", "%s: %v (expected role:name:TOKEN or role:TOKEN entries, one a line)", tokensFile, err)
+		if v.Tokens, v.TokenNames, err = api.ParseTokens(string(raw)); err != nil {
+			return envError("BUILDRISK_API_TOKENS_FILE", "%s: %v (expected role:name:TOKEN or role:TOKEN entries, one a line)", v.APITokensFile, err)
 		}
-		c.TokensSet = true
-	case tokens != "":
-		if c.Tokens, c.TokenNames, err = api.ParseTokens(tokens); err != nil {
-			return nil, envError("BUILDRISK_API_TOKENS", "%v (expected role:name:TOKEN or role:TOKEN entries, e.g. operator:alice:TOKEN,viewer:TOKEN)", err)
-		}
-		c.TokensSet = true
-	}
-	if v := getenv("BUILDRISK_SESSION_KEY"); v != "" {
-		// new,old while rotating: each key at least TokenMinLength.
-		for i, k := range strings.Split(v, ",") {
-			if k = strings.TrimSpace(k); len(k) < api.TokenMinLength {
-				return nil, envError("BUILDRISK_SESSION_KEY", "key %d is %d characters; each must be at least %d (`openssl rand -hex 32`)", i+1, len(k), api.TokenMinLength)
-			}
-		}
-		c.SessionKey = []byte(v)
-	}
-	switch v := getenv("BUILDRISK_INSECURE_NO_AUTH"); v {
-	case "", "0", "false":
-	case "1", "true":
-		c.InsecureNoAuth = true
-	default:
-		return nil, envError("BUILDRISK_INSECURE_NO_AUTH", "%q is not 1 or 0", v)
-	}
-	durations := []struct {
-		name string
-		dst  *time.Duration
-		def  time.Duration
-	}{
-		{"BUILDRISK_HEARTBEAT_INTERVAL", &c.HeartbeatInterval, worker.HeartbeatIntervalDefault},
-		{"BUILDRISK_STALE_AFTER", &c.StaleAfter, worker.StaleAfterDefault},
-		{"BUILDRISK_REAP_INTERVAL", &c.ReapInterval, worker.ReapIntervalDefault},
-		{"BUILDRISK_DRAIN_TIMEOUT", &c.DrainTimeout, worker.DrainTimeoutDefault},
-		{"BUILDRISK_AUTO_RESUME_BACKOFF", &c.AutoResume.Backoff, request.AutoResumeBackoffDefault},
-		{"BUILDRISK_API_STATEMENT_TIMEOUT", &c.APIStatementTimeout, APIStatementTimeoutDefault},
-		{"BUILDRISK_API_LOCK_TIMEOUT", &c.APILockTimeout, APILockTimeoutDefault},
-		{"BUILDRISK_MIGRATE_LOCK_TIMEOUT", &c.MigrateLockTimeout, migrations.LockTimeoutDefault},
-		{"BUILDRISK_MIGRATE_LOCK_RETRY_FOR", &c.MigrateLockRetryFor, migrations.LockRetryForDefault},
-		{"BUILDRISK_WORKER_RETENTION", &c.WorkerRetention, worker.RetentionDefault},
-		{"BUILDRISK_COVERAGE_MAX_AGE", &c.CoverageMaxAge, coverage.MaxAgeDefault},
-		{"BUILDRISK_IDEMPOTENCY_RETENTION", &c.IdempotencyRetention, api.IdempotencyRetentionDefault},
-	}
-	for _, d := range durations {
-		*d.dst = d.def
-		if v := getenv(d.name); v != "" {
-			parsed, err := time.ParseDuration(v)
-			if err != nil || parsed <= 0 {
-				return nil, envError(d.name, "%q is not a positive Go duration such as 10s", v)
-			}
-			*d.dst = parsed
+	case v.APITokens != "":
+		if v.Tokens, v.TokenNames, err = api.ParseTokens(v.APITokens); err != nil {
+			return envError("BUILDRISK_API_TOKENS", "%v (expected role:name:TOKEN or role:TOKEN entries, e.g. operator:alice:TOKEN,viewer:TOKEN)", err)
 		}
 	}
-	// A stop is bounded like a drain: by default by the same timeout.
-	c.StopTimeout = c.DrainTimeout
-	if v := getenv("BUILDRISK_STOP_TIMEOUT"); v != "" {
-		parsed, err := time.ParseDuration(v)
-		if err != nil || parsed <= 0 {
-			return nil, envError("BUILDRISK_STOP_TIMEOUT", "%q is not a positive Go duration such as 10s", v)
-		}
-		c.StopTimeout = parsed
+	v.TokensSet = v.APITokens != "" || v.APITokensFile != ""
+	v.TxPooling = v.PgBouncer == "transaction"
+	if v.Location, err = time.LoadLocation(v.Timezone); err != nil {
+		return envError("BUILDRISK_TIMEZONE", "%q is not an IANA time zone", v.Timezone)
 	}
-	if c.IdempotencyRetention > IdempotencyRetentionMax {
-		return nil, envError("BUILDRISK_IDEMPOTENCY_RETENTION", "%s is more than %s", c.IdempotencyRetention, IdempotencyRetentionMax)
+	v.AutoResume = request.ResumePolicy{MaxPerDay: v.AutoResumeMax, Backoff: v.AutoResumeBackoff, Location: v.Location}
+	if v.AutoResume.Causes, err = request.ParseResumeCauses(v.AutoResumeCauses); err != nil {
+		return envError("BUILDRISK_AUTO_RESUME", "%v", err)
 	}
-	if c.APIStatementTimeout < 100*time.Millisecond || c.APIStatementTimeout > APIStatementTimeoutMax {
-		return nil, envError("BUILDRISK_API_STATEMENT_TIMEOUT", "%s is not from 100ms to %s", c.APIStatementTimeout, APIStatementTimeoutMax)
+	if v.AllowedHosts, err = parseAllowedHosts(v.AllowedHostList, v.InsecureNoAuth); err != nil {
+		return envError("BUILDRISK_ALLOWED_HOSTS", "%v", err)
 	}
-	if c.APILockTimeout < 10*time.Millisecond || c.APILockTimeout > c.APIStatementTimeout {
-		return nil, envError("BUILDRISK_API_LOCK_TIMEOUT", "%s is not from 10ms to BUILDRISK_API_STATEMENT_TIMEOUT (%s)", c.APILockTimeout, c.APIStatementTimeout)
+	if v.TrustedProxies, err = parseTrustedProxies(v.TrustedProxyList); err != nil {
+		return envError("BUILDRISK_TRUSTED_PROXIES", "%v", err)
 	}
-	// A migration's lock_timeout is what the fleet may wait behind it: a few
-	// seconds, and never more than the window of its retries.
-	if c.MigrateLockTimeout < 10*time.Millisecond || c.MigrateLockTimeout > MigrateLockTimeoutMax {
-		return nil, envError("BUILDRISK_MIGRATE_LOCK_TIMEOUT", "%s is not from 10ms to %s", c.MigrateLockTimeout, MigrateLockTimeoutMax)
-	}
-	if c.MigrateLockRetryFor < c.MigrateLockTimeout {
-		return nil, envError("BUILDRISK_MIGRATE_LOCK_RETRY_FOR", "%s is less than BUILDRISK_MIGRATE_LOCK_TIMEOUT (%s)", c.MigrateLockRetryFor, c.MigrateLockTimeout)
-	}
-	if c.StaleAfter <= c.HeartbeatInterval {
-		return nil, envError("BUILDRISK_STALE_AFTER", "%s must exceed BUILDRISK_HEARTBEAT_INTERVAL %s", c.StaleAfter, c.HeartbeatInterval)
-	}
-	// BUILDRISK_FENCE_AFTER and BUILDRISK_DB_STATEMENT_TIMEOUT default to
-	// values derived from the stale window and the heartbeat interval (and
-	// from each other when one is set), chosen so that the inequality
-	// checked below holds: only values the operator set can break it.
-	var fenceSet, dbSet bool
-	for _, d := range []struct {
-		name string
-		dst  *time.Duration
-		set  *bool
-	}{
-		{"BUILDRISK_FENCE_AFTER", &c.FenceAfter, &fenceSet},
-		{"BUILDRISK_DB_STATEMENT_TIMEOUT", &c.DBTimeout, &dbSet},
-	} {
-		if v := getenv(d.name); v != "" {
-			parsed, err := time.ParseDuration(v)
-			if err != nil || parsed <= 0 {
-				return nil, envError(d.name, "%q is not a positive Go duration such as 10s", v)
-			}
-			*d.dst, *d.set = parsed, true
-		}
-	}
-	if !dbSet {
-		c.DBTimeout = worker.DBTimeoutFor(c.StaleAfter, c.HeartbeatInterval)
-		if room := c.StaleAfter - c.HeartbeatInterval - c.FenceAfter; fenceSet && room > 0 && c.DBTimeout >= room {
-			c.DBTimeout = max((room * 3 / 4).Truncate(time.Millisecond), time.Millisecond)
-		}
-	}
-	if !fenceSet {
-		c.FenceAfter = worker.FenceAfterFor(c.StaleAfter, c.HeartbeatInterval, c.DBTimeout)
-	}
-	if err := worker.CheckFencing(c.FenceAfter, c.HeartbeatInterval, c.DBTimeout, c.StaleAfter); err != nil {
-		return nil, UsageError{fmt.Errorf("BUILDRISK_FENCE_AFTER (%s) + BUILDRISK_HEARTBEAT_INTERVAL (%s) + BUILDRISK_DB_STATEMENT_TIMEOUT (%s) must be less than BUILDRISK_STALE_AFTER (%s): "+
-			"a worker cut off from the database must stop its work before another one can take it over; lower the first three or raise BUILDRISK_STALE_AFTER",
-			c.FenceAfter, c.HeartbeatInterval, c.DBTimeout, c.StaleAfter)}
-	}
-	if c.WorkerRetention <= c.StaleAfter {
-		return nil, envError("BUILDRISK_WORKER_RETENTION", "%s must exceed BUILDRISK_STALE_AFTER %s", c.WorkerRetention, c.StaleAfter)
-	}
-	c.WorkerConcurrency = worker.MaxConcurrentJobsDefault
-	if v := getenv("BUILDRISK_WORKER_CONCURRENCY"); v != "" {
-		if c.WorkerConcurrency, err = strconv.Atoi(v); err != nil || c.WorkerConcurrency < 1 || c.WorkerConcurrency > 1000 {
-			return nil, envError("BUILDRISK_WORKER_CONCURRENCY", "%q is not an integer from 1 to 1000", v)
-		}
-	}
-	if v := getenv("BUILDRISK_DB_MAX_CONNS"); v != "" {
-		if c.DBMaxConns, err = strconv.Atoi(v); err != nil || c.DBMaxConns < 1 || c.DBMaxConns > 10000 {
-			return nil, envError("BUILDRISK_DB_MAX_CONNS", "%q is not an integer from 1 to 10000", v)
-		}
-	}
-	switch v := getenv("BUILDRISK_DB_PGBOUNCER"); v {
-	case "", "off":
-	case "transaction":
-		c.TxPooling = true
-	default:
-		return nil, envError("BUILDRISK_DB_PGBOUNCER", "%q is not transaction or off", v)
-	}
-	c.FanOut = batch.FanOutDefault
-	if v := getenv("BUILDRISK_FANOUT"); v != "" {
-		if c.FanOut, err = strconv.Atoi(v); err != nil || c.FanOut < 1 || c.FanOut > 1000 {
-			return nil, envError("BUILDRISK_FANOUT", "%q is not an integer from 1 to 1000", v)
-		}
-	}
-	switch v := getenv("BUILDRISK_INSECURE_HTTP_UPSTREAM"); v {
-	case "", "0", "false":
-	case "1", "true":
-		c.InsecureHTTPUpstream = true
-	default:
-		return nil, envError("BUILDRISK_INSECURE_HTTP_UPSTREAM", "%q is not 1 or 0", v)
-	}
-	base := strings.TrimRight(getenv("BUILDRISK_UPSTREAM_URL"), "/")
+	return v.readNamed(getenv)
+}
+
+// readNamed reads the variables named after a provider, a job or a rule:
+// their names come from lists that no struct tag can hold.
+func (v *vars) readNamed(getenv func(string) string) error {
+	c := v.Config
+	c.UpstreamURLs, c.Keys = map[upstream.Provider]string{}, map[upstream.Provider]string{}
+	c.DailyCaps, c.Rates = map[upstream.Provider]int{}, map[upstream.Provider]float64{}
 	for _, p := range upstream.Providers {
-		url := base
-		if v := getenv("BUILDRISK_" + string(p) + "_URL"); v != "" {
-			url = strings.TrimRight(v, "/")
-		}
-		if url != "" {
-			if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
-				return nil, envError("BUILDRISK_"+string(p)+"_URL", "%q is not an http(s) URL", url)
-			}
-			if strings.HasPrefix(url, "http://") && !c.InsecureHTTPUpstream {
-				return nil, envError("BUILDRISK_"+string(p)+"_URL", "%q is plain http: provider keys go only over https (set BUILDRISK_INSECURE_HTTP_UPSTREAM=1 for a fake upstream)", url)
-			}
+		if url := strings.TrimRight(cmp.Or(getenv("BUILDRISK_"+string(p)+"_URL"), v.UpstreamURL), "/"); url != "" {
 			c.UpstreamURLs[p] = url
 		}
-		if v := getenv(p.KeyEnv()); v != "" {
-			c.Keys[p] = v
+		if key := getenv("BUILDRISK_KEY_" + string(p)); key != "" {
+			c.Keys[p] = key
 		}
 		c.DailyCaps[p] = upstream.DailyCapDefaults[p]
-		name := "BUILDRISK_DAILY_CAP_" + string(p)
-		if v := getenv(name); v != "" {
-			n, err := strconv.Atoi(v)
+		if s := getenv("BUILDRISK_DAILY_CAP_" + string(p)); s != "" {
+			n, err := strconv.Atoi(s)
 			if err != nil || n < 0 {
-				return nil, envError(name, "%q is not a non-negative integer", v)
+				return envError("BUILDRISK_DAILY_CAP_"+string(p), "%q is not a non-negative integer", s)
 			}
 			c.DailyCaps[p] = n
 		}
-		name = "BUILDRISK_RATE_" + string(p)
-		if v := getenv(name); v != "" {
-			rate, err := strconv.ParseFloat(v, 64)
+		if s := getenv("BUILDRISK_RATE_" + string(p)); s != "" {
+			rate, err := strconv.ParseFloat(s, 64)
 			if err != nil || !(rate > 0) || math.IsInf(rate, 1) {
-				return nil, envError(name, "%q is not a positive number of calls per second", v)
+				return envError("BUILDRISK_RATE_"+string(p), "%q is not a positive number of calls per second", s)
 			}
 			c.Rates[p] = rate
 		}
 	}
-	tz := orDefault(getenv("BUILDRISK_TIMEZONE"), "Asia/Seoul")
-	if c.Location, err = time.LoadLocation(tz); err != nil {
-		return nil, envError("BUILDRISK_TIMEZONE", "%q is not an IANA time zone", tz)
-	}
 	for _, def := range jobset.Catalog().All() {
-		name := "BUILDRISK_SCHEDULE_" + strings.ToUpper(def.Name())
-		spec := def.Schedule()
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			spec = v
-		}
+		job := strings.ToUpper(def.Name())
+		spec := cmp.Or(strings.TrimSpace(getenv("BUILDRISK_SCHEDULE_"+job)), def.Schedule())
 		// The catch-up window is read (and a bad one refused) even while the
 		// schedule is off, so turning a schedule on never reveals an old typo.
 		var catchUp time.Duration
-		catchUpName := "BUILDRISK_SCHEDULE_CATCHUP_" + strings.ToUpper(def.Name())
-		if v := strings.TrimSpace(getenv(catchUpName)); v != "" {
-			if catchUp, err = time.ParseDuration(v); err != nil || catchUp <= 0 {
-				return nil, envError(catchUpName, "%q is not a positive Go duration such as 36h", v)
+		if s := strings.TrimSpace(getenv("BUILDRISK_SCHEDULE_CATCHUP_" + job)); s != "" {
+			var err error
+			if catchUp, err = time.ParseDuration(s); err != nil || catchUp <= 0 {
+				return envError("BUILDRISK_SCHEDULE_CATCHUP_"+job, "%q is not a positive Go duration such as 36h", s)
 			}
 		}
 		if spec == "" || spec == worker.ScheduleOff {
@@ -403,67 +362,107 @@ func LoadEnv(getenv func(string) string) (*Config, error) {
 		}
 		next, err := worker.ParseSchedule(spec, c.Location)
 		if err != nil {
-			return nil, envError(name, "%v (a cron expression, @every DURATION, or off)", err)
+			return envError("BUILDRISK_SCHEDULE_"+job, "%v (a cron expression, @every DURATION, or off)", err)
 		}
 		loc := c.Location
-		sched := worker.Schedule{
-			Job: def.Name(), Spec: spec, Next: next, Period: worker.SchedulePeriod(next, time.Now()),
+		c.Schedules = append(c.Schedules, worker.Schedule{
+			Job: def.Name(), Spec: spec, Next: next, Period: worker.SchedulePeriod(next, time.Now()), CatchUp: catchUp,
 			// The due time's own day in the configured zone, whenever the
 			// request is inserted.
 			Params: func(due time.Time) []byte { return def.ScheduledParams(due.In(loc)) },
-		}
-		sched.CatchUp = catchUp
-		c.Schedules = append(c.Schedules, sched)
+		})
 	}
 	c.RuleThresholds = riskrule.ThresholdDefaults()
 	for _, r := range riskrule.Set {
-		name := riskrule.Env(r.Name)
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			f, err := strconv.ParseFloat(v, 64)
+		if s := strings.TrimSpace(getenv("BUILDRISK_RULE_" + r.Name)); s != "" {
+			f, err := strconv.ParseFloat(s, 64)
 			if err == nil {
 				err = riskrule.ValidateThreshold(r, f)
 			}
 			if err != nil {
-				return nil, envError(name, "%q: %v", v, err)
+				return envError(riskrule.Env(r.Name), "%q: %v", s, err)
 			}
 			c.RuleThresholds[r.Name] = f
 		}
 	}
-	if c.AutoResume.Causes, err = request.ParseResumeCauses(orDefault(getenv("BUILDRISK_AUTO_RESUME"), request.AutoResumeCausesDefault)); err != nil {
-		return nil, envError("BUILDRISK_AUTO_RESUME", "%v", err)
-	}
-	c.AutoResume.MaxPerDay = request.AutoResumeMaxDefault
-	if v := getenv("BUILDRISK_AUTO_RESUME_MAX"); v != "" {
-		if c.AutoResume.MaxPerDay, err = strconv.Atoi(v); err != nil || c.AutoResume.MaxPerDay < 0 || c.AutoResume.MaxPerDay > 100 {
-			return nil, envError("BUILDRISK_AUTO_RESUME_MAX", "%q is not an integer from 0 to 100", v)
+	return nil
+}
+
+// deriveTimeouts fills the timeouts whose defaults follow other settings
+// (zero is unset: a duration set is positive). A stop is bounded like a
+// drain. The statement timeout and the fencing threshold follow the stale
+// window and the heartbeat interval (and each other when one is set) so
+// that the fencing inequality holds: only values set can break it.
+func (c *Config) deriveTimeouts() {
+	c.StopTimeout = cmp.Or(c.StopTimeout, c.DrainTimeout)
+	if c.DBTimeout == 0 {
+		c.DBTimeout = worker.DBTimeoutFor(c.StaleAfter, c.HeartbeatInterval)
+		if room := c.StaleAfter - c.HeartbeatInterval - c.FenceAfter; c.FenceAfter > 0 && room > 0 && c.DBTimeout >= room {
+			c.DBTimeout = max((room * 3 / 4).Truncate(time.Millisecond), time.Millisecond)
 		}
 	}
-	c.AutoResume.Location = c.Location
+	if c.FenceAfter == 0 {
+		c.FenceAfter = worker.FenceAfterFor(c.StaleAfter, c.HeartbeatInterval, c.DBTimeout)
+	}
+}
+
+// validate holds the rules that no value's type tells: bounds, the ones
+// between variables, and the few values checked as a whole.
+func (v *vars) validate() error {
+	c := v.Config
+	if len(c.SessionKey) > 0 {
+		// new,old while rotating: each key at least TokenMinLength.
+		for i, k := range strings.Split(string(c.SessionKey), ",") {
+			if k = strings.TrimSpace(k); len(k) < api.TokenMinLength {
+				return envError("BUILDRISK_SESSION_KEY", "key %d is %d characters; each must be at least %d (`openssl rand -hex 32`)", i+1, len(k), api.TokenMinLength)
+			}
+		}
+	}
+	if c.IdempotencyRetention > IdempotencyRetentionMax {
+		return envError("BUILDRISK_IDEMPOTENCY_RETENTION", "%s is more than %s", c.IdempotencyRetention, IdempotencyRetentionMax)
+	}
+	if c.APIStatementTimeout < 100*time.Millisecond || c.APIStatementTimeout > APIStatementTimeoutMax {
+		return envError("BUILDRISK_API_STATEMENT_TIMEOUT", "%s is not from 100ms to %s", c.APIStatementTimeout, APIStatementTimeoutMax)
+	}
+	if c.APILockTimeout < 10*time.Millisecond || c.APILockTimeout > c.APIStatementTimeout {
+		return envError("BUILDRISK_API_LOCK_TIMEOUT", "%s is not from 10ms to BUILDRISK_API_STATEMENT_TIMEOUT (%s)", c.APILockTimeout, c.APIStatementTimeout)
+	}
+	// A migration's lock_timeout is what the fleet may wait behind it: a few
+	// seconds, and never more than the window of its retries.
+	if c.MigrateLockTimeout < 10*time.Millisecond || c.MigrateLockTimeout > MigrateLockTimeoutMax {
+		return envError("BUILDRISK_MIGRATE_LOCK_TIMEOUT", "%s is not from 10ms to %s", c.MigrateLockTimeout, MigrateLockTimeoutMax)
+	}
+	if c.MigrateLockRetryFor < c.MigrateLockTimeout {
+		return envError("BUILDRISK_MIGRATE_LOCK_RETRY_FOR", "%s is less than BUILDRISK_MIGRATE_LOCK_TIMEOUT (%s)", c.MigrateLockRetryFor, c.MigrateLockTimeout)
+	}
+	if c.StaleAfter <= c.HeartbeatInterval {
+		return envError("BUILDRISK_STALE_AFTER", "%s must exceed BUILDRISK_HEARTBEAT_INTERVAL %s", c.StaleAfter, c.HeartbeatInterval)
+	}
+	if err := worker.CheckFencing(c.FenceAfter, c.HeartbeatInterval, c.DBTimeout, c.StaleAfter); err != nil {
+		return UsageError{fmt.Errorf("BUILDRISK_FENCE_AFTER (%s) + BUILDRISK_HEARTBEAT_INTERVAL (%s) + BUILDRISK_DB_STATEMENT_TIMEOUT (%s) must be less than BUILDRISK_STALE_AFTER (%s): "+
+			"a worker cut off from the database must stop its work before another one can take it over; lower the first three or raise BUILDRISK_STALE_AFTER",
+			c.FenceAfter, c.HeartbeatInterval, c.DBTimeout, c.StaleAfter)}
+	}
+	if c.WorkerRetention <= c.StaleAfter {
+		return envError("BUILDRISK_WORKER_RETENTION", "%s must exceed BUILDRISK_STALE_AFTER %s", c.WorkerRetention, c.StaleAfter)
+	}
+	for _, p := range upstream.Providers {
+		switch url := c.UpstreamURLs[p]; {
+		case url == "":
+		case !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://"):
+			return envError("BUILDRISK_"+string(p)+"_URL", "%q is not an http(s) URL", url)
+		case strings.HasPrefix(url, "http://") && !c.InsecureHTTPUpstream:
+			return envError("BUILDRISK_"+string(p)+"_URL", "%q is plain http: provider keys go only over https (set BUILDRISK_INSECURE_HTTP_UPSTREAM=1 for a fake upstream)", url)
+		}
+	}
 	// Read by the least-privilege migration itself (goose ENVSUB); checked
 	// here so that a bad name stops `radar migrate` with a clear message.
-	for _, name := range []string{"BUILDRISK_DB_APP_ROLE", "BUILDRISK_DB_API_ROLE"} {
-		if v := getenv(name); v != "" && !roleNamePattern.MatchString(v) {
-			return nil, envError(name, "%q is not a role name (lower-case letters, digits and _, at most 63)", v)
+	for _, r := range [][2]string{{"BUILDRISK_DB_APP_ROLE", v.DBAppRole}, {"BUILDRISK_DB_API_ROLE", v.DBAPIRole}} {
+		if r[1] != "" && !roleNamePattern.MatchString(r[1]) {
+			return envError(r[0], "%q is not a role name (lower-case letters, digits and _, at most 63)", r[1])
 		}
 	}
-	c.MaxBodyBytes = api.MaxBodyBytesDefault
-	if v := getenv("BUILDRISK_MAX_BODY_BYTES"); v != "" {
-		if c.MaxBodyBytes, err = strconv.ParseInt(v, 10, 64); err != nil || c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 1<<30 {
-			return nil, envError("BUILDRISK_MAX_BODY_BYTES", "%q is not an integer from 1024 to 1073741824", v)
-		}
-	}
-	if c.AllowedHosts, err = parseAllowedHosts(getenv("BUILDRISK_ALLOWED_HOSTS"), c.InsecureNoAuth); err != nil {
-		return nil, envError("BUILDRISK_ALLOWED_HOSTS", "%v", err)
-	}
-	if c.TrustedProxies, err = parseTrustedProxies(getenv("BUILDRISK_TRUSTED_PROXIES")); err != nil {
-		return nil, envError("BUILDRISK_TRUSTED_PROXIES", "%v", err)
-	}
-	switch c.LogFormat {
-	case "", "json", "text":
-	default:
-		return nil, envError("BUILDRISK_LOG_FORMAT", "%q is not json or text", c.LogFormat)
-	}
-	return c, nil
+	return nil
 }
 
 // LoopbackHosts are the Host names the api answers for without
@@ -568,13 +567,6 @@ func (c *Config) APIMaxConns() int32 {
 		return int32(c.DBMaxConns)
 	}
 	return int32(max(APIConnsMin, APIConnsPerCPU*runtime.GOMAXPROCS(0)))
-}
-
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 // TimeNow reads the configured clock (Now, or time.Now).
