@@ -39,3 +39,18 @@ func fanOutEach[T, R any](ctx context.Context, pool *FanOut, items []T, fn func(
 	defer h.stop()
 	return fanOutWith(ctx, h, pool, items, fn, nil)
 }
+
+// TestSignals are the runner's test signals (testsignals.go) as this
+// package's external tests set them; a nil field is a signal not set.
+type TestSignals struct {
+	// Transient is called with each transient database error a run retries.
+	Transient func(err error)
+	// AnswerLost is called after each part or chunk commit that landed; an
+	// error it returns stands for the commit's answer, lost.
+	AnswerLost func() error
+}
+
+// SetTestSignals sets r's test signals. Call it before r's first run.
+func (r *Runner) SetTestSignals(s TestSignals) {
+	r.testSignals = testSignals{transient: s.Transient, answerLost: s.AnswerLost}
+}

@@ -156,9 +156,7 @@ func (r *Runner) retryTransient(ctx context.Context, fenced <-chan struct{}, rs 
 		if rs != nil && rs.noteDBError(err) {
 			rs.logger.WarnContext(ctx, "database unavailable; retrying inside the fencing window", slog.String("error", err.Error()))
 		}
-		if r.cfg.OnTransient != nil {
-			r.cfg.OnTransient(err)
-		}
+		r.testSignals.transientRetried(err)
 		if window == nil {
 			timer := time.NewTimer(r.cfg.RecordRetryWindow)
 			defer timer.Stop()

@@ -270,9 +270,10 @@ func TestRunner_TransientCommitErrors(t *testing.T) {
 			var transient int
 			runner, err := batch.NewRunner(b.pool, batch.Config{
 				WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"metrics": tc.job}, Upstream: b.upstream, Instruments: b.instruments,
-				RecordRetryWindow: 300 * time.Millisecond, OnTransient: func(error) { transient++ },
+				RecordRetryWindow: 300 * time.Millisecond,
 			})
 			require.NoError(t, err)
+			runner.SetTestSignals(batch.TestSignals{Transient: func(error) { transient++ }})
 			out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "metrics")})
 			require.NoError(t, err)
 			require.Equal(t, tc.wantStatus, out.Status, out.Message)

@@ -219,9 +219,6 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 				}
 				return rs.lost()
 			}
-			if r.cfg.OutcomeHook != nil {
-				r.cfg.OutcomeHook()
-			}
 			if st.cause != "" {
 				// Recorded with the end, so the reconcile loop applies the
 				// resume policy if the request's own recording is lost.
@@ -246,9 +243,6 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 			return err
 		}
 		return fmt.Errorf("error recording the execution's outcome: %w", err)
-	}
-	if r.cfg.RecordHook != nil {
-		r.cfg.RecordHook()
 	}
 	err = retryUntilDone(recordCtx, func() error {
 		callCtx, cancel := context.WithTimeout(recordCtx, r.cfg.DBTimeout)

@@ -74,8 +74,9 @@ type partCommitter struct {
 	// stop is closed when the run has seen its execution STOPPING (nil: a
 	// Run the runner did not give); see stop.go.
 	stop <-chan struct{}
-	// loseAnswer is the runner's AnswerLostHook (nil: none).
-	loseAnswer func() error
+	// answered is the runner's test signal of a commit that landed
+	// (testSignals.committed; nil: a Run the runner did not give).
+	answered func() error
 	// retry retries a transient database error of a part commit with the
 	// values in hand (the runner's retryTransient; nil: one attempt).
 	retry func(ctx context.Context, fn func(ctx context.Context) error) error
@@ -158,8 +159,8 @@ func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string,
 			queries.Queue(b, func(db queries.DBTX) { _, _ = c.queries.JobExecutionPartCommit(ctx, db, params) }).
 				QueryRow(func(row pgx.Row) error { return row.Scan(&status) })
 		})
-		if err == nil && c.loseAnswer != nil {
-			err = c.loseAnswer()
+		if err == nil && c.answered != nil {
+			err = c.answered()
 		}
 		if pgtx.IsNotOwned(err) {
 			return fmt.Errorf("execution %d (worker %s, lease epoch %d): %w", c.executionID, c.workerID, c.leaseEpoch, ErrOwnershipLost)
@@ -498,7 +499,7 @@ func (r *Runner) partCommitter(rs *runState) *partCommitter {
 	return &partCommitter{
 		pool: r.pool, queries: r.queries, items: rs.items,
 		executionID: rs.exec.ID, instanceID: rs.exec.InstanceID, drain: r.drain,
-		workerID: rs.exec.WorkerID, leaseEpoch: rs.exec.LeaseEpoch, loseAnswer: r.loseAnswer,
+		workerID: rs.exec.WorkerID, leaseEpoch: rs.exec.LeaseEpoch, answered: r.testSignals.committed,
 		retry: func(ctx context.Context, fn func(ctx context.Context) error) error {
 			return r.retryTransient(ctx, rs.fenced, rs, fn)
 		},

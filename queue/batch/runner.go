@@ -7,12 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,26 +79,10 @@ type Config struct {
 	// to learn of a stop while a chunk is in flight, so that a stop does
 	// not wait for a commit that stalled calls never reach.
 	StopCheckInterval time.Duration
-	// OnTransient, when set, is called with each transient database error
-	// a run retries (tests wait for it to restart the database).
-	OnTransient func(err error)
 	// Held tracks the requests this process holds (for the reconcile loop).
 	Held *HeldSet
 	// Tracer makes the execution and chunk spans; nil is a no-op tracer.
 	Tracer trace.Tracer
-	// RecordHook, when set, runs between recording the execution's outcome
-	// and the request's; tests cut the database there.
-	RecordHook func()
-	// OutcomeHook, when set, runs inside the transaction that records the
-	// execution's outcome, after its write and before the commit, while
-	// the row is locked: tests hold it there to race a stop against the
-	// run's end.
-	OutcomeHook func()
-	// AnswerLostHook, when set, runs after each part or chunk commit that
-	// landed; when it returns true, the run takes the commit's answer as
-	// lost (a connection reset), as when the connection drops after the
-	// server committed. Tests use it to prove such a commit is counted once.
-	AnswerLostHook func() bool
 	// Chain runs inside the transaction that records a COMPLETED execution:
 	// it inserts the next job's request there, so there is never a moment
 	// where a job is done and its successor missing. An error rolls the
@@ -170,6 +152,8 @@ type Runner struct {
 	// moved counts the database moves (failovers) the process has seen;
 	// a run re-verifies its committed chunks when it changes.
 	moved atomic.Uint64
+	// testSignals are zero but in this package's tests (testsignals.go).
+	testSignals testSignals
 }
 
 // DatabaseMoved tells the runner that the database it writes to is another
@@ -832,7 +816,7 @@ func (r *Runner) commitChunk(ctx context.Context, rs *runState, chunk string, re
 			})
 		}
 		if err == nil {
-			err = r.loseAnswer()
+			err = r.testSignals.committed()
 		}
 		switch {
 		case pgtx.IsNotOwned(err):
@@ -844,17 +828,6 @@ func (r *Runner) commitChunk(ctx context.Context, rs *runState, chunk string, re
 		return nil
 	})
 	return execStatus, err
-}
-
-// errAnswerLost is the error AnswerLostHook makes of a commit that landed.
-var errAnswerLost = &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
-
-// loseAnswer returns errAnswerLost when AnswerLostHook says so.
-func (r *Runner) loseAnswer() error {
-	if r.cfg.AnswerLostHook != nil && r.cfg.AnswerLostHook() {
-		return errAnswerLost
-	}
-	return nil
 }
 
 // committedBefore reports whether an earlier attempt of the chunk's commit
