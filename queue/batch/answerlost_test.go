@@ -19,11 +19,15 @@ import (
 var errAnswerLost = &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
 
 // loseAnswers returns the test signals that take the answer of the commits
-// numbered in lost (1 is the run's first commit) as lost, and a count of
-// the commits they saw.
-func loseAnswers(lost ...int64) (batch.TestSignals, *atomic.Int64) {
+// of a kind (batch.CommitPart, batch.CommitChunk) numbered in lost (1 is the
+// run's first of them) as lost, and a count of the commits of that kind
+// they saw.
+func loseAnswers(kind string, lost ...int64) (batch.TestSignals, *atomic.Int64) {
 	var commits atomic.Int64
-	return batch.TestSignals{AnswerLost: func() error {
+	return batch.TestSignals{AnswerLost: func(commit string) error {
+		if commit != kind {
+			return nil
+		}
 		n := commits.Add(1)
 		for _, l := range lost {
 			if n == l {
@@ -50,7 +54,7 @@ func requireItemsCounted(t *testing.T, b *testBundle, job string, want int64) {
 // invariant demands (seeds 3 and 4 found it one item short).
 func TestRunner_PartCommitWhoseAnswerIsLostIsCountedOnce(t *testing.T) {
 	t.Parallel()
-	signals, commits := loseAnswers(1)
+	signals, commits := loseAnswers(batch.CommitPart, 1)
 	job := &compactJob{}
 	b := setup(t, map[string]batch.Job{"creditEval": job})
 	b.runner.SetTestSignals(signals)
@@ -72,7 +76,7 @@ func TestRunner_PartCommitWhoseAnswerIsLostIsCountedOnce(t *testing.T) {
 // checkpoint and does not commit it again; the chunk is counted once.
 func TestRunner_ChunkCommitWhoseAnswerIsLostIsCountedOnce(t *testing.T) {
 	t.Parallel()
-	signals, commits := loseAnswers(2)
+	signals, commits := loseAnswers(batch.CommitChunk, 2)
 	b := setup(t, map[string]batch.Job{"aptTrade": &itemsJob{chunks: 3, perChunk: 10, declare: true}})
 	b.runner.SetTestSignals(signals)
 	ctx := context.Background()

@@ -74,7 +74,7 @@ type partCommitter struct {
 	// stop is closed when the run has seen its execution STOPPING (nil: a
 	// Run the runner did not give); see stop.go.
 	stop <-chan struct{}
-	// answered is the runner's test signal of a commit that landed
+	// answered is the runner's test signal of a part commit that landed
 	// (testSignals.committed; nil: a Run the runner did not give).
 	answered func() error
 	// retry retries a transient database error of a part commit with the
@@ -499,7 +499,7 @@ func (r *Runner) partCommitter(rs *runState) *partCommitter {
 	return &partCommitter{
 		pool: r.pool, queries: r.queries, items: rs.items,
 		executionID: rs.exec.ID, instanceID: rs.exec.InstanceID, drain: r.drain,
-		workerID: rs.exec.WorkerID, leaseEpoch: rs.exec.LeaseEpoch, answered: r.testSignals.committed,
+		workerID: rs.exec.WorkerID, leaseEpoch: rs.exec.LeaseEpoch, answered: func() error { return r.testSignals.committed(commitPart) },
 		retry: func(ctx context.Context, fn func(ctx context.Context) error) error {
 			return r.retryTransient(ctx, rs.fenced, rs, fn)
 		},

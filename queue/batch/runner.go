@@ -816,7 +816,7 @@ func (r *Runner) commitChunk(ctx context.Context, rs *runState, chunk string, re
 			})
 		}
 		if err == nil {
-			err = r.testSignals.committed()
+			err = r.testSignals.committed(commitChunk)
 		}
 		switch {
 		case pgtx.IsNotOwned(err):

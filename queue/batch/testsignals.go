@@ -11,12 +11,19 @@ type testSignals struct {
 	// transient is called with each transient database error a run
 	// retries (retryTransient).
 	transient func(err error)
-	// answerLost is called after each part or chunk commit that landed. An
-	// error it returns stands for the commit's answer, lost on its way back
-	// (a connection reset after the server committed): the run retries the
-	// commit as it would then.
-	answerLost func() error
+	// answerLost is called after each part or chunk commit that landed,
+	// with which it was (commitPart, commitChunk). An error it returns
+	// stands for the commit's answer, lost on its way back (a connection
+	// reset after the server committed): the run retries the commit as it
+	// would then.
+	answerLost func(commit string) error
 }
+
+// The commits testSignals.answerLost is told of.
+const (
+	commitPart  = "part"
+	commitChunk = "chunk"
+)
 
 // transientRetried signals a transient database error about to be retried.
 func (s *testSignals) transientRetried(err error) {
@@ -27,9 +34,9 @@ func (s *testSignals) transientRetried(err error) {
 
 // committed signals a commit that landed, and returns the error that stands
 // for its answer (nil: the answer arrived).
-func (s *testSignals) committed() error {
+func (s *testSignals) committed(commit string) error {
 	if s.answerLost == nil {
 		return nil
 	}
-	return s.answerLost()
+	return s.answerLost(commit)
 }
