@@ -281,7 +281,7 @@ func TestRegistry_OrphanedQueuedRequests(t *testing.T) {
 	// A worker that fetched the job and died (no heartbeat ever).
 	held := &apptest.HeldRun{Fetched: make(chan int64, 4)}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, river.Worker[jobs.RunArgs](held))
+	river.AddWorker(workers, river.Worker[jobs.RequestArgs](held))
 	dead, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{
 		ID: "9@dead-host#b00t", Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}, Workers: workers,
 		FetchCooldown: river.FetchCooldownMin, FetchPollInterval: 10 * time.Millisecond,

@@ -582,13 +582,13 @@ type runOutput struct {
 // runWorker is the River worker of runs: every job of the catalog runs
 // through it.
 type runWorker struct {
-	river.WorkerDefaults[jobs.RunArgs]
+	river.WorkerDefaults[jobs.RequestArgs]
 	w *Worker
 }
 
 // Timeout disables River's per-job timeout: chunks bound the work, and the
 // reaper handles dead workers.
-func (rw *runWorker) Timeout(*river.Job[jobs.RunArgs]) time.Duration { return -1 }
+func (rw *runWorker) Timeout(*river.Job[jobs.RequestArgs]) time.Duration { return -1 }
 
 // Work runs one request. Its River job ends in the transaction that records
 // the request's outcome, so the two end together and agree: completed for a
@@ -597,7 +597,7 @@ func (rw *runWorker) Timeout(*river.Job[jobs.RunArgs]) time.Duration { return -1
 // (and River UI) never calls a FAILED or STOPPED run completed. A cancel of
 // a running job is finished by River when Work returns JobCancel, or by
 // River's rescuer if this process dies first.
-func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) error {
+func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RequestArgs]) error {
 	// A request that may not start yet (an automatic resume's backoff, by
 	// the database's clock) goes back to River available, for at most
 	// SnoozeMax at a time: River's leader is on no resume's path.
@@ -662,7 +662,7 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 // failStart records a request whose run could not start as FAILED with the
 // start's error, and cancels its River job in the same transaction; it
 // counts the failure and logs one line.
-func (w *Worker) failStart(ctx context.Context, job *river.Job[jobs.RunArgs], startErr error) {
+func (w *Worker) failStart(ctx context.Context, job *river.Job[jobs.RequestArgs], startErr error) {
 	ctx = context.WithoutCancel(ctx)
 	msg := fmt.Sprintf("the run could not start on worker %s: %v", w.cfg.ID, startErr)
 	var jobName string
