@@ -12,6 +12,7 @@ import (
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // errAnswerLost is what a commit's answer lost on its way back looks like
@@ -64,7 +65,7 @@ func TestRunner_PartCommitWhoseAnswerIsLostIsCountedOnce(t *testing.T) {
 
 	out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
 	require.NoError(t, err)
-	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 	require.Greater(t, commits.Load(), int64(1), "the chunk ran again after the lost answer")
 	exec, err := queries.New().JobExecutionGetByID(ctx, b.pool, out.ExecutionID)
 	require.NoError(t, err)
@@ -83,7 +84,7 @@ func TestRunner_ChunkCommitWhoseAnswerIsLostIsCountedOnce(t *testing.T) {
 
 	out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "aptTrade")})
 	require.NoError(t, err)
-	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 	exec, err := queries.New().JobExecutionGetByID(ctx, b.pool, out.ExecutionID)
 	require.NoError(t, err)
 	require.Equal(t, int64(30), exec.ItemsWritten)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtx"
 )
 
@@ -125,7 +126,7 @@ func (r *Runner) watch(ctx context.Context, cancel context.CancelCauseFunc, rs *
 					return
 				}
 				if err == nil {
-					stopping.seen(ctx, status)
+					stopping.seen(ctx, radartype.ExecutionStatus(status))
 				}
 			}
 		}

@@ -125,7 +125,7 @@ func (c *partCommitter) forget(chunk string, missing []string) {
 // never paid again for an answer the run holds. The writes are upserts, so
 // an attempt after one whose commit landed unseen first checks for the
 // part (JobCheckpointPartHas) and does not count it twice.
-func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string, queue func(b *pgx.Batch)) (string, error) {
+func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string, queue func(b *pgx.Batch)) (radartype.ExecutionStatus, error) {
 	var status string
 	attempt := 0
 	landed := false
@@ -191,7 +191,7 @@ func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string,
 		c.mu.Unlock()
 	}
 	c.items.count(ctx, observability.OutcomeWritten, int64(len(keys)))
-	return status, nil
+	return radartype.ExecutionStatus(status), nil
 }
 
 // partMaxWait is how long a finished item waits for others to share its
@@ -405,7 +405,7 @@ func fanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items [
 		switch {
 		case err != nil:
 			h.halt(err)
-		case status == string(radartype.ExecutionStopping):
+		case status == radartype.ExecutionStopping:
 			h.halt(ErrStopRequested)
 		}
 		return err

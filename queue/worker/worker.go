@@ -574,9 +574,9 @@ func (w *Worker) stopServices() {
 // runOutput is what a run's River job records as its output: the
 // execution and how it ended.
 type runOutput struct {
-	ExecutionID int64  `json:"execution_id"`
-	Status      string `json:"status"`
-	Message     string `json:"message,omitempty"`
+	ExecutionID int64                     `json:"execution_id"`
+	Status      radartype.ExecutionStatus `json:"status"`
+	Message     string                    `json:"message,omitempty"`
 }
 
 // runWorker is the River worker of runs: every job of the catalog runs
@@ -617,7 +617,7 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RequestArgs])
 				return fmt.Errorf("error recording the run's outcome on its river job: %w", err)
 			}
 		}
-		if outcome != nil && outcome.Status != string(radartype.ExecutionCompleted) {
+		if outcome != nil && outcome.Status != radartype.ExecutionCompleted {
 			return request.CancelRiverJob(ctx, tx, rw.w.river, &job.ID)
 		}
 		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
@@ -633,7 +633,7 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RequestArgs])
 	}
 	outcome, err := rw.w.runner.Run(ctx, batch.RunOpts{RequestID: job.Args.RequestID, FinishTx: finishTx})
 	switch {
-	case err == nil && outcome != nil && outcome.Status != string(radartype.ExecutionCompleted):
+	case err == nil && outcome != nil && outcome.Status != radartype.ExecutionCompleted:
 		return river.JobCancel(fmt.Errorf("execution %d ended %s: %s", outcome.ExecutionID, outcome.Status, outcome.Message))
 	case err == nil, errors.Is(err, batch.ErrNotQueued):
 		return nil
