@@ -62,7 +62,7 @@ func benchRun(t *testing.T, runner *batch.Runner, enqueuer *request.Enqueuer, jo
 	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: res.Request.ID})
 	took := time.Since(began)
 	require.NoError(t, err)
-	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 	return out, took
 }
 
@@ -197,7 +197,7 @@ func benchChunk(t *testing.T, scale benchScale) []*benchRow {
 		}})
 		took := time.Since(began)
 		require.NoError(t, err)
-		require.Equal(t, "COMPLETED", out.Status, out.Message)
+		require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 		perChunk = float64(last.Sub(first).Microseconds()) / 1000 / float64(chunks-1)
 		return perChunk, float64(took.Microseconds())/1000 - perChunk*float64(chunks)
 	}

@@ -390,7 +390,7 @@ func TestProcess_CLIFreesADeadWorkersRequest(t *testing.T) {
 	s := apptest.New(t, nil)
 	held := &apptest.HeldRun{Fetched: make(chan int64, 1)}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, river.Worker[jobs.RunArgs](held))
+	river.AddWorker(workers, river.Worker[jobs.RequestArgs](held))
 	dead, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{
 		ID: "9@dead-host#b00t", Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}, Workers: workers,
 		FetchCooldown: river.FetchCooldownMin, FetchPollInterval: 10 * time.Millisecond,

@@ -187,9 +187,9 @@ func runJob(ctx context.Context, env *config.Config, jobName string, raw []byte,
 	}
 	fmt.Fprintf(stdout, "execution %d %s: %s\n", outcome.ExecutionID, outcome.Status, outcome.Message)
 	switch outcome.Status {
-	case string(radartype.ExecutionCompleted):
+	case radartype.ExecutionCompleted:
 		return exitOK, nil
-	case string(radartype.ExecutionStopped):
+	case radartype.ExecutionStopped:
 		return exitStopped, nil
 	default:
 		return exitFailed, nil

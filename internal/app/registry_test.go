@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -195,21 +194,29 @@ func TestRegistry_ResultRecordingOutage(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(workerPool.Close)
 
-			cut := make(chan struct{})
-			var once sync.Once
 			s.StartWorkerWith(workerPool, func(wc *worker.Config, rc *batch.Config) {
 				wc.ReconcileInterval = tc.reconcile
 				rc.RecordRetryWindow = tc.recordWindow
-				rc.RecordHook = func() {
-					once.Do(func() {
-						proxy.Cut()
-						close(cut)
-						time.AfterFunc(tc.outage, proxy.Restore)
-					})
-				}
 			})
+			s.Gate.Arm(0) // the first provider call is held: the run has claimed the request
 			id := s.RequestAptTrade(apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-02"))
-			<-cut
+			apptest.Within(t, time.Minute, s.Gate.Blocked, "the first provider call")
+			// The test holds the request's row: the run records its
+			// execution's outcome, and its recording of the request's waits.
+			// The database is cut there, between the two.
+			ctx := context.Background()
+			hold, err := s.Pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = hold.Rollback(ctx) }()
+			_, err = hold.Exec(ctx, `SELECT 1 FROM job_request WHERE id = $1::bigint FOR NO KEY UPDATE`, id)
+			require.NoError(t, err)
+			s.Gate.Open()
+			apptest.WaitUntil(t, time.Minute, "the execution's outcome to be recorded", func() bool {
+				return s.Count(`SELECT count(*) FROM job_execution WHERE request_id = $1::bigint AND status = 'COMPLETED'`, id) == 1
+			})
+			proxy.Cut()
+			time.AfterFunc(tc.outage, proxy.Restore)
+			require.NoError(t, hold.Rollback(ctx)) // the cut connection's statement can commit nothing
 			_, during := s.Get("/v1/requests/" + id)
 			require.Equal(t, "RUNNING", during["status"], "the request outcome is not recorded while the database is cut")
 			require.Equal(t, "COMPLETED", apptest.Execution(t, during)["status"], "the execution's outcome was recorded before the cut")
@@ -273,7 +280,7 @@ func TestRegistry_OrphanedQueuedRequests(t *testing.T) {
 	// A worker that fetched the job and died (no heartbeat ever).
 	held := &apptest.HeldRun{Fetched: make(chan int64, 4)}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, river.Worker[jobs.RunArgs](held))
+	river.AddWorker(workers, river.Worker[jobs.RequestArgs](held))
 	dead, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{
 		ID: "9@dead-host#b00t", Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}, Workers: workers,
 		FetchCooldown: river.FetchCooldownMin, FetchPollInterval: 10 * time.Millisecond,

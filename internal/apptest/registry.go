@@ -159,11 +159,11 @@ func (b *SyncBuffer) String() string {
 // cancel, or the client's stop), like a worker process that died after the
 // fetch.
 type HeldRun struct {
-	river.WorkerDefaults[jobs.RunArgs]
+	river.WorkerDefaults[jobs.RequestArgs]
 	Fetched chan int64
 }
 
-func (h *HeldRun) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) error {
+func (h *HeldRun) Work(ctx context.Context, job *river.Job[jobs.RequestArgs]) error {
 	h.Fetched <- job.ID
 	<-ctx.Done()
 	return river.JobCancel(ctx.Err())

@@ -190,7 +190,7 @@ func TestAptTrade_StopAbandonsAStalledCall(t *testing.T) {
 		t.Fatal("the stopped run did not end within a minute")
 	}
 	require.NoError(t, r.err)
-	require.Equal(t, "STOPPED", r.out.Status, r.out.Message)
+	require.Equal(t, radartype.ExecutionStopped, r.out.Status, r.out.Message)
 	require.Equal(t, batch.MessageStopTimeout, r.out.Message)
 	exec, err := queries.New().JobExecutionGetByID(ctx, b.pool, r.out.ExecutionID)
 	require.NoError(t, err)

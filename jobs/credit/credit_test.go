@@ -183,7 +183,7 @@ func TestCreditEval_CompletesWithFallbacks(t *testing.T) {
 	require.Equal(t, 2750, estimate, "targets + 10% fallback allowance; the repaid company is no target")
 	out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: id})
 	require.NoError(t, err)
-	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 
 	exec, err := queries.New().JobExecutionGetByID(context.Background(), b.pool, out.ExecutionID)
 	require.NoError(t, err)
@@ -215,7 +215,7 @@ func TestCreditEval_CapStopsThenResumesNextDay(t *testing.T) {
 	require.NoError(t, err)
 
 	out, exec := b.run(t, `{}`, nil)
-	require.Equal(t, "STOPPED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionStopped, out.Status, out.Message)
 	require.Contains(t, out.Message, "daily cap of CREDIT reached")
 	// Every call the cap allowed was paid for and is kept: the first chunk
 	// and the grades of the second one that came back before the cap.
@@ -231,7 +231,7 @@ func TestCreditEval_CapStopsThenResumesNextDay(t *testing.T) {
 	b.now.Store(&next)
 	b.fake.Reset()
 	out, exec = b.run(t, `{}`, nil)
-	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 	require.Equal(t, int64(2500-paid), exec.ItemsWritten)
 	require.Equal(t, int64(2500), exec.Targets, "the instance's targets: both executions")
 	require.Equal(t, int64(2500), *exec.DomainRows)
@@ -264,7 +264,7 @@ func TestCreditEval_ResumeAfterLedgerChange(t *testing.T) {
 	b := setup(t, setupOpts{targets: 2000, fanOut: 4})
 	maxCalls := 1500
 	out, _ := b.run(t, `{}`, &maxCalls)
-	require.Equal(t, "STOPPED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionStopped, out.Status, out.Message)
 	require.Contains(t, out.Message, "maxCalls reached")
 	// The first chunk and every grade of the second that came back.
 	paid := len(b.fake.Stats().Calls[fakeupstream.EndpointCreditLookup])
@@ -284,7 +284,7 @@ func TestCreditEval_ResumeAfterLedgerChange(t *testing.T) {
 
 	b.fake.Reset()
 	out, exec := b.run(t, `{}`, nil)
-	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 	require.Equal(t, int64(2002), exec.Targets)
 	require.Equal(t, int64(2002-paid), exec.ItemsWritten)
 	lookups := b.fake.Stats().Calls[fakeupstream.EndpointCreditLookup]
@@ -303,7 +303,7 @@ func TestCreditEval_FailureToleranceAndBackfill(t *testing.T) {
 	b.failKeys(failing)
 
 	out, exec := b.run(t, `{}`, nil)
-	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 	require.Equal(t, int64(3), exec.ItemsFailed)
 	require.Equal(t, int64(1997), exec.ItemsWritten)
 	require.Equal(t, int64(1997), *exec.DomainRows)
@@ -314,7 +314,7 @@ func TestCreditEval_FailureToleranceAndBackfill(t *testing.T) {
 	require.Equal(t, 4, estimate, "3 missing targets + allowance")
 	res, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: id})
 	require.NoError(t, err)
-	require.Equal(t, "COMPLETED", res.Status, res.Message)
+	require.Equal(t, radartype.ExecutionCompleted, res.Status, res.Message)
 	lookups := b.fake.Stats().Calls[fakeupstream.EndpointCreditLookup]
 	require.Len(t, lookups, 3)
 	for _, code := range failing {
@@ -329,7 +329,7 @@ func TestCreditEval_FailureToleranceAndBackfill(t *testing.T) {
 	}
 	b.failKeys(many)
 	out, exec = b.run(t, `{"backfill":false}`, nil)
-	require.Equal(t, "FAILED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionFailed, out.Status, out.Message)
 	// The first chunk's 12 failures are tolerated and committed; the second
 	// chunk's 9 more cross the line: it stops calling at once, fails naming
 	// its first errors, and its failed targets are counted although the
@@ -364,7 +364,7 @@ func TestCreditEval_MissingKeyHalts(t *testing.T) {
 	id, _ := b.request(t, `{}`, nil)
 	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: id})
 	require.NoError(t, err)
-	require.Equal(t, "FAILED", out.Status)
+	require.Equal(t, radartype.ExecutionFailed, out.Status)
 	require.Contains(t, out.Message, "no API key configured (set BUILDRISK_KEY_CREDIT)")
 	require.Zero(t, b.fake.Stats().Total)
 	require.Zero(t, b.count(t, `SELECT count(*) FROM credit_grade`))
@@ -381,7 +381,7 @@ func TestCreditEval_ProviderRateHalts(t *testing.T) {
 	b := setup(t, setupOpts{targets: 600, fanOut: fanOut, fake: fakeupstream.Config{Rate429: 1, RetryAfter: time.Hour}})
 
 	out, exec := b.run(t, `{}`, nil)
-	require.Equal(t, "STOPPED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionStopped, out.Status, out.Message)
 	require.Equal(t, "provider-rate", exec.StopCause)
 	require.Contains(t, out.Message, "rate limited by CREDIT")
 	calls := b.fake.Stats().Total
@@ -449,7 +449,7 @@ func TestCreditEval_SilentLossFails(t *testing.T) {
 	id, _ := b.request(t, `{}`, nil)
 	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: id})
 	require.NoError(t, err)
-	require.Equal(t, "FAILED", out.Status)
+	require.Equal(t, radartype.ExecutionFailed, out.Status)
 	// The first chunk's figures do not add up: it does not commit.
 	require.Regexp(t, `^chunk \d{8}-\d{8}: unaccounted: 1 of 0 targets \(written -1, skipped 0, failed 0\)$`, out.Message)
 	require.Equal(t, float64(1), b.metric(t, observability.MetricItems, map[string]string{"job": credit.Name, "outcome": observability.OutcomeUnaccounted}))
@@ -485,7 +485,7 @@ func TestCreditEval_RetriedChunkCallsOnlyUncommitted(t *testing.T) {
 	id, _ := b.request(t, `{}`, nil)
 	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: id})
 	require.NoError(t, err)
-	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 	lookups := b.fake.Stats().Calls[fakeupstream.EndpointCreditLookup]
 	require.Len(t, lookups, 400)
 	for key, n := range lookups {

@@ -13,6 +13,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
@@ -66,7 +67,7 @@ func (b *testBundle) requireResumeCallsOnlyTheRest(tb testing.TB, kept map[strin
 	id, _ := b.request(tb, `{}`, nil)
 	out, err := b.newRunner(tb, 8).Run(context.Background(), batch.RunOpts{RequestID: id})
 	require.NoError(tb, err)
-	require.Equal(tb, "COMPLETED", out.Status, out.Message)
+	require.Equal(tb, radartype.ExecutionCompleted, out.Status, out.Message)
 	lookups := b.fake.Stats().Calls[fakeupstream.EndpointCreditLookup]
 	require.Len(tb, lookups, len(b.targets)-len(kept), "only the targets without a committed grade are called")
 	for code, n := range lookups {
@@ -93,7 +94,7 @@ func TestCreditEval_ToleranceFailureKeepsGoodGrades(t *testing.T) {
 	b := setup(t, setupOpts{targets: 1000, fanOut: 8, fake: fakeupstream.Config{ErrorRate: 0.3}})
 
 	out, exec := b.run(t, `{}`, nil)
-	require.Equal(t, "FAILED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionFailed, out.Status, out.Message)
 	require.Contains(t, out.Message, "of 1000 targets failed, more than the 10 tolerated")
 	kept := b.graded(t, b.today())
 	require.Positive(t, exec.ItemsFailed)
@@ -122,7 +123,7 @@ func TestCreditEval_ToleranceStopsTheCalls(t *testing.T) {
 	require.Equal(t, int64(6), tolerance)
 
 	out, exec := b.run(t, `{}`, nil)
-	require.Equal(t, "FAILED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionFailed, out.Status, out.Message)
 	require.Contains(t, out.Message, "of 600 targets failed, more than the 6 tolerated")
 	calls := b.fake.Stats().Total
 	require.LessOrEqual(t, calls, tolerance+1+2*fanOut, "stopped calling once the tolerance was exceeded")
@@ -164,7 +165,7 @@ func TestCreditEval_DrainMidChunkKeepsFinishedItems(t *testing.T) {
 	}
 	t.Logf("drain to exit: %v (one call is 250ms)", time.Since(drainedAt))
 	require.NoError(t, res.err)
-	require.Equal(t, "STOPPED", res.out.Status, res.out.Message)
+	require.Equal(t, radartype.ExecutionStopped, res.out.Status, res.out.Message)
 	require.Equal(t, batch.MessageDrainedInChunk, res.out.Message)
 
 	calls := b.fake.Stats().Calls[fakeupstream.EndpointCreditLookup]
@@ -209,7 +210,7 @@ func TestCreditEval_StopMidChunkKeepsFinishedItems(t *testing.T) {
 		t.Fatal("the stopped run did not end within 30s")
 	}
 	require.NoError(t, res.err)
-	require.Equal(t, "STOPPED", res.out.Status, res.out.Message)
+	require.Equal(t, radartype.ExecutionStopped, res.out.Status, res.out.Message)
 	require.Equal(t, batch.MessageStopRequestedInChunk, res.out.Message)
 	kept := b.graded(t, b.today())
 	require.Less(t, len(kept), 1000, "the stop ended the chunk")

@@ -14,6 +14,7 @@ import (
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
@@ -31,7 +32,7 @@ func TestCreditEval_PagedTargetsOnceEachAcrossStopAndLedgerChange(t *testing.T) 
 
 	maxCalls := 1300 // the first chunk and part of the second
 	out, first := b.run(t, `{}`, &maxCalls)
-	require.Equal(t, "STOPPED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionStopped, out.Status, out.Message)
 	require.Equal(t, int32(3), first.ChunksTotal)
 	paid := len(b.fake.Stats().Calls[fakeupstream.EndpointCreditLookup])
 	require.Less(t, paid, len(b.targets))
@@ -57,7 +58,7 @@ func TestCreditEval_PagedTargetsOnceEachAcrossStopAndLedgerChange(t *testing.T) 
 	}})
 	require.NoError(t, err)
 	require.True(t, changed)
-	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 	exec, err := queries.New().JobExecutionGetByID(context.Background(), b.pool, out.ExecutionID)
 	require.NoError(t, err)
 	require.Equal(t, int64(len(b.targets)), exec.Targets, "declared at the start: the ledger's change does not move it")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
@@ -73,7 +74,7 @@ func TestCreditEval_LockedExecutionTableRepeatsNoPaidCall(t *testing.T) {
 		t.Fatal("the run did not end within 2 minutes of the lock's release")
 	}
 	require.NoError(t, res.err)
-	require.Equal(t, "COMPLETED", res.out.Status, res.out.Message)
+	require.Equal(t, radartype.ExecutionCompleted, res.out.Status, res.out.Message)
 	lookups := b.fake.Stats().Calls[fakeupstream.EndpointCreditLookup]
 	require.Len(t, lookups, len(b.targets), "every target looked up")
 	repeated := int64(0)

@@ -11,6 +11,7 @@ import (
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // skewedJob's chunks claim one item too many and one too few in turn: the
@@ -39,7 +40,7 @@ func TestRunner_EveryChunkAddsUp(t *testing.T) {
 	b := setup(t, map[string]batch.Job{"aptTrade": &skewedJob{chunks: 2}})
 	out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "aptTrade")})
 	require.NoError(t, err)
-	require.Equal(t, "FAILED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionFailed, out.Status, out.Message)
 	require.Equal(t, "chunk c00: unaccounted: 1 of 10 targets (written 11, skipped 0, failed 0)", out.Message)
 	exec, err := queries.New().JobExecutionGetByID(context.Background(), b.pool, out.ExecutionID)
 	require.NoError(t, err)

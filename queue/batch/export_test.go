@@ -39,3 +39,25 @@ func fanOutEach[T, R any](ctx context.Context, pool *FanOut, items []T, fn func(
 	defer h.stop()
 	return fanOutWith(ctx, h, pool, items, fn, nil)
 }
+
+// TestSignals are the runner's test signals (testsignals.go) as this
+// package's external tests set them; a nil field is a signal not set.
+type TestSignals struct {
+	// Transient is called with each transient database error a run retries.
+	Transient func(err error)
+	// AnswerLost is called after each part or chunk commit that landed,
+	// with which it was (CommitPart, CommitChunk); an error it returns
+	// stands for the commit's answer, lost.
+	AnswerLost func(commit string) error
+}
+
+// The commits TestSignals.AnswerLost is told of.
+const (
+	CommitPart  = commitPart
+	CommitChunk = commitChunk
+)
+
+// SetTestSignals sets r's test signals. Call it before r's first run.
+func (r *Runner) SetTestSignals(s TestSignals) {
+	r.testSignals = testSignals{transient: s.Transient, answerLost: s.AnswerLost}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtx"
 )
 
@@ -125,7 +126,7 @@ func (r *Runner) watch(ctx context.Context, cancel context.CancelCauseFunc, rs *
 					return
 				}
 				if err == nil {
-					stopping.seen(ctx, status)
+					stopping.seen(ctx, radartype.ExecutionStatus(status))
 				}
 			}
 		}
@@ -156,9 +157,7 @@ func (r *Runner) retryTransient(ctx context.Context, fenced <-chan struct{}, rs 
 		if rs != nil && rs.noteDBError(err) {
 			rs.logger.WarnContext(ctx, "database unavailable; retrying inside the fencing window", slog.String("error", err.Error()))
 		}
-		if r.cfg.OnTransient != nil {
-			r.cfg.OnTransient(err)
-		}
+		r.testSignals.transientRetried(err)
 		if window == nil {
 			timer := time.NewTimer(r.cfg.RecordRetryWindow)
 			defer timer.Stop()

@@ -256,13 +256,13 @@ func TestRunner_TransientCommitErrors(t *testing.T) {
 	statementTimeout := &pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"}
 	for name, tc := range map[string]struct {
 		job        *flakyWriteJob
-		wantStatus string
+		wantStatus radartype.ExecutionStatus
 		wantMsg    string
 		wantWrites int
 	}{
-		"RetriedThenCommitted": {&flakyWriteJob{chunks: 3, fail: 2, err: statementTimeout}, "COMPLETED", "completed: 3 targets", 5},
-		"NeverClears":          {&flakyWriteJob{chunks: 3, fail: -1, err: statementTimeout}, "STOPPED", "retried in vain", 0},
-		"NotTransient":         {&flakyWriteJob{chunks: 3, fail: -1, err: &pgconn.PgError{Code: "23514"}}, "FAILED", "SQLSTATE 23514", 1},
+		"RetriedThenCommitted": {&flakyWriteJob{chunks: 3, fail: 2, err: statementTimeout}, radartype.ExecutionCompleted, "completed: 3 targets", 5},
+		"NeverClears":          {&flakyWriteJob{chunks: 3, fail: -1, err: statementTimeout}, radartype.ExecutionStopped, "retried in vain", 0},
+		"NotTransient":         {&flakyWriteJob{chunks: 3, fail: -1, err: &pgconn.PgError{Code: "23514"}}, radartype.ExecutionFailed, "SQLSTATE 23514", 1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -270,9 +270,10 @@ func TestRunner_TransientCommitErrors(t *testing.T) {
 			var transient int
 			runner, err := batch.NewRunner(b.pool, batch.Config{
 				WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"metrics": tc.job}, Upstream: b.upstream, Instruments: b.instruments,
-				RecordRetryWindow: 300 * time.Millisecond, OnTransient: func(error) { transient++ },
+				RecordRetryWindow: 300 * time.Millisecond,
 			})
 			require.NoError(t, err)
+			runner.SetTestSignals(batch.TestSignals{Transient: func(error) { transient++ }})
 			out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "metrics")})
 			require.NoError(t, err)
 			require.Equal(t, tc.wantStatus, out.Status, out.Message)
@@ -334,7 +335,7 @@ func TestRun_FencedWritesOnlyWhileOwned(t *testing.T) {
 
 	out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "owned")})
 	require.NoError(t, err)
-	require.Equal(t, string(radartype.ExecutionCompleted), out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 	var probes int
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM plan_probe WHERE execution_id = $1`, out.ExecutionID).Scan(&probes))
 	require.Equal(t, 1, probes)

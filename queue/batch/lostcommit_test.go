@@ -12,6 +12,7 @@ import (
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // loseChunkCommit undoes the commit of chunk as a failover to an
@@ -88,7 +89,7 @@ func TestRunner_LostChunkCommitIsDoneAgain(t *testing.T) {
 
 			out, err := b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "aptTrade")})
 			require.NoError(t, err)
-			require.Equal(t, "COMPLETED", out.Status, out.Message)
+			require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 			require.Contains(t, out.Message, "120 targets")
 			require.Contains(t, out.Message, "1 lost commit")
 			require.Equal(t, 2, job.processed["c03"], "the lost chunk was processed again")
@@ -167,7 +168,7 @@ func TestRunner_LostPartIsDoneAgain(t *testing.T) {
 
 	out, err := runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
 	require.NoError(t, err)
-	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 	require.Contains(t, out.Message, "100 targets (written 100")
 	require.Equal(t, 100, countRows(t, b, `SELECT count(*) FROM compact_write`))
 	exec, err := queries.New().JobExecutionGetByID(ctx, b.pool, out.ExecutionID)
@@ -214,7 +215,7 @@ func TestRunner_PlanRetriesATerminatedBackend(t *testing.T) {
 	b := setup(t, map[string]batch.Job{"metrics": job})
 	out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "metrics")})
 	require.NoError(t, err)
-	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 	require.Equal(t, 2, job.plans)
 }
 
@@ -244,7 +245,7 @@ func TestRunner_TallyShortOfTheRunFails(t *testing.T) {
 	job.pool = b.pool
 	out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "rules")})
 	require.NoError(t, err)
-	require.Equal(t, "FAILED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionFailed, out.Status, out.Message)
 	require.Contains(t, out.Message, "the run committed 10 items that its execution does not hold")
 	lost, err := observabilitytest.MetricValue(b.providers, "buildrisk_commits_lost_total", map[string]string{"job": "rules"})
 	require.NoError(t, err)
@@ -328,7 +329,7 @@ func TestRunner_DatabaseMovedReverifiesAtOnce(t *testing.T) {
 	job.pool, job.runner = b.pool, b.runner
 	out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "rules")})
 	require.NoError(t, err)
-	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 	require.Contains(t, out.Message, "12 targets")
 	require.Equal(t, []string{"c00", "c01", "c02", "c03", "c04", "c05", "c02", "c06", "c07", "c08", "c09", "c10", "c11"}, job.order)
 }

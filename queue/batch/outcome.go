@@ -28,15 +28,18 @@ const (
 
 // Outcome is how a Run ended.
 type Outcome struct {
-	ExecutionID   int64
-	Status        string // execution status, "" when the request was not runnable or the run lost its ownership
-	RequestStatus string
+	ExecutionID int64
+	// Status is the execution's, "" when the request was not runnable or
+	// the run lost its ownership.
+	Status radartype.ExecutionStatus
+	// RequestStatus is the request's: Status.RequestStatus().
+	RequestStatus radartype.RequestStatus
 	Message       string
 }
 
 // account refuses a silent success: every declared target must be written,
 // skipped or failed, or the execution ends FAILED.
-func (r *Runner) account(ctx context.Context, rs *runState, plan *Plan, job string) (string, string, error) {
+func (r *Runner) account(ctx context.Context, rs *runState, plan *Plan, job string) (radartype.ExecutionStatus, string, error) {
 	var totals *queries.JobCheckpointTotalsRow
 	var reasons []*queries.JobCheckpointSkipReasonsRow
 	err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
@@ -59,7 +62,7 @@ func (r *Runner) account(ctx context.Context, rs *runState, plan *Plan, job stri
 		// Every committed chunk added up (checkChunk), so the gap is
 		// between the declared targets and what the chunks took on.
 		r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, unaccounted)
-		return string(radartype.ExecutionFailed), fmt.Sprintf("unaccounted: %d of %d targets (written %d, skipped %d, failed %d)",
+		return radartype.ExecutionFailed, fmt.Sprintf("unaccounted: %d of %d targets (written %d, skipped %d, failed %d)",
 			unaccounted, targets, totals.Written, totals.Skipped, totals.Failed), nil
 	}
 	// The plan adds up; so must the run's own tally: an execution holding
@@ -70,9 +73,9 @@ func (r *Runner) account(ctx context.Context, rs *runState, plan *Plan, job stri
 	} else if short > 0 {
 		r.cfg.Instruments.CommitsLost(ctx, job, 1)
 		r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, short)
-		return string(radartype.ExecutionFailed), fmt.Sprintf("unaccounted: the run committed %d items that its execution does not hold (a commit the database acknowledged was lost)", short), nil
+		return radartype.ExecutionFailed, fmt.Sprintf("unaccounted: the run committed %d items that its execution does not hold (a commit the database acknowledged was lost)", short), nil
 	}
-	return string(radartype.ExecutionCompleted), fmt.Sprintf("completed: %d targets (written %d, skipped %d%s, failed %d)",
+	return radartype.ExecutionCompleted, fmt.Sprintf("completed: %d targets (written %d, skipped %d%s, failed %d)",
 		targets, totals.Written, totals.Skipped, skipReasons(reasons), totals.Failed), nil
 }
 
@@ -117,7 +120,7 @@ func skipReasons(rows []*queries.JobCheckpointSkipReasonsRow) string {
 // classify turns a chunk's error into the execution's final status, or
 // returns an error wrapping ErrOwnershipLost when the run lost its
 // execution (then there is no status to record).
-func (r *Runner) classify(ctx context.Context, rs *runState, err error, where string) (string, string, error) {
+func (r *Runner) classify(ctx context.Context, rs *runState, err error, where string) (radartype.ExecutionStatus, string, error) {
 	var capErr *upstream.CapError
 	var rateErr *upstream.RateLimitedError
 	cause := context.Cause(ctx)
@@ -136,39 +139,39 @@ func (r *Runner) classify(ctx context.Context, rs *runState, err error, where st
 			msg += fmt.Sprintf(" (last database error: %v)", dbErr)
 		}
 		rs.cause = radartype.CauseDatabase
-		return string(radartype.ExecutionStopped), msg, nil
+		return radartype.ExecutionStopped, msg, nil
 	case errors.Is(cause, ErrStopTimeout):
 		// An operator's stop whose calls in flight outlasted the stop
 		// timeout: whatever they failed with is the stop's doing.
 		rs.cause = radartype.CauseOperator
-		return string(radartype.ExecutionStopped), MessageStopTimeout, nil
+		return radartype.ExecutionStopped, MessageStopTimeout, nil
 	case errors.Is(err, ErrDatabaseStalled), errors.Is(err, ErrCommitsLost):
 		// Infrastructure's doing too: the run stops and resumes from what
 		// the database holds.
 		rs.cause = radartype.CauseDatabase
-		return string(radartype.ExecutionStopped), fmt.Sprintf("%s: %v; stopped, resumes from the last commit", where, err), nil
+		return radartype.ExecutionStopped, fmt.Sprintf("%s: %v; stopped, resumes from the last commit", where, err), nil
 	case ctx.Err() != nil:
 		rs.cause = radartype.CauseDrain
-		return string(radartype.ExecutionStopped), MessageDrainTimeout, nil
+		return radartype.ExecutionStopped, MessageDrainTimeout, nil
 	case errors.Is(err, ErrDrained):
 		rs.cause = radartype.CauseDrain
-		return string(radartype.ExecutionStopped), MessageDrainedInChunk, nil
+		return radartype.ExecutionStopped, MessageDrainedInChunk, nil
 	case errors.Is(err, ErrStopRequested):
 		rs.cause = radartype.CauseOperator
-		return string(radartype.ExecutionStopped), MessageStopRequestedInChunk, nil
+		return radartype.ExecutionStopped, MessageStopRequestedInChunk, nil
 	case errors.As(err, &rateErr):
 		// The provider said when to come back: a stop, not a failure, and
 		// its resume is due then.
 		rs.cause, rs.resumeAt = radartype.CauseProviderRate, rateErr.Until
-		return string(radartype.ExecutionStopped), providerRateMessage(rateErr), nil
+		return radartype.ExecutionStopped, providerRateMessage(rateErr), nil
 	case errors.As(err, &capErr):
 		rs.cause = radartype.CauseCap
-		return string(radartype.ExecutionStopped), fmt.Sprintf("daily cap of %s reached; resumes from the last commit", capErr.Provider), nil
+		return radartype.ExecutionStopped, fmt.Sprintf("daily cap of %s reached; resumes from the last commit", capErr.Provider), nil
 	case errors.Is(err, upstream.ErrMaxCalls):
 		rs.cause = radartype.CauseMaxCalls
-		return string(radartype.ExecutionStopped), fmt.Sprintf("%v; a new request resumes from the last commit", err), nil
+		return radartype.ExecutionStopped, fmt.Sprintf("%v; a new request resumes from the last commit", err), nil
 	default:
-		return string(radartype.ExecutionFailed), fmt.Sprintf("%s: %v", where, err), nil
+		return radartype.ExecutionFailed, fmt.Sprintf("%s: %v", where, err), nil
 	}
 }
 
@@ -207,7 +210,7 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 		defer cancel()
 		return pgtx.InTx(callCtx, r.pool, func(tx pgx.Tx) error {
 			n, err := r.queries.JobExecutionFinish(callCtx, tx, &queries.JobExecutionFinishParams{
-				ID: st.exec.ID, Status: outcome.Status, ExitMessage: outcome.Message, DomainRows: domainRows,
+				ID: st.exec.ID, Status: string(outcome.Status), ExitMessage: outcome.Message, DomainRows: domainRows,
 				WorkerID: st.exec.WorkerID, LeaseEpoch: st.exec.LeaseEpoch,
 			})
 			if err != nil {
@@ -219,9 +222,6 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 				}
 				return rs.lost()
 			}
-			if r.cfg.OutcomeHook != nil {
-				r.cfg.OutcomeHook()
-			}
 			if st.cause != "" {
 				// Recorded with the end, so the reconcile loop applies the
 				// resume policy if the request's own recording is lost.
@@ -231,7 +231,7 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 					return fmt.Errorf("error recording stop cause: %w", err)
 				}
 			}
-			if outcome.Status == string(radartype.ExecutionCompleted) && r.cfg.Chain != nil {
+			if outcome.Status == radartype.ExecutionCompleted && r.cfg.Chain != nil {
 				if err := r.cfg.Chain(callCtx, tx, &Finished{
 					Job: st.request.Job, RequestID: st.request.ID, ExecutionID: st.exec.ID, Params: st.request.Params,
 				}); err != nil {
@@ -247,15 +247,12 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 		}
 		return fmt.Errorf("error recording the execution's outcome: %w", err)
 	}
-	if r.cfg.RecordHook != nil {
-		r.cfg.RecordHook()
-	}
 	err = retryUntilDone(recordCtx, func() error {
 		callCtx, cancel := context.WithTimeout(recordCtx, r.cfg.DBTimeout)
 		defer cancel()
 		return pgtx.InTx(callCtx, r.pool, func(tx pgx.Tx) error {
 			finished, err := r.queries.JobRequestFinish(callCtx, tx, &queries.JobRequestFinishParams{
-				ID: st.request.ID, Status: outcome.RequestStatus, Message: outcome.Message,
+				ID: st.request.ID, Status: string(outcome.RequestStatus), Message: outcome.Message,
 			})
 			if err != nil {
 				return fmt.Errorf("error finishing request: %w", err)
@@ -265,7 +262,7 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 					return err
 				}
 			}
-			if finished > 0 && outcome.Status != string(radartype.ExecutionCompleted) && r.cfg.Resume != nil {
+			if finished > 0 && outcome.Status != radartype.ExecutionCompleted && r.cfg.Resume != nil {
 				// The resume (when the policy allows it) commits with the
 				// stop: never a stopped run without its resume.
 				stopped := &request.Stopped{Request: st.request, ExecutionID: st.exec.ID, Cause: st.cause}
@@ -290,7 +287,7 @@ func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, dom
 func (r *Runner) recorded(ctx context.Context, tx pgx.Tx, st *started, outcome *Outcome) bool {
 	exec, err := r.queries.JobExecutionGetByID(ctx, tx, st.exec.ID)
 	return err == nil && exec.WorkerID == st.exec.WorkerID && exec.LeaseEpoch == st.exec.LeaseEpoch &&
-		exec.Status == outcome.Status && exec.ExitMessage == outcome.Message
+		exec.Status == string(outcome.Status) && exec.ExitMessage == outcome.Message
 }
 
 // secondsFromNow is how long from now t is, as the resume_in_seconds of

@@ -74,8 +74,9 @@ type partCommitter struct {
 	// stop is closed when the run has seen its execution STOPPING (nil: a
 	// Run the runner did not give); see stop.go.
 	stop <-chan struct{}
-	// loseAnswer is the runner's AnswerLostHook (nil: none).
-	loseAnswer func() error
+	// answered is the runner's test signal of a part commit that landed
+	// (testSignals.committed; nil: a Run the runner did not give).
+	answered func() error
 	// retry retries a transient database error of a part commit with the
 	// values in hand (the runner's retryTransient; nil: one attempt).
 	retry func(ctx context.Context, fn func(ctx context.Context) error) error
@@ -124,7 +125,7 @@ func (c *partCommitter) forget(chunk string, missing []string) {
 // never paid again for an answer the run holds. The writes are upserts, so
 // an attempt after one whose commit landed unseen first checks for the
 // part (JobCheckpointPartHas) and does not count it twice.
-func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string, queue func(b *pgx.Batch)) (string, error) {
+func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string, queue func(b *pgx.Batch)) (radartype.ExecutionStatus, error) {
 	var status string
 	attempt := 0
 	landed := false
@@ -158,8 +159,8 @@ func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string,
 			queries.Queue(b, func(db queries.DBTX) { _, _ = c.queries.JobExecutionPartCommit(ctx, db, params) }).
 				QueryRow(func(row pgx.Row) error { return row.Scan(&status) })
 		})
-		if err == nil && c.loseAnswer != nil {
-			err = c.loseAnswer()
+		if err == nil && c.answered != nil {
+			err = c.answered()
 		}
 		if pgtx.IsNotOwned(err) {
 			return fmt.Errorf("execution %d (worker %s, lease epoch %d): %w", c.executionID, c.workerID, c.leaseEpoch, ErrOwnershipLost)
@@ -190,7 +191,7 @@ func (c *partCommitter) commit(ctx context.Context, chunk string, keys []string,
 		c.mu.Unlock()
 	}
 	c.items.count(ctx, observability.OutcomeWritten, int64(len(keys)))
-	return status, nil
+	return radartype.ExecutionStatus(status), nil
 }
 
 // partMaxWait is how long a finished item waits for others to share its
@@ -404,7 +405,7 @@ func fanOutCommit[T, R any](ctx context.Context, run *Run, chunk string, items [
 		switch {
 		case err != nil:
 			h.halt(err)
-		case status == string(radartype.ExecutionStopping):
+		case status == radartype.ExecutionStopping:
 			h.halt(ErrStopRequested)
 		}
 		return err
@@ -498,7 +499,7 @@ func (r *Runner) partCommitter(rs *runState) *partCommitter {
 	return &partCommitter{
 		pool: r.pool, queries: r.queries, items: rs.items,
 		executionID: rs.exec.ID, instanceID: rs.exec.InstanceID, drain: r.drain,
-		workerID: rs.exec.WorkerID, leaseEpoch: rs.exec.LeaseEpoch, loseAnswer: r.loseAnswer,
+		workerID: rs.exec.WorkerID, leaseEpoch: rs.exec.LeaseEpoch, answered: func() error { return r.testSignals.committed(commitPart) },
 		retry: func(ctx context.Context, fn func(ctx context.Context) error) error {
 			return r.retryTransient(ctx, rs.fenced, rs, fn)
 		},

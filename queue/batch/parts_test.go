@@ -10,6 +10,7 @@ import (
 
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // partsJob is one chunk of 100 items on FanOutCommit writing its items to
@@ -64,7 +65,7 @@ func TestFanOutCommit_CommitFailureStopsAndKeepsCommitted(t *testing.T) {
 	require.NoError(t, err)
 	out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
 	require.NoError(t, err)
-	require.Equal(t, "FAILED", out.Status)
+	require.Equal(t, radartype.ExecutionFailed, out.Status)
 	require.Regexp(t, `^chunk c: commit of \d+ finished items of chunk c: .*violates check constraint`, out.Message)
 
 	results := <-job.results
@@ -235,13 +236,13 @@ func TestFanOutCommit_ChunkCommitFoldsParts(t *testing.T) {
 
 	failed, err := b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
 	require.NoError(t, err)
-	require.Equal(t, "FAILED", failed.Status, failed.Message)
+	require.Equal(t, radartype.ExecutionFailed, failed.Status, failed.Message)
 	require.Positive(t, partRows(), "the failed chunk's finished items are kept in parts")
 
 	job.haltAt = ""
 	first, err := b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
 	require.NoError(t, err)
-	require.Equal(t, "COMPLETED", first.Status, first.Message)
+	require.Equal(t, radartype.ExecutionCompleted, first.Status, first.Message)
 	afterFirst := partRows()
 	require.Zero(t, afterFirst, "every committed chunk's parts folded into its checkpoint")
 
@@ -265,7 +266,7 @@ func TestFanOutCommit_ChunkCommitFoldsParts(t *testing.T) {
 
 	second, err := b.runner.Run(ctx, batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
 	require.NoError(t, err)
-	require.Equal(t, "COMPLETED", second.Status, second.Message)
+	require.Equal(t, radartype.ExecutionCompleted, second.Status, second.Message)
 	require.LessOrEqual(t, partRows(), afterFirst, "an identical run leaves no more parts than the first")
 	secondExec, err := q.JobExecutionGetByID(ctx, b.pool, second.ExecutionID)
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
@@ -71,7 +72,7 @@ func TestRunner_ChunkRoundTrips(t *testing.T) {
 
 			out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "metrics")})
 			require.NoError(t, err)
-			require.Equal(t, "COMPLETED", out.Status, out.Message)
+			require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 
 			// The writes of the chunks, by position in the trace.
 			trips := tracer.Log()
@@ -132,7 +133,7 @@ func TestRunner_PartRoundTrips(t *testing.T) {
 
 	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
 	require.NoError(t, err)
-	require.Equal(t, "COMPLETED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 
 	trips := tracer.Log()
 	isPart := func(trip string) bool {

@@ -7,12 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,26 +79,10 @@ type Config struct {
 	// to learn of a stop while a chunk is in flight, so that a stop does
 	// not wait for a commit that stalled calls never reach.
 	StopCheckInterval time.Duration
-	// OnTransient, when set, is called with each transient database error
-	// a run retries (tests wait for it to restart the database).
-	OnTransient func(err error)
 	// Held tracks the requests this process holds (for the reconcile loop).
 	Held *HeldSet
 	// Tracer makes the execution and chunk spans; nil is a no-op tracer.
 	Tracer trace.Tracer
-	// RecordHook, when set, runs between recording the execution's outcome
-	// and the request's; tests cut the database there.
-	RecordHook func()
-	// OutcomeHook, when set, runs inside the transaction that records the
-	// execution's outcome, after its write and before the commit, while
-	// the row is locked: tests hold it there to race a stop against the
-	// run's end.
-	OutcomeHook func()
-	// AnswerLostHook, when set, runs after each part or chunk commit that
-	// landed; when it returns true, the run takes the commit's answer as
-	// lost (a connection reset), as when the connection drops after the
-	// server committed. Tests use it to prove such a commit is counted once.
-	AnswerLostHook func() bool
 	// Chain runs inside the transaction that records a COMPLETED execution:
 	// it inserts the next job's request there, so there is never a moment
 	// where a job is done and its successor missing. An error rolls the
@@ -170,6 +152,8 @@ type Runner struct {
 	// moved counts the database moves (failovers) the process has seen;
 	// a run re-verifies its committed chunks when it changes.
 	moved atomic.Uint64
+	// testSignals are zero but in this package's tests (testsignals.go).
+	testSignals testSignals
 }
 
 // DatabaseMoved tells the runner that the database it writes to is another
@@ -286,21 +270,21 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	// no provider key goes with it, whatever a provider's error quoted.
 	message = r.cfg.Upstream.Secrets().Redact(message)
 	err = r.cfg.Upstream.RedactError(err)
-	if err == nil && status != string(radartype.ExecutionCompleted) && rs.cause == "" {
+	if err == nil && status != radartype.ExecutionCompleted && rs.cause == "" {
 		rs.cause = radartype.CauseFailure
 	}
 	if err == nil {
-		span.SetAttributes(attribute.String("buildrisk.status", status))
-		if status == string(radartype.ExecutionFailed) {
+		span.SetAttributes(attribute.String("buildrisk.status", string(status)))
+		if status == radartype.ExecutionFailed {
 			span.SetStatus(codes.Error, message)
 		}
-		outcome := &Outcome{ExecutionID: st.exec.ID, Status: status, Message: message, RequestStatus: string(radartype.ExecutionStatus(status).RequestStatus())}
+		outcome := &Outcome{ExecutionID: st.exec.ID, Status: status, Message: message, RequestStatus: status.RequestStatus()}
 		if err = r.record(ctx, rs, outcome, domainRows, opts.FinishTx); err == nil {
-			r.cfg.Instruments.ExecutionFinished(ctx, st.request.Job, radartype.ExecutionStatus(status))
-			if status == string(radartype.ExecutionStopped) {
+			r.cfg.Instruments.ExecutionFinished(ctx, st.request.Job, status)
+			if status == radartype.ExecutionStopped {
 				r.cfg.Instruments.ExecutionStopped(ctx, st.request.Job, rs.cause)
 			}
-			rs.logger.InfoContext(ctx, "execution finished", slog.String("status", status), slog.String("message", message))
+			rs.logger.InfoContext(ctx, "execution finished", slog.String("status", string(status)), slog.String("message", message))
 			return outcome, nil
 		}
 		if !errors.Is(err, ErrOwnershipLost) {
@@ -435,7 +419,7 @@ var ErrExecutionActive = errors.New("request waits: another execution of the job
 // call counts and the outcome all find no row and roll back. When a fenced
 // commit is what finds the loss, Process has already returned, and no call
 // of the run is in flight.
-func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (status, message string, domainRows *int64, err error) {
+func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (status radartype.ExecutionStatus, message string, domainRows *int64, err error) {
 	st := rs.started
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
@@ -491,7 +475,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 	// and a failure to record them is kept in the message. err is where a
 	// job's errors, a provider's refusal among them, enter the run's
 	// outcome: its text is scrubbed of the provider keys.
-	fail := func(err error, where string) (string, string, *int64, error) {
+	fail := func(err error, where string) (radartype.ExecutionStatus, string, *int64, error) {
 		err = r.cfg.Upstream.RedactError(err)
 		if flushErr := flushCalls(); flushErr != nil {
 			if errors.Is(flushErr, ErrOwnershipLost) {
@@ -534,16 +518,16 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		return fail(err, "start")
 	}
 	chunksDone := len(plan.Chunks) - len(pending)
-	var execStatus string
+	var execStatus radartype.ExecutionStatus
 	err = r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
-		var err error
-		execStatus, err = r.queries.JobExecutionStart(callCtx, r.pool, &queries.JobExecutionStartParams{
+		status, err := r.queries.JobExecutionStart(callCtx, r.pool, &queries.JobExecutionStartParams{
 			ID: st.exec.ID, ChunksTotal: int32(len(plan.Chunks)), ChunksDone: int32(chunksDone), Targets: plan.Targets,
 			WorkerID: st.exec.WorkerID, LeaseEpoch: st.exec.LeaseEpoch,
 		})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return rs.lost()
 		}
+		execStatus = radartype.ExecutionStatus(status)
 		return err
 	})
 	if err != nil {
@@ -576,14 +560,14 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 					chunk = pending[i]
 				}
 			}
-			if execStatus == string(radartype.ExecutionStopping) {
+			if execStatus == radartype.ExecutionStopping {
 				rs.cause = radartype.CauseOperator
-				return string(radartype.ExecutionStopped), MessageStopRequested, nil, nil
+				return radartype.ExecutionStopped, MessageStopRequested, nil, nil
 			}
 			select {
 			case <-r.drain:
 				rs.cause = radartype.CauseDrain
-				return string(radartype.ExecutionStopped), MessageDrained, nil, nil
+				return radartype.ExecutionStopped, MessageDrained, nil, nil
 			default:
 			}
 
@@ -631,7 +615,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 				if flushErr := flushCalls(); errors.Is(flushErr, ErrOwnershipLost) {
 					return "", "", nil, flushErr
 				}
-				return string(radartype.ExecutionFailed), err.Error(), nil, nil
+				return radartype.ExecutionFailed, err.Error(), nil, nil
 			}
 			newCalls := run.Calls.Calls() - callsRecorded
 			execStatus, err = r.commitChunk(ctx, rs, chunk, res, int32(chunkCalls), int32(newCalls))
@@ -650,9 +634,9 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 				opts.OnChunk(chunksDone, len(plan.Chunks))
 			}
 		}
-		if execStatus == string(radartype.ExecutionStopping) && chunksDone < len(plan.Chunks) {
+		if execStatus == radartype.ExecutionStopping && chunksDone < len(plan.Chunks) {
 			rs.cause = radartype.CauseOperator
-			return string(radartype.ExecutionStopped), MessageStopRequested, nil, nil
+			return radartype.ExecutionStopped, MessageStopRequested, nil, nil
 		}
 		// The end checks the plan against the database, not against the run's
 		// memory: a commit acknowledged and then lost (a failover to an
@@ -670,7 +654,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 			// Commits keep vanishing: the database is not keeping what it
 			// acknowledges. Stop; the resume policy resumes the run.
 			rs.cause = radartype.CauseDatabase
-			return string(radartype.ExecutionStopped), fmt.Sprintf(
+			return radartype.ExecutionStopped, fmt.Sprintf(
 				"%d commits acknowledged by the database were lost (%s); stopped, resumes from the last commit",
 				lostChunks, strings.Join(lost, ", ")), nil, nil
 		}
@@ -680,7 +664,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 	if err != nil {
 		return fail(err, "accounting")
 	}
-	if lostChunks > 0 && status == string(radartype.ExecutionCompleted) {
+	if lostChunks > 0 && status == radartype.ExecutionCompleted {
 		message += fmt.Sprintf("; %d lost commit(s) done again: the database lost them after acknowledging them", lostChunks)
 	}
 	return status, message, nil, nil
@@ -790,11 +774,11 @@ func (r *Runner) noteLostCommits(ctx context.Context, rs *runState, lost []strin
 // three round trips. Transient errors are retried inside the window; an
 // attempt after an error whose commit may have landed first looks for the
 // chunk's checkpoint, so a chunk is never counted twice.
-func (r *Runner) commitChunk(ctx context.Context, rs *runState, chunk string, res *ChunkResult, chunkCalls, newCalls int32) (string, error) {
+func (r *Runner) commitChunk(ctx context.Context, rs *runState, chunk string, res *ChunkResult, chunkCalls, newCalls int32) (radartype.ExecutionStatus, error) {
 	if res.Write != nil && res.Queue != nil {
 		return "", fmt.Errorf("chunk %s: a ChunkResult sets Write or Queue, not both", chunk)
 	}
-	var execStatus string
+	var execStatus radartype.ExecutionStatus
 	attempt := 0
 	params := &queries.JobExecutionChunkCommitParams{
 		ID: rs.exec.ID, WorkerID: rs.exec.WorkerID, LeaseEpoch: rs.exec.LeaseEpoch,
@@ -832,7 +816,7 @@ func (r *Runner) commitChunk(ctx context.Context, rs *runState, chunk string, re
 			})
 		}
 		if err == nil {
-			err = r.loseAnswer()
+			err = r.testSignals.committed(commitChunk)
 		}
 		switch {
 		case pgtx.IsNotOwned(err):
@@ -840,28 +824,17 @@ func (r *Runner) commitChunk(ctx context.Context, rs *runState, chunk string, re
 		case err != nil:
 			return fmt.Errorf("error committing chunk: %w", err)
 		}
-		execStatus = status
+		execStatus = radartype.ExecutionStatus(status)
 		return nil
 	})
 	return execStatus, err
-}
-
-// errAnswerLost is the error AnswerLostHook makes of a commit that landed.
-var errAnswerLost = &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
-
-// loseAnswer returns errAnswerLost when AnswerLostHook says so.
-func (r *Runner) loseAnswer() error {
-	if r.cfg.AnswerLostHook != nil && r.cfg.AnswerLostHook() {
-		return errAnswerLost
-	}
-	return nil
 }
 
 // committedBefore reports whether an earlier attempt of the chunk's commit
 // landed although its answer was lost, with the execution's status then. A
 // checkpoint of the chunk by another execution, or an execution that is no
 // longer the run's, is ErrOwnershipLost.
-func (r *Runner) committedBefore(ctx context.Context, rs *runState, chunk string) (bool, string, error) {
+func (r *Runner) committedBefore(ctx context.Context, rs *runState, chunk string) (bool, radartype.ExecutionStatus, error) {
 	owner, err := r.queries.JobCheckpointOwner(ctx, r.pool, &queries.JobCheckpointOwnerParams{InstanceID: rs.exec.InstanceID, Chunk: chunk})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -877,7 +850,7 @@ func (r *Runner) committedBefore(ctx context.Context, rs *runState, chunk string
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, "", rs.lost()
 	}
-	return err == nil, status, err
+	return err == nil, radartype.ExecutionStatus(status), err
 }
 
 // domainRows counts the rows the instance's executions wrote.

@@ -125,7 +125,7 @@ func TestRunner_DifferentJobsStartTogether(t *testing.T) {
 		wg.Wait()
 		for i := range ids {
 			require.NoError(t, errs[i], "rep %d", rep)
-			require.Equal(t, "COMPLETED", outcomes[i].Status, "rep %d: %s", rep, outcomes[i].Message)
+			require.Equal(t, radartype.ExecutionCompleted, outcomes[i].Status, "rep %d: %s", rep, outcomes[i].Message)
 		}
 	}
 }
@@ -140,7 +140,7 @@ func TestRunner_UnaccountedItemsFail(t *testing.T) {
 			b := setup(t, map[string]batch.Job{"creditEval": &itemsJob{chunks: 4, perChunk: 10, lose: 1, declare: declare}})
 			out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
 			require.NoError(t, err)
-			require.Equal(t, "FAILED", out.Status)
+			require.Equal(t, radartype.ExecutionFailed, out.Status)
 			// Undeclared targets: the first chunk that loses an item fails
 			// at its commit. Declared: every chunk adds up, the instance's
 			// total does not.
@@ -149,7 +149,7 @@ func TestRunner_UnaccountedItemsFail(t *testing.T) {
 				want, lost = "unaccounted: 4 of 40", 4
 			}
 			require.Contains(t, out.Message, want)
-			require.Equal(t, string(radartype.RequestFailed), out.RequestStatus)
+			require.Equal(t, radartype.RequestFailed, out.RequestStatus)
 			v, err := observabilitytest.MetricValue(b.providers, "buildrisk_items_total", map[string]string{"job": "creditEval", "outcome": "unaccounted"})
 			require.NoError(t, err)
 			require.Equal(t, lost, v, "each lost item counted once")
@@ -160,7 +160,7 @@ func TestRunner_UnaccountedItemsFail(t *testing.T) {
 		b := setup(t, map[string]batch.Job{"creditEval": &itemsJob{chunks: 4, perChunk: 10, declare: true}})
 		out, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "creditEval")})
 		require.NoError(t, err)
-		require.Equal(t, "COMPLETED", out.Status, out.Message)
+		require.Equal(t, radartype.ExecutionCompleted, out.Status, out.Message)
 	})
 }
 
@@ -207,7 +207,7 @@ func TestRunner_ChainCommitsWithCompletion(t *testing.T) {
 	require.NoError(t, err)
 	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "metrics")})
 	require.NoError(t, err)
-	require.Equal(t, "COMPLETED", out.Status)
+	require.Equal(t, radartype.ExecutionCompleted, out.Status)
 	require.Equal(t, 3, attempts)
 	require.Equal(t, []string{"STARTED", "STARTED", "STARTED"}, statusSeenByOthers, "the failed attempts rolled the completion back")
 	var rules int

@@ -117,14 +117,14 @@ func (w *stopWatch) check(ctx context.Context) {
 	defer cancel()
 	exec, err := w.r.queries.JobExecutionGetByID(checkCtx, w.r.pool, w.rs.exec.ID)
 	if err == nil {
-		w.seen(ctx, exec.Status)
+		w.seen(ctx, radartype.ExecutionStatus(exec.Status))
 	}
 }
 
 // seen acts on a status the run read: the first STOPPING halts the run's
 // fan-out and starts the stop timeout.
-func (w *stopWatch) seen(ctx context.Context, status string) {
-	if status != string(radartype.ExecutionStopping) || !w.rs.stop.see() {
+func (w *stopWatch) seen(ctx context.Context, status radartype.ExecutionStatus) {
+	if status != radartype.ExecutionStopping || !w.rs.stop.see() {
 		return
 	}
 	w.ticker.Stop()

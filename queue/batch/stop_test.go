@@ -12,6 +12,7 @@ import (
 
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // errGaveUp is a stalled provider call's end when nothing cancels it: the
@@ -194,7 +195,7 @@ func TestStop_FanOutStalledCallsAbandonedAtStopTimeout(t *testing.T) {
 	out, err := wait()
 	require.NoError(t, err)
 	require.Zero(t, len(job.started), "items handed out after the stop")
-	require.Equal(t, "STOPPED", out.Status, out.Message)
+	require.Equal(t, radartype.ExecutionStopped, out.Status, out.Message)
 	require.Equal(t, batch.MessageStopTimeout, out.Message)
 	for range 2 {
 		require.ErrorIs(t, receive(t, job.abandoned, "abandoned call"), batch.ErrStopTimeout,
@@ -243,7 +244,7 @@ func TestStop_OneCallPerChunk(t *testing.T) {
 
 			out, err := wait()
 			require.NoError(t, err)
-			require.Equal(t, "STOPPED", out.Status, out.Message)
+			require.Equal(t, radartype.ExecutionStopped, out.Status, out.Message)
 			require.Equal(t, tc.wantMessage, out.Message)
 			exec, err := queries.New().JobExecutionGetByID(context.Background(), b.pool, out.ExecutionID)
 			require.NoError(t, err)

@@ -354,7 +354,7 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 // insertRun inserts, through River's InsertTx, the River job that runs
 // p's request requestID in tx.
 func (e *Enqueuer) insertRun(ctx context.Context, tx pgx.Tx, p *EnqueueParams, requestID int64) (*rivertype.JobInsertResult, error) {
-	res, err := e.river.InsertTx(ctx, tx, jobs.RunArgs{Job: p.Job, RequestID: requestID}, nil)
+	res, err := e.river.InsertTx(ctx, tx, jobs.RequestArgs{Job: p.Job, RequestID: requestID}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("error inserting river job: %w", err)
 	}

@@ -187,9 +187,9 @@ func TestEnqueue_OneTransactionOfOwnStatementsAndRiversInsertTx(t *testing.T) {
 		}
 	}
 
-	var args jobs.RunArgs
+	var args jobs.RequestArgs
 	require.NoError(t, pool.QueryRow(ctx, `SELECT args FROM river_job WHERE id = $1`, *res.Request.RiverJobID).Scan(&args))
-	require.Equal(t, jobs.RunArgs{Job: "stockPrice", RequestID: res.Request.ID}, args, "the River job carries its request's id from its insert")
+	require.Equal(t, jobs.RequestArgs{Job: "stockPrice", RequestID: res.Request.ID}, args, "the River job carries its request's id from its insert")
 }
 
 // A duplicate (409) draws no request id and inserts no River job: the next

@@ -2,7 +2,7 @@ package worker_test
 
 import (
 	"context"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,12 +24,9 @@ import (
 // well before the provider call's own 30 s timeout could end it instead.
 const fenceDeadline = 20 * time.Second
 
-// onceSignal returns a channel closed by the first call of fire.
-func onceSignal() (ch chan struct{}, fire func()) {
-	ch = make(chan struct{})
-	var once sync.Once
-	return ch, func() { once.Do(func() { close(ch) }) }
-}
+// retryingLine is the line a run logs at the first transient database
+// error it retries (once an outage).
+const retryingLine = `"msg":"database unavailable; retrying inside the fencing window"`
 
 // A one-second PostgreSQL restart in the middle of a run (a fast shutdown,
 // then a start): the chunk commit that meets it, and the heartbeats, are
@@ -40,13 +37,11 @@ func TestOutage_RestartMidRunCompletes(t *testing.T) {
 	cluster, url := apptest.PrivateCluster(t)
 	// A fencing window (15 s) far longer than a restart, even on a loaded
 	// machine: the restart must cost a pause, never the run.
-	s := apptest.New(t, &apptest.Opts{DBURL: url, Env: map[string]string{
+	logs := &apptest.SyncBuffer{}
+	s := apptest.New(t, &apptest.Opts{DBURL: url, Logs: logs, Env: map[string]string{
 		"BUILDRISK_HEARTBEAT_INTERVAL": "500ms", "BUILDRISK_STALE_AFTER": "30s",
 	}})
-	transient, fire := onceSignal()
-	s.StartWorkerWith(s.Pool, func(_ *worker.Config, rc *batch.Config) {
-		rc.OnTransient = func(error) { fire() }
-	})
+	s.StartWorker()
 	s.Gate.Arm(3) // chunks 1-3 commit; chunk 4's call is held
 	id := s.RequestAptTrade(apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-12"))
 	apptest.Within(t, time.Minute, s.Gate.Blocked, "the fourth provider call")
@@ -54,7 +49,11 @@ func TestOutage_RestartMidRunCompletes(t *testing.T) {
 	halted := time.Now()
 	require.NoError(t, cluster.Halt())
 	s.Gate.Open() // chunk 4's call returns; its commit meets the restart
-	apptest.Within(t, time.Minute, transient, "the commit to meet the outage")
+	// The run logs the first transient error it retries: the commit met
+	// the outage and is being retried, not failed.
+	apptest.WaitUntil(t, time.Minute, "the commit to meet the outage", func() bool {
+		return strings.Contains(logs.String(), retryingLine)
+	})
 	time.Sleep(time.Until(halted.Add(time.Second))) // the restart lasts a second, heartbeats fail meanwhile
 	require.NoError(t, cluster.Resume(context.Background()))
 	t.Logf("postgres was down for %s", time.Since(halted).Round(time.Millisecond))

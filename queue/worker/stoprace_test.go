@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -10,15 +11,49 @@ import (
 
 	"github.com/buildrisk/radar/internal/apptest"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/queue/batch"
-	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
-// A stop that races the run's end, driven by a latch inside the
+// holdCompletions makes every transaction that records an execution
+// COMPLETED wait, after its write and before its commit (the execution's
+// row written and locked), until release: a trigger of the test's own on
+// the test's database takes an advisory lock that a connection of the test
+// holds. waiting reports whether such a transaction waits now.
+func holdCompletions(t *testing.T, s *apptest.System) (waiting func() bool, release func()) {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := pgx.Connect(ctx, s.OwnerURL) // the schema's owner may add a trigger
+	require.NoError(t, err)
+	const key = 7_300_451 // the advisory lock of this test's trigger
+	_, err = holder.Exec(ctx, fmt.Sprintf(`
+		CREATE FUNCTION test_hold_completion() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM pg_advisory_xact_lock(%d);
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER test_hold_completion AFTER UPDATE OF status ON job_execution FOR EACH ROW
+			WHEN (NEW.status = 'COMPLETED' AND OLD.status IS DISTINCT FROM 'COMPLETED')
+			EXECUTE FUNCTION test_hold_completion()`, key))
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, key)
+	require.NoError(t, err)
+	var once sync.Once
+	release = func() { once.Do(func() { _ = holder.Close(ctx) }) } // closing the session frees its lock
+	waiting = func() bool {
+		var n int
+		require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND objid = $1 AND NOT granted
+			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, key).Scan(&n))
+		return n > 0
+	}
+	return waiting, release
+}
+
+// A stop that races the run's end, driven by a lock inside the
 // transaction that records the outcome (COMPLETED written, the row locked,
 // not committed): the stop waits for the row, and when the outcome commits
 // it finds the run ended and answers 409; the execution stays COMPLETED,
@@ -26,24 +61,14 @@ import (
 func TestStopRace_StopAfterTheLastChunkLoses(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, nil)
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	s.StartWorkerWith(s.Pool, func(_ *worker.Config, rc *batch.Config) {
-		rc.OutcomeHook = func() {
-			once.Do(func() {
-				close(entered)
-				<-release
-			})
-		}
-	})
+	s.StartWorker()
 	// Registered after the worker's own cleanup, so it runs first: a failed
 	// test releases the run, and the worker can drain.
-	var releaseOnce sync.Once
-	releaseRun := func() { releaseOnce.Do(func() { close(release) }) }
+	held, releaseRun := holdCompletions(t, s)
 	t.Cleanup(releaseRun)
 	body := apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-02")
 	id := s.RequestAptTrade(body)
-	apptest.Within(t, time.Minute, entered, "the run to write its outcome")
+	apptest.WaitUntil(t, time.Minute, "the run to write its outcome", held)
 	// The stop runs as the api's role; only a superuser sees the query and
 	// wait of another role's session in pg_stat_activity.
 	admin, err := pgxpool.New(context.Background(), pgtest.AdminURL(t))
@@ -63,9 +88,11 @@ func TestStopRace_StopAfterTheLastChunkLoses(t *testing.T) {
 	apptest.WaitUntil(t, time.Minute, "the stop to wait for the execution's row", func() bool {
 		var waiting int
 		require.NoError(t, admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = $1 AND wait_event_type = 'Lock' AND query LIKE '%STOPPING%'`, database).Scan(&waiting))
+			WHERE datname = $1 AND wait_event_type = 'Lock' AND wait_event <> 'advisory' AND query LIKE '%STOPPING%'`, database).Scan(&waiting))
 		return waiting == 1
 	})
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM job_execution WHERE status IN ('STARTING', 'STARTED')`),
+		"the outcome is not committed while the stop waits")
 	releaseRun()
 	var stop answer
 	select {

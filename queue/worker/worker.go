@@ -570,21 +570,21 @@ func (w *Worker) stopServices() {
 // runOutput is what a run's River job records as its output: the
 // execution and how it ended.
 type runOutput struct {
-	ExecutionID int64  `json:"execution_id"`
-	Status      string `json:"status"`
-	Message     string `json:"message,omitempty"`
+	ExecutionID int64                     `json:"execution_id"`
+	Status      radartype.ExecutionStatus `json:"status"`
+	Message     string                    `json:"message,omitempty"`
 }
 
 // runWorker is the River worker of runs: every job of the catalog runs
 // through it.
 type runWorker struct {
-	river.WorkerDefaults[jobs.RunArgs]
+	river.WorkerDefaults[jobs.RequestArgs]
 	w *Worker
 }
 
 // Timeout disables River's per-job timeout: chunks bound the work, and the
 // reaper handles dead workers.
-func (rw *runWorker) Timeout(*river.Job[jobs.RunArgs]) time.Duration { return -1 }
+func (rw *runWorker) Timeout(*river.Job[jobs.RequestArgs]) time.Duration { return -1 }
 
 // Work runs one request. Its River job ends in the transaction that records
 // the request's outcome, so the two end together and agree: completed for a
@@ -593,7 +593,7 @@ func (rw *runWorker) Timeout(*river.Job[jobs.RunArgs]) time.Duration { return -1
 // (and River UI) never calls a FAILED or STOPPED run completed. A cancel of
 // a running job is finished by River when Work returns JobCancel, or by
 // River's rescuer if this process dies first.
-func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) error {
+func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RequestArgs]) error {
 	// A request that may not start yet (an automatic resume's backoff, by
 	// the database's clock) goes back to River available, for at most
 	// SnoozeMax at a time: River's leader is on no resume's path.
@@ -613,7 +613,7 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 				return fmt.Errorf("error recording the run's outcome on its river job: %w", err)
 			}
 		}
-		if outcome != nil && outcome.Status != string(radartype.ExecutionCompleted) {
+		if outcome != nil && outcome.Status != radartype.ExecutionCompleted {
 			return request.CancelRiverJob(ctx, tx, rw.w.river, &job.ID)
 		}
 		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
@@ -629,7 +629,7 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 	}
 	outcome, err := rw.w.runner.Run(ctx, batch.RunOpts{RequestID: job.Args.RequestID, FinishTx: finishTx})
 	switch {
-	case err == nil && outcome != nil && outcome.Status != string(radartype.ExecutionCompleted):
+	case err == nil && outcome != nil && outcome.Status != radartype.ExecutionCompleted:
 		return river.JobCancel(fmt.Errorf("execution %d ended %s: %s", outcome.ExecutionID, outcome.Status, outcome.Message))
 	case err == nil, errors.Is(err, batch.ErrNotQueued):
 		return nil
@@ -658,7 +658,7 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RunArgs]) err
 // failStart records a request whose run could not start as FAILED with the
 // start's error, and cancels its River job in the same transaction; it
 // counts the failure and logs one line.
-func (w *Worker) failStart(ctx context.Context, job *river.Job[jobs.RunArgs], startErr error) {
+func (w *Worker) failStart(ctx context.Context, job *river.Job[jobs.RequestArgs], startErr error) {
 	ctx = context.WithoutCancel(ctx)
 	msg := fmt.Sprintf("the run could not start on worker %s: %v", w.cfg.ID, startErr)
 	var jobName string
