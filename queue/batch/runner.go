@@ -427,112 +427,25 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 	defer stopWatch()
 
 	job := r.cfg.Jobs[st.request.Job]
-	run := &Run{
-		Job:         st.request.Job,
-		RequestID:   st.request.ID,
-		ExecutionID: st.exec.ID,
-		InstanceID:  st.exec.InstanceID,
-		Params:      st.request.Params,
-		Calls:       r.cfg.Upstream.NewCaller(st.request.Job, st.maxCalls),
-		DB:          NewReader(r.pool),
-		Logger:      rs.logger,
-		FanOut:      r.cfg.FanOut,
-		Instruments: r.cfg.Instruments,
-		fence:       r.runFence(rs),
-	}
-	run.parts = r.partCommitter(rs)
-	run.parts.stop = rs.stop.requested()
+	run := r.newRun(rs)
 	// The run's unspent leases of the daily caps go back to the budget when
 	// it ends, whatever the outcome.
 	defer func() { _ = run.Calls.Release(context.WithoutCancel(ctx)) }()
 	if ender, ok := job.(RunEnder); ok {
 		defer ender.EndRun(run)
 	}
-	callsRecorded := int64(0)
-	// flushCalls records the calls made outside a committed chunk (a failed
-	// chunk's): fenced like every write, retried through an outage.
-	flushCalls := func() error {
-		n := run.Calls.Calls() - callsRecorded
-		if n <= 0 {
-			return nil
-		}
-		err := r.retryTransient(context.WithoutCancel(ctx), rs.fenced, rs, func(callCtx context.Context) error {
-			rows, err := r.queries.JobExecutionAddCalls(callCtx, r.pool, &queries.JobExecutionAddCallsParams{
-				ID: st.exec.ID, ExternalCalls: int32(n), WorkerID: st.exec.WorkerID, LeaseEpoch: st.exec.LeaseEpoch,
-			})
-			if err == nil && rows == 0 {
-				return rs.lost()
-			}
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("error recording %d external calls: %w", n, err)
-		}
-		callsRecorded += n
-		return nil
-	}
-	// fail ends the run on err: the calls made so far are recorded first,
-	// and a failure to record them is kept in the message. err is where a
-	// job's errors, a provider's refusal among them, enter the run's
-	// outcome: its text is scrubbed of the provider keys.
-	fail := func(err error, where string) (radartype.ExecutionStatus, string, *int64, error) {
-		err = r.cfg.Upstream.RedactError(err)
-		if flushErr := flushCalls(); flushErr != nil {
-			if errors.Is(flushErr, ErrOwnershipLost) {
-				return "", "", nil, flushErr
-			}
-			err = errors.Join(err, flushErr)
-		}
-		status, message, lostErr := r.classify(ctx, rs, err, where)
-		return status, message, nil, lostErr
-	}
+	e := &execution{r: r, ctx: ctx, rs: rs, run: run, job: job}
 	defer func() {
-		if err != nil || status == "" {
-			return
-		}
-		if counter, ok := job.(DomainRowCounter); ok {
-			n, countErr := r.domainRows(context.WithoutCancel(ctx), counter, st.exec.InstanceID)
-			if countErr != nil {
-				// The execution is recorded without the second count; say so.
-				rs.logger.WarnContext(ctx, "could not count the domain rows", slog.String("error", countErr.Error()))
-				return
-			}
-			domainRows = &n
+		if err == nil && status != "" {
+			domainRows = r.countDomainRows(ctx, rs, job)
 		}
 	}()
 
-	// Plan reads the database like a chunk does: a transient error there
-	// costs a pause, never the run.
-	var plan *Plan
-	if err := r.retryTransient(ctx, rs.fenced, rs, func(context.Context) error {
-		var err error
-		plan, err = job.Plan(ctx, run)
-		return err
-	}); err != nil {
-		return fail(err, "plan")
-	}
-	// The chunks to do are the planned chunks with no checkpoint; the same
-	// read checks the plan against the database at the end.
-	pending, err := r.uncommittedChunks(ctx, rs, plan, nil)
-	if err != nil {
-		return fail(err, "start")
+	plan, pending, execStatus, end := e.start()
+	if end != nil {
+		return end.values()
 	}
 	chunksDone := len(plan.Chunks) - len(pending)
-	var execStatus radartype.ExecutionStatus
-	err = r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
-		status, err := r.queries.JobExecutionStart(callCtx, r.pool, &queries.JobExecutionStartParams{
-			ID: st.exec.ID, ChunksTotal: int32(len(plan.Chunks)), ChunksDone: int32(chunksDone), Targets: plan.Targets,
-			WorkerID: st.exec.WorkerID, LeaseEpoch: st.exec.LeaseEpoch,
-		})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return rs.lost()
-		}
-		execStatus = radartype.ExecutionStatus(status)
-		return err
-	})
-	if err != nil {
-		return fail(err, "start")
-	}
 	// ran holds the figures this run committed, by chunk (not the results,
 	// which may hold the chunk's rows): what it takes out of its tally when
 	// a commit turns out lost.
@@ -552,7 +465,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 				seenMoved = moved
 				lost, err := r.uncommittedChunks(ctx, rs, plan, pending[i:])
 				if err != nil {
-					return fail(err, "verification after a database failover")
+					return e.fail(err, "verification after a database failover").values()
 				}
 				if len(lost) > 0 {
 					redo(lost)
@@ -572,58 +485,11 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 			}
 
 			began := time.Now()
-			callsBefore := run.Calls.Calls()
-			chunkCtx, chunkSpan := r.cfg.Tracer.Start(ctx, "buildrisk.chunk", trace.WithAttributes(attribute.String("buildrisk.chunk", chunk)))
-			var res *ChunkResult
-			// A transient database error inside Process (the call budget, a
-			// read) is retried like the commit: the chunk is done again. And
-			// before the chunk commits, the items it committed in parts must
-			// still be there: a part the database lost after acknowledging
-			// it is done again (Process calls only the items no part lists),
-			// never folded short into the checkpoint.
-			err := r.retryTransient(chunkCtx, rs.fenced, rs, func(context.Context) error {
-				for round := 1; ; round++ {
-					var err error
-					if res, err = job.Process(chunkCtx, run, chunk); err != nil {
-						return err
-					}
-					lost, err := r.checkParts(chunkCtx, rs, run.parts, chunk)
-					if err != nil || lost == 0 {
-						return err
-					}
-					if round > maxLostRounds {
-						return fmt.Errorf("%w: %d items of chunk %s committed in parts vanished again", ErrCommitsLost, lost, chunk)
-					}
-				}
-			})
-			if err != nil {
-				err = r.cfg.Upstream.RedactError(err)
-				chunkSpan.SetStatus(codes.Error, err.Error())
-				chunkSpan.End()
-				r.countItemFailures(ctx, st, err)
-				return fail(err, "chunk "+chunk)
+			res, status, end := e.doChunk(chunk)
+			if end != nil {
+				return end.values()
 			}
-			chunkSpan.SetAttributes(
-				attribute.Int64("buildrisk.targets", res.Targets), attribute.Int64("buildrisk.written", res.Written),
-				attribute.Int64("buildrisk.skipped", res.Skipped), attribute.Int64("buildrisk.failed", res.Failed),
-				attribute.Int64("buildrisk.external_calls", run.Calls.Calls()-callsBefore),
-			)
-			chunkCalls := run.Calls.Calls() - callsBefore
-			if err := r.checkChunk(ctx, run.Job, chunk, res); err != nil {
-				chunkSpan.SetStatus(codes.Error, err.Error())
-				chunkSpan.End()
-				if flushErr := flushCalls(); errors.Is(flushErr, ErrOwnershipLost) {
-					return "", "", nil, flushErr
-				}
-				return radartype.ExecutionFailed, err.Error(), nil, nil
-			}
-			newCalls := run.Calls.Calls() - callsRecorded
-			execStatus, err = r.commitChunk(ctx, rs, chunk, res, int32(chunkCalls), int32(newCalls))
-			chunkSpan.End()
-			if err != nil {
-				return fail(err, "commit of chunk "+chunk)
-			}
-			callsRecorded += newCalls
+			execStatus = status
 			chunksDone++
 			r.cfg.Instruments.ChunkDuration(ctx, run.Job, time.Since(began))
 			st.items.count(ctx, observability.OutcomeWritten, res.Written)
@@ -644,7 +510,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		// such a chunk is done again before the run may complete.
 		lost, err := r.uncommittedChunks(ctx, rs, plan, nil)
 		if err != nil {
-			return fail(err, "verification")
+			return e.fail(err, "verification").values()
 		}
 		if len(lost) == 0 {
 			break
@@ -662,12 +528,214 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 	}
 	status, message, err = r.account(ctx, rs, plan, run.Job)
 	if err != nil {
-		return fail(err, "accounting")
+		return e.fail(err, "accounting").values()
 	}
 	if lostChunks > 0 && status == radartype.ExecutionCompleted {
 		message += fmt.Sprintf("; %d lost commit(s) done again: the database lost them after acknowledging them", lostChunks)
 	}
 	return status, message, nil, nil
+}
+
+// newRun is the Run a job's Plan and Process see for rs's execution.
+func (r *Runner) newRun(rs *runState) *Run {
+	st := rs.started
+	run := &Run{
+		Job:         st.request.Job,
+		RequestID:   st.request.ID,
+		ExecutionID: st.exec.ID,
+		InstanceID:  st.exec.InstanceID,
+		Params:      st.request.Params,
+		Calls:       r.cfg.Upstream.NewCaller(st.request.Job, st.maxCalls),
+		DB:          NewReader(r.pool),
+		Logger:      rs.logger,
+		FanOut:      r.cfg.FanOut,
+		Instruments: r.cfg.Instruments,
+		fence:       r.runFence(rs),
+	}
+	run.parts = r.partCommitter(rs)
+	run.parts.stop = rs.stop.requested()
+	return run
+}
+
+// countDomainRows is the second count of an execution that ended with a
+// status: the domain rows its instance wrote, counted by the job's query
+// (nil for a job without one, or when the count fails, which is logged:
+// the execution is recorded without it).
+func (r *Runner) countDomainRows(ctx context.Context, rs *runState, job Job) *int64 {
+	counter, ok := job.(DomainRowCounter)
+	if !ok {
+		return nil
+	}
+	n, err := r.domainRows(context.WithoutCancel(ctx), counter, rs.started.exec.InstanceID)
+	if err != nil {
+		rs.logger.WarnContext(ctx, "could not count the domain rows", slog.String("error", err.Error()))
+		return nil
+	}
+	return &n
+}
+
+// execution is the state of one execute call that its steps share: the
+// run, and the calls recorded so far (a chunk's commit records its own; a
+// failed chunk's are recorded by flushCalls).
+type execution struct {
+	r             *Runner
+	ctx           context.Context
+	rs            *runState
+	run           *Run
+	job           Job
+	callsRecorded int64
+}
+
+// ending is how a step ends the run: the status and message execute
+// returns, or an error wrapping ErrOwnershipLost (and no status).
+type ending struct {
+	status  radartype.ExecutionStatus
+	message string
+	err     error
+}
+
+// values are execute's results for e (no domain rows: an early end counts
+// none).
+func (e *ending) values() (radartype.ExecutionStatus, string, *int64, error) {
+	return e.status, e.message, nil, e.err
+}
+
+// flushCalls records the calls made outside a committed chunk (a failed
+// chunk's): fenced like every write, retried through an outage.
+func (e *execution) flushCalls() error {
+	r, rs, st := e.r, e.rs, e.rs.started
+	n := e.run.Calls.Calls() - e.callsRecorded
+	if n <= 0 {
+		return nil
+	}
+	err := r.retryTransient(context.WithoutCancel(e.ctx), rs.fenced, rs, func(callCtx context.Context) error {
+		rows, err := r.queries.JobExecutionAddCalls(callCtx, r.pool, &queries.JobExecutionAddCallsParams{
+			ID: st.exec.ID, ExternalCalls: int32(n), WorkerID: st.exec.WorkerID, LeaseEpoch: st.exec.LeaseEpoch,
+		})
+		if err == nil && rows == 0 {
+			return rs.lost()
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("error recording %d external calls: %w", n, err)
+	}
+	e.callsRecorded += n
+	return nil
+}
+
+// fail ends the run on err: the calls made so far are recorded first,
+// and a failure to record them is kept in the message. err is where a
+// job's errors, a provider's refusal among them, enter the run's
+// outcome: its text is scrubbed of the provider keys.
+func (e *execution) fail(err error, where string) *ending {
+	err = e.r.cfg.Upstream.RedactError(err)
+	if flushErr := e.flushCalls(); flushErr != nil {
+		if errors.Is(flushErr, ErrOwnershipLost) {
+			return &ending{err: flushErr}
+		}
+		err = errors.Join(err, flushErr)
+	}
+	status, message, lostErr := e.r.classify(e.ctx, e.rs, err, where)
+	return &ending{status: status, message: message, err: lostErr}
+}
+
+// start plans the run and starts its execution: the chunks to do are the
+// planned chunks with no checkpoint (the same read checks the plan against
+// the database at the end). It returns the execution's status after the
+// start.
+func (e *execution) start() (*Plan, []string, radartype.ExecutionStatus, *ending) {
+	r, ctx, rs, st := e.r, e.ctx, e.rs, e.rs.started
+	// Plan reads the database like a chunk does: a transient error there
+	// costs a pause, never the run.
+	var plan *Plan
+	if err := r.retryTransient(ctx, rs.fenced, rs, func(context.Context) error {
+		var err error
+		plan, err = e.job.Plan(ctx, e.run)
+		return err
+	}); err != nil {
+		return nil, nil, "", e.fail(err, "plan")
+	}
+	pending, err := r.uncommittedChunks(ctx, rs, plan, nil)
+	if err != nil {
+		return nil, nil, "", e.fail(err, "start")
+	}
+	var execStatus radartype.ExecutionStatus
+	err = r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
+		status, err := r.queries.JobExecutionStart(callCtx, r.pool, &queries.JobExecutionStartParams{
+			ID: st.exec.ID, ChunksTotal: int32(len(plan.Chunks)), ChunksDone: int32(len(plan.Chunks) - len(pending)), Targets: plan.Targets,
+			WorkerID: st.exec.WorkerID, LeaseEpoch: st.exec.LeaseEpoch,
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return rs.lost()
+		}
+		execStatus = radartype.ExecutionStatus(status)
+		return err
+	})
+	if err != nil {
+		return nil, nil, "", e.fail(err, "start")
+	}
+	return plan, pending, execStatus, nil
+}
+
+// doChunk processes chunk and commits it, with the calls it made. It
+// returns the chunk's result and the execution's status after the commit,
+// or the run's ending when the chunk ends the run.
+func (e *execution) doChunk(chunk string) (*ChunkResult, radartype.ExecutionStatus, *ending) {
+	r, ctx, rs, st, run, job := e.r, e.ctx, e.rs, e.rs.started, e.run, e.job
+	callsBefore := run.Calls.Calls()
+	chunkCtx, chunkSpan := r.cfg.Tracer.Start(ctx, "buildrisk.chunk", trace.WithAttributes(attribute.String("buildrisk.chunk", chunk)))
+	var res *ChunkResult
+	// A transient database error inside Process (the call budget, a
+	// read) is retried like the commit: the chunk is done again. And
+	// before the chunk commits, the items it committed in parts must
+	// still be there: a part the database lost after acknowledging
+	// it is done again (Process calls only the items no part lists),
+	// never folded short into the checkpoint.
+	err := r.retryTransient(chunkCtx, rs.fenced, rs, func(context.Context) error {
+		for round := 1; ; round++ {
+			var err error
+			if res, err = job.Process(chunkCtx, run, chunk); err != nil {
+				return err
+			}
+			lost, err := r.checkParts(chunkCtx, rs, run.parts, chunk)
+			if err != nil || lost == 0 {
+				return err
+			}
+			if round > maxLostRounds {
+				return fmt.Errorf("%w: %d items of chunk %s committed in parts vanished again", ErrCommitsLost, lost, chunk)
+			}
+		}
+	})
+	if err != nil {
+		err = r.cfg.Upstream.RedactError(err)
+		chunkSpan.SetStatus(codes.Error, err.Error())
+		chunkSpan.End()
+		r.countItemFailures(ctx, st, err)
+		return nil, "", e.fail(err, "chunk "+chunk)
+	}
+	chunkCalls := run.Calls.Calls() - callsBefore
+	chunkSpan.SetAttributes(
+		attribute.Int64("buildrisk.targets", res.Targets), attribute.Int64("buildrisk.written", res.Written),
+		attribute.Int64("buildrisk.skipped", res.Skipped), attribute.Int64("buildrisk.failed", res.Failed),
+		attribute.Int64("buildrisk.external_calls", chunkCalls),
+	)
+	if err := r.checkChunk(ctx, run.Job, chunk, res); err != nil {
+		chunkSpan.SetStatus(codes.Error, err.Error())
+		chunkSpan.End()
+		if flushErr := e.flushCalls(); errors.Is(flushErr, ErrOwnershipLost) {
+			return nil, "", &ending{err: flushErr}
+		}
+		return nil, "", &ending{status: radartype.ExecutionFailed, message: err.Error()}
+	}
+	newCalls := run.Calls.Calls() - e.callsRecorded
+	execStatus, err := r.commitChunk(ctx, rs, chunk, res, int32(chunkCalls), int32(newCalls))
+	chunkSpan.End()
+	if err != nil {
+		return nil, "", e.fail(err, "commit of chunk "+chunk)
+	}
+	e.callsRecorded += newCalls
+	return res, execStatus, nil
 }
 
 // maxLostRounds is how many times a run does the same work again because
