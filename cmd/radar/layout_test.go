@@ -31,7 +31,7 @@ var allowedImports = map[string][]string{
 	"upstream/fakeupstream":           {},
 	"jobs":                            {"queries"},
 	"queries":                         {"sql/pgtx"},
-	"queries/testfactory":             {"queries"},
+	"queries/testfactory":             {"queries", "radartype"},
 	"sql/pgtx":                        {},
 	"sql/migrations":                  {},
 	"sql/pglocal":                     {},
