@@ -32,6 +32,7 @@ var allowedImports = map[string][]string{
 	"jobs":                            {"queries"},
 	"queries":                         {"sql/pgtx"},
 	"queries/testfactory":             {"queries", "radartype"},
+	"queries/testfactory/bulk":        {},
 	"sql/pgtx":                        {},
 	"sql/migrations":                  {},
 	"sql/pglocal":                     {},
@@ -63,7 +64,7 @@ func belowComposition() []string {
 	var below []string
 	for pkg := range allowedImports {
 		if strings.HasPrefix(pkg, "cmd/") || strings.HasPrefix(pkg, "examples/") || pkg == "internal/apptest" || pkg == "jobs/jobstest" ||
-			pkg == "queries/testfactory" || pkg == "e2e" {
+			strings.HasPrefix(pkg, "queries/testfactory") || pkg == "e2e" {
 			continue
 		}
 		below = append(below, pkg)
