@@ -379,7 +379,7 @@ func Execution(ctx context.Context, tb testing.TB, db queries.DBTX, opts *Execut
 		_, err := q.JobExecutionRequestStop(ctx, db, job)
 		must(tb, err, "asking the execution to stop")
 	default:
-		FinishExecution(ctx, tb, db, exec.ID, &FinishOpts{Status: status, Message: opts.ExitMessage, DomainRows: opts.DomainRows, KeepRequest: opts.RequestActive || opts.Unlinked})
+		FinishExecution(ctx, tb, db, exec.ID, &FinishOpts{Status: status, Message: opts.ExitMessage, DomainRows: opts.DomainRows, KeepRequest: opts.RequestActive})
 	}
 	return ExecutionByID(ctx, tb, db, exec.ID)
 }
