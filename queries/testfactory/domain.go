@@ -244,3 +244,11 @@ func IdempotencyKey(ctx context.Context, tb testing.TB, db queries.DBTX, opts *I
 	}
 	return key
 }
+
+// ExpireIdempotencyKeys ages every recorded key past its retention, as
+// time would (no query moves expires_at back).
+func ExpireIdempotencyKeys(ctx context.Context, tb testing.TB, db queries.DBTX) {
+	tb.Helper()
+	_, err := db.Exec(ctx, `UPDATE idempotency_key SET expires_at = now() - interval '1 second'`)
+	must(tb, err, "expiring idempotency keys")
+}

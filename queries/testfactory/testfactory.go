@@ -308,10 +308,14 @@ type ExecutionOpts struct {
 	DomainRows  *int64
 	// StopCause is recorded as the runner records why a run stopped.
 	StopCause radartype.StopCause
-	// RequestActive leaves the request RUNNING when the execution ends (a
-	// run whose outcome reached its execution but not its request); by
-	// default the request is finished with it.
-	RequestActive bool
+	// KeepRequest leaves the request as it is when the execution ends (a
+	// run whose outcome reached its execution but not its request, or a
+	// request already finished); by default the request is finished with
+	// it.
+	KeepRequest bool
+	// LastUpdatedAge is how long before now() the execution last recorded
+	// progress (default 0).
+	LastUpdatedAge time.Duration
 	// ItemsWritten and ExternalCalls are figures the execution holds
 	// beyond its checkpoints' (default 0), set before it ends.
 	ItemsWritten  int64
@@ -379,7 +383,12 @@ func Execution(ctx context.Context, tb testing.TB, db queries.DBTX, opts *Execut
 		_, err := q.JobExecutionRequestStop(ctx, db, job)
 		must(tb, err, "asking the execution to stop")
 	default:
-		FinishExecution(ctx, tb, db, exec.ID, &FinishOpts{Status: status, Message: opts.ExitMessage, DomainRows: opts.DomainRows, KeepRequest: opts.RequestActive})
+		FinishExecution(ctx, tb, db, exec.ID, &FinishOpts{Status: status, Message: opts.ExitMessage, DomainRows: opts.DomainRows, KeepRequest: opts.KeepRequest})
+	}
+	if opts.LastUpdatedAge != 0 {
+		// No query backdates progress: a run records it as it makes it.
+		_, err := db.Exec(ctx, `UPDATE job_execution SET last_updated = now() - make_interval(secs => $2) WHERE id = $1`, exec.ID, seconds(opts.LastUpdatedAge))
+		must(tb, err, "backdating the execution's progress")
 	}
 	return ExecutionByID(ctx, tb, db, exec.ID)
 }

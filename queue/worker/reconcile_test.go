@@ -47,14 +47,14 @@ func TestReconcile_FinishesWhatTheWorkerNoLongerHolds(t *testing.T) {
 	const me = "3@reconcile#b"
 	run := func(job string, status radartype.ExecutionStatus, cause radartype.StopCause) *queries.JobExecution {
 		return testfactory.Execution(ctx, t, pool, &testfactory.ExecutionOpts{
-			Job: job, WorkerID: me, Status: status, StopCause: cause, ExitMessage: "recorded " + string(status), RequestActive: true,
+			Job: job, WorkerID: me, Status: status, StopCause: cause, ExitMessage: "recorded " + string(status), KeepRequest: true,
 		})
 	}
 	completed := run("aptTrade", radartype.ExecutionCompleted, "")
 	stoppedRun := run("stockPrice", radartype.ExecutionStopped, radartype.CauseDrain)
 	active := run("filingParse", radartype.ExecutionStarted, "")
 	held := run("rules", radartype.ExecutionStarted, "")
-	other := testfactory.Execution(ctx, t, pool, &testfactory.ExecutionOpts{Job: "metrics", WorkerID: "4@reconcile#b", Status: radartype.ExecutionCompleted, RequestActive: true})
+	other := testfactory.Execution(ctx, t, pool, &testfactory.ExecutionOpts{Job: "metrics", WorkerID: "4@reconcile#b", Status: radartype.ExecutionCompleted, KeepRequest: true})
 	heldSet := batch.NewHeldSet()
 	heldSet.Add(held.RequestID)
 	resumes := &stopped{}
