@@ -164,3 +164,24 @@ INSERT INTO risk_rule_check (alert_date, corp_code, execution_id)
 SELECT d, lpad(g::text, 8, '0'), 1 FROM generate_series(1, %[2]d * 10 / 9) g, (SELECT '%[3]s'::date - k FROM generate_series(0, 7) k) v(d)
 WHERE g %% 10 <> 0 AND g %% 1000 <> 8;`, targets, otherTargets, today, yesterday))
 }
+
+// FinishedRuns writes n finished runs spread over Jobs: a DONE request, its
+// instance and a COMPLETED execution on worker "seed" each (the request
+// does not name its execution), then analyzes the tables.
+func FinishedRuns(ctx context.Context, tb testing.TB, db Execer, n int) {
+	tb.Helper()
+	exec(ctx, tb, db, "finished runs", fmt.Sprintf(`
+WITH jobs AS (SELECT ARRAY['aptTrade','corpCodeSync','creditEval','filingParse','metrics','rules','stockPrice'] AS names),
+req AS (
+  INSERT INTO job_request (job, source, status, created_at, claimed_at, finished_at)
+  SELECT (SELECT names FROM jobs)[1 + g %% 7], 'api', 'DONE', now(), now(), now() FROM generate_series(1, %[1]d) g
+  RETURNING id, job
+), inst AS (
+  INSERT INTO job_instance (job, params, params_hash)
+  SELECT job, '{}', id::text FROM req
+  RETURNING id, job, params_hash
+)
+INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at, ended_at)
+SELECT i.id, i.job, i.params_hash::bigint, 'COMPLETED', 'seed', now(), now() FROM inst i;
+ANALYZE;`, n))
+}
