@@ -125,3 +125,14 @@ func nullDate(day time.Time) *time.Time {
 	}
 	return &day
 }
+
+// ReissueLease hands the day's one open call lease to holder with nothing
+// claimed, as a failover to an asynchronous replica leaves it when it lost
+// the lease and the sequence drew its id anew for another holder's lease.
+// It returns the lease's id and granted calls.
+func ReissueLease(ctx context.Context, tb testing.TB, db queries.DBTX, holder string) (id int64, granted int32) {
+	tb.Helper()
+	must(tb, db.QueryRow(ctx, `UPDATE provider_call_lease SET holder = $1, claimed = 0 RETURNING id, granted`, holder).Scan(&id, &granted),
+		"reissuing the lease")
+	return id, granted
+}
