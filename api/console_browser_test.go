@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs/credit"
+	"github.com/buildrisk/radar/queries/testfactory"
 )
 
 // Environment of the browser test.
@@ -341,9 +342,10 @@ func TestConsole_BrowserAbandon(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, nil) // no worker: nothing reaps the dead one's run
 	_, executionID := s.InsertRunning("1@dead#a", time.Now().Add(-time.Hour))
-	_, err := s.Pool.Exec(context.Background(), `INSERT INTO risk_alert (corp_code, alert_date, rule, severity, "values", execution_id)
-		VALUES ('00126380', '2025-03-14', 'PRICE_DRAWDOWN', 'high', '{"drawdownPct": 31.5, "threshold": 30}', 1)`)
-	require.NoError(t, err)
+	testfactory.RiskAlert(context.Background(), t, s.Pool, &testfactory.RiskAlertOpts{
+		CorpCode: "00126380", AlertDate: time.Date(2025, 3, 14, 0, 0, 0, 0, time.UTC), Rule: "PRICE_DRAWDOWN", Severity: "high",
+		Values: []byte(`{"drawdownPct": 31.5, "threshold": 30}`), ExecutionID: 1,
+	})
 	b := newBrowser(t, s.API.URL)
 
 	b.Login(apptest.OperatorToken)
@@ -380,11 +382,8 @@ func TestConsole_BrowserCoverage(t *testing.T) {
 	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_COVERAGE_MAX_AGE": "200ms"}})
 	ctx := context.Background()
 	codes := []string{s.Fake.Companies()[0].CorpCode, s.Fake.Companies()[1].CorpCode, s.Fake.Companies()[2].CorpCode}
-	_, err := s.Pool.Exec(ctx, `INSERT INTO exposure (corp_code, outstanding_krw) SELECT unnest($1::text[]), 1000`, codes)
-	require.NoError(t, err)
-	_, err = s.Pool.Exec(ctx, `INSERT INTO credit_grade (corp_code, eval_date, grade, source, execution_id) VALUES ($1, $2, 'A', 'lookup', 1)`,
-		codes[1], s.CreditToday())
-	require.NoError(t, err)
+	testfactory.Exposure(ctx, t, s.Pool, map[string]int64{codes[0]: 1000, codes[1]: 1000, codes[2]: 1000})
+	testfactory.CreditGrade(ctx, t, s.Pool, &testfactory.CreditGradeOpts{CorpCode: codes[1], EvalDate: s.CreditToday(), ExecutionID: 1})
 	b := newBrowser(t, s.API.URL)
 
 	// Yesterday: a failed run with every target graded; the day before, a
@@ -392,12 +391,12 @@ func TestConsole_BrowserCoverage(t *testing.T) {
 	s.SeedHistory(credit.Name, 1, "FAILED")
 	s.SeedMissed(credit.Name, 2)
 	tz := s.Env.Location.String()
-	_, err = s.Pool.Exec(ctx, `INSERT INTO credit_grade (corp_code, eval_date, grade, source, execution_id)
-		SELECT unnest($1::text[]), (clock_timestamp() AT TIME ZONE $2)::date - 1, 'A', 'lookup', 1`, codes, tz)
-	require.NoError(t, err)
-	var today, yesterday, before string
-	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT d::text, (d - 1)::text, (d - 2)::text FROM (SELECT (clock_timestamp() AT TIME ZONE $1)::date AS d) x`, tz).
-		Scan(&today, &yesterday, &before))
+	var dbToday time.Time
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT (clock_timestamp() AT TIME ZONE $1)::date`, tz).Scan(&dbToday))
+	for _, code := range codes {
+		testfactory.CreditGrade(ctx, t, s.Pool, &testfactory.CreditGradeOpts{CorpCode: code, EvalDate: dbToday.AddDate(0, 0, -1), ExecutionID: 1})
+	}
+	today, yesterday, before := dbToday.Format(time.DateOnly), dbToday.AddDate(0, 0, -1).Format(time.DateOnly), dbToday.AddDate(0, 0, -2).Format(time.DateOnly)
 
 	b.Login(apptest.OperatorToken)
 	row := `#coverage tr[data-job="creditEval"]`

@@ -34,6 +34,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/queries/testfactory"
 )
 
 // contract validates every exchange with a running system against the
@@ -418,8 +419,7 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 	c.Do(exchange{method: http.MethodPost, path: "/v1/jobs/creditEval/stop", token: op, key: "contract-stop", want: http.StatusUnprocessableEntity})
 	abandon := fmt.Sprintf("/v1/executions/%d/abandon", execID)
 	c.Do(exchange{method: http.MethodPost, path: abandon, token: op, want: http.StatusConflict})
-	_, err := s.Pool.Exec(context.Background(), `UPDATE worker SET heartbeat_at = now() - interval '1 hour' WHERE id = '1@contract#a'`)
-	require.NoError(t, err)
+	testfactory.WorkerHeartbeatAge(context.Background(), t, s.Pool, "1@contract#a", time.Hour)
 	c.Do(exchange{method: http.MethodPost, path: abandon, token: op, key: "contract-abandon", want: http.StatusOK})
 	c.Do(exchange{method: http.MethodPost, path: abandon, token: op, key: "contract-abandon", want: http.StatusOK, replayed: "true"})
 	c.Do(exchange{method: http.MethodPost, path: "/v1/executions/999999/abandon", token: op, key: "contract-abandon", want: http.StatusUnprocessableEntity})

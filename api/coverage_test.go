@@ -17,6 +17,7 @@ import (
 	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
@@ -36,9 +37,14 @@ func TestCoverage_LostRowsSeenAndRepairedByOnlyMissing(t *testing.T) {
 		codes = append(codes, c.CorpCode)
 	}
 	// 300 targets; 20 companies that repaid (outstanding 0) are not.
-	_, err := s.Pool.Exec(ctx, `INSERT INTO exposure (corp_code, outstanding_krw)
-		SELECT c, CASE WHEN o > 300 THEN 0 ELSE 1000000 END FROM unnest($1::text[]) WITH ORDINALITY AS u(c, o)`, codes)
-	require.NoError(t, err)
+	ledger := map[string]int64{}
+	for i, code := range codes {
+		ledger[code] = 1_000_000
+		if i >= 300 {
+			ledger[code] = 0
+		}
+	}
+	testfactory.Exposure(ctx, t, s.Pool, ledger)
 	targets := codes[:300]
 	s.StartWorker()
 
@@ -61,9 +67,7 @@ func TestCoverage_LostRowsSeenAndRepairedByOnlyMissing(t *testing.T) {
 
 	// 7 grades deleted behind the runner's back.
 	lost := []string{targets[3], targets[50], targets[51], targets[120], targets[200], targets[250], targets[299]}
-	n, err := s.Pool.Exec(ctx, `DELETE FROM credit_grade WHERE corp_code = ANY($1)`, lost)
-	require.NoError(t, err)
-	require.Equal(t, int64(7), n.RowsAffected())
+	require.Equal(t, int64(7), testfactory.LoseCreditGrades(ctx, t, s.Pool, time.Time{}, lost))
 	s.WaitCoverageGauge(credit.Name, 7)
 	// The api's answer and the gauge are each refreshed at most every
 	// BUILDRISK_COVERAGE_MAX_AGE: the answer follows within it too.

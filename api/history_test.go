@@ -12,6 +12,7 @@ import (
 
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/jobs/riskmetric"
+	"github.com/buildrisk/radar/queries/testfactory"
 )
 
 // GET /v1/jobs/{job}/history: per day of the database's clock in
@@ -23,13 +24,14 @@ func TestJobHistory_OutcomesAndCoveragePerDay(t *testing.T) {
 	ctx := context.Background()
 	tz := s.Env.Location.String()
 	// Four targets (outstanding > 0) and one company that repaid.
-	_, err := s.Pool.Exec(ctx, `INSERT INTO exposure (corp_code, outstanding_krw) VALUES
-		('00000001', 1), ('00000002', 1), ('00000003', 1), ('00000004', 1), ('00000005', 0)`)
-	require.NoError(t, err)
+	testfactory.Exposure(ctx, t, s.Pool, map[string]int64{"00000001": 1, "00000002": 1, "00000003": 1, "00000004": 1, "00000005": 0})
+	// The database's today in BUILDRISK_TIMEZONE.
+	var dbToday time.Time
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT (clock_timestamp() AT TIME ZONE $1)::date`, tz).Scan(&dbToday))
 	grade := func(daysAgo int, codes ...string) {
-		_, err := s.Pool.Exec(ctx, `INSERT INTO credit_grade (corp_code, eval_date, grade, source, execution_id)
-			SELECT c, (clock_timestamp() AT TIME ZONE $2)::date - $3::int, 'A', 'lookup', 1 FROM unnest($1::text[]) c`, codes, tz, daysAgo)
-		require.NoError(t, err)
+		for _, code := range codes {
+			testfactory.CreditGrade(ctx, t, s.Pool, &testfactory.CreditGradeOpts{CorpCode: code, EvalDate: dbToday.AddDate(0, 0, -daysAgo), ExecutionID: 1})
+		}
 	}
 	grade(0, "00000001", "00000002", "00000003", "00000004")
 	grade(1, "00000001", "00000002", "00000005") // the repaid company's grade is not a target's

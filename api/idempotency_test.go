@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/queries/testfactory"
 )
 
 // Two operators with named tokens (alice, bob) and a viewer: keys are per
@@ -331,8 +333,7 @@ func TestIdempotency_StopAndAbandon(t *testing.T) {
 
 	abandon := fmt.Sprintf("/v1/executions/%d/abandon", execID)
 	requireProblem(t, postKey(t, s, aliceToken, abandon, "abandon-1", ""), http.StatusConflict, "worker-alive")
-	_, err := s.Pool.Exec(ctx, `UPDATE worker SET heartbeat_at = now() - interval '1 hour' WHERE id = '1@idem#a'`)
-	require.NoError(t, err)
+	testfactory.WorkerHeartbeatAge(ctx, t, s.Pool, "1@idem#a", time.Hour)
 	first := postKey(t, s, aliceToken, abandon, "abandon-1", "")
 	require.Equal(t, http.StatusOK, first.status, first.raw)
 	replay := postKey(t, s, aliceToken, abandon, "abandon-1", "")
@@ -360,8 +361,7 @@ func TestIdempotency_ExpiredKeyIsFree(t *testing.T) {
 	owner, err := pgx.Connect(ctx, s.OwnerURL)
 	require.NoError(t, err)
 	defer owner.Close(ctx)
-	_, err = owner.Exec(ctx, `UPDATE idempotency_key SET expires_at = now() - interval '1 second'`)
-	require.NoError(t, err)
+	testfactory.ExpireIdempotencyKeys(ctx, t, owner)
 	rules, ok := jobset.Catalog().Lookup("rules")
 	require.True(t, ok)
 	rulesBody, err := json.Marshal(map[string]any{"params": rules.Example()})

@@ -7,6 +7,9 @@ import (
 	"github.com/buildrisk/radar/internal/apptest"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/queries/testfactory"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // The README's walk-through: 2 regions × 3 months → 6 calls, 6 chunks.
@@ -144,10 +147,11 @@ func TestRequestPath_ListPaging(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, nil)
 	for i := range 5 {
-		_, err := s.Pool.Exec(t.Context(),
-			`INSERT INTO job_request (job, params, source, status) VALUES ('aptTrade', '{}', 'api', $1)`,
-			map[bool]string{true: "DONE", false: "FAILED"}[i%2 == 0])
-		require.NoError(t, err)
+		status := radartype.RequestFailed
+		if i%2 == 0 {
+			status = radartype.RequestDone
+		}
+		testfactory.Request(t.Context(), t, s.Pool, &testfactory.RequestOpts{Job: "aptTrade", Status: status})
 	}
 	status, page1 := s.Get("/v1/requests?limit=2")
 	require.Equal(t, 200, status)

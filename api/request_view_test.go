@@ -10,13 +10,14 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/app"
+	"github.com/buildrisk/radar/queries/testfactory"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
@@ -29,22 +30,21 @@ func TestRequestPath_GetRequestInOneStatement(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, nil)
 	ctx := context.Background()
-	requestID, executionID := s.InsertRunning("1@live#a", time.Now())
-	var instanceID int64
-	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT instance_id FROM job_execution WHERE id = $1`, executionID).Scan(&instanceID))
-	exec := func(sql string, args ...any) {
-		t.Helper()
-		_, err := s.Pool.Exec(ctx, sql, args...)
-		require.NoError(t, err, sql)
-	}
-	exec(`UPDATE job_execution SET chunks_total = 5, chunks_done = 2, items_written = 9, external_calls = 7 WHERE id = $1`, executionID)
-	exec(`INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, external_calls) VALUES ($1, 'aptTrade', $2, 'STOPPED', 'old', 4)`,
-		instanceID, requestID)
-	exec(`INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed) VALUES
-		($1, 'a', $2, 5, 3, 1, 1), ($1, 'b', $2, 4, 4, 0, 0)`, instanceID, executionID)
-	exec(`INSERT INTO job_checkpoint_part (instance_id, chunk, execution_id, items) VALUES ($1, 'c', $2, '{x,y}')`, instanceID, executionID)
-	var queuedID int64
-	require.NoError(t, s.Pool.QueryRow(ctx, `INSERT INTO job_request (job, params, params_hash, source) VALUES ('stockPrice', '{}', 'h', 'api') RETURNING id`).Scan(&queuedID))
+	// An instance run twice: an older execution STOPPED after 4 calls, and
+	// the request's running one, which committed chunks a and b (7 calls)
+	// and a part of chunk c.
+	live := testfactory.Worker(ctx, t, s.Pool, &testfactory.WorkerOpts{ID: "1@live#a"})
+	instanceID := testfactory.Instance(ctx, t, s.Pool, &testfactory.InstanceOpts{Job: "aptTrade", ParamsHash: "h"}).ID
+	requestID := testfactory.Request(ctx, t, s.Pool, &testfactory.RequestOpts{Job: "aptTrade", ParamsHash: "h", Status: radartype.RequestRunning, WorkerID: live.ID}).ID
+	testfactory.Execution(ctx, t, s.Pool, &testfactory.ExecutionOpts{
+		InstanceID: instanceID, RequestID: requestID, WorkerID: "old", Status: radartype.ExecutionStopped, ExternalCalls: 4, Unlinked: true, KeepRequest: true,
+	})
+	running := testfactory.Execution(ctx, t, s.Pool, &testfactory.ExecutionOpts{InstanceID: instanceID, RequestID: requestID, WorkerID: live.ID, ChunksTotal: 5})
+	executionID := running.ID
+	testfactory.Checkpoint(ctx, t, s.Pool, running, &testfactory.CheckpointOpts{Chunk: "a", Targets: 5, Written: 3, Skipped: 1, Failed: 1, ExternalCalls: 7})
+	testfactory.Checkpoint(ctx, t, s.Pool, running, &testfactory.CheckpointOpts{Chunk: "b", Targets: 4, Written: 4})
+	testfactory.CheckpointPart(ctx, t, s.Pool, running, "c", "x", "y")
+	queuedID := testfactory.Request(ctx, t, s.Pool, &testfactory.RequestOpts{Job: "stockPrice", ParamsHash: "h"}).ID
 
 	// The api again, on a traced pool: its statements are counted by name.
 	tracer := &pgtest.RoundTripTracer{}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/exposure"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
@@ -42,8 +43,12 @@ func TestSeedExposure(t *testing.T) {
 	}
 	require.Positive(t, repaid, "some companies have repaid: not targets")
 
-	_, err = first.Exec(context.Background(), `UPDATE exposure SET outstanding_krw = 1`)
-	require.NoError(t, err)
+	// Every amount changed since (a ledger imported meanwhile).
+	changed := ledger(t, first)
+	for code := range changed {
+		changed[code] = 1
+	}
+	testfactory.Exposure(context.Background(), t, first, changed)
 	n, err = exposure.Seed(context.Background(), first, companies)
 	require.NoError(t, err)
 	require.Zero(t, n)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/queries/testfactory/bulk"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
@@ -38,35 +39,6 @@ func TestPlans_NoSeqScanOfBigTablesWithHistory(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
 	jobs := []string{"aptTrade", "corpCodeSync", "creditEval", "filingParse", "metrics", "rules", "stockPrice"}
-	seed := fmt.Sprintf(`
-INSERT INTO worker (id, hostname, pid, boot, started_at, heartbeat_at, status)
-SELECT g || '@host#b', 'host', g, 'b', now() - make_interval(secs => g), now() - make_interval(secs => g), 'stopped'
-FROM generate_series(1, %[1]d / 10) g;
-INSERT INTO job_request (job, source, status, worker_id, created_at, claimed_at, finished_at)
-SELECT (ARRAY['aptTrade','corpCodeSync','creditEval','filingParse','metrics','rules','stockPrice'])[1 + g %% 7], 'api',
-       CASE WHEN g %% 10 = 0 THEN 'FAILED' ELSE 'DONE' END, (1 + g %% 1000) || '@host#b', now(), now(), now()
-FROM generate_series(1, %[1]d) g;
-INSERT INTO job_instance (job, params, params_hash)
-SELECT (ARRAY['aptTrade','corpCodeSync','creditEval','filingParse','metrics','rules','stockPrice'])[1 + g %% 7], '{}', md5(g::text)
-FROM generate_series(1, %[1]d) g;
-INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at, ended_at)
-SELECT g, (ARRAY['aptTrade','corpCodeSync','creditEval','filingParse','metrics','rules','stockPrice'])[1 + g %% 7], g,
-       CASE WHEN g %% 10 = 0 THEN 'FAILED' ELSE 'COMPLETED' END, (1 + g %% 1000) || '@host#b', now(), now()
-FROM generate_series(1, %[1]d) g;
-INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written)
-SELECT g, 'chunk', g, 1, 1 FROM generate_series(1, %[1]d) g;
-INSERT INTO apt_trade (region, deal_ym, serial, apt_name, deal_date, deal_amount_krw, area_m2, execution_id)
-SELECT lpad((g %% 250)::text, 5, '1'), '2025' || lpad((1 + g %% 12)::text, 2, '0'), g::text, 'apt', '2025-01-01', 1, 84, g
-FROM generate_series(1, %[1]d) g;
--- A few live rows among the history: a running execution, an active request.
-UPDATE job_request SET status = 'RUNNING', worker_id = 'live@host#b' WHERE id = %[1]d;
-UPDATE job_execution SET status = 'STARTED' WHERE id = %[1]d;
-INSERT INTO worker (id, hostname, pid, boot) VALUES ('live@host#b', 'host', 1, 'b');
-UPDATE job_request SET execution_id = id WHERE id IN (5, %[1]d);
--- A schedule missed every minute for as long (the history's days).
-INSERT INTO schedule_tick (job, due_at, outcome)
-SELECT 'aptTrade', now() - make_interval(mins => g), 'missed' FROM generate_series(1, %[1]d) g;
-ANALYZE;`, historyRows)
 	// The statements the api serves from its connections' statement cache
 	// (not planned at each call) are prepared on one connection while the
 	// tables are still empty, as on a long-lived connection opened on a new
@@ -87,7 +59,8 @@ ANALYZE;`, historyRows)
 		_, err := cached.Exec(ctx, fmt.Sprintf("PREPARE cached_%d AS %s", i, c.sql))
 		require.NoError(t, err)
 	}
-	_, err = pool.Exec(ctx, seed)
+	bulk.History(ctx, t, pool, historyRows)
+	_, err = pool.Exec(ctx, "ANALYZE")
 	require.NoError(t, err)
 
 	now := time.Now()
@@ -118,7 +91,7 @@ ANALYZE;`, historyRows)
 		{"JobRequestListByOutcomeRare", jobRequestListByOutcome, []any{"STOPPED", "max_calls", nil, nil, nil, int32(50)}},
 		{"JobRequestListByOutcomeCommon", jobRequestListByOutcome, []any{"COMPLETED", nil, "aptTrade", "DONE", int64(50_000), int32(50)}},
 		{"JobRequestClaim", jobRequestClaim, []any{"w", int64(5)}},
-		{"JobRequestListRunningByWorker", jobRequestListRunningByWorker, []any{"live@host#b"}},
+		{"JobRequestListRunningByWorker", jobRequestListRunningByWorker, []any{bulk.LiveWorker}},
 		{"JobRequestListQueued", jobRequestListQueued, nil},
 		{"JobRequestOldestQueuedByJob", jobRequestOldestQueuedByJob, nil},
 		{"JobRequestListStale", jobRequestListStale, []any{nil, 60.0}},
@@ -287,25 +260,8 @@ func TestPlans_CoverageCountsAtAMillionTargets(t *testing.T) {
 	// (a week for rules' tables: with today half of two days, the planner's
 	// choice between its date index and a scan of the whole table flipped
 	// from one ANALYZE sample to the next).
-	seed := fmt.Sprintf(`
-INSERT INTO exposure (corp_code, outstanding_krw) SELECT lpad(g::text, 8, '0'), g %% 20 FROM generate_series(1, %[1]d * 20 / 19) g;
-INSERT INTO credit_grade (corp_code, eval_date, grade, source, execution_id)
-SELECT lpad(g::text, 8, '0'), d, 'A', 'lookup', 1 FROM generate_series(1, %[1]d * 20 / 19) g, (VALUES ('%[3]s'::date), ('%[4]s')) v(d)
-WHERE g %% 1000 <> 7;
-INSERT INTO company (corp_code, name, stock_code, tracked, execution_id)
-SELECT lpad(g::text, 8, '0'), 'c', CASE WHEN g %% 4 <> 0 THEN lpad(g::text, 7, '0') END, g %% 10 <> 0, 1 FROM generate_series(1, %[2]d * 10 / 9) g;
-INSERT INTO stock_price (short_code, trade_date, corp_code, close, open, high, low, volume, market_cap, execution_id)
-SELECT lpad(g::text, 7, '0'), d, 'x', 1, 1, 1, 1, 1, 1, 1 FROM generate_series(1, %[2]d * 10 / 9) g, (VALUES ('%[3]s'::date), ('%[4]s')) v(d)
-WHERE g %% 4 <> 0 AND g %% 1000 <> 7;
-INSERT INTO risk_metric (corp_code, metric_date, execution_id)
-SELECT lpad(g::text, 8, '0'), d, 1 FROM generate_series(1, %[2]d * 10 / 9) g, (SELECT '%[3]s'::date - k FROM generate_series(0, 7) k) v(d)
-WHERE g %% 10 <> 0 AND g %% 1000 <> 7;
-INSERT INTO risk_rule_check (alert_date, corp_code, execution_id)
-SELECT d, lpad(g::text, 8, '0'), 1 FROM generate_series(1, %[2]d * 10 / 9) g, (SELECT '%[3]s'::date - k FROM generate_series(0, 7) k) v(d)
-WHERE g %% 10 <> 0 AND g %% 1000 <> 8;`, coverageTargets, coverageOtherTargets, today, yesterday)
 	started := time.Now()
-	_, err := pool.Exec(ctx, seed)
-	require.NoError(t, err)
+	bulk.CoverageTargets(ctx, t, pool, coverageTargets, coverageOtherTargets, today, yesterday)
 	// VACUUM sets the visibility map, as autovacuum does on a live table:
 	// it lets the counts read the date indexes only.
 	for _, table := range []string{"exposure", "credit_grade", "company", "stock_price", "risk_metric", "risk_rule_check"} {
@@ -399,60 +355,8 @@ func TestPlans_NewestRowPerJobOnSkewedHistory(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
-	seed := fmt.Sprintf(`
--- Past processes, and the live one.
-INSERT INTO worker (id, hostname, pid, boot, started_at, heartbeat_at, status)
-SELECT g || '@host#b', 'host', g, 'b', now() - make_interval(hours => g), now() - make_interval(hours => g), 'stopped'
-FROM generate_series(1, 1000) g;
-INSERT INTO worker (id, hostname, pid, boot) VALUES ('live@host#b', 'host', 1, 'b');
--- The quiet jobs' runs first (the oldest ids): 0 to 10 each.
-WITH quiet(job, n) AS (VALUES ('corpCodeSync', 0), ('creditEval', 3), ('filingParse', 10), ('metrics', 1), ('rules', 5), ('stockPrice', 2)),
-r AS (
-  INSERT INTO job_request (job, source, status, worker_id, created_at, claimed_at, finished_at)
-  SELECT q.job, 'api', 'DONE', '1@host#b', now(), now(), now() FROM quiet q, generate_series(1, q.n) g
-  RETURNING id, job
-), i AS (
-  INSERT INTO job_instance (job, params, params_hash) SELECT r.job, '{}', r.id::text FROM r
-  RETURNING id, job, params_hash
-)
-INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at, ended_at)
-SELECT i.id, i.job, i.params_hash::bigint, 'COMPLETED', '1@host#b', now(), now() FROM i;
--- Years of a busy job: aptTrade's runs, one a minute, and its due times.
-WITH r AS (
-  INSERT INTO job_request (job, source, status, worker_id, created_at, claimed_at, finished_at)
-  SELECT 'aptTrade', 'schedule', CASE WHEN g %% 10 = 0 THEN 'FAILED' ELSE 'DONE' END, (1 + g %% 1000) || '@host#b',
-         now() - make_interval(mins => %[1]d - g), now(), now()
-  FROM generate_series(1, %[1]d) g
-  RETURNING id, job, created_at
-), i AS (
-  INSERT INTO job_instance (job, params, params_hash) SELECT r.job, '{}', r.id::text FROM r
-  RETURNING id, job, params_hash
-)
-INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at, ended_at)
-SELECT i.id, i.job, r.id, CASE WHEN r.id %% 10 = 0 THEN 'FAILED' ELSE 'COMPLETED' END, '1@host#b', r.created_at, r.created_at
-FROM i JOIN r ON r.id = i.params_hash::bigint;
-INSERT INTO schedule_tick (job, due_at, outcome)
-SELECT 'aptTrade', now() - make_interval(mins => g), CASE WHEN g %% 10 = 0 THEN 'missed' ELSE 'enqueued' END
-FROM generate_series(1, %[1]d) g;
--- stockPrice's requests that never ran (refused by its daily cap, say).
-INSERT INTO job_request (job, source, status, created_at, finished_at)
-SELECT 'stockPrice', 'schedule', 'DONE', now(), now() FROM generate_series(1, %[1]d) g;
-INSERT INTO audit_event (actor, client, action, target, detail)
-SELECT 'operator', 'console', 'request', 'aptTrade', '' FROM generate_series(1, %[1]d) g;
--- A quiet job's live run, the newest rows.
-WITH r AS (
-  INSERT INTO job_request (job, source, status, worker_id, claimed_at) VALUES ('rules', 'api', 'RUNNING', 'live@host#b', now())
-  RETURNING id
-), i AS (
-  INSERT INTO job_instance (job, params, params_hash) VALUES ('rules', '{}', 'live') RETURNING id
-), e AS (
-  INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at)
-  SELECT i.id, 'rules', r.id, 'STARTED', 'live@host#b', now() FROM i, r
-  RETURNING id, request_id
-)
-UPDATE job_request SET execution_id = e.id FROM e WHERE job_request.id = e.request_id;
-ANALYZE;`, historyRows)
-	_, err := pool.Exec(ctx, seed)
+	bulk.SkewedHistory(ctx, t, pool, historyRows)
+	_, err := pool.Exec(ctx, "ANALYZE")
 	require.NoError(t, err)
 
 	var liveExecution int64
@@ -508,7 +412,7 @@ ANALYZE;`, historyRows)
 		{"JobRequestListOrphaned", jobRequestListOrphaned, false, false, static(nil, 60.0)},
 		{"JobExecutionLockSkipLocked", jobExecutionLockSkipLocked, false, false, static(liveExecution)},
 		// The reconcile pass.
-		{"JobRequestListRunningByWorker", jobRequestListRunningByWorker, false, false, static("live@host#b")},
+		{"JobRequestListRunningByWorker", jobRequestListRunningByWorker, false, false, static(bulk.LiveWorker)},
 		// The gauges, and the freshness every scrape reads.
 		{"WorkerCountAlive", workerCountAlive, false, false, static(60.0)},
 		{"JobRequestOldestQueuedByJob", jobRequestOldestQueuedByJob, false, false, static()},

@@ -22,6 +22,7 @@ import (
 
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/upstream"
 )
@@ -385,11 +386,9 @@ func TestCaller_LeaseIsClaimedOnlyByItsHolder(t *testing.T) {
 	caller := client.NewCaller("aptTrade", 0)
 	_, err := caller.Get(ctx, upstream.EndpointAptTrade, q)
 	require.NoError(t, err)
-	var id int64
-	var granted int
-	require.NoError(t, pool.QueryRow(ctx, `UPDATE provider_call_lease SET holder = 'worker-b', claimed = 0 RETURNING id, granted`).Scan(&id, &granted))
+	id, granted := testfactory.ReissueLease(ctx, t, pool, "worker-b")
 
-	for range granted + 1 {
+	for range int(granted) + 1 {
 		_, err := caller.Get(ctx, upstream.EndpointAptTrade, q)
 		require.NoError(t, err)
 	}

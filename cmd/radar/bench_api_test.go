@@ -12,32 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/queries/testfactory"
+	"github.com/buildrisk/radar/queries/testfactory/bulk"
 )
-
-// seedHistory adds n finished executions (with their requests and
-// instances) spread over the catalog's jobs.
-func seedHistory(t *testing.T, pool *pgxpool.Pool, n int) {
-	t.Helper()
-	_, err := pool.Exec(context.Background(), fmt.Sprintf(`
-WITH jobs AS (SELECT ARRAY['aptTrade','corpCodeSync','creditEval','filingParse','metrics','rules','stockPrice'] AS names),
-req AS (
-  INSERT INTO job_request (job, source, status, created_at, claimed_at, finished_at)
-  SELECT (SELECT names FROM jobs)[1 + g %% 7], 'api', 'DONE', now(), now(), now() FROM generate_series(1, %[1]d) g
-  RETURNING id, job
-), inst AS (
-  INSERT INTO job_instance (job, params, params_hash)
-  SELECT job, '{}', id::text FROM req
-  RETURNING id, job, params_hash
-)
-INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at, ended_at)
-SELECT i.id, i.job, i.params_hash::bigint, 'COMPLETED', 'seed', now(), now() FROM inst i;
-ANALYZE;`, n))
-	require.NoError(t, err)
-}
 
 // benchJobList: GET /v1/jobs with ~100k executions in history against the
 // same with ~1k.
@@ -51,12 +31,12 @@ func benchJobList(t *testing.T, scale benchScale) *benchRow {
 		}
 		return float64(scale.jobsGets) / time.Since(began).Seconds()
 	}
-	seedHistory(t, s.Pool, 1000)
+	bulk.FinishedRuns(context.Background(), t, s.Pool, 1000)
 	var small []float64
 	for range scale.reps {
 		small = append(small, rate())
 	}
-	seedHistory(t, s.Pool, scale.jobsBig-1000)
+	bulk.FinishedRuns(context.Background(), t, s.Pool, scale.jobsBig-1000)
 	row := &benchRow{name: fmt.Sprintf("GET /v1/jobs with %d executions in history", scale.jobsBig), unit: "req/s", refName: "same with 1,000", target: "≥ 0.5"}
 	for i := range scale.reps {
 		row.add(rate(), small[i])
@@ -133,13 +113,14 @@ func benchAPI(t *testing.T, scale benchScale) []*benchRow {
 	}
 	// A finished request with an execution, its instance holding chunks,
 	// among jobsBig executions of history.
-	seedHistory(t, s.Pool, scale.jobsBig)
-	var requestID int64
-	require.NoError(t, s.Pool.QueryRow(context.Background(), `
-		WITH e AS (SELECT id, instance_id, request_id FROM job_execution ORDER BY id DESC LIMIT 1),
-		     c AS (INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written)
-		           SELECT e.instance_id, 'c' || g, e.id, 10, 10 FROM e, generate_series(1, 40) g)
-		UPDATE job_request r SET execution_id = e.id FROM e WHERE r.id = e.request_id RETURNING r.id`).Scan(&requestID))
+	bulk.FinishedRuns(context.Background(), t, s.Pool, scale.jobsBig)
+	ctx := context.Background()
+	run := testfactory.Execution(ctx, t, s.Pool, &testfactory.ExecutionOpts{Job: "stockPrice", ChunksTotal: 40, Targets: 400})
+	for g := 1; g <= 40; g++ {
+		testfactory.Checkpoint(ctx, t, s.Pool, run, &testfactory.CheckpointOpts{Chunk: fmt.Sprintf("c%d", g), Targets: 10, Written: 10})
+	}
+	testfactory.FinishExecution(ctx, t, s.Pool, run.ID, nil)
+	requestID := run.RequestID
 	getRequest := func(c *http.Client) int {
 		return benchAPICall(t, c, http.MethodGet, s.API.URL+"/v1/requests/"+formatRequestID(requestID), apptest.ViewerToken, "")
 	}

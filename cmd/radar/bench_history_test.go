@@ -17,6 +17,7 @@ import (
 	"github.com/buildrisk/radar/internal/dbpool"
 	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queries/testfactory/bulk"
 	"github.com/buildrisk/radar/queue/worker"
 )
 
@@ -25,71 +26,18 @@ import (
 const historySmall = 1000
 
 // liveWorker holds the skewed history's one live run.
-const liveWorker = "live@host#b"
+const liveWorker = bulk.LiveWorker
 
-// seedSkewedHistory adds a skewed history as the schema owner: n runs of
-// aptTrade (a request, an instance and a COMPLETED or FAILED execution
-// each, one a minute) and n due times of its schedule, n DONE requests of
-// stockPrice that never ran, n audit events, beside 0 to 10 runs of each
-// other job (older), a thousand stopped workers and the live run of rules
-// (the newest rows) on the live worker liveWorker. With n = 0 there is no
-// busy job: the quiet jobs, the workers and the live run only.
+// seedSkewedHistory adds bulk.SkewedHistory of n busy runs as the schema
+// owner, then does what autovacuum does after a bulk of inserts.
 func seedSkewedHistory(t *testing.T, ownerURL string, n int) {
 	t.Helper()
 	ctx := context.Background()
 	owner, err := pgxpool.New(ctx, ownerURL)
 	require.NoError(t, err)
 	defer owner.Close()
-	_, err = owner.Exec(ctx, fmt.Sprintf(`
-INSERT INTO worker (id, hostname, pid, boot, started_at, heartbeat_at, status)
-SELECT g || '@host#b', 'host', g, 'b', now() - make_interval(hours => g), now() - make_interval(hours => g), 'stopped'
-FROM generate_series(1, 1000) g;
-INSERT INTO worker (id, hostname, pid, boot) VALUES ('%[2]s', 'host', 1, 'b');
-WITH quiet(job, n) AS (VALUES ('corpCodeSync', 0), ('creditEval', 3), ('filingParse', 10), ('metrics', 1), ('rules', 5), ('stockPrice', 2)),
-r AS (
-  INSERT INTO job_request (job, source, status, worker_id, created_at, claimed_at, finished_at)
-  SELECT q.job, 'api', 'DONE', '1@host#b', now(), now(), now() FROM quiet q, generate_series(1, q.n) g
-  RETURNING id, job
-), i AS (
-  INSERT INTO job_instance (job, params, params_hash) SELECT r.job, '{}', r.id::text FROM r
-  RETURNING id, job, params_hash
-)
-INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at, ended_at)
-SELECT i.id, i.job, i.params_hash::bigint, 'COMPLETED', '1@host#b', now(), now() FROM i;
-WITH r AS (
-  INSERT INTO job_request (job, source, status, worker_id, created_at, claimed_at, finished_at)
-  SELECT 'aptTrade', 'schedule', CASE WHEN g %% 10 = 0 THEN 'FAILED' ELSE 'DONE' END, (1 + g %% 1000) || '@host#b',
-         now() - make_interval(mins => %[1]d - g), now(), now()
-  FROM generate_series(1, %[1]d) g
-  RETURNING id, job, created_at
-), i AS (
-  INSERT INTO job_instance (job, params, params_hash) SELECT r.job, '{}', r.id::text FROM r
-  RETURNING id, job, params_hash
-)
-INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at, ended_at)
-SELECT i.id, i.job, r.id, CASE WHEN r.id %% 10 = 0 THEN 'FAILED' ELSE 'COMPLETED' END, '1@host#b', r.created_at, r.created_at
-FROM i JOIN r ON r.id = i.params_hash::bigint;
-INSERT INTO schedule_tick (job, due_at, outcome)
-SELECT 'aptTrade', now() - make_interval(mins => g), CASE WHEN g %% 10 = 0 THEN 'missed' ELSE 'enqueued' END
-FROM generate_series(1, %[1]d) g;
-INSERT INTO job_request (job, source, status, created_at, finished_at)
-SELECT 'stockPrice', 'schedule', 'DONE', now(), now() FROM generate_series(1, %[1]d) g;
-INSERT INTO audit_event (actor, client, action, target, detail)
-SELECT 'operator', 'console', 'request', 'aptTrade', '' FROM generate_series(1, %[1]d) g;
-WITH r AS (
-  INSERT INTO job_request (job, source, status, worker_id, claimed_at) VALUES ('rules', 'api', 'RUNNING', '%[2]s', now())
-  RETURNING id
-), i AS (
-  INSERT INTO job_instance (job, params, params_hash) VALUES ('rules', '{}', 'live') RETURNING id
-), e AS (
-  INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at)
-  SELECT i.id, 'rules', r.id, 'STARTED', '%[2]s', now() FROM i, r
-  RETURNING id, request_id
-)
-UPDATE job_request SET execution_id = e.id FROM e WHERE job_request.id = e.request_id;`, n, liveWorker))
-	require.NoError(t, err)
-	// What autovacuum does after a bulk of inserts: statistics, and the
-	// visibility map that index-only scans read.
+	bulk.SkewedHistory(ctx, t, owner, n)
+	// Statistics, and the visibility map that index-only scans read.
 	_, err = owner.Exec(ctx, "VACUUM ANALYZE")
 	require.NoError(t, err)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/queries/testfactory"
 )
 
 // Any exposure ledger file: no panic, a usage error loads nothing, and
@@ -22,9 +23,7 @@ func FuzzImportExposure(f *testing.F) {
 	f.Add([]byte("wrong,header\n00126380,1\n"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if _, err := s.Pool.Exec(context.Background(), "DELETE FROM exposure"); err != nil {
-			t.Fatal(err)
-		}
+		testfactory.ClearExposure(context.Background(), t, s.Pool)
 		path := filepath.Join(dir, "ledger.csv")
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatal(err)

@@ -34,6 +34,8 @@ var allowedImports = map[string][]string{
 	"upstream/fakeupstream":           {},
 	"jobs":                            {"queries"},
 	"queries":                         {"sql/pgtx"},
+	"queries/testfactory":             {"queries", "radartype"},
+	"queries/testfactory/bulk":        {},
 	"sql/pgtx":                        {},
 	"sql/migrations":                  {},
 	"sql/pglocal":                     {},
@@ -44,6 +46,7 @@ var allowedImports = map[string][]string{
 	"observability/internal/gathered": {},
 	"deploy":                          {},
 	"docs":                            {},
+	"e2e":                             {},
 	"cmd/soak":                        {"sql/pglocal"},
 	"examples/goclient":               {"examples/goclient/client"},
 	"examples/goclient/client":        {},
@@ -57,13 +60,14 @@ var allowedImports = map[string][]string{
 }
 
 // belowComposition is every package of the map that internal/app and
-// internal/apptest may import: all but the commands, the examples and the
-// harness itself and the jobs' test helpers (production code never imports
-// a test helper).
+// internal/apptest may import: all but the commands, the examples, the
+// harness itself, the whole-system tests (e2e) and the test helpers (the
+// jobs' and the row factory: production code never imports a test helper).
 func belowComposition() []string {
 	var below []string
 	for pkg := range allowedImports {
-		if strings.HasPrefix(pkg, "cmd/") || strings.HasPrefix(pkg, "examples/") || pkg == "internal/apptest" || pkg == "jobs/jobstest" {
+		if strings.HasPrefix(pkg, "cmd/") || strings.HasPrefix(pkg, "examples/") || pkg == "internal/apptest" || pkg == "jobs/jobstest" ||
+			strings.HasPrefix(pkg, "queries/testfactory") || pkg == "e2e" {
 			continue
 		}
 		below = append(below, pkg)
@@ -113,6 +117,22 @@ func TestLayout_ImportsPointDown(t *testing.T) {
 					require.False(t, strings.HasPrefix(imp, b), "%s must not import %s", pkg, imp)
 				}
 			}
+		}
+	}
+}
+
+// The queue packages' tests build only the pieces they test: scenarios of
+// the whole system (internal/app, internal/apptest) live in e2e, so `go test
+// ./queue/...` compiles neither the api nor Huma.
+func TestLayout_QueueTestsStayAtTheirSeams(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-test", "-deps", module+"queue/...").CombinedOutput()
+	require.NoError(t, err, string(out))
+	banned := []string{module + "api", module + "internal/app", module + "internal/apptest", "github.com/danielgtaylor/huma"}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		dep := strings.Fields(line)[0]
+		for _, b := range banned {
+			require.False(t, dep == b || strings.HasPrefix(dep, b+"/"), "the tests of queue/... depend on %s (%s): whole-system tests belong in e2e", dep, line)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/buildrisk/radar/jobs/riskmetric"
 	"github.com/buildrisk/radar/jobs/riskrule"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
 )
@@ -29,8 +30,7 @@ func TestPickup_CLIChainedInsertIsNotified(t *testing.T) {
 	})
 	ctx := context.Background()
 	// One tracked company with no data: metrics completes, and chains.
-	_, err := s.Pool.Exec(ctx, "INSERT INTO company (corp_code, name, tracked, execution_id) VALUES ('00000001', 'pickup', true, 0)")
-	require.NoError(t, err)
+	testfactory.Company(ctx, t, s.Pool, &testfactory.CompanyOpts{CorpCode: "00000001", Name: "pickup"})
 	cli := startRadar(t, bin, s.ProcessEnv(nil), "run", riskmetric.Name)
 	require.Equal(t, exitOK, cli.Wait(t, time.Minute))
 

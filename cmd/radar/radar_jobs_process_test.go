@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs/corpcode"
@@ -16,6 +18,7 @@ import (
 	"github.com/buildrisk/radar/jobs/riskmetric"
 	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/jobs/stockprice"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
@@ -143,11 +146,12 @@ func TestRadar_StockPrice(t *testing.T) {
 
 	// onlyMissing: 5 prices lost, in the first and the last chunk; the estimate and
 	// the calls are exactly those 5.
-	n, err := s.Pool.Exec(context.Background(), `DELETE FROM stock_price WHERE trade_date = '2025-03-14' AND short_code IN (
-		(SELECT short_code FROM stock_price WHERE trade_date = '2025-03-14' ORDER BY short_code OFFSET 3 LIMIT 2)
-		UNION ALL (SELECT short_code FROM stock_price WHERE trade_date = '2025-03-14' ORDER BY short_code OFFSET $1 LIMIT 3))`, listed-3)
+	rows, err := s.Pool.Query(context.Background(), `SELECT short_code FROM stock_price WHERE trade_date = '2025-03-14' ORDER BY short_code`)
 	require.NoError(t, err)
-	require.Equal(t, int64(5), n.RowsAffected())
+	priced, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	lost := append(append([]string{}, priced[3:5]...), priced[listed-3:listed]...) // in the first and the last chunk
+	require.Equal(t, int64(5), testfactory.LoseStockPrices(context.Background(), t, s.Pool, time.Date(2025, 3, 14, 0, 0, 0, 0, time.UTC), lost))
 	before := s.Fake.Stats().Total
 	accepted, done = s.RunJob(stockprice.Name, `{"params":{"date":"2025-03-14","onlyMissing":true}}`)
 	require.Equal(t, float64(5), accepted["estimatedCalls"])

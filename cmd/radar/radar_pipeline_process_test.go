@@ -20,6 +20,7 @@ import (
 	"github.com/buildrisk/radar/jobs/riskmetric"
 	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/jobs/stockprice"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
@@ -101,9 +102,7 @@ func TestRadar_MetricsAndRulesPipeline(t *testing.T) {
 		{downgraded, 120, "A"}, {downgraded, 60, "A"}, {downgraded, 3, "BBB"}, // 3 notches in the window
 		{mildly, 30, "AA"}, {mildly, 1, "AA-"}, // first evaluated inside the window: 1 notch
 	} {
-		_, err := s.Pool.Exec(ctx, `INSERT INTO credit_grade (corp_code, eval_date, grade, source, execution_id) VALUES ($1, $2, $3, 'lookup', 0)`,
-			g.corp, day.AddDate(0, 0, -g.daysB), g.grade)
-		require.NoError(t, err)
+		testfactory.CreditGrade(ctx, t, s.Pool, &testfactory.CreditGradeOpts{CorpCode: g.corp, EvalDate: day.AddDate(0, 0, -g.daysB), Grade: g.grade})
 	}
 
 	// metrics, chained to rules in the transaction that records it.
@@ -171,10 +170,7 @@ func TestRadar_MetricsAndRulesPipeline(t *testing.T) {
 	lost, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Len(t, lost, 3)
-	_, err = s.Pool.Exec(ctx, `DELETE FROM risk_metric WHERE metric_date = $1 AND corp_code = ANY($2)`, day, lost)
-	require.NoError(t, err)
-	_, err = s.Pool.Exec(ctx, `DELETE FROM risk_rule_check WHERE alert_date = $1 AND corp_code = ANY($2)`, day, lost)
-	require.NoError(t, err)
+	require.Equal(t, int64(3), testfactory.LoseRiskMetrics(ctx, t, s.Pool, day, lost))
 	onlyMissing := fmt.Sprintf(`{"date":%q,"onlyMissing":true}`, date)
 	_, metricsDone = s.RunJob(riskmetric.Name, `{"params":`+onlyMissing+`}`)
 	require.Equal(t, float64(3), apptest.Execution(t, metricsDone)["chunksTotal"])

@@ -15,8 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
@@ -138,12 +140,8 @@ func TestReap_APIReapsWithNoWorker(t *testing.T) {
 	t.Parallel()
 	bin := buildRadar(t)
 	s := apptest.New(t, nil)
-	var id int64
-	require.NoError(t, s.Pool.QueryRow(context.Background(), `WITH w AS (
-			INSERT INTO worker (id, hostname, pid, boot, heartbeat_at) VALUES ('9@dead-host#b00t', 'dead-host', 9, 'b00t', now() - interval '1 hour')
-		)
-		INSERT INTO job_request (job, source, status, worker_id, claimed_at) VALUES ('aptTrade', 'api', 'RUNNING', '9@dead-host#b00t', now())
-		RETURNING id`).Scan(&id))
+	dead := testfactory.Worker(context.Background(), t, s.Pool, &testfactory.WorkerOpts{ID: "9@dead-host#b00t", HeartbeatAge: time.Hour})
+	id := testfactory.Request(context.Background(), t, s.Pool, &testfactory.RequestOpts{Job: "aptTrade", Status: radartype.RequestRunning, WorkerID: dead.ID}).ID
 
 	api := startRadar(t, bin, s.ProcessEnv(map[string]string{"BUILDRISK_HTTP_ADDR": "127.0.0.1:0"}), "api")
 	api.waitLine(t, regexp.MustCompile(`api listening`))

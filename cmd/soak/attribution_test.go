@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/queries/testfactory"
 )
 
 // A breach is put down to the latest fault of each stream begun at or
@@ -109,8 +111,8 @@ func TestDumpTables(t *testing.T) {
 	w := d.as("soak-worker-1.1")
 	exec, inst := startExecution(t, w, "creditEval", "w1", 0)
 	commitChunk(t, w, exec, inst, "00100000-00200000", 1, 1, 0, 0)
-	sqlRow(t, w, `INSERT INTO provider_call_budget (provider, day, calls_used) VALUES ('CREDIT', current_date, 8)`)
-	sqlRow(t, w, `INSERT INTO provider_call_lease (provider, day, holder, granted, claimed, expires_at) VALUES ('CREDIT', current_date, 'w1', 8, 5, now())`)
+	testfactory.ProviderCallBudget(context.Background(), t, w, &testfactory.ProviderCallBudgetOpts{Provider: "CREDIT", CallsUsed: 8})
+	testfactory.ProviderCallLease(context.Background(), t, w, &testfactory.ProviderCallLeaseOpts{Provider: "CREDIT", Holder: "w1", Granted: 8, Claimed: 5})
 	s := &system{cfg: &config{dir: t.TempDir()}, db: d.pool}
 	require.NoError(t, s.dumpTables(context.Background()))
 	calls := filepath.Join(s.cfg.dir, "calls.csv")

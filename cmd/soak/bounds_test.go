@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/queries/testfactory"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // metricsOf builds a scrape from name, labels, value triples.
@@ -27,8 +30,9 @@ func TestCompletedWhole(t *testing.T) {
 	t.Parallel()
 	d := newAuditedDB(t)
 	w := d.as("soak-worker-1.1")
-	short, inst := startExecution(t, w, "aptTrade", "wA", 0)
-	sqlRow(t, w, `UPDATE job_execution SET chunks_total = 3 WHERE id = $1`, short)
+	ctx := context.Background()
+	shortRun := testfactory.Execution(ctx, t, w, &testfactory.ExecutionOpts{Job: "aptTrade", WorkerID: "wA", ChunksTotal: 3, Targets: 10})
+	short, inst := shortRun.ID, shortRun.InstanceID
 	commitChunk(t, w, short, inst, "11110:202501", 1, 1, 0, 0)
 	commitChunk(t, w, short, inst, "11110:202502", 1, 1, 0, 0)
 	finish(t, w, short, "COMPLETED")
@@ -36,8 +40,7 @@ func TestCompletedWhole(t *testing.T) {
 	first, inst := startExecution(t, w, "creditEval", "wA", 0)
 	commitChunk(t, w, first, inst, "1-2", 1, 1, 0, 0)
 	finish(t, w, first, "STOPPED")
-	resumed, _ := startExecution(t, w, "creditEval", "wA", inst)
-	sqlRow(t, w, `UPDATE job_execution SET chunks_total = 2 WHERE id = $1`, resumed)
+	resumed := testfactory.Execution(ctx, t, w, &testfactory.ExecutionOpts{Job: "creditEval", WorkerID: "wA", InstanceID: inst, ChunksTotal: 2, Targets: 10}).ID
 	commitChunk(t, w, resumed, inst, "3-4", 1, 1, 0, 0)
 	finish(t, w, resumed, "COMPLETED")
 
@@ -55,10 +58,11 @@ func TestStopBounded(t *testing.T) {
 	d := newAuditedDB(t)
 	w := d.as("soak-worker-1.1")
 	end := func(job, status, cause string, after time.Duration) (int64, time.Time) {
-		exec, _ := startExecution(t, w, job, "wA", 0)
 		stoppedAt := time.Now().Add(-after)
-		sqlRow(t, w, `UPDATE job_execution SET status = $2, stop_cause = $3, ended_at = now(), exit_message = 'x' WHERE id = $1`, exec, status, cause)
-		return exec, stoppedAt
+		exec := testfactory.Execution(context.Background(), t, w, &testfactory.ExecutionOpts{
+			Job: job, WorkerID: "wA", Targets: 10, Status: radartype.ExecutionStatus(status), StopCause: radartype.StopCause(cause), ExitMessage: "x",
+		})
+		return exec.ID, stoppedAt
 	}
 	var stops []StopEvent
 	add := func(job, status, cause string, after time.Duration, fault string) StopEvent {
@@ -97,7 +101,7 @@ func TestAcceptedKept(t *testing.T) {
 	t.Parallel()
 	d := newAuditedDB(t)
 	w := d.as("soak-worker-1.1")
-	kept := sqlRow(t, w, `INSERT INTO job_request (job, source, status, message) VALUES ('rules', 'api', 'DONE', 'x') RETURNING id`)
+	kept := testfactory.Request(context.Background(), t, w, &testfactory.RequestOpts{Job: "rules", Status: radartype.RequestDone, Message: "x"}).ID
 	now := time.Now()
 	accepted := func(id int64, at time.Time) Answer {
 		return Answer{At: at, Kind: KindValid, Method: "POST", Path: "/v1/jobs/rules/requests", Job: "rules", Status: 202, RequestID: fmt.Sprint(id)}
@@ -123,8 +127,13 @@ func TestCapLedger(t *testing.T) {
 	t.Parallel()
 	d := newAuditedDB(t)
 	w := d.as("soak-worker-1.1")
-	sqlRow(t, w, `INSERT INTO provider_call_budget (provider, day, calls_used) VALUES ('CREDIT', current_date, 10), ('MOLIT', current_date, 2), ('MOLIT', current_date - 1, 1)`)
-	sqlRow(t, w, `INSERT INTO provider_call_lease (provider, day, holder, granted, claimed, expires_at) VALUES ('CREDIT', current_date, 'w', 8, 3, now() + interval '1 minute')`)
+	ctx := context.Background()
+	for _, b := range []testfactory.ProviderCallBudgetOpts{
+		{Provider: "CREDIT", CallsUsed: 10}, {Provider: "MOLIT", CallsUsed: 2}, {Provider: "MOLIT", DaysAgo: 1, CallsUsed: 1},
+	} {
+		testfactory.ProviderCallBudget(ctx, t, w, &b)
+	}
+	testfactory.ProviderCallLease(ctx, t, w, &testfactory.ProviderCallLeaseOpts{Provider: "CREDIT", Holder: "w", Granted: 8, Claimed: 3, TTL: time.Minute})
 	calls := func(endpoint string, n int) []UpstreamCall {
 		out := make([]UpstreamCall, n)
 		for i := range out {
@@ -152,7 +161,7 @@ func TestRepeatsBounded(t *testing.T) {
 	_ = exec
 	time.Sleep(10 * time.Millisecond)
 	t0 := time.Now()
-	sqlRow(t, w, `UPDATE job_execution SET chunks_done = 0 WHERE id = $1`, exec) // the run's last write: its window's end
+	finish(t, w, exec, "COMPLETED") // the run's last write: its window's end
 	lookup := func(at time.Time, corp int) UpstreamCall {
 		return UpstreamCall{At: at, Endpoint: "creditLookup", Params: map[string]string{"corpCode": fmt.Sprintf("%08d", corp)}, Status: 200}
 	}

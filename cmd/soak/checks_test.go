@@ -11,6 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queries/testfactory"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
@@ -50,60 +53,40 @@ func (d *auditedDB) as(appName string) *pgx.Conn {
 	return conn
 }
 
-// sqlRow runs sql and returns the first column of its first row, if any.
-func sqlRow(t *testing.T, conn interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, sql string, args ...any) int64 {
-	t.Helper()
-	rows, err := conn.Query(context.Background(), sql, args...)
-	require.NoError(t, err)
-	defer rows.Close()
-	var id int64
-	if rows.Next() {
-		require.NoError(t, rows.Scan(&id))
-	}
-	rows.Close()
-	require.NoError(t, rows.Err())
-	return id
-}
-
 // startExecution writes, as the process conn, what a worker writes to start
-// a run: a claimed request, an instance (unless given) and a STARTED
-// execution owned by workerID. It returns the execution and instance ids.
+// a run (testfactory.Execution): a request it claimed, an instance (unless
+// given) and a STARTED execution of 10 targets owned by workerID at the
+// instance's next lease epoch. It returns the execution and instance ids.
 func startExecution(t *testing.T, conn *pgx.Conn, job, workerID string, instance int64) (int64, int64) {
 	t.Helper()
-	req := sqlRow(t, conn, `INSERT INTO job_request (job, source, status, worker_id) VALUES ($1, 'api', 'RUNNING', $2) RETURNING id`, job, workerID)
-	if instance == 0 {
-		instance = sqlRow(t, conn, `INSERT INTO job_instance (job, params, params_hash) VALUES ($1, '{}', 'h') RETURNING id`, job)
-	}
-	exec := sqlRow(t, conn, `INSERT INTO job_execution (instance_id, job, request_id, status, worker_id) VALUES ($1, $2, $3, 'STARTING', $4) RETURNING id`,
-		instance, job, req, workerID)
-	sqlRow(t, conn, `UPDATE job_execution SET status = 'STARTED', started_at = now(), targets = 10 WHERE id = $1`, exec)
-	return exec, instance
+	exec := testfactory.Execution(context.Background(), t, conn, &testfactory.ExecutionOpts{Job: job, WorkerID: workerID, InstanceID: instance, Targets: 10})
+	return exec.ID, exec.InstanceID
 }
 
 // commitChunk writes, as the process conn, a chunk commit without any
 // ownership guard: the checkpoint and the execution's figures in one
-// transaction.
+// statement, whatever the execution's state (a zombie's write).
 func commitChunk(t *testing.T, conn *pgx.Conn, exec, instance int64, chunk string, targets, written, skipped, failed int64) {
 	t.Helper()
-	ctx := context.Background()
-	tx, err := conn.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `INSERT INTO job_checkpoint (instance_id, chunk, execution_id, targets, written, skipped, failed) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		instance, chunk, exec, targets, written, skipped, failed)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `UPDATE job_execution SET chunks_done = chunks_done + 1, items_written = items_written + $2,
-		items_skipped = items_skipped + $3, items_failed = items_failed + $4 WHERE id = $1`, exec, written, skipped, failed)
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit(ctx))
+	testfactory.Checkpoint(context.Background(), t, conn, &queries.JobExecution{ID: exec, InstanceID: instance}, &testfactory.CheckpointOpts{
+		Chunk: chunk, Targets: targets, Written: written, Skipped: skipped, Failed: failed, Unfenced: true,
+	})
 }
 
-func finish(t *testing.T, conn *pgx.Conn, exec int64, status string) {
+// finish ends an execution with status as its owner records it (as the
+// reaper for ABANDONED), and its request with it.
+func finish(t *testing.T, conn *pgx.Conn, exec int64, status string, opts ...func(*testfactory.FinishOpts)) {
 	t.Helper()
-	sqlRow(t, conn, `UPDATE job_execution SET status = $2, ended_at = now(), exit_message = 'x' WHERE id = $1`, exec, status)
-	sqlRow(t, conn, `UPDATE job_request SET status = CASE WHEN $2 IN ('COMPLETED', 'STOPPED') THEN 'DONE' ELSE 'FAILED' END, message = 'x'
-		WHERE id = (SELECT request_id FROM job_execution WHERE id = $1)`, exec, status)
+	finish := &testfactory.FinishOpts{Status: radartype.ExecutionStatus(status), Message: "x"}
+	for _, o := range opts {
+		o(finish)
+	}
+	testfactory.FinishExecution(context.Background(), t, conn, exec, finish)
+}
+
+// domainRows sets the domain rows an execution reports as it ends.
+func domainRows(n int64) func(*testfactory.FinishOpts) {
+	return func(o *testfactory.FinishOpts) { o.DomainRows = &n }
 }
 
 func check(t *testing.T, name string, db querier, ev *Evidence) []string {
@@ -137,7 +120,7 @@ func TestRequestsFinished(t *testing.T) {
 	t.Parallel()
 	d := newAuditedDB(t)
 	for _, r := range []struct{ status, message string }{{"DONE", "completed"}, {"FAILED", ""}, {"RUNNING", ""}, {"QUEUED", ""}} {
-		sqlRow(t, d.pool, `INSERT INTO job_request (job, source, status, message) VALUES ('j'||$1, 'api', $1, $2)`, r.status, r.message)
+		testfactory.Request(context.Background(), t, d.pool, &testfactory.RequestOpts{Job: "j" + r.status, Status: radartype.RequestStatus(r.status), Message: r.message})
 	}
 	requireBreaches(t, check(t, "requests-finished", d.pool, &Evidence{}),
 		"request 2 (jFAILED) is FAILED", "request 3 (jRUNNING) is RUNNING", "request 4 (jQUEUED) is QUEUED")
@@ -255,34 +238,32 @@ func TestUpstreamCallsSeen(t *testing.T) {
 
 func TestAccounting(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	d := newAuditedDB(t)
 	w := d.as("soak-worker-1.1")
 
 	good, inst := startExecution(t, w, "aptTrade", "wA", 0) // targets 10
 	commitChunk(t, w, good, inst, "a", 6, 4, 1, 1)
 	commitChunk(t, w, good, inst, "b", 4, 4, 0, 0)
-	finish(t, w, good, "COMPLETED")
-	sqlRow(t, w, `UPDATE job_execution SET domain_rows = 8 WHERE id = $1`, good)
+	finish(t, w, good, "COMPLETED", domainRows(8))
 
 	short, inst := startExecution(t, w, "filingParse", "wA", 0) // targets 10
 	commitChunk(t, w, short, inst, "a", 9, 9, 0, 0)
-	finish(t, w, short, "COMPLETED")
-	sqlRow(t, w, `UPDATE job_execution SET domain_rows = 7 WHERE id = $1`, short)
+	finish(t, w, short, "COMPLETED", domainRows(7))
 
 	netted, inst := startExecution(t, w, "stockPrice", "wA", 0) // +1 and -1 net to 10
 	commitChunk(t, w, netted, inst, "a", 5, 6, 0, 0)
 	commitChunk(t, w, netted, inst, "b", 5, 4, 0, 0)
 	finish(t, w, netted, "COMPLETED")
 
-	drift, inst := startExecution(t, w, "creditEval", "wA", 0)
-	commitChunk(t, w, drift, inst, "a", 10, 10, 0, 0)
+	// One item written that no checkpoint holds.
+	drift := testfactory.Execution(ctx, t, w, &testfactory.ExecutionOpts{Job: "creditEval", WorkerID: "wA", Targets: 10, ItemsWritten: 1}).ID
+	commitChunk(t, w, drift, testfactory.ExecutionByID(ctx, t, w, drift).InstanceID, "a", 10, 10, 0, 0)
 	finish(t, w, drift, "COMPLETED")
-	sqlRow(t, w, `UPDATE job_execution SET items_written = 11 WHERE id = $1`, drift)
 
 	rules, inst := startExecution(t, w, "rules", "wA", 0) // alerts are not items
 	commitChunk(t, w, rules, inst, "a", 10, 10, 0, 0)
-	finish(t, w, rules, "COMPLETED")
-	sqlRow(t, w, `UPDATE job_execution SET domain_rows = 3 WHERE id = $1`, rules)
+	finish(t, w, rules, "COMPLETED", domainRows(3))
 
 	failed, inst := startExecution(t, w, "metrics", "wA", 0) // not COMPLETED: only its checkpoints count
 	commitChunk(t, w, failed, inst, "a", 1, 1, 0, 0)
@@ -292,11 +273,12 @@ func TestAccounting(t *testing.T) {
 	// instance committed (3 items) into its own checkpoint: the instance's
 	// executions wrote what its checkpoints hold, no breach.
 	stopped, inst := startExecution(t, w, "corpCodeSync", "wA", 0)
-	sqlRow(t, w, `UPDATE job_execution SET items_written = 3 WHERE id = $1`, stopped)
+	testfactory.CheckpointPart(ctx, t, w, testfactory.ExecutionByID(ctx, t, w, stopped), "a", "i1", "i2", "i3")
 	finish(t, w, stopped, "STOPPED")
 	resumed, _ := startExecution(t, w, "corpCodeSync", "wA", inst)
-	commitChunk(t, w, resumed, inst, "a", 10, 7, 0, 0)
-	sqlRow(t, w, `UPDATE job_checkpoint SET targets = 10, written = 10 WHERE instance_id = $1`, inst)
+	// The run's own commit (fenced), which folds the parts: targets 7 + 3,
+	// written 7 + 3.
+	testfactory.Checkpoint(ctx, t, w, testfactory.ExecutionByID(ctx, t, w, resumed), &testfactory.CheckpointOpts{Chunk: "a", Targets: 7, Written: 7})
 	finish(t, w, resumed, "COMPLETED")
 
 	requireBreaches(t, check(t, "accounting", d.pool, &Evidence{}),
@@ -324,7 +306,7 @@ func TestNoLiveAbandoned(t *testing.T) {
 	}
 	ev.Workers[1].Ended, ev.Workers[1].Killed = time.Now(), true
 	for _, id := range ids {
-		sqlRow(t, reaper, `UPDATE job_execution SET status = 'ABANDONED', ended_at = now() WHERE id = $1`, id)
+		testfactory.FinishExecution(context.Background(), t, reaper, id, &testfactory.FinishOpts{Status: radartype.ExecutionAbandoned, KeepRequest: true})
 	}
 	ev.Workers[2].Ended = time.Now()
 	requireBreaches(t, check(t, "no-live-abandoned", d.pool, ev),
@@ -483,7 +465,7 @@ func TestNoCallAfterCommit_Ambiguous(t *testing.T) {
 	d := newAuditedDB(t)
 	a, b := d.as("soak-worker-1.1"), d.as("soak-worker-2.1")
 	zombie, inst := startExecution(t, a, "creditEval", "wA", 0)
-	sqlRow(t, b, `UPDATE job_request SET status = 'FAILED', message = 'x' WHERE id = 1`)
+	testfactory.FinishRequest(context.Background(), t, b, testfactory.ExecutionByID(context.Background(), t, b, zombie).RequestID, radartype.RequestFailed, "x")
 	resumed, _ := startExecution(t, b, "creditEval", "wB", inst)
 	commitChunk(t, b, resumed, inst, "00100000-00200000", 1, 1, 0, 0)
 	finish(t, b, resumed, "COMPLETED")

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
@@ -102,13 +103,8 @@ func BenchmarkReapLatency(b *testing.B) {
 	defer func() { cancel(); reaping.Wait() }()
 	var total float64
 	for i := range b.N {
-		dead := fmt.Sprintf("%d@dead-host#bench", i)
-		var id int64
-		require.NoError(b, s.Pool.QueryRow(context.Background(), `WITH w AS (
-				INSERT INTO worker (id, hostname, pid, boot) VALUES ($1, 'dead-host', $2, 'bench')
-			)
-			INSERT INTO job_request (job, source, status, worker_id, claimed_at) VALUES ('aptTrade', 'api', 'RUNNING', $1, now())
-			RETURNING id`, dead, i).Scan(&id))
+		dead := testfactory.Worker(context.Background(), b, s.Pool, &testfactory.WorkerOpts{ID: fmt.Sprintf("%d@dead-host#bench", i)})
+		id := testfactory.Request(context.Background(), b, s.Pool, &testfactory.RequestOpts{Job: "aptTrade", Status: radartype.RequestRunning, WorkerID: dead.ID}).ID
 		var latency float64
 		deadline := time.Now().Add(time.Minute)
 		for {

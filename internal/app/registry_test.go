@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,8 +24,11 @@ import (
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/riskrule"
+	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // A worker restarted in the same pid@hostname slot finalizes the previous
@@ -61,8 +65,7 @@ func TestRegistry_Abandon(t *testing.T) {
 	require.Contains(t, out["detail"], "1@live#a")
 	require.Contains(t, out["detail"], "ago")
 
-	_, err := s.Pool.Exec(context.Background(), `UPDATE worker SET heartbeat_at = now() - interval '1 hour'`)
-	require.NoError(t, err)
+	testfactory.WorkerHeartbeatAge(context.Background(), t, s.Pool, "", time.Hour)
 	status, out = s.Post(fmt.Sprintf("/v1/executions/%d/abandon", liveExec), "")
 	require.Equal(t, http.StatusOK, status, "%v", out)
 	require.Equal(t, "ABANDONED", out["status"])
@@ -84,19 +87,17 @@ func TestRegistry_JobListOneStatement(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, nil)
 	ctx := context.Background()
-	exec := func(sql string, args ...any) int64 {
-		var id int64
-		require.NoError(t, s.Pool.QueryRow(ctx, sql, args...).Scan(&id))
-		return id
+	run := func(opts *testfactory.ExecutionOpts) int64 {
+		opts.WorkerID, opts.KeepRequest = "w", true
+		return testfactory.Execution(ctx, t, s.Pool, opts).ID
 	}
-	req := exec(`INSERT INTO job_request (job, params, source, status) VALUES ('aptTrade', '{}', 'api', 'DONE') RETURNING id`)
-	older := exec(`INSERT INTO job_instance (job, params, params_hash) VALUES ('aptTrade', '{}', 'a') RETURNING id`)
-	newer := exec(`INSERT INTO job_instance (job, params, params_hash) VALUES ('aptTrade', '{}', 'b') RETURNING id`)
+	req := testfactory.Request(ctx, t, s.Pool, &testfactory.RequestOpts{Job: "aptTrade", Status: radartype.RequestDone}).ID
+	older := testfactory.Instance(ctx, t, s.Pool, &testfactory.InstanceOpts{Job: "aptTrade", ParamsHash: "a"}).ID
+	newer := testfactory.Instance(ctx, t, s.Pool, &testfactory.InstanceOpts{Job: "aptTrade", ParamsHash: "b"}).ID
 	// The newer instance's newest execution (id lower than the older
 	// instance's last one) is "last"; the older instance's newest is not.
-	newest := exec(`INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at, ended_at)
-		VALUES ($1, 'aptTrade', $2, 'STOPPED', 'w', now() - interval '2 hours', now() - interval '1 hour') RETURNING id`, newer, req)
-	exec(`INSERT INTO job_execution (instance_id, job, request_id, status, worker_id) VALUES ($1, 'aptTrade', $2, 'FAILED', 'w') RETURNING id`, older, req)
+	newest := run(&testfactory.ExecutionOpts{InstanceID: newer, RequestID: req, Status: radartype.ExecutionStopped})
+	run(&testfactory.ExecutionOpts{InstanceID: older, RequestID: req, Status: radartype.ExecutionFailed})
 
 	var queriesSeen atomic.Int32
 	apiPool := s.CountingPool(&queriesSeen)
@@ -125,14 +126,10 @@ func TestRegistry_JobListOneStatement(t *testing.T) {
 	require.Nil(t, job["heartbeatAgeSeconds"])
 	require.Equal(t, false, job["keysConfigured"], "no live worker reported BUILDRISK_KEY_MOLIT")
 
-	running := exec(`INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, last_updated)
-		VALUES ($1, 'aptTrade', $2, 'STOPPING', 'w', now() - interval '42 seconds') RETURNING id`, newer, req)
-	active := exec(`INSERT INTO job_request (job, params, source, status) VALUES ('aptTrade', '{}', 'api', 'RUNNING') RETURNING id`)
-	_, err = s.Pool.Exec(ctx, `INSERT INTO worker (id, hostname, pid, boot, configured_keys) VALUES ('1@h#b', 'h', 1, 'b', '{BUILDRISK_KEY_MOLIT}'),
-		('2@h#b', 'h', 2, 'b', '{BUILDRISK_KEY_DART}')`)
-	require.NoError(t, err)
-	_, err = s.Pool.Exec(ctx, `UPDATE worker SET heartbeat_at = now() - interval '1 hour' WHERE id = '2@h#b'`)
-	require.NoError(t, err)
+	running := run(&testfactory.ExecutionOpts{InstanceID: newer, RequestID: req, Status: radartype.ExecutionStopping, LastUpdatedAge: 42 * time.Second})
+	active := testfactory.Request(ctx, t, s.Pool, &testfactory.RequestOpts{Job: "aptTrade", Status: radartype.RequestRunning}).ID
+	testfactory.Worker(ctx, t, s.Pool, &testfactory.WorkerOpts{ID: "1@h#b", ConfiguredKeys: []string{"BUILDRISK_KEY_MOLIT"}})
+	testfactory.Worker(ctx, t, s.Pool, &testfactory.WorkerOpts{ID: "2@h#b", ConfiguredKeys: []string{"BUILDRISK_KEY_DART"}, HeartbeatAge: time.Hour})
 
 	job = get()
 	require.Equal(t, true, job["running"], "STOPPING counts as running")
@@ -273,7 +270,9 @@ func TestRegistry_OrphanedQueuedRequests(t *testing.T) {
 	}
 	finish := func(requestID string) {
 		t.Helper()
-		_, err := s.Pool.Exec(ctx, `UPDATE job_request SET status = 'DONE' WHERE id = $1`, requestID)
+		id, err := strconv.ParseInt(requestID, 10, 64)
+		require.NoError(t, err)
+		_, err = queries.New().JobRequestFinish(ctx, s.Pool, &queries.JobRequestFinishParams{ID: id, Status: string(radartype.RequestDone)})
 		require.NoError(t, err)
 	}
 

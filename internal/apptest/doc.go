@@ -3,6 +3,6 @@
 // fake upstream over real HTTP behind a call gate, the api over real HTTP,
 // workers on demand, and a span recorder, all built by internal/app as the
 // processes build them. New returns the System; its exported fields and
-// methods are what the tests of queue/worker, api, jobs/credit,
-// internal/app and cmd/radar need. Production code never imports it.
+// methods are what the tests of e2e, api, jobs/credit, internal/app
+// and cmd/radar need. Production code never imports it.
 package apptest

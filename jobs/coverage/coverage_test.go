@@ -3,7 +3,6 @@ package coverage_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
@@ -73,20 +73,39 @@ func TestReader_CountsEachJobFromTheDomainTables(t *testing.T) {
 	// stockPrice: 4 listed tracked, 1 unlisted tracked, 1 listed untracked;
 	// 3 priced on the day. metrics: 5 tracked, 4 with metrics on the day.
 	// rules: of those 4, 2 checked on the day, 1 the day before.
-	_, err := pool.Exec(ctx, strings.ReplaceAll(`
-INSERT INTO exposure (corp_code, outstanding_krw) SELECT lpad(g::text, 8, '0'), CASE WHEN g > 10 THEN 0 ELSE g END FROM generate_series(1, 12) g;
-INSERT INTO credit_grade (corp_code, eval_date, grade, source, execution_id)
-SELECT lpad(g::text, 8, '0'), $1::date, 'A', 'lookup', 1 FROM generate_series(1, 7) g;
-INSERT INTO credit_grade (corp_code, eval_date, grade, source, execution_id) VALUES ('00000008', $1::date - 1, 'A', 'lookup', 1), ('00000011', $1::date, 'A', 'lookup', 1);
-INSERT INTO company (corp_code, name, stock_code, tracked, execution_id) VALUES
-  ('10000001', 'a', '000001', true, 1), ('10000002', 'b', '000002', true, 1), ('10000003', 'c', '000003', true, 1),
-  ('10000004', 'd', '000004', true, 1), ('10000005', 'e', NULL, true, 1), ('10000006', 'f', '000006', false, 1);
-INSERT INTO stock_price (short_code, trade_date, corp_code, close, open, high, low, volume, market_cap, execution_id)
-SELECT s, $1::date, 'x', 1, 1, 1, 1, 1, 1, 1 FROM unnest(ARRAY['000001', '000003', '000004', '000006']) s;
-INSERT INTO risk_metric (corp_code, metric_date, execution_id) SELECT c, $1::date, 1 FROM unnest(ARRAY['10000001', '10000002', '10000003', '10000005']) c;
-INSERT INTO risk_rule_check (alert_date, corp_code, execution_id) VALUES ($1::date, '10000001', 1), ($1::date, '10000005', 1), ($1::date - 1, '10000002', 1);
-`, "$1", "'"+thursday+"'"))
+	day, err := time.Parse(time.DateOnly, thursday)
 	require.NoError(t, err)
+	dayBefore := day.AddDate(0, 0, -1)
+	ledger := map[string]int64{}
+	for g := 1; g <= 12; g++ {
+		owed := int64(g)
+		if g > 10 {
+			owed = 0 // repaid: not a target
+		}
+		ledger[fmt.Sprintf("%08d", g)] = owed
+	}
+	testfactory.Exposure(ctx, t, pool, ledger)
+	for g := 1; g <= 7; g++ {
+		testfactory.CreditGrade(ctx, t, pool, &testfactory.CreditGradeOpts{CorpCode: fmt.Sprintf("%08d", g), EvalDate: day, ExecutionID: 1})
+	}
+	testfactory.CreditGrade(ctx, t, pool, &testfactory.CreditGradeOpts{CorpCode: "00000008", EvalDate: dayBefore, ExecutionID: 1})
+	testfactory.CreditGrade(ctx, t, pool, &testfactory.CreditGradeOpts{CorpCode: "00000011", EvalDate: day, ExecutionID: 1})
+	for _, c := range []testfactory.CompanyOpts{
+		{CorpCode: "10000001", StockCode: "000001"}, {CorpCode: "10000002", StockCode: "000002"}, {CorpCode: "10000003", StockCode: "000003"},
+		{CorpCode: "10000004", StockCode: "000004"}, {CorpCode: "10000005"}, {CorpCode: "10000006", StockCode: "000006", Untracked: true},
+	} {
+		c.ExecutionID = 1
+		testfactory.Company(ctx, t, pool, &c)
+	}
+	for _, code := range []string{"000001", "000003", "000004", "000006"} {
+		testfactory.StockPrice(ctx, t, pool, &testfactory.StockPriceOpts{ShortCode: code, TradeDate: day, ExecutionID: 1})
+	}
+	for _, corp := range []string{"10000001", "10000002", "10000003", "10000005"} {
+		testfactory.RiskMetric(ctx, t, pool, corp, day, 1)
+	}
+	testfactory.RiskRuleCheck(ctx, t, pool, "10000001", day, 1)
+	testfactory.RiskRuleCheck(ctx, t, pool, "10000005", day, 1)
+	testfactory.RiskRuleCheck(ctx, t, pool, "10000002", dayBefore, 1)
 
 	r := newReader(t, pool, coverage.Config{Location: seoul, Now: func() time.Time { return wednesdayNight }})
 	require.Equal(t, []string{stockprice.Name, credit.Name, riskmetric.Name, riskrule.Name}, r.Jobs())
@@ -123,8 +142,7 @@ func TestReader_SnapshotCachedForMaxAge(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
-	_, err := pool.Exec(ctx, `INSERT INTO exposure (corp_code, outstanding_krw) VALUES ('00000001', 5)`)
-	require.NoError(t, err)
+	testfactory.Exposure(ctx, t, pool, map[string]int64{"00000001": 5})
 	now := wednesdayNight
 	r := newReader(t, pool, coverage.Config{Location: seoul, MaxAge: time.Minute, Now: func() time.Time { return now }})
 	creditEval := func() *coverage.Job {
@@ -139,8 +157,7 @@ func TestReader_SnapshotCachedForMaxAge(t *testing.T) {
 		return nil
 	}
 	require.Equal(t, int64(1), creditEval().Targets)
-	_, err = pool.Exec(ctx, `INSERT INTO exposure (corp_code, outstanding_krw) VALUES ('00000002', 5)`)
-	require.NoError(t, err)
+	testfactory.Exposure(ctx, t, pool, map[string]int64{"00000002": 5})
 	now = now.Add(59 * time.Second)
 	require.Equal(t, int64(1), creditEval().Targets, "cached")
 	now = now.Add(time.Second)

@@ -12,6 +12,7 @@ import (
 	"github.com/buildrisk/radar/exposure"
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
 )
 
@@ -69,8 +70,7 @@ func TestCreditEval_EndToEndAndBackfill(t *testing.T) {
 		missing[targets[i]] = true
 	}
 	codes := apptest.Keys(missing)
-	_, err = s.Pool.Exec(context.Background(), `DELETE FROM credit_grade WHERE eval_date = $1 AND corp_code = ANY($2)`, today, codes)
-	require.NoError(t, err)
+	require.Equal(t, int64(37), testfactory.LoseCreditGrades(context.Background(), t, s.Pool, today, codes))
 	s.Fake.Reset()
 	accepted = s.RequestCreditEval(`{"backfill":true}`)
 	require.Equal(t, float64(credit.EstimateCalls(37)), accepted["estimatedCalls"])

@@ -21,6 +21,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/radartype"
@@ -210,9 +211,9 @@ func TestCreditEval_CompletesWithFallbacks(t *testing.T) {
 func TestCreditEval_CapStopsThenResumesNextDay(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{targets: 2500, fanOut: 4})
-	_, err := b.pool.Exec(context.Background(), `INSERT INTO provider_call_budget (provider, day, calls_used) VALUES ('CREDIT', $1, $2)`,
-		b.today(), upstream.DailyCapDefaults[upstream.ProviderCREDIT]-1500)
-	require.NoError(t, err)
+	testfactory.ProviderCallBudget(context.Background(), t, b.pool, &testfactory.ProviderCallBudgetOpts{
+		Provider: string(upstream.ProviderCREDIT), Day: b.today(), CallsUsed: int32(upstream.DailyCapDefaults[upstream.ProviderCREDIT] - 1500),
+	})
 
 	out, exec := b.run(t, `{}`, nil)
 	require.Equal(t, radartype.ExecutionStopped, out.Status, out.Message)

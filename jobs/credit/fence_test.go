@@ -48,9 +48,12 @@ func TestCreditEval_StalePlanLeavesTheNewExecutionsPlan(t *testing.T) {
 		})
 		require.NoError(t, err)
 		successor = exec.ID
-		_, err = b.pool.Exec(ctx, `INSERT INTO credit_eval_plan (execution_id, chunk, corp_codes) VALUES ($1, $2, $3)`,
-			successor, b.targets[0]+"-"+b.targets[len(b.targets)-1], b.targets)
+		// The successor freezes its plan: every target in one chunk.
+		page, err := q.CreditEvalPlanPage(ctx, b.pool, &queries.CreditEvalPlanPageParams{
+			ExecutionID: successor, InstanceID: run.InstanceID, EvalDate: b.today(), ChunkSize: int32(len(b.targets)),
+		})
 		require.NoError(t, err)
+		require.Equal(t, b.targets[0]+"-"+b.targets[len(b.targets)-1], page.Chunk)
 	}}
 	runner, err := batch.NewRunner(b.pool, batch.Config{
 		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{credit.Name: job},

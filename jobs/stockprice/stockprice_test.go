@@ -16,6 +16,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/radartype"
@@ -33,6 +34,8 @@ type testBundle struct {
 	runner   *batch.Runner
 	// listed are the stock codes of the seeded listed tracked companies.
 	listed []string
+	// companies are the seeded companies.
+	companies []*testfactory.CompanyOpts
 }
 
 // setup seeds the fake's construction companies as tracked (the listed ones
@@ -51,16 +54,14 @@ func setup(t *testing.T) *testBundle {
 		if !c.Construction || (c.StockCode == "" && unlisted) {
 			continue
 		}
-		var stockCode *string
 		if c.StockCode != "" {
-			stockCode = &c.StockCode
 			b.listed = append(b.listed, c.StockCode)
 		} else {
 			unlisted = true
 		}
-		_, err := b.pool.Exec(ctx, "INSERT INTO company (corp_code, name, stock_code, tracked, execution_id) VALUES ($1, $2, $3, true, 0)",
-			c.CorpCode, c.Name, stockCode)
-		require.NoError(t, err)
+		company := &testfactory.CompanyOpts{CorpCode: c.CorpCode, Name: c.Name, StockCode: c.StockCode}
+		testfactory.Company(ctx, t, b.pool, company)
+		b.companies = append(b.companies, company)
 	}
 	require.True(t, unlisted, "the fake has an unlisted construction company")
 	require.Greater(t, len(b.listed), stockprice.ChunkSize, "more than one chunk")
@@ -177,8 +178,10 @@ func TestStockPrice_NoCompaniesFails(t *testing.T) {
 	t.Parallel()
 
 	b := setup(t)
-	_, err := b.pool.Exec(context.Background(), "UPDATE company SET tracked = false")
-	require.NoError(t, err)
+	for _, c := range b.companies {
+		c.Untracked = true
+		testfactory.Company(context.Background(), t, b.pool, c)
+	}
 	exec, _ := b.run(t, "2025-03-14")
 
 	require.Equal(t, "FAILED", exec.Status)

@@ -66,7 +66,7 @@ func (j *fencedOutJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
 }
 
 func (j *fencedOutJob) Process(ctx context.Context, run *batch.Run, _ string) (*batch.ChunkResult, error) {
-	if _, err := j.pool.Exec(ctx, `UPDATE job_execution SET lease_epoch = lease_epoch + 1 WHERE id = $1`, run.ExecutionID); err != nil {
+	if _, err := queries.New().JobInstanceTakeLease(ctx, j.pool, run.InstanceID); err != nil {
 		return nil, err
 	}
 	return nil, failedItems{n: 5}

@@ -127,8 +127,12 @@ func TestRunner_OwnershipLost(t *testing.T) {
 	abandon := func(t *testing.T, b *testBundle, id int64) { b.abandon(t, id) }
 	takeOver := func(t *testing.T, b *testBundle, id int64) {
 		// A newer execution of the instance took the next lease epoch.
-		_, err := b.pool.Exec(context.Background(), `UPDATE job_instance SET lease_epoch = lease_epoch + 1
-			WHERE id = (SELECT e.instance_id FROM job_execution e JOIN job_request r ON r.execution_id = e.id WHERE r.id = $1)`, id)
+		ctx, q := context.Background(), queries.New()
+		req, err := q.JobRequestGetByID(ctx, b.pool, id)
+		require.NoError(t, err)
+		exec, err := q.JobExecutionGetByID(ctx, b.pool, *req.ExecutionID)
+		require.NoError(t, err)
+		_, err = q.JobInstanceTakeLease(ctx, b.pool, exec.InstanceID)
 		require.NoError(t, err)
 	}
 	for name, tc := range map[string]check{

@@ -6,39 +6,22 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/radartype"
 )
 
-// loseChunkCommit undoes the commit of chunk as a failover to an
-// asynchronous replica does when the commit was acknowledged and never
-// reached the replica: the checkpoint is gone and the execution's figures
-// are back where they were before it, in one transaction.
-func loseChunkCommit(ctx context.Context, pool *pgxpool.Pool, executionID int64, chunk string) error {
-	_, err := pool.Exec(ctx, `
-WITH gone AS (
-    DELETE FROM job_checkpoint c USING job_execution e
-    WHERE e.id = $1 AND c.instance_id = e.instance_id AND c.chunk = $2
-    RETURNING c.written, c.skipped, c.failed, c.external_calls
-)
-UPDATE job_execution e
-SET chunks_done = e.chunks_done - 1,
-    items_written = e.items_written - gone.written,
-    items_skipped = e.items_skipped - gone.skipped,
-    items_failed = e.items_failed - gone.failed,
-    external_calls = e.external_calls - gone.external_calls
-FROM gone WHERE e.id = $1`, executionID, chunk)
-	return err
-}
-
 // lostCommitJob has chunks of perChunk targets; when it processes the chunk
 // named at, it makes the commit of the chunk named lose vanish first
-// (loseChunkCommit). It counts how often each chunk was processed.
+// (testfactory.LoseChunkCommit, as a failover to an asynchronous replica
+// loses an acknowledged commit). It counts how often each chunk was
+// processed.
 type lostCommitJob struct {
 	pool             *pgxpool.Pool
 	chunks, perChunk int64
@@ -63,7 +46,7 @@ func (j *lostCommitJob) Process(ctx context.Context, run *batch.Run, chunk strin
 	first := j.processed[chunk] == 1
 	j.mu.Unlock()
 	if chunk == j.at && first {
-		if err := loseChunkCommit(ctx, j.pool, run.ExecutionID, j.lose); err != nil {
+		if err := testfactory.LoseChunkCommit(ctx, j.pool, run.ExecutionID, j.lose); err != nil {
 			return nil, err
 		}
 	}
@@ -134,17 +117,15 @@ func losePart(pool *pgxpool.Pool) (job *compactJob, calls map[string]int) {
 			if !lose {
 				return nil
 			}
-			_, err := pool.Exec(ctx, `
-WITH part AS (
-    DELETE FROM job_checkpoint_part
-    WHERE ctid = (SELECT ctid FROM job_checkpoint_part WHERE chunk = 'a' ORDER BY items[1] LIMIT 1)
-    RETURNING execution_id, items
-), writes AS (
-    DELETE FROM compact_write USING part WHERE compact_write.item = ANY (part.items)
-)
-UPDATE job_execution e SET items_written = e.items_written - cardinality(part.items)
-FROM part WHERE e.id = part.execution_id`)
-			return err
+			// The part and its items' writes go together.
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				items, err := testfactory.LosePart(ctx, tx, "a")
+				if err != nil {
+					return err
+				}
+				_, err = tx.Exec(ctx, `DELETE FROM compact_write WHERE item = ANY ($1)`, items)
+				return err
+			})
 		},
 	}
 	return job, calls
@@ -229,7 +210,7 @@ func (j *shrinkJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
 
 func (j *shrinkJob) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
 	if chunk == "c05" {
-		if _, err := j.pool.Exec(ctx, `UPDATE job_execution SET items_written = items_written - 10 WHERE id = $1`, run.ExecutionID); err != nil {
+		if err := testfactory.LoseWrittenItems(ctx, j.pool, run.ExecutionID, 10); err != nil {
 			return nil, err
 		}
 	}
@@ -262,9 +243,7 @@ func (j *vanishJob) Plan(context.Context, *batch.Run) (*batch.Plan, error) {
 
 func (j *vanishJob) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.ChunkResult, error) {
 	if chunk == "c01" {
-		if _, err := j.pool.Exec(ctx, `
-WITH checkpoints AS (DELETE FROM job_checkpoint WHERE execution_id = $1)
-DELETE FROM job_execution WHERE id = $1`, run.ExecutionID); err != nil {
+		if err := testfactory.LoseExecution(ctx, j.pool, run.ExecutionID); err != nil {
 			return nil, err
 		}
 	}
@@ -311,7 +290,7 @@ func (j *movedJob) Process(ctx context.Context, run *batch.Run, chunk string) (*
 	first := len(j.order) == 6
 	j.mu.Unlock()
 	if chunk == "c05" && first {
-		if err := loseChunkCommit(ctx, j.pool, run.ExecutionID, "c02"); err != nil {
+		if err := testfactory.LoseChunkCommit(ctx, j.pool, run.ExecutionID, "c02"); err != nil {
 			return nil, err
 		}
 		j.runner.DatabaseMoved()

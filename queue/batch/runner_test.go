@@ -13,6 +13,7 @@ import (
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/radartype"
@@ -169,9 +170,8 @@ func TestRunner_NotQueued(t *testing.T) {
 	t.Parallel()
 	b := setup(t, map[string]batch.Job{"metrics": &itemsJob{chunks: 1, perChunk: 1}})
 	id := b.enqueue(t, "metrics")
-	_, err := b.pool.Exec(context.Background(), `UPDATE job_request SET status = 'FAILED' WHERE id = $1`, id)
-	require.NoError(t, err)
-	_, err = b.runner.Run(context.Background(), batch.RunOpts{RequestID: id, FinishTx: func(context.Context, pgx.Tx, *batch.Outcome) error { return nil }})
+	testfactory.FinishRequest(context.Background(), t, b.pool, id, radartype.RequestFailed, "reaped")
+	_, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: id, FinishTx: func(context.Context, pgx.Tx, *batch.Outcome) error { return nil }})
 	require.ErrorIs(t, err, batch.ErrNotQueued)
 	var n int
 	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM job_execution").Scan(&n))
@@ -200,8 +200,8 @@ func TestRunner_ChainCommitsWithCompletion(t *testing.T) {
 				return fmt.Errorf("injected chain failure %d", attempts)
 			}
 			chainedRequests++
-			_, err := tx.Exec(ctx, `INSERT INTO job_request (job, params, source) VALUES ('rules', '{}', 'chain')`)
-			return err
+			testfactory.Request(ctx, t, tx, &testfactory.RequestOpts{Job: "rules", Source: radartype.SourceChain})
+			return nil
 		},
 	})
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
@@ -76,14 +77,21 @@ func (b *resumeBundle) stopRun(t *testing.T, confirmPurge bool, status radartype
 		require.NoError(t, err)
 		instanceID = inst.ID
 	}
-	var execID int64
-	require.NoError(t, b.pool.QueryRow(ctx, `INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, ended_at)
-		VALUES ($1, $2, $3, $4, 'w', now()) RETURNING id`, instanceID, req.Job, req.ID, status).Scan(&execID))
-	_, err = b.pool.Exec(ctx, `UPDATE job_request SET status = $2, execution_id = $3, finished_at = now() WHERE id = $1`,
-		req.ID, string(status.RequestStatus()), execID)
-	require.NoError(t, err)
+	exec := testfactory.Execution(ctx, t, b.pool, &testfactory.ExecutionOpts{InstanceID: instanceID, RequestID: req.ID, WorkerID: "w", Status: status})
 	req.Status = string(status.RequestStatus())
-	return req, execID
+	return req, exec.ID
+}
+
+// endRun runs request requestID as an execution of the instance of
+// execution previous that ends with status (its request finished with it)
+// and returns the new execution's id.
+func (b *resumeBundle) endRun(t *testing.T, requestID, previous int64, status radartype.ExecutionStatus) int64 {
+	t.Helper()
+	ctx := context.Background()
+	instanceID := testfactory.ExecutionByID(ctx, t, b.pool, previous).InstanceID
+	return testfactory.Execution(ctx, t, b.pool, &testfactory.ExecutionOpts{
+		InstanceID: instanceID, RequestID: requestID, WorkerID: "w", Status: status, Unlinked: true,
+	}).ID
 }
 
 func (b *resumeBundle) resume(t *testing.T, s *request.Stopped) int64 {
@@ -156,10 +164,7 @@ func TestResume_AttemptLimitPerInstanceAndDay(t *testing.T) {
 		// The resumed run dies too: its worker is reaped again.
 		got, err := queries.New().JobRequestGetByID(context.Background(), b.pool, id)
 		require.NoError(t, err)
-		_, err = b.pool.Exec(context.Background(), `UPDATE job_request SET status = 'FAILED' WHERE id = $1`, id)
-		require.NoError(t, err)
-		require.NoError(t, b.pool.QueryRow(context.Background(), `INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, ended_at)
-			SELECT instance_id, job, $1, 'ABANDONED', 'w', now() FROM job_execution WHERE id = $2 RETURNING id`, id, execID).Scan(&execID))
+		execID = b.endRun(t, id, execID, radartype.ExecutionAbandoned)
 		req = got
 	}
 	require.Zero(t, b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: radartype.CauseReap}), "the third attempt of the day is refused")
@@ -178,10 +183,7 @@ func TestResume_DrainsDoNotSpendTheDayAttempts(t *testing.T) {
 		t.Helper()
 		got, err := queries.New().JobRequestGetByID(context.Background(), b.pool, id)
 		require.NoError(t, err)
-		_, err = b.pool.Exec(context.Background(), `UPDATE job_request SET status = $2 WHERE id = $1`, id, string(status.RequestStatus()))
-		require.NoError(t, err)
-		require.NoError(t, b.pool.QueryRow(context.Background(), `INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, ended_at)
-			SELECT instance_id, job, $1, $3, 'w', now() FROM job_execution WHERE id = $2 RETURNING id`, id, execID, status).Scan(&execID))
+		execID = b.endRun(t, id, execID, status)
 		req = got
 	}
 	// Four workers drained one after another (a deploy): four resumes.
@@ -215,10 +217,7 @@ func TestResume_ProviderRateWaitsForTheProvider(t *testing.T) {
 		t.Helper()
 		got, err := q.JobRequestGetByID(ctx, b.pool, id)
 		require.NoError(t, err)
-		_, err = b.pool.Exec(ctx, `UPDATE job_request SET status = 'DONE' WHERE id = $1`, id)
-		require.NoError(t, err)
-		require.NoError(t, b.pool.QueryRow(ctx, `INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, ended_at)
-			SELECT instance_id, job, $1, 'STOPPED', 'w', now() FROM job_execution WHERE id = $2 RETURNING id`, id, execID).Scan(&execID))
+		execID = b.endRun(t, id, execID, radartype.ExecutionStopped)
 		req = got
 	}
 	dueIn := func(id int64) float64 {

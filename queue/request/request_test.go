@@ -22,6 +22,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
@@ -53,7 +54,12 @@ func TestEnqueue_CleanupOnlyWithAnActiveRequest(t *testing.T) {
 		if !freeActive {
 			return nil
 		}
-		_, err := tx.Exec(ctx, `UPDATE job_request SET status = 'FAILED', finished_at = now() WHERE job = $1 AND status IN ('QUEUED', 'RUNNING')`, job)
+		q := queries.New()
+		active, err := q.JobRequestGetActiveByJob(ctx, tx, job)
+		if err != nil {
+			return err
+		}
+		_, err = q.JobRequestFinish(ctx, tx, &queries.JobRequestFinishParams{ID: active.ID, Status: string(radartype.RequestFailed), Message: "reaped"})
 		return err
 	})
 	enqueue := func() (*request.EnqueueResult, error) {
@@ -210,8 +216,7 @@ func TestEnqueue_DuplicateDrawsNoID(t *testing.T) {
 		require.ErrorAs(t, err, &dup)
 		require.Equal(t, first.Request.ID, dup.ActiveRequestID)
 	}
-	_, err = pool.Exec(ctx, `UPDATE job_request SET status = 'DONE', finished_at = now() WHERE id = $1`, first.Request.ID)
-	require.NoError(t, err)
+	testfactory.FinishRequest(ctx, t, pool, first.Request.ID, radartype.RequestDone, "")
 	second, err := enqueue()
 	require.NoError(t, err)
 	require.Equal(t, int64(2), second.Request.ID, "the three duplicates drew no id")
@@ -299,14 +304,12 @@ func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
 
 	t.Run("Queued", burst)
 
-	_, err = base.Exec(ctx, `INSERT INTO worker (id, hostname, pid, boot) VALUES ('1@host#b', 'host', 1, 'b')`)
-	require.NoError(t, err)
-	_, err = base.Exec(ctx, `UPDATE job_request SET status = 'RUNNING', worker_id = '1@host#b' WHERE id = $1`, active)
+	holder := testfactory.Worker(ctx, t, base, &testfactory.WorkerOpts{ID: "1@host#b"})
+	_, err = queries.New().JobRequestClaim(ctx, base, &queries.JobRequestClaimParams{ID: active, WorkerID: &holder.ID})
 	require.NoError(t, err)
 	t.Run("RunningUnderLiveWorker", burst)
 
-	_, err = base.Exec(ctx, `UPDATE worker SET heartbeat_at = now() - interval '1 hour'`)
-	require.NoError(t, err)
+	testfactory.WorkerHeartbeatAge(ctx, t, base, holder.ID, time.Hour)
 	t.Run("StaleHolderWaitsForTheLock", func(t *testing.T) {
 		runStart := holdLock(t)
 		tracer.Reset()

@@ -2,14 +2,15 @@ package worker_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
@@ -21,16 +22,77 @@ func TestReconcile_RequestWhoseExecutionVanished(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	var id int64
-	require.NoError(t, pool.QueryRow(ctx, `
-INSERT INTO job_request (job, params, source, status, worker_id, execution_id, claimed_at)
-VALUES ('aptTrade', '{}', 'api', 'RUNNING', 'w1', 424242, now()) RETURNING id`).Scan(&id))
+	lost := int64(424242)
+	req := testfactory.Request(ctx, t, pool, &testfactory.RequestOpts{Status: radartype.RequestRunning, WorkerID: "w1", ExecutionID: &lost})
 
-	n, err := worker.Reconcile(ctx, pool, nil, "w1", batch.NewHeldSet(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	n, err := worker.Reconcile(ctx, pool, nil, "w1", batch.NewHeldSet(), nil, discardLogger())
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	var status, message string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT status, message FROM job_request WHERE id = $1`, id).Scan(&status, &message))
-	require.Equal(t, "FAILED", status)
-	require.Contains(t, message, "the database lost execution 424242")
+	got, err := queries.New().JobRequestGetByID(ctx, pool, req.ID)
+	require.NoError(t, err)
+	require.Equal(t, "FAILED", got.Status)
+	require.Contains(t, got.Message, "the database lost execution 424242")
+}
+
+// The reconcile loop finishes the RUNNING requests of its worker that the
+// worker no longer holds, from what their executions recorded: a run whose
+// end was recorded on its execution but not on its request takes that
+// outcome (and a stopped one goes to resume, with its cause); a run whose
+// execution never ended is ABANDONED with cause database. Requests the
+// worker still holds, and other workers' requests, are left alone.
+func TestReconcile_FinishesWhatTheWorkerNoLongerHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	const me = "3@reconcile#b"
+	run := func(job string, status radartype.ExecutionStatus, cause radartype.StopCause) *queries.JobExecution {
+		return testfactory.Execution(ctx, t, pool, &testfactory.ExecutionOpts{
+			Job: job, WorkerID: me, Status: status, StopCause: cause, ExitMessage: "recorded " + string(status), KeepRequest: true,
+		})
+	}
+	completed := run("aptTrade", radartype.ExecutionCompleted, "")
+	stoppedRun := run("stockPrice", radartype.ExecutionStopped, radartype.CauseDrain)
+	active := run("filingParse", radartype.ExecutionStarted, "")
+	held := run("rules", radartype.ExecutionStarted, "")
+	other := testfactory.Execution(ctx, t, pool, &testfactory.ExecutionOpts{Job: "metrics", WorkerID: "4@reconcile#b", Status: radartype.ExecutionCompleted, KeepRequest: true})
+	heldSet := batch.NewHeldSet()
+	heldSet.Add(held.RequestID)
+	resumes := &stopped{}
+
+	n, err := worker.Reconcile(ctx, pool, nil, me, heldSet, resumes, discardLogger())
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+
+	q := queries.New()
+	status := func(requestID int64) (string, string) {
+		req, err := q.JobRequestGetByID(ctx, pool, requestID)
+		require.NoError(t, err)
+		return req.Status, req.Message
+	}
+	s, msg := status(completed.RequestID)
+	require.Equal(t, "DONE", s)
+	require.Equal(t, "recorded COMPLETED", msg)
+	s, msg = status(stoppedRun.RequestID)
+	require.Equal(t, "DONE", s)
+	require.Equal(t, "recorded STOPPED", msg)
+	s, msg = status(active.RequestID)
+	require.Equal(t, "FAILED", s)
+	require.Contains(t, msg, "the worker lost its result recording; execution abandoned")
+	require.Equal(t, "ABANDONED", testfactory.ExecutionByID(ctx, t, pool, active.ID).Status)
+	s, _ = status(held.RequestID)
+	require.Equal(t, "RUNNING", s, "a request the worker holds is its runner's")
+	s, _ = status(other.RequestID)
+	require.Equal(t, "RUNNING", s, "another worker's request is its own reconcile loop's")
+
+	// The stopped run and the abandoned one go to resume with their causes;
+	// a completed run has nothing to resume.
+	causes := map[int64]radartype.StopCause{}
+	for _, r := range resumes.runs {
+		causes[r.ExecutionID] = r.Cause
+	}
+	require.Equal(t, map[int64]radartype.StopCause{stoppedRun.ID: radartype.CauseDrain, active.ID: radartype.CauseDatabase}, causes)
+
+	n, err = worker.Reconcile(ctx, pool, nil, me, heldSet, resumes, discardLogger())
+	require.NoError(t, err)
+	require.Zero(t, n, "finished requests are not finished again")
 }

@@ -5,10 +5,13 @@ import (
 	"net/url"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/queries"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -37,7 +40,7 @@ func TestNewDatabaseIsolated(t *testing.T) {
 	// What one test writes, the other does not see.
 	_, err = pool1.Exec(ctx, "CREATE TABLE pgtest_marker (id int)")
 	require.NoError(t, err)
-	_, err = pool1.Exec(ctx, "INSERT INTO provider_call_budget (provider, day) VALUES ('molit', current_date)")
+	_, err = queries.New().ProviderCallBudgetLock(ctx, pool1, &queries.ProviderCallBudgetLockParams{Provider: "molit", Day: time.Now()})
 	require.NoError(t, err)
 
 	var marker bool

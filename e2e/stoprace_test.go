@@ -1,4 +1,4 @@
-package worker_test
+package e2e_test
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/queries/testfactory"
+	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
@@ -120,17 +122,13 @@ func TestStopRace_RequestWaitsForAStoppingExecution(t *testing.T) {
 	s := apptest.New(t, nil)
 	w, _ := s.StartWorker()
 	ctx := context.Background()
-	var execID int64
 	// The state a stop racing the end used to leave: the execution still
 	// STOPPING, its request already finished.
-	require.NoError(t, s.Pool.QueryRow(ctx, `WITH i AS (
-			INSERT INTO job_instance (job, params, params_hash) VALUES ('aptTrade', '{}', 'other') RETURNING id
-		), r AS (
-			INSERT INTO job_request (job, source, requested_by, estimated_calls, status, finished_at)
-			VALUES ('aptTrade', 'api', 'test', 1, 'DONE', now()) RETURNING id
-		)
-		INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, started_at)
-		SELECT i.id, 'aptTrade', r.id, 'STOPPING', $1, now() FROM i, r RETURNING id`, w.ID()).Scan(&execID))
+	finished := testfactory.Request(ctx, t, s.Pool, &testfactory.RequestOpts{Job: "aptTrade", RequestedBy: "test", EstimatedCalls: 1, Status: radartype.RequestDone})
+	execID := testfactory.Execution(ctx, t, s.Pool, &testfactory.ExecutionOpts{
+		InstanceID: testfactory.Instance(ctx, t, s.Pool, &testfactory.InstanceOpts{Job: "aptTrade", ParamsHash: "other"}).ID,
+		RequestID:  finished.ID, Unlinked: true, WorkerID: w.ID(), Status: radartype.ExecutionStopping,
+	}).ID
 
 	id := s.RequestAptTrade(apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-02"))
 	var riverJobID int64
@@ -147,8 +145,7 @@ func TestStopRace_RequestWaitsForAStoppingExecution(t *testing.T) {
 		return meta.Snoozes >= 2
 	})
 
-	_, err := s.Pool.Exec(ctx, `UPDATE job_execution SET status = 'STOPPED', ended_at = now() WHERE id = $1`, execID)
-	require.NoError(t, err)
+	testfactory.FinishExecution(ctx, t, s.Pool, execID, &testfactory.FinishOpts{Status: radartype.ExecutionStopped, KeepRequest: true})
 	done := s.WaitRequest(id, "DONE", "FAILED")
 	require.Equal(t, "COMPLETED", apptest.Execution(t, done)["status"], "%v", done)
 }

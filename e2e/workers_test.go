@@ -1,4 +1,4 @@
-package worker_test
+package e2e_test
 
 import (
 	"net/http"
@@ -9,8 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // GET /v1/workers pages newest first with an opaque cursor, in the same
@@ -26,10 +28,7 @@ func TestWorkers_ListPaging(t *testing.T) {
 		if i == 4 {
 			minutes = 3
 		}
-		_, err := s.Pool.Exec(t.Context(),
-			`INSERT INTO worker (id, hostname, pid, boot, started_at) VALUES ($1, 'a', $2, 'x', now() - make_interval(mins => 10 - $3))`,
-			id, i+1, minutes)
-		require.NoError(t, err)
+		testfactory.Worker(t.Context(), t, s.Pool, &testfactory.WorkerOpts{ID: id, PID: int32(i + 1), StartedAge: time.Duration(10-minutes) * time.Minute})
 	}
 	ids := func(page map[string]any) []string {
 		var out []string
@@ -74,16 +73,12 @@ func TestWorkers_ListPaging(t *testing.T) {
 func TestWorkers_Retention(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, nil)
-	insert := func(id string, silentFor time.Duration, status string) {
-		_, err := s.Pool.Exec(t.Context(),
-			`INSERT INTO worker (id, hostname, pid, boot, started_at, heartbeat_at, status)
-			 VALUES ($1, 'a', 1, 'x', now() - make_interval(secs => $2), now() - make_interval(secs => $2), $3)`,
-			id, silentFor.Seconds(), status)
-		require.NoError(t, err)
+	insert := func(id string, silentFor time.Duration, status radartype.WorkerStatus) {
+		testfactory.Worker(t.Context(), t, s.Pool, &testfactory.WorkerOpts{ID: id, PID: 1, Status: status, StartedAge: silentFor, HeartbeatAge: silentFor})
 	}
-	insert("old@a#x", time.Hour, "stopped")
-	insert("old-crashed@a#x", time.Hour, "running")
-	insert("recent@a#x", 0, "stopped")
+	insert("old@a#x", time.Hour, radartype.WorkerStopped)
+	insert("old-crashed@a#x", time.Hour, radartype.WorkerRunning)
+	insert("recent@a#x", 0, radartype.WorkerStopped)
 	w, _ := s.StartWorkerWith(s.Pool, func(wc *worker.Config, _ *batch.Config) { wc.Retention = time.Minute })
 
 	deadline := time.Now().Add(30 * time.Second)

@@ -1,4 +1,4 @@
-package worker_test
+package e2e_test
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -263,8 +264,9 @@ func TestSchedule_MissedBeyondCatchUpWindow(t *testing.T) {
 	}, Now: clock.Now})
 	// filingParse ran on another schedule ten days ago: the new schedule
 	// starts with this scheduler, not with the old one's last due time.
-	_, err := s.Pool.Exec(context.Background(), `INSERT INTO schedule_tick (job, due_at, spec, outcome) VALUES ('filingParse', $1, '30 18 * * *', 'enqueued')`, start.AddDate(0, 0, -10))
-	require.NoError(t, err)
+	testfactory.ScheduleTick(context.Background(), t, s.Pool, &testfactory.ScheduleTickOpts{
+		Job: filing.Name, DueAt: start.AddDate(0, 0, -10), Spec: "30 18 * * *", Outcome: observability.TickEnqueued,
+	})
 	w := s.StartScheduler()
 	s.WaitLeader(w)
 

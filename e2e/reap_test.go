@@ -1,4 +1,4 @@
-package worker_test
+package e2e_test
 
 import (
 	"context"
@@ -11,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // A reaper that was itself cut off from the database (a partition of its
@@ -22,11 +24,10 @@ func TestReaper_CutOffWaitsOneStaleWindowAfterReconnecting(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, nil)
 	ctx := context.Background()
-	_, err := s.Pool.Exec(ctx, `INSERT INTO worker (id, hostname, pid, boot, heartbeat_at) VALUES ('1@gone#dead', 'gone', 1, 'dead', now() - interval '1 hour')`)
-	require.NoError(t, err)
-	_, err = s.Pool.Exec(ctx, `INSERT INTO job_request (job, source, requested_by, estimated_calls, status, worker_id, claimed_at)
-		VALUES ('aptTrade', 'api', 'test', 1, 'RUNNING', '1@gone#dead', now())`)
-	require.NoError(t, err)
+	dead := testfactory.Worker(ctx, t, s.Pool, &testfactory.WorkerOpts{ID: "1@gone#dead", HeartbeatAge: time.Hour})
+	testfactory.Request(ctx, t, s.Pool, &testfactory.RequestOpts{
+		Job: "aptTrade", RequestedBy: "test", EstimatedCalls: 1, Status: radartype.RequestRunning, WorkerID: dead.ID,
+	})
 
 	// Staleness counts from the server's start at the earliest: let the
 	// test's cluster be up for a stale window first.
@@ -63,10 +64,11 @@ func TestReapPass_DeletesExpiredIdempotencyKeys(t *testing.T) {
 	owner, err := pgx.Connect(ctx, s.OwnerURL) // the workers' role may not insert keys
 	require.NoError(t, err)
 	defer owner.Close(ctx)
-	_, err = owner.Exec(ctx, `INSERT INTO idempotency_key (token_name, key, fingerprint, operation, status, response, expires_at) VALUES
-		('alice', 'expired', '\x00', 'POST /v1/jobs/aptTrade/stop', 202, '{}', now() - interval '1 second'),
-		('alice', 'kept', '\x00', 'POST /v1/jobs/aptTrade/stop', 202, '{}', now() + interval '1 hour')`)
-	require.NoError(t, err)
+	for key, retention := range map[string]time.Duration{"expired": 0, "kept": time.Hour} {
+		testfactory.IdempotencyKey(ctx, t, owner, &testfactory.IdempotencyKeyOpts{
+			TokenName: "alice", Key: key, Fingerprint: []byte{0}, Operation: "POST /v1/jobs/aptTrade/stop", Retention: retention,
+		})
+	}
 
 	s.StartWorker()
 	apptest.WaitUntil(t, time.Minute, "the reap pass to delete the expired key", func() bool {
