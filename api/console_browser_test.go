@@ -217,7 +217,9 @@ func (b *browser) Login(token string) {
 // The console in headless Chromium against the whole system: an operator
 // requests aptTrade from the form after seeing its estimate, watches it
 // complete without a reload, reads the 409 of a second request with a link
-// to the active one, stops a run (STOPPING, then STOPPED); a viewer finds no
+// to the active one, stops a run (STOPPING, then STOPPED), finds it among
+// the runs stopped or capped today and resumes it (the estimate and the
+// resumed execution's figures are what was left); a viewer finds no
 // action; the page is usable at phone width; no script error all along.
 func TestConsole_Browser(t *testing.T) {
 	t.Parallel()
@@ -306,6 +308,36 @@ func TestConsole_Browser(t *testing.T) {
 	b.waitFor("STOPPED", fmt.Sprintf(`(document.querySelector("#request-%s .exec-status") || {innerText: ""}).innerText.includes("STOPPED")`, running))
 	require.True(t, eval[bool](b, "window.__sameDocument === true"), "still the same page")
 	b.screenshot("stopped")
+
+	// Stopped or capped today: the stopped run with its cause, counted,
+	// with a link to the request list filtered so.
+	stoppedRow := fmt.Sprintf(`#stopped tr[data-request="%s"]`, running)
+	b.waitFor("the stop among today's", fmt.Sprintf("document.querySelector(%q) !== null", stoppedRow))
+	require.Equal(t, "operator", b.text(stoppedRow+" .cause"))
+	require.Contains(t, b.text(stoppedRow+" .progress"), "2 / 12 chunks")
+	require.Equal(t, "1", b.text("#stopped-count"))
+	require.Equal(t, "/v1/requests?outcome=STOPPED&endedOn=today", eval[string](b, `document.querySelector("#stopped-link").getAttribute("href")`))
+	b.screenshot("stopped-today")
+
+	// Its resume from the form: the estimate is the 10 calls of the chunks
+	// left; the resumed execution's figures are its own (10 of the 10
+	// chunks it had to do, 10 calls), its instance's all 12 chunks.
+	b.typeInto("#field-to", "2024-06")
+	b.Do("estimating the resume", chromedp.Click(chromedp.CSS("#estimate-button")))
+	b.waitFor("the resume's estimate", `(document.querySelector("#estimated-calls") || {}).innerText === "10"`)
+	b.Do("resuming", chromedp.Click(chromedp.CSS("#submit-request")))
+	b.waitFor("the accepted resume", `document.querySelector("#estimate-result a.request-link") !== null`)
+	resume := strings.TrimPrefix(b.text("#estimate-result a.request-link"), "request ")
+	require.Contains(t, b.text("#estimate-result"), "resuming execution")
+	b.waitFor("the resume COMPLETED", fmt.Sprintf(`(document.querySelector("#request-%s .exec-status") || {innerText: ""}).innerText.includes("COMPLETED")`, resume))
+	require.Contains(t, b.text("#request-"+resume+" .progress"), "10 / 10 chunks")
+	require.Contains(t, b.text("#request-"+resume+" .calls"), "10 of ~10")
+	b.click("#request-" + resume + " a.request-link")
+	b.waitFor("the resume's detail", fmt.Sprintf(`document.querySelector("#detail-id").innerText === %q && document.querySelector("#detail-body").innerText.includes("Instance")`, resume))
+	require.Contains(t, b.text("#detail-body"), "12 of 12 chunks")
+	require.Contains(t, b.text("#detail-body"), "10 / 10 (2 committed before it)")
+	b.waitFor("the stop still counted once", `document.querySelector("#stopped-count").innerText === "1"`)
+	b.screenshot("resumed")
 
 	// The audit trail shows the stop and the requests, by the token's name.
 	b.waitFor("the stop in the audit trail", `document.querySelector("#audit tbody").innerText.includes("stop")`)

@@ -186,14 +186,14 @@ func TestConsole_InsecureNoAuth(t *testing.T) {
 }
 
 // POST /v1/jobs/{job}/estimate validates like a request and answers the
-// estimate, writing no row.
+// estimate, writing no row; with nothing to resume, the whole run's.
 func TestConsole_Estimate(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_DAILY_CAP_MOLIT": "10"}})
 
 	status, out := s.Post("/v1/jobs/aptTrade/estimate", apptest.AptTradeBody([]string{"11110", "11140"}, "2025-01", "2025-03"))
 	require.Equal(t, http.StatusOK, status, "%v", out)
-	require.Equal(t, map[string]any{"job": "aptTrade", "estimatedCalls": float64(6)}, withoutSchema(out))
+	require.Equal(t, map[string]any{"job": "aptTrade", "estimatedCalls": float64(6), "resumesExecutionId": nil}, withoutSchema(out))
 
 	status, out = s.Post("/v1/jobs/aptTrade/estimate", apptest.AptTradeBody([]string{"11110"}, "2025-13", "2025-03"))
 	require.Equal(t, http.StatusBadRequest, status)

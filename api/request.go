@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -33,7 +34,7 @@ type RequestCreateOutput struct {
 		RequestID          string  `json:"requestId"`
 		Job                string  `json:"job"`
 		Status             string  `json:"status" enum:"QUEUED"`
-		EstimatedCalls     int     `json:"estimatedCalls" doc:"external calls the whole run would make"`
+		EstimatedCalls     int     `json:"estimatedCalls" doc:"external calls the run is estimated to make: the whole plan's when it starts a new instance; when it resumes one (resumesExecutionId), those of the chunks the instance has left"`
 		ResumesExecutionID *string `json:"resumesExecutionId" doc:"the execution this request resumes, or null when it starts a new instance"`
 	}
 }
@@ -41,8 +42,9 @@ type RequestCreateOutput struct {
 // RequestEstimateOutput is POST /v1/jobs/{job}/estimate.
 type RequestEstimateOutput struct {
 	Body struct {
-		Job            string `json:"job"`
-		EstimatedCalls int    `json:"estimatedCalls" doc:"external calls the whole run would make"`
+		Job                string  `json:"job"`
+		EstimatedCalls     int     `json:"estimatedCalls" doc:"external calls the run would make if requested now: the whole plan's for a new instance; for a resume (resumesExecutionId), those of the chunks the instance has left"`
+		ResumesExecutionID *string `json:"resumesExecutionId" doc:"the execution a request with this body would resume now, or null when it would start a new instance"`
 	}
 }
 
@@ -92,6 +94,7 @@ type requestListInput struct {
 	Status  string `query:"status" doc:"only this status: QUEUED, RUNNING, DONE or FAILED (a request that was served reads DONE however its run ended: see outcome)"`
 	Outcome string `query:"outcome" doc:"only requests whose execution ended so: COMPLETED, STOPPED (an operator's stop, maxCalls, a daily cap, a drain...), FAILED or ABANDONED"`
 	Cause   string `query:"cause" doc:"with outcome: only requests whose execution's stop cause is this: drain, reap, database, provider-rate, operator, cap, max_calls or failure"`
+	EndedOn string `query:"endedOn" doc:"with outcome: only requests whose execution ended on this day, YYYY-MM-DD or today, in BUILDRISK_TIMEZONE by the database's clock (outcome=STOPPED&endedOn=today: the runs stopped or capped today)"`
 	Limit   string `query:"limit" doc:"page size, 1..500 (default 50)"`
 	Cursor  string `query:"cursor" doc:"nextCursor of the previous page"`
 }
@@ -148,7 +151,8 @@ func (s *Server) registerRequests(api huma.API) {
 		Path:        "/v1/jobs/{job}/estimate",
 		Summary:     "Estimate a run's external calls without requesting it",
 		Description: "Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, " +
-			"including an estimate above the provider's daily cap) and answers the call estimate. Writes nothing.",
+			"including an estimate above the provider's daily cap) and answers the call estimate that request would get now: " +
+			"the whole plan's, or, when it would resume a stopped run, that of the chunks left. Writes nothing.",
 		Tags:     []string{"requests"},
 		Security: []map[string][]string{{"bearer": {}}},
 		Errors:   []int{http.StatusBadRequest, http.StatusNotFound},
@@ -279,13 +283,14 @@ func (s *Server) estimateRequest(ctx context.Context, in *requestCreateInput) (*
 	if err != nil {
 		return nil, err
 	}
-	_, decoded, err := s.cfg.Enqueuer.Validate(ctx, s.reads, params)
+	estimate, err := s.cfg.Enqueuer.Estimate(ctx, s.reads, params)
 	if err != nil {
 		return nil, s.problemFrom(ctx, err)
 	}
 	out := &RequestEstimateOutput{}
 	out.Body.Job = in.Job
-	out.Body.EstimatedCalls = decoded.EstimatedCalls
+	out.Body.EstimatedCalls = estimate.Calls
+	out.Body.ResumesExecutionID = formatIDPtr(estimate.ResumesExecutionID)
 	return out, nil
 }
 
@@ -320,7 +325,7 @@ var requestStatusList = func() string {
 // requestPage reads one page of the request list: by their execution's
 // outcome (and stop cause) when one is asked for, down the executions of
 // that outcome, else down the requests.
-func (s *Server) requestPage(ctx context.Context, job string, params *queries.JobRequestListParams, outcome, cause string) ([]*queries.JobRequest, error) {
+func (s *Server) requestPage(ctx context.Context, job string, params *queries.JobRequestListParams, outcome, cause string, endedOn *string) ([]*queries.JobRequest, error) {
 	if outcome == "" {
 		if job != "" {
 			// One job's page goes down the job's index (JobRequestListByJob).
@@ -339,6 +344,26 @@ func (s *Server) requestPage(ctx context.Context, job string, params *queries.Jo
 	if cause != "" {
 		byOutcome.Cause = &cause
 	}
+	if endedOn != nil {
+		// One day's executions of the outcome, down their (status,
+		// ended_at) index; *endedOn is a date, or "" for today.
+		var day *string
+		if *endedOn != "" {
+			day = endedOn
+		}
+		rows, err := s.queries.JobRequestListByOutcomeEnded(ctx, s.reads, &queries.JobRequestListByOutcomeEndedParams{
+			Outcome: outcome, Cause: byOutcome.Cause, Job: byOutcome.Job, Status: params.Status, BeforeID: params.BeforeID,
+			MaxRows: params.MaxRows, Tz: s.cfg.Coverage.Location().String(), Day: day,
+		})
+		if err != nil {
+			return nil, err
+		}
+		requests := make([]*queries.JobRequest, len(rows))
+		for i, r := range rows {
+			requests[i] = &r.JobRequest
+		}
+		return requests, nil
+	}
 	rows, err := s.queries.JobRequestListByOutcome(ctx, s.reads, byOutcome)
 	if err != nil {
 		return nil, err
@@ -348,6 +373,19 @@ func (s *Server) requestPage(ctx context.Context, job string, params *queries.Jo
 		requests[i] = &r.JobRequest
 	}
 	return requests, nil
+}
+
+// parseEndedOn reads GET /v1/requests's endedOn: "" for today, or the
+// date it names; ok is false for anything else.
+func parseEndedOn(s string) (string, bool) {
+	if s == "today" {
+		return "", true
+	}
+	day, err := time.Parse(time.DateOnly, s)
+	if err != nil || day.Year() < 1 {
+		return "", false
+	}
+	return day.Format(time.DateOnly), true
 }
 
 // outcomeList and causeList name an execution's outcomes and stop causes
@@ -393,6 +431,17 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 			return nil, badQuery("cause", "give the outcome it ended with too (outcome=STOPPED, FAILED or ABANDONED)")
 		}
 	}
+	var endedOn *string
+	if in.EndedOn != "" {
+		day, ok := parseEndedOn(in.EndedOn)
+		if !ok {
+			return nil, badQuery("endedOn", fmt.Sprintf("%s is not a day: YYYY-MM-DD or today", jobs.Quote(in.EndedOn)))
+		}
+		if in.Outcome == "" {
+			return nil, badQuery("endedOn", "give the outcome it ended with too (outcome=STOPPED&endedOn=today: the runs stopped or capped today)")
+		}
+		endedOn = &day
+	}
 	if in.Limit != "" {
 		limit, err := strconv.Atoi(in.Limit)
 		if err != nil || strings.TrimLeft(in.Limit, "0123456789") != "" || limit < 1 || limit > RequestListLimitMax {
@@ -407,7 +456,7 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 		}
 		params.BeforeID = &before
 	}
-	rows, err := s.requestPage(ctx, in.Job, params, in.Outcome, in.Cause)
+	rows, err := s.requestPage(ctx, in.Job, params, in.Outcome, in.Cause, endedOn)
 	if err != nil {
 		return nil, s.problemFrom(ctx, err)
 	}

@@ -94,6 +94,7 @@ func TestRequestPath_GetRequestInOneStatement(t *testing.T) {
 	require.Equal(t, fmt.Sprint(instanceID), instance["id"])
 	require.Equal(t, float64(2), instance["executions"])
 	require.Equal(t, float64(2), instance["chunksDone"])
+	require.Equal(t, float64(5), instance["chunksPlanned"], "the most any of its executions planned")
 	require.Equal(t, float64(3+4+2), instance["itemsWritten"], "chunks' written plus the parts' items")
 	require.Equal(t, float64(1), instance["itemsSkipped"])
 	require.Equal(t, float64(1), instance["itemsFailed"])

@@ -58,8 +58,10 @@ func TestLifecycle_StopAtChunkBoundary(t *testing.T) {
 	resumed := s.WaitRequest(again["requestId"].(string), "DONE", "FAILED")
 	resumedExec := apptest.Execution(t, resumed)
 	require.Equal(t, "COMPLETED", resumedExec["status"], "%v", resumed)
-	require.Equal(t, float64(12), resumedExec["chunksDone"])
+	require.Equal(t, float64(6), resumedExec["chunksDone"], "the resume's own chunks")
+	require.Equal(t, float64(6), resumedExec["chunksBefore"])
 	require.Equal(t, float64(6), resumedExec["externalCalls"])
+	require.Equal(t, float64(12), resumed["instance"].(map[string]any)["chunksDone"])
 	apptest.RequireEachKeyOnce(t, s, 12)
 
 	status, _ = s.Post("/v1/jobs/aptTrade/stop", "")
@@ -191,7 +193,8 @@ func TestLifecycle_DailyCap(t *testing.T) {
 	require.Equal(t, againExec["id"], next["resumesExecutionId"])
 	nextExec := apptest.Execution(t, s.WaitRequest(next["requestId"].(string), "DONE"))
 	require.Equal(t, "STOPPED", nextExec["status"])
-	require.Equal(t, float64(20), nextExec["chunksDone"])
+	require.Equal(t, float64(10), nextExec["chunksDone"], "the day's own chunks")
+	require.Equal(t, float64(10), nextExec["chunksBefore"])
 	require.Equal(t, float64(10), nextExec["externalCalls"])
 	apptest.RequireEachKeyOnce(t, s, 20)
 	first := map[string]bool{}

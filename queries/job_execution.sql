@@ -38,11 +38,14 @@ LIMIT 1;
 -- JobExecutionStart records the plan and moves STARTING to STARTED; it
 -- returns the status, which is STOPPING when a stop came in meanwhile. Like
 -- every write of a run it is fenced: no row when the execution is no longer
--- active under this worker and lease epoch.
+-- active under this worker and lease epoch. chunks_done is the plan's
+-- chunks already committed by earlier executions of the instance, which
+-- chunks_before keeps: the execution's own commits are the chunks_done
+-- added after it (migration 00019).
 UPDATE job_execution
 SET status = CASE WHEN status = 'STARTING' THEN 'STARTED' ELSE status END,
     started_at = now(), last_updated = now(),
-    chunks_total = @chunks_total, chunks_done = @chunks_done, targets = @targets
+    chunks_total = @chunks_total, chunks_done = @chunks_done, chunks_before = @chunks_done, targets = @targets
 WHERE job_execution.id = @id
   AND execution_owned(job_execution, @worker_id::text, @lease_epoch::bigint)
 RETURNING status;

@@ -212,7 +212,7 @@ func (q *Queries) JobExecutionFinish(ctx context.Context, db DBTX, arg *JobExecu
 }
 
 const jobExecutionGetByID = `-- name: JobExecutionGetByID :one
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at FROM job_execution WHERE id = $1
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at, chunks_before FROM job_execution WHERE id = $1
 `
 
 func (q *Queries) JobExecutionGetByID(ctx context.Context, db DBTX, id int64) (*JobExecution, error) {
@@ -241,6 +241,7 @@ func (q *Queries) JobExecutionGetByID(ctx context.Context, db DBTX, id int64) (*
 		&i.LeaseEpoch,
 		&i.StopCause,
 		&i.ResumeAt,
+		&i.ChunksBefore,
 	)
 	return &i, err
 }
@@ -272,7 +273,7 @@ func (q *Queries) JobExecutionIDsByInstance(ctx context.Context, db DBTX, instan
 const jobExecutionInsert = `-- name: JobExecutionInsert :one
 INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, lease_epoch)
 VALUES ($1, $2, $3, 'STARTING', $4, $5)
-RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at
+RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at, chunks_before
 `
 
 type JobExecutionInsertParams struct {
@@ -317,12 +318,13 @@ func (q *Queries) JobExecutionInsert(ctx context.Context, db DBTX, arg *JobExecu
 		&i.LeaseEpoch,
 		&i.StopCause,
 		&i.ResumeAt,
+		&i.ChunksBefore,
 	)
 	return &i, err
 }
 
 const jobExecutionLastByJob = `-- name: JobExecutionLastByJob :one
-SELECT e.id, e.instance_id, e.job, e.request_id, e.status, e.worker_id, e.created_at, e.started_at, e.ended_at, e.last_updated, e.exit_message, e.chunks_total, e.chunks_done, e.targets, e.items_written, e.items_skipped, e.items_failed, e.external_calls, e.domain_rows, e.lease_epoch, e.stop_cause, e.resume_at, i.params_hash, i.confirm_purge AS instance_confirm_purge
+SELECT e.id, e.instance_id, e.job, e.request_id, e.status, e.worker_id, e.created_at, e.started_at, e.ended_at, e.last_updated, e.exit_message, e.chunks_total, e.chunks_done, e.targets, e.items_written, e.items_skipped, e.items_failed, e.external_calls, e.domain_rows, e.lease_epoch, e.stop_cause, e.resume_at, e.chunks_before, i.params_hash, i.confirm_purge AS instance_confirm_purge
 FROM job_execution e
 JOIN job_instance i ON i.id = e.instance_id
 WHERE i.id = (SELECT ji.id FROM job_instance ji
@@ -371,6 +373,7 @@ func (q *Queries) JobExecutionLastByJob(ctx context.Context, db DBTX, job string
 		&i.JobExecution.LeaseEpoch,
 		&i.JobExecution.StopCause,
 		&i.JobExecution.ResumeAt,
+		&i.JobExecution.ChunksBefore,
 		&i.ParamsHash,
 		&i.InstanceConfirmPurge,
 	)
@@ -378,7 +381,7 @@ func (q *Queries) JobExecutionLastByJob(ctx context.Context, db DBTX, job string
 }
 
 const jobExecutionListByIDs = `-- name: JobExecutionListByIDs :many
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at FROM job_execution WHERE id = ANY($1::bigint[])
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at, chunks_before FROM job_execution WHERE id = ANY($1::bigint[])
 `
 
 func (q *Queries) JobExecutionListByIDs(ctx context.Context, db DBTX, ids []int64) ([]*JobExecution, error) {
@@ -413,6 +416,7 @@ func (q *Queries) JobExecutionListByIDs(ctx context.Context, db DBTX, ids []int6
 			&i.LeaseEpoch,
 			&i.StopCause,
 			&i.ResumeAt,
+			&i.ChunksBefore,
 		); err != nil {
 			return nil, err
 		}
@@ -483,7 +487,7 @@ WHERE id = (
     ORDER BY je.job, je.id DESC LIMIT 1
 )
   AND status IN ('STARTING', 'STARTED')
-RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at
+RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at, chunks_before
 `
 
 // JobExecutionRequestStop marks the job's running execution STOPPING without
@@ -519,12 +523,13 @@ func (q *Queries) JobExecutionRequestStop(ctx context.Context, db DBTX, job stri
 		&i.LeaseEpoch,
 		&i.StopCause,
 		&i.ResumeAt,
+		&i.ChunksBefore,
 	)
 	return &i, err
 }
 
 const jobExecutionRunningByJob = `-- name: JobExecutionRunningByJob :one
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at FROM job_execution
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at, chunks_before FROM job_execution
 WHERE job >= $1::text AND job <= $1::text AND status IN ('STARTING', 'STARTED', 'STOPPING')
 ORDER BY job, id DESC
 LIMIT 1
@@ -559,6 +564,7 @@ func (q *Queries) JobExecutionRunningByJob(ctx context.Context, db DBTX, job str
 		&i.LeaseEpoch,
 		&i.StopCause,
 		&i.ResumeAt,
+		&i.ChunksBefore,
 	)
 	return &i, err
 }
@@ -593,7 +599,7 @@ const jobExecutionStart = `-- name: JobExecutionStart :one
 UPDATE job_execution
 SET status = CASE WHEN status = 'STARTING' THEN 'STARTED' ELSE status END,
     started_at = now(), last_updated = now(),
-    chunks_total = $1, chunks_done = $2, targets = $3
+    chunks_total = $1, chunks_done = $2, chunks_before = $2, targets = $3
 WHERE job_execution.id = $4
   AND execution_owned(job_execution, $5::text, $6::bigint)
 RETURNING status
@@ -611,7 +617,10 @@ type JobExecutionStartParams struct {
 // JobExecutionStart records the plan and moves STARTING to STARTED; it
 // returns the status, which is STOPPING when a stop came in meanwhile. Like
 // every write of a run it is fenced: no row when the execution is no longer
-// active under this worker and lease epoch.
+// active under this worker and lease epoch. chunks_done is the plan's
+// chunks already committed by earlier executions of the instance, which
+// chunks_before keeps: the execution's own commits are the chunks_done
+// added after it (migration 00019).
 func (q *Queries) JobExecutionStart(ctx context.Context, db DBTX, arg *JobExecutionStartParams) (string, error) {
 	row := db.QueryRow(ctx, jobExecutionStart,
 		arg.ChunksTotal,

@@ -18,3 +18,12 @@ FROM job_execution WHERE instance_id = @instance_id;
 -- epoch; from then on, writes of any earlier execution of the instance find
 -- the epoch moved and write nothing.
 UPDATE job_instance SET lease_epoch = lease_epoch + 1 WHERE id = @id RETURNING lease_epoch;
+
+-- name: JobInstanceChunksLeft :one
+-- JobInstanceChunksLeft returns an instance's plan and what is left of it:
+-- the most chunks any of its executions planned (0 when none has planned
+-- yet) and the chunks committed. A resume's call estimate is the part of
+-- the whole run's for the chunks left. Two lookups by the instance
+-- (job_execution_instance_id_idx, job_checkpoint's primary key).
+SELECT coalesce((SELECT max(e.chunks_total) FROM job_execution e WHERE e.instance_id = @instance_id), 0)::bigint AS planned,
+       (SELECT count(*) FROM job_checkpoint c WHERE c.instance_id = @instance_id)::bigint AS committed;

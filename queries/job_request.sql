@@ -45,11 +45,13 @@ FROM job_request_enqueue_state(@job::text);
 -- job_checkpoint's (instance_id, chunk) key, job_checkpoint_part's and
 -- job_execution's instance indexes), so the plan stays the same however
 -- much history there is. The execution's columns are NULL when the request
--- has none.
+-- has none. The instance's planned chunks are the most any of its
+-- executions planned (an execution that never started planned none).
 SELECT sqlc.embed(r),
        e.id AS exec_id, e.instance_id AS exec_instance_id, e.status AS exec_status, e.stop_cause AS exec_stop_cause,
        e.started_at AS exec_started_at, e.ended_at AS exec_ended_at, e.last_updated AS exec_last_updated,
        e.exit_message AS exec_exit_message, e.chunks_total AS exec_chunks_total, e.chunks_done AS exec_chunks_done,
+       e.chunks_before AS exec_chunks_before,
        e.targets AS exec_targets, e.items_written AS exec_items_written, e.items_skipped AS exec_items_skipped,
        e.items_failed AS exec_items_failed, e.external_calls AS exec_external_calls, e.domain_rows AS exec_domain_rows,
        coalesce(ct.chunks, 0)::bigint AS instance_chunks,
@@ -57,7 +59,8 @@ SELECT sqlc.embed(r),
        coalesce(ct.skipped, 0)::bigint AS instance_skipped,
        coalesce(ct.failed, 0)::bigint AS instance_failed,
        coalesce(et.executions, 0)::integer AS instance_executions,
-       coalesce(et.external_calls, 0)::bigint AS instance_external_calls
+       coalesce(et.external_calls, 0)::bigint AS instance_external_calls,
+       coalesce(et.chunks_planned, 0)::integer AS instance_chunks_planned
 FROM job_request r
 LEFT JOIN job_execution e ON e.id = r.execution_id
 LEFT JOIN LATERAL (
@@ -68,7 +71,7 @@ LEFT JOIN LATERAL (
     SELECT sum(cardinality(p.items)) AS items FROM job_checkpoint_part p WHERE p.instance_id = e.instance_id
 ) pt ON true
 LEFT JOIN LATERAL (
-    SELECT count(*) AS executions, sum(x.external_calls) AS external_calls
+    SELECT count(*) AS executions, sum(x.external_calls) AS external_calls, max(x.chunks_total) AS chunks_planned
     FROM job_execution x WHERE x.instance_id = e.instance_id
 ) et ON true
 WHERE r.id = @id;
@@ -122,6 +125,28 @@ WHERE e.status = @outcome
   AND (sqlc.narg('status')::text IS NULL OR job_request.status = sqlc.narg('status'))
   -- The cursor bounds both sides of the join, so that neither is read
   -- from the newest row down to it.
+  AND (sqlc.narg('before_id')::bigint IS NULL OR (e.request_id < sqlc.narg('before_id') AND job_request.id < sqlc.narg('before_id')))
+ORDER BY e.request_id DESC
+LIMIT @max_rows;
+
+-- name: JobRequestListByOutcomeEnded :many
+-- JobRequestListByOutcomeEnded is JobRequestListByOutcome of the executions
+-- that ended on one day: day (YYYY-MM-DD; NULL: today) in time zone tz, by
+-- the database's clock, the clock ended_at was written with. It finds
+-- them down job_execution_outcome_ended_idx (status, ended_at), the day's
+-- rows of that outcome whatever the history, and pages them newest
+-- request first like JobRequestListByOutcome. The day's bounds are
+-- written out in the condition (not read from a CTE) so that the planner,
+-- planning at each call, sees the range it scans.
+SELECT sqlc.embed(job_request)
+FROM job_execution e
+JOIN job_request ON job_request.id = e.request_id
+WHERE e.status = @outcome
+  AND e.ended_at >= (coalesce(CAST(sqlc.narg('day')::text AS date), (now() AT TIME ZONE @tz::text)::date)::timestamp AT TIME ZONE @tz::text)
+  AND e.ended_at < ((coalesce(CAST(sqlc.narg('day')::text AS date), (now() AT TIME ZONE @tz::text)::date) + 1)::timestamp AT TIME ZONE @tz::text)
+  AND (sqlc.narg('cause')::text IS NULL OR e.stop_cause = sqlc.narg('cause'))
+  AND (sqlc.narg('job')::text IS NULL OR job_request.job = sqlc.narg('job'))
+  AND (sqlc.narg('status')::text IS NULL OR job_request.status = sqlc.narg('status'))
   AND (sqlc.narg('before_id')::bigint IS NULL OR (e.request_id < sqlc.narg('before_id') AND job_request.id < sqlc.narg('before_id')))
 ORDER BY e.request_id DESC
 LIMIT @max_rows;

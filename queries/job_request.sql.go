@@ -509,6 +509,95 @@ func (q *Queries) JobRequestListByOutcome(ctx context.Context, db DBTX, arg *Job
 	return items, nil
 }
 
+const jobRequestListByOutcomeEnded = `-- name: JobRequestListByOutcomeEnded :many
+SELECT job_request.id, job_request.job, job_request.params, job_request.params_hash, job_request.max_calls, job_request.confirm_purge, job_request.source, job_request.requested_by, job_request.status, job_request.estimated_calls, job_request.resumes_execution_id, job_request.river_job_id, job_request.execution_id, job_request.worker_id, job_request.message, job_request.created_at, job_request.claimed_at, job_request.finished_at, job_request.due_at, job_request.resume_cause, job_request.not_before
+FROM job_execution e
+JOIN job_request ON job_request.id = e.request_id
+WHERE e.status = $1
+  AND e.ended_at >= (coalesce(CAST($3::text AS date), (now() AT TIME ZONE $2::text)::date)::timestamp AT TIME ZONE $2::text)
+  AND e.ended_at < ((coalesce(CAST($3::text AS date), (now() AT TIME ZONE $2::text)::date) + 1)::timestamp AT TIME ZONE $2::text)
+  AND ($4::text IS NULL OR e.stop_cause = $4)
+  AND ($5::text IS NULL OR job_request.job = $5)
+  AND ($6::text IS NULL OR job_request.status = $6)
+  AND ($7::bigint IS NULL OR (e.request_id < $7 AND job_request.id < $7))
+ORDER BY e.request_id DESC
+LIMIT $8
+`
+
+type JobRequestListByOutcomeEndedParams struct {
+	Outcome  string
+	Tz       string
+	Day      *string
+	Cause    *string
+	Job      *string
+	Status   *string
+	BeforeID *int64
+	MaxRows  int32
+}
+
+type JobRequestListByOutcomeEndedRow struct {
+	JobRequest JobRequest
+}
+
+// JobRequestListByOutcomeEnded is JobRequestListByOutcome of the executions
+// that ended on one day: day (YYYY-MM-DD; NULL: today) in time zone tz, by
+// the database's clock, the clock ended_at was written with. It finds
+// them down job_execution_outcome_ended_idx (status, ended_at), the day's
+// rows of that outcome whatever the history, and pages them newest
+// request first like JobRequestListByOutcome. The day's bounds are
+// written out in the condition (not read from a CTE) so that the planner,
+// planning at each call, sees the range it scans.
+func (q *Queries) JobRequestListByOutcomeEnded(ctx context.Context, db DBTX, arg *JobRequestListByOutcomeEndedParams) ([]*JobRequestListByOutcomeEndedRow, error) {
+	rows, err := db.Query(ctx, jobRequestListByOutcomeEnded,
+		arg.Outcome,
+		arg.Tz,
+		arg.Day,
+		arg.Cause,
+		arg.Job,
+		arg.Status,
+		arg.BeforeID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*JobRequestListByOutcomeEndedRow
+	for rows.Next() {
+		var i JobRequestListByOutcomeEndedRow
+		if err := rows.Scan(
+			&i.JobRequest.ID,
+			&i.JobRequest.Job,
+			&i.JobRequest.Params,
+			&i.JobRequest.ParamsHash,
+			&i.JobRequest.MaxCalls,
+			&i.JobRequest.ConfirmPurge,
+			&i.JobRequest.Source,
+			&i.JobRequest.RequestedBy,
+			&i.JobRequest.Status,
+			&i.JobRequest.EstimatedCalls,
+			&i.JobRequest.ResumesExecutionID,
+			&i.JobRequest.RiverJobID,
+			&i.JobRequest.ExecutionID,
+			&i.JobRequest.WorkerID,
+			&i.JobRequest.Message,
+			&i.JobRequest.CreatedAt,
+			&i.JobRequest.ClaimedAt,
+			&i.JobRequest.FinishedAt,
+			&i.JobRequest.DueAt,
+			&i.JobRequest.ResumeCause,
+			&i.JobRequest.NotBefore,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobRequestListOrphaned = `-- name: JobRequestListOrphaned :many
 SELECT r.id, r.job, r.river_job_id,
        coalesce(CASE WHEN j.state = 'running' THEN j.attempted_by[array_length(j.attempted_by, 1)] END, '')::text AS fetched_by,
@@ -889,6 +978,7 @@ SELECT r.id, r.job, r.params, r.params_hash, r.max_calls, r.confirm_purge, r.sou
        e.id AS exec_id, e.instance_id AS exec_instance_id, e.status AS exec_status, e.stop_cause AS exec_stop_cause,
        e.started_at AS exec_started_at, e.ended_at AS exec_ended_at, e.last_updated AS exec_last_updated,
        e.exit_message AS exec_exit_message, e.chunks_total AS exec_chunks_total, e.chunks_done AS exec_chunks_done,
+       e.chunks_before AS exec_chunks_before,
        e.targets AS exec_targets, e.items_written AS exec_items_written, e.items_skipped AS exec_items_skipped,
        e.items_failed AS exec_items_failed, e.external_calls AS exec_external_calls, e.domain_rows AS exec_domain_rows,
        coalesce(ct.chunks, 0)::bigint AS instance_chunks,
@@ -896,7 +986,8 @@ SELECT r.id, r.job, r.params, r.params_hash, r.max_calls, r.confirm_purge, r.sou
        coalesce(ct.skipped, 0)::bigint AS instance_skipped,
        coalesce(ct.failed, 0)::bigint AS instance_failed,
        coalesce(et.executions, 0)::integer AS instance_executions,
-       coalesce(et.external_calls, 0)::bigint AS instance_external_calls
+       coalesce(et.external_calls, 0)::bigint AS instance_external_calls,
+       coalesce(et.chunks_planned, 0)::integer AS instance_chunks_planned
 FROM job_request r
 LEFT JOIN job_execution e ON e.id = r.execution_id
 LEFT JOIN LATERAL (
@@ -907,7 +998,7 @@ LEFT JOIN LATERAL (
     SELECT sum(cardinality(p.items)) AS items FROM job_checkpoint_part p WHERE p.instance_id = e.instance_id
 ) pt ON true
 LEFT JOIN LATERAL (
-    SELECT count(*) AS executions, sum(x.external_calls) AS external_calls
+    SELECT count(*) AS executions, sum(x.external_calls) AS external_calls, max(x.chunks_total) AS chunks_planned
     FROM job_execution x WHERE x.instance_id = e.instance_id
 ) et ON true
 WHERE r.id = $1
@@ -925,6 +1016,7 @@ type JobRequestViewRow struct {
 	ExecExitMessage       *string
 	ExecChunksTotal       *int32
 	ExecChunksDone        *int32
+	ExecChunksBefore      *int32
 	ExecTargets           *int64
 	ExecItemsWritten      *int64
 	ExecItemsSkipped      *int64
@@ -937,6 +1029,7 @@ type JobRequestViewRow struct {
 	InstanceFailed        int64
 	InstanceExecutions    int32
 	InstanceExternalCalls int64
+	InstanceChunksPlanned int32
 }
 
 // JobRequestView answers GET /v1/requests/{id} in one statement (it took
@@ -948,7 +1041,8 @@ type JobRequestViewRow struct {
 // job_checkpoint's (instance_id, chunk) key, job_checkpoint_part's and
 // job_execution's instance indexes), so the plan stays the same however
 // much history there is. The execution's columns are NULL when the request
-// has none.
+// has none. The instance's planned chunks are the most any of its
+// executions planned (an execution that never started planned none).
 func (q *Queries) JobRequestView(ctx context.Context, db DBTX, id int64) (*JobRequestViewRow, error) {
 	row := db.QueryRow(ctx, jobRequestView, id)
 	var i JobRequestViewRow
@@ -984,6 +1078,7 @@ func (q *Queries) JobRequestView(ctx context.Context, db DBTX, id int64) (*JobRe
 		&i.ExecExitMessage,
 		&i.ExecChunksTotal,
 		&i.ExecChunksDone,
+		&i.ExecChunksBefore,
 		&i.ExecTargets,
 		&i.ExecItemsWritten,
 		&i.ExecItemsSkipped,
@@ -996,6 +1091,7 @@ func (q *Queries) JobRequestView(ctx context.Context, db DBTX, id int64) (*JobRe
 		&i.InstanceFailed,
 		&i.InstanceExecutions,
 		&i.InstanceExternalCalls,
+		&i.InstanceChunksPlanned,
 	)
 	return &i, err
 }

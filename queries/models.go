@@ -219,6 +219,7 @@ type JobExecution struct {
 	LeaseEpoch    int64
 	StopCause     string
 	ResumeAt      *time.Time
+	ChunksBefore  int32
 }
 
 type JobInstance struct {

@@ -90,6 +90,12 @@ func TestPlans_NoSeqScanOfBigTablesWithHistory(t *testing.T) {
 		// A rare outcome and a common one: a page either way.
 		{"JobRequestListByOutcomeRare", jobRequestListByOutcome, []any{"STOPPED", "max_calls", nil, nil, nil, int32(50)}},
 		{"JobRequestListByOutcomeCommon", jobRequestListByOutcome, []any{"COMPLETED", nil, "aptTrade", "DONE", int64(50_000), int32(50)}},
+		// One day's executions of an outcome: today's stops (none among
+		// the history) and a day without any, whatever the outcome's
+		// history.
+		{"JobRequestListByOutcomeEndedToday", jobRequestListByOutcomeEnded, []any{"STOPPED", "Asia/Seoul", nil, nil, nil, nil, nil, int32(100)}},
+		{"JobRequestListByOutcomeEndedPastDay", jobRequestListByOutcomeEnded, []any{"COMPLETED", "Asia/Seoul", "2025-01-31", nil, "aptTrade", nil, nil, int32(50)}},
+		{"JobInstanceChunksLeft", jobInstanceChunksLeft, []any{int64(5)}},
 		{"JobRequestClaim", jobRequestClaim, []any{"w", int64(5)}},
 		{"JobRequestListRunningByWorker", jobRequestListRunningByWorker, []any{bulk.LiveWorker}},
 		{"JobRequestListQueued", jobRequestListQueued, nil},

@@ -100,10 +100,13 @@ func TestPgBouncer_TransactionPooling(t *testing.T) {
 		status, again := s.Post("/v1/jobs/aptTrade/requests", body)
 		require.Equal(t, http.StatusAccepted, status, "%v", again)
 		require.Equal(t, exec["id"], again["resumesExecutionId"])
+		require.Equal(t, float64(6), again["estimatedCalls"], "the chunks left")
 		resumed := s.WaitRequest(again["requestId"].(string), "DONE", "FAILED")
 		resumedExec := apptest.Execution(t, resumed)
 		require.Equal(t, "COMPLETED", resumedExec["status"], "%v", resumed)
-		require.Equal(t, float64(12), resumedExec["chunksDone"])
+		require.Equal(t, float64(6), resumedExec["chunksDone"], "the resume's own chunks")
+		require.Equal(t, float64(6), resumedExec["chunksBefore"])
+		require.Equal(t, float64(12), resumed["instance"].(map[string]any)["chunksDone"])
 	}
 
 	// 6 + 2 + 12 combinations, each fetched exactly once: no chunk was

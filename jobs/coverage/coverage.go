@@ -100,6 +100,10 @@ func New(db queries.DBTX, cfg Config) (*Reader, error) {
 	return &Reader{cfg: cfg.WithDefaults(), db: db}, nil
 }
 
+// Location is the jobs' zone (Config.Location): the days of coverage and
+// history are its days.
+func (r *Reader) Location() *time.Location { return r.cfg.Location }
+
 // Jobs returns the names of the catalog's jobs with a coverage definition,
 // in catalog order.
 func (r *Reader) Jobs() []string {

@@ -171,7 +171,9 @@ type Guard interface {
 
 // EnqueueResult is an accepted request.
 type EnqueueResult struct {
-	Request            *queries.JobRequest
+	Request *queries.JobRequest
+	// EstimatedCalls is the request's call estimate: the whole run's for a
+	// new instance, the chunks left's for a resume (callsLeft).
 	EstimatedCalls     int
 	ResumesExecutionID *int64
 }
@@ -315,6 +317,12 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 	if !p.ConfirmPurge && state.LastExecutionID != 0 && resumes(state.LastStatus, state.LastParamsHash, state.LastConfirmPurge, paramsHash) {
 		resumesID = &state.LastExecutionID
 	}
+	estimated := params.EstimatedCalls
+	if resumesID != nil {
+		if estimated, err = e.resumeEstimate(ctx, tx, state.LastInstanceID, estimated); err != nil {
+			return nil, err
+		}
+	}
 	var riverJobID *int64
 	if e.river != nil && p.WorkerID == "" {
 		res, err := e.insertRun(ctx, tx, p, state.NextRequestID)
@@ -332,7 +340,7 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 		ConfirmPurge:       p.ConfirmPurge,
 		Source:             string(p.Source),
 		RequestedBy:        p.RequestedBy,
-		EstimatedCalls:     int32(params.EstimatedCalls),
+		EstimatedCalls:     int32(estimated),
 		ResumesExecutionID: resumesID,
 		WorkerID:           workerIDOrNil(p.WorkerID),
 		DueAt:              p.DueAt,
@@ -342,13 +350,71 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 	if err != nil {
 		return nil, fmt.Errorf("error inserting request: %w", queries.Interpret(err))
 	}
-	res := &EnqueueResult{Request: request, EstimatedCalls: params.EstimatedCalls, ResumesExecutionID: resumesID}
+	res := &EnqueueResult{Request: request, EstimatedCalls: estimated, ResumesExecutionID: resumesID}
 	if p.Guard != nil {
 		if err := p.Guard.After(ctx, tx, res); err != nil {
 			return nil, err
 		}
 	}
 	return res, nil
+}
+
+// Estimate is a request's call estimate as an enqueue would record it now.
+type Estimate struct {
+	// Calls is the whole run's estimate for a new instance, the chunks
+	// left's for a resume.
+	Calls int
+	// ResumesExecutionID is the execution the request would resume, nil
+	// when it would start a new instance.
+	ResumesExecutionID *int64
+}
+
+// Estimate is the dry run of Enqueue: p validated as Enqueue validates it
+// (errors as Validate's), and the estimate its request would get, by the
+// restart rules applied to the job's newest execution as db reads it
+// (without the job's lock: an enqueue meanwhile may decide otherwise).
+// It writes nothing.
+func (e *Enqueuer) Estimate(ctx context.Context, db queries.DBTX, p *EnqueueParams) (*Estimate, error) {
+	_, params, err := e.Validate(ctx, db, p)
+	if err != nil {
+		return nil, err
+	}
+	out := &Estimate{Calls: params.EstimatedCalls}
+	last, err := ResumeCandidate(ctx, db, p.Job, jobs.ParamsHash(params.Canonical), p.ConfirmPurge)
+	if err != nil {
+		return nil, err
+	}
+	if last == nil {
+		return out, nil
+	}
+	if out.Calls, err = e.resumeEstimate(ctx, db, last.JobExecution.InstanceID, out.Calls); err != nil {
+		return nil, err
+	}
+	out.ResumesExecutionID = &last.JobExecution.ID
+	return out, nil
+}
+
+// resumeEstimate is the estimate of a request that resumes instanceID,
+// whose whole run was estimated at full calls: the share of the chunks its
+// instance has left (callsLeft).
+func (e *Enqueuer) resumeEstimate(ctx context.Context, db queries.DBTX, instanceID int64, full int) (int, error) {
+	plan, err := e.queries.JobInstanceChunksLeft(ctx, db, instanceID)
+	if err != nil {
+		return 0, fmt.Errorf("error reading the chunks the resumed instance has left: %w", err)
+	}
+	return callsLeft(full, plan.Planned, plan.Committed), nil
+}
+
+// callsLeft is the part of a run's estimate (full calls over planned
+// chunks) that its chunks not yet committed account for, rounded up:
+// the calls a resume still makes, at the whole run's calls per chunk. An
+// instance none of whose executions planned (planned 0) has all of it left.
+func callsLeft(full int, planned, committed int64) int {
+	if planned <= 0 || full <= 0 {
+		return full
+	}
+	left := max(planned-committed, 0)
+	return int((int64(full)*left + planned - 1) / planned)
 }
 
 // insertRun inserts, through River's InsertTx, the River job that runs

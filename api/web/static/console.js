@@ -8,6 +8,9 @@
   const ALERTS_EVERY = 15; // polls between alert refreshes
   const HISTORY_EVERY = 5; // polls between refreshes of the jobs' last days
   const HISTORY_DAYS = 14;
+  // The runs stopped or capped today: GET /v1/requests filtered so (the
+  // link in the section's hint is the same list).
+  const STOPPED_TODAY = "/v1/requests?outcome=STOPPED&endedOn=today&limit=100";
   const RUNNING = ["STARTING", "STARTED", "STOPPING"];
 
   const role = document.body.dataset.role;
@@ -15,7 +18,7 @@
   const csrf = document.querySelector('meta[name="csrf-token"]').content;
 
   const state = {
-    jobs: [], workers: [], requests: [], providers: [], coverage: [], history: {}, extraRequests: {},
+    jobs: [], workers: [], requests: [], providers: [], coverage: [], history: {}, extraRequests: {}, stopped: null,
     serverNow: Date.now(), polls: 0, busy: false, form: null,
   };
 
@@ -166,10 +169,12 @@
     if (state.busy) return;
     state.busy = true;
     try {
-      const [jobs, workers, requests, providers, coverage] = await Promise.all([
+      const [jobs, workers, requests, providers, coverage, stopped] = await Promise.all([
         api("GET", "/v1/jobs"), api("GET", "/v1/workers"),
         api("GET", "/v1/requests?limit=25"), api("GET", "/v1/providers"), api("GET", "/v1/coverage"),
+        api("GET", STOPPED_TODAY),
       ]);
+      state.stopped = stopped;
       state.coverage = coverage.coverage;
       state.jobs = jobs.jobs;
       state.workers = workers.workers;
@@ -235,6 +240,7 @@
   function render() {
     renderJobs();
     renderRequests();
+    renderStopped();
     renderWorkers();
     renderProviders();
     renderCoverage();
@@ -341,6 +347,27 @@
     }), "no requests yet");
   }
 
+  // renderStopped lists the requests whose execution ended STOPPED today
+  // (any cause: an operator's stop, a cap, maxCalls, a drain...), counted
+  // in the heading; past one page the count says "100+" and the linked
+  // list has the rest.
+  function renderStopped() {
+    const out = state.stopped;
+    if (!out) return;
+    document.getElementById("stopped-count").textContent = out.requests.length + (out.nextCursor ? "+" : "");
+    fillTable("stopped", out.requests.map((r) => {
+      const e = r.execution;
+      return el("tr", { dataset: { request: r.requestId, job: r.job } },
+        el("td", {}, requestLink(r.requestId), el("div", { class: "hint" }, r.source)),
+        el("td", {}, r.job),
+        el("td", { class: "cause" }, (e && e.stopCause) || "—"),
+        el("td", {}, e ? when(e.endedAt) : "—"),
+        progressCell(e),
+        el("td", { class: "calls" }, (e ? num(e.externalCalls) : "0") + " of ~" + num(r.estimatedCalls) + (r.maxCalls ? " (max " + num(r.maxCalls) + ")" : "")),
+        el("td", { class: "message-cell" }, (e && e.exitMessage) || r.message || ""));
+    }), "nothing stopped today");
+  }
+
   function renderWorkers() {
     const jobOf = {};
     for (const r of allRequests()) jobOf[r.requestId] = r.job;
@@ -409,14 +436,17 @@
         rows.push(["Resumes", "execution #" + r.resumesExecutionId +
           (r.source === "resume" ? " (automatic, after " + (r.resumeCause || "a stop") + ")" : "")]);
       }
+      // The instance's figures are its executions' added up; the
+      // execution's below are its own (a resume's start after the chunks
+      // committed before it).
       if (r.instance) {
         rows.push(["Instance", "#" + r.instance.id + ": " + num(r.instance.executions) + " execution(s), " +
-          num(r.instance.chunksDone) + " chunks, written / skipped / failed " + num(r.instance.itemsWritten) + " / " +
+          num(r.instance.chunksDone) + " of " + num(r.instance.chunksPlanned) + " chunks, written / skipped / failed " + num(r.instance.itemsWritten) + " / " +
           num(r.instance.itemsSkipped) + " / " + num(r.instance.itemsFailed) + ", " + num(r.instance.externalCalls) + " calls"]);
       }
       if (e) {
         rows.push(["Execution", [statusBadge(e.status), " #" + e.id]],
-          ["Chunks", num(e.chunksDone) + " / " + num(e.chunksTotal)],
+          ["Chunks", num(e.chunksDone) + " / " + num(e.chunksTotal) + (e.chunksBefore ? " (" + num(e.chunksBefore) + " committed before it)" : "")],
           ["Items written / skipped / failed", num(e.itemsWritten) + " / " + num(e.itemsSkipped) + " / " + num(e.itemsFailed)],
           ["External calls", num(e.externalCalls)], ["Provider budget left", budgetText(providerOf(r.job))],
           ["Last update", since(e.lastUpdated)], ["Exit message", e.exitMessage || "—"]);

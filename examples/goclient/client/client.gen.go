@@ -774,8 +774,13 @@ type ExecutionSummaryStatus string
 
 // ExecutionView defines model for ExecutionView.
 type ExecutionView struct {
-	// ChunksDone chunks committed for this instance, earlier executions included
-	ChunksDone  int32 `json:"chunksDone"`
+	// ChunksBefore chunks of its instance that earlier executions had committed when this one started (0 for an instance's first execution): chunksBefore + chunksTotal is the instance's plan, chunksBefore + chunksDone the instance's progress as of this execution
+	ChunksBefore int32 `json:"chunksBefore"`
+
+	// ChunksDone chunks this execution committed; a resume's do not include those committed before it (chunksBefore; the instance's are instance.chunksDone)
+	ChunksDone int32 `json:"chunksDone"`
+
+	// ChunksTotal chunks this execution had to do: its instance's planned chunks less the chunksBefore already committed (0 until it has planned); chunksDone of chunksTotal is its progress
 	ChunksTotal int32 `json:"chunksTotal"`
 
 	// DomainRows domain rows the instance's executions wrote, counted by a query
@@ -784,19 +789,25 @@ type ExecutionView struct {
 	ExitMessage string     `json:"exitMessage"`
 
 	// ExternalCalls provider calls made by this execution
-	ExternalCalls int32               `json:"externalCalls"`
-	Id            string              `json:"id"`
-	ItemsFailed   int64               `json:"itemsFailed"`
-	ItemsSkipped  int64               `json:"itemsSkipped"`
-	ItemsWritten  int64               `json:"itemsWritten"`
-	LastUpdated   time.Time           `json:"lastUpdated"`
-	StartedAt     *time.Time          `json:"startedAt"`
-	Status        ExecutionViewStatus `json:"status"`
+	ExternalCalls int32  `json:"externalCalls"`
+	Id            string `json:"id"`
+
+	// ItemsFailed items that failed in this execution, those of a chunk over its failure tolerance (which commits none) included
+	ItemsFailed int64 `json:"itemsFailed"`
+
+	// ItemsSkipped items this execution skipped
+	ItemsSkipped int64 `json:"itemsSkipped"`
+
+	// ItemsWritten items this execution wrote (in its chunks' commits and in parts of chunks)
+	ItemsWritten int64               `json:"itemsWritten"`
+	LastUpdated  time.Time           `json:"lastUpdated"`
+	StartedAt    *time.Time          `json:"startedAt"`
+	Status       ExecutionViewStatus `json:"status"`
 
 	// StopCause why an execution that did not complete ended (GET /v1/requests?cause= filters by it); absent otherwise
 	StopCause *ExecutionViewStopCause `json:"stopCause,omitempty"`
 
-	// Targets items the instance must account for (-1 until known)
+	// Targets items the instance must account for, across its executions (-1 until known)
 	Targets int64 `json:"targets"`
 }
 
@@ -847,19 +858,26 @@ type HistoryDayViewOutcome string
 
 // InstanceView defines model for InstanceView.
 type InstanceView struct {
-	// ChunksDone chunks committed by any of its executions
+	// ChunksDone chunks committed by any of its executions: the sum of their chunksDone
 	ChunksDone int64 `json:"chunksDone"`
+
+	// ChunksPlanned chunks in the instance's plan (0 until one of its executions has planned): chunksDone of chunksPlanned is the instance's progress
+	ChunksPlanned int32 `json:"chunksPlanned"`
 
 	// Executions executions of this instance so far, this one included
 	Executions int32 `json:"executions"`
 
-	// ExternalCalls provider calls made by all its executions
+	// ExternalCalls provider calls made by all its executions: the sum of their externalCalls
 	ExternalCalls int64  `json:"externalCalls"`
 	Id            string `json:"id"`
 
 	// ItemsFailed failed items committed (a chunk over its failure tolerance commits none; its execution counts them)
-	ItemsFailed  int64 `json:"itemsFailed"`
+	ItemsFailed int64 `json:"itemsFailed"`
+
+	// ItemsSkipped items skipped by any of its executions: the sum of their itemsSkipped
 	ItemsSkipped int64 `json:"itemsSkipped"`
+
+	// ItemsWritten items written by any of its executions: the sum of their itemsWritten
 	ItemsWritten int64 `json:"itemsWritten"`
 
 	// Targets targets its commits account for: itemsWritten + itemsSkipped + itemsFailed
@@ -1026,7 +1044,7 @@ type ProviderViewCapSource string
 
 // RequestCreateOutputBody defines model for RequestCreateOutputBody.
 type RequestCreateOutputBody struct {
-	// EstimatedCalls external calls the whole run would make
+	// EstimatedCalls external calls the run is estimated to make: the whole plan's when it starts a new instance; when it resumes one (resumesExecutionId), those of the chunks the instance has left
 	EstimatedCalls int64  `json:"estimatedCalls"`
 	Job            string `json:"job"`
 	RequestId      string `json:"requestId"`
@@ -1041,9 +1059,12 @@ type RequestCreateOutputBodyStatus string
 
 // RequestEstimateOutputBody defines model for RequestEstimateOutputBody.
 type RequestEstimateOutputBody struct {
-	// EstimatedCalls external calls the whole run would make
+	// EstimatedCalls external calls the run would make if requested now: the whole plan's for a new instance; for a resume (resumesExecutionId), those of the chunks the instance has left
 	EstimatedCalls int64  `json:"estimatedCalls"`
 	Job            string `json:"job"`
+
+	// ResumesExecutionId the execution a request with this body would resume now, or null when it would start a new instance
+	ResumesExecutionId *string `json:"resumesExecutionId"`
 }
 
 // RequestListOutputBody defines model for RequestListOutputBody.
@@ -1061,7 +1082,9 @@ type RequestView struct {
 	CreatedAt    time.Time  `json:"createdAt"`
 
 	// DueAt the due time of the schedule this request was made for; null unless source is schedule
-	DueAt          *time.Time     `json:"dueAt"`
+	DueAt *time.Time `json:"dueAt"`
+
+	// EstimatedCalls external calls the run was estimated to make when requested: the whole plan's for a new instance; for a resume (resumesExecutionId), those of the chunks its instance had left
 	EstimatedCalls int32          `json:"estimatedCalls"`
 	Execution      *ExecutionView `json:"execution"`
 	FinishedAt     *time.Time     `json:"finishedAt"`
@@ -1372,6 +1395,9 @@ type RequestListParams struct {
 	// Cause with outcome: only requests whose execution's stop cause is this: drain, reap, database, provider-rate, operator, cap, max_calls or failure
 	Cause *string `form:"cause,omitempty" json:"cause,omitempty"`
 
+	// EndedOn with outcome: only requests whose execution ended on this day, YYYY-MM-DD or today, in BUILDRISK_TIMEZONE by the database's clock (outcome=STOPPED&endedOn=today: the runs stopped or capped today)
+	EndedOn *string `form:"endedOn,omitempty" json:"endedOn,omitempty"`
+
 	// Limit page size, 1..500 (default 50)
 	Limit *string `form:"limit,omitempty" json:"limit,omitempty"`
 
@@ -1658,7 +1684,7 @@ type ClientInterface interface {
 
 	// RequestEstimateWithBody Estimate a run's external calls without requesting it
 	//
-	// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate. Writes nothing.
+	// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate that request would get now: the whole plan's, or, when it would resume a stopped run, that of the chunks left. Writes nothing.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1667,7 +1693,7 @@ type ClientInterface interface {
 
 	// RequestEstimate Estimate a run's external calls without requesting it
 	//
-	// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate. Writes nothing.
+	// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate that request would get now: the whole plan's, or, when it would resume a stopped run, that of the chunks left. Writes nothing.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2102,7 +2128,7 @@ func (c *Client) JobGet(ctx context.Context, job string, reqEditors ...RequestEd
 
 // RequestEstimateWithBody Estimate a run's external calls without requesting it
 //
-// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate. Writes nothing.
+// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate that request would get now: the whole plan's, or, when it would resume a stopped run, that of the chunks left. Writes nothing.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2121,7 +2147,7 @@ func (c *Client) RequestEstimateWithBody(ctx context.Context, job string, conten
 
 // RequestEstimate Estimate a run's external calls without requesting it
 //
-// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate. Writes nothing.
+// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate that request would get now: the whole plan's, or, when it would resume a stopped run, that of the chunks left. Writes nothing.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3315,6 +3341,18 @@ func NewRequestListRequest(server string, params *RequestListParams) (*http.Requ
 
 		}
 
+		if params.EndedOn != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "endedOn", *params.EndedOn, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Limit != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
@@ -3680,7 +3718,7 @@ type ClientWithResponsesInterface interface {
 
 	// RequestEstimateWithBodyWithResponse Estimate a run's external calls without requesting it
 	//
-	// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate. Writes nothing.
+	// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate that request would get now: the whole plan's, or, when it would resume a stopped run, that of the chunks left. Writes nothing.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3689,7 +3727,7 @@ type ClientWithResponsesInterface interface {
 
 	// RequestEstimateWithResponse Estimate a run's external calls without requesting it
 	//
-	// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate. Writes nothing.
+	// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate that request would get now: the whole plan's, or, when it would resume a stopped run, that of the chunks left. Writes nothing.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6858,7 +6896,7 @@ func (c *ClientWithResponses) JobGetWithResponse(ctx context.Context, job string
 
 // RequestEstimateWithBodyWithResponse Estimate a run's external calls without requesting it
 //
-// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate. Writes nothing.
+// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate that request would get now: the whole plan's, or, when it would resume a stopped run, that of the chunks left. Writes nothing.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6873,7 +6911,7 @@ func (c *ClientWithResponses) RequestEstimateWithBodyWithResponse(ctx context.Co
 
 // RequestEstimateWithResponse Estimate a run's external calls without requesting it
 //
-// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate. Writes nothing.
+// Takes the body of POST /v1/jobs/{job}/requests, validates it the same way (400 naming the field, including an estimate above the provider's daily cap) and answers the call estimate that request would get now: the whole plan's, or, when it would resume a stopped run, that of the chunks left. Writes nothing.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
