@@ -103,7 +103,7 @@ func TestAccounting_InstanceFiguresAcrossResume(t *testing.T) {
 	paid := float64(s.Count(`SELECT count(*) FROM credit_grade`))
 	require.GreaterOrEqual(t, paid, float64(maxCalls), "the first chunk and the grades of the second that came back")
 	require.Equal(t, map[string]any{
-		"id": inst["id"], "executions": float64(1), "chunksDone": float64(1),
+		"id": inst["id"], "executions": float64(1), "chunksDone": float64(1), "chunksPlanned": exec["chunksTotal"],
 		"targets": paid, "itemsWritten": paid, "itemsSkipped": float64(0), "itemsFailed": float64(0),
 		"externalCalls": exec["externalCalls"],
 	}, inst)
@@ -119,8 +119,9 @@ func TestAccounting_InstanceFiguresAcrossResume(t *testing.T) {
 	n := float64(len(targets))
 	require.Equal(t, n, exec2["targets"])
 	require.Equal(t, n-paid, exec2["itemsWritten"], "the execution: what this run did")
+	require.Equal(t, inst["chunksPlanned"], exec2["chunksBefore"].(float64)+exec2["chunksTotal"].(float64), "its own chunks and those before it make the plan")
 	require.Equal(t, map[string]any{
-		"id": inst["id"], "executions": float64(2), "chunksDone": exec2["chunksTotal"],
+		"id": inst["id"], "executions": float64(2), "chunksDone": inst["chunksPlanned"], "chunksPlanned": inst["chunksPlanned"],
 		"targets": n, "itemsWritten": n, "itemsSkipped": float64(0), "itemsFailed": float64(0),
 		"externalCalls": exec["externalCalls"].(float64) + exec2["externalCalls"].(float64),
 	}, inst2, "the instance: what is done, adding up to the targets")
