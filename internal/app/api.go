@@ -109,7 +109,7 @@ func NewAPI(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Te
 	}
 	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.Instruments, tel.Reach, tel.Database)
 	a.server, err = api.New(pool, api.Config{
-		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: jobset.Catalog(), AlertRules: riskrule.Doc(), Enqueuer: enqueuer,
+		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: jobset.Catalog(), AlertRules: riskrule.Doc(), Enqueuer: a.Enqueuer(),
 		StaleAfter: env.StaleAfter, Instruments: tel.Instruments, MetricsHandler: tel.Providers.MetricsHandler(),
 		Logger: tel.Logger, Version: Version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
 		RequestTimeout: apiRequestTimeout(env), TxSettings: dbpool.APITxSettings(env), IdempotencyRetention: env.IdempotencyRetention,
@@ -128,7 +128,7 @@ func NewAPI(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Te
 // (observability.Views), not here: otelhttp labels server.address and
 // server.port from the request's Host, before the api authenticates it.
 func (a *API) Handler() http.Handler {
-	return otelhttp.NewHandler(a.server.Handler(), "http.server",
+	return otelhttp.NewHandler(a.Server().Handler(), "http.server",
 		otelhttp.WithMeterProvider(a.tel.Providers.Meter), otelhttp.WithTracerProvider(a.tel.Providers.Tracer))
 }
 
@@ -144,7 +144,7 @@ func (a *API) Reaper() *worker.Reaper { return a.reaper }
 
 // Reap runs the role's reaper every BUILDRISK_REAP_INTERVAL until ctx is
 // done.
-func (a *API) Reap(ctx context.Context) { a.reaper.Run(ctx, a.env.ReapInterval) }
+func (a *API) Reap(ctx context.Context) { a.Reaper().Run(ctx, a.env.ReapInterval) }
 
 // newRiverUI returns River UI (riverqueue.com/riverui) for job-level
 // inspection, served under /riverui/. It reads River's tables through the
