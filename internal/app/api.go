@@ -107,7 +107,7 @@ func NewAPI(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Te
 	if err != nil {
 		return nil, err
 	}
-	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.Instruments, tel.Reach, tel.Database)
+	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.Instruments, tel.Reach, tel.Database, tel.Logger)
 	a.server, err = api.New(pool, api.Config{
 		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: jobset.Catalog(), AlertRules: riskrule.Doc(), Enqueuer: a.Enqueuer(),
 		StaleAfter: env.StaleAfter, Instruments: tel.Instruments, MetricsHandler: tel.Providers.MetricsHandler(),

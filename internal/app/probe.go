@@ -2,9 +2,12 @@ package app
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/buildrisk/radar/internal/config"
+	"github.com/buildrisk/radar/internal/service"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/worker"
@@ -27,10 +30,16 @@ type probed interface {
 // its reapers wait on after a cut (nil: none). After each ping that
 // succeeded, and once at the start, watch checks whether the database
 // moved (a failover; nil: not checked), bounded by timeout as well.
-func startDatabaseProbe(ctx context.Context, db probed, interval, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability, watch *worker.DatabaseWatch) {
+//
+// The probe is a service ("database probe"): the api logs an outage when
+// its first ping fails, a reminder at most every minute, and the recovery
+// at the first ping that succeeds again, as a worker's heartbeat does.
+func startDatabaseProbe(ctx context.Context, db probed, interval, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability, watch *worker.DatabaseWatch, logger *slog.Logger) {
 	inst.DatabaseUpSet(ctx, true)
 	checkIdentity(ctx, db, timeout, watch)
-	go probeDatabase(ctx, db, interval, timeout, inst, reach, watch)
+	service.New(service.Config{Name: "database probe", Interval: interval, Logger: logger, Pass: func(passCtx context.Context) error {
+		return probeDatabase(ctx, passCtx, db, timeout, inst, reach, watch)
+	}}).Start(ctx)
 }
 
 // checkIdentity checks with watch whether the database db reaches moved,
@@ -41,27 +50,23 @@ func checkIdentity(ctx context.Context, db probed, timeout time.Duration, watch 
 	_ = watch.Check(checkCtx, db)
 }
 
-func probeDatabase(ctx context.Context, db probed, interval, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability, watch *worker.DatabaseWatch) {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		pingCtx, cancel := context.WithTimeout(ctx, timeout)
-		err := db.Ping(pingCtx)
-		cancel()
-		if ctx.Err() != nil {
-			return // the process is stopping: the failure says nothing about the database
-		}
-		inst.DatabaseUpSet(ctx, err == nil)
-		reach.Observe(err)
-		if err == nil {
-			checkIdentity(ctx, db, timeout, watch)
-		}
+// probeDatabase is one pass of the probe: a ping in passCtx bounded by
+// timeout, recorded unless ctx, the probe's own, is done (the process is
+// stopping: the failure says nothing about the database).
+func probeDatabase(ctx, passCtx context.Context, db probed, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability, watch *worker.DatabaseWatch) error {
+	pingCtx, cancel := context.WithTimeout(passCtx, timeout)
+	err := db.Ping(pingCtx)
+	cancel()
+	if ctx.Err() != nil {
+		return nil
 	}
+	inst.DatabaseUpSet(ctx, err == nil)
+	reach.Observe(err)
+	if err != nil {
+		return fmt.Errorf("error pinging the database: %w", err)
+	}
+	checkIdentity(ctx, db, timeout, watch)
+	return nil
 }
 
 // databaseProbeTimeout bounds one probe: a database that does not answer
