@@ -29,6 +29,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/danielgtaylor/huma/v2/yaml"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/buildrisk/radar/jobs"
@@ -50,6 +51,15 @@ const RetryAfterSeconds = 2
 // it to tell live workers from dead ones.
 const StaleAfterDefault = 60 * time.Second
 
+// Requests is what the api needs of the request owner (request.Owner):
+// it creates requests and estimates them, and ends the request of an
+// execution an operator abandons; the owner alone writes requests.
+type Requests interface {
+	Enqueue(ctx context.Context, p *request.EnqueueParams) (*request.EnqueueResult, error)
+	Estimate(ctx context.Context, db queries.DBTX, p *request.EnqueueParams) (*request.Estimate, error)
+	Abandon(ctx context.Context, tx pgx.Tx, a *request.Abandonment) (bool, error)
+}
+
 // Config configures a Server.
 type Config struct {
 	// Tokens maps bearer tokens to roles. Empty with Insecure false refuses
@@ -69,8 +79,9 @@ type Config struct {
 	// /v1/alerts: the rules job's own text (riskrule.Doc), given here
 	// because the api does not import the job packages. Required.
 	AlertRules string
-	// Enqueuer inserts requests. Required.
-	Enqueuer *request.Enqueuer
+	// Requests creates requests and ends abandoned ones: the process's
+	// request owner (request.Owner). Required.
+	Requests Requests
 	// StaleAfter tells live workers from dead ones (job list keys, abandon).
 	StaleAfter time.Duration
 	// Coverage counts every job's coverage (GET /v1/coverage); nil counts
@@ -162,8 +173,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 		return nil, errors.New("api: Catalog is required")
 	case cfg.AlertRules == "":
 		return nil, errors.New("api: AlertRules is required")
-	case cfg.Enqueuer == nil:
-		return nil, errors.New("api: Enqueuer is required")
+	case cfg.Requests == nil:
+		return nil, errors.New("api: Requests is required")
 	case cfg.Instruments == nil:
 		return nil, errors.New("api: Instruments is required")
 	}

@@ -85,12 +85,8 @@ func (s *Server) abandonExecution(ctx context.Context, in *executionAbandonInput
 			conflict = newConflict(ProblemWorkerAlive, fmt.Sprintf("worker %s is alive (last heartbeat %s ago); abandoning its run would let a resume overlap it", w.ID, age), 0)
 			return nil
 		}
-		req, err := s.queries.JobRequestGetByID(ctx, tx, exec.RequestID)
-		if err != nil {
-			return err
-		}
 		msg := fmt.Sprintf("abandoned by an operator: worker %s stopped heartbeating; a new request resumes from the last commit", exec.WorkerID)
-		if ok, err := request.Abandon(ctx, tx, s.cfg.Enqueuer.Canceller(), req.ID, &exec.ID, req.RiverJobID, msg); err != nil {
+		if ok, err := s.cfg.Requests.Abandon(ctx, tx, &request.Abandonment{RequestID: exec.RequestID, ExecutionID: &exec.ID, Message: msg}); err != nil {
 			return err
 		} else if !ok {
 			if _, err := s.queries.JobExecutionAbandon(ctx, tx, &queries.JobExecutionAbandonParams{ID: exec.ID, ExitMessage: msg}); err != nil {

@@ -45,9 +45,9 @@ func documentServer(t *testing.T, tokens map[string]api.Role) *api.Server {
 	instruments, err := observability.NewInstruments(noop.NewMeterProvider())
 	require.NoError(t, err)
 	catalog := jobset.Catalog()
-	enqueuer, err := request.NewEnqueuer(nil, nil, request.Config{Catalog: catalog, Instruments: instruments})
+	enqueuer, err := request.NewOwner(nil, nil, request.Config{Catalog: catalog, Instruments: instruments})
 	require.NoError(t, err)
-	server, err := api.New(nil, api.Config{Catalog: catalog, AlertRules: riskrule.Doc(), Enqueuer: enqueuer, Instruments: instruments, Version: "test", Tokens: tokens})
+	server, err := api.New(nil, api.Config{Catalog: catalog, AlertRules: riskrule.Doc(), Requests: enqueuer, Instruments: instruments, Version: "test", Tokens: tokens})
 	require.NoError(t, err)
 	return server
 }

@@ -239,7 +239,7 @@ func (s *Server) createRequest(ctx context.Context, job string, keyIn *Idempoten
 	if key != nil {
 		params.Guard = &enqueueGuard{key: key, body: func(res *request.EnqueueResult) any { return accepted(job, res).Body }}
 	}
-	res, err := s.cfg.Enqueuer.Enqueue(ctx, params)
+	res, err := s.cfg.Requests.Enqueue(ctx, params)
 	if out, err := s.replayRequest(ctx, err); out != nil || err != nil {
 		return out, err
 	}
@@ -283,7 +283,7 @@ func (s *Server) estimateRequest(ctx context.Context, in *requestCreateInput) (*
 	if err != nil {
 		return nil, err
 	}
-	estimate, err := s.cfg.Enqueuer.Estimate(ctx, s.reads, params)
+	estimate, err := s.cfg.Requests.Estimate(ctx, s.reads, params)
 	if err != nil {
 		return nil, s.problemFrom(ctx, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/buildrisk/radar/internal/apptest"
 	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/internal/dbpool"
+	"github.com/buildrisk/radar/internal/jobset"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -239,7 +240,10 @@ func TestOutage_LongerThanStaleEndsResumedNobodyReaped(t *testing.T) {
 			fresh, err := pgxpool.New(context.Background(), s.DBURL)
 			require.NoError(t, err)
 			defer fresh.Close()
-			reaper := worker.NewReaper(fresh, worker.ReaperConfig{StaleAfter: s.Env.StaleAfter, Instruments: s.Tel.Instruments, Logger: s.Tel.Logger, River: request.RiverCanceller(a.River())})
+			reaper, err := request.NewOwner(fresh, a.River(), request.Config{
+				Catalog: jobset.Catalog(), StaleAfter: s.Env.StaleAfter, Instruments: s.Tel.Instruments, Logger: s.Tel.Logger,
+			})
+			require.NoError(t, err)
 			reaped, err := reaper.Reap(context.Background(), "")
 			require.NoError(t, err)
 			require.Zero(t, reaped, "a live worker that could not beat through the outage is not stale yet")

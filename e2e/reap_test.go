@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/jobset"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/queries/testfactory"
-	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/radartype"
 )
 
@@ -36,7 +37,8 @@ func TestReaper_CutOffWaitsOneStaleWindowAfterReconnecting(t *testing.T) {
 	pool, err := pgxpool.New(ctx, proxy.URL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: s.Env.StaleAfter, Instruments: s.Tel.Instruments, Logger: s.Tel.Logger})
+	reaper, err := request.NewOwner(pool, nil, request.Config{Catalog: jobset.Catalog(), StaleAfter: s.Env.StaleAfter, Instruments: s.Tel.Instruments, Logger: s.Tel.Logger})
+	require.NoError(t, err)
 
 	proxy.Cut()
 	_, err = reaper.Reap(ctx, "")

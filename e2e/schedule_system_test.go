@@ -348,7 +348,7 @@ func TestSchedule_FailedEnqueueCounted(t *testing.T) {
 	require.Nil(t, job["lastDueRequestId"])
 
 	// An enqueue that errors: counted, not recorded, retried.
-	flaky := &flakyEnqueuer{ScheduleEnqueuer: s.Role.Enqueuer(), fail: true}
+	flaky := &flakyEnqueuer{ScheduleEnqueuer: s.Role.Owner(), fail: true}
 	tt, err := worker.ParseSchedule("@every 1h", seoul)
 	require.NoError(t, err)
 	metricsDef := riskmetric.Spec()

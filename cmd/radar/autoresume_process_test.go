@@ -111,7 +111,7 @@ func TestAutoResume_CrashLoopStopsAtTheAttemptLimit(t *testing.T) {
 		env[k] = v
 	}
 	s := apptest.New(t, &apptest.Opts{Env: env, Fake: fakeupstream.Config{Latency: 50 * time.Millisecond}})
-	reaper := s.Role.Reaper() // the api's, which resumes through its Enqueuer
+	reaper := s.Role.Owner() // the api's, which resumes what it reaps
 	procEnv := s.ProcessEnv(map[string]string{"BUILDRISK_WORKER_CONCURRENCY": "1", "BUILDRISK_REAP_INTERVAL": "1h"})
 
 	id := s.RequestAptTrade(apptest.AptTradeBody(apptest.SixRegions, "2025-01", "2025-12"))

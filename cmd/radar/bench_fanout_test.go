@@ -35,7 +35,7 @@ import (
 
 // benchRunner is a runner on the system's database for requests run in the
 // test process, as `radar run` does.
-func benchRunner(t *testing.T, s *apptest.System, jobsByName map[string]batch.Job) (*batch.Runner, *request.Enqueuer) {
+func benchRunner(t *testing.T, s *apptest.System, jobsByName map[string]batch.Job) (*batch.Runner, *request.Owner) {
 	t.Helper()
 	// The runner works on a pool of the worker's size, as deployed (the
 	// test system's own pool has pgxpool's default of 4 connections).
@@ -48,13 +48,13 @@ func benchRunner(t *testing.T, s *apptest.System, jobsByName map[string]batch.Jo
 		jobsByName = batch.Implementations(app.Jobs(s.Env, s.Pool))
 	}
 	runner, err := batch.NewRunner(pool, batch.Config{
-		WorkerID: "1@bench#b", Jobs: jobsByName, Upstream: up, Instruments: s.Tel.Instruments, Logger: s.Tel.Logger, FanOut: s.Env.FanOut,
+		Owner: s.Role.Owner(), WorkerID: "1@bench#b", Jobs: jobsByName, Upstream: up, Instruments: s.Tel.Instruments, Logger: s.Tel.Logger, FanOut: s.Env.FanOut,
 	})
 	require.NoError(t, err)
-	return runner, s.Role.Enqueuer()
+	return runner, s.Role.Owner()
 }
 
-func benchRun(t *testing.T, runner *batch.Runner, enqueuer *request.Enqueuer, job, params string) (*batch.Outcome, time.Duration) {
+func benchRun(t *testing.T, runner *batch.Runner, enqueuer *request.Owner, job, params string) (*batch.Outcome, time.Duration) {
 	t.Helper()
 	res, err := enqueuer.Enqueue(context.Background(), &request.EnqueueParams{Job: job, Params: json.RawMessage(params), Source: radartype.SourceCLI, WorkerID: "1@bench#b"})
 	require.NoError(t, err)
@@ -316,7 +316,7 @@ func benchScaleOut(t *testing.T, scale benchScale) []*benchRow {
 		}
 		insertOnly, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{FetchCooldown: river.FetchCooldownMin})
 		require.NoError(t, err)
-		enqueuer, err := request.NewEnqueuer(s.Pool, insertOnly, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.Tel.Instruments})
+		enqueuer, err := request.NewOwner(s.Pool, insertOnly, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.Tel.Instruments})
 		require.NoError(t, err)
 		began := time.Now()
 		var ids []string

@@ -18,6 +18,7 @@ import (
 	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queries/testfactory/bulk"
+	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
 )
 
@@ -106,7 +107,8 @@ func historyPasses(t *testing.T, s *apptest.System) []historyPass {
 	// A stale window longer than the bench: the live worker's heartbeat
 	// never goes stale, so the reaper finds no request to reap.
 	const stale = 24 * time.Hour
-	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: stale, Instruments: s.Tel.Instruments, Logger: s.Tel.Logger})
+	reaper, err := request.NewOwner(pool, nil, request.Config{Catalog: jobset.Catalog(), StaleAfter: stale, Instruments: s.Tel.Instruments, Logger: s.Tel.Logger})
+	require.NoError(t, err)
 	gauges := &worker.Gauges{Pool: pool, Jobs: jobset.Catalog().Names(), StaleAfter: stale, Instruments: s.Tel.Instruments}
 	names := jobset.Catalog().Names()
 	q := queries.New()
@@ -116,7 +118,7 @@ func historyPasses(t *testing.T, s *apptest.System) []historyPass {
 			return err
 		}},
 		{"reconcile pass", func(ctx context.Context) error {
-			_, err := worker.Reconcile(ctx, pool, nil, liveWorker, heldAll{}, nil, s.Tel.Logger)
+			_, err := reaper.Reconcile(ctx, liveWorker, heldAll{})
 			return err
 		}},
 		{"gauges pass", gauges.Record},

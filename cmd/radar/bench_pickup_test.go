@@ -92,12 +92,10 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	// catalog, built as internal/app builds a role's.
 	insertOnly, err := river.NewClient(riverpgxv5.New(s.APIPool), &river.Config{FetchCooldown: river.FetchCooldownMin})
 	require.NoError(t, err)
-	reaper := worker.NewReaper(s.APIPool, worker.ReaperConfig{StaleAfter: s.Env.StaleAfter, Instruments: s.Tel.Instruments, River: request.RiverCanceller(insertOnly)})
-	enqueuer, err := request.NewEnqueuer(s.APIPool, insertOnly, request.Config{
-		Catalog: jobs.NewCatalog(defs...), Instruments: s.Tel.Instruments, StaleAfter: s.Env.StaleAfter, Cleanup: reaper.CleanupTx, Resume: s.Env.AutoResume,
+	enqueuer, err := request.NewOwner(s.APIPool, insertOnly, request.Config{
+		Catalog: jobs.NewCatalog(defs...), Instruments: s.Tel.Instruments, StaleAfter: s.Env.StaleAfter, Resume: s.Env.AutoResume,
 	})
 	require.NoError(t, err)
-	reaper.ResumeThrough(enqueuer)
 	serviceEvents, cancelService := w.River().Subscribe(river.EventKindJobCompleted)
 	defer cancelService()
 	serviceDone := apptest.NewCompletions(serviceEvents)

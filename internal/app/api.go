@@ -22,7 +22,6 @@ import (
 	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/request"
-	"github.com/buildrisk/radar/queue/worker"
 )
 
 // RunAPI serves the API until SIGINT/SIGTERM. It refuses to start without
@@ -77,12 +76,11 @@ func apiRequestTimeout(env *config.Config) time.Duration { return 2 * env.APISta
 // one insert-only River client (River UI reads through it too), the
 // process's one Enqueuer every request goes through and its one Reaper.
 type API struct {
-	env      *config.Config
-	tel      *Telemetry
-	server   *api.Server
-	enqueuer *request.Enqueuer
-	reaper   *worker.Reaper
-	built    census
+	env    *config.Config
+	tel    *Telemetry
+	server *api.Server
+	owner  *request.Owner
+	built  census
 }
 
 // NewAPI builds the api role on pool. River UI's background services and
@@ -93,11 +91,9 @@ func NewAPI(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Te
 	if err != nil {
 		return nil, err
 	}
-	enqueuer, reaper, err := newRequests(pool, insertOnly, env, tel, &a.built)
-	if err != nil {
+	if a.owner, err = newOwner(pool, insertOnly, env, tel, &a.built); err != nil {
 		return nil, err
 	}
-	a.enqueuer, a.reaper = enqueuer, reaper
 	riverUI, err := newRiverUI(ctx, insertOnly, tel)
 	if err != nil {
 		return nil, err
@@ -109,7 +105,7 @@ func NewAPI(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Te
 	}
 	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.Instruments, tel.Reach, tel.Database, tel.Logger)
 	a.server, err = api.New(pool, api.Config{
-		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: jobset.Catalog(), AlertRules: riskrule.Doc(), Enqueuer: a.Enqueuer(),
+		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: jobset.Catalog(), AlertRules: riskrule.Doc(), Requests: a.owner,
 		StaleAfter: env.StaleAfter, Instruments: tel.Instruments, MetricsHandler: tel.Providers.MetricsHandler(),
 		Logger: tel.Logger, Version: Version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
 		RequestTimeout: apiRequestTimeout(env), TxSettings: dbpool.APITxSettings(env), IdempotencyRetention: env.IdempotencyRetention,
@@ -136,15 +132,12 @@ func (a *API) Handler() http.Handler {
 // process's telemetry middleware).
 func (a *API) Server() *api.Server { return a.server }
 
-// Enqueuer is the role's one Enqueuer.
-func (a *API) Enqueuer() *request.Enqueuer { return a.enqueuer }
-
-// Reaper is the role's one Reaper.
-func (a *API) Reaper() *worker.Reaper { return a.reaper }
+// Owner is the role's request owner.
+func (a *API) Owner() *request.Owner { return a.owner }
 
 // Reap runs the role's reaper every BUILDRISK_REAP_INTERVAL until ctx is
 // done.
-func (a *API) Reap(ctx context.Context) { a.Reaper().Run(ctx, a.env.ReapInterval) }
+func (a *API) Reap(ctx context.Context) { a.owner.ReapService(a.env.ReapInterval).Run(ctx) }
 
 // newRiverUI returns River UI (riverqueue.com/riverui) for job-level
 // inspection, served under /riverui/. It reads River's tables through the

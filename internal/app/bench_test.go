@@ -47,7 +47,7 @@ func BenchmarkServiceVsRiver(b *testing.B) {
 		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
 	}
 	w, _ := s.StartWorkerWith(s.Pool, func(wc *worker.Config, rc *batch.Config) { rc.Jobs = registry })
-	enqueuer, err := request.NewEnqueuer(s.Pool, w.River(), request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.Tel.Instruments})
+	enqueuer, err := request.NewOwner(s.Pool, w.River(), request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.Tel.Instruments})
 	require.NoError(b, err)
 	serviceEvents, cancelService := w.River().Subscribe(river.EventKindJobCompleted)
 	defer cancelService()
@@ -96,10 +96,10 @@ func BenchmarkServiceVsRiver(b *testing.B) {
 // reap-seconds per request.
 func BenchmarkReapLatency(b *testing.B) {
 	s := apptest.New(b, nil)
-	reaper := s.Role.Reaper()
+	reaper := s.Role.Owner().ReapService(s.Env.ReapInterval)
 	ctx, cancel := context.WithCancel(context.Background())
 	var reaping sync.WaitGroup
-	reaping.Go(func() { reaper.Run(ctx, s.Env.ReapInterval) })
+	reaping.Go(func() { reaper.Run(ctx) })
 	defer func() { cancel(); reaping.Wait() }()
 	var total float64
 	for i := range b.N {

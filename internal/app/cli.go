@@ -20,7 +20,7 @@ import (
 type CLI struct {
 	id       string
 	presence *worker.Presence
-	enqueuer *request.Enqueuer
+	owner    *request.Owner
 	runner   *batch.Runner
 	built    census
 }
@@ -33,7 +33,7 @@ func NewCLI(ctx context.Context, pool, heartbeatPool *pgxpool.Pool, env *config.
 	if err != nil {
 		return nil, err
 	}
-	if c.enqueuer, _, err = newRequests(pool, insertOnly, env, tel, &c.built); err != nil {
+	if c.owner, err = newOwner(pool, insertOnly, env, tel, &c.built); err != nil {
 		return nil, err
 	}
 	up, err := NewUpstream(pool, env, tel, workerID)
@@ -48,7 +48,9 @@ func NewCLI(ctx context.Context, pool, heartbeatPool *pgxpool.Pool, env *config.
 	if err != nil {
 		return nil, err
 	}
-	if c.runner, err = newRunner(pool, runnerConfig(pool, env, tel, workerID, up), c.presence, c.enqueuer); err != nil {
+	runnerCfg := runnerConfig(pool, env, tel, workerID, up)
+	runnerCfg.Owner, runnerCfg.Fence = c.owner, c.presence
+	if c.runner, err = batch.NewRunner(pool, runnerCfg); err != nil {
 		c.presence.Stop(context.WithoutCancel(ctx))
 		return nil, err
 	}
@@ -59,7 +61,7 @@ func NewCLI(ctx context.Context, pool, heartbeatPool *pgxpool.Pool, env *config.
 // (this process runs it), and the reaper frees it if this process dies.
 func (c *CLI) Enqueue(ctx context.Context, p request.EnqueueParams) (*request.EnqueueResult, error) {
 	p.WorkerID = c.id
-	return c.enqueuer.Enqueue(ctx, &p)
+	return c.owner.Enqueue(ctx, &p)
 }
 
 // Runner is the runner the CLI runs its request with.

@@ -14,7 +14,6 @@ import (
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
-	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream"
 )
 
@@ -38,66 +37,44 @@ func BudgetDay(env *config.Config, db queries.DBTX) func() time.Time {
 }
 
 // census counts what a role built: the test of each role's construction
-// reads it (one River client, one Enqueuer, one Reaper).
+// reads it (one River client, one request owner, which is also the role's
+// reaper).
 type census struct {
-	riverClients, enqueuers, reapers int
-	// enqueuerRiver is the River client the Enqueuer inserts through.
-	enqueuerRiver *river.Client[pgx.Tx]
+	riverClients, owners int
+	// ownerRiver is the River client the owner inserts through.
+	ownerRiver *river.Client[pgx.Tx]
 }
 
-// newRequests builds a process's one Enqueuer and one Reaper on its River
-// client: every insert (api, CLI, chains, schedules, resumes) goes through
-// the Enqueuer, which reaps a job's dead runs (the Reaper) before its
-// duplicate check; a reaped run resumes through the Enqueuer. Each needs
-// the other, so the Reaper is made first and told its resumer last.
-func newRequests(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *config.Config, tel *Telemetry, built *census) (*request.Enqueuer, *worker.Reaper, error) {
-	return newRequestsFor(jobset.Catalog(), pool, riverClient, env, tel, built)
-}
-
-// newRequestsFor is newRequests for another catalog (benchmarks enqueue
-// no-op jobs through the production path).
-func newRequestsFor(catalog *jobs.Catalog, pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *config.Config, tel *Telemetry, built *census) (*request.Enqueuer, *worker.Reaper, error) {
-	reaper := worker.NewReaper(pool, worker.ReaperConfig{
-		StaleAfter: env.StaleAfter, Instruments: tel.Instruments, Logger: tel.Logger, Reachability: tel.Reach,
-		River: request.RiverCanceller(riverClient),
-	})
-	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
+// requestConfig is the request owner's configuration of a process:
+// every insert (api, CLI, chains, schedules, resumes) goes through the
+// owner, which reaps a job's dead runs before its duplicate check and
+// applies the resume policy wherever a run ends.
+func requestConfig(catalog *jobs.Catalog, pool *pgxpool.Pool, env *config.Config, tel *Telemetry) request.Config {
+	return request.Config{
 		Catalog: catalog, DailyCaps: env.CapsByName(), Estimators: batch.Estimators(Jobs(env, pool)),
 		Instruments: tel.Instruments, Logger: tel.Logger, Resume: env.AutoResume,
-		StaleAfter: env.StaleAfter, Cleanup: reaper.CleanupTx,
-	})
-	if err != nil {
-		return nil, nil, err
+		StaleAfter: env.StaleAfter, Reachability: tel.Reach,
 	}
-	reaper.ResumeThrough(enqueuer)
-	built.enqueuers++
-	built.enqueuerRiver = riverClient
-	built.reapers++
-	return enqueuer, reaper, nil
+}
+
+// newOwner builds the request owner of a process that runs no River jobs
+// (the api, the CLI) on its insert-only River client.
+func newOwner(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], env *config.Config, tel *Telemetry, built *census) (*request.Owner, error) {
+	owner, err := request.NewOwner(pool, riverClient, requestConfig(jobset.Catalog(), pool, env, tel))
+	if err != nil {
+		return nil, err
+	}
+	built.owners++
+	built.ownerRiver = riverClient
+	return owner, nil
 }
 
 // runnerConfig is the batch runner's configuration of a process, but for
-// what links it to the process's other parts (withParts).
+// its owner and fence, which are the role's own.
 func runnerConfig(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, workerID string, up *upstream.Client) batch.Config {
 	return batch.Config{
 		WorkerID: workerID, Jobs: batch.Implementations(Jobs(env, pool)), Upstream: up, Instruments: tel.Instruments,
 		Logger: tel.Logger, FanOut: env.FanOut, Tracer: tel.Providers.Tracer.Tracer("github.com/buildrisk/radar/queue/batch"),
 		DBTimeout: env.DBTimeout, LeaseCheckInterval: env.HeartbeatInterval, StopTimeout: env.StopTimeout,
 	}
-}
-
-// newRunner builds a process's one batch runner from cfg (runnerConfig's):
-// fenced by the process's presence, its runs' ends chaining and resuming
-// through the process's Enqueuer.
-func newRunner(pool *pgxpool.Pool, cfg batch.Config, fence batch.Fence, requests *request.Enqueuer) (*batch.Runner, error) {
-	cfg.Fence = fence
-	cfg.Chain = func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
-		_, err := requests.EnqueueNext(ctx, tx, finished.Job, finished.Params)
-		return err
-	}
-	cfg.Resume = func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error {
-		_, err := requests.ResumeTx(ctx, tx, stopped)
-		return err
-	}
-	return batch.NewRunner(pool, cfg)
 }

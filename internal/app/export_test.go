@@ -11,12 +11,12 @@ import (
 
 // Census is what a role built, for the roles' test.
 type Census struct {
-	RiverClients, Enqueuers, Reapers int
-	EnqueuerRiver                    *river.Client[pgx.Tx]
+	RiverClients, Owners int
+	OwnerRiver           *river.Client[pgx.Tx]
 }
 
 func (c census) export() Census {
-	return Census{RiverClients: c.riverClients, Enqueuers: c.enqueuers, Reapers: c.reapers, EnqueuerRiver: c.enqueuerRiver}
+	return Census{RiverClients: c.riverClients, Owners: c.owners, OwnerRiver: c.ownerRiver}
 }
 
 // NewWorkerCounted is NewWorker with the census of what it built.

@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/buildrisk/radar/internal/config"
-	"github.com/buildrisk/radar/internal/service"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/queue/service"
 	"github.com/buildrisk/radar/queue/worker"
 )
 
@@ -34,7 +35,7 @@ type probed interface {
 // The probe is a service ("database probe"): the api logs an outage when
 // its first ping fails, a reminder at most every minute, and the recovery
 // at the first ping that succeeds again, as a worker's heartbeat does.
-func startDatabaseProbe(ctx context.Context, db probed, interval, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability, watch *worker.DatabaseWatch, logger *slog.Logger) {
+func startDatabaseProbe(ctx context.Context, db probed, interval, timeout time.Duration, inst *observability.Instruments, reach *request.Reachability, watch *worker.DatabaseWatch, logger *slog.Logger) {
 	inst.DatabaseUpSet(ctx, true)
 	checkIdentity(ctx, db, timeout, watch)
 	service.New(service.Config{Name: "database probe", Interval: interval, Logger: logger, Pass: func(passCtx context.Context) error {
@@ -53,7 +54,7 @@ func checkIdentity(ctx context.Context, db probed, timeout time.Duration, watch 
 // probeDatabase is one pass of the probe: a ping in passCtx bounded by
 // timeout, recorded unless ctx, the probe's own, is done (the process is
 // stopping: the failure says nothing about the database).
-func probeDatabase(ctx, passCtx context.Context, db probed, timeout time.Duration, inst *observability.Instruments, reach *worker.Reachability, watch *worker.DatabaseWatch) error {
+func probeDatabase(ctx, passCtx context.Context, db probed, timeout time.Duration, inst *observability.Instruments, reach *request.Reachability, watch *worker.DatabaseWatch) error {
 	pingCtx, cancel := context.WithTimeout(passCtx, timeout)
 	err := db.Ping(pingCtx)
 	cancel()

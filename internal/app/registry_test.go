@@ -102,7 +102,7 @@ func TestRegistry_JobListOneStatement(t *testing.T) {
 	var queriesSeen atomic.Int32
 	apiPool := s.CountingPool(&queriesSeen)
 	server, err := api.New(apiPool, api.Config{
-		Tokens: map[string]api.Role{"t": api.RoleViewer}, Catalog: jobset.Catalog(), AlertRules: riskrule.Doc(), Enqueuer: mustEnqueuer(t, s),
+		Tokens: map[string]api.Role{"t": api.RoleViewer}, Catalog: jobset.Catalog(), AlertRules: riskrule.Doc(), Requests: mustEnqueuer(t, s),
 		Instruments: s.Tel.Instruments, StaleAfter: 2 * time.Second,
 	})
 	require.NoError(t, err)
@@ -232,7 +232,7 @@ func TestRegistry_ResultRecordingOutage(t *testing.T) {
 
 func mustEnqueuer(t *testing.T, s *apptest.System) *apptest.RequestEnqueuer {
 	t.Helper()
-	return s.Role.Enqueuer()
+	return s.Role.Owner()
 }
 
 type recorder struct {

@@ -11,6 +11,7 @@ import (
 	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream"
 )
@@ -23,7 +24,7 @@ type Telemetry struct {
 	// Reach is the process's link to the database as its heartbeats (a
 	// worker) or its probe (the api) see it; every reaper of the process
 	// waits on it after a cut. Nil: each reaper keeps its own.
-	Reach *worker.Reachability
+	Reach *request.Reachability
 	// Database is the process's failover detection, which its heartbeats
 	// (a worker) or its probe (the api) feed; a runner subscribes to it
 	// (worker.DatabaseWatch.Subscribe). Nil: each worker keeps its own,
@@ -59,7 +60,7 @@ func NewTelemetry(ctx context.Context, env *config.Config, role, workerID, defau
 	slog.SetDefault(logger)
 	return &Telemetry{
 		Providers: providers, Instruments: instruments, Logger: logger,
-		Reach: worker.NewReachability(), Database: worker.NewDatabaseWatch(instruments, logger),
+		Reach: request.NewReachability(), Database: worker.NewDatabaseWatch(instruments, logger),
 	}, nil
 }
 

@@ -135,9 +135,9 @@ type WorkerOptions struct {
 }
 
 // NewWorker builds the worker role on pool, ready to Start: its River
-// client (which inserts and works its queues), the one Enqueuer its
-// chains, resumes and schedules go through, the one Reaper, and the runner,
-// fenced by the worker's own presence.
+// client (which inserts and works its queues), the one request owner its
+// chains, resumes, schedules and reaps go through, and the runner, fenced
+// by the worker's own presence.
 func NewWorker(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts WorkerOptions) (*worker.Worker, error) {
 	w, _, err := newWorker(pool, env, tel, opts)
 	return w, err
@@ -177,26 +177,20 @@ func newWorker(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts Work
 	workerConfig.Gauges = &worker.Gauges{
 		Pool: pool, Jobs: jobset.Catalog().Names(), Upstream: up, StaleAfter: env.StaleAfter, Instruments: tel.Instruments,
 	}
-	runnerCfg := runnerConfig(pool, env, tel, opts.ID, up)
+	workerConfig.Requests = requestConfig(jobset.Catalog(), pool, env, tel)
+	workerConfig.Runner = runnerConfig(pool, env, tel, opts.ID, up)
 	if opts.Tune != nil {
-		opts.Tune(&workerConfig, &runnerCfg)
+		opts.Tune(&workerConfig, &workerConfig.Runner)
 	}
 	w, err := worker.New(pool, workerConfig)
 	if err != nil {
 		return nil, built, err
 	}
+	// worker.New builds the worker's River client and its request owner
+	// on it, one of each.
 	built.riverClients++
-	enqueuer, reaper, err := newRequests(pool, w.River(), env, tel, &built)
-	if err != nil {
-		return nil, built, err
-	}
-	runner, err := newRunner(pool, runnerCfg, w, enqueuer)
-	if err != nil {
-		return nil, built, err
-	}
-	if err := w.Bind(worker.Parts{Runner: runner, Enqueuer: enqueuer, Reaper: reaper}); err != nil {
-		return nil, built, err
-	}
+	built.owners++
+	built.ownerRiver = w.Owner().River()
 	observeSchedules(context.Background(), pool, env, tel)
 	if _, err := observeCoverage(context.Background(), pool, env, tel); err != nil {
 		return nil, built, err

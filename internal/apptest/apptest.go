@@ -390,8 +390,8 @@ func (s *System) CallsPerKey(endpoint string) map[string]int64 {
 // FmtInt formats n in decimal.
 func FmtInt(n int) string { return fmt.Sprint(n) }
 
-// RequestEnqueuer is the enqueuer the system inserts requests with.
-type RequestEnqueuer = request.Enqueuer
+// RequestEnqueuer is the request owner the system inserts requests with.
+type RequestEnqueuer = request.Owner
 
 // DecodeJobs returns aptTrade's entry of a GET /v1/jobs answer.
 func DecodeJobs(t *testing.T, body []byte) map[string]any {

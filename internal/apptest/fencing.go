@@ -32,7 +32,7 @@ func (s *System) AbandonRequest(id any, msg string) {
 		if err := tx.QueryRow(ctx, `SELECT id, execution_id FROM job_request WHERE id = $1::bigint`, id).Scan(&requestID, &executionID); err != nil {
 			return err
 		}
-		ok, err := request.Abandon(ctx, tx, nil, requestID, executionID, nil, msg)
+		ok, err := s.Role.Owner().Abandon(ctx, tx, &request.Abandonment{RequestID: requestID, ExecutionID: executionID, Message: msg})
 		require.True(s.T, ok, "request %v was not active", id)
 		return err
 	}))

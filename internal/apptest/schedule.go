@@ -115,7 +115,7 @@ func (s *System) Ticks(job, outcome string) float64 {
 func (s *System) NewTestScheduler(clock *TestClock, start time.Time, enq worker.ScheduleEnqueuer, schedules ...worker.Schedule) *worker.Scheduler {
 	s.T.Helper()
 	if enq == nil {
-		enq = s.Role.Enqueuer()
+		enq = s.Role.Owner()
 	}
 	if schedules == nil {
 		schedules = s.Env.Schedules

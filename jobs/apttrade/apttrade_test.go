@@ -30,7 +30,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type testBundle struct {
 	pool     *pgxpool.Pool
 	fake     *fakeupstream.Server
-	enqueuer *request.Enqueuer
+	enqueuer *request.Owner
 	runner   *batch.Runner
 }
 
@@ -66,9 +66,9 @@ func setup(t *testing.T, cfg fakeupstream.Config, configure ...func(*upstream.Cl
 	}
 	client, err := upstream.NewClient(b.pool, clientCfg)
 	require.NoError(t, err)
-	b.enqueuer, err = request.NewEnqueuer(b.pool, nil, request.Config{Catalog: jobs.NewCatalog(apttrade.Spec()), Instruments: instruments, Logger: logger})
+	b.enqueuer, err = request.NewOwner(b.pool, nil, request.Config{Catalog: jobs.NewCatalog(apttrade.Spec()), Instruments: instruments, Logger: logger})
 	require.NoError(t, err)
-	runnerCfg.Upstream = client
+	runnerCfg.Upstream, runnerCfg.Owner = client, b.enqueuer
 	b.runner, err = batch.NewRunner(b.pool, runnerCfg)
 	require.NoError(t, err)
 	return b

@@ -59,7 +59,7 @@ func TestCorpCodeSync_StaleDownloadLeavesTheNewExecutionsRecord(t *testing.T) {
 		Instruments: instruments, AllowHTTP: true,
 	})
 	require.NoError(t, err)
-	enqueuer, err := request.NewEnqueuer(pool, nil, request.Config{Catalog: jobs.NewCatalog(corpcode.Spec()), Instruments: instruments, Logger: logger})
+	enqueuer, err := request.NewOwner(pool, nil, request.Config{Catalog: jobs.NewCatalog(corpcode.Spec()), Instruments: instruments, Logger: logger})
 	require.NoError(t, err)
 
 	q := queries.New()
@@ -79,7 +79,7 @@ func TestCorpCodeSync_StaleDownloadLeavesTheNewExecutionsRecord(t *testing.T) {
 		successor.InstanceID = run.InstanceID
 		require.NoError(t, q.CorpCodeDownloadUpsert(ctx, pool, successor))
 	}}
-	runner, err := batch.NewRunner(pool, batch.Config{
+	runner, err := batch.NewRunner(pool, batch.Config{Owner: enqueuer,
 		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{corpcode.Name: job},
 		Upstream: client, Instruments: instruments, Logger: logger,
 	})

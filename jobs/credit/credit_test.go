@@ -50,7 +50,7 @@ type testBundle struct {
 	fakeURL     string
 	providers   *observability.Providers
 	instruments *observability.Instruments
-	enqueuer    *request.Enqueuer
+	enqueuer    *request.Owner
 	runner      *batch.Runner
 	client      *upstream.Client
 	// targets are the seeded companies with exposure > 0, sorted.
@@ -99,12 +99,12 @@ func setup(tb testing.TB, opts setupOpts) *testBundle {
 		AllowHTTP: true,
 	})
 	require.NoError(tb, err)
-	b.enqueuer, err = request.NewEnqueuer(b.pool, nil, request.Config{
+	b.enqueuer, err = request.NewOwner(b.pool, nil, request.Config{
 		Catalog: jobs.NewCatalog(credit.Spec()), Instruments: instruments, Logger: logger,
 		Estimators: map[string]request.EstimateFunc{credit.Name: credit.Estimator(b.client.Today)},
 	})
 	require.NoError(tb, err)
-	b.runner, err = batch.NewRunner(b.pool, batch.Config{
+	b.runner, err = batch.NewRunner(b.pool, batch.Config{Owner: b.enqueuer,
 		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{credit.Name: credit.NewSized(testChunkSize)},
 		Upstream: b.client, Instruments: instruments, Logger: logger, FanOut: opts.fanOut,
 	})
@@ -357,7 +357,7 @@ func TestCreditEval_MissingKeyHalts(t *testing.T) {
 		AllowHTTP: true,
 	})
 	require.NoError(t, err)
-	runner, err := batch.NewRunner(b.pool, batch.Config{
+	runner, err := batch.NewRunner(b.pool, batch.Config{Owner: b.enqueuer,
 		WorkerID: "2@test#boot", Jobs: map[string]batch.Job{credit.Name: credit.New()},
 		Upstream: keyless, Instruments: instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -442,7 +442,7 @@ func (j lossyJob) Process(ctx context.Context, run *batch.Run, chunk string) (*b
 func TestCreditEval_SilentLossFails(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{targets: 1200, fanOut: 4})
-	runner, err := batch.NewRunner(b.pool, batch.Config{
+	runner, err := batch.NewRunner(b.pool, batch.Config{Owner: b.enqueuer,
 		WorkerID: "3@test#boot", Jobs: map[string]batch.Job{credit.Name: lossyJob{credit.New()}},
 		Upstream: b.client, Instruments: b.instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -478,7 +478,7 @@ func (j *retriedJob) Process(ctx context.Context, run *batch.Run, chunk string) 
 func TestCreditEval_RetriedChunkCallsOnlyUncommitted(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{targets: 400, fanOut: 4})
-	runner, err := batch.NewRunner(b.pool, batch.Config{
+	runner, err := batch.NewRunner(b.pool, batch.Config{Owner: b.enqueuer,
 		WorkerID: "4@test#boot", Jobs: map[string]batch.Job{credit.Name: &retriedJob{Job: credit.New()}},
 		Upstream: b.client, Instruments: b.instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

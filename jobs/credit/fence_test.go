@@ -55,7 +55,7 @@ func TestCreditEval_StalePlanLeavesTheNewExecutionsPlan(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, b.targets[0]+"-"+b.targets[len(b.targets)-1], page.Chunk)
 	}}
-	runner, err := batch.NewRunner(b.pool, batch.Config{
+	runner, err := batch.NewRunner(b.pool, batch.Config{Owner: b.enqueuer,
 		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{credit.Name: job},
 		Upstream: b.client, Instruments: b.instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

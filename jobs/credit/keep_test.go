@@ -21,7 +21,7 @@ import (
 // runner stays drained, so a resume needs another one (another process).
 func (b *testBundle) newRunner(tb testing.TB, fanOut int) *batch.Runner {
 	tb.Helper()
-	runner, err := batch.NewRunner(b.pool, batch.Config{
+	runner, err := batch.NewRunner(b.pool, batch.Config{Owner: b.enqueuer,
 		WorkerID: "2@test#boot", Jobs: map[string]batch.Job{credit.Name: credit.New()},
 		Upstream: b.client, Instruments: b.instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FanOut: fanOut,
 	})

@@ -35,7 +35,7 @@ func TestCreditEval_LockedExecutionTableRepeatsNoPaidCall(t *testing.T) {
 	workerPool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	require.NoError(t, err)
 	defer workerPool.Close()
-	runner, err := batch.NewRunner(workerPool, batch.Config{
+	runner, err := batch.NewRunner(workerPool, batch.Config{Owner: b.enqueuer,
 		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{credit.Name: credit.NewSized(testChunkSize)},
 		Upstream: b.client, Instruments: b.instruments, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), FanOut: fanOut,
 	})

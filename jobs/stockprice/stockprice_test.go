@@ -30,7 +30,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type testBundle struct {
 	pool     *pgxpool.Pool
 	fake     *fakeupstream.Server
-	enqueuer *request.Enqueuer
+	enqueuer *request.Owner
 	runner   *batch.Runner
 	// listed are the stock codes of the seeded listed tracked companies.
 	listed []string
@@ -80,12 +80,12 @@ func setup(t *testing.T) *testBundle {
 		Instruments: instruments,
 	})
 	require.NoError(t, err)
-	b.enqueuer, err = request.NewEnqueuer(b.pool, nil, request.Config{
+	b.enqueuer, err = request.NewOwner(b.pool, nil, request.Config{
 		Catalog: jobs.NewCatalog(stockprice.Spec()), Instruments: instruments, Logger: logger,
 		Estimators: map[string]request.EstimateFunc{stockprice.Name: stockprice.Estimate},
 	})
 	require.NoError(t, err)
-	b.runner, err = batch.NewRunner(b.pool, batch.Config{
+	b.runner, err = batch.NewRunner(b.pool, batch.Config{Owner: b.enqueuer,
 		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{stockprice.Name: stockprice.Job{}},
 		Upstream: client, Instruments: instruments, Logger: logger,
 	})

@@ -4,6 +4,7 @@ package observabilitytest
 
 import (
 	"fmt"
+	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -57,4 +58,34 @@ func NewProviders() (*observability.Providers, *tracetest.SpanRecorder) {
 // wrapping [ErrMetricUnknown].
 func MetricValue(p *observability.Providers, name string, labels map[string]string) (float64, error) {
 	return gathered.Value(p.Registry, observability.MetricNames, name, labels)
+}
+
+// Telemetry is a test's private instruments and the providers to read them
+// back from.
+type Telemetry struct {
+	Providers   *observability.Providers
+	Instruments *observability.Instruments
+}
+
+// NewTelemetry returns instruments on providers of the test's own; a
+// failure to make them fails the test.
+func NewTelemetry(t testing.TB) *Telemetry {
+	t.Helper()
+	providers, _ := NewProviders()
+	instruments, err := observability.NewInstruments(providers.Meter)
+	if err != nil {
+		t.Fatalf("observabilitytest: %v", err)
+	}
+	return &Telemetry{Providers: providers, Instruments: instruments}
+}
+
+// Metric returns the value of the series name{labels}, failing the test
+// when it cannot be read.
+func (tel *Telemetry) Metric(t testing.TB, name string, labels map[string]string) float64 {
+	t.Helper()
+	v, err := MetricValue(tel.Providers, name, labels)
+	if err != nil {
+		t.Fatalf("observabilitytest: %v", err)
+	}
+	return v
 }

@@ -75,7 +75,7 @@ func (b *testBundle) abandon(t *testing.T, requestID int64) {
 		if err != nil {
 			return err
 		}
-		ok, err := request.Abandon(ctx, tx, nil, requestID, req.ExecutionID, nil, "reaped by the test")
+		ok, err := b.enqueuer.Abandon(ctx, tx, &request.Abandonment{RequestID: requestID, ExecutionID: req.ExecutionID, Message: "reaped by the test"})
 		if err == nil && !ok {
 			err = errors.New("request was not active")
 		}
@@ -160,11 +160,9 @@ func TestRunner_OwnershipLost(t *testing.T) {
 			b := setup(t, map[string]batch.Job{"metrics": registered})
 			_, err := b.pool.Exec(context.Background(), `CREATE TABLE chunk_probe (chunk text PRIMARY KEY)`)
 			require.NoError(t, err)
-			chained := 0
-			runner, err := batch.NewRunner(b.pool, batch.Config{
+			runner, err := batch.NewRunner(b.pool, batch.Config{Owner: b.enqueuer,
 				WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"metrics": registered}, Upstream: b.upstream, Instruments: b.instruments,
 				LeaseCheckInterval: leaseCheck,
-				Chain:              func(context.Context, pgx.Tx, *batch.Finished) error { chained++; return nil },
 			})
 			require.NoError(t, err)
 			id := b.enqueue(t, "metrics")
@@ -206,7 +204,7 @@ func TestRunner_OwnershipLost(t *testing.T) {
 			if tc.wantStatus == "ABANDONED" {
 				require.Equal(t, "reaped by the test", message, "the reaper's record stands")
 			}
-			require.Zero(t, chained, "no chained request")
+			require.Zero(t, countRows(t, b, `SELECT count(*) FROM job_request WHERE source = 'chain'`), "no chained request")
 			v, err := observabilitytest.MetricValue(b.providers, "buildrisk_ownership_lost_total", map[string]string{"job": "metrics"})
 			require.NoError(t, err)
 			require.Equal(t, float64(1), v)
@@ -272,7 +270,7 @@ func TestRunner_TransientCommitErrors(t *testing.T) {
 			t.Parallel()
 			b := setup(t, map[string]batch.Job{"metrics": tc.job})
 			var transient int
-			runner, err := batch.NewRunner(b.pool, batch.Config{
+			runner, err := batch.NewRunner(b.pool, batch.Config{Owner: b.enqueuer,
 				WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"metrics": tc.job}, Upstream: b.upstream, Instruments: b.instruments,
 				RecordRetryWindow: 300 * time.Millisecond,
 			})

@@ -140,7 +140,7 @@ func TestRunner_LostPartIsDoneAgain(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t, map[string]batch.Job{"creditEval": &compactJob{}})
 	job, calls := losePart(b.pool)
-	runner, err := batch.NewRunner(b.pool, batch.Config{
+	runner, err := batch.NewRunner(b.pool, batch.Config{Owner: b.enqueuer,
 		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"creditEval": job}, Upstream: b.upstream, Instruments: b.instruments,
 	})
 	require.NoError(t, err)

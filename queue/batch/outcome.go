@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
@@ -186,100 +186,103 @@ func providerRateMessage(e *upstream.RateLimitedError) string {
 		e.Provider, e.RetryAfter, e.Until.UTC().Format(time.RFC3339), capped)
 }
 
-// record writes the outcome in two steps, each retried until
-// RecordRetryWindow has passed, so a short database outage does not leave
-// the request RUNNING: first the execution's result (with the chained
-// request, so a completion and its successor commit together), then the
-// request and, through finishTx, its River job. If the second step cannot be
-// recorded, the reconcile loop finalizes the request from the first.
+// record writes the outcome in one transaction, retried until
+// RecordRetryWindow has passed so a short database outage does not leave
+// the request RUNNING: the execution's end, and the request's end through
+// the owner (its River job, the chained request of a completion, the
+// resume of a stop), so the run's end, its successor and its resume commit
+// together. If it cannot be recorded in the window, the outcome waits in
+// the runner's held set, still held, and RecordPending records it once the
+// database answers (the worker's reconcile loop calls it).
 //
-// The first step is fenced: when the execution is no longer the run's, it
-// records nothing (neither the result, nor the chained request, nor the
-// request's end) and returns an error wrapping ErrOwnershipLost.
-func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, domainRows *int64, finishTx func(context.Context, pgx.Tx, *Outcome) error) error {
-	st := rs.started
+// The execution's end is fenced: when the execution is no longer the
+// run's, nothing is recorded (neither the result, nor the chained request,
+// nor the request's end) and record returns an error wrapping
+// ErrOwnershipLost.
+func (r *Runner) record(ctx context.Context, rs *runState, outcome *Outcome, domainRows *int64) error {
 	// The last guard before the message is stored (and answered by the
 	// API): no provider key in it, in any form.
 	outcome.Message = r.cfg.Upstream.Secrets().Redact(outcome.Message)
+	rec := &pendingRecord{rs: rs, outcome: outcome, domainRows: domainRows}
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RecordRetryWindow)
 	defer cancel()
-	attempt := 0
-	err := retryUntilDone(recordCtx, func() error {
-		attempt++
-		callCtx, cancel := context.WithTimeout(recordCtx, r.cfg.DBTimeout)
-		defer cancel()
-		return pgtx.InTx(callCtx, r.pool, func(tx pgx.Tx) error {
-			n, err := r.queries.JobExecutionFinish(callCtx, tx, &queries.JobExecutionFinishParams{
-				ID: st.exec.ID, Status: string(outcome.Status), ExitMessage: outcome.Message, DomainRows: domainRows,
-				WorkerID: st.exec.WorkerID, LeaseEpoch: st.exec.LeaseEpoch,
-			})
-			if err != nil {
-				return fmt.Errorf("error finishing execution: %w", err)
-			}
-			if n == 0 {
-				if attempt > 1 && r.recorded(callCtx, tx, st, outcome) {
-					return nil // an earlier attempt committed
-				}
-				return rs.lost()
-			}
-			if st.cause != "" {
-				// Recorded with the end, so the reconcile loop applies the
-				// resume policy if the request's own recording is lost.
-				if _, err := r.queries.JobExecutionSetStopCause(callCtx, tx, &queries.JobExecutionSetStopCauseParams{
-					ID: st.exec.ID, StopCause: string(st.cause), ResumeInSeconds: secondsFromNow(st.resumeAt),
-				}); err != nil {
-					return fmt.Errorf("error recording stop cause: %w", err)
-				}
-			}
-			if outcome.Status == radartype.ExecutionCompleted && r.cfg.Chain != nil {
-				if err := r.cfg.Chain(callCtx, tx, &Finished{
-					Job: st.request.Job, RequestID: st.request.ID, ExecutionID: st.exec.ID, Params: st.request.Params,
-				}); err != nil {
-					return fmt.Errorf("error chaining the next job: %w", err)
-				}
-			}
-			return nil
+	err := retryUntilDone(recordCtx, func() error { return r.recordOnce(recordCtx, rec) },
+		func(err error) bool { return !errors.Is(err, ErrOwnershipLost) })
+	switch {
+	case err == nil, errors.Is(err, ErrOwnershipLost):
+		return err
+	}
+	r.cfg.Held.park(rs.request.ID, rec)
+	return fmt.Errorf("error recording the outcome: %w", err)
+}
+
+// pendingRecord is a run's outcome not recorded yet.
+type pendingRecord struct {
+	rs         *runState
+	outcome    *Outcome
+	domainRows *int64
+	attempts   int
+}
+
+// recordOnce is one attempt of rec's recording, in its own transaction.
+func (r *Runner) recordOnce(ctx context.Context, rec *pendingRecord) error {
+	st, outcome := rec.rs.started, rec.outcome
+	rec.attempts++
+	callCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+	defer cancel()
+	return pgtx.InTx(callCtx, r.pool, func(tx pgx.Tx) error {
+		n, err := r.queries.JobExecutionFinish(callCtx, tx, &queries.JobExecutionFinishParams{
+			ID: st.exec.ID, Status: string(outcome.Status), ExitMessage: outcome.Message, DomainRows: rec.domainRows,
+			WorkerID: st.exec.WorkerID, LeaseEpoch: st.exec.LeaseEpoch,
 		})
-	}, func(err error) bool { return !errors.Is(err, ErrOwnershipLost) })
-	if err != nil {
-		if errors.Is(err, ErrOwnershipLost) {
-			return err
+		if err != nil {
+			return fmt.Errorf("error finishing execution: %w", err)
 		}
-		return fmt.Errorf("error recording the execution's outcome: %w", err)
+		if n == 0 {
+			if rec.attempts > 1 && r.recorded(callCtx, tx, st, outcome) {
+				return nil // an earlier attempt committed
+			}
+			return rec.rs.lost()
+		}
+		end := &request.End{
+			Request: st.request, ExecutionID: st.exec.ID, Status: outcome.Status, Message: outcome.Message, Cause: st.cause,
+		}
+		if !st.resumeAt.IsZero() {
+			end.Wait = time.Until(st.resumeAt)
+		}
+		if _, err := r.cfg.Owner.Finish(callCtx, tx, end); err != nil {
+			return fmt.Errorf("error finishing the request: %w", err)
+		}
+		return nil
+	})
+}
+
+// RecordPending records the outcomes of this runner's runs whose recording
+// failed past RecordRetryWindow (a database outage outlasting it), once
+// more each; an outcome recorded, or whose execution is no longer the
+// run's, leaves the held set. It returns how many it recorded. The
+// worker's reconcile loop calls it before it reconciles, so an outcome
+// the process still knows is never replaced by an abandon.
+func (r *Runner) RecordPending(ctx context.Context) (int, error) {
+	recorded := 0
+	var errs []error
+	for id, rec := range r.cfg.Held.parked() {
+		err := r.recordOnce(ctx, rec)
+		switch {
+		case err == nil:
+			recorded++
+			r.cfg.Instruments.ExecutionFinished(ctx, rec.rs.request.Job, rec.outcome.Status)
+			rec.rs.logger.InfoContext(ctx, "execution finished (recorded late, after a database outage)",
+				slog.String("status", string(rec.outcome.Status)), slog.String("message", rec.outcome.Message))
+			r.cfg.Held.Remove(id)
+		case errors.Is(err, ErrOwnershipLost):
+			rec.rs.logger.WarnContext(ctx, "the outcome waiting for the database is no longer this run's to record", slog.String("error", err.Error()))
+			r.cfg.Held.Remove(id)
+		default:
+			errs = append(errs, err)
+		}
 	}
-	err = retryUntilDone(recordCtx, func() error {
-		callCtx, cancel := context.WithTimeout(recordCtx, r.cfg.DBTimeout)
-		defer cancel()
-		return pgtx.InTx(callCtx, r.pool, func(tx pgx.Tx) error {
-			finished, err := r.queries.JobRequestFinish(callCtx, tx, &queries.JobRequestFinishParams{
-				ID: st.request.ID, Status: string(outcome.RequestStatus), Message: outcome.Message,
-			})
-			if err != nil {
-				return fmt.Errorf("error finishing request: %w", err)
-			}
-			if finishTx != nil {
-				if err := finishTx(callCtx, tx, outcome); err != nil {
-					return err
-				}
-			}
-			if finished > 0 && outcome.Status != radartype.ExecutionCompleted && r.cfg.Resume != nil {
-				// The resume (when the policy allows it) commits with the
-				// stop: never a stopped run without its resume.
-				stopped := &request.Stopped{Request: st.request, ExecutionID: st.exec.ID, Cause: st.cause}
-				if !st.resumeAt.IsZero() {
-					stopped.Wait = time.Until(st.resumeAt)
-				}
-				if err := r.cfg.Resume(callCtx, tx, stopped); err != nil {
-					return fmt.Errorf("error applying the resume policy: %w", err)
-				}
-			}
-			return nil
-		})
-	}, nil)
-	if err != nil {
-		return fmt.Errorf("error recording the request's outcome: %w", err)
-	}
-	return nil
+	return recorded, errors.Join(errs...)
 }
 
 // recorded reports whether the execution already holds this run's outcome
@@ -288,16 +291,6 @@ func (r *Runner) recorded(ctx context.Context, tx pgx.Tx, st *started, outcome *
 	exec, err := r.queries.JobExecutionGetByID(ctx, tx, st.exec.ID)
 	return err == nil && exec.WorkerID == st.exec.WorkerID && exec.LeaseEpoch == st.exec.LeaseEpoch &&
 		exec.Status == string(outcome.Status) && exec.ExitMessage == outcome.Message
-}
-
-// secondsFromNow is how long from now t is, as the resume_in_seconds of
-// JobExecutionSetStopCause: NULL for a zero t or one already past.
-func secondsFromNow(t time.Time) pgtype.Float8 {
-	if t.IsZero() {
-		return pgtype.Float8{}
-	}
-	d := time.Until(t)
-	return pgtype.Float8{Float64: d.Seconds(), Valid: d > 0}
 }
 
 func abs(n int64) int64 {

@@ -64,7 +64,7 @@ func TestRunner_ChunkRoundTrips(t *testing.T) {
 			b := setup(t, map[string]batch.Job{"metrics": job})
 			tracer := &pgtest.RoundTripTracer{}
 			pool := pgtest.NewTracedPool(t, b.pool, tracer)
-			runner, err := batch.NewRunner(pool, batch.Config{
+			runner, err := batch.NewRunner(pool, batch.Config{Owner: b.enqueuer,
 				WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"metrics": job},
 				Upstream: b.upstream, Instruments: b.instruments, LeaseCheckInterval: time.Hour,
 			})
@@ -125,7 +125,7 @@ func TestRunner_PartRoundTrips(t *testing.T) {
 	b := setup(t, map[string]batch.Job{"creditEval": &partTripsJob{items: 6}})
 	tracer := &pgtest.RoundTripTracer{}
 	pool := pgtest.NewTracedPool(t, b.pool, tracer)
-	runner, err := batch.NewRunner(pool, batch.Config{
+	runner, err := batch.NewRunner(pool, batch.Config{Owner: b.enqueuer,
 		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"creditEval": &partTripsJob{items: 6}},
 		Upstream: b.upstream, Instruments: b.instruments, LeaseCheckInterval: time.Hour, FanOut: 1,
 	})

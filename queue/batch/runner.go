@@ -3,7 +3,6 @@ package batch
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -83,26 +82,27 @@ type Config struct {
 	Held *HeldSet
 	// Tracer makes the execution and chunk spans; nil is a no-op tracer.
 	Tracer trace.Tracer
-	// Chain runs inside the transaction that records a COMPLETED execution:
-	// it inserts the next job's request there, so there is never a moment
-	// where a job is done and its successor missing. An error rolls the
-	// completion back (and recording retries).
-	Chain ChainFunc
-	// Resume runs inside the transaction that finishes the request of a run
-	// that did not complete: it applies the resume policy, so a run stopped
-	// by a drain resumes by itself (request.Enqueuer.ResumeTx).
-	Resume func(ctx context.Context, tx pgx.Tx, stopped *request.Stopped) error
+	// Owner owns the requests the runner runs. Required.
+	Owner RequestOwner
 }
 
-// ChainFunc inserts the request that follows a completed execution.
-type ChainFunc func(ctx context.Context, tx pgx.Tx, finished *Finished) error
-
-// Finished describes a COMPLETED execution to a ChainFunc.
-type Finished struct {
-	Job         string
-	RequestID   int64
-	ExecutionID int64
-	Params      json.RawMessage
+// RequestOwner owns the requests a Runner runs (request.Owner is the one):
+// the runner owns their executions, the owner the request rows and the
+// River jobs that deliver them, and the policies of a request's end (the
+// chain, the resume). Claim and Started run in the transaction that
+// starts a run, Finish in the one that records its end, so the execution
+// and its request never disagree.
+type RequestOwner interface {
+	// Claim moves a QUEUED request to RUNNING for workerID, or returns
+	// request.ErrNotQueued, having ended the delivery in tx (which the
+	// runner then commits).
+	Claim(ctx context.Context, tx pgx.Tx, requestID int64, workerID string, delivery *request.Delivery) (*queries.JobRequest, error)
+	// Started records the execution a claimed request runs as, and ends
+	// its delivery.
+	Started(ctx context.Context, tx pgx.Tx, req *queries.JobRequest, executionID int64, delivery *request.Delivery) error
+	// Finish ends the request with its run's outcome and applies the
+	// policies of that end.
+	Finish(ctx context.Context, tx pgx.Tx, end *request.End) (bool, error)
 }
 
 func (c Config) withDefaults() Config {
@@ -132,6 +132,8 @@ func (c Config) validate() error {
 		return errors.New("batch: Upstream is required")
 	case c.Instruments == nil:
 		return errors.New("batch: Instruments is required")
+	case c.Owner == nil:
+		return errors.New("batch: Owner is required")
 	case c.FanOut < 1:
 		return fmt.Errorf("batch: FanOut must be at least 1, got %d", c.FanOut)
 	case c.StopTimeout < 0:
@@ -187,17 +189,17 @@ func (r *Runner) Drain() { r.drainOnce.Do(func() { close(r.drain) }) }
 // RunOpts are one Run's options.
 type RunOpts struct {
 	RequestID int64
-	// FinishTx runs inside the transaction that records the request's
-	// outcome (nil: the request was no longer queued, nothing ran); the
-	// worker ends its River job there so both commit together.
-	FinishTx func(ctx context.Context, tx pgx.Tx, outcome *Outcome) error
+	// Delivery is the River job that delivered the request (nil: none, the
+	// CLI's own request); the claim ends it.
+	Delivery *request.Delivery
 	// OnChunk is called after each committed chunk (the CLI prints it).
 	OnChunk func(done, total int)
 }
 
 // ErrNotQueued is returned by Run when the request was no longer QUEUED
-// (reaped or finalized meanwhile); nothing was run.
-var ErrNotQueued = errors.New("request is no longer queued")
+// (reaped or finalized meanwhile); nothing was run, and its delivery was
+// ended.
+var ErrNotQueued = request.ErrNotQueued
 
 type started struct {
 	request  *queries.JobRequest
@@ -224,7 +226,7 @@ type started struct {
 func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	held := r.cfg.Held
 	held.Add(opts.RequestID) // before the claim commits: the reconcile loop never sees it unheld
-	defer held.Remove(opts.RequestID)
+	defer held.release(opts.RequestID)
 
 	fenced := r.fenced()
 	select {
@@ -235,14 +237,10 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 	var st *started
 	err := r.retryTransient(ctx, fenced, nil, func(ctx context.Context) error {
 		var err error
-		st, err = r.start(ctx, opts.RequestID)
+		st, err = r.start(ctx, opts.RequestID, opts.Delivery)
 		return err
 	})
 	if err != nil {
-		if errors.Is(err, ErrNotQueued) && opts.FinishTx != nil {
-			recordErr := pgtx.InTx(context.WithoutCancel(ctx), r.pool, func(tx pgx.Tx) error { return opts.FinishTx(context.WithoutCancel(ctx), tx, nil) })
-			return nil, errors.Join(err, recordErr)
-		}
 		return nil, err
 	}
 	ctx, span := r.cfg.Tracer.Start(ctx, "buildrisk.execution", trace.WithAttributes(
@@ -279,7 +277,7 @@ func (r *Runner) Run(ctx context.Context, opts RunOpts) (*Outcome, error) {
 			span.SetStatus(codes.Error, message)
 		}
 		outcome := &Outcome{ExecutionID: st.exec.ID, Status: status, Message: message, RequestStatus: status.RequestStatus()}
-		if err = r.record(ctx, rs, outcome, domainRows, opts.FinishTx); err == nil {
+		if err = r.record(ctx, rs, outcome, domainRows); err == nil {
 			r.cfg.Instruments.ExecutionFinished(ctx, st.request.Job, status)
 			if status == radartype.ExecutionStopped {
 				r.cfg.Instruments.ExecutionStopped(ctx, st.request.Job, rs.cause)
@@ -326,10 +324,11 @@ func (r *Runner) vanished(ctx context.Context, rs *runState) bool {
 // under the job's advisory lock, so a CLI run and a worker can never start
 // the same job at once. The execution takes the instance's next lease
 // epoch, which fences off every earlier execution of the instance.
-func (r *Runner) start(ctx context.Context, requestID int64) (*started, error) {
+func (r *Runner) start(ctx context.Context, requestID int64, delivery *request.Delivery) (*started, error) {
 	var st *started
+	notQueued := false
 	err := pgtx.InTx(ctx, r.pool, func(tx pgx.Tx) error {
-		st = nil
+		st, notQueued = nil, false
 		pending, err := r.queries.JobRequestGetByID(ctx, tx, requestID)
 		if err := queries.Interpret(err); err != nil {
 			return fmt.Errorf("error reading request %d: %w", requestID, err)
@@ -337,12 +336,12 @@ func (r *Runner) start(ctx context.Context, requestID int64) (*started, error) {
 		if err := r.queries.AdvisoryXactLockJob(ctx, tx, pending.Job); err != nil {
 			return fmt.Errorf("error taking job lock: %w", err)
 		}
-		req, err := r.queries.JobRequestClaim(ctx, tx, &queries.JobRequestClaimParams{ID: requestID, WorkerID: &r.cfg.WorkerID})
-		if err := queries.Interpret(err); err != nil {
-			if errors.Is(err, queries.ErrNotFound) {
-				return ErrNotQueued
-			}
-			return fmt.Errorf("error claiming request: %w", err)
+		req, err := r.cfg.Owner.Claim(ctx, tx, requestID, r.cfg.WorkerID, delivery)
+		if errors.Is(err, request.ErrNotQueued) {
+			notQueued = true
+			return nil // commit: the claim ended the delivery
+		} else if err != nil {
+			return err
 		}
 		if _, ok := r.cfg.Jobs[req.Job]; !ok {
 			return fmt.Errorf("%w: job %q is not registered in this process", ErrNotRunnable, req.Job)
@@ -387,10 +386,13 @@ func (r *Runner) start(ctx context.Context, requestID int64) (*started, error) {
 		if req.MaxCalls != nil {
 			st.maxCalls = int(*req.MaxCalls)
 		}
-		return r.queries.JobRequestSetExecution(ctx, tx, &queries.JobRequestSetExecutionParams{ID: req.ID, ExecutionID: &st.exec.ID})
+		return r.cfg.Owner.Started(ctx, tx, req, st.exec.ID, delivery)
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, err
+	case notQueued:
+		return nil, ErrNotQueued
 	}
 	return st, nil
 }

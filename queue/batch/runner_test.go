@@ -5,14 +5,15 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
+	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
@@ -64,7 +65,7 @@ type testBundle struct {
 	providers   *observability.Providers
 	instruments *observability.Instruments
 	upstream    *upstream.Client
-	enqueuer    *request.Enqueuer
+	enqueuer    *request.Owner
 	runner      *batch.Runner
 }
 
@@ -76,15 +77,20 @@ func setup(t *testing.T, registry map[string]batch.Job, configure ...func(*batch
 	providers, _ := observabilitytest.NewProviders()
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
+	// The catalog knows the registry's jobs, metrics chaining to rules as
+	// in production (rules known whether registered or not).
 	var defs []jobs.Definition
 	for name := range registry {
-		defs = append(defs, &jobs.Spec[noParams]{JobName: name, Desc: "test job"})
+		if name != "metrics" && name != "rules" {
+			defs = append(defs, &jobs.Spec[noParams]{JobName: name, Desc: "test job"})
+		}
 	}
-	enqueuer, err := request.NewEnqueuer(pool, nil, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: instruments})
+	defs = append(defs, &jobs.Spec[noParams]{JobName: "metrics", Desc: "test job", NextJob: "rules"}, &jobs.Spec[noParams]{JobName: "rules", Desc: "test job"})
+	enqueuer, err := request.NewOwner(pool, nil, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: instruments})
 	require.NoError(t, err)
 	up, err := upstream.NewClient(pool, upstream.ClientConfig{Instruments: instruments})
 	require.NoError(t, err)
-	cfg := batch.Config{WorkerID: "1@test#boot", Jobs: registry, Upstream: up, Instruments: instruments}
+	cfg := batch.Config{WorkerID: "1@test#boot", Jobs: registry, Upstream: up, Instruments: instruments, Owner: enqueuer}
 	for _, c := range configure {
 		c(&cfg)
 	}
@@ -171,46 +177,58 @@ func TestRunner_NotQueued(t *testing.T) {
 	b := setup(t, map[string]batch.Job{"metrics": &itemsJob{chunks: 1, perChunk: 1}})
 	id := b.enqueue(t, "metrics")
 	testfactory.FinishRequest(context.Background(), t, b.pool, id, radartype.RequestFailed, "reaped")
-	_, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: id, FinishTx: func(context.Context, pgx.Tx, *batch.Outcome) error { return nil }})
+	_, err := b.runner.Run(context.Background(), batch.RunOpts{RequestID: id})
 	require.ErrorIs(t, err, batch.ErrNotQueued)
 	var n int
 	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM job_execution").Scan(&n))
 	require.Equal(t, 0, n)
 }
 
-// A completion and the request it chains to commit together: when inserting
-// the chained request fails, the completion rolls back (the execution is not
-// COMPLETED meanwhile) and recording retries until both commit.
+// A completion and the request it chains to commit together: while the
+// chained request's insert cannot commit (another transaction holds the
+// next job's lock past the recording's DB timeout, so its attempts roll
+// back), the execution is not COMPLETED either, and recording retries
+// until both commit.
 func TestRunner_ChainCommitsWithCompletion(t *testing.T) {
 	t.Parallel()
-	b := setup(t, map[string]batch.Job{"metrics": &itemsJob{chunks: 2, perChunk: 1}})
-	attempts := 0
-	var statusSeenByOthers []string
-	chainedRequests := 0
-	runner, err := batch.NewRunner(b.pool, batch.Config{
-		WorkerID: "1@test#boot", Jobs: map[string]batch.Job{"metrics": &itemsJob{chunks: 2, perChunk: 1}},
-		Upstream: b.upstream, Instruments: b.instruments,
-		Chain: func(ctx context.Context, tx pgx.Tx, finished *batch.Finished) error {
-			attempts++
-			var status string
-			// Another connection does not see the completion before it commits.
-			require.NoError(t, b.pool.QueryRow(ctx, "SELECT status FROM job_execution WHERE id = $1", finished.ExecutionID).Scan(&status))
-			statusSeenByOthers = append(statusSeenByOthers, status)
-			if attempts < 3 {
-				return fmt.Errorf("injected chain failure %d", attempts)
-			}
-			chainedRequests++
-			testfactory.Request(ctx, t, tx, &testfactory.RequestOpts{Job: "rules", Source: radartype.SourceChain})
-			return nil
-		},
+	ctx := context.Background()
+	b := setup(t, map[string]batch.Job{"metrics": &itemsJob{chunks: 2, perChunk: 1}}, func(c *batch.Config) {
+		c.DBTimeout = 300 * time.Millisecond
 	})
+	// The next job's lock, as an enqueue of rules elsewhere holds it.
+	holder, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
-	out, err := runner.Run(context.Background(), batch.RunOpts{RequestID: b.enqueue(t, "metrics")})
+	defer func() { _ = holder.Rollback(ctx) }()
+	require.NoError(t, queries.New().AdvisoryXactLockJob(ctx, holder, "rules"))
+
+	id := b.enqueue(t, "metrics")
+	wait := runAsync(t, b.runner, id)
+	// attempts are the recording transactions seen waiting for the lock,
+	// by their start: two distinct ones prove a rolled-back attempt.
+	attempts := map[time.Time]bool{}
+	deadline := time.Now().Add(time.Minute)
+	for len(attempts) < 2 {
+		rows, err := b.pool.Query(ctx, `SELECT xact_start FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var started time.Time
+			require.NoError(t, rows.Scan(&started))
+			attempts[started] = true
+		}
+		require.NoError(t, rows.Err())
+		var status string
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT coalesce((SELECT status FROM job_execution WHERE request_id = $1), '')", id).Scan(&status))
+		require.NotEqual(t, "COMPLETED", status, "another connection never sees the completion before its chained request")
+		require.True(t, time.Now().Before(deadline), "the recording never waited for the next job's lock twice")
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, holder.Rollback(ctx))
+
+	out, err := wait()
 	require.NoError(t, err)
 	require.Equal(t, radartype.ExecutionCompleted, out.Status)
-	require.Equal(t, 3, attempts)
-	require.Equal(t, []string{"STARTED", "STARTED", "STARTED"}, statusSeenByOthers, "the failed attempts rolled the completion back")
 	var rules int
-	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM job_request WHERE job = 'rules' AND source = 'chain'").Scan(&rules))
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM job_request WHERE job = 'rules' AND source = 'chain'").Scan(&rules))
 	require.Equal(t, 1, rules)
 }

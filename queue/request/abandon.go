@@ -2,75 +2,87 @@ package request
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
+	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/radartype"
+	"github.com/buildrisk/radar/sql/pgtx"
 )
 
-// JobCanceller cancels a River job inside the caller's transaction, through
-// River's public API; *river.Client[pgx.Tx] satisfies it. A job that is not
-// running ends cancelled at once; a running one is marked for cancellation,
-// its worker's context is cancelled if that worker is alive, and River's
-// rescuer finalizes it if it is not.
-type JobCanceller interface {
-	JobCancelTx(ctx context.Context, tx pgx.Tx, jobID int64) (*rivertype.JobRow, error)
+// Abandonment is a request whose run nobody will finish.
+type Abandonment struct {
+	RequestID int64
+	// ExecutionID is the run's execution, nil when none started.
+	ExecutionID *int64
+	// Message is recorded on the request and the execution.
+	Message string
+	// Cause, when set, hands the abandoned run to the resume policy (a
+	// reap's CauseReap); "" resumes nothing (an operator's abandon leaves the
+	// resume to the operator, a run that never started has nothing to
+	// resume).
+	Cause radartype.StopCause
 }
 
-// CancelRiverJob cancels the River job riverJobID (nil: none) in tx; a job
-// River no longer holds is not an error.
-func CancelRiverJob(ctx context.Context, tx pgx.Tx, river JobCanceller, riverJobID *int64) error {
-	if riverJobID == nil {
-		return nil
-	}
-	if river == nil {
-		return fmt.Errorf("river job %d: no River client to cancel it with", *riverJobID)
-	}
-	if _, err := river.JobCancelTx(ctx, tx, *riverJobID); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-		return fmt.Errorf("error cancelling river job %d: %w", *riverJobID, err)
-	}
-	return nil
-}
-
-// Abandon fails an active request whose worker is gone: the request becomes
-// FAILED with msg, its execution (if any) ABANDONED, and its River job (if
-// any) is cancelled through river. It does nothing and returns false when
-// the request is no longer active, so a result recorded meanwhile is never
-// overwritten.
-func Abandon(ctx context.Context, tx pgx.Tx, river JobCanceller, requestID int64, executionID, riverJobID *int64, msg string) (bool, error) {
-	q := queries.New()
-	n, err := q.JobRequestFinish(ctx, tx, &queries.JobRequestFinishParams{ID: requestID, Status: string(radartype.RequestFailed), Message: msg})
+// Abandon ends, inside tx, an active request whose run nobody will finish
+// (its worker is gone): its execution becomes ABANDONED and the request
+// FAILED, its River job ended with it, and the resume policy applied
+// (Finish's steps, with the execution abandoned before the policy reads
+// it). It does nothing and returns false when the request is no longer
+// active, so a result recorded meanwhile is never overwritten.
+func (o *Owner) Abandon(ctx context.Context, tx pgx.Tx, a *Abandonment) (bool, error) {
+	req, err := o.queries.JobRequestGetByID(ctx, tx, a.RequestID)
 	if err != nil {
-		return false, fmt.Errorf("error failing request %d: %w", requestID, err)
+		return false, fmt.Errorf("error reading request %d: %w", a.RequestID, err)
 	}
-	if n == 0 {
-		return false, nil
-	}
-	if executionID != nil {
-		if _, err := q.JobExecutionAbandon(ctx, tx, &queries.JobExecutionAbandonParams{ID: *executionID, ExitMessage: msg}); err != nil {
-			return false, fmt.Errorf("error abandoning execution %d: %w", *executionID, err)
-		}
-	}
-	if err := CancelRiverJob(ctx, tx, river, riverJobID); err != nil {
+	end := &End{Request: req, Status: abandonedStatus(a.ExecutionID), Message: a.Message, Cause: a.Cause}
+	if ended, err := o.endRequest(ctx, tx, end); err != nil || !ended {
 		return false, err
 	}
-	return true, nil
-}
-
-// RiverCanceller returns client as a JobCanceller, or nil when client is
-// nil (a process that records requests without River jobs).
-func RiverCanceller(client *river.Client[pgx.Tx]) JobCanceller {
-	if client == nil {
-		return nil
+	if a.ExecutionID != nil {
+		end.ExecutionID = *a.ExecutionID
+		if _, err := o.queries.JobExecutionAbandon(ctx, tx, &queries.JobExecutionAbandonParams{ID: *a.ExecutionID, ExitMessage: a.Message}); err != nil {
+			return false, fmt.Errorf("error abandoning execution %d: %w", *a.ExecutionID, err)
+		}
 	}
-	return client
+	return true, o.applyPolicies(ctx, tx, end)
 }
 
-// Canceller returns the River client the Enqueuer inserts with, as a
-// JobCanceller (nil without one).
-func (e *Enqueuer) Canceller() JobCanceller { return RiverCanceller(e.river) }
+// abandonedStatus is the execution status an abandoned request ends with:
+// ABANDONED when an execution started, none ("": the request fails) when
+// none did.
+func abandonedStatus(executionID *int64) radartype.ExecutionStatus {
+	if executionID == nil {
+		return ""
+	}
+	return radartype.ExecutionAbandoned
+}
+
+// FailStart ends request requestID, whose run could not start on workerID,
+// as FAILED with the start's error, in a transaction of its own; its
+// delivery is left to the caller, which returns River's cancel for it. It
+// counts the failure and logs one line.
+func (o *Owner) FailStart(ctx context.Context, requestID int64, workerID string, startErr error) {
+	ctx = context.WithoutCancel(ctx)
+	msg := fmt.Sprintf("the run could not start on worker %s: %v", workerID, startErr)
+	var job string
+	err := pgtx.InTx(ctx, o.pool, func(tx pgx.Tx) error {
+		req, err := o.queries.JobRequestGetByID(ctx, tx, requestID)
+		if err != nil {
+			return fmt.Errorf("error reading request: %w", err)
+		}
+		job = req.Job
+		_, err = o.Abandon(ctx, tx, &Abandonment{RequestID: requestID, Message: msg})
+		return err
+	})
+	logger := o.cfg.Logger.With(slog.Int64("request_id", requestID), slog.String("job", job))
+	if err != nil {
+		logger.ErrorContext(ctx, "run could not start, nor could its request be failed; the reaper will fail it", slog.String("error", startErr.Error()), slog.String("record_error", err.Error()))
+		return
+	}
+	o.cfg.Instruments.RequestFailed(ctx, job, observability.ReasonStartFailed)
+	logger.ErrorContext(ctx, "run could not start; request failed", slog.String("error", startErr.Error()))
+}

@@ -122,30 +122,30 @@ type Stopped struct {
 // The resume goes through the same path as every request (advisory lock,
 // duplicate check, restart rules) but skips the stale cleanup: its callers
 // are the cleanup, or the run's own worker.
-func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, error) {
-	waitSeconds, err := e.queries.JobExecutionSetStopCause(ctx, tx, &queries.JobExecutionSetStopCauseParams{
+func (o *Owner) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, error) {
+	waitSeconds, err := o.queries.JobExecutionSetStopCause(ctx, tx, &queries.JobExecutionSetStopCauseParams{
 		ID: s.ExecutionID, StopCause: string(s.Cause), ResumeInSeconds: notBeforeSeconds(s.Wait),
 	})
 	if err != nil {
 		return 0, fmt.Errorf("error recording stop cause: %w", err)
 	}
-	policy := e.cfg.Resume.withDefaults()
-	if e.river == nil || !slices.Contains(policy.Causes, s.Cause) || s.Request.ConfirmPurge {
+	policy := o.cfg.Resume.withDefaults()
+	if o.river == nil || !slices.Contains(policy.Causes, s.Cause) || s.Request.ConfirmPurge {
 		return 0, nil
 	}
-	logger := e.cfg.Logger.With(slog.String("job", s.Request.Job), slog.Int64("request_id", s.Request.ID),
+	logger := o.cfg.Logger.With(slog.String("job", s.Request.Job), slog.Int64("request_id", s.Request.ID),
 		slog.Int64("execution_id", s.ExecutionID), slog.String("cause", string(s.Cause)))
 
-	exec, err := e.queries.JobExecutionGetByID(ctx, tx, s.ExecutionID)
+	exec, err := o.queries.JobExecutionGetByID(ctx, tx, s.ExecutionID)
 	if err != nil {
 		return 0, fmt.Errorf("error reading stopped execution: %w", err)
 	}
-	attempts, err := e.queries.JobRequestResumesToday(ctx, tx, &queries.JobRequestResumesTodayParams{InstanceID: exec.InstanceID, Tz: policy.Location.String()})
+	attempts, err := o.queries.JobRequestResumesToday(ctx, tx, &queries.JobRequestResumesTodayParams{InstanceID: exec.InstanceID, Tz: policy.Location.String()})
 	if err != nil {
 		return 0, fmt.Errorf("error counting automatic resumes: %w", err)
 	}
 	if countsAgainstMaxPerDay(s.Cause) && int(attempts) >= policy.MaxPerDay {
-		e.cfg.Instruments.AutoResumeRefused(ctx, s.Request.Job, s.Cause)
+		o.cfg.Instruments.AutoResumeRefused(ctx, s.Request.Job, s.Cause)
 		logger.ErrorContext(ctx, "automatic resume refused: the instance has used every attempt of the day; request it by hand once the cause is fixed",
 			slog.Int64("attempts", attempts), slog.Int("max_per_day", policy.MaxPerDay))
 		return 0, nil
@@ -167,11 +167,11 @@ func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, 
 		NotBefore:   max(policy.backoff(int(attempts)+1), time.Duration(waitSeconds*float64(time.Second))),
 		skipCleanup: true,
 	}
-	_, params, err := e.Validate(ctx, tx, p)
+	_, params, err := o.Validate(ctx, tx, p)
 	if err != nil {
 		// The params were valid when the run started; a catalog that changed
 		// since (a rolling deploy) refuses them now. Keep the stop recorded.
-		e.cfg.Instruments.AutoResumeRefused(ctx, s.Request.Job, s.Cause)
+		o.cfg.Instruments.AutoResumeRefused(ctx, s.Request.Job, s.Cause)
 		logger.ErrorContext(ctx, "automatic resume refused: the run's params no longer validate", slog.String("error", err.Error()))
 		return 0, nil
 	}
@@ -180,7 +180,7 @@ func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, 
 	if err != nil {
 		return 0, fmt.Errorf("error opening savepoint: %w", err)
 	}
-	res, err := e.enqueueTx(ctx, savepoint, p, params)
+	res, err := o.enqueueTx(ctx, savepoint, p, params)
 	var dup *DuplicateError
 	switch {
 	case errors.As(err, &dup):
@@ -199,15 +199,15 @@ func (e *Enqueuer) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, 
 		logger.InfoContext(ctx, "automatic resume not inserted: the restart rules do not resume this execution")
 		return 0, nil
 	}
-	if err := e.queries.JobRequestSetResumeCause(ctx, savepoint, &queries.JobRequestSetResumeCauseParams{ID: res.Request.ID, ResumeCause: string(s.Cause)}); err != nil {
+	if err := o.queries.JobRequestSetResumeCause(ctx, savepoint, &queries.JobRequestSetResumeCauseParams{ID: res.Request.ID, ResumeCause: string(s.Cause)}); err != nil {
 		_ = savepoint.Rollback(ctx)
 		return 0, fmt.Errorf("error recording resume cause: %w", err)
 	}
 	if err := savepoint.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("error releasing savepoint: %w", err)
 	}
-	e.cfg.Instruments.RequestRecorded(ctx, s.Request.Job, radartype.SourceResume, observability.ResultAccepted)
-	e.cfg.Instruments.AutoResumed(ctx, s.Request.Job, s.Cause)
+	o.cfg.Instruments.RequestRecorded(ctx, s.Request.Job, radartype.SourceResume, observability.ResultAccepted)
+	o.cfg.Instruments.AutoResumed(ctx, s.Request.Job, s.Cause)
 	logger.InfoContext(ctx, "stopped run resumes by itself",
 		slog.Int64("resume_request_id", res.Request.ID), slog.Int64("attempt", attempts+1), slog.Duration("backoff", p.NotBefore))
 	return res.Request.ID, nil

@@ -1,7 +1,9 @@
 package request_test
 
 import (
+	"cmp"
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/jobs"
@@ -29,7 +32,10 @@ type noParams struct{}
 
 type resumeBundle struct {
 	pool        *pgxpool.Pool
-	enqueuer    *request.Enqueuer
+	enqueuer    *request.Owner
+	river       *river.Client[pgx.Tx]
+	tel         *observabilitytest.Telemetry
+	catalog     *jobs.Catalog
 	providers   *observability.Providers
 	instruments *observability.Instruments
 }
@@ -39,22 +45,69 @@ func newResumeBundle(t *testing.T, policy request.ResumePolicy) *resumeBundle {
 	return newStockPriceBundle(t, request.Config{Resume: policy})
 }
 
-// newStockPriceBundle returns a database and an enqueuer of the one job
-// stockPrice, with a River client, configured by cfg (its Catalog and
-// Instruments are set here).
+// newStockPriceBundle returns a database and an owner of the one job
+// stockPrice, with a River client that only inserts, configured by cfg
+// (its Catalog and Instruments are set here).
 func newStockPriceBundle(t *testing.T, cfg request.Config) *resumeBundle {
 	t.Helper()
+	cfg.Catalog = jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"})
+	return newBundle(t, cfg)
+}
+
+// newBundle returns a database and an owner with a River client that only
+// inserts, configured by cfg; without a catalog it knows every job of the
+// row factory (no params), metrics chaining to rules.
+func newBundle(t *testing.T, cfg request.Config) *resumeBundle {
+	t.Helper()
 	pool := pgtest.NewPool(t)
-	providers, _ := observabilitytest.NewProviders()
-	instruments, err := observability.NewInstruments(providers.Meter)
-	require.NoError(t, err)
+	tel := observabilitytest.NewTelemetry(t)
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	cfg.Catalog = jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"})
-	cfg.Instruments = instruments
-	enqueuer, err := request.NewEnqueuer(pool, riverClient, cfg)
+	if cfg.Catalog == nil {
+		var defs []jobs.Definition
+		for _, name := range []string{"aptTrade", "corpCodeSync", "filingParse", "stockPrice", "creditEval", "rules"} {
+			defs = append(defs, &jobs.Spec[noParams]{JobName: name, Desc: "test job"})
+		}
+		defs = append(defs, &jobs.Spec[noParams]{JobName: "metrics", Desc: "test job", NextJob: "rules"})
+		cfg.Catalog = jobs.NewCatalog(defs...)
+	}
+	cfg.Instruments = tel.Instruments
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	owner, err := request.NewOwner(pool, riverClient, cfg)
 	require.NoError(t, err)
-	return &resumeBundle{pool: pool, enqueuer: enqueuer, providers: providers, instruments: instruments}
+	return &resumeBundle{pool: pool, enqueuer: owner, river: riverClient, tel: tel, catalog: cfg.Catalog, providers: tel.Providers, instruments: tel.Instruments}
+}
+
+// resumes returns the automatic resumes recorded, by the execution they
+// resume (requested_by "resume:CAUSE:execution ID"), as their causes.
+func (b *resumeBundle) resumes(t *testing.T, db queries.DBTX) map[int64]radartype.StopCause {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `SELECT resume_cause, (regexp_match(requested_by, 'execution (\d+)$'))[1]::bigint FROM job_request WHERE source = 'resume'`)
+	require.NoError(t, err)
+	out := map[int64]radartype.StopCause{}
+	for rows.Next() {
+		var cause string
+		var exec int64
+		require.NoError(t, rows.Scan(&cause, &exec))
+		out[exec] = radartype.StopCause(cause)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// resumableInstance inserts an instance of job whose params ({}) are those
+// a resume of its runs repeats, so that the restart rules resume them.
+func resumableInstance(t *testing.T, db queries.DBTX, job string) int64 {
+	t.Helper()
+	return testfactory.Instance(context.Background(), t, db, &testfactory.InstanceOpts{Job: job, ParamsHash: jobs.ParamsHash([]byte("{}"))}).ID
+}
+
+// riverState returns the state of River job id, read through River's API.
+func (b *resumeBundle) riverState(t *testing.T, id int64) rivertype.JobState {
+	t.Helper()
+	job, err := b.river.JobGet(context.Background(), id)
+	require.NoError(t, err)
+	return job.State
 }
 
 // stopRun enqueues a request, gives it an execution that ended with status,

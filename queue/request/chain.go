@@ -11,17 +11,17 @@ import (
 	"github.com/buildrisk/radar/radartype"
 )
 
-// EnqueueNext inserts, inside tx, the request of the job that follows job
+// enqueueNext inserts, inside tx, the request of the job that follows job
 // in the catalog (source chain), with the finished run's params when the
 // next job accepts them and {} otherwise. A next job that already has an
 // active request is skipped and counted as a duplicate, not an error. It
 // returns the new request id, or 0 when nothing was inserted.
-func (e *Enqueuer) EnqueueNext(ctx context.Context, tx pgx.Tx, job string, params []byte) (int64, error) {
-	def, ok := e.cfg.Catalog.Lookup(job)
+func (o *Owner) enqueueNext(ctx context.Context, tx pgx.Tx, job string, params []byte) (int64, error) {
+	def, ok := o.cfg.Catalog.Lookup(job)
 	if !ok || def.Next() == "" {
 		return 0, nil
 	}
-	next, ok := e.cfg.Catalog.Lookup(def.Next())
+	next, ok := o.cfg.Catalog.Lookup(def.Next())
 	if !ok {
 		return 0, fmt.Errorf("job %s chains to unknown job %q", job, def.Next())
 	}
@@ -33,11 +33,11 @@ func (e *Enqueuer) EnqueueNext(ctx context.Context, tx pgx.Tx, job string, param
 	if err != nil {
 		return 0, fmt.Errorf("error opening savepoint: %w", err)
 	}
-	res, err := e.EnqueueTx(ctx, savepoint, &EnqueueParams{Job: next.Name(), Params: params, Source: radartype.SourceChain, RequestedBy: "chain:" + job})
+	res, err := o.EnqueueTx(ctx, savepoint, &EnqueueParams{Job: next.Name(), Params: params, Source: radartype.SourceChain, RequestedBy: "chain:" + job})
 	var dup *DuplicateError
 	if errors.As(err, &dup) {
 		_ = savepoint.Rollback(ctx)
-		e.cfg.Instruments.RequestRecorded(ctx, next.Name(), radartype.SourceChain, observability.ResultDuplicate)
+		o.cfg.Instruments.RequestRecorded(ctx, next.Name(), radartype.SourceChain, observability.ResultDuplicate)
 		return 0, nil
 	}
 	if err != nil {
@@ -47,6 +47,6 @@ func (e *Enqueuer) EnqueueNext(ctx context.Context, tx pgx.Tx, job string, param
 	if err := savepoint.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("error releasing savepoint: %w", err)
 	}
-	e.cfg.Instruments.RequestRecorded(ctx, next.Name(), radartype.SourceChain, observability.ResultAccepted)
+	o.cfg.Instruments.RequestRecorded(ctx, next.Name(), radartype.SourceChain, observability.ResultAccepted)
 	return res.Request.ID, nil
 }

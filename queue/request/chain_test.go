@@ -19,11 +19,12 @@ import (
 )
 
 // A completion whose next job already has an active request chains
-// nothing and is not refused for it: EnqueueNext answers no request and no
-// error, counts a duplicate of source chain, and the completing
-// transaction's own writes still commit (the refused insert ran under a
-// savepoint). Once the next job is free, the same call inserts its request.
-func TestEnqueueNext_ActiveNextIsADuplicateNotAnError(t *testing.T) {
+// nothing and is not refused for it: Finish ends the request and counts a
+// duplicate of source chain, and the completing transaction's own writes
+// still commit (the refused insert ran under a savepoint). Once the next
+// job is free, the next completion chains its request in the transaction
+// that ends it.
+func TestFinish_ActiveNextIsADuplicateNotAnError(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
@@ -32,52 +33,55 @@ func TestEnqueueNext_ActiveNextIsADuplicateNotAnError(t *testing.T) {
 	require.NoError(t, err)
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
+	enqueuer, err := request.NewOwner(pool, riverClient, request.Config{
 		Catalog: jobs.NewCatalog(
 			&jobs.Spec[noParams]{JobName: "metrics", Desc: "test job", NextJob: "rules"},
 			&jobs.Spec[noParams]{JobName: "rules", Desc: "test job"},
 		),
 		Instruments: instruments,
-		Cleanup:     func(context.Context, pgx.Tx, string) error { return nil },
 	})
 	require.NoError(t, err)
 
 	active, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "rules", Params: []byte("{}"), Source: radartype.SourceAPI})
 	require.NoError(t, err)
-	completing, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "metrics", Params: []byte("{}"), Source: radartype.SourceAPI})
-	require.NoError(t, err)
-
-	// complete stands for the runner's completion: a write of its own, then
-	// the chained request, in one transaction.
+	// complete enqueues a metrics request and ends it COMPLETED, as the
+	// runner's recording does, with a write of its own in the same
+	// transaction; it returns the completed request's id.
 	complete := func() int64 {
 		t.Helper()
-		var next int64
+		completing, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "metrics", Params: []byte("{}"), Source: radartype.SourceAPI})
+		require.NoError(t, err)
 		require.NoError(t, pgtx.InTx(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `UPDATE job_request SET message = 'completed' WHERE id = $1`, completing.Request.ID); err != nil {
+			if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS completion_write (id bigint)`); err != nil {
 				return err
 			}
-			var err error
-			next, err = enqueuer.EnqueueNext(ctx, tx, "metrics", []byte("{}"))
+			if _, err := tx.Exec(ctx, `INSERT INTO completion_write VALUES ($1)`, completing.Request.ID); err != nil {
+				return err
+			}
+			ended, err := enqueuer.Finish(ctx, tx, &request.End{Request: completing.Request, ExecutionID: 1, Status: radartype.ExecutionCompleted, Message: "completed"})
+			require.True(t, ended)
 			return err
 		}))
-		return next
+		return completing.Request.ID
+	}
+	chained := func() (n int) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job_request WHERE source = 'chain'`).Scan(&n))
+		return n
 	}
 
-	require.Zero(t, complete(), "rules has an active request: nothing is chained")
-	var message string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT message FROM job_request WHERE id = $1`, completing.Request.ID).Scan(&message))
-	require.Equal(t, "completed", message, "the completion commits without its chained request")
+	first := complete()
+	var status, message string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT status, message FROM job_request WHERE id = $1`, first).Scan(&status, &message))
+	require.Equal(t, []string{"DONE", "completed"}, []string{status, message}, "the completion commits without its chained request")
+	var written int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM completion_write WHERE id = $1`, first).Scan(&written))
+	require.Equal(t, 1, written, "the completing transaction's own write commits")
 	requireMetric(t, providers, 1, observability.MetricRequests, map[string]string{"job": "rules", "source": "chain", "result": "duplicate"})
-	var chained int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job_request WHERE source = 'chain'`).Scan(&chained))
-	require.Zero(t, chained)
+	require.Zero(t, chained())
 
 	_, err = pool.Exec(ctx, `UPDATE job_request SET status = 'DONE', finished_at = now() WHERE id = $1`, active.Request.ID)
 	require.NoError(t, err)
-	next := complete()
-	require.NotZero(t, next, "rules is free: the completion chains its request")
-	var source string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT source FROM job_request WHERE id = $1`, next).Scan(&source))
-	require.Equal(t, "chain", source)
+	complete()
+	require.Equal(t, 1, chained(), "rules is free: the completion chains its request")
 	requireMetric(t, providers, 1, observability.MetricRequests, map[string]string{"job": "rules", "source": "chain", "result": "accepted"})
 }

@@ -28,63 +28,63 @@ import (
 	"github.com/buildrisk/radar/sql/pgtest"
 )
 
-// newStockPriceEnqueuer returns a database and an enqueuer of the one job
-// stockPrice, with a River client and cleanup.
-func newStockPriceEnqueuer(t *testing.T, cleanup request.CleanupFunc) (*pgxpool.Pool, *request.Enqueuer) {
+// newStockPriceEnqueuer returns a database and an owner of the one job
+// stockPrice, with a River client.
+func newStockPriceEnqueuer(t *testing.T) (*pgxpool.Pool, *request.Owner) {
 	t.Helper()
-	b := newStockPriceBundle(t, request.Config{Cleanup: cleanup})
+	b := newStockPriceBundle(t, request.Config{})
 	return b.pool, b.enqueuer
 }
 
-// The enqueue runs the stale cleanup only when the job has an active
-// request (the cleanup finalizes only active requests, so without one it
-// has nothing to do and would cost round trips on every enqueue), and reads
-// the job's state again after a cleanup, so a request the cleanup freed no
-// longer blocks the new one. The request row carries its River job's id.
+// reapPasses counts the round trips of a trace that list stale requests
+// (a reap's first statement; its first use is prepared, then sent).
+func reapPasses(tracer *pgtest.RoundTripTracer) int {
+	n := 0
+	for _, trip := range tracer.Log() {
+		n += strings.Count(trip, "-- name: JobRequestListStale")
+	}
+	return n
+}
+
+// The enqueue reaps the job's dead runs only when the job has an active
+// request (a reap finalizes only active requests, so without one it has
+// nothing to do and would cost round trips on every enqueue), and reads
+// the job's state again after it, so a request the reap freed no longer
+// blocks the new one. The request row carries its River job's id.
 func TestEnqueue_CleanupOnlyWithAnActiveRequest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	// cleanups counts the cleanup's calls; freeActive makes the next one
-	// finalize the job's active request, as the reaper does for a dead
-	// worker's.
-	var cleanups int
-	var freeActive bool
-	pool, enqueuer := newStockPriceEnqueuer(t, func(ctx context.Context, tx pgx.Tx, job string) error {
-		cleanups++
-		if !freeActive {
-			return nil
-		}
-		q := queries.New()
-		active, err := q.JobRequestGetActiveByJob(ctx, tx, job)
-		if err != nil {
-			return err
-		}
-		_, err = q.JobRequestFinish(ctx, tx, &queries.JobRequestFinishParams{ID: active.ID, Status: string(radartype.RequestFailed), Message: "reaped"})
-		return err
-	})
+	tracer := &pgtest.RoundTripTracer{}
+	b := newStockPriceBundle(t, request.Config{StaleAfter: 2 * time.Second})
+	pgtest.WaitServerUptime(t, b.pool, 2*time.Second)
+	pool := pgtest.NewTracedPool(t, b.pool, tracer)
+	enqueuer, err := request.NewOwner(pool, b.river, request.Config{Catalog: b.catalog, Instruments: b.instruments, StaleAfter: 2 * time.Second})
+	require.NoError(t, err)
 	enqueue := func() (*request.EnqueueResult, error) {
 		return enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: radartype.SourceAPI})
 	}
 
 	first, err := enqueue()
 	require.NoError(t, err)
-	require.Equal(t, 0, cleanups, "no active request: nothing to clean up")
+	require.Zero(t, reapPasses(tracer), "no active request: nothing to reap")
 	require.NotNil(t, first.Request.RiverJobID)
 	var linked int64
 	require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM job_request WHERE river_job_id = $1`, *first.Request.RiverJobID).Scan(&linked))
 	require.Equal(t, first.Request.ID, linked, "the request row carries its River job's id")
 
-	_, err = enqueue()
-	var dup *request.DuplicateError
-	require.ErrorAs(t, err, &dup)
-	require.Equal(t, first.Request.ID, dup.ActiveRequestID)
-	require.Equal(t, 1, cleanups, "an active request may be a dead worker's: the cleanup runs")
-
-	freeActive = true
+	// The active request is claimed by a worker that died: the next
+	// enqueue reaps it under the job's lock and goes on.
+	dead := testfactory.Worker(ctx, t, b.pool, &testfactory.WorkerOpts{HeartbeatAge: time.Hour})
+	_, err = queries.New().JobRequestClaim(ctx, b.pool, &queries.JobRequestClaimParams{ID: first.Request.ID, WorkerID: &dead.ID})
+	require.NoError(t, err)
 	second, err := enqueue()
-	require.NoError(t, err, "the cleanup freed the active request: the state is read again")
-	require.Equal(t, 2, cleanups)
+	require.NoError(t, err, "the reap freed the active request: the state is read again")
+	require.Positive(t, reapPasses(tracer), "an active request may be a dead worker's: the enqueue reaps")
 	require.NotEqual(t, first.Request.ID, second.Request.ID)
+	got, err := queries.New().JobRequestGetByID(ctx, b.pool, first.Request.ID)
+	require.NoError(t, err)
+	require.Equal(t, "FAILED", got.Status)
+	require.Equal(t, rivertype.JobStateCancelled, b.riverState(t, *first.Request.RiverJobID), "the reaped request's River job ends with it")
 }
 
 // ownStatement reports whether a traced statement is one of the project's
@@ -139,13 +139,12 @@ func TestEnqueue_OneTransactionOfOwnStatementsAndRiversInsertTx(t *testing.T) {
 	})
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Middleware: []rivertype.Middleware{marker}})
 	require.NoError(t, err)
-	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
+	enqueuer, err := request.NewOwner(pool, riverClient, request.Config{
 		Catalog: jobs.NewCatalog(
 			&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"},
 			&jobs.Spec[noParams]{JobName: "filingParse", Desc: "test job"},
 		),
 		Instruments: instruments,
-		Cleanup:     func(context.Context, pgx.Tx, string) error { return nil },
 	})
 	require.NoError(t, err)
 	// The first enqueue prepares the statements and lets River read the
@@ -203,7 +202,7 @@ func TestEnqueue_OneTransactionOfOwnStatementsAndRiversInsertTx(t *testing.T) {
 func TestEnqueue_DuplicateDrawsNoID(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, enqueuer := newStockPriceEnqueuer(t, nil)
+	pool, enqueuer := newStockPriceEnqueuer(t)
 	enqueue := func() (*request.EnqueueResult, error) {
 		return enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: radartype.SourceAPI})
 	}
@@ -244,19 +243,14 @@ func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
 	require.NoError(t, err)
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	var cleanups atomic.Int64
-	enqueuer, err := request.NewEnqueuer(pool, riverClient, request.Config{
-		Catalog:     jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"}),
-		Instruments: instruments,
-		StaleAfter:  time.Minute,
-		Cleanup: func(context.Context, pgx.Tx, string) error {
-			cleanups.Add(1)
-			return nil
-		},
-	})
+	catalog := jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"})
+	enqueuer, err := request.NewOwner(pool, riverClient, request.Config{Catalog: catalog, Instruments: instruments, StaleAfter: time.Minute})
 	require.NoError(t, err)
+	enqueueWith := func(ctx context.Context, owner *request.Owner) (*request.EnqueueResult, error) {
+		return owner.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: radartype.SourceAPI})
+	}
 	enqueue := func(ctx context.Context) error {
-		_, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: radartype.SourceAPI})
+		_, err := enqueueWith(ctx, enqueuer)
 		return err
 	}
 	require.NoError(t, enqueue(ctx))
@@ -299,7 +293,7 @@ func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
 		conditional, plain := lockStatements()
 		require.Equal(t, 200, conditional, "one conditional lock statement per duplicate")
 		require.Zero(t, plain)
-		require.Zero(t, cleanups.Load(), "nothing a cleanup could free")
+		require.Zero(t, reapPasses(tracer), "nothing a reap could free")
 	}
 
 	t.Run("Queued", burst)
@@ -311,10 +305,22 @@ func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
 
 	testfactory.WorkerHeartbeatAge(ctx, t, base, holder.ID, time.Hour)
 	t.Run("StaleHolderWaitsForTheLock", func(t *testing.T) {
+		// A stale window the test's cluster has been up for: the holder,
+		// silent for an hour, is dead.
+		pgtest.WaitServerUptime(t, base, 2*time.Second)
+		reaper, err := request.NewOwner(pool, riverClient, request.Config{Catalog: catalog, Instruments: instruments, StaleAfter: 2 * time.Second})
+		require.NoError(t, err)
 		runStart := holdLock(t)
 		tracer.Reset()
-		answered := make(chan error, 1)
-		go func() { answered <- enqueue(ctx) }()
+		type answer struct {
+			res *request.EnqueueResult
+			err error
+		}
+		answered := make(chan answer, 1)
+		go func() {
+			res, err := enqueueWith(ctx, reaper)
+			answered <- answer{res, err}
+		}()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			var waiting int
@@ -326,12 +332,12 @@ func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
 			require.True(t, time.Now().Before(deadline), "the stale holder's duplicate never waited for the job's lock")
 			time.Sleep(10 * time.Millisecond)
 		}
-		require.Zero(t, cleanups.Load(), "the cleanup waits for the lock")
+		require.Zero(t, reapPasses(tracer), "the reap waits for the lock")
 		require.NoError(t, runStart.Rollback(ctx))
-		var dup *request.DuplicateError
-		require.ErrorAs(t, <-answered, &dup)
-		require.Equal(t, active, dup.ActiveRequestID)
-		require.Equal(t, int64(1), cleanups.Load())
+		got := <-answered
+		require.NoError(t, got.err, "the reap under the lock freed the dead worker's request")
+		require.NotEqual(t, active, got.res.Request.ID)
+		require.Positive(t, reapPasses(tracer), "the reap ran, under the lock")
 		conditional, plain := lockStatements()
 		require.Equal(t, 1, conditional, "the lock is taken once")
 		require.Zero(t, plain)

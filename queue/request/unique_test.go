@@ -22,7 +22,7 @@ import (
 func TestEnqueue_DatabaseKeepsOneActiveRequest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, enqueuer := newStockPriceEnqueuer(t, nil)
+	pool, enqueuer := newStockPriceEnqueuer(t)
 	res, err := enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: radartype.SourceAPI})
 	require.NoError(t, err)
 	require.NotNil(t, res.Request.RiverJobID)

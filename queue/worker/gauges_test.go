@@ -39,13 +39,13 @@ func TestGauges_ReportWhatTheRowsSay(t *testing.T) {
 	testfactory.Request(ctx, t, pool, &testfactory.RequestOpts{Job: "rules", Status: radartype.RequestDone, CreatedAge: 5 * time.Hour})
 	gauges := &worker.Gauges{
 		Pool: pool, Jobs: []string{"aptTrade", "stockPrice", "filingParse", "rules"},
-		StaleAfter: time.Minute, Instruments: tel.instruments,
+		StaleAfter: time.Minute, Instruments: tel.Instruments,
 	}
 
 	require.NoError(t, gauges.Record(ctx))
-	require.Equal(t, float64(3), tel.metric(t, observability.MetricWorkersAlive, nil))
+	require.Equal(t, float64(3), tel.Metric(t, observability.MetricWorkersAlive, nil))
 	age := func(job string) float64 {
-		return tel.metric(t, observability.MetricQueueOldestAge, map[string]string{"job": job})
+		return tel.Metric(t, observability.MetricQueueOldestAge, map[string]string{"job": job})
 	}
 	// The ages grow while the test runs: bounds, not equalities.
 	require.GreaterOrEqual(t, age("aptTrade"), (90 * time.Minute).Seconds())
@@ -59,5 +59,5 @@ func TestGauges_ReportWhatTheRowsSay(t *testing.T) {
 	testfactory.WorkerHeartbeatAge(ctx, t, pool, "", time.Hour)
 	require.NoError(t, gauges.Record(ctx))
 	require.Zero(t, age("aptTrade"), "an emptied queue reads 0, not its last age")
-	require.Zero(t, tel.metric(t, observability.MetricWorkersAlive, nil))
+	require.Zero(t, tel.Metric(t, observability.MetricWorkersAlive, nil))
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/buildrisk/radar/internal/service"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/service"
 	"github.com/buildrisk/radar/radartype"
 )
 

@@ -10,8 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queries/testfactory"
+	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
@@ -20,12 +22,12 @@ import (
 // presenceConfig is a worker's config whose heartbeat service never beats
 // on its own during a test (every hour) and whose fence never falls: each
 // heartbeat the test sees is one it asked for (SetStatus, Stop).
-func presenceConfig(id string, tel *telemetry) worker.Config {
+func presenceConfig(id string, tel *observabilitytest.Telemetry) worker.Config {
 	return worker.Config{
 		ID: id, Hostname: "presence-host", PID: 5, Boot: "b1", Version: "v-test",
 		ConfiguredKeys: []string{"BUILDRISK_KEY_KRX"}, DailyCaps: map[string]int{"KRX": 7},
 		HeartbeatInterval: time.Hour, StaleAfter: 3 * time.Hour,
-		Instruments: tel.instruments, Logger: discardLogger(),
+		Instruments: tel.Instruments, Logger: discardLogger(),
 	}
 }
 
@@ -72,7 +74,7 @@ func TestPresence_RegistersAndHeartbeats(t *testing.T) {
 	require.NoError(t, json.Unmarshal(row.DailyCaps, &caps))
 	require.Equal(t, map[string]int{"KRX": 7}, caps)
 	require.Less(t, heartbeatAge(t, pool, id), time.Minute)
-	require.Equal(t, float64(1), tel.metric(t, observability.MetricDatabaseUp, nil))
+	require.Equal(t, float64(1), tel.Metric(t, observability.MetricDatabaseUp, nil))
 
 	// An hour without a heartbeat, then one: the row is fresh again.
 	testfactory.WorkerHeartbeatAge(ctx, t, pool, id, time.Hour)
@@ -122,7 +124,7 @@ func TestPresence_FailedHeartbeatCutsTheLink(t *testing.T) {
 	require.NoError(t, err)
 	tel := newTelemetry(t)
 	cfg := presenceConfig("6@presence-host#b2", tel)
-	cfg.Reachability = worker.NewReachability()
+	cfg.Reachability = request.NewReachability()
 	p, err := worker.StartPresence(ctx, pool, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { p.Stop(context.Background()) })
@@ -130,7 +132,7 @@ func TestPresence_FailedHeartbeatCutsTheLink(t *testing.T) {
 
 	pool.Close() // every call from now on fails at once: a cut link
 	p.SetStatus(ctx, radartype.WorkerDraining)
-	require.Zero(t, tel.metric(t, observability.MetricDatabaseUp, nil))
+	require.Zero(t, tel.Metric(t, observability.MetricDatabaseUp, nil))
 	require.Equal(t, time.Hour, cfg.Reachability.Wait(time.Hour), "a reaper of this process waits while its link is cut")
 	require.NoError(t, p.FenceError(), "the fence falls only FenceAfter after the last successful heartbeat")
 }

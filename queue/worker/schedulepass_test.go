@@ -49,7 +49,7 @@ func newPassWorker(t *testing.T, pool *pgxpool.Pool, clock *passClock) *Worker {
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	enqueuer, err := request.NewEnqueuer(pool, nil, request.Config{Catalog: jobs.NewCatalog(riskmetric.Spec()), Instruments: instruments, Logger: logger})
+	enqueuer, err := request.NewOwner(pool, nil, request.Config{Catalog: jobs.NewCatalog(riskmetric.Spec()), Instruments: instruments, Logger: logger})
 	require.NoError(t, err)
 	next, err := ParseSchedule("@every 1h", time.UTC)
 	require.NoError(t, err)

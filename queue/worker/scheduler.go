@@ -22,7 +22,7 @@ import (
 )
 
 // ScheduleEnqueuer inserts scheduled requests through the same path as the
-// API (cleanup, lock, dedupe); *request.Enqueuer implements it.
+// API (cleanup, lock, dedupe); *request.Owner implements it.
 type ScheduleEnqueuer interface {
 	// Validate checks a request's params and estimate, writing nothing.
 	Validate(ctx context.Context, db queries.DBTX, p *request.EnqueueParams) (jobs.Definition, *jobs.Params, error)

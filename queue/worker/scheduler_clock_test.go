@@ -74,7 +74,7 @@ func newScheduler(t *testing.T, pool *pgxpool.Pool, start time.Time, processCloc
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	enqueuer, err := request.NewEnqueuer(pool, nil, request.Config{Catalog: jobs.NewCatalog(riskmetric.Spec()), Instruments: instruments, Logger: logger})
+	enqueuer, err := request.NewOwner(pool, nil, request.Config{Catalog: jobs.NewCatalog(riskmetric.Spec()), Instruments: instruments, Logger: logger})
 	require.NoError(t, err)
 	next, err := worker.ParseSchedule("@every 1h", time.UTC)
 	require.NoError(t, err)

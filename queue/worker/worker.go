@@ -26,14 +26,13 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/buildrisk/radar/internal/service"
 	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/queue/service"
 	"github.com/buildrisk/radar/radartype"
-	"github.com/buildrisk/radar/sql/pgtx"
 )
 
 // Defaults of Config (the contract's values).
@@ -183,7 +182,7 @@ type Config struct {
 	// Reachability is the process's link to the database as its heartbeats
 	// see it; the worker's reaper waits on it (see Reachability). Nil makes
 	// one of the worker's own.
-	Reachability *Reachability
+	Reachability *request.Reachability
 	// DatabaseWatch is the process's failover detection: each successful
 	// heartbeat checks the database's identity with it (see DatabaseWatch),
 	// so a move is seen within a HeartbeatInterval or two of the new
@@ -195,6 +194,15 @@ type Config struct {
 	// changes, so that they never wait for a connection behind chunk work
 	// on the main pool. Nil uses the main pool.
 	HeartbeatPool *pgxpool.Pool
+	// Requests configures the worker's request owner: its chains, resumes
+	// and schedules enqueue through it, its reaper and reconcile loop end
+	// requests through it. Its StaleAfter, Reachability, Instruments and
+	// Logger default to the worker's.
+	Requests request.Config
+	// Runner configures the worker's batch runner. Its WorkerID, Owner and
+	// Fence are the worker's own; its Instruments and Logger default to the
+	// worker's.
+	Runner batch.Config
 }
 
 func (c Config) withDefaults() Config {
@@ -213,7 +221,7 @@ func (c Config) withDefaults() Config {
 	c.FetchPollInterval = cmp.Or(c.FetchPollInterval, FetchPollIntervalDefault)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Reachability == nil {
-		c.Reachability = NewReachability()
+		c.Reachability = request.NewReachability()
 	}
 	if c.DatabaseWatch == nil {
 		c.DatabaseWatch = NewDatabaseWatch(c.Instruments, c.Logger)
@@ -221,6 +229,13 @@ func (c Config) withDefaults() Config {
 	if c.ConfiguredKeys == nil {
 		c.ConfiguredKeys = []string{}
 	}
+	c.Requests.StaleAfter = cmp.Or(c.Requests.StaleAfter, c.StaleAfter)
+	c.Requests.Reachability = cmp.Or(c.Requests.Reachability, c.Reachability)
+	c.Requests.Instruments = cmp.Or(c.Requests.Instruments, c.Instruments)
+	c.Requests.Logger = cmp.Or(c.Requests.Logger, c.Logger)
+	c.Runner.WorkerID = c.ID
+	c.Runner.Instruments = cmp.Or(c.Runner.Instruments, c.Instruments)
+	c.Runner.Logger = cmp.Or(c.Runner.Logger, c.Logger)
 	return c
 }
 
@@ -248,11 +263,10 @@ type Worker struct {
 	cfg   Config
 	pool  *pgxpool.Pool
 	river *river.Client[pgx.Tx]
-	// parts are what Bind handed over, built on river.
-	parts Parts
-	// runner and reaper are parts' (nil until Bind).
+	// owner owns the requests the worker runs, enqueues and reaps; runner
+	// runs them.
+	owner  *request.Owner
 	runner *batch.Runner
-	reaper *Reaper
 	// scheduler is nil without schedules.
 	scheduler *Scheduler
 	// leading is closed once River made this worker its leader.
@@ -268,10 +282,14 @@ type Worker struct {
 	unwatch func()
 }
 
-// New returns a Worker and makes its River client, whose jobs the worker
-// runs. What runs them needs that client (the enqueuer inserts through it,
-// the runner chains and resumes through the enqueuer), so it is built by
-// the caller on River() and handed over with Bind before Start.
+// New returns a Worker: its River client, the request owner that inserts
+// and ends River jobs through that client, and the runner that runs the
+// client's jobs and ends their requests through the owner. The three need
+// each other (River's client is built with the workers that run its jobs,
+// those run the runner, the runner's runs end through the owner, and the
+// owner inserts through the client), so they are built here together, in
+// that order: the River worker reads the runner only when the client works
+// a job, after New has returned.
 func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -282,41 +300,25 @@ func New(pool *pgxpool.Pool, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.river = client
-	return w, nil
-}
-
-// Parts are what a worker runs its River jobs with, built on its River
-// client: the runner (fenced by the worker itself, see Fenced), the
-// enqueuer its chains, resumes and schedules go through (the API's path:
-// cleanup, lock, dedupe), and the reaper that enqueuer cleans up with.
-type Parts struct {
-	Runner   *batch.Runner
-	Enqueuer *request.Enqueuer
-	Reaper   *Reaper
-}
-
-// Bind hands the worker its parts. It is called once, after New and before
-// Start; Start refuses a worker without them.
-func (w *Worker) Bind(parts Parts) error {
-	switch {
-	case parts.Runner == nil || parts.Enqueuer == nil || parts.Reaper == nil:
-		return errors.New("worker: Bind needs a Runner, an Enqueuer and a Reaper")
-	case w.runner != nil:
-		return errors.New("worker: already bound")
+	owner, err := request.NewOwner(pool, client, cfg.Requests)
+	if err != nil {
+		return nil, err
 	}
-	if len(w.cfg.Schedules) > 0 {
-		scheduler, err := NewScheduler(w.pool, SchedulerConfig{
-			Schedules: w.cfg.Schedules, Enqueuer: parts.Enqueuer, Now: w.cfg.Now,
-			Instruments: w.cfg.Instruments, Logger: w.cfg.Logger,
-		})
-		if err != nil {
-			return err
+	runnerCfg := cfg.Runner
+	runnerCfg.Owner, runnerCfg.Fence = owner, w
+	runner, err := batch.NewRunner(pool, runnerCfg)
+	if err != nil {
+		return nil, err
+	}
+	w.river, w.owner, w.runner = client, owner, runner
+	if len(cfg.Schedules) > 0 {
+		if w.scheduler, err = NewScheduler(pool, SchedulerConfig{
+			Schedules: cfg.Schedules, Enqueuer: owner, Now: cfg.Now, Instruments: cfg.Instruments, Logger: cfg.Logger,
+		}); err != nil {
+			return nil, err
 		}
-		w.scheduler = scheduler
 	}
-	w.parts, w.runner, w.reaper = parts, parts.Runner, parts.Reaper
-	return nil
+	return w, nil
 }
 
 // newRiverClient makes the worker's River client: its runs' queue and, with
@@ -364,6 +366,9 @@ func (w *Worker) newRiverClient(pool *pgxpool.Pool) (*river.Client[pgx.Tx], erro
 	return client, nil
 }
 
+// Owner returns the worker's request owner.
+func (w *Worker) Owner() *request.Owner { return w.owner }
+
 // Runner returns the batch runner the worker runs requests with.
 func (w *Worker) Runner() *batch.Runner { return w.runner }
 
@@ -373,6 +378,14 @@ func (w *Worker) River() *river.Client[pgx.Tx] { return w.river }
 
 // ID returns the worker id.
 func (w *Worker) ID() string { return w.cfg.ID }
+
+// reconcile is the reconcile loop's pass: the outcomes this worker's runs
+// could not record yet first, then the requests it no longer holds.
+func (w *Worker) reconcile(ctx context.Context) error {
+	_, pendingErr := w.runner.RecordPending(ctx)
+	_, err := w.owner.Reconcile(ctx, w.cfg.ID, w.runner.Held())
+	return errors.Join(pendingErr, err)
+}
 
 // Status returns running, draining or stopped (running before Start).
 func (w *Worker) Status() radartype.WorkerStatus {
@@ -420,14 +433,11 @@ func (w *Worker) Ready(ctx context.Context) error {
 // slot left RUNNING, and starts claiming requests, heartbeating, reaping
 // and reconciling. ctx bounds the background loops.
 func (w *Worker) Start(ctx context.Context) error {
-	if w.runner == nil {
-		return errors.New("worker: Start before Bind")
-	}
 	presence, err := StartPresence(ctx, cmp.Or(w.cfg.HeartbeatPool, w.pool), w.cfg)
 	if err != nil {
 		return err
 	}
-	if n, err := w.reaper.CleanupPreviousBoots(ctx, w.cfg.Hostname, w.cfg.PID, w.cfg.ID); err != nil {
+	if n, err := w.owner.CleanupPreviousBoots(ctx, w.cfg.Hostname, w.cfg.PID, w.cfg.ID); err != nil {
 		presence.Stop(context.WithoutCancel(ctx))
 		return fmt.Errorf("error cleaning up previous boots: %w", err)
 	} else if n > 0 {
@@ -442,7 +452,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	if !w.cfg.DisableReaper {
 		services = append(services, w.service("reap", w.cfg.ReapInterval, func(ctx context.Context) error {
-			if _, err := w.reaper.Reap(ctx, ""); err != nil {
+			if _, err := w.owner.Reap(ctx, ""); err != nil {
 				return err
 			}
 			if err := w.deleteExpiredWorkers(ctx); err != nil {
@@ -451,10 +461,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			return w.deleteExpiredIdempotencyKeys(ctx)
 		}))
 	}
-	services = append(services, w.service("reconcile", w.cfg.ReconcileInterval, func(ctx context.Context) error {
-		_, err := w.Reconcile(ctx)
-		return err
-	}))
+	services = append(services, w.service("reconcile", w.cfg.ReconcileInterval, w.reconcile))
 	// A failover makes every running execution check that its committed
 	// chunks survived it, at its next chunk boundary.
 	unwatch := w.cfg.DatabaseWatch.Subscribe(func(DatabaseMove) { w.runner.DatabaseMoved() })
@@ -567,14 +574,6 @@ func (w *Worker) stopServices() {
 	}
 }
 
-// runOutput is what a run's River job records as its output: the
-// execution and how it ended.
-type runOutput struct {
-	ExecutionID int64                     `json:"execution_id"`
-	Status      radartype.ExecutionStatus `json:"status"`
-	Message     string                    `json:"message,omitempty"`
-}
-
 // runWorker is the River worker of runs: every job of the catalog runs
 // through it.
 type runWorker struct {
@@ -586,98 +585,53 @@ type runWorker struct {
 // reaper handles dead workers.
 func (rw *runWorker) Timeout(*river.Job[jobs.RequestArgs]) time.Duration { return -1 }
 
-// Work runs one request. Its River job ends in the transaction that records
-// the request's outcome, so the two end together and agree: completed for a
-// COMPLETED run (or a request that was no longer queued: nothing ran),
-// cancelled through River's public API for any other outcome, so that River
-// (and River UI) never calls a FAILED or STOPPED run completed. A cancel of
-// a running job is finished by River when Work returns JobCancel, or by
-// River's rescuer if this process dies first.
+// Work runs one request. Its River job only delivers the request: the
+// run's claim completes it, in the transaction that starts the run (see
+// request.Owner), and from then on the request row alone tracks the run,
+// so what Work returns after a claim changes nothing in River. Before a
+// claim it hands the job back (a snooze) while the request may not start
+// yet, and cancels it with the request's failure when the run cannot
+// start.
 func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RequestArgs]) error {
+	w := rw.w
 	// A request that may not start yet (an automatic resume's backoff, by
 	// the database's clock) goes back to River available, for at most
 	// SnoozeMax at a time: River's leader is on no resume's path.
-	wait, err := queries.New().JobRequestWait(ctx, rw.w.pool, job.Args.RequestID)
+	wait, err := queries.New().JobRequestWait(ctx, w.pool, job.Args.RequestID)
 	if err != nil && !errors.Is(queries.Interpret(err), queries.ErrNotFound) {
 		return river.JobSnooze(time.Second) // the run's start would meet the same database
 	}
 	if wait > 0 {
 		return river.JobSnooze(min(time.Duration(wait*float64(time.Second)), SnoozeMax))
 	}
-	finishTx := func(ctx context.Context, tx pgx.Tx, outcome *batch.Outcome) error {
-		if outcome != nil {
-			// The run's outcome as the River job's output (River UI shows
-			// it): River records a cancel of a running job as "cancelled
-			// remotely", whoever asked for it.
-			if err := river.RecordOutput(ctx, runOutput{ExecutionID: outcome.ExecutionID, Status: outcome.Status, Message: outcome.Message}); err != nil {
-				return fmt.Errorf("error recording the run's outcome on its river job: %w", err)
-			}
-		}
-		if outcome != nil && outcome.Status != radartype.ExecutionCompleted {
-			return request.CancelRiverJob(ctx, tx, rw.w.river, &job.ID)
-		}
-		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-		if errors.Is(err, rivertype.ErrNotFound) {
-			return nil // finalized meanwhile (reaped): nothing left to complete
-		}
-		return err
-	}
 	// Continue the trace of the request's insert (the API's POST): the run's
 	// spans become its children, so one trace shows enqueue → run.
 	if parent := enqueueSpanContext(job.Metadata); parent.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
 	}
-	outcome, err := rw.w.runner.Run(ctx, batch.RunOpts{RequestID: job.Args.RequestID, FinishTx: finishTx})
+	outcome, err := w.runner.Run(ctx, batch.RunOpts{RequestID: job.Args.RequestID, Delivery: job})
 	switch {
-	case err == nil && outcome != nil && outcome.Status != radartype.ExecutionCompleted:
-		return river.JobCancel(fmt.Errorf("execution %d ended %s: %s", outcome.ExecutionID, outcome.Status, outcome.Message))
-	case err == nil, errors.Is(err, batch.ErrNotQueued):
+	case outcome != nil, err == nil, errors.Is(err, batch.ErrNotQueued):
+		// The claim ended the delivery: whatever the run's end, its
+		// request records it (or the reconcile loop, or whoever took the
+		// run over).
 		return nil
-	case errors.Is(err, batch.ErrExecutionActive) && outcome == nil:
+	case errors.Is(err, batch.ErrExecutionActive):
 		// An execution of the job is still ending (STOPPING): the request
 		// waits for it, still QUEUED, instead of failing at start.
-		rw.w.cfg.Logger.InfoContext(ctx, "request waits for the job's active execution to end", slog.Int64("request_id", job.Args.RequestID), slog.String("reason", err.Error()))
+		w.cfg.Logger.InfoContext(ctx, "request waits for the job's active execution to end", slog.Int64("request_id", job.Args.RequestID), slog.String("reason", err.Error()))
 		return river.JobSnooze(time.Second)
-	case errors.Is(err, batch.ErrFenced) && outcome == nil:
+	case errors.Is(err, batch.ErrFenced):
 		// Fenced before the run could start: the request is still QUEUED;
 		// try again once the database answers.
-		return river.JobSnooze(min(rw.w.cfg.HeartbeatInterval, SnoozeMax))
-	case outcome == nil:
-		// The run could not start: keep its real error on the request
-		// instead of leaving it QUEUED for the reaper to call orphaned.
-		rw.w.failStart(ctx, job, err)
-		return river.JobCancel(err)
+		return river.JobSnooze(min(w.cfg.HeartbeatInterval, SnoozeMax))
 	default:
-		// Returning the error would let River retry or rescue: the request
-		// is recorded (or left to the reconcile loop, or, when the run lost
-		// its ownership, to whoever took it over), so cancel the job.
+		// The run could not start: keep its real error on the request
+		// instead of leaving it QUEUED for the reaper to call orphaned;
+		// its River job ends cancelled.
+		w.owner.FailStart(ctx, job.Args.RequestID, w.cfg.ID, err)
 		return river.JobCancel(err)
 	}
-}
-
-// failStart records a request whose run could not start as FAILED with the
-// start's error, and cancels its River job in the same transaction; it
-// counts the failure and logs one line.
-func (w *Worker) failStart(ctx context.Context, job *river.Job[jobs.RequestArgs], startErr error) {
-	ctx = context.WithoutCancel(ctx)
-	msg := fmt.Sprintf("the run could not start on worker %s: %v", w.cfg.ID, startErr)
-	var jobName string
-	err := pgtx.InTx(ctx, w.pool, func(tx pgx.Tx) error {
-		req, err := queries.New().JobRequestGetByID(ctx, tx, job.Args.RequestID)
-		if err != nil {
-			return fmt.Errorf("error reading request: %w", err)
-		}
-		jobName = req.Job
-		_, err = request.Abandon(ctx, tx, w.river, req.ID, nil, &job.ID, msg)
-		return err
-	})
-	logger := w.cfg.Logger.With(slog.Int64("request_id", job.Args.RequestID), slog.String("job", jobName))
-	if err != nil {
-		logger.ErrorContext(ctx, "run could not start, nor could its request be failed; the reaper will fail it", slog.String("error", startErr.Error()), slog.String("record_error", err.Error()))
-		return
-	}
-	w.cfg.Instruments.RequestFailed(ctx, jobName, observability.ReasonStartFailed)
-	logger.ErrorContext(ctx, "run could not start; request failed", slog.String("error", startErr.Error()))
 }
 
 // enqueueSpanContext reads the W3C trace context otelriver stored in the

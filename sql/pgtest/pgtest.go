@@ -425,3 +425,28 @@ func randomSuffix() string {
 	_, _ = rand.Read(b) // never fails
 	return hex.EncodeToString(b)
 }
+
+// WaitServerUptime returns once the database server has been up for longer
+// than d by its own clock, failing the test when it is not a minute past
+// that. A reaper counts a heartbeat from the server's start at the earliest
+// (a worker cannot beat while the server is down), so a worker is stale
+// only on a server up for longer than the stale window; the cluster of a
+// test binary may have just started.
+func WaitServerUptime(t testing.TB, pool *pgxpool.Pool, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d + time.Minute)
+	for {
+		var up bool
+		if err := pool.QueryRow(context.Background(),
+			`SELECT now() - pg_postmaster_start_time() > make_interval(secs => $1)`, d.Seconds()).Scan(&up); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		if up {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pgtest: the database server is not up for %s after a minute more", d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

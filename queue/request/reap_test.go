@@ -1,13 +1,12 @@
-package worker_test
+package request_test
 
 import (
 	"context"
-	"sync"
+	"log/slog"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -15,7 +14,6 @@ import (
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/request"
-	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
 )
@@ -25,17 +23,22 @@ import (
 // transaction (whose now() does not move) is 0 s into it.
 const reaperStaleAfter = 2 * time.Second
 
-// stopped records the runs a reaper hands to the resume policy.
-type stopped struct {
-	mu   sync.Mutex
-	runs []*request.Stopped
-}
+// reapPolicy resumes what a reap abandons, so the tests see the runs a
+// reap hands to the resume policy as resume requests.
+var reapPolicy = request.ResumePolicy{Causes: []radartype.StopCause{radartype.CauseReap}, MaxPerDay: 10}
 
-func (s *stopped) ResumeTx(_ context.Context, _ pgx.Tx, run *request.Stopped) (int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.runs = append(s.runs, run)
-	return 0, nil
+// newReaper returns an owner (the process's reaper) with the reaper tests'
+// stale window and reapPolicy, on a database of its own, configured by
+// configure.
+func newReaper(t *testing.T, configure ...func(*request.Config)) *resumeBundle {
+	t.Helper()
+	cfg := request.Config{StaleAfter: reaperStaleAfter, Resume: reapPolicy}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	b := newBundle(t, cfg)
+	pgtest.WaitServerUptime(t, b.pool, reaperStaleAfter)
+	return b
 }
 
 // The reaper finalizes what a worker whose heartbeat is older than the stale
@@ -49,13 +52,8 @@ func (s *stopped) ResumeTx(_ context.Context, _ pgx.Tx, run *request.Stopped) (i
 func TestReaper_ReapsOnlyStaleWorkers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	waitServerUptime(t, pool, reaperStaleAfter)
-	tel := newTelemetry(t)
-	resumes := &stopped{}
-	reaper := worker.NewReaper(pool, worker.ReaperConfig{
-		StaleAfter: reaperStaleAfter, Instruments: tel.instruments, Logger: discardLogger(), Resumer: resumes,
-	})
+	b := newReaper(t)
+	pool, reaper, tel := b.pool, b.enqueuer, b.tel
 
 	// One transaction: its now() is the same for the rows written and for
 	// the reap, so the live worker's heartbeat is exactly 0 s old.
@@ -64,7 +62,7 @@ func TestReaper_ReapsOnlyStaleWorkers(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	dead := testfactory.Worker(ctx, t, tx, &testfactory.WorkerOpts{HeartbeatAge: time.Hour})
 	live := testfactory.Worker(ctx, t, tx, &testfactory.WorkerOpts{StartedAge: 24 * time.Hour})
-	deadRun := testfactory.Execution(ctx, t, tx, &testfactory.ExecutionOpts{Job: "aptTrade", WorkerID: dead.ID})
+	deadRun := testfactory.Execution(ctx, t, tx, &testfactory.ExecutionOpts{Job: "aptTrade", WorkerID: dead.ID, InstanceID: resumableInstance(t, tx, "aptTrade")})
 	deadClaim := testfactory.Request(ctx, t, tx, &testfactory.RequestOpts{Job: "filingParse", Status: radartype.RequestRunning, WorkerID: dead.ID})
 	liveRun := testfactory.Execution(ctx, t, tx, &testfactory.ExecutionOpts{Job: "stockPrice", WorkerID: live.ID})
 	unregistered := testfactory.Request(ctx, t, tx, &testfactory.RequestOpts{Job: "rules", Status: radartype.RequestRunning, WorkerID: "9@nowhere#gone"})
@@ -100,12 +98,10 @@ func TestReaper_ReapsOnlyStaleWorkers(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "STARTED", exec.Status)
 
-	// Only the run that started has anything to resume.
-	require.Len(t, resumes.runs, 1)
-	require.Equal(t, deadRun.ID, resumes.runs[0].ExecutionID)
-	require.Equal(t, radartype.CauseReap, resumes.runs[0].Cause)
-	require.Equal(t, "FAILED", resumes.runs[0].Request.Status)
-	require.Equal(t, float64(3), tel.metric(t, observability.MetricWorkerStaleHeartbeats, nil))
+	// Only the run that started has anything to resume; its resume
+	// commits with the reap.
+	require.Equal(t, map[int64]radartype.StopCause{deadRun.ID: radartype.CauseReap}, b.resumes(t, tx))
+	require.Equal(t, float64(3), tel.Metric(t, observability.MetricWorkerStaleHeartbeats, nil))
 
 	n, err = reaper.ReapTx(ctx, tx, "")
 	require.NoError(t, err)
@@ -117,12 +113,11 @@ func TestReaper_ReapsOnlyStaleWorkers(t *testing.T) {
 func TestReaper_JobFilter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	waitServerUptime(t, pool, reaperStaleAfter)
+	b := newReaper(t)
+	pool, reaper := b.pool, b.enqueuer
 	dead := testfactory.Worker(ctx, t, pool, &testfactory.WorkerOpts{HeartbeatAge: time.Hour})
 	apt := testfactory.Execution(ctx, t, pool, &testfactory.ExecutionOpts{Job: "aptTrade", WorkerID: dead.ID})
 	stock := testfactory.Execution(ctx, t, pool, &testfactory.ExecutionOpts{Job: "stockPrice", WorkerID: dead.ID})
-	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: reaperStaleAfter, Instruments: newTelemetry(t).instruments, Logger: discardLogger()})
 
 	n, err := reaper.Reap(ctx, "stockPrice")
 	require.NoError(t, err)
@@ -142,11 +137,10 @@ func TestReaper_JobFilter(t *testing.T) {
 func TestReaper_SkipsAnExecutionStillLocked(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	waitServerUptime(t, pool, reaperStaleAfter)
+	b := newReaper(t)
+	pool, reaper := b.pool, b.enqueuer
 	dead := testfactory.Worker(ctx, t, pool, &testfactory.WorkerOpts{HeartbeatAge: time.Hour})
 	run := testfactory.Execution(ctx, t, pool, &testfactory.ExecutionOpts{WorkerID: dead.ID})
-	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: reaperStaleAfter, Instruments: newTelemetry(t).instruments, Logger: discardLogger()})
 
 	// The lock is held by a connection that is not the dead worker's (whose
 	// backends the reaper would end first).
@@ -178,15 +172,12 @@ func TestReaper_SkipsAnExecutionStillLocked(t *testing.T) {
 func TestReaper_CutOffReapsNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	waitServerUptime(t, pool, reaperStaleAfter)
+	link := request.NewReachability()
+	link.Observe(syscall.ECONNREFUSED)
+	b := newReaper(t, func(c *request.Config) { c.Reachability = link })
+	pool, reaper := b.pool, b.enqueuer
 	dead := testfactory.Worker(ctx, t, pool, &testfactory.WorkerOpts{HeartbeatAge: time.Hour})
 	run := testfactory.Execution(ctx, t, pool, &testfactory.ExecutionOpts{WorkerID: dead.ID})
-	link := worker.NewReachability()
-	link.Observe(syscall.ECONNREFUSED)
-	reaper := worker.NewReaper(pool, worker.ReaperConfig{
-		StaleAfter: reaperStaleAfter, Instruments: newTelemetry(t).instruments, Logger: discardLogger(), Reachability: link,
-	})
 
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
@@ -197,54 +188,51 @@ func TestReaper_CutOffReapsNothing(t *testing.T) {
 	require.Equal(t, "STARTED", testfactory.ExecutionByID(ctx, t, tx, run.ID).Status)
 
 	// The same rows, judged by a reaper that was never cut off.
-	n, err = worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: reaperStaleAfter, Instruments: newTelemetry(t).instruments, Logger: discardLogger()}).ReapTx(ctx, tx, "")
+	fresh, err := request.NewOwner(pool, b.river, request.Config{Catalog: b.catalog, StaleAfter: reaperStaleAfter, Instruments: b.instruments, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	n, err = fresh.ReapTx(ctx, tx, "")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 }
 
-// riverCancels records the River jobs a reaper cancels; River no longer
-// holds any of them.
-type riverCancels struct {
-	mu  sync.Mutex
-	ids []int64
-}
-
-func (c *riverCancels) JobCancelTx(_ context.Context, _ pgx.Tx, id int64) (*rivertype.JobRow, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.ids = append(c.ids, id)
-	return nil, rivertype.ErrNotFound
-}
-
-// A QUEUED request whose River job is gone will never run: the reaper fails
-// it as orphaned (counted by reason, not as a stale worker's) and asks
-// River to cancel the job; a QUEUED request without a River job, or whose
-// job is still there, is left alone.
+// A QUEUED request whose River job is gone, or ended without running it,
+// will never run: the reaper fails it as orphaned (counted by reason, not
+// as a stale worker's); a QUEUED request without a River job, or whose job
+// is still there to run, is left alone.
 func TestReaper_FailsOrphanedRequests(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	tel := newTelemetry(t)
-	cancels := &riverCancels{}
+	b := newBundle(t, request.Config{StaleAfter: reaperStaleAfter})
+	pool, reaper, tel := b.pool, b.enqueuer, b.tel
 	gone := int64(424242)
 	orphan := testfactory.Request(ctx, t, pool, &testfactory.RequestOpts{Job: "rules", RiverJobID: &gone})
 	plain := testfactory.Request(ctx, t, pool, &testfactory.RequestOpts{Job: "metrics"})
-	reaper := worker.NewReaper(pool, worker.ReaperConfig{StaleAfter: reaperStaleAfter, Instruments: tel.instruments, Logger: discardLogger(), River: cancels})
+	live, err := reaper.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: radartype.SourceAPI})
+	require.NoError(t, err)
+	cancelled, err := reaper.Enqueue(ctx, &request.EnqueueParams{Job: "aptTrade", Params: []byte("{}"), Source: radartype.SourceAPI})
+	require.NoError(t, err)
+	_, err = b.river.JobCancel(ctx, *cancelled.Request.RiverJobID)
+	require.NoError(t, err)
 
 	n, err := reaper.Reap(ctx, "")
 	require.NoError(t, err)
 	require.Zero(t, n, "an orphan is not a stale worker's")
 	q := queries.New()
-	req, err := q.JobRequestGetByID(ctx, pool, orphan.ID)
-	require.NoError(t, err)
-	require.Equal(t, "FAILED", req.Status)
-	require.Equal(t, "no worker will run it: its River job ended without running it; request again", req.Message)
-	require.Equal(t, []int64{gone}, cancels.ids)
-	require.Equal(t, float64(1), tel.metric(t, observability.MetricRequestsFailed, map[string]string{"job": "rules", "reason": observability.ReasonOrphaned}))
-	require.Zero(t, tel.metric(t, observability.MetricWorkerStaleHeartbeats, nil))
-	req, err = q.JobRequestGetByID(ctx, pool, plain.ID)
-	require.NoError(t, err)
-	require.Equal(t, "QUEUED", req.Status)
+	for _, id := range []int64{orphan.ID, cancelled.Request.ID} {
+		req, err := q.JobRequestGetByID(ctx, pool, id)
+		require.NoError(t, err)
+		require.Equal(t, "FAILED", req.Status)
+		require.Equal(t, "no worker will run it: its River job ended without running it; request again", req.Message)
+	}
+	require.Equal(t, float64(1), tel.Metric(t, observability.MetricRequestsFailed, map[string]string{"job": "rules", "reason": observability.ReasonOrphaned}))
+	require.Equal(t, float64(1), tel.Metric(t, observability.MetricRequestsFailed, map[string]string{"job": "aptTrade", "reason": observability.ReasonOrphaned}))
+	require.Zero(t, tel.Metric(t, observability.MetricWorkerStaleHeartbeats, nil))
+	for _, id := range []int64{plain.ID, live.Request.ID} {
+		req, err := q.JobRequestGetByID(ctx, pool, id)
+		require.NoError(t, err)
+		require.Equal(t, "QUEUED", req.Status)
+	}
+	require.Equal(t, rivertype.JobStateAvailable, b.riverState(t, *live.Request.RiverJobID), "a request left alone keeps its River job")
 }
 
 // A worker that restarts in the same pid@hostname slot finalizes at once
@@ -253,14 +241,12 @@ func TestReaper_FailsOrphanedRequests(t *testing.T) {
 func TestReaper_CleanupPreviousBoots(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
+	b := newBundle(t, request.Config{Resume: reapPolicy})
+	pool, reaper := b.pool, b.enqueuer
 	old := testfactory.Worker(ctx, t, pool, &testfactory.WorkerOpts{ID: "7@slot-host#old"})
 	neighbour := testfactory.Worker(ctx, t, pool, &testfactory.WorkerOpts{ID: "8@slot-host#old"})
-	oldRun := testfactory.Execution(ctx, t, pool, &testfactory.ExecutionOpts{Job: "aptTrade", WorkerID: old.ID})
+	oldRun := testfactory.Execution(ctx, t, pool, &testfactory.ExecutionOpts{Job: "aptTrade", WorkerID: old.ID, InstanceID: resumableInstance(t, pool, "aptTrade")})
 	neighbourRun := testfactory.Execution(ctx, t, pool, &testfactory.ExecutionOpts{Job: "stockPrice", WorkerID: neighbour.ID})
-	resumes := &stopped{}
-	reaper := worker.NewReaper(pool, worker.ReaperConfig{Instruments: newTelemetry(t).instruments, Logger: discardLogger(), Resumer: resumes})
-
 	n, err := reaper.CleanupPreviousBoots(ctx, "slot-host", 7, "7@slot-host#new")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
@@ -270,12 +256,9 @@ func TestReaper_CleanupPreviousBoots(t *testing.T) {
 	require.Contains(t, req.Message, "worker 7@slot-host#old restarted as 7@slot-host#new")
 	require.Equal(t, "ABANDONED", testfactory.ExecutionByID(ctx, t, pool, oldRun.ID).Status)
 	require.Equal(t, "STARTED", testfactory.ExecutionByID(ctx, t, pool, neighbourRun.ID).Status)
-	require.Len(t, resumes.runs, 1)
-	require.Equal(t, oldRun.ID, resumes.runs[0].ExecutionID)
+	require.Equal(t, map[int64]radartype.StopCause{oldRun.ID: radartype.CauseReap}, b.resumes(t, pool))
 
 	n, err = reaper.CleanupPreviousBoots(ctx, "slot-host", 7, "7@slot-host#new")
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
-
-var _ request.JobCanceller = (*riverCancels)(nil)

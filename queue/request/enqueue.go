@@ -1,25 +1,13 @@
-// Package request owns the job_request record: enqueueing a request under
-// the job's advisory lock (stale cleanup, dedupe, River insert in the same
-// transaction), the restart rule that decides whether a request resumes an
-// earlier execution, and reading requests back.
-//
-// The api, the CLI, schedules and chains all enqueue through this package,
-// so a scheduled run is recorded and deduplicated exactly like a click. It
-// must not run jobs or know about HTTP.
 package request
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/buildrisk/radar/jobs"
@@ -28,101 +16,6 @@ import (
 	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtx"
 )
-
-// ErrUnknownJob is returned for a job name the catalog does not hold.
-var ErrUnknownJob = errors.New("unknown job")
-
-// DuplicateError is returned when the job already has an active (QUEUED or
-// RUNNING) request.
-type DuplicateError struct {
-	Job             string
-	ActiveRequestID int64
-}
-
-// Error implements error.
-func (e *DuplicateError) Error() string {
-	return fmt.Sprintf("job %s already has an active request %d", e.Job, e.ActiveRequestID)
-}
-
-// OverCapError refuses a run whose estimated calls exceed its provider's
-// whole daily cap: no day could serve it, so the request must be split. It
-// wraps the *jobs.ParamError that names the field (params), so it is a bad
-// param to every caller that does not look for it.
-type OverCapError struct {
-	Provider  string
-	Cap       int
-	Estimated int
-}
-
-// Error implements error.
-func (e *OverCapError) Error() string { return e.param().Error() }
-
-// Unwrap returns the *jobs.ParamError that names the field.
-func (e *OverCapError) Unwrap() error { return e.param() }
-
-func (e *OverCapError) param() *jobs.ParamError {
-	return &jobs.ParamError{
-		Field:   "params",
-		Message: fmt.Sprintf("estimated %d calls exceed the %s daily cap of %d; split the request", e.Estimated, e.Provider, e.Cap),
-	}
-}
-
-// CleanupFunc finalizes, inside tx and under the job's advisory lock, the
-// active request of job when the worker holding it is dead, so that a dead
-// worker never blocks a job: without it, a request held by a crashed worker
-// would answer every new request with 409 until the reaper's next pass.
-type CleanupFunc func(ctx context.Context, tx pgx.Tx, job string) error
-
-// EstimateFunc estimates a run's external calls when the params alone do
-// not tell (creditEval's calls depend on the exposure ledger). It reads the
-// database but never writes it.
-type EstimateFunc func(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, error)
-
-// Config configures an Enqueuer.
-type Config struct {
-	// Estimators override the catalog's estimate for the named jobs.
-	Estimators map[string]EstimateFunc
-	// Catalog is the set of known jobs. Required.
-	Catalog *jobs.Catalog
-	// DailyCaps is each provider's daily call cap; an estimate above a whole
-	// day's cap is refused. A provider missing here has no cap.
-	DailyCaps map[string]int
-	// Instruments counts requests. Required.
-	Instruments *observability.Instruments
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
-	// Cleanup runs before the duplicate check; nil skips it.
-	Cleanup CleanupFunc
-	// StaleAfter is the cleanup's stale window (the reaper's): an active
-	// request held by a worker that heartbeat within it, and that its River
-	// job will still run, is one Cleanup cannot free, so a duplicate of it
-	// is answered without the job's advisory lock. Zero with a Cleanup set
-	// takes the lock for every enqueue.
-	StaleAfter time.Duration
-	// Resume is the policy of ResumeTx; its zero value resumes nothing.
-	Resume ResumePolicy
-}
-
-// Enqueuer inserts job requests.
-type Enqueuer struct {
-	cfg     Config
-	pool    *pgxpool.Pool
-	river   *river.Client[pgx.Tx]
-	queries *queries.Queries
-}
-
-// NewEnqueuer returns an Enqueuer. riverClient inserts each request's River
-// job; nil records requests without one (and resumes nothing), for tests.
-func NewEnqueuer(pool *pgxpool.Pool, riverClient *river.Client[pgx.Tx], cfg Config) (*Enqueuer, error) {
-	if cfg.Catalog == nil {
-		return nil, errors.New("request: Catalog is required")
-	}
-	if cfg.Instruments == nil {
-		return nil, errors.New("request: Instruments is required")
-	}
-	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	return &Enqueuer{cfg: cfg, pool: pool, river: riverClient, queries: queries.New()}, nil
-}
 
 // EnqueueParams is one request to run a job.
 type EnqueueParams struct {
@@ -144,7 +37,8 @@ type EnqueueParams struct {
 	// path of a resume.
 	NotBefore time.Duration
 
-	// skipCleanup is set by ResumeTx, whose callers are the cleanup.
+	// skipCleanup is set by ResumeTx, whose callers end requests (a reap
+	// among them) under the job's lock already.
 	skipCleanup bool
 	// DueAt is the due time a scheduled request was made for (nil for
 	// every other source). The database refuses a second request for the
@@ -180,8 +74,8 @@ type EnqueueResult struct {
 
 // Validate decodes and checks a request, estimating its calls; it reads the
 // database only through an Estimators entry, and writes nothing.
-func (e *Enqueuer) Validate(ctx context.Context, db queries.DBTX, p *EnqueueParams) (jobs.Definition, *jobs.Params, error) {
-	def, ok := e.cfg.Catalog.Lookup(p.Job)
+func (o *Owner) Validate(ctx context.Context, db queries.DBTX, p *EnqueueParams) (jobs.Definition, *jobs.Params, error) {
+	def, ok := o.cfg.Catalog.Lookup(p.Job)
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: %s", ErrUnknownJob, jobs.Quote(p.Job))
 	}
@@ -192,12 +86,12 @@ func (e *Enqueuer) Validate(ctx context.Context, db queries.DBTX, p *EnqueuePara
 	if p.MaxCalls != nil && (*p.MaxCalls < 1 || *p.MaxCalls > jobs.MaxCallsMax) {
 		return nil, nil, &jobs.ParamError{Field: "maxCalls", Message: fmt.Sprintf("must be an integer from 1 to %d when given", jobs.MaxCallsMax)}
 	}
-	if estimate, ok := e.cfg.Estimators[p.Job]; ok {
+	if estimate, ok := o.cfg.Estimators[p.Job]; ok {
 		if params.EstimatedCalls, err = estimate(ctx, db, params); err != nil {
 			return nil, nil, fmt.Errorf("error estimating calls: %w", err)
 		}
 	}
-	if limit, ok := e.cfg.DailyCaps[def.Provider()]; ok && params.EstimatedCalls > limit {
+	if limit, ok := o.cfg.DailyCaps[def.Provider()]; ok && params.EstimatedCalls > limit {
 		return nil, nil, &OverCapError{Provider: def.Provider(), Cap: limit, Estimated: params.EstimatedCalls}
 	}
 	return def, params, nil
@@ -206,34 +100,34 @@ func (e *Enqueuer) Validate(ctx context.Context, db queries.DBTX, p *EnqueuePara
 // Enqueue validates p and, in one transaction under the job's advisory lock
 // (taken once; not at all for a duplicate of an active request the cleanup
 // could not free, see settledStaleSeconds), runs the stale cleanup, refuses a duplicate, inserts the request's River
-// job (when the Enqueuer has a River client) and the request. A conflict
+// job (when the Owner has a River client) and the request. A conflict
 // (serialization failure, deadlock) runs the transaction again (pgtx.InTx).
 // Errors: ErrUnknownJob, *jobs.ParamError (an *OverCapError among them),
 // *DuplicateError, p.Guard's own, or an internal error.
-func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, error) {
-	_, params, err := e.Validate(ctx, e.pool, p)
+func (o *Owner) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, error) {
+	_, params, err := o.Validate(ctx, o.pool, p)
 	if err != nil {
 		if jobs.IsParamError(err) {
-			e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultInvalid)
+			o.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultInvalid)
 		}
 		return nil, err
 	}
 	var result *EnqueueResult
-	err = pgtx.InTx(ctx, e.pool, func(tx pgx.Tx) error {
+	err = pgtx.InTx(ctx, o.pool, func(tx pgx.Tx) error {
 		var err error
-		result, err = e.enqueueTx(ctx, tx, p, params)
+		result, err = o.enqueueTx(ctx, tx, p, params)
 		return err
 	})
 	var dup *DuplicateError
 	switch {
 	case errors.As(err, &dup):
-		e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultDuplicate)
+		o.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultDuplicate)
 		return nil, err
 	case errors.Is(err, queries.ErrUniqueViolation):
 		// The partial unique index caught what the lock should have: still a
 		// duplicate, decided by the database.
-		e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultDuplicate)
-		active, getErr := e.queries.JobRequestGetActiveByJob(ctx, e.pool, p.Job)
+		o.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultDuplicate)
+		active, getErr := o.queries.JobRequestGetActiveByJob(ctx, o.pool, p.Job)
 		if getErr != nil {
 			return nil, &DuplicateError{Job: p.Job}
 		}
@@ -241,40 +135,36 @@ func (e *Enqueuer) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResul
 	case err != nil:
 		return nil, err
 	}
-	e.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultAccepted)
+	o.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultAccepted)
 	return result, nil
 }
 
 // settledStaleSeconds is the stale window enqueueTx hands to
 // JobLockUnlessSettled for p: an active request held by a worker that
 // heartbeat within it, and that its River job will still run, is one the
-// cleanup cannot free, so its duplicate is answered without the job's
+// reap cannot free, so its duplicate is answered without the job's
 // advisory lock and never queues on the lock the run's start takes. The
-// answer is the one the locked path would give: the cleanup would find
+// answer is the one the locked path would give: the reap would find
 // nothing to finalize and the state read after it would show the same
-// active request. Without a cleanup every active request stays (a window
-// of a century); without a stale window, or for a request the cleanup
-// itself makes (ResumeTx), 0: the lock is always taken, once.
-func (e *Enqueuer) settledStaleSeconds(p *EnqueueParams) float64 {
-	switch {
-	case p.skipCleanup:
+// active request. For a request a reap itself makes (its resume), 0: the
+// lock is always taken, once.
+func (o *Owner) settledStaleSeconds(p *EnqueueParams) float64 {
+	if p.skipCleanup {
 		return 0
-	case e.cfg.Cleanup == nil:
-		return (100 * 365 * 24 * time.Hour).Seconds()
 	}
-	return e.cfg.StaleAfter.Seconds()
+	return o.cfg.StaleAfter.Seconds()
 }
 
 // EnqueueTx is Enqueue inside the caller's transaction (chains insert the
 // next job's request in the transaction that records a completion). The
 // params must already be valid; a duplicate returns *DuplicateError and
 // leaves tx usable only for rollback.
-func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams) (*EnqueueResult, error) {
-	_, params, err := e.Validate(ctx, tx, p)
+func (o *Owner) EnqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams) (*EnqueueResult, error) {
+	_, params, err := o.Validate(ctx, tx, p)
 	if err != nil {
 		return nil, err
 	}
-	return e.enqueueTx(ctx, tx, p, params)
+	return o.enqueueTx(ctx, tx, p, params)
 }
 
 // enqueueTx is the one enqueue: in tx, the job's advisory lock (unless its
@@ -284,13 +174,13 @@ func (e *Enqueuer) EnqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams) (
 // that carries the request's id, and the request row, linked to that job.
 // A duplicate draws no request id: the state reads one only for a job
 // without an active request.
-func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *jobs.Params) (*EnqueueResult, error) {
+func (o *Owner) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *jobs.Params) (*EnqueueResult, error) {
 	if p.Guard != nil {
 		if err := p.Guard.Before(ctx, tx); err != nil {
 			return nil, err
 		}
 	}
-	state, settled, err := e.queries.EnqueueStateTx(ctx, tx, p.Job, e.settledStaleSeconds(p))
+	state, settled, err := o.queries.EnqueueStateTx(ctx, tx, p.Job, o.settledStaleSeconds(p))
 	if err != nil {
 		return nil, fmt.Errorf("error taking job lock and reading its requests: %w", err)
 	}
@@ -298,13 +188,15 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 		// A duplicate of a request the cleanup cannot free: no lock taken.
 		return nil, &DuplicateError{Job: p.Job, ActiveRequestID: settled}
 	}
-	if state.ActiveRequestID != 0 && e.cfg.Cleanup != nil && !p.skipCleanup {
-		if err := e.cfg.Cleanup(ctx, tx, p.Job); err != nil {
+	if state.ActiveRequestID != 0 && !p.skipCleanup {
+		// A dead worker never blocks a job: its request is reaped here,
+		// under the job's lock, before the duplicate check.
+		if _, err := o.ReapTx(ctx, tx, p.Job); err != nil {
 			return nil, fmt.Errorf("error cleaning up stale requests: %w", err)
 		}
 		// The cleanup may have finalized the active request (and inserted
 		// its automatic resume): read again, still under the lock.
-		if state, err = e.queries.JobRequestEnqueueState(ctx, tx, p.Job); err != nil {
+		if state, err = o.queries.JobRequestEnqueueState(ctx, tx, p.Job); err != nil {
 			return nil, fmt.Errorf("error reading the job's requests: %w", err)
 		}
 	}
@@ -319,19 +211,19 @@ func (e *Enqueuer) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, p
 	}
 	estimated := params.EstimatedCalls
 	if resumesID != nil {
-		if estimated, err = e.resumeEstimate(ctx, tx, state.LastInstanceID, estimated); err != nil {
+		if estimated, err = o.resumeEstimate(ctx, tx, state.LastInstanceID, estimated); err != nil {
 			return nil, err
 		}
 	}
 	var riverJobID *int64
-	if e.river != nil && p.WorkerID == "" {
-		res, err := e.insertRun(ctx, tx, p, state.NextRequestID)
+	if o.river != nil && p.WorkerID == "" {
+		res, err := o.insertRun(ctx, tx, p, state.NextRequestID)
 		if err != nil {
 			return nil, err
 		}
 		riverJobID = &res.Job.ID
 	}
-	request, err := e.queries.JobRequestInsert(ctx, tx, &queries.JobRequestInsertParams{
+	request, err := o.queries.JobRequestInsert(ctx, tx, &queries.JobRequestInsertParams{
 		ID:                 state.NextRequestID,
 		Job:                p.Job,
 		Params:             params.Canonical,
@@ -374,8 +266,8 @@ type Estimate struct {
 // restart rules applied to the job's newest execution as db reads it
 // (without the job's lock: an enqueue meanwhile may decide otherwise).
 // It writes nothing.
-func (e *Enqueuer) Estimate(ctx context.Context, db queries.DBTX, p *EnqueueParams) (*Estimate, error) {
-	_, params, err := e.Validate(ctx, db, p)
+func (o *Owner) Estimate(ctx context.Context, db queries.DBTX, p *EnqueueParams) (*Estimate, error) {
+	_, params, err := o.Validate(ctx, db, p)
 	if err != nil {
 		return nil, err
 	}
@@ -387,7 +279,7 @@ func (e *Enqueuer) Estimate(ctx context.Context, db queries.DBTX, p *EnqueuePara
 	if last == nil {
 		return out, nil
 	}
-	if out.Calls, err = e.resumeEstimate(ctx, db, last.JobExecution.InstanceID, out.Calls); err != nil {
+	if out.Calls, err = o.resumeEstimate(ctx, db, last.JobExecution.InstanceID, out.Calls); err != nil {
 		return nil, err
 	}
 	out.ResumesExecutionID = &last.JobExecution.ID
@@ -397,8 +289,8 @@ func (e *Enqueuer) Estimate(ctx context.Context, db queries.DBTX, p *EnqueuePara
 // resumeEstimate is the estimate of a request that resumes instanceID,
 // whose whole run was estimated at full calls: the share of the chunks its
 // instance has left (callsLeft).
-func (e *Enqueuer) resumeEstimate(ctx context.Context, db queries.DBTX, instanceID int64, full int) (int, error) {
-	plan, err := e.queries.JobInstanceChunksLeft(ctx, db, instanceID)
+func (o *Owner) resumeEstimate(ctx context.Context, db queries.DBTX, instanceID int64, full int) (int, error) {
+	plan, err := o.queries.JobInstanceChunksLeft(ctx, db, instanceID)
 	if err != nil {
 		return 0, fmt.Errorf("error reading the chunks the resumed instance has left: %w", err)
 	}
@@ -419,8 +311,8 @@ func callsLeft(full int, planned, committed int64) int {
 
 // insertRun inserts, through River's InsertTx, the River job that runs
 // p's request requestID in tx.
-func (e *Enqueuer) insertRun(ctx context.Context, tx pgx.Tx, p *EnqueueParams, requestID int64) (*rivertype.JobInsertResult, error) {
-	res, err := e.river.InsertTx(ctx, tx, jobs.RequestArgs{Job: p.Job, RequestID: requestID}, nil)
+func (o *Owner) insertRun(ctx context.Context, tx pgx.Tx, p *EnqueueParams, requestID int64) (*rivertype.JobInsertResult, error) {
+	res, err := o.river.InsertTx(ctx, tx, jobs.RequestArgs{Job: p.Job, RequestID: requestID}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("error inserting river job: %w", err)
 	}

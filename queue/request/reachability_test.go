@@ -1,4 +1,4 @@
-package worker_test
+package request_test
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/queue/worker"
+	"github.com/buildrisk/radar/queue/request"
 )
 
 // A process's link to the database: never cut, it makes a reaper wait
@@ -18,7 +18,7 @@ import (
 // changes nothing; a nil Reachability never makes anyone wait.
 func TestReachability(t *testing.T) {
 	t.Parallel()
-	link := worker.NewReachability()
+	link := request.NewReachability()
 	require.Zero(t, link.Wait(time.Hour), "never cut")
 
 	link.Observe(errors.New("duplicate key value violates unique constraint"))
@@ -39,7 +39,7 @@ func TestReachability(t *testing.T) {
 	link.Observe(nil)
 	require.LessOrEqual(t, link.Wait(time.Hour), wait, "a success while up does not restart the window")
 
-	var none *worker.Reachability
+	var none *request.Reachability
 	none.Observe(syscall.ECONNREFUSED)
 	require.Zero(t, none.Wait(time.Hour))
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/internal/service"
+	"github.com/buildrisk/radar/queue/service"
 )
 
 // never is an interval no test waits for: every pass below is triggered.
