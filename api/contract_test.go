@@ -402,7 +402,7 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 	})
 	require.Equal(t, "DONE", out["status"], "%v", out)
 	c.Do(exchange{method: http.MethodGet, path: "/v1/workers", token: viewer, want: http.StatusOK})
-	require.NoError(t, w.Drain(context.Background()))
+	require.NoError(t, w.Stop(context.Background()))
 	c.Do(exchange{method: http.MethodGet, path: "/v1/jobs", token: viewer, want: http.StatusOK})
 	c.Do(exchange{method: http.MethodGet, path: "/v1/workers", token: viewer, want: http.StatusOK})
 

@@ -15,7 +15,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/radartype"
 	"github.com/buildrisk/radar/sql/pgtest"
@@ -49,8 +48,7 @@ func TestRequestPath_GetRequestInOneStatement(t *testing.T) {
 	// The api again, on a traced pool: its statements are counted by name.
 	tracer := &pgtest.RoundTripTracer{}
 	traced := pgtest.NewTracedPool(t, s.APIPool, tracer)
-	role, err := app.NewAPI(t.Context(), traced, s.Env, s.Tel)
-	require.NoError(t, err)
+	role := apptest.StartAPI(t, traced, s.Env, s.Tel)
 	api := httptest.NewServer(role.Server().Handler())
 	t.Cleanup(api.Close)
 	read := func(id int64) (map[string]any, []string) {

@@ -72,7 +72,7 @@ func TestAutoResume_StartsWithoutALeader(t *testing.T) {
 	apptest.Within(t, time.Minute, s.Gate.Blocked, "the third provider call")
 
 	drained := make(chan error, 1)
-	go func() { drained <- a.Drain(context.Background()) }()
+	go func() { drained <- a.Stop(context.Background()) }()
 	apptest.WaitUntil(t, time.Minute, "worker A to drain", func() bool {
 		return s.Count(`SELECT count(*) FROM worker WHERE id = $1 AND status = 'draining'`, a.ID()) == 1
 	})

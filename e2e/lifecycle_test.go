@@ -237,13 +237,14 @@ func TestLifecycle_UpstreamFailure(t *testing.T) {
 	require.Equal(t, "FAILED", exec["status"])
 	require.Contains(t, exec["exitMessage"], "MOLIT aptTrade 11140:202502: HTTP 500 after 3 attempts")
 	require.Equal(t, float64(4), exec["chunksDone"], "the chunks before the failure stay committed")
-	// River agrees: the failed run's River job ended cancelled, with the
-	// run's outcome as its error, not completed.
-	s.Eventually("the failed run's River job to end cancelled with the run's outcome as its output", func() bool {
-		return s.Count(`SELECT count(*) FROM river_job j JOIN job_request r ON r.river_job_id = j.id
-			WHERE r.id = $1 AND j.state = 'cancelled' AND j.metadata->'output'->>'status' = 'FAILED'
-			AND j.metadata->'output'->>'message' LIKE '%HTTP 500 after 3 attempts%'`, id) == 1
-	})
+	// River never contradicts the request: the River job only delivered
+	// it, and ended at the claim, completed, with an output that names the
+	// request and its execution, where the outcome is kept; none is left
+	// running under the FAILED request.
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM river_job j JOIN job_request r ON r.river_job_id = j.id
+		WHERE r.id = $1 AND j.state = 'completed' AND (j.metadata->'output'->>'request_id')::bigint = r.id
+		AND (j.metadata->'output'->>'execution_id')::bigint = r.execution_id`, id))
+	require.Zero(t, s.Count(`SELECT count(*) FROM river_job WHERE state IN ('available', 'running', 'retryable', 'scheduled')`))
 
 	s.Fake.SetConfig(fakeupstream.Config{})
 	status, again := s.Post("/v1/jobs/aptTrade/requests", body)
@@ -283,7 +284,7 @@ func TestLifecycle_ProviderCutBody(t *testing.T) {
 
 // Past the drain timeout the chunk in flight is cancelled and rolls back;
 // the execution is still recorded STOPPED, the request DONE, and the River
-// job is finalized instead of being handed to another worker.
+// job, which ended at the claim, is never handed to another worker.
 func TestLifecycle_DrainTimeout(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_DRAIN_TIMEOUT": "300ms"}})
@@ -292,7 +293,7 @@ func TestLifecycle_DrainTimeout(t *testing.T) {
 	id := s.RequestAptTrade(apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-06"))
 	apptest.Within(t, time.Minute, s.Gate.Blocked, "the third provider call")
 
-	require.NoError(t, w.Drain(context.Background()))
+	require.NoError(t, w.Stop(context.Background()))
 	out := s.WaitRequest(id, "DONE", "FAILED")
 	require.Equal(t, "DONE", out["status"])
 	exec := apptest.Execution(t, out)
@@ -300,9 +301,9 @@ func TestLifecycle_DrainTimeout(t *testing.T) {
 	require.Equal(t, batch.MessageDrainTimeout, exec["exitMessage"])
 	require.Equal(t, float64(2), exec["chunksDone"], "the cancelled chunk rolled back")
 	require.Equal(t, 2, s.Count("SELECT count(*) FROM job_checkpoint"))
-	s.Eventually("the stopped run's River job to end cancelled", func() bool {
-		return s.Count("SELECT count(*) FROM river_job WHERE state = 'cancelled'") == 1
-	})
+	require.Equal(t, 1, s.Count("SELECT count(*) FROM river_job WHERE state = 'completed'"), "the delivery ended at the claim")
+	require.Zero(t, s.Count(`SELECT count(*) FROM river_job WHERE state IN ('available', 'running', 'retryable', 'scheduled')`),
+		"nothing left for another worker to take")
 	s.Gate.Open()
 }
 
@@ -317,7 +318,7 @@ func TestLifecycle_DrainAtChunkBoundary(t *testing.T) {
 	apptest.Within(t, time.Minute, s.Gate.Blocked, "the fourth provider call")
 
 	drained := make(chan error, 1)
-	go func() { drained <- w.Drain(context.Background()) }()
+	go func() { drained <- w.Stop(context.Background()) }()
 	apptest.WaitUntil(t, time.Minute, "the worker to report draining", func() bool { return w.Status() == "draining" })
 	require.ErrorContains(t, w.Ready(context.Background()), "draining", "/readyz fails while draining")
 	// Drain tells the runner before it reports draining: the chunk in

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/internal/apptest"
 	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/internal/dbpool"
@@ -264,7 +265,7 @@ func TestOutage_LongerThanStaleEndsResumedNobodyReaped(t *testing.T) {
 			require.Zero(t, s.Count(`SELECT count(*) FROM job_execution WHERE status = 'ABANDONED'`), "no live worker reaped")
 			require.Zero(t, s.Count(`SELECT count(*) FROM job_request WHERE message LIKE '%stopped heartbeating%'`), "no live worker reaped")
 			require.Equal(t, 2, s.Count(`SELECT count(*) FROM job_request`), "no request by anyone but the resume")
-			for _, w := range []*worker.Worker{a, b} {
+			for _, w := range []*app.Worker{a, b} {
 				apptest.WaitUntil(t, time.Minute, "the worker to be ready again", func() bool { return w.Ready(context.Background()) == nil })
 			}
 			s.NoOverlap(t)

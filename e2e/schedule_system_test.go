@@ -125,7 +125,7 @@ func TestSchedule_NextLeaderEnqueuesOnce(t *testing.T) {
 	s.Eventually("the first leader's pass", func() bool {
 		return s.Count("SELECT count(*) FROM job_schedule WHERE job = 'metrics'") == 1
 	})
-	require.NoError(t, first.Drain(context.Background()))
+	require.NoError(t, first.Stop(context.Background()))
 
 	// The next leader starts after the due time: it catches up from the
 	// newest recorded due time, not from its own start.
@@ -137,7 +137,7 @@ func TestSchedule_NextLeaderEnqueuesOnce(t *testing.T) {
 	s.WaitRequest(id, "DONE", "FAILED")
 
 	third := s.StartScheduler()
-	require.NoError(t, second.Drain(context.Background()))
+	require.NoError(t, second.Stop(context.Background()))
 	s.WaitLeader(third)
 	// The third leader catches up from the newest recorded due time: the
 	// next day's is its first, and the first is not enqueued again.
@@ -204,7 +204,7 @@ func TestSchedule_RacingLeadersOneRequestPerDueTime(t *testing.T) {
 	for i := range dueTimes {
 		due = s.Env.Schedules[0].Next.Next(due)
 		want = append(want, due)
-		require.NoError(t, []*worker.Worker{a, b}[i%2].River().Notify().RequestResign(ctx))
+		require.NoError(t, []*app.Worker{a, b}[i%2].River().Notify().RequestResign(ctx))
 		clock.Set(due.Add(time.Second))
 
 		release := make(chan struct{})
@@ -391,8 +391,7 @@ func TestSchedule_FreshnessFromDatabase(t *testing.T) {
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	other := &app.Telemetry{Providers: providers, Instruments: instruments, Logger: s.Tel.Logger}
-	_, err = app.NewAPI(t.Context(), s.Pool, s.Env, other)
-	require.NoError(t, err)
+	apptest.StartAPI(t, s.Pool, s.Env, other)
 
 	var ended float64
 	require.NoError(t, s.Pool.QueryRow(context.Background(),

@@ -119,8 +119,7 @@ func TestUnavailable_DatabaseDown(t *testing.T) {
 	pool, err := dbpool.OpenAPI(ctx, env, url)
 	require.NoError(t, err)
 	defer pool.Close()
-	role, err := app.NewAPI(t.Context(), pool, env, tel)
-	require.NoError(t, err)
+	role := apptest.StartAPI(t, pool, env, tel)
 	api := httptest.NewServer(role.Server().Handler())
 	defer api.Close()
 

@@ -306,7 +306,7 @@ func benchScaleOut(t *testing.T, scale benchScale) []*benchRow {
 	}
 	runAll := func(workerCount int) time.Duration {
 		s := apptest.New(t, nil)
-		var ws []*worker.Worker
+		var ws []*app.Worker
 		for range workerCount {
 			w, _ := s.StartWorkerWith(s.Pool, func(wc *worker.Config, rc *batch.Config) {
 				rc.Jobs = registry
@@ -330,7 +330,7 @@ func benchScaleOut(t *testing.T, scale benchScale) []*benchRow {
 		}
 		took := time.Since(began)
 		for _, w := range ws {
-			require.NoError(t, w.Drain(context.Background()))
+			require.NoError(t, w.Stop(context.Background()))
 		}
 		return took
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -101,28 +100,35 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 	}
 	defer removeTokenFile()
 
+	// Two roles side by side, as two processes would run them: the worker
+	// and the api, which has its own pool with its statement and lock
+	// timeouts, as in production (the worker's long writes are not bound by
+	// them), and its own reaper.
 	w, err := app.NewWorker(pool, env, tel, app.WorkerOptions{ID: workerID, Hostname: hostname, Boot: boot, HeartbeatPool: heartbeatPool})
 	if err != nil {
 		return err
 	}
-	// The API has its own pool with its statement and lock timeouts, as in
-	// production; the worker's long writes are not bound by them.
 	apiPool, err := dbpool.OpenAPI(ctx, env, env.DatabaseURL)
 	if err != nil {
 		return err
 	}
 	defer apiPool.Close()
-	apiRole, err := app.NewAPI(ctx, apiPool, env, tel)
+	apiRole, err := app.NewAPI(apiPool, env, tel, app.APIOptions{HTTPAddr: env.HTTPAddr})
 	if err != nil {
 		return err
 	}
-	shutdownHTTP, httpAddr, err := app.ServeHTTP(ctx, env.HTTPAddr, "BUILDRISK_HTTP_ADDR", apiRole.Handler(), tel.Logger)
-	if err != nil {
+	if err := apiRole.Start(ctx); err != nil {
 		return err
 	}
+	defer func() {
+		if err := apiRole.Stop(context.WithoutCancel(ctx)); err != nil {
+			tel.Logger.Warn("error stopping the api", slog.String("error", err.Error()))
+		}
+	}()
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
+	httpAddr := apiRole.Addr()
 
 	apiURL := "http://localhost" + portOf(httpAddr)
 	fmt.Fprintf(stdout, "\nbuildrisk-radar dev is up\n")
@@ -142,13 +148,8 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "\nshutting down: draining the worker...")
-	if err := w.Drain(context.Background()); err != nil {
+	if err := w.Stop(context.WithoutCancel(ctx)); err != nil {
 		tel.Logger.Warn("drain ended with an error", slog.String("error", err.Error()))
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := shutdownHTTP(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		tel.Logger.Warn("error shutting down http", slog.String("error", err.Error()))
 	}
 	fmt.Fprintln(stdout, "stopped")
 	return nil

@@ -19,6 +19,7 @@ const module = "github.com/buildrisk/radar/"
 var allowedImports = map[string][]string{
 	"internal/app":                    nil,
 	"internal/apptest":                nil,
+	"internal/app/startstop":          {},
 	"internal/config":                 {"api", "internal/jobset", "jobs/coverage", "jobs/riskrule", "queries", "queue/batch", "queue/request", "queue/worker", "sql/migrations", "upstream"},
 	"internal/dbpool":                 {"internal/config", "queries", "sql/migrations", "sql/pgtx"},
 	"internal/jobset":                 {"jobs", "jobs/apttrade", "jobs/corpcode", "jobs/credit", "jobs/filing", "jobs/riskmetric", "jobs/riskrule", "jobs/stockprice", "queue/batch"},

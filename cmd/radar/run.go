@@ -107,11 +107,14 @@ func runJob(ctx context.Context, env *config.Config, jobName string, raw []byte,
 		return exitFailed, err
 	}
 	defer heartbeatPool.Close()
-	cli, err := app.NewCLI(ctx, pool, heartbeatPool, env, tel, workerID, hostname, boot)
+	cli, err := app.NewCLI(pool, heartbeatPool, env, tel, workerID, hostname, boot)
 	if err != nil {
 		return exitFailed, err
 	}
-	defer cli.Stop(context.Background())
+	if err := cli.Start(ctx); err != nil {
+		return exitFailed, err
+	}
+	defer func() { _ = cli.Stop(context.WithoutCancel(ctx)) }()
 	res, err := cli.Enqueue(ctx, request.EnqueueParams{
 		Job: jobName, Params: raw, MaxCalls: maxCalls, ConfirmPurge: confirmPurge,
 		Source: radartype.SourceCLI, RequestedBy: "cli",

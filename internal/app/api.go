@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
+
+	"github.com/riverqueue/river/rivershared/startstop"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -46,26 +47,16 @@ func RunAPI(ctx context.Context, env *config.Config) error {
 	if err := dbpool.CheckSchema(ctx, pool); err != nil {
 		return err
 	}
-	role, err := NewAPI(ctx, pool, env, tel)
+	role, err := NewAPI(pool, env, tel, APIOptions{HTTPAddr: env.HTTPAddr})
 	if err != nil {
 		return err
 	}
-	shutdown, addr, err := ServeHTTP(ctx, env.HTTPAddr, "BUILDRISK_HTTP_ADDR", role.Handler(), tel.Logger)
-	if err != nil {
+	if err := role.Start(ctx); err != nil {
 		return err
 	}
-	tel.Logger.Info("api listening", slog.String("addr", addr))
-	// The API reaps too: with no live worker, a dead worker's requests
-	// still read FAILED within BUILDRISK_STALE_AFTER + BUILDRISK_REAP_INTERVAL.
-	// Its reaps apply the resume policy like a worker's.
-	var reaping sync.WaitGroup
-	reaperCtx, stopReaper := context.WithCancel(ctx)
-	reaping.Go(func() { role.Reap(reaperCtx) })
-	defer func() { stopReaper(); reaping.Wait() }()
+	tel.Logger.Info("api listening", slog.String("addr", role.Addr()))
 	<-ctx.Done()
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return shutdown(shutdownCtx)
+	return role.Stop(context.WithoutCancel(ctx))
 }
 
 // apiRequestTimeout bounds one /v1 call's database work: two statements'
@@ -73,19 +64,32 @@ func RunAPI(ctx context.Context, env *config.Config) error {
 func apiRequestTimeout(env *config.Config) time.Duration { return 2 * env.APIStatementTimeout }
 
 // API is the api role: the server of the public API and the console on
-// one insert-only River client (River UI reads through it too), the
-// process's one Enqueuer every request goes through and its one Reaper.
+// one insert-only River client (River UI reads through it too), and the
+// process's request owner every request goes through, which is also its
+// reaper. Its background parts (River UI's services, the database probe
+// behind buildrisk_database_up, the reaper and, when it serves, its HTTP
+// server) run from Start to Stop.
 type API struct {
 	env    *config.Config
 	tel    *Telemetry
 	server *api.Server
 	owner  *request.Owner
-	built  census
+	// services are the role's background parts, started in order and
+	// stopped together.
+	services []startstop.Service
+	http     *httpService // nil when the role serves no port itself
+	built    census
 }
 
-// NewAPI builds the api role on pool. River UI's background services and
-// the database probe behind buildrisk_database_up run until ctx is done.
-func NewAPI(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Telemetry) (*API, error) {
+// APIOptions are an api role's choices beyond the environment.
+type APIOptions struct {
+	// HTTPAddr is where the role serves its Handler from Start to Stop;
+	// "" serves nothing (a test serves the Handler itself).
+	HTTPAddr string
+}
+
+// NewAPI builds the api role on pool; it starts nothing (Start).
+func NewAPI(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts APIOptions) (*API, error) {
 	a := &API{env: env, tel: tel}
 	insertOnly, err := newInsertOnlyRiver(pool, tel, &a.built)
 	if err != nil {
@@ -94,7 +98,7 @@ func NewAPI(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Te
 	if a.owner, err = newOwner(pool, insertOnly, env, tel, &a.built); err != nil {
 		return nil, err
 	}
-	riverUI, err := newRiverUI(ctx, insertOnly, tel)
+	riverUI, err := newRiverUI(insertOnly, tel)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +107,6 @@ func NewAPI(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Te
 	if err != nil {
 		return nil, err
 	}
-	startDatabaseProbe(ctx, pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel.Instruments, tel.Reach, tel.Database, tel.Logger)
 	a.server, err = api.New(pool, api.Config{
 		Tokens: env.Tokens, TokenNames: env.TokenNames, SessionKey: env.SessionKey, Insecure: env.InsecureNoAuth, Catalog: jobset.Catalog(), AlertRules: riskrule.Doc(), Requests: a.owner,
 		StaleAfter: env.StaleAfter, Instruments: tel.Instruments, MetricsHandler: tel.Providers.MetricsHandler(),
@@ -115,7 +118,41 @@ func NewAPI(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Te
 	if err != nil {
 		return nil, err
 	}
+	// The API reaps too: with no live worker, a dead worker's requests
+	// still read FAILED within BUILDRISK_STALE_AFTER + BUILDRISK_REAP_INTERVAL,
+	// and its reaps apply the resume policy like a worker's.
+	a.services = []startstop.Service{
+		backgroundService(riverUI.Start),
+		newDatabaseProbe(pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel),
+		a.owner.ReapService(env.ReapInterval),
+	}
+	if opts.HTTPAddr != "" {
+		a.http = newHTTPService(opts.HTTPAddr, "BUILDRISK_HTTP_ADDR", a.Handler(), tel.Logger)
+		a.services = append(a.services, a.http)
+	}
 	return a, nil
+}
+
+// Start starts the role's background parts, its HTTP server last: a port
+// already taken fails Start, and what started before it is stopped.
+func (a *API) Start(ctx context.Context) error {
+	return startstop.StartAll(ctx, a.services...)
+}
+
+// Stop stops the role's parts and returns once each has stopped: the HTTP
+// server's requests under way get httpShutdownTimeout to end.
+func (a *API) Stop(context.Context) error {
+	startstop.StopAllParallel(a.services...)
+	return nil
+}
+
+// Addr returns the address the role's HTTP server listens on ("" when it
+// serves none, or before Start).
+func (a *API) Addr() string {
+	if a.http == nil {
+		return ""
+	}
+	return a.http.Addr()
 }
 
 // Handler is the api port's handler: the server's, in otelhttp's server
@@ -135,15 +172,12 @@ func (a *API) Server() *api.Server { return a.server }
 // Owner is the role's request owner.
 func (a *API) Owner() *request.Owner { return a.owner }
 
-// Reap runs the role's reaper every BUILDRISK_REAP_INTERVAL until ctx is
-// done.
-func (a *API) Reap(ctx context.Context) { a.owner.ReapService(a.env.ReapInterval).Run(ctx) }
-
 // newRiverUI returns River UI (riverqueue.com/riverui) for job-level
 // inspection, served under /riverui/. It reads River's tables through the
 // client's driver; its buttons (cancel, retry, delete) act on River jobs,
-// which is why only operators reach it.
-func newRiverUI(ctx context.Context, client *river.Client[pgx.Tx], tel *Telemetry) (*riverui.Handler, error) {
+// which is why only operators reach it. Its background services run from
+// the role's Start to its Stop.
+func newRiverUI(client *river.Client[pgx.Tx], tel *Telemetry) (*riverui.Handler, error) {
 	handler, err := riverui.NewHandler(&riverui.HandlerOpts{
 		Endpoints: riverui.NewEndpoints(client, nil),
 		Logger:    observability.NewRiverLogger(tel.Logger, observability.RiverRepeatIntervalDefault, nil),
@@ -151,9 +185,6 @@ func newRiverUI(ctx context.Context, client *river.Client[pgx.Tx], tel *Telemetr
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error creating river ui: %w", err)
-	}
-	if err := handler.Start(ctx); err != nil {
-		return nil, fmt.Errorf("error starting river ui: %w", err)
 	}
 	return handler, nil
 }

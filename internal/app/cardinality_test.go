@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/internal/apptest"
 )
 
@@ -23,13 +22,13 @@ import (
 func TestBounded_MetricSeriesIgnoreTheRequest(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, nil)
-	role, err := app.NewAPI(t.Context(), s.APIPool, s.Env, s.Tel)
-	require.NoError(t, err)
+	role := apptest.StartAPI(t, s.APIPool, s.Env, s.Tel)
 	srv := httptest.NewServer(role.Handler())
 	t.Cleanup(srv.Close)
 
 	send := func(i int, host string) {
 		var req *http.Request
+		var err error
 		switch i % 5 {
 		case 0:
 			req, err = http.NewRequest(http.MethodGet, srv.URL+"/healthz", nil)

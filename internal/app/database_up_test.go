@@ -33,7 +33,7 @@ func TestDatabaseUp_FollowsAnOutage(t *testing.T) {
 	w, err := app.NewWorker(s.Pool, s.Env, workerTel, app.WorkerOptions{})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(context.Background()))
-	t.Cleanup(func() { _ = w.Drain(context.Background()) })
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 
 	apiUp := func() float64 { return s.Metric(observability.MetricDatabaseUp, nil) }
 	workerUp := func() float64 {

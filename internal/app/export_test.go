@@ -6,7 +6,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/buildrisk/radar/internal/config"
-	"github.com/buildrisk/radar/queue/worker"
 )
 
 // Census is what a role built, for the roles' test.
@@ -20,7 +19,7 @@ func (c census) export() Census {
 }
 
 // NewWorkerCounted is NewWorker with the census of what it built.
-func NewWorkerCounted(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts WorkerOptions) (*worker.Worker, Census, error) {
+func NewWorkerCounted(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts WorkerOptions) (*Worker, Census, error) {
 	w, built, err := newWorker(pool, env, tel, opts)
 	return w, built.export(), err
 }

@@ -1,11 +1,6 @@
 package app
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"log/slog"
-	"net"
 	"net/http"
 	"time"
 )
@@ -42,22 +37,4 @@ func newHTTPServer(handler http.Handler, t serverTimeouts) *http.Server {
 		IdleTimeout:       t.Idle,
 		MaxHeaderBytes:    maxHeaderBytes,
 	}
-}
-
-// ServeHTTP serves handler on addr in the background and returns the
-// Shutdown function and the address it really listens on (addr may say :0).
-// variable names the setting addr came from: a port already taken says
-// which one to change.
-func ServeHTTP(ctx context.Context, addr, variable string, handler http.Handler, logger *slog.Logger) (func(context.Context) error, string, error) {
-	listener, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, "", fmt.Errorf("error listening on %s (set %s to another address, e.g. %s=:0 for any free port): %w", addr, variable, variable, err)
-	}
-	srv := newHTTPServer(handler, serverTimeoutsDefault)
-	go func() {
-		if err := srv.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("http server failed", slog.String("addr", addr), slog.String("error", err.Error()))
-		}
-	}()
-	return srv.Shutdown, listener.Addr().String(), nil
 }

@@ -3,8 +3,9 @@ package app
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
+
+	"github.com/riverqueue/river/rivershared/startstop"
 
 	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/observability"
@@ -21,26 +22,40 @@ type probed interface {
 	queries.DBTX
 }
 
-// startDatabaseProbe exports buildrisk_database_up for a process that has
-// no heartbeat of its own (the api): it records 1 at once (the pool has just
-// connected), then, in the background until ctx is done, pings the database
-// every interval, each ping bounded by timeout, and records the result.
-// /metrics never reads the database for this gauge, so it says 0 while the
-// database is down. A worker's heartbeat records the same gauge
-// (worker.Presence). Each result also feeds reach, the process's link that
-// its reapers wait on after a cut (nil: none). After each ping that
-// succeeded, and once at the start, watch checks whether the database
-// moved (a failover; nil: not checked), bounded by timeout as well.
+// newDatabaseProbe returns the service that exports buildrisk_database_up
+// for a process that has no heartbeat of its own (the api): started, it
+// records 1 at once (the pool has just connected), then pings the
+// database every interval, each ping bounded by timeout, and records the
+// result, until it is stopped. /metrics never reads the database for this
+// gauge, so it says 0 while the database is down. A worker's heartbeat
+// records the same gauge (worker.Presence). Each result also feeds the
+// process's link that its reapers wait on after a cut (tel.Reach). After
+// each ping that succeeded, and once at the start, the process's database
+// watch checks whether the database moved (a failover), bounded by timeout
+// as well.
 //
 // The probe is a service ("database probe"): the api logs an outage when
 // its first ping fails, a reminder at most every minute, and the recovery
 // at the first ping that succeeds again, as a worker's heartbeat does.
-func startDatabaseProbe(ctx context.Context, db probed, interval, timeout time.Duration, inst *observability.Instruments, reach *request.Reachability, watch *worker.DatabaseWatch, logger *slog.Logger) {
-	inst.DatabaseUpSet(ctx, true)
-	checkIdentity(ctx, db, timeout, watch)
-	service.New(service.Config{Name: "database probe", Interval: interval, Logger: logger, Pass: func(passCtx context.Context) error {
-		return probeDatabase(ctx, passCtx, db, timeout, inst, reach, watch)
-	}}).Start(ctx)
+func newDatabaseProbe(db probed, interval, timeout time.Duration, tel *Telemetry) startstop.Service {
+	probe := service.New(service.Config{Name: "database probe", Interval: interval, Logger: tel.Logger, Pass: func(passCtx context.Context) error {
+		return probeDatabase(passCtx, db, timeout, tel.Instruments, tel.Reach, tel.Database)
+	}})
+	return startstop.StartStopFunc(func(ctx context.Context, shouldStart bool, started, stopped func()) error {
+		if !shouldStart {
+			return nil
+		}
+		tel.Instruments.DatabaseUpSet(ctx, true)
+		checkIdentity(ctx, db, timeout, tel.Database)
+		_ = probe.Start(ctx)
+		go func() {
+			defer stopped()
+			<-ctx.Done()
+			probe.Stop()
+		}()
+		started()
+		return nil
+	})
 }
 
 // checkIdentity checks with watch whether the database db reaches moved,
@@ -51,11 +66,11 @@ func checkIdentity(ctx context.Context, db probed, timeout time.Duration, watch 
 	_ = watch.Check(checkCtx, db)
 }
 
-// probeDatabase is one pass of the probe: a ping in passCtx bounded by
-// timeout, recorded unless ctx, the probe's own, is done (the process is
-// stopping: the failure says nothing about the database).
-func probeDatabase(ctx, passCtx context.Context, db probed, timeout time.Duration, inst *observability.Instruments, reach *request.Reachability, watch *worker.DatabaseWatch) error {
-	pingCtx, cancel := context.WithTimeout(passCtx, timeout)
+// probeDatabase is one pass of the probe: a ping in ctx bounded by
+// timeout, recorded unless ctx is done (the probe is stopping: the failure
+// says nothing about the database).
+func probeDatabase(ctx context.Context, db probed, timeout time.Duration, inst *observability.Instruments, reach *request.Reachability, watch *worker.DatabaseWatch) error {
+	pingCtx, cancel := context.WithTimeout(ctx, timeout)
 	err := db.Ping(pingCtx)
 	cancel()
 	if ctx.Err() != nil {

@@ -117,7 +117,7 @@ func TestRadar_CorpCodeSyncRedownload(t *testing.T) {
 		w, _ := s.StartWorkerWith(s.Pool, func(_ *worker.Config, rc *batch.Config) { rc.Jobs[corpcode.Name] = blocking })
 		id := s.RequestJob(corpcode.Name, `{}`)["requestId"].(string)
 		<-blocking.blocked
-		require.NoError(t, w.Drain(context.Background()))
+		require.NoError(t, w.Stop(context.Background()))
 		out := s.WaitRequest(id, "DONE", "FAILED")
 		exec := apptest.Execution(t, out)
 		require.Equal(t, "STOPPED", exec["status"], "%v", out)

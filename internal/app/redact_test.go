@@ -67,7 +67,7 @@ func TestRedaction_ProviderKeysNeverLeave(t *testing.T) {
 	require.Positive(t, s.Metric("buildrisk_fanout_rejections_total", map[string]string{"reason": observability.ReasonProvider429}))
 
 	// Timeouts: a worker whose provider calls time out.
-	require.NoError(t, first.Drain(context.Background()))
+	require.NoError(t, first.Stop(context.Background()))
 	s.Fake.SetConfig(fakeupstream.Config{Companies: 120, Latency: 2 * time.Second})
 	s.Env.ProviderTimeout = 20 * time.Millisecond
 	s.StartWorkerWith(s.Pool, tune)

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,7 +19,6 @@ import (
 func TestRoles_BuildOneOfEach(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, nil)
-	ctx := t.Context()
 	one := func(t *testing.T, built app.Census) {
 		t.Helper()
 		require.Equal(t, 1, built.RiverClients, "River clients")
@@ -28,7 +26,7 @@ func TestRoles_BuildOneOfEach(t *testing.T) {
 	}
 
 	t.Run("api", func(t *testing.T) {
-		role, err := app.NewAPI(ctx, s.APIPool, s.Env, s.Tel)
+		role, err := app.NewAPI(s.APIPool, s.Env, s.Tel, app.APIOptions{})
 		require.NoError(t, err)
 		one(t, role.Built())
 	})
@@ -40,9 +38,8 @@ func TestRoles_BuildOneOfEach(t *testing.T) {
 	})
 	t.Run("cli", func(t *testing.T) {
 		id, hostname, boot := app.NewWorkerID()
-		cli, err := app.NewCLI(ctx, s.Pool, s.Pool, s.Env, s.Tel, id, hostname, boot)
+		cli, err := app.NewCLI(s.Pool, s.Pool, s.Env, s.Tel, id, hostname, boot)
 		require.NoError(t, err)
-		defer cli.Stop(context.Background())
 		one(t, cli.Built())
 	})
 }

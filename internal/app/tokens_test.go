@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"encoding/json"
-	"log/slog"
 	"net"
 	"net/http"
 	"testing"
@@ -52,12 +51,17 @@ func TestEnv_RotationBothTokensWork(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, status)
 }
 
-// A port already taken names the variable that moves it.
+// A port already taken fails the role's Start, naming the variable that
+// moves it.
 func TestServeHTTP_TakenPortNamesTheVariable(t *testing.T) {
 	t.Parallel()
+	s := apptest.New(t, nil)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer taken.Close()
-	_, _, err = app.ServeHTTP(t.Context(), taken.Addr().String(), "BUILDRISK_HTTP_ADDR", http.NotFoundHandler(), slog.Default())
+	role, err := app.NewAPI(s.APIPool, s.Env, s.Tel, app.APIOptions{HTTPAddr: taken.Addr().String()})
+	require.NoError(t, err)
+	err = role.Start(t.Context())
 	require.ErrorContains(t, err, "set BUILDRISK_HTTP_ADDR to another address")
+	require.NoError(t, role.Stop(t.Context()))
 }

@@ -50,16 +50,71 @@ func RunWorker(ctx context.Context, env *config.Config) error {
 	if err := dbpool.CheckSchema(ctx, pool); err != nil {
 		return err
 	}
-	w, err := NewWorker(pool, env, tel, WorkerOptions{ID: workerID, Hostname: hostname, Boot: boot, HeartbeatPool: heartbeatPool})
+	w, err := NewWorker(pool, env, tel, WorkerOptions{ID: workerID, Hostname: hostname, Boot: boot, HeartbeatPool: heartbeatPool, AdminAddr: env.AdminAddr})
 	if err != nil {
 		return err
 	}
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
+	tel.Logger.Info("worker running", slog.String("worker_id", workerID), slog.String("admin_addr", w.AdminAddr()))
+	<-ctx.Done()
+	tel.Logger.Info("shutdown signal received; draining", slog.Duration("drain_timeout", env.DrainTimeout))
+	if err := w.Stop(context.WithoutCancel(ctx)); err != nil {
+		tel.Logger.Warn("drain ended with an error", slog.String("error", err.Error()))
+	}
+	tel.Logger.Info("worker stopped")
+	return nil
+}
+
+// Worker is the worker role: the worker's machinery (its River client,
+// request owner, runner and loops) and, when it has an admin address, its
+// admin server (/healthz, /readyz, /metrics), from Start to Stop.
+type Worker struct {
+	*worker.Worker
+	admin *httpService // nil without an admin address
+}
+
+// Start starts the admin server first (a port already taken fails Start
+// before the worker claims anything), then the worker.
+func (w *Worker) Start(ctx context.Context) error {
+	if w.admin != nil {
+		if err := w.admin.Start(ctx); err != nil {
+			return err
+		}
+	}
+	if err := w.Worker.Start(ctx); err != nil {
+		if w.admin != nil {
+			w.admin.Stop()
+		}
+		return err
+	}
+	return nil
+}
+
+// Stop drains the worker, then stops the admin server.
+func (w *Worker) Stop(ctx context.Context) error {
+	err := w.Worker.Stop(ctx)
+	if w.admin != nil {
+		w.admin.Stop()
+	}
+	return err
+}
+
+// AdminAddr returns the address the admin server listens on ("" without
+// one, or before Start).
+func (w *Worker) AdminAddr() string {
+	if w.admin == nil {
+		return ""
+	}
+	return w.admin.Addr()
+}
+
+// adminHandler serves a worker's health, readiness and metrics.
+func adminHandler(w *worker.Worker, tel *Telemetry) http.Handler {
 	admin := http.NewServeMux()
 	admin.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
-		writeJSON(rw, http.StatusOK, map[string]string{"status": "ok", "workerId": workerID})
+		writeJSON(rw, http.StatusOK, map[string]string{"status": "ok", "workerId": w.ID()})
 	})
 	admin.HandleFunc("GET /readyz", func(rw http.ResponseWriter, r *http.Request) {
 		readyCtx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -68,27 +123,10 @@ func RunWorker(ctx context.Context, env *config.Config) error {
 			writeJSON(rw, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": err.Error()})
 			return
 		}
-		writeJSON(rw, http.StatusOK, map[string]string{"status": "ready", "workerId": workerID})
+		writeJSON(rw, http.StatusOK, map[string]string{"status": "ready", "workerId": w.ID()})
 	})
 	admin.Handle("GET /metrics", tel.Providers.MetricsHandler())
-	shutdownAdmin, adminAddr, err := ServeHTTP(ctx, env.AdminAddr, "BUILDRISK_ADMIN_ADDR", admin, tel.Logger)
-	if err != nil {
-		_ = w.Drain(context.Background())
-		return err
-	}
-	tel.Logger.Info("worker running", slog.String("worker_id", workerID), slog.String("admin_addr", adminAddr))
-
-	<-ctx.Done()
-	tel.Logger.Info("shutdown signal received; draining", slog.Duration("drain_timeout", env.DrainTimeout))
-	drainErr := w.Drain(context.Background())
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = shutdownAdmin(shutdownCtx)
-	if drainErr != nil {
-		tel.Logger.Warn("drain ended with an error", slog.String("error", drainErr.Error()))
-	}
-	tel.Logger.Info("worker stopped")
-	return nil
+	return admin
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -132,18 +170,21 @@ type WorkerOptions struct {
 	// Tune adjusts the worker's and runner's configs before they are built
 	// (tests shorten intervals or disable the reaper); nil changes nothing.
 	Tune func(*worker.Config, *batch.Config)
+	// AdminAddr is where the worker serves /healthz, /readyz and /metrics
+	// from Start to Stop; "" serves nothing.
+	AdminAddr string
 }
 
 // NewWorker builds the worker role on pool, ready to Start: its River
 // client (which inserts and works its queues), the one request owner its
 // chains, resumes, schedules and reaps go through, and the runner, fenced
 // by the worker's own presence.
-func NewWorker(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts WorkerOptions) (*worker.Worker, error) {
+func NewWorker(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts WorkerOptions) (*Worker, error) {
 	w, _, err := newWorker(pool, env, tel, opts)
 	return w, err
 }
 
-func newWorker(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts WorkerOptions) (*worker.Worker, census, error) {
+func newWorker(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts WorkerOptions) (*Worker, census, error) {
 	var built census
 	if opts.ID == "" {
 		opts.ID, opts.Hostname, opts.Boot = NewWorkerID()
@@ -196,5 +237,9 @@ func newWorker(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts Work
 		return nil, built, err
 	}
 	observeFanOut(context.Background(), env, tel)
-	return w, built, nil
+	role := &Worker{Worker: w}
+	if opts.AdminAddr != "" {
+		role.admin = newHTTPService(opts.AdminAddr, "BUILDRISK_ADMIN_ADDR", adminHandler(w, tel), tel.Logger)
+	}
+	return role, built, nil
 }

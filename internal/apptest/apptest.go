@@ -251,26 +251,36 @@ func New(t testing.TB, opts *Opts) *System {
 	s.APIPool, err = dbpool.OpenAPI(context.Background(), env, apiServiceURL)
 	require.NoError(t, err)
 	t.Cleanup(s.APIPool.Close)
-	s.Role, err = app.NewAPI(t.Context(), s.APIPool, env, s.Tel)
-	require.NoError(t, err)
+	s.Role = StartAPI(t, s.APIPool, env, s.Tel)
 	s.API = httptest.NewServer(s.Role.Server().Handler())
 	t.Cleanup(s.API.Close)
 	return s
 }
 
-// StartWorker starts one in-process worker; it is drained at cleanup.
-func (s *System) StartWorker() (*worker.Worker, *batch.Runner) {
+// StartAPI builds an api role on pool that serves no port itself (the test
+// serves its handler), starts it and stops it at cleanup.
+func StartAPI(t testing.TB, pool *pgxpool.Pool, env *config.Config, tel *app.Telemetry) *app.API {
+	t.Helper()
+	role, err := app.NewAPI(pool, env, tel, app.APIOptions{})
+	require.NoError(t, err)
+	require.NoError(t, role.Start(context.Background()))
+	t.Cleanup(func() { _ = role.Stop(context.Background()) })
+	return role
+}
+
+// StartWorker starts one in-process worker; it is stopped at cleanup.
+func (s *System) StartWorker() (*app.Worker, *batch.Runner) {
 	s.T.Helper()
 	return s.StartWorkerWith(s.Pool, nil)
 }
 
 // StartWorkerWith starts a worker on its own pool with tuned configs.
-func (s *System) StartWorkerWith(pool *pgxpool.Pool, tune func(*worker.Config, *batch.Config)) (*worker.Worker, *batch.Runner) {
+func (s *System) StartWorkerWith(pool *pgxpool.Pool, tune func(*worker.Config, *batch.Config)) (*app.Worker, *batch.Runner) {
 	s.T.Helper()
 	w, err := app.NewWorker(pool, s.Env, s.Tel, app.WorkerOptions{Tune: tune})
 	require.NoError(s.T, err)
 	require.NoError(s.T, w.Start(context.Background()))
-	s.T.Cleanup(func() { _ = w.Drain(context.Background()) })
+	s.T.Cleanup(func() { _ = w.Stop(context.Background()) })
 	return w, w.Runner()
 }
 

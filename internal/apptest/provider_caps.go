@@ -21,7 +21,7 @@ func (s *System) StartWorkerWithCaps(caps map[upstream.Provider]int) string {
 	w, err := app.NewWorker(s.Pool, &env, s.Tel, app.WorkerOptions{})
 	require.NoError(s.T, err)
 	require.NoError(s.T, w.Start(context.Background()))
-	s.T.Cleanup(func() { _ = w.Drain(context.Background()) })
+	s.T.Cleanup(func() { _ = w.Stop(context.Background()) })
 	return w.ID()
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/jobs/corpcode"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queue/batch"
@@ -51,7 +52,7 @@ func (s *System) Eventually(what string, cond func() bool) {
 
 // StartScheduler starts a worker that checks its schedules every 10 ms
 // (real time) and runs corpCodeSync in a temporary directory.
-func (s *System) StartScheduler() *worker.Worker {
+func (s *System) StartScheduler() *app.Worker {
 	s.T.Helper()
 	dir := s.T.TempDir()
 	w, _ := s.StartWorkerWith(s.Pool, func(wc *worker.Config, rc *batch.Config) {
@@ -63,7 +64,7 @@ func (s *System) StartScheduler() *worker.Worker {
 
 // WaitLeader waits until River has made w its leader (it started w's
 // periodic jobs, the scheduler passes among them).
-func (s *System) WaitLeader(w *worker.Worker) {
+func (s *System) WaitLeader(w *app.Worker) {
 	s.T.Helper()
 	s.Eventually("worker "+w.ID()+" to lead", func() bool {
 		select {

@@ -498,7 +498,7 @@ func (w *paidItems) give() { <-w.tokens }
 func (r *Runner) partCommitter(rs *runState) *partCommitter {
 	return &partCommitter{
 		pool: r.pool, queries: r.queries, items: rs.items,
-		executionID: rs.exec.ID, instanceID: rs.exec.InstanceID, drain: r.drain,
+		executionID: rs.exec.ID, instanceID: rs.exec.InstanceID, drain: r.drained(),
 		workerID: rs.exec.WorkerID, leaseEpoch: rs.exec.LeaseEpoch, answered: func() error { return r.testSignals.committed(commitPart) },
 		retry: func(ctx context.Context, fn func(ctx context.Context) error) error {
 			return r.retryTransient(ctx, rs.fenced, rs, fn)

@@ -149,8 +149,10 @@ type Runner struct {
 	cfg       Config
 	pool      *pgxpool.Pool
 	queries   *queries.Queries
-	drain     chan struct{}
-	drainOnce sync.Once
+	// drainMu guards drain, which is closed once the runner is drained
+	// and replaced when it accepts runs again.
+	drainMu sync.Mutex
+	drain   chan struct{}
 	// moved counts the database moves (failovers) the process has seen;
 	// a run re-verifies its committed chunks when it changes.
 	moved atomic.Uint64
@@ -184,7 +186,35 @@ func (r *Runner) Held() *HeldSet { return r.cfg.Held }
 // fan-out chunk (FanOutCommit) stops handing out items at once and commits
 // the ones in flight. It returns at once; Run returns when the execution
 // has really stopped.
-func (r *Runner) Drain() { r.drainOnce.Do(func() { close(r.drain) }) }
+func (r *Runner) Drain() {
+	r.drainMu.Lock()
+	defer r.drainMu.Unlock()
+	select {
+	case <-r.drain:
+	default:
+		close(r.drain)
+	}
+}
+
+// Undrain makes a drained runner's new runs go on again (a worker started
+// again after a stop); runs drained before stay drained.
+func (r *Runner) Undrain() {
+	r.drainMu.Lock()
+	defer r.drainMu.Unlock()
+	select {
+	case <-r.drain:
+		r.drain = make(chan struct{})
+	default:
+	}
+}
+
+// drained returns the channel that is closed once the runner is drained,
+// as a run starting now sees it.
+func (r *Runner) drained() <-chan struct{} {
+	r.drainMu.Lock()
+	defer r.drainMu.Unlock()
+	return r.drain
+}
 
 // RunOpts are one Run's options.
 type RunOpts struct {
@@ -459,6 +489,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		chunksDone -= len(lost)
 		r.noteLostCommits(ctx, rs, lost, ran)
 	}
+	drained := r.drained()
 	seenMoved := r.moved.Load()
 	for {
 		for i := 0; i < len(pending); i++ {
@@ -480,7 +511,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 				return radartype.ExecutionStopped, MessageStopRequested, nil, nil
 			}
 			select {
-			case <-r.drain:
+			case <-drained:
 				rs.cause = radartype.CauseDrain
 				return radartype.ExecutionStopped, MessageDrained, nil, nil
 			default:

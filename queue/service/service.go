@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/riverqueue/river/rivershared/startstop"
 )
 
 // ReminderIntervalDefault is how often a service whose passes keep failing
@@ -86,12 +88,14 @@ func New(cfg Config) *Service {
 func (s *Service) Name() string { return s.cfg.Name }
 
 // Start runs the service in a goroutine of its own until ctx ends or Stop
-// is called. Starting a running service does nothing.
-func (s *Service) Start(ctx context.Context) {
+// is called. Starting a running service does nothing. It never fails; the
+// error is River's startstop.Service's, which a Service implements so that
+// a process starts and stops its services as one list.
+func (s *Service) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.done != nil {
-		return
+		return nil
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -100,7 +104,19 @@ func (s *Service) Start(ctx context.Context) {
 		defer close(done)
 		s.Run(ctx)
 	}()
+	return nil
 }
+
+// Started returns a closed channel: a service has started once Start has
+// returned (startstop.Service).
+func (s *Service) Started() <-chan struct{} { return closedChannel }
+
+// closedChannel is a channel that is always closed.
+var closedChannel = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // Stop ends the service started by Start and waits until its pass under
 // way, if any, has returned. Stopping a service that is not running does
@@ -200,3 +216,5 @@ func (s *Service) pass(ctx context.Context) {
 	s.passed = make(chan struct{})
 	s.mu.Unlock()
 }
+
+var _ startstop.Service = (*Service)(nil)

@@ -276,7 +276,7 @@ type Worker struct {
 	mu       sync.Mutex
 	presence *Presence // nil until Start registers the worker
 	// services are the background loops Start started (gauges, reaper,
-	// reconcile); Drain stops them.
+	// reconcile); Stop stops them.
 	services []*service.Service
 	// unwatch ends the runner's subscription to the database's moves.
 	unwatch func()
@@ -433,6 +433,7 @@ func (w *Worker) Ready(ctx context.Context) error {
 // slot left RUNNING, and starts claiming requests, heartbeating, reaping
 // and reconciling. ctx bounds the background loops.
 func (w *Worker) Start(ctx context.Context) error {
+	w.runner.Undrain() // a worker started again after a stop runs again
 	presence, err := StartPresence(ctx, cmp.Or(w.cfg.HeartbeatPool, w.pool), w.cfg)
 	if err != nil {
 		return err
@@ -484,11 +485,13 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
-// Drain stops claiming, asks every running job to stop at its next chunk
-// boundary and waits up to DrainTimeout; past it, jobs are cancelled (the
-// chunk in flight rolls back, the execution is still recorded STOPPED).
-// Pools, caches and telemetry must be closed only after Drain returns.
-func (w *Worker) Drain(ctx context.Context) error {
+// Stop drains the worker: it stops claiming, asks every running job to
+// stop at its next chunk boundary and waits up to DrainTimeout; past it,
+// jobs are cancelled (the chunk in flight rolls back, the execution is
+// still recorded STOPPED). Then it stops the background loops and
+// deregisters. Pools, caches and telemetry must be closed only after Stop
+// returns. A stopped worker may be started again.
+func (w *Worker) Stop(ctx context.Context) error {
 	// The runner first: once the worker reads draining, no run starts
 	// another chunk.
 	w.runner.Drain()
