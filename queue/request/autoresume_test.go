@@ -105,9 +105,7 @@ func resumableInstance(t *testing.T, db queries.DBTX, job string) int64 {
 // riverState returns the state of River job id, read through River's API.
 func (b *resumeBundle) riverState(t *testing.T, id int64) rivertype.JobState {
 	t.Helper()
-	job, err := b.river.JobGet(context.Background(), id)
-	require.NoError(t, err)
-	return job.State
+	return riverStateOf(t, b.river, id)
 }
 
 // stopRun enqueues a request, gives it an execution that ended with status,
