@@ -97,6 +97,10 @@ func TestAutoResume_ReapedRunResumesOnTheSurvivor(t *testing.T) {
 	v, ok := apptest.MetricLine(apptest.Scrape(t, survivorAdmin), observability.MetricAutoResumes, `job="aptTrade"`, `cause="reap"`)
 	require.True(t, ok)
 	require.EqualValues(t, 1, v)
+	// Every request has ended, and none over a live River job: the killed
+	// worker's delivery ended at its claim, without River's rescuer.
+	require.Zero(t, s.Count(`SELECT count(*) FROM job_request WHERE status IN ('QUEUED', 'RUNNING')`))
+	s.RequireRequestsAgreeWithRiver()
 }
 
 // A run that crashes its worker every time is resumed at most

@@ -69,10 +69,11 @@ func TestReap_KillNineFreesOnlyTheDeadWorkersJob(t *testing.T) {
 	require.Contains(t, reaped["message"], "last heartbeat")
 	reapedExec := apptest.Execution(t, reaped)
 	require.Equal(t, "ABANDONED", reapedExec["status"])
-	// The dead worker's River job is cancelled through River's API: River
-	// records the cancel at once and its rescuer finalizes the job (nobody
-	// is left to return from it).
-	require.Equal(t, 1, s.Count("SELECT count(*) FROM river_job j JOIN job_request r ON r.river_job_id = j.id WHERE r.id = $1 AND j.metadata ? 'cancel_attempted_at'", aptTrade))
+	// The dead worker's River job ended at its claim: nothing of River's
+	// stays running under the reaped request, and River's rescuer is on no
+	// path.
+	require.Equal(t, 1, s.Count("SELECT count(*) FROM river_job j JOIN job_request r ON r.river_job_id = j.id WHERE r.id = $1 AND j.state = 'completed'", aptTrade))
+	s.RequireRequestsAgreeWithRiver()
 	_, creditNow := s.Get("/v1/requests/" + credit)
 	require.Equal(t, "RUNNING", creditNow["status"], "the live worker's run is never touched")
 
@@ -98,6 +99,7 @@ func TestReap_KillNineFreesOnlyTheDeadWorkersJob(t *testing.T) {
 	}
 	require.LessOrEqual(t, refetched, 1, "only the chunk in flight at the kill is fetched again")
 	require.Len(t, s.CallsPerKey("aptTrade"), 72)
+	s.RequireRequestsAgreeWithRiver()
 }
 
 // Same, with no reaper on the survivors: the API's cleanup before enqueue,

@@ -25,6 +25,7 @@ import (
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/request/requesttest"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/sql/pgtest"
@@ -255,6 +256,13 @@ func New(t testing.TB, opts *Opts) *System {
 	s.API = httptest.NewServer(s.Role.Server().Handler())
 	t.Cleanup(s.API.Close)
 	return s
+}
+
+// RequireRequestsAgreeWithRiver fails the test when a request and the River
+// job that delivers it disagree about work still to do (requesttest).
+func (s *System) RequireRequestsAgreeWithRiver() {
+	s.T.Helper()
+	requesttest.RequireAgreement(s.T, s.Pool, s.Env.StaleAfter)
 }
 
 // StartAPI builds an api role on pool that serves no port itself (the test

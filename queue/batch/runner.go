@@ -146,9 +146,9 @@ func (c Config) validate() error {
 
 // Runner runs requests as chunked, checkpointed executions.
 type Runner struct {
-	cfg       Config
-	pool      *pgxpool.Pool
-	queries   *queries.Queries
+	cfg     Config
+	pool    *pgxpool.Pool
+	queries *queries.Queries
 	// drainMu guards drain, which is closed once the runner is drained
 	// and replaced when it accepts runs again.
 	drainMu sync.Mutex
