@@ -102,9 +102,13 @@ fuzz:
 		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg; \
 	done
 
-## generate: regenerate sqlc code from queries/*.sql
+## generate: regenerate sqlc code from queries/*.sql, and the observability
+## pack (deploy/pack: the Prometheus and Grafana alert rules and the
+## Grafana dashboard) from its Go source
+PACKGEN = $(GO) run ./deploy/pack/packgen -dir deploy
 generate:
 	$(SQLC) generate
+	$(PACKGEN)
 
 ## generate-client: regenerate examples/goclient/client from the served
 ## OpenAPI document with oapi-codegen (pinned in tools/go.mod);
@@ -115,9 +119,11 @@ generate-client:
 	$(GO) test -count=1 -run '^TestOpenAPIDocument$$' ./api -args -openapi.out=$(CURDIR)/.cache/openapi.json
 	$(OAPI_CODEGEN) -config examples/goclient/client/oapi-codegen.yaml -o examples/goclient/client/client.gen.go $(CURDIR)/.cache/openapi.json
 
-## check-generated: fails when committed sqlc output is stale
+## check-generated: fails when committed sqlc output or a generated
+## observability pack file is stale
 check-generated:
 	$(SQLC) diff
+	$(PACKGEN) -check
 
 fmt:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

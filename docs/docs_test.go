@@ -267,6 +267,11 @@ const (
 	runbookBase     = "{{ $externalLabels.runbook_base }}"
 )
 
+// grafanaRunbookBase starts the Grafana rules' runbook_url: Grafana expands
+// BUILDRISK_RUNBOOK_URL in its provisioning files, so a Grafana page links
+// to the runbook itself too.
+const grafanaRunbookBase = "${BUILDRISK_RUNBOOK_URL}"
+
 func alerts(t *testing.T) []alert {
 	t.Helper()
 
@@ -345,9 +350,12 @@ func TestAlertsLinkToRunbook(t *testing.T) {
 		alerted[a.name] = true
 		url := a.annotations["runbook_url"]
 		want := runbook + "#" + Slug(a.name)
-		if a.source == prometheusRules {
+		switch a.source {
+		case prometheusRules:
 			// Prometheus prefixes the base from BUILDRISK_RUNBOOK_URL.
 			want = runbookBase + want
+		default:
+			want = grafanaRunbookBase + want
 		}
 		if url != want {
 			t.Errorf("%s: alert %s has runbook_url %q, want %q", a.source, a.name, url, want)
