@@ -160,19 +160,22 @@ $(VULNDB_DIR)/index/db.json:
 		-out $(VULNDB_DIR).tmp
 	mv $(VULNDB_DIR).tmp $(VULNDB_DIR)
 
-## dashboard-lint: grafana/dashboard-linter over deploy/grafana/dashboards
-## (its exclusions in deploy/grafana/dashboards/.lint). It is not in tools/go.mod:
-## the module proxy this project's CI uses refuses the module, so the pin
-## could not be built there; CI checks the same rules offline instead
-## (TestGrafanaDashboardLint in make test). Override the pin with
-## DASHBOARD_LINTER_VERSION=<tag or commit>.
-DASHBOARD_LINTER_VERSION ?= v0.2.0
+## dashboard-lint: grafana/dashboard-linter's rules over the generated
+## dashboard, offline: TestGrafanaDashboardLint checks the same rules (its
+## exclusions in deploy/grafana/dashboards/.lint) with no network. The
+## linter itself is not pinned in tools/go.mod because it cannot be
+## installed here: the module proxy refuses github.com/grafana/dashboard-linter
+## (403 "not available" for its tags and for an older commit, 5e22d6dc65a1),
+## so no version could be built. Where you have its binary,
+## DASHBOARD_LINTER=/path/to/dashboard-linter runs it as well.
+DASHBOARD_LINTER ?=
 dashboard-lint:
-	@set -e; for f in deploy/grafana/dashboards/*.json; do \
-		echo "== $$f"; \
-		$(GO) run github.com/grafana/dashboard-linter@$(DASHBOARD_LINTER_VERSION) lint --strict "$$f"; \
-	done
 	$(GO) test -count=1 -run '^TestGrafanaDashboardLint$$' ./deploy/
+	@if [ -n "$(DASHBOARD_LINTER)" ]; then \
+		set -e; for f in deploy/grafana/dashboards/*.json; do echo "== $$f"; $(DASHBOARD_LINTER) lint --strict "$$f"; done; \
+	else \
+		echo "dashboard-lint: the linter's rules passed offline (TestGrafanaDashboardLint); grafana/dashboard-linter itself was not run: the module proxy refuses it, so it is not installed (DASHBOARD_LINTER=/path/to/binary runs it too)"; \
+	fi
 
 ## alert-e2e: the shipped rules through a real Prometheus and Alertmanager
 ## (Debian's prometheus and prometheus-alertmanager) to a test webhook;
