@@ -751,3 +751,17 @@ func TestBenchmarksStaySmall(t *testing.T) {
 		"BENCHMARKS.md holds the current figures and their method only; move past readings to commit messages")
 	require.Contains(t, text, "<!-- make bench: begin -->", "the table `make bench` writes")
 }
+
+// The README's walk-through reads the fake upstream's address from the
+// file `radar dev` writes, as it reads the token, and never names dev's
+// default address: a second user on the machine, whose fake listens
+// elsewhere (BUILDRISK_DEV_FAKE_ADDR), would reconfigure the first's.
+func TestReadmeWalkthroughReadsTheFakesAddress(t *testing.T) {
+	t.Parallel()
+
+	readme := readRepoFile(t, "README.md")
+	require.False(t, strings.Contains(readme, "127.0.0.1:8090"), "README.md names dev's default fake address 127.0.0.1:8090")
+	for _, want := range []string{"FAKE=$(cat .radar/dev-fake-url)", "$FAKE/__fake/config", "$FAKE/__fake/stats"} {
+		require.True(t, strings.Contains(readme, want), "README.md's walk-through lacks %q", want)
+	}
+}
