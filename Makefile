@@ -38,14 +38,20 @@ VALIDATE_TEST_FLAGS ?= -count=1 -timeout 10m
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 BUILD_ENV = CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 BUILD_FLAGS = -trimpath -tags timetzdata -ldflags "-s -w -X main.version=$(VERSION)"
+# How long a cold build of bin/radar took on the reference machine (2
+# cores, an empty GOCACHE, the modules already downloaded): measured with
+# GOCACHE=$(mktemp -d) and BUILD_ENV/BUILD_FLAGS, 98.6 s of user time.
+COLD_BUILD = 1m47s
 REDOCLY_DIR = tools/redocly
 
 .PHONY: run test test-under-load bench bench-smoke bench-go build soak soak-ci generate generate-client check-generated fmt vet lint deadcode vuln promtool-test alert-e2e dashboard-lint openapi-lint fuzz ci
 
-## run: everything in one process (embedded PostgreSQL, migrations, fake upstream, api + worker)
+## run: everything in one process (embedded PostgreSQL, migrations, fake upstream, api + worker).
+## The build runs under tools/progress.sh: a line every 30 s with the time
+## elapsed and the packages compiled, so a first build is never silent.
 run:
-	@test -x bin/radar || echo "first run: building bin/radar; the go command fetches Go 1.27.3 and the modules (a few hundred MB, a few minutes)"
-	@$(MAKE) --no-print-directory build
+	@test -x bin/radar || echo "first run: building bin/radar. The go command fetches Go 1.27.3 and the modules first (a few hundred MB); then a cold build compiles about 680 packages: $(COLD_BUILD) on the reference machine (2 cores), longer on a loaded one."
+	@sh tools/progress.sh "building bin/radar" $(MAKE) --no-print-directory build BUILD_VERBOSE=-v
 	./bin/radar dev
 
 ## test: the whole suite against private PostgreSQL clusters and the fake upstream
@@ -77,9 +83,11 @@ bench-smoke:
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./...
 
-## build: bin/radar, built as deploy/Dockerfile builds it
+## build: bin/radar, built as deploy/Dockerfile builds it (BUILD_VERBOSE=-v
+## lists the packages as they compile)
+BUILD_VERBOSE ?=
 build:
-	$(BUILD_ENV) $(GO) build $(BUILD_FLAGS) -o bin/radar ./cmd/radar
+	$(BUILD_ENV) $(GO) build $(BUILD_VERBOSE) $(BUILD_FLAGS) -o bin/radar ./cmd/radar
 
 ## soak: the chaos soak against bin/radar (SOAK_DURATION, SOAK_SEED, SOAK_REPLICATION); exits 1 on a breached invariant
 soak: build
