@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 The SDK marks its v1 dashboard builder deprecated in favour of dashboardv2, but v2 is Grafana 12's resource format: Grafana 11 (compose's image), file provisioning of classic JSON and grafana/dashboard-linter read v1 only.
+
 package pack
 
 import (
