@@ -3,6 +3,7 @@ package pack
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -56,8 +57,12 @@ func str(s string) *yaml.Node {
 	return n
 }
 
-// number is an integer or float scalar.
+// number is a numeric scalar, written as an integer when it is one (0,
+// not !!float 0).
 func number(v float64) *yaml.Node {
+	if v == math.Trunc(v) {
+		return integer(int64(v))
+	}
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!float", Value: strconv.FormatFloat(v, 'f', -1, 64)}
 }
 
