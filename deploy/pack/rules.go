@@ -240,7 +240,7 @@ sum by (job, cause) (
 heartbeat or database probe (every BUILDRISK_HEARTBEAT_INTERVAL),
 and keeps serving it on /metrics while the database is down. With
 a 10s probe, a 15s scrape, a 10s evaluation and for: 1m, it fires at
-most about 1m45s after the outage starts.`,
+most about 1m40s after the outage starts.`,
 		Expr:        "min by (job, instance) (buildrisk_database_up) < 1",
 		For:         "1m",
 		Severity:    Critical,
