@@ -38,14 +38,20 @@ VALIDATE_TEST_FLAGS ?= -count=1 -timeout 10m
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 BUILD_ENV = CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 BUILD_FLAGS = -trimpath -tags timetzdata -ldflags "-s -w -X main.version=$(VERSION)"
+# How long a cold build of bin/radar took on the reference machine (2
+# cores, an empty GOCACHE, the modules already downloaded): measured with
+# GOCACHE=$(mktemp -d) and BUILD_ENV/BUILD_FLAGS, 98.6 s of user time.
+COLD_BUILD = 1m47s
 REDOCLY_DIR = tools/redocly
 
 .PHONY: run test test-under-load bench bench-smoke bench-go build soak soak-ci generate generate-client check-generated fmt vet lint deadcode vuln promtool-test alert-e2e dashboard-lint openapi-lint fuzz ci
 
-## run: everything in one process (embedded PostgreSQL, migrations, fake upstream, api + worker)
+## run: everything in one process (embedded PostgreSQL, migrations, fake upstream, api + worker).
+## The build runs under tools/progress.sh: a line every 30 s with the time
+## elapsed and the packages compiled, so a first build is never silent.
 run:
-	@test -x bin/radar || echo "first run: building bin/radar; the go command fetches Go 1.27.3 and the modules (a few hundred MB, a few minutes)"
-	@$(MAKE) --no-print-directory build
+	@test -x bin/radar || echo "first run: building bin/radar. The go command fetches Go 1.27.3 and the modules first (a few hundred MB); then a cold build compiles about 680 packages: $(COLD_BUILD) on the reference machine (2 cores), longer on a loaded one."
+	@sh tools/progress.sh "building bin/radar" $(MAKE) --no-print-directory build BUILD_VERBOSE=-v
 	./bin/radar dev
 
 ## test: the whole suite against private PostgreSQL clusters and the fake upstream
@@ -77,9 +83,11 @@ bench-smoke:
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./...
 
-## build: bin/radar, built as deploy/Dockerfile builds it
+## build: bin/radar, built as deploy/Dockerfile builds it (BUILD_VERBOSE=-v
+## lists the packages as they compile)
+BUILD_VERBOSE ?=
 build:
-	$(BUILD_ENV) $(GO) build $(BUILD_FLAGS) -o bin/radar ./cmd/radar
+	$(BUILD_ENV) $(GO) build $(BUILD_VERBOSE) $(BUILD_FLAGS) -o bin/radar ./cmd/radar
 
 ## soak: the chaos soak against bin/radar (SOAK_DURATION, SOAK_SEED, SOAK_REPLICATION); exits 1 on a breached invariant
 soak: build
@@ -102,9 +110,13 @@ fuzz:
 		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg; \
 	done
 
-## generate: regenerate sqlc code from queries/*.sql
+## generate: regenerate sqlc code from queries/*.sql, and the observability
+## pack (deploy/pack: the Prometheus and Grafana alert rules and the
+## Grafana dashboard) from its Go source
+PACKGEN = $(GO) run ./deploy/pack/packgen -dir deploy
 generate:
 	$(SQLC) generate
+	$(PACKGEN)
 
 ## generate-client: regenerate examples/goclient/client from the served
 ## OpenAPI document with oapi-codegen (pinned in tools/go.mod);
@@ -115,9 +127,11 @@ generate-client:
 	$(GO) test -count=1 -run '^TestOpenAPIDocument$$' ./api -args -openapi.out=$(CURDIR)/.cache/openapi.json
 	$(OAPI_CODEGEN) -config examples/goclient/client/oapi-codegen.yaml -o examples/goclient/client/client.gen.go $(CURDIR)/.cache/openapi.json
 
-## check-generated: fails when committed sqlc output is stale
+## check-generated: fails when committed sqlc output or a generated
+## observability pack file is stale
 check-generated:
 	$(SQLC) diff
+	$(PACKGEN) -check
 
 fmt:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -154,19 +168,22 @@ $(VULNDB_DIR)/index/db.json:
 		-out $(VULNDB_DIR).tmp
 	mv $(VULNDB_DIR).tmp $(VULNDB_DIR)
 
-## dashboard-lint: grafana/dashboard-linter over deploy/grafana/dashboards
-## (its exclusions in deploy/grafana/dashboards/.lint). It is not in tools/go.mod:
-## the module proxy this project's CI uses refuses the module, so the pin
-## could not be built there; CI checks the same rules offline instead
-## (TestGrafanaDashboardLint in make test). Override the pin with
-## DASHBOARD_LINTER_VERSION=<tag or commit>.
-DASHBOARD_LINTER_VERSION ?= v0.2.0
+## dashboard-lint: grafana/dashboard-linter's rules over the generated
+## dashboard, offline: TestGrafanaDashboardLint checks the same rules (its
+## exclusions in deploy/grafana/dashboards/.lint) with no network. The
+## linter itself is not pinned in tools/go.mod because it cannot be
+## installed here: the module proxy refuses github.com/grafana/dashboard-linter
+## (403 "not available" for its tags and for an older commit, 5e22d6dc65a1),
+## so no version could be built. Where you have its binary,
+## DASHBOARD_LINTER=/path/to/dashboard-linter runs it as well.
+DASHBOARD_LINTER ?=
 dashboard-lint:
-	@set -e; for f in deploy/grafana/dashboards/*.json; do \
-		echo "== $$f"; \
-		$(GO) run github.com/grafana/dashboard-linter@$(DASHBOARD_LINTER_VERSION) lint --strict "$$f"; \
-	done
 	$(GO) test -count=1 -run '^TestGrafanaDashboardLint$$' ./deploy/
+	@if [ -n "$(DASHBOARD_LINTER)" ]; then \
+		set -e; for f in deploy/grafana/dashboards/*.json; do echo "== $$f"; $(DASHBOARD_LINTER) lint --strict "$$f"; done; \
+	else \
+		echo "dashboard-lint: the linter's rules passed offline (TestGrafanaDashboardLint); grafana/dashboard-linter itself was not run: the module proxy refuses it, so it is not installed (DASHBOARD_LINTER=/path/to/binary runs it too)"; \
+	fi
 
 ## alert-e2e: the shipped rules through a real Prometheus and Alertmanager
 ## (Debian's prometheus and prometheus-alertmanager) to a test webhook;

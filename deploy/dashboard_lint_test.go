@@ -45,8 +45,9 @@ var lintUnits = []string{"short", "none", "percent", "percentunit", "s", "ms", "
 var rangeSelectorRE = regexp.MustCompile(`\b(?:rate|irate|increase)\((?:[^()\[]|\([^()]*\))*\[([^\]]+)\]`)
 
 // The dashboards pass grafana/dashboard-linter's rules (the same rules,
-// checked offline; `make dashboard-lint` runs the linter itself where the
-// module proxy serves it): one datasource variable named datasource for
+// checked offline; `make dashboard-lint` runs this test, and the linter
+// itself when DASHBOARD_LINTER names its binary: the module proxy refuses
+// the linter's module, so it cannot be pinned in tools/go.mod): one datasource variable named datasource for
 // Prometheus, every panel and target on it, a valid unit, a title and a
 // description on every panel, query variables reloaded on time change, the
 // dashboard uneditable (provisioned from this file), and rate() and

@@ -20,12 +20,13 @@ import (
 	"github.com/buildrisk/radar/observability"
 )
 
-// metricNameRE finds the names of this service's and River's metrics in a
-// PromQL expression.
-var metricNameRE = regexp.MustCompile(`\b(?:buildrisk|river)_[a-z0-9_]*[a-z0-9]`)
+// metricNameRE finds the names of this service's and River's metrics
+// (River's own and its OpenTelemetry messaging ones) in a PromQL
+// expression.
+var metricNameRE = regexp.MustCompile(`\b(?:buildrisk|river|messaging)_[a-z0-9_]*[a-z0-9]`)
 
-// ReferencedMetrics returns the sorted, de-duplicated buildrisk_* and
-// river_* metric names that expr (PromQL, or a Grafana query such as
+// ReferencedMetrics returns the sorted, de-duplicated buildrisk_*, river_*
+// and messaging_* metric names that expr (PromQL, or a Grafana query such as
 // label_values(...)) refers to, as written: histogram series keep their
 // _bucket, _sum or _count suffix (see [metricBaseName]).
 func ReferencedMetrics(expr string) []string {
@@ -35,11 +36,12 @@ func ReferencedMetrics(expr string) []string {
 }
 
 // metricBaseName maps a histogram series name (x_bucket, x_sum, x_count) to
-// the histogram's name x when x is in observability.HistogramNames, and
-// returns any other name unchanged.
+// the histogram's name x when x is in observability.HistogramNames or
+// observability.RiverHistogramNames, and returns any other name unchanged.
 func metricBaseName(name string) string {
 	for _, suffix := range []string{"_bucket", "_count", "_sum"} {
-		if base, ok := strings.CutSuffix(name, suffix); ok && slices.Contains(observability.HistogramNames, base) {
+		base, ok := strings.CutSuffix(name, suffix)
+		if ok && (slices.Contains(observability.HistogramNames, base) || slices.Contains(observability.RiverHistogramNames, base)) {
 			return base
 		}
 	}
@@ -55,6 +57,8 @@ func TestReferencedMetrics(t *testing.T) {
 	require.Equal(t, "buildrisk_chunk_duration_seconds", metricBaseName("buildrisk_chunk_duration_seconds_bucket"))
 	require.Equal(t, "buildrisk_request_start_latency_seconds", metricBaseName("buildrisk_request_start_latency_seconds_count"))
 	require.Equal(t, "buildrisk_items_total_count", metricBaseName("buildrisk_items_total_count"))
+	require.Equal(t, "messaging_process_duration_seconds", metricBaseName("messaging_process_duration_seconds_count"))
+	require.Equal(t, []string{"messaging_process_duration_seconds_bucket"}, ReferencedMetrics(`rate(messaging_process_duration_seconds_bucket[5m])`))
 	require.Empty(t, ReferencedMetrics(`up{job=~"buildrisk-.*"} == 0`))
 }
 
@@ -151,15 +155,16 @@ func TestMetricNamesAreInstrumented(t *testing.T) {
 		}
 		for _, name := range names {
 			base := metricBaseName(name)
-			require.Contains(t, observability.MetricNames, base, "%s uses %s, which is not in observability.MetricNames", e.source, name)
+			known := slices.Contains(observability.MetricNames, base) || slices.Contains(observability.RiverMetricNames, base)
+			require.True(t, known, "%s uses %s, which is neither in observability.MetricNames nor in RiverMetricNames", e.source, name)
 			if strings.HasPrefix(e.source, filepath.Join("grafana", "dashboards")) {
 				usedByDashboards[base] = true
 			}
 		}
 	}
 
-	// The dashboard shows every instrument.
-	for _, name := range observability.MetricNames {
+	// The dashboard shows every instrument, and River's.
+	for _, name := range slices.Concat(observability.MetricNames, observability.RiverMetricNames) {
 		require.True(t, usedByDashboards[name], "no dashboard panel shows %s", name)
 	}
 }

@@ -10,6 +10,10 @@
 //   - prometheus/: the scrape config, the alert rules and their promtool
 //     unit tests.
 //   - grafana/: the provisioned datasource, dashboard and alert rules.
+//   - pack/: the observability pack as code (package pack): the alert rules
+//     written once and the dashboard built with the Grafana Foundation SDK;
+//     it generates prometheus/rules.yml, the Grafana alert rules and the
+//     dashboard JSON (make generate), and its test fails when they are stale.
 //
 // The tests, one file per product: prometheus_test.go runs promtool on the
 // rules when it is on PATH (and fails without it when
@@ -21,7 +25,8 @@
 // the deploy files set only variables docs/configuration.md lists, and
 // dockerfile_test.go that the Dockerfile builds with the Makefile's
 // BUILD_ENV and BUILD_FLAGS (what CI builds with). alerting_test.go and
-// dashboard_lint_test.go check the alert routing and the dashboard.
+// dashboard_lint_test.go check the alert routing and the dashboard, and
+// progress_test.go the build progress `make run` shows.
 //
 // validate/ is a Go module of its own: it builds k8s/ with kustomize's
 // library, decodes every object strictly into the Kubernetes API types, and

@@ -82,7 +82,7 @@ func TestDockerfileBuildsLikeMakefile(t *testing.T) {
 	mk, err := os.ReadFile("../Makefile")
 	require.NoError(t, err)
 	makefile := string(mk)
-	require.Regexp(t, `(?m)^build:\n\t\$\(BUILD_ENV\) \$\(GO\) build \$\(BUILD_FLAGS\) -o bin/radar \./cmd/radar$`, makefile,
+	require.Regexp(t, `(?m)^build:\n\t\$\(BUILD_ENV\) \$\(GO\) build \$\(BUILD_VERBOSE\) \$\(BUILD_FLAGS\) -o bin/radar \./cmd/radar$`, makefile,
 		"make build uses BUILD_ENV and BUILD_FLAGS")
 	wantEnv := shellWords(makeVariable(t, makefile, "BUILD_ENV"))
 	wantFlags := shellWords(makeVariable(t, makefile, "BUILD_FLAGS"))

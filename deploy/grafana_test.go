@@ -412,3 +412,65 @@ func checkThreshold(t *testing.T, title string, m map[string]any) {
 		t.Fatalf("%s: unknown threshold evaluator %v", title, evaluator["type"])
 	}
 }
+
+// grafanaEnv is the environment the interpolation tests give Grafana.
+var grafanaEnv = map[string]string{
+	"BUILDRISK_RUNBOOK_URL":            "https://runbooks.example/radar/",
+	"BUILDRISK_GRAFANA_DATASOURCE_UID": "prom-a",
+}
+
+// grafanaInterpolate expands s as Grafana's provisioning expands every
+// value of its files (pkg/services/provisioning/values): "$$" is a literal
+// "$", and elsewhere $VAR and ${VAR} are environment variables (unset:
+// empty).
+func grafanaInterpolate(s string, env map[string]string) string {
+	parts := strings.Split(s, "$$")
+	for i, p := range parts {
+		parts[i] = os.Expand(p, func(name string) string { return env[name] })
+	}
+	return strings.Join(parts, "$")
+}
+
+// The Grafana rules import into any Grafana: the datasource uid and the
+// runbook base come from Grafana's environment, and every other "$" (the
+// {{ $labels.job }} of a summary) survives Grafana's expansion. They are
+// evaluated as often as Prometheus evaluates its copy.
+func TestGrafanaAlertRules_FromEnvironment(t *testing.T) {
+	t.Parallel()
+
+	promGroups := loadPromRules(t).Groups
+	require.Len(t, promGroups, 1)
+	promInterval := parseDuration(t, promGroups[0].Interval)
+	promAnnotations := map[string]map[string]string{}
+	for _, r := range promGroups[0].Rules {
+		promAnnotations[r.Alert] = r.Annotations
+	}
+
+	for _, g := range loadGrafanaAlerting(t).Groups {
+		require.Equal(t, promInterval, parseDuration(t, g.Interval), "group %s: Grafana and Prometheus evaluate every %s and %s", g.Name, g.Interval, promGroups[0].Interval)
+		for _, r := range g.Rules {
+			for _, q := range r.Data {
+				if q.DatasourceUID == exprDatasourceUID {
+					continue
+				}
+				require.Equal(t, "${BUILDRISK_GRAFANA_DATASOURCE_UID}", q.DatasourceUID, "%s %s: the datasource uid is Grafana's environment's", r.Title, q.RefID)
+				require.Equal(t, "prom-a", grafanaInterpolate(q.DatasourceUID, grafanaEnv))
+				expr, _ := q.Model["expr"].(string)
+				require.Equal(t, strings.ReplaceAll(expr, "$$", "$"), grafanaInterpolate(expr, nil), "%s %s: an unescaped $ in the query", r.Title, q.RefID)
+			}
+
+			runbook := grafanaInterpolate(r.Annotations["runbook_url"], grafanaEnv)
+			require.Equal(t, "https://runbooks.example/radar/docs/operations.md#"+strings.ToLower(r.Title), runbook, r.Title)
+			for key, v := range r.Annotations {
+				if key == "runbook_url" {
+					continue
+				}
+				got := grafanaInterpolate(v, nil)
+				require.Equal(t, strings.ReplaceAll(v, "$$", "$"), got, "%s %s: an unescaped $ that Grafana would expand", r.Title, key)
+				if key == "description" {
+					require.Equal(t, promAnnotations[r.Title][key], got, "%s: Grafana's description is Prometheus's", r.Title)
+				}
+			}
+		}
+	}
+}

@@ -267,6 +267,11 @@ const (
 	runbookBase     = "{{ $externalLabels.runbook_base }}"
 )
 
+// grafanaRunbookBase starts the Grafana rules' runbook_url: Grafana expands
+// BUILDRISK_RUNBOOK_URL in its provisioning files, so a Grafana page links
+// to the runbook itself too.
+const grafanaRunbookBase = "${BUILDRISK_RUNBOOK_URL}"
+
 func alerts(t *testing.T) []alert {
 	t.Helper()
 
@@ -345,9 +350,12 @@ func TestAlertsLinkToRunbook(t *testing.T) {
 		alerted[a.name] = true
 		url := a.annotations["runbook_url"]
 		want := runbook + "#" + Slug(a.name)
-		if a.source == prometheusRules {
+		switch a.source {
+		case prometheusRules:
 			// Prometheus prefixes the base from BUILDRISK_RUNBOOK_URL.
 			want = runbookBase + want
+		default:
+			want = grafanaRunbookBase + want
 		}
 		if url != want {
 			t.Errorf("%s: alert %s has runbook_url %q, want %q", a.source, a.name, url, want)
@@ -742,4 +750,18 @@ func TestBenchmarksStaySmall(t *testing.T) {
 	require.LessOrEqual(t, lines, benchmarksMaxLines,
 		"BENCHMARKS.md holds the current figures and their method only; move past readings to commit messages")
 	require.Contains(t, text, "<!-- make bench: begin -->", "the table `make bench` writes")
+}
+
+// The README's walk-through reads the fake upstream's address from the
+// file `radar dev` writes, as it reads the token, and never names dev's
+// default address: a second user on the machine, whose fake listens
+// elsewhere (BUILDRISK_DEV_FAKE_ADDR), would reconfigure the first's.
+func TestReadmeWalkthroughReadsTheFakesAddress(t *testing.T) {
+	t.Parallel()
+
+	readme := readRepoFile(t, "README.md")
+	require.False(t, strings.Contains(readme, "127.0.0.1:8090"), "README.md names dev's default fake address 127.0.0.1:8090")
+	for _, want := range []string{"FAKE=$(cat .radar/dev-fake-url)", "$FAKE/__fake/config", "$FAKE/__fake/stats"} {
+		require.True(t, strings.Contains(readme, want), "README.md's walk-through lacks %q", want)
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -32,8 +31,9 @@ import (
 // the README's walk-through can read it.
 const devTokenFile = ".radar/dev-token"
 
-// devFakeUpstreamAddr is where dev serves the fake upstream when the port
-// is free (a random port otherwise).
+// devFakeUpstreamAddr is where dev serves the fake upstream by default when
+// the port is free (a random port otherwise); BUILDRISK_DEV_FAKE_ADDR moves
+// it (listenDevFake).
 const devFakeUpstreamAddr = "127.0.0.1:8090"
 
 // runDev runs everything in one process for a newcomer: an embedded
@@ -47,6 +47,11 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 	if err := config.RefuseTxPoolingMigrations(env, "radar dev"); err != nil {
 		return err
 	}
+	releaseAPIAddr, err := reserveDevAPIAddr(env.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	defer releaseAPIAddr()
 	workerID, hostname, boot := app.NewWorkerID()
 	tel, err := app.NewTelemetry(ctx, env, "dev", workerID, "text")
 	if err != nil {
@@ -117,6 +122,7 @@ func runDev(ctx context.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	releaseAPIAddr()
 	if err := apiRole.Start(ctx); err != nil {
 		return err
 	}
@@ -175,12 +181,9 @@ func startDevUpstream(ctx context.Context, pool *pgxpool.Pool, env *config.Confi
 	} else if n > 0 {
 		fmt.Fprintf(stdout, "seeded company_region with %d company→region pairs of the fake upstream (metrics' main regions)\n", n)
 	}
-	listener, err := net.Listen("tcp", devFakeUpstreamAddr)
+	listener, err := listenDevFake(os.Getenv)
 	if err != nil {
-		listener, err = net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", stop, fmt.Errorf("error listening for the fake upstream: %w", err)
-		}
+		return "", stop, err
 	}
 	fakeServer := &http.Server{Handler: fake, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = fakeServer.Serve(listener) }()
@@ -189,7 +192,8 @@ func startDevUpstream(ctx context.Context, pool *pgxpool.Pool, env *config.Confi
 	for _, p := range upstream.Providers {
 		env.UpstreamURLs[p] = base
 	}
-	return "fake; stats at " + base + "/__fake/stats", func() { _ = fakeServer.Close() }, nil
+	removeURLFile := writeDevFile(devFakeURLFile, base)
+	return "fake; stats at " + base + "/__fake/stats  (address in " + devFakeURLFile + ")", func() { _ = fakeServer.Close(); removeURLFile() }, nil
 }
 
 // devTokens makes an operator and a viewer token when the environment

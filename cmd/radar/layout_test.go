@@ -46,6 +46,8 @@ var allowedImports = map[string][]string{
 	"observability/observabilitytest": {"observability", "observability/internal/gathered"},
 	"observability/internal/gathered": {},
 	"deploy":                          {},
+	"deploy/pack":                     {},
+	"deploy/pack/packgen":             {"deploy/pack"},
 	"docs":                            {},
 	"e2e":                             {},
 	"cmd/soak":                        {"sql/pglocal"},

@@ -51,7 +51,15 @@ type radarProcess struct {
 
 func startRadar(t *testing.T, bin string, env map[string]string, args ...string) *radarProcess {
 	t.Helper()
+	return startRadarIn(t, "", bin, env, args...)
+}
+
+// startRadarIn starts radar as startRadar does, in the working directory
+// dir ("" is the test's), where dev writes its .radar files.
+func startRadarIn(t *testing.T, dir, bin string, env map[string]string, args ...string) *radarProcess {
+	t.Helper()
 	p := &radarProcess{cmd: exec.Command(bin, args...), lines: make(chan string, 1000), done: make(chan struct{})}
+	p.cmd.Dir = dir
 	p.cmd.Env = os.Environ()
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)

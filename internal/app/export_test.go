@@ -38,3 +38,10 @@ var (
 	NewHTTPServer         = newHTTPServer
 	ProviderTracing       = providerTracing
 )
+
+// ObserveSchedules and ObserveCoverage export the metric sources every
+// process registers, for the outage logging test.
+var (
+	ObserveSchedules = observeSchedules
+	ObserveCoverage  = observeCoverage
+)

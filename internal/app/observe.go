@@ -2,13 +2,13 @@ package app
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/internal/jobset"
+	"github.com/buildrisk/radar/queue/service"
 	"github.com/buildrisk/radar/jobs/coverage"
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/jobs/stockprice"
@@ -35,17 +35,22 @@ func scheduleInfo(env *config.Config) func(job string) (string, *time.Time) {
 
 // observeSchedules exports, from any process, each scheduled job's period
 // and every job's freshness read from the database, so that the api and
-// every worker serve the same values.
+// every worker serve the same values. A failed read (a database outage
+// fails every scrape's) is logged once per run of failures.
 func observeSchedules(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Telemetry) {
 	for _, s := range env.Schedules {
 		tel.Instruments.SchedulePeriodSet(ctx, s.Job, s.Period)
 	}
 	q := queries.New()
 	names := jobset.Catalog().Names()
+	failures := service.NewFailureLog("job freshness read", tel.Logger, 0)
 	tel.Instruments.SetJobFreshnessSource(func(ctx context.Context) (map[string]time.Time, error) {
 		rows, err := q.JobFreshnessByJob(ctx, pool, names)
+		failures.Observe(ctx, err)
 		if err != nil {
-			return nil, err
+			// Logged once per outage above; the gauge is left out of
+			// this scrape.
+			return nil, nil
 		}
 		out := make(map[string]time.Time, len(rows))
 		for _, r := range rows {
@@ -58,20 +63,23 @@ func observeSchedules(ctx context.Context, pool *pgxpool.Pool, env *config.Confi
 // observeCoverage exports, from any process, every job's coverage counted
 // from the database (jobs/coverage, cached for BUILDRISK_COVERAGE_MAX_AGE),
 // and returns the reader, which the api also serves as GET /v1/coverage.
+// Every failed count is counted (buildrisk_coverage_check_failures_total);
+// a run of failed scrapes (a database outage) is logged once.
 func observeCoverage(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Telemetry) (*coverage.Reader, error) {
 	r, err := coverage.New(pool, coverage.Config{
 		Catalog: jobset.Catalog(), Location: env.Location, MaxAge: env.CoverageMaxAge, Now: env.TimeNow,
-		OnError: func(ctx context.Context, job string, err error) {
+		OnError: func(ctx context.Context, job string, _ error) {
 			tel.Instruments.CoverageCheckFailed(ctx, job)
-			tel.Logger.WarnContext(ctx, "coverage count failed", slog.String("job", job), slog.String("error", err.Error()))
 		},
 	})
 	if err != nil {
 		return nil, err
 	}
 	tel.Instruments.InitCoverageSeries(ctx, r.Jobs())
+	failures := service.NewFailureLog("coverage count", tel.Logger, 0)
 	tel.Instruments.SetCoverageSource(func(ctx context.Context) ([]observability.CoverageSample, error) {
 		snap, err := r.Snapshot(ctx)
+		failures.Observe(ctx, err)
 		out := make([]observability.CoverageSample, len(snap))
 		for i, c := range snap {
 			y, m, d := c.DataDate.Date()
@@ -80,7 +88,9 @@ func observeCoverage(ctx context.Context, pool *pgxpool.Pool, env *config.Config
 				DataDateStart: time.Date(y, m, d, 0, 0, 0, 0, env.Location),
 			}
 		}
-		return out, err
+		// A failed count is counted (OnError) and logged once per outage
+		// above; its job is left out of this scrape.
+		return out, nil
 	})
 	return r, nil
 }

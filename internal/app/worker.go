@@ -137,6 +137,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func riverPlugins(tel *Telemetry) []rivertype.Plugin {
 	return []rivertype.Plugin{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
+		EnableSemanticMetrics:  true,
 		EnableTracePropagation: true,
 		MeterProvider:          tel.Providers.Meter,
 		TracerProvider:         tel.Providers.Tracer,

@@ -50,12 +50,8 @@ type Config struct {
 type Service struct {
 	cfg     Config
 	trigger chan struct{}
-
-	// failures counts the failed passes since the last success;
-	// remindedAt is when the run of failures was last logged. Only the
-	// pass's goroutine touches them.
-	failures   int
-	remindedAt time.Time
+	// failures logs a run of failed passes once (FailureLog).
+	failures *FailureLog
 
 	mu     sync.Mutex
 	passed chan struct{} // closed when the pass under way (or the next) ends
@@ -81,7 +77,10 @@ func New(cfg Config) *Service {
 	if cfg.ReminderInterval <= 0 {
 		cfg.ReminderInterval = ReminderIntervalDefault
 	}
-	return &Service{cfg: cfg, trigger: make(chan struct{}, 1), passed: make(chan struct{})}
+	return &Service{
+		cfg: cfg, trigger: make(chan struct{}, 1), passed: make(chan struct{}),
+		failures: NewFailureLog(cfg.Name, cfg.Logger, cfg.ReminderInterval, slog.String("service", cfg.Name)),
+	}
 }
 
 // Name returns the service's name.
@@ -173,32 +172,6 @@ func (s *Service) Passed() <-chan struct{} {
 	return s.passed
 }
 
-// logOutcome logs a pass's failure once per run of failures: the first
-// one, then a reminder with the count at most every ReminderInterval, and
-// the success that ends the run. A database outage fails every pass of
-// every service for as long as it lasts; a line per pass (the heartbeat's
-// every few seconds) drowned the log in the same sentence.
-func (s *Service) logOutcome(ctx context.Context, err error) {
-	attrs := []any{slog.String("service", s.cfg.Name)}
-	switch {
-	case err == nil && s.failures > 0:
-		s.cfg.Logger.InfoContext(ctx, s.cfg.Name+" recovered", append(attrs, slog.Int("failed_passes", s.failures))...)
-		s.failures = 0
-	case err == nil:
-	case s.failures == 0:
-		s.failures, s.remindedAt = 1, time.Now()
-		s.cfg.Logger.WarnContext(ctx, s.cfg.Name+" failed", append(attrs, slog.String("error", err.Error()))...)
-	default:
-		s.failures++
-		if time.Since(s.remindedAt) < s.cfg.ReminderInterval {
-			s.cfg.Logger.DebugContext(ctx, s.cfg.Name+" failed", append(attrs, slog.String("error", err.Error()))...)
-			return
-		}
-		s.remindedAt = time.Now()
-		s.cfg.Logger.WarnContext(ctx, s.cfg.Name+" still failing", append(attrs, slog.Int("failed_passes", s.failures), slog.String("error", err.Error()))...)
-	}
-}
-
 // pass runs one pass bounded by the timeout and logs its failure, unless
 // the failure is the service's own stop.
 func (s *Service) pass(ctx context.Context) {
@@ -209,7 +182,7 @@ func (s *Service) pass(ctx context.Context) {
 	err := s.cfg.Pass(passCtx)
 	cancel()
 	if ctx.Err() == nil {
-		s.logOutcome(ctx, err)
+		s.failures.Observe(ctx, err)
 	}
 	s.mu.Lock()
 	close(s.passed)
