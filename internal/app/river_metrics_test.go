@@ -34,7 +34,7 @@ func TestWorker_ExportsRiverSemanticMetrics(t *testing.T) {
 	w, err := app.NewWorker(s.Pool, s.Env, tel, app.WorkerOptions{})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(context.Background()))
-	t.Cleanup(func() { _ = w.Drain(context.Background()) })
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 
 	id := s.RequestAptTrade(apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
 	s.WaitRequest(id, "DONE")

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // UnaccountedError fails a chunk whose figures do not add up: its targets
@@ -189,4 +191,119 @@ func (r *Runner) settleItemCounts(ctx context.Context, rs *runState) {
 				slog.String("outcome", c.outcome), slog.Int64("counted", c.counted.Load()), slog.Int64("recorded", c.recorded))
 		}
 	}
+}
+
+// countDomainRows is the second count of an execution that ended with a
+// status: the domain rows its instance wrote, counted by the job's query
+// (nil for a job without one, or when the count fails, which is logged:
+// the execution is recorded without it).
+func (r *Runner) countDomainRows(ctx context.Context, rs *runState, job Job) *int64 {
+	counter, ok := job.(DomainRowCounter)
+	if !ok {
+		return nil
+	}
+	n, err := r.domainRows(context.WithoutCancel(ctx), counter, rs.started.exec.InstanceID)
+	if err != nil {
+		rs.logger.WarnContext(ctx, "could not count the domain rows", slog.String("error", err.Error()))
+		return nil
+	}
+	return &n
+}
+
+// domainRows counts the rows the instance's executions wrote.
+func (r *Runner) domainRows(ctx context.Context, counter DomainRowCounter, instanceID int64) (int64, error) {
+	callCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
+	defer cancel()
+	ids, err := r.queries.JobExecutionIDsByInstance(callCtx, r.pool, instanceID)
+	if err != nil {
+		return 0, fmt.Errorf("error listing the instance's executions: %w", err)
+	}
+	return counter.DomainRows(callCtx, r.pool, ids)
+}
+
+// account refuses a silent success: every declared target must be written,
+// skipped or failed, or the execution ends FAILED.
+func (r *Runner) account(ctx context.Context, rs *runState, plan *Plan, job string) (radartype.ExecutionStatus, string, error) {
+	var totals *queries.JobCheckpointTotalsRow
+	var reasons []*queries.JobCheckpointSkipReasonsRow
+	err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
+		var err error
+		if totals, err = r.queries.JobCheckpointTotals(callCtx, r.pool, rs.exec.InstanceID); err != nil {
+			return err
+		}
+		reasons, err = r.queries.JobCheckpointSkipReasons(callCtx, r.pool, rs.exec.InstanceID)
+		return err
+	})
+	if err != nil {
+		return "", "", err
+	}
+	targets := totals.Targets
+	if plan.Targets != TargetsUnknown {
+		targets = plan.Targets
+	}
+	accounted := totals.Written + totals.Skipped + totals.Failed
+	if unaccounted := abs(targets - accounted); unaccounted != 0 {
+		// Every committed chunk added up (checkChunk), so the gap is
+		// between the declared targets and what the chunks took on.
+		r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, unaccounted)
+		return radartype.ExecutionFailed, fmt.Sprintf("unaccounted: %d of %d targets (written %d, skipped %d, failed %d)",
+			unaccounted, targets, totals.Written, totals.Skipped, totals.Failed), nil
+	}
+	// The plan adds up; so must the run's own tally: an execution holding
+	// fewer items than the run committed lost a commit somewhere the plan
+	// check cannot see, and that is never a success.
+	if short, err := r.shortOfTally(ctx, rs); err != nil {
+		return "", "", err
+	} else if short > 0 {
+		r.cfg.Instruments.CommitsLost(ctx, job, 1)
+		r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, short)
+		return radartype.ExecutionFailed, fmt.Sprintf("unaccounted: the run committed %d items that its execution does not hold (a commit the database acknowledged was lost)", short), nil
+	}
+	return radartype.ExecutionCompleted, fmt.Sprintf("completed: %d targets (written %d, skipped %d%s, failed %d)",
+		targets, totals.Written, totals.Skipped, skipReasons(reasons), totals.Failed), nil
+}
+
+// shortOfTally returns how many items the run holds committed (its tally)
+// that its execution's figures lack, summed over the outcomes.
+func (r *Runner) shortOfTally(ctx context.Context, rs *runState) (int64, error) {
+	var exec *queries.JobExecution
+	if err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
+		var err error
+		exec, err = r.queries.JobExecutionGetByID(callCtx, r.pool, rs.exec.ID)
+		return err
+	}); err != nil {
+		return 0, fmt.Errorf("error reading the execution's figures: %w", err)
+	}
+	var short int64
+	for _, c := range []struct{ recorded, committed int64 }{
+		{exec.ItemsWritten, rs.items.written.committed.Load()},
+		{exec.ItemsSkipped, rs.items.skipped.committed.Load()},
+		{exec.ItemsFailed, rs.items.failed.committed.Load()},
+	} {
+		short += max(c.committed-c.recorded, 0)
+	}
+	return short, nil
+}
+
+// skipReasons renders skipped items by reason: " (holiday: 100)".
+func skipReasons(rows []*queries.JobCheckpointSkipReasonsRow) string {
+	if len(rows) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(rows))
+	for _, row := range rows {
+		reason := row.SkipReason
+		if reason == "" {
+			reason = "unspecified"
+		}
+		parts = append(parts, fmt.Sprintf("%s: %d", reason, row.Skipped))
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func abs(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/radartype"
@@ -35,86 +33,6 @@ type Outcome struct {
 	// RequestStatus is the request's: Status.RequestStatus().
 	RequestStatus radartype.RequestStatus
 	Message       string
-}
-
-// account refuses a silent success: every declared target must be written,
-// skipped or failed, or the execution ends FAILED.
-func (r *Runner) account(ctx context.Context, rs *runState, plan *Plan, job string) (radartype.ExecutionStatus, string, error) {
-	var totals *queries.JobCheckpointTotalsRow
-	var reasons []*queries.JobCheckpointSkipReasonsRow
-	err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
-		var err error
-		if totals, err = r.queries.JobCheckpointTotals(callCtx, r.pool, rs.exec.InstanceID); err != nil {
-			return err
-		}
-		reasons, err = r.queries.JobCheckpointSkipReasons(callCtx, r.pool, rs.exec.InstanceID)
-		return err
-	})
-	if err != nil {
-		return "", "", err
-	}
-	targets := totals.Targets
-	if plan.Targets != TargetsUnknown {
-		targets = plan.Targets
-	}
-	accounted := totals.Written + totals.Skipped + totals.Failed
-	if unaccounted := abs(targets - accounted); unaccounted != 0 {
-		// Every committed chunk added up (checkChunk), so the gap is
-		// between the declared targets and what the chunks took on.
-		r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, unaccounted)
-		return radartype.ExecutionFailed, fmt.Sprintf("unaccounted: %d of %d targets (written %d, skipped %d, failed %d)",
-			unaccounted, targets, totals.Written, totals.Skipped, totals.Failed), nil
-	}
-	// The plan adds up; so must the run's own tally: an execution holding
-	// fewer items than the run committed lost a commit somewhere the plan
-	// check cannot see, and that is never a success.
-	if short, err := r.shortOfTally(ctx, rs); err != nil {
-		return "", "", err
-	} else if short > 0 {
-		r.cfg.Instruments.CommitsLost(ctx, job, 1)
-		r.cfg.Instruments.ItemsCounted(ctx, job, observability.OutcomeUnaccounted, short)
-		return radartype.ExecutionFailed, fmt.Sprintf("unaccounted: the run committed %d items that its execution does not hold (a commit the database acknowledged was lost)", short), nil
-	}
-	return radartype.ExecutionCompleted, fmt.Sprintf("completed: %d targets (written %d, skipped %d%s, failed %d)",
-		targets, totals.Written, totals.Skipped, skipReasons(reasons), totals.Failed), nil
-}
-
-// shortOfTally returns how many items the run holds committed (its tally)
-// that its execution's figures lack, summed over the outcomes.
-func (r *Runner) shortOfTally(ctx context.Context, rs *runState) (int64, error) {
-	var exec *queries.JobExecution
-	if err := r.retryTransient(ctx, rs.fenced, rs, func(callCtx context.Context) error {
-		var err error
-		exec, err = r.queries.JobExecutionGetByID(callCtx, r.pool, rs.exec.ID)
-		return err
-	}); err != nil {
-		return 0, fmt.Errorf("error reading the execution's figures: %w", err)
-	}
-	var short int64
-	for _, c := range []struct{ recorded, committed int64 }{
-		{exec.ItemsWritten, rs.items.written.committed.Load()},
-		{exec.ItemsSkipped, rs.items.skipped.committed.Load()},
-		{exec.ItemsFailed, rs.items.failed.committed.Load()},
-	} {
-		short += max(c.committed-c.recorded, 0)
-	}
-	return short, nil
-}
-
-// skipReasons renders skipped items by reason: " (holiday: 100)".
-func skipReasons(rows []*queries.JobCheckpointSkipReasonsRow) string {
-	if len(rows) == 0 {
-		return ""
-	}
-	parts := make([]string, 0, len(rows))
-	for _, row := range rows {
-		reason := row.SkipReason
-		if reason == "" {
-			reason = "unspecified"
-		}
-		parts = append(parts, fmt.Sprintf("%s: %d", reason, row.Skipped))
-	}
-	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // classify turns a chunk's error into the execution's final status, or
@@ -291,11 +209,4 @@ func (r *Runner) recorded(ctx context.Context, tx pgx.Tx, st *started, outcome *
 	exec, err := r.queries.JobExecutionGetByID(ctx, tx, st.exec.ID)
 	return err == nil && exec.WorkerID == st.exec.WorkerID && exec.LeaseEpoch == st.exec.LeaseEpoch &&
 		exec.Status == string(outcome.Status) && exec.ExitMessage == outcome.Message
-}
-
-func abs(n int64) int64 {
-	if n < 0 {
-		return -n
-	}
-	return n
 }
