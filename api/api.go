@@ -250,6 +250,8 @@ func openAPIConfig(version string, catalog *jobs.Catalog) huma.Config {
 	// transformer): the bodies are exactly the documented shapes, and no
 	// body carries a URL built from a Host header a proxy may have changed.
 	c.CreateHooks = nil
+	// Every date-time in UTC (utcTimes).
+	c.Transformers = append(c.Transformers, utcTimes)
 	// /docs is served by registerDocs, with the renderer embedded: Huma's
 	// own page loads it from a CDN and is blank offline.
 	c.DocsPath = ""
