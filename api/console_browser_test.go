@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -411,7 +412,9 @@ func TestConsole_BrowserAbandon(t *testing.T) {
 // onlyMissing checked; no script error.
 func TestConsole_BrowserCoverage(t *testing.T) {
 	t.Parallel()
-	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_COVERAGE_MAX_AGE": "200ms"}})
+	env := map[string]string{"BUILDRISK_COVERAGE_MAX_AGE": "200ms"}
+	maps.Copy(env, scheduledEnv)
+	s := apptest.New(t, &apptest.Opts{Env: env})
 	ctx := context.Background()
 	codes := []string{s.Fake.Companies()[0].CorpCode, s.Fake.Companies()[1].CorpCode, s.Fake.Companies()[2].CorpCode}
 	testfactory.Exposure(ctx, t, s.Pool, map[string]int64{codes[0]: 1000, codes[1]: 1000, codes[2]: 1000})
@@ -449,6 +452,31 @@ func TestConsole_BrowserCoverage(t *testing.T) {
 	require.Equal(t, today, eval[string](b, fmt.Sprintf(`Array.from(document.querySelectorAll('%s')).at(-1).dataset.day`, strip)), "today on the right")
 	require.Equal(t, "none, no coverage", eval[string](b,
 		`document.querySelector('#history tr[data-job="corpCodeSync"] .strip .day').title.replace(/^[0-9-]+: /, "")`))
+	// Counted says how long ago, once.
+	require.Regexp(t, `^\d+[smh] ago$`, b.text(row+" td:nth-child(6)"), "the Counted column")
+	// The strip's shades have a legend; a day without targets is drawn
+	// apart from a day without a run.
+	legend := b.text("#history-legend")
+	for _, entry := range []string{"completed", "failed", "missed", "none (no run; light grey)", "dark grey bar: share of targets covered", "no targets that day"} {
+		require.Contains(t, legend, entry)
+	}
+	_, coverage := s.Get("/v1/coverage")
+	for _, c := range coverage["coverage"].([]any) {
+		c := c.(map[string]any)
+		if c["targets"] != float64(0) {
+			continue
+		}
+		day := fmt.Sprintf(`#history tr[data-job="%s"] .strip .day[data-day="%s"]`, c["job"], c["dataDate"])
+		require.Contains(t, eval[string](b, fmt.Sprintf(`document.querySelector('%s').title`, day)), "no targets (0 of 0)", c["job"])
+		require.True(t, eval[bool](b, fmt.Sprintf(`document.querySelector('%s').classList.contains("no-targets")`, day)), c["job"])
+		require.True(t, eval[bool](b, fmt.Sprintf(`document.querySelector('%s .pct') === null`, day)), "%s: no bar", c["job"])
+		require.NotEqual(t,
+			eval[string](b, fmt.Sprintf(`getComputedStyle(document.querySelector('%s')).outlineStyle`, day)),
+			eval[string](b, `getComputedStyle(document.querySelector('#history tr[data-job="corpCodeSync"] .strip .day')).outlineStyle`),
+			"a day without targets does not look like a day with none")
+	}
+	// The schedule names its zone (every time the api sends is UTC).
+	require.Contains(t, b.text("#job-rules"), "cron in Asia/Seoul")
 	b.screenshot("coverage")
 	b.click(row + " .missing a")
 	b.waitFor("the missing list", `!document.querySelector("#coverage-missing").hidden`)
@@ -460,4 +488,35 @@ func TestConsole_BrowserCoverage(t *testing.T) {
 	b.waitFor("the request form", `!document.querySelector("#request-panel").hidden && document.querySelector("#field-onlyMissing") !== null`)
 	require.True(t, eval[bool](b, `document.querySelector("#field-onlyMissing").checked`))
 	require.Empty(t, b.scriptErrors(), "the page's console has no script error")
+}
+
+// The pages around the console in headless Chromium: the problem type
+// pages wear the console's stylesheet, /favicon.ico is an image, and /docs
+// offers the host and scheme that serve it as the server variables'
+// defaults (not https://localhost:8080 whatever the port); no script error.
+func TestConsole_BrowserPages(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	b := newBrowser(t, s.API.URL)
+
+	for _, path := range []string{"/problems/", "/problems/duplicate-active-request"} {
+		b.Do("opening "+path, chromedp.Navigate(b.base+path))
+		b.waitFor(path+" styled", `getComputedStyle(document.body).backgroundColor === "rgb(246, 247, 249)"`)
+		require.Equal(t, "system-ui", eval[string](b, `getComputedStyle(document.body).fontFamily.split(",")[0]`), path)
+		require.True(t, eval[bool](b, `document.querySelector('link[rel="icon"]') !== null`), "%s links the favicon", path)
+		b.screenshot("problems")
+	}
+
+	b.Do("opening the favicon", chromedp.Navigate(b.base+"/favicon.ico"))
+	b.waitFor("the favicon decoded", `(() => { const i = document.querySelector("img"); return i !== null && i.complete && i.naturalWidth >= 16; })()`)
+
+	b.Do("opening /docs", chromedp.Navigate(b.base+"/docs"))
+	b.waitFor("the document loaded", `(() => { const e = document.querySelector("elements-api"); return e !== null && typeof e.apiDescriptionDocument === "object" && e.apiDescriptionDocument !== null; })()`)
+	vars := eval[map[string]any](b, `document.querySelector("elements-api").apiDescriptionDocument.servers[1].variables`)
+	host := strings.TrimPrefix(s.API.URL, "http://")
+	require.Equal(t, host, vars["host"].(map[string]any)["default"], "the host that serves /docs")
+	require.Equal(t, "http", vars["scheme"].(map[string]any)["default"], "the scheme that serves /docs")
+	b.waitFor("the reference rendered", `document.body.innerText.includes("buildrisk-radar")`)
+	b.screenshot("docs")
+	require.Empty(t, b.scriptErrors(), "the pages' consoles have no script error")
 }
