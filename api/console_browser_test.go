@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -519,4 +520,43 @@ func TestConsole_BrowserPages(t *testing.T) {
 	b.waitFor("the reference rendered", `document.body.innerText.includes("buildrisk-radar")`)
 	b.screenshot("docs")
 	require.Empty(t, b.scriptErrors(), "the pages' consoles have no script error")
+}
+
+// An operator's stop reads in River UI with a word of why: the River job
+// of a stopped run is cancelled, and its page shows the run's outcome (the
+// worker records it as the job's output): STOPPED and the execution's
+// message.
+func TestConsole_BrowserRiverUIStop(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	s.StartWorker()
+	s.Gate.Arm(1)
+	status, out := s.Post("/v1/jobs/aptTrade/requests", apptest.AptTradeBody([]string{"11110", "11140"}, "2024-01", "2024-06"))
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	<-s.Gate.Blocked
+	status, _ = s.Post("/v1/jobs/aptTrade/stop", "")
+	require.Equal(t, http.StatusAccepted, status)
+	s.Gate.Open()
+	s.WaitRequest(out["requestId"].(string), "DONE", "FAILED")
+	var riverJobID int64
+	apptest.WaitUntil(t, browserWait, "the River job cancelled", func() bool {
+		return s.Pool.QueryRow(context.Background(), `SELECT id FROM river_job WHERE state = 'cancelled'`).Scan(&riverJobID) == nil
+	})
+
+	b := newBrowser(t, s.API.URL)
+	b.Login(apptest.OperatorToken)
+	b.Do("opening the River job", chromedp.Navigate(fmt.Sprintf("%s/riverui/jobs/%d", b.base, riverJobID)))
+	b.waitFor("the job's page", `document.body.innerText.includes("aptTrade") || document.body.innerText.includes("buildrisk")`)
+	// River records the attempt as "cancelled remotely" or with the run's
+	// own cancel error, whichever reaches it first; the output is there
+	// either way, one click away under Metadata.
+	b.waitFor("the output opened", `(() => {
+		const b = Array.from(document.querySelectorAll('[role="button"]')).find((e) => e.textContent.includes('"output"'));
+		if (!b) return false;
+		if (b.getAttribute("aria-expanded") !== "true") b.click();
+		return b.getAttribute("aria-expanded") === "true";
+	})()`)
+	b.waitFor("the stop's why", `document.body.innerText.includes("stopped on request at a chunk boundary")`)
+	require.Contains(t, b.text("body"), `"STOPPED"`)
+	b.screenshot("riverui-stopped")
 }
