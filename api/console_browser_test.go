@@ -64,7 +64,9 @@ type browser struct {
 	messages []chromedp.ConsoleMessage
 }
 
-func newBrowser(t *testing.T, base string) *browser {
+// newBrowser starts the tab; opts add to (or override) the allocator's
+// options, such as the browser's time zone.
+func newBrowser(t *testing.T, base string, opts ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	path := chromiumPath(t)
 	shotDir := os.Getenv(screenshotDirEnv)
@@ -77,7 +79,7 @@ func newBrowser(t *testing.T, base string) *browser {
 
 	// The flags a root user in a container needs, and nothing that reaches
 	// the network on its own.
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append([]chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
 		chromedp.Headless,
 		chromedp.NoSandbox,
@@ -90,7 +92,7 @@ func newBrowser(t *testing.T, base string) *browser {
 		chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 1000),
-	)
+	}, opts...)...)
 	ctx, cancelTab := chromedp.NewContext(allocCtx)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 4*time.Minute)
 	b := &browser{t: t, ctx: ctx, base: base, shotDir: shotDir}
@@ -420,7 +422,9 @@ func TestConsole_BrowserCoverage(t *testing.T) {
 	codes := []string{s.Fake.Companies()[0].CorpCode, s.Fake.Companies()[1].CorpCode, s.Fake.Companies()[2].CorpCode}
 	testfactory.Exposure(ctx, t, s.Pool, map[string]int64{codes[0]: 1000, codes[1]: 1000, codes[2]: 1000})
 	testfactory.CreditGrade(ctx, t, s.Pool, &testfactory.CreditGradeOpts{CorpCode: codes[1], EvalDate: s.CreditToday(), ExecutionID: 1})
-	b := newBrowser(t, s.API.URL)
+	// A browser in neither the schedule's zone nor UTC: the console shows
+	// times in the browser's own.
+	b := newBrowser(t, s.API.URL, chromedp.Env("TZ=America/New_York", "LANG=en_US.UTF-8"))
 
 	// Yesterday: a failed run with every target graded; the day before, a
 	// missed due time.
@@ -476,8 +480,15 @@ func TestConsole_BrowserCoverage(t *testing.T) {
 			eval[string](b, `getComputedStyle(document.querySelector('#history tr[data-job="corpCodeSync"] .strip .day')).outlineStyle`),
 			"a day without targets does not look like a day with none")
 	}
-	// The schedule names its zone (every time the api sends is UTC).
+	// The schedule names its zone (every time the api sends is UTC); its
+	// next due time is shown in the browser's zone.
 	require.Contains(t, b.text("#job-rules"), "cron in Asia/Seoul")
+	_, rules := s.Get("/v1/jobs/rules")
+	next, err := time.Parse(time.RFC3339, rules["next"].(string))
+	require.NoError(t, err)
+	newYork, err := time.LoadLocation("America/New_York")
+	require.NoError(t, err)
+	require.Contains(t, b.text("#job-rules"), "next "+next.In(newYork).Format("1/2/2006, 3:04:05 PM")+" "+next.In(newYork).Format("MST"))
 	b.screenshot("coverage")
 	b.click(row + " .missing a")
 	b.waitFor("the missing list", `!document.querySelector("#coverage-missing").hidden`)
