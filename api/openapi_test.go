@@ -245,3 +245,25 @@ func TestOpenAPIDocument_30CopyHasNoRefSiblings(t *testing.T) {
 	t.Logf("%d $ref objects with siblings", len(siblings))
 	require.Empty(t, siblings)
 }
+
+// The 3.1 document's server variables carry only enum and default:
+// @apidevtools/swagger-parser (and so orval 7) refuses any other keyword of
+// a 3.1 server variable, a description included ("must NOT have
+// unevaluated properties"). TestTSClientWalkthrough runs swagger-parser
+// itself; this is the check that needs no Node.js.
+func TestOpenAPIDocument_ServerVariablesSwaggerParserAccepts(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Servers []struct {
+			Variables map[string]map[string]json.RawMessage `json:"variables"`
+		} `json:"servers"`
+	}
+	require.NoError(t, json.Unmarshal(servedOpenAPI(t), &doc))
+	for _, server := range doc.Servers {
+		for name, variable := range server.Variables {
+			for keyword := range variable {
+				require.Contains(t, []string{"default", "enum"}, keyword, "server variable %s", name)
+			}
+		}
+	}
+}
