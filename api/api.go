@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
 	"reflect"
@@ -245,15 +246,19 @@ func openAPIConfig(version string, catalog *jobs.Catalog) huma.Config {
 	c.Info.Contact = &huma.Contact{Name: "buildrisk-radar operators"}
 	c.Info.License = &huma.License{Name: "Proprietary", Identifier: "LicenseRef-Proprietary"}
 	// "/" is the api that serves the document, wherever it is deployed; the
-	// second entry is for clients generated from a saved copy.
+	// second entry is for clients generated from a saved copy. Its
+	// variables carry no description (the server's says what they are):
+	// @apidevtools/swagger-parser, and so orval 7, refuses a 3.1 server
+	// variable's description ("must NOT have unevaluated properties").
 	c.Servers = []*huma.Server{
 		{URL: "/", Description: "the api that serves this document"},
 		{
-			URL:         "{scheme}://{host}",
-			Description: "an api role (radar api; radar dev serves http on localhost:8080)",
+			URL: "{scheme}://{host}",
+			Description: "an api role (radar api; radar dev serves http on localhost:8080): scheme is https behind a TLS-terminating proxy, " +
+				"host the api's host and port (BUILDRISK_HTTP_ADDR)",
 			Variables: map[string]*huma.ServerVariable{
-				"scheme": {Default: "https", Enum: []string{"http", "https"}, Description: "https behind a TLS-terminating proxy"},
-				"host":   {Default: "localhost:8080", Description: "host and port of the api (BUILDRISK_HTTP_ADDR)"},
+				"scheme": {Default: "https", Enum: []string{"http", "https"}},
+				"host":   {Default: "localhost:8080"},
 			},
 		},
 	}
@@ -261,6 +266,8 @@ func openAPIConfig(version string, catalog *jobs.Catalog) huma.Config {
 	// transformer): the bodies are exactly the documented shapes, and no
 	// body carries a URL built from a Host header a proxy may have changed.
 	c.CreateHooks = nil
+	// Every date-time in UTC (utcTimes).
+	c.Transformers = append(c.Transformers, utcTimes)
 	// /docs is served by registerDocs, with the renderer embedded: Huma's
 	// own page loads it from a CDN and is blank offline.
 	c.DocsPath = ""
@@ -463,28 +470,54 @@ func nullableRefs(oapi *huma.OpenAPI) {
 	}
 }
 
-// nullableEnums adds null to the enum of every nullable property that has
-// one: Huma writes a nullable string as type [string, null] and keeps its
-// enum as tagged, and under JSON Schema 2020-12 an enum without null
-// refuses the null the type allows (a job never due answers
-// lastDueOutcome: null), which strict validators and generated clients
-// enforce.
+// nullableEnums gives every nullable property with an enum a schema of
+// its own: a component named after the property (lastDueOutcome ->
+// LastDueOutcome) holding the enum as a plain string, and the property
+// anyOf [that component, null], the shape nullableRefs gives a nullable
+// object. Huma writes such a property as type [string, null] with the enum
+// as tagged; under JSON Schema 2020-12 that enum refuses the null the type
+// allows (a job never due answers lastDueOutcome: null), and with null
+// added to it oapi-codegen generates a constant "<nil>" that its Valid()
+// accepts. Every generator reads anyOf [$ref, null] as an optional value of
+// the named type.
 func nullableEnums(oapi *huma.OpenAPI) {
+	components := oapi.Components.Schemas.Map()
 	var walk func(s *huma.Schema)
 	walk = func(s *huma.Schema) {
 		if s == nil {
 			return
 		}
-		if s.Nullable && len(s.Enum) > 0 && !slices.Contains(s.Enum, any(nil)) {
-			s.Enum = append(s.Enum, nil)
-		}
-		for _, p := range s.Properties {
+		for name, p := range s.Properties {
+			if p != nil && p.Nullable && len(p.Enum) > 0 {
+				s.Properties[name] = nullableEnumRef(components, name, p)
+				continue
+			}
 			walk(p)
 		}
 		walk(s.Items)
 	}
-	for _, schema := range oapi.Components.Schemas.Map() {
-		walk(schema)
+	for _, name := range slices.Sorted(maps.Keys(components)) {
+		walk(components[name])
+	}
+}
+
+// nullableEnumRef registers p's enum (null left out) in components under
+// the property's name, upper-cased, and returns anyOf [its $ref, null]
+// with p's description. Two properties of one name share the component;
+// it panics when their enums differ, a mistake in the api's types.
+func nullableEnumRef(components map[string]*huma.Schema, property string, p *huma.Schema) *huma.Schema {
+	name := strings.ToUpper(property[:1]) + property[1:]
+	enum := slices.DeleteFunc(slices.Clone(p.Enum), func(v any) bool { return v == nil })
+	if have, ok := components[name]; ok {
+		if !slices.Equal(have.Enum, enum) {
+			panic(fmt.Sprintf("api: two nullable enums named %s differ: %v and %v", property, have.Enum, enum))
+		}
+	} else {
+		components[name] = &huma.Schema{Type: huma.TypeString, Enum: enum}
+	}
+	return &huma.Schema{
+		Description: p.Description,
+		AnyOf:       []*huma.Schema{{Ref: "#/components/schemas/" + name}, {Type: "null"}},
 	}
 }
 
@@ -518,7 +551,8 @@ func (s *Server) openAPI30(w http.ResponseWriter, r *http.Request) {
 // to30 rewrites a downgraded document's 3.1-only forms as 3.0 says them:
 // the license's SPDX identifier goes (3.0 has none), and a nullable
 // reference, anyOf [{$ref}, {type: null}] (nullableRefs), becomes
-// allOf [{$ref}] with nullable: true (3.0 has no null type).
+// allOf [{$ref}] with nullable: true (3.0 has no null type); a $ref
+// with sibling keywords is wrapped in allOf (refWithoutSiblings).
 func to30(doc []byte) ([]byte, error) {
 	var root map[string]any
 	if err := json.Unmarshal(doc, &root); err != nil {
@@ -533,6 +567,7 @@ func to30(doc []byte) ([]byte, error) {
 	walk = func(v any) {
 		switch v := v.(type) {
 		case map[string]any:
+			refWithoutSiblings(v)
 			if anyOf, ok := v["anyOf"].([]any); ok {
 				kept := slices.DeleteFunc(slices.Clone(anyOf), func(e any) bool {
 					m, ok := e.(map[string]any)
@@ -563,6 +598,19 @@ func to30(doc []byte) ([]byte, error) {
 		return nil, fmt.Errorf("error writing the 3.0 document: %w", err)
 	}
 	return out, nil
+}
+
+// refWithoutSiblings moves a $ref that has sibling keywords (a
+// description beside a request body's params) into allOf [{$ref}]:
+// OpenAPI 3.0 ignores a $ref's siblings, so 3.0 tools would drop the
+// description, and strict 3.0 validators refuse the object.
+func refWithoutSiblings(v map[string]any) {
+	ref, ok := v["$ref"]
+	if !ok || len(v) == 1 {
+		return
+	}
+	delete(v, "$ref")
+	v["allOf"] = []any{map[string]any{"$ref": ref}}
 }
 
 // withOpenAPI30 answers GET /openapi-3.0.json and .yaml with openAPI30

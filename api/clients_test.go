@@ -46,6 +46,12 @@ func TestGeneratedClients(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, bytes.Equal(want, got), "examples/goclient/client/client.gen.go is stale: run make generate-client")
 	})
+	t.Run("OapiCodegen_NoNilConstant", func(t *testing.T) {
+		t.Parallel()
+		got, err := os.ReadFile(filepath.Join("..", "examples", "goclient", "client", "client.gen.go"))
+		require.NoError(t, err)
+		require.False(t, bytes.Contains(got, []byte(`"<nil>"`)), "a null enum member generated as a constant whose Valid() accepts the string <nil>")
+	})
 	t.Run("Ogen_Builds", func(t *testing.T) {
 		t.Parallel()
 		mod := filepath.Join(dir, "ogen")

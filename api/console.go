@@ -36,6 +36,10 @@ type consolePage struct {
 	RiverUI  bool
 	Insecure bool
 	Version  string
+	// TimeZone is BUILDRISK_TIMEZONE, the zone schedules tick in: the
+	// page names it beside a cron expression, since every time the api
+	// sends is UTC.
+	TimeZone string
 }
 
 // loginPage is the data of web/login.html.
@@ -57,6 +61,12 @@ func (s *Server) registerConsole() {
 		}
 		files.ServeHTTP(w, r)
 	}))
+	// Browsers ask for /favicon.ico on every page of the site, the JSON
+	// ones included: answer it rather than 404.
+	s.mux.Handle("GET /favicon.ico", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=86400")
+		http.ServeFileFS(w, r, static, "favicon.ico")
+	}))
 	s.mux.HandleFunc("GET /{$}", s.consoleHome)
 	s.mux.HandleFunc("GET /login", s.loginForm)
 	s.mux.HandleFunc("POST /login", s.login)
@@ -66,7 +76,8 @@ func (s *Server) registerConsole() {
 // consoleHome renders the console for a logged-in user (anyone when auth is
 // off), and sends everyone else to the login page.
 func (s *Server) consoleHome(w http.ResponseWriter, r *http.Request) {
-	page := consolePage{Role: RoleOperator, Insecure: s.cfg.Insecure, RiverUI: s.cfg.RiverUI != nil, Version: s.cfg.Version}
+	page := consolePage{Role: RoleOperator, Insecure: s.cfg.Insecure, RiverUI: s.cfg.RiverUI != nil, Version: s.cfg.Version,
+		TimeZone: s.cfg.Coverage.Location().String()}
 	if !s.cfg.Insecure {
 		sess, ok := s.sessionFrom(r)
 		if !ok {

@@ -3,6 +3,8 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,7 +64,9 @@ type browser struct {
 	messages []chromedp.ConsoleMessage
 }
 
-func newBrowser(t *testing.T, base string) *browser {
+// newBrowser starts the tab; opts add to (or override) the allocator's
+// options, such as the browser's time zone.
+func newBrowser(t *testing.T, base string, opts ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	path := chromiumPath(t)
 	shotDir := os.Getenv(screenshotDirEnv)
@@ -75,7 +79,7 @@ func newBrowser(t *testing.T, base string) *browser {
 
 	// The flags a root user in a container needs, and nothing that reaches
 	// the network on its own.
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append([]chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
 		chromedp.Headless,
 		chromedp.NoSandbox,
@@ -88,7 +92,7 @@ func newBrowser(t *testing.T, base string) *browser {
 		chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 1000),
-	)
+	}, opts...)...)
 	ctx, cancelTab := chromedp.NewContext(allocCtx)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 4*time.Minute)
 	b := &browser{t: t, ctx: ctx, base: base, shotDir: shotDir}
@@ -411,12 +415,16 @@ func TestConsole_BrowserAbandon(t *testing.T) {
 // onlyMissing checked; no script error.
 func TestConsole_BrowserCoverage(t *testing.T) {
 	t.Parallel()
-	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_COVERAGE_MAX_AGE": "200ms"}})
+	env := map[string]string{"BUILDRISK_COVERAGE_MAX_AGE": "200ms"}
+	maps.Copy(env, scheduledEnv)
+	s := apptest.New(t, &apptest.Opts{Env: env})
 	ctx := context.Background()
 	codes := []string{s.Fake.Companies()[0].CorpCode, s.Fake.Companies()[1].CorpCode, s.Fake.Companies()[2].CorpCode}
 	testfactory.Exposure(ctx, t, s.Pool, map[string]int64{codes[0]: 1000, codes[1]: 1000, codes[2]: 1000})
 	testfactory.CreditGrade(ctx, t, s.Pool, &testfactory.CreditGradeOpts{CorpCode: codes[1], EvalDate: s.CreditToday(), ExecutionID: 1})
-	b := newBrowser(t, s.API.URL)
+	// A browser in neither the schedule's zone nor UTC: the console shows
+	// times in the browser's own.
+	b := newBrowser(t, s.API.URL, chromedp.Env("TZ=America/New_York", "LANG=en_US.UTF-8"))
 
 	// Yesterday: a failed run with every target graded; the day before, a
 	// missed due time.
@@ -449,6 +457,38 @@ func TestConsole_BrowserCoverage(t *testing.T) {
 	require.Equal(t, today, eval[string](b, fmt.Sprintf(`Array.from(document.querySelectorAll('%s')).at(-1).dataset.day`, strip)), "today on the right")
 	require.Equal(t, "none, no coverage", eval[string](b,
 		`document.querySelector('#history tr[data-job="corpCodeSync"] .strip .day').title.replace(/^[0-9-]+: /, "")`))
+	// Counted says how long ago, once.
+	require.Regexp(t, `^\d+[smh] ago$`, b.text(row+" td:nth-child(6)"), "the Counted column")
+	// The strip's shades have a legend; a day without targets is drawn
+	// apart from a day without a run.
+	legend := b.text("#history-legend")
+	for _, entry := range []string{"completed", "failed", "missed", "none (no run; light grey)", "dark grey bar: share of targets covered", "no targets that day"} {
+		require.Contains(t, legend, entry)
+	}
+	_, coverage := s.Get("/v1/coverage")
+	for _, c := range coverage["coverage"].([]any) {
+		c := c.(map[string]any)
+		if c["targets"] != float64(0) {
+			continue
+		}
+		day := fmt.Sprintf(`#history tr[data-job="%s"] .strip .day[data-day="%s"]`, c["job"], c["dataDate"])
+		require.Contains(t, eval[string](b, fmt.Sprintf(`document.querySelector('%s').title`, day)), "no targets (0 of 0)", c["job"])
+		require.True(t, eval[bool](b, fmt.Sprintf(`document.querySelector('%s').classList.contains("no-targets")`, day)), c["job"])
+		require.True(t, eval[bool](b, fmt.Sprintf(`document.querySelector('%s .pct') === null`, day)), "%s: no bar", c["job"])
+		require.NotEqual(t,
+			eval[string](b, fmt.Sprintf(`getComputedStyle(document.querySelector('%s')).outlineStyle`, day)),
+			eval[string](b, `getComputedStyle(document.querySelector('#history tr[data-job="corpCodeSync"] .strip .day')).outlineStyle`),
+			"a day without targets does not look like a day with none")
+	}
+	// The schedule names its zone (every time the api sends is UTC); its
+	// next due time is shown in the browser's zone.
+	require.Contains(t, b.text("#job-rules"), "cron in Asia/Seoul")
+	_, rules := s.Get("/v1/jobs/rules")
+	next, err := time.Parse(time.RFC3339, rules["next"].(string))
+	require.NoError(t, err)
+	newYork, err := time.LoadLocation("America/New_York")
+	require.NoError(t, err)
+	require.Contains(t, b.text("#job-rules"), "next "+next.In(newYork).Format("1/2/2006, 3:04:05 PM")+" "+next.In(newYork).Format("MST"))
 	b.screenshot("coverage")
 	b.click(row + " .missing a")
 	b.waitFor("the missing list", `!document.querySelector("#coverage-missing").hidden`)
@@ -460,4 +500,74 @@ func TestConsole_BrowserCoverage(t *testing.T) {
 	b.waitFor("the request form", `!document.querySelector("#request-panel").hidden && document.querySelector("#field-onlyMissing") !== null`)
 	require.True(t, eval[bool](b, `document.querySelector("#field-onlyMissing").checked`))
 	require.Empty(t, b.scriptErrors(), "the page's console has no script error")
+}
+
+// The pages around the console in headless Chromium: the problem type
+// pages wear the console's stylesheet, /favicon.ico is an image, and /docs
+// offers the host and scheme that serve it as the server variables'
+// defaults (not https://localhost:8080 whatever the port); no script error.
+func TestConsole_BrowserPages(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	b := newBrowser(t, s.API.URL)
+
+	for _, path := range []string{"/problems/", "/problems/duplicate-active-request"} {
+		b.Do("opening "+path, chromedp.Navigate(b.base+path))
+		b.waitFor(path+" styled", `getComputedStyle(document.body).backgroundColor === "rgb(246, 247, 249)"`)
+		require.Equal(t, "system-ui", eval[string](b, `getComputedStyle(document.body).fontFamily.split(",")[0]`), path)
+		require.True(t, eval[bool](b, `document.querySelector('link[rel="icon"]') !== null`), "%s links the favicon", path)
+		b.screenshot("problems")
+	}
+
+	b.Do("opening the favicon", chromedp.Navigate(b.base+"/favicon.ico"))
+	b.waitFor("the favicon decoded", `(() => { const i = document.querySelector("img"); return i !== null && i.complete && i.naturalWidth >= 16; })()`)
+
+	b.Do("opening /docs", chromedp.Navigate(b.base+"/docs"))
+	b.waitFor("the document loaded", `(() => { const e = document.querySelector("elements-api"); return e !== null && typeof e.apiDescriptionDocument === "object" && e.apiDescriptionDocument !== null; })()`)
+	vars := eval[map[string]any](b, `document.querySelector("elements-api").apiDescriptionDocument.servers[1].variables`)
+	host := strings.TrimPrefix(s.API.URL, "http://")
+	require.Equal(t, host, vars["host"].(map[string]any)["default"], "the host that serves /docs")
+	require.Equal(t, "http", vars["scheme"].(map[string]any)["default"], "the scheme that serves /docs")
+	b.waitFor("the reference rendered", `document.body.innerText.includes("buildrisk-radar")`)
+	b.screenshot("docs")
+	require.Empty(t, b.scriptErrors(), "the pages' consoles have no script error")
+}
+
+// An operator's stop reads in River UI with a word of why: the River job
+// of a stopped run is cancelled, and its page shows the run's outcome (the
+// worker records it as the job's output): STOPPED and the execution's
+// message.
+func TestConsole_BrowserRiverUIStop(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	s.StartWorker()
+	s.Gate.Arm(1)
+	status, out := s.Post("/v1/jobs/aptTrade/requests", apptest.AptTradeBody([]string{"11110", "11140"}, "2024-01", "2024-06"))
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	<-s.Gate.Blocked
+	status, _ = s.Post("/v1/jobs/aptTrade/stop", "")
+	require.Equal(t, http.StatusAccepted, status)
+	s.Gate.Open()
+	s.WaitRequest(out["requestId"].(string), "DONE", "FAILED")
+	var riverJobID int64
+	apptest.WaitUntil(t, browserWait, "the River job cancelled", func() bool {
+		return s.Pool.QueryRow(context.Background(), `SELECT id FROM river_job WHERE state = 'cancelled'`).Scan(&riverJobID) == nil
+	})
+
+	b := newBrowser(t, s.API.URL)
+	b.Login(apptest.OperatorToken)
+	b.Do("opening the River job", chromedp.Navigate(fmt.Sprintf("%s/riverui/jobs/%d", b.base, riverJobID)))
+	b.waitFor("the job's page", `document.body.innerText.includes("aptTrade") || document.body.innerText.includes("buildrisk")`)
+	// River records the attempt as "cancelled remotely" or with the run's
+	// own cancel error, whichever reaches it first; the output is there
+	// either way, one click away under Metadata.
+	b.waitFor("the output opened", `(() => {
+		const b = Array.from(document.querySelectorAll('[role="button"]')).find((e) => e.textContent.includes('"output"'));
+		if (!b) return false;
+		if (b.getAttribute("aria-expanded") !== "true") b.click();
+		return b.getAttribute("aria-expanded") === "true";
+	})()`)
+	b.waitFor("the stop's why", `document.body.innerText.includes("stopped on request at a chunk boundary")`)
+	require.Contains(t, b.text("body"), `"STOPPED"`)
+	b.screenshot("riverui-stopped")
 }

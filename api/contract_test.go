@@ -164,6 +164,9 @@ func (c *contract) validate(e exchange, req *http.Request, resp *http.Response, 
 	if resp.StatusCode >= 400 {
 		c.checkProblemType(where, resp, raw)
 	}
+	for _, o := range offsetDateTimes(raw) {
+		c.violate(where, "a date-time with an offset (every answer is UTC, Z): "+o)
+	}
 	// A fresh request for the validator: the sent one's body is consumed.
 	vreq, err := http.NewRequest(e.method, c.base+e.path, strings.NewReader(e.body))
 	require.NoError(c.t, err)
@@ -379,8 +382,10 @@ func TestContract_EveryOperationMatchesTheDocument(t *testing.T) {
 	t.Parallel()
 	// Coverage counted at every call, so the locked database answers 503.
 	// The api answers for the test server's address only (421 otherwise).
+	// A schedule on, so the job list carries a next due time.
 	env := map[string]string{"BUILDRISK_COVERAGE_MAX_AGE": "1ms", "BUILDRISK_ALLOWED_HOSTS": "127.0.0.1"}
 	maps.Copy(env, apptest.UnavailableEnv)
+	maps.Copy(env, scheduledEnv)
 	s := apptest.New(t, &apptest.Opts{Env: env})
 	c := newContract(t, s.API.URL)
 	op, viewer := apptest.OperatorToken, apptest.ViewerToken

@@ -32,7 +32,9 @@ var docsCSP = strings.Join([]string{
 // registerDocs serves /docs, the API reference rendered by Stoplight
 // Elements, with the renderer embedded in the binary instead of loaded
 // from a CDN, so that the page works with no network. Like the document
-// itself, it needs no token.
+// itself, it needs no token. Its script (web/static/docs.js) loads the
+// document and makes the scheme and host serving the page the server
+// variables' defaults, so "try it" calls this api whatever its port.
 func (s *Server) registerDocs() {
 	assets, err := fs.Sub(webFiles, "web/docs/elements")
 	if err != nil {
@@ -53,11 +55,12 @@ func (s *Server) registerDocs() {
     <meta name="generator" content="Stoplight Elements %s">
     <title>buildrisk-radar API reference</title>
     <link rel="stylesheet" href="%sstyles.min.css">
+    <link rel="icon" href="/favicon.ico">
     <script src="%sweb-components.min.js"></script>
+    <script src="/static/docs.js" defer></script>
   </head>
   <body style="height: 100vh;">
     <elements-api
-      apiDescriptionUrl="/openapi.yaml"
       router="hash"
       layout="sidebar"
       tryItCredentialsPolicy="same-origin"

@@ -204,3 +204,66 @@ func TestOpenAPIDocument_30CopyIsValid30(t *testing.T) {
 		require.NotContains(t, rec.Body.String(), "LicenseRef-", "%s: a license identifier is OpenAPI 3.1's", path)
 	}
 }
+
+// refSiblings returns the JSON paths of doc's $ref objects that carry
+// other keywords: OpenAPI 3.0 ignores a $ref's siblings (a description
+// beside one is lost to 3.0 tools, and strict 3.0 validators refuse it).
+func refSiblings(t *testing.T, doc []byte) []string {
+	t.Helper()
+	var root any
+	require.NoError(t, json.Unmarshal(doc, &root))
+	var found []string
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if _, ok := v["$ref"]; ok && len(v) > 1 {
+				found = append(found, path)
+			}
+			for k, e := range v {
+				walk(path+"/"+k, e)
+			}
+		case []any:
+			for i, e := range v {
+				walk(path+"/"+strconv.Itoa(i), e)
+			}
+		}
+	}
+	walk("#", root)
+	return found
+}
+
+// The 3.0 copy has no $ref object with a sibling keyword (before, the
+// per-job request bodies carried a description beside their $ref).
+func TestOpenAPIDocument_30CopyHasNoRefSiblings(t *testing.T) {
+	t.Parallel()
+	server := documentServer(t, nil)
+	rec := httptest.NewRecorder()
+	server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi-3.0.json", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	siblings := refSiblings(t, rec.Body.Bytes())
+	t.Logf("%d $ref objects with siblings", len(siblings))
+	require.Empty(t, siblings)
+}
+
+// The 3.1 document's server variables carry only enum and default:
+// @apidevtools/swagger-parser (and so orval 7) refuses any other keyword of
+// a 3.1 server variable, a description included ("must NOT have
+// unevaluated properties"). TestTSClientWalkthrough runs swagger-parser
+// itself; this is the check that needs no Node.js.
+func TestOpenAPIDocument_ServerVariablesSwaggerParserAccepts(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Servers []struct {
+			Variables map[string]map[string]json.RawMessage `json:"variables"`
+		} `json:"servers"`
+	}
+	require.NoError(t, json.Unmarshal(servedOpenAPI(t), &doc))
+	for _, server := range doc.Servers {
+		for name, variable := range server.Variables {
+			for keyword := range variable {
+				require.Contains(t, []string{"default", "enum"}, keyword, "server variable %s", name)
+			}
+		}
+	}
+}

@@ -272,32 +272,48 @@ var problemType = reflect.TypeFor[Problem]()
 // problemPage is the page of one problem type, and problemIndex the list of
 // them all: what a type's URL shows a developer who follows it.
 var (
-	problemPage = template.Must(template.New("problem").Parse(`<!doctype html>
-<html lang="en">
-  <head><meta charset="utf-8"><title>{{.Title}} — buildrisk-radar problem type</title></head>
+	problemPage = template.Must(template.New("problem").Parse(problemHead + `<title>{{.Title}} — buildrisk-radar problem type</title></head>
   <body>
-    <h1>{{.Title}}</h1>
-    <p><code>type: {{.Type}}</code> · <code>status: {{.Status}}</code></p>
-    <p>{{.Doc}}</p>
-    <p><a href="/problems/">Every problem type</a> · <a href="/docs">API reference</a></p>
+    <header><h1>buildrisk-radar problem type</h1><nav><a href="/problems/">Every problem type</a><a href="/docs">API reference</a></nav></header>
+    <main><section>
+      <h2>{{.Title}}</h2>
+      <p><code>type: {{.Type}}</code> · <code>status: {{.Status}}</code></p>
+      <p>{{.Doc}}</p>
+    </section></main>
   </body>
 </html>
 `))
-	problemIndex = template.Must(template.New("problems").Parse(`<!doctype html>
-<html lang="en">
-  <head><meta charset="utf-8"><title>buildrisk-radar problem types</title></head>
+	problemIndex = template.Must(template.New("problems").Parse(problemHead + `<title>buildrisk-radar problem types</title></head>
   <body>
-    <h1>Problem types</h1>
-    <p>Every error answer of the API is application/problem+json whose <code>type</code> is one of these.</p>
-    <table>
-      <tr><th>type</th><th>status</th><th>title</th></tr>
-      {{range .}}<tr><td><a href="{{.Type}}"><code>{{.Type}}</code></a></td><td>{{.Status}}</td><td>{{.Title}}</td></tr>
-      {{end}}
-    </table>
+    <header><h1>buildrisk-radar problem types</h1><nav><a href="/docs">API reference</a></nav></header>
+    <main><section>
+      <h2>Problem types</h2>
+      <p>Every error answer of the API is application/problem+json whose <code>type</code> is one of these.</p>
+      <div class="scroll"><table>
+        <tr><th>type</th><th>status</th><th>title</th></tr>
+        {{range .}}<tr><td><a href="{{.Type}}"><code>{{.Type}}</code></a></td><td>{{.Status}}</td><td>{{.Title}}</td></tr>
+        {{end}}
+      </table></div>
+    </section></main>
   </body>
 </html>
 `))
 )
+
+// problemHead opens a problem page: the console's stylesheet and icon, so
+// that a developer who follows a type lands on a page of the same site.
+const problemHead = `<!doctype html>
+<html lang="en">
+  <head>
+    <meta charset="utf-8">
+    <meta name="viewport" content="width=device-width, initial-scale=1">
+    <link rel="stylesheet" href="/static/console.css">
+    <link rel="icon" href="/favicon.ico">
+    `
+
+// problemCSP allows a problem page its stylesheet and icon, from this api
+// only, and nothing else.
+const problemCSP = "default-src 'none'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 // registerProblems serves each problem type's page at its type (and the
 // list at /problems/), open like the document: a type is its own
@@ -305,7 +321,7 @@ var (
 func (s *Server) registerProblems() {
 	page := func(w http.ResponseWriter, tmpl *template.Template, data any) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Header().Set("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")
+		w.Header().Set("Content-Security-Policy", problemCSP)
 		w.Header().Set("Cache-Control", "public, max-age=3600")
 		_ = tmpl.Execute(w, data)
 	}

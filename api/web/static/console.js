@@ -67,12 +67,9 @@
   // "KST"), so it never reads as the schedule's zone by mistake.
   function when(iso) { return iso ? new Date(iso).toLocaleString(undefined, { timeZoneName: "short" }) : "—"; }
 
-  // zoneOf names the UTC offset an ISO time was written with (the api
-  // writes schedule times in BUILDRISK_TIMEZONE): "UTC+09:00".
-  function zoneOf(iso) {
-    const m = /([+-]\d\d:\d\d|Z)$/.exec(iso || "");
-    return m ? "UTC" + (m[1] === "Z" ? "" : m[1]) : "";
-  }
+  // scheduleZone is the zone schedules tick in (BUILDRISK_TIMEZONE), which
+  // the server writes on the page: every time the api sends is UTC.
+  const scheduleZone = document.body.dataset.timezone || "UTC";
 
   function statusBadge(status) {
     return el("span", { class: "status s-" + String(status || "none").toLowerCase() }, status || "—");
@@ -253,12 +250,17 @@
     fillTable("history", state.jobs.filter((j) => state.history[j.name]).map((j) => el("tr", { dataset: { job: j.name } },
       el("td", {}, j.name),
       el("td", {}, el("div", { class: "strip" }, state.history[j.name].slice().reverse().map((d) => {
-        const pct = d.percent === null ? null : Math.round(d.percent * 10) / 10;
-        const cov = pct === null ? "no coverage" : pct + "% (" + num(d.current) + " of " + num(d.targets) + ")";
+        // A day with no target at all is neither covered nor "none": it
+        // gets no bar and a dashed outline of its own (the legend's
+        // "no targets"), not the full bar its 100% would draw.
+        const noTargets = d.targets === 0;
+        const pct = d.percent === null || noTargets ? null : Math.round(d.percent * 10) / 10;
+        const cov = noTargets ? "no targets (0 of 0)"
+          : pct === null ? "no coverage" : pct + "% (" + num(d.current) + " of " + num(d.targets) + ")";
         // The height through the CSSOM: the CSP refuses style attributes.
         const bar = pct === null ? null : el("span", { class: "pct" });
         if (bar) bar.style.height = pct + "%";
-        return el("span", { class: "day o-" + d.outcome, title: d.day + ": " + d.outcome + ", " + cov,
+        return el("span", { class: "day o-" + d.outcome + (noTargets ? " no-targets" : ""), title: d.day + ": " + d.outcome + ", " + cov,
           dataset: { day: d.day, outcome: d.outcome, percent: pct === null ? "" : String(pct) } }, bar);
       }))))), "no job");
   }
@@ -274,7 +276,7 @@
       el("td", { class: "missing" }, c.missing > 0
         ? el("a", { href: "#coverage-" + c.job, onclick: (ev) => { ev.preventDefault(); showMissing(c.job); } }, num(c.missing))
         : "0"),
-      el("td", {}, since(c.asOf) + " ago"),
+      el("td", { class: "counted" }, since(c.asOf)),
       operator ? el("td", {}, c.onlyMissing && c.missing > 0
         ? el("button", { type: "button", class: "action", dataset: { action: "only-missing", job: c.job }, onclick: () => openForm(c.job, { onlyMissing: true }) }, "Run only missing")
         : null) : null)), "no job has a coverage definition");
@@ -302,7 +304,7 @@
       const cells = [
         el("td", {}, el("strong", {}, j.name), el("div", { class: "hint" }, j.chunking)),
         el("td", {}, j.provider || "—", el("div", { class: j.keysConfigured ? "ok" : "bad" }, keys)),
-        el("td", {}, j.schedule ? [el("code", {}, j.schedule), el("span", { class: "hint" }, " (cron in " + zoneOf(j.next) + ")"), el("div", { class: "hint" }, "next " + when(j.next))] : "not scheduled"),
+        el("td", {}, j.schedule ? [el("code", {}, j.schedule), el("span", { class: "hint" }, " (cron in " + scheduleZone + ")"), el("div", { class: "hint" }, "next " + when(j.next))] : "not scheduled"),
         el("td", { class: "running" }, j.running ? ["running", el("div", { class: "hint" }, "heartbeat " + age(j.heartbeatAgeSeconds))] : "idle"),
         el("td", {}, j.activeRequestId ? requestLink(j.activeRequestId) : "—"),
         el("td", { class: "last-exec" }, exec ? [statusBadge(exec.status), " #" + exec.id,

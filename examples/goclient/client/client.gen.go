@@ -350,36 +350,6 @@ func (e HistoryDayViewOutcome) Valid() bool {
 	}
 }
 
-// Defines values for JobDetailLastDueOutcome.
-const (
-	JobDetailLastDueOutcomeCoalesced   JobDetailLastDueOutcome = "coalesced"
-	JobDetailLastDueOutcomeDeferred    JobDetailLastDueOutcome = "deferred"
-	JobDetailLastDueOutcomeEnqueued    JobDetailLastDueOutcome = "enqueued"
-	JobDetailLastDueOutcomeFailed      JobDetailLastDueOutcome = "failed"
-	JobDetailLastDueOutcomeLessThannil JobDetailLastDueOutcome = "<nil>"
-	JobDetailLastDueOutcomeMissed      JobDetailLastDueOutcome = "missed"
-)
-
-// Valid indicates whether the value is a known member of the JobDetailLastDueOutcome enum.
-func (e JobDetailLastDueOutcome) Valid() bool {
-	switch e {
-	case JobDetailLastDueOutcomeCoalesced:
-		return true
-	case JobDetailLastDueOutcomeDeferred:
-		return true
-	case JobDetailLastDueOutcomeEnqueued:
-		return true
-	case JobDetailLastDueOutcomeFailed:
-		return true
-	case JobDetailLastDueOutcomeLessThannil:
-		return true
-	case JobDetailLastDueOutcomeMissed:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for JobStopOutputBodyStatus.
 const (
 	JobStopOutputBodyStatusSTOPPING JobStopOutputBodyStatus = "STOPPING"
@@ -395,30 +365,27 @@ func (e JobStopOutputBodyStatus) Valid() bool {
 	}
 }
 
-// Defines values for JobViewLastDueOutcome.
+// Defines values for LastDueOutcome.
 const (
-	JobViewLastDueOutcomeCoalesced   JobViewLastDueOutcome = "coalesced"
-	JobViewLastDueOutcomeDeferred    JobViewLastDueOutcome = "deferred"
-	JobViewLastDueOutcomeEnqueued    JobViewLastDueOutcome = "enqueued"
-	JobViewLastDueOutcomeFailed      JobViewLastDueOutcome = "failed"
-	JobViewLastDueOutcomeLessThannil JobViewLastDueOutcome = "<nil>"
-	JobViewLastDueOutcomeMissed      JobViewLastDueOutcome = "missed"
+	LastDueOutcomeCoalesced LastDueOutcome = "coalesced"
+	LastDueOutcomeDeferred  LastDueOutcome = "deferred"
+	LastDueOutcomeEnqueued  LastDueOutcome = "enqueued"
+	LastDueOutcomeFailed    LastDueOutcome = "failed"
+	LastDueOutcomeMissed    LastDueOutcome = "missed"
 )
 
-// Valid indicates whether the value is a known member of the JobViewLastDueOutcome enum.
-func (e JobViewLastDueOutcome) Valid() bool {
+// Valid indicates whether the value is a known member of the LastDueOutcome enum.
+func (e LastDueOutcome) Valid() bool {
 	switch e {
-	case JobViewLastDueOutcomeCoalesced:
+	case LastDueOutcomeCoalesced:
 		return true
-	case JobViewLastDueOutcomeDeferred:
+	case LastDueOutcomeDeferred:
 		return true
-	case JobViewLastDueOutcomeEnqueued:
+	case LastDueOutcomeEnqueued:
 		return true
-	case JobViewLastDueOutcomeFailed:
+	case LastDueOutcomeFailed:
 		return true
-	case JobViewLastDueOutcomeLessThannil:
-		return true
-	case JobViewLastDueOutcomeMissed:
+	case LastDueOutcomeMissed:
 		return true
 	default:
 		return false
@@ -903,7 +870,7 @@ type JobDetail struct {
 	LastDueAt *time.Time `json:"lastDueAt"`
 
 	// LastDueOutcome what became of lastDueAt: enqueued (its request), deferred (waits for the active request to end), coalesced (served by a request with the same params), missed (older than the catch-up window), failed (request refused)
-	LastDueOutcome *JobDetailLastDueOutcome `json:"lastDueOutcome"`
+	LastDueOutcome *LastDueOutcome `json:"lastDueOutcome"`
 
 	// LastDueRequestId the request that serves lastDueAt, once there is one
 	LastDueRequestId *string `json:"lastDueRequestId"`
@@ -927,9 +894,6 @@ type JobDetail struct {
 	Running  bool    `json:"running"`
 	Schedule *string `json:"schedule"`
 }
-
-// JobDetailLastDueOutcome what became of lastDueAt: enqueued (its request), deferred (waits for the active request to end), coalesced (served by a request with the same params), missed (older than the catch-up window), failed (request refused)
-type JobDetailLastDueOutcome string
 
 // JobHistoryOutputBody defines model for JobHistoryOutputBody.
 type JobHistoryOutputBody struct {
@@ -968,7 +932,7 @@ type JobView struct {
 	LastDueAt *time.Time `json:"lastDueAt"`
 
 	// LastDueOutcome what became of lastDueAt: enqueued (its request), deferred (waits for the active request to end), coalesced (served by a request with the same params), missed (older than the catch-up window), failed (request refused)
-	LastDueOutcome *JobViewLastDueOutcome `json:"lastDueOutcome"`
+	LastDueOutcome *LastDueOutcome `json:"lastDueOutcome"`
 
 	// LastDueRequestId the request that serves lastDueAt, once there is one
 	LastDueRequestId *string `json:"lastDueRequestId"`
@@ -990,8 +954,8 @@ type JobView struct {
 	Schedule *string `json:"schedule"`
 }
 
-// JobViewLastDueOutcome what became of lastDueAt: enqueued (its request), deferred (waits for the active request to end), coalesced (served by a request with the same params), missed (older than the catch-up window), failed (request refused)
-type JobViewLastDueOutcome string
+// LastDueOutcome defines model for LastDueOutcome.
+type LastDueOutcome string
 
 // MetricsParams defines model for MetricsParams.
 type MetricsParams struct {
