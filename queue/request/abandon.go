@@ -39,11 +39,13 @@ func (o *Owner) Abandon(ctx context.Context, tx pgx.Tx, a *Abandonment) (bool, e
 		return false, fmt.Errorf("error reading request %d: %w", a.RequestID, err)
 	}
 	end := &End{Request: req, Status: abandonedStatus(a.ExecutionID), Message: a.Message, Cause: a.Cause}
+	if a.ExecutionID != nil {
+		end.ExecutionID = *a.ExecutionID
+	}
 	if ended, err := o.endRequest(ctx, tx, end); err != nil || !ended {
 		return false, err
 	}
 	if a.ExecutionID != nil {
-		end.ExecutionID = *a.ExecutionID
 		if _, err := o.queries.JobExecutionAbandon(ctx, tx, &queries.JobExecutionAbandonParams{ID: *a.ExecutionID, ExitMessage: a.Message}); err != nil {
 			return false, fmt.Errorf("error abandoning execution %d: %w", *a.ExecutionID, err)
 		}

@@ -69,16 +69,22 @@ func (o *Owner) Started(ctx context.Context, tx pgx.Tx, req *queries.JobRequest,
 }
 
 // endDelivery completes delivery inside tx with out as its output. A
-// delivery River no longer shows running was ended already.
+// delivery River no longer shows running was ended already. The output is
+// written with JobUpdateTx, not river.RecordOutput: River merges what
+// RecordOutput records into the job when its worker returns, which would
+// overwrite the request's end that Finish records as the output later.
 func (o *Owner) endDelivery(ctx context.Context, tx pgx.Tx, delivery *Delivery, out deliveryOutput) error {
 	if delivery == nil {
 		return nil
 	}
-	if err := river.RecordOutput(ctx, out); err != nil {
-		return fmt.Errorf("error recording the delivery's output on river job %d: %w", delivery.ID, err)
-	}
-	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, delivery); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, delivery); errors.Is(err, rivertype.ErrNotFound) {
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("error completing river job %d: %w", delivery.ID, err)
+	}
+	client := river.ClientFromContext[pgx.Tx](ctx)
+	if _, err := client.JobUpdateTx(ctx, tx, delivery.ID, &river.JobUpdateParams{Output: out}); err != nil {
+		return fmt.Errorf("error recording the delivery's output on river job %d: %w", delivery.ID, err)
 	}
 	return nil
 }

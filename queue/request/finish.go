@@ -2,10 +2,13 @@ package request
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/radartype"
@@ -68,7 +71,38 @@ func (o *Owner) endRequest(ctx context.Context, tx pgx.Tx, end *End) (bool, erro
 	if n == 0 {
 		return false, nil
 	}
-	return true, o.cancelRiverJob(ctx, tx, req.RiverJobID)
+	if err := o.cancelRiverJob(ctx, tx, req.RiverJobID); err != nil {
+		return false, err
+	}
+	return true, o.recordEnd(ctx, tx, end)
+}
+
+// endOutput is the output a request's River job shows once the request
+// ended (River UI's Metadata → output): how the run ended and why.
+type endOutput struct {
+	RequestID     int64                     `json:"request_id"`
+	ExecutionID   int64                     `json:"execution_id,omitempty"`
+	RequestStatus radartype.RequestStatus   `json:"request_status"`
+	Status        radartype.ExecutionStatus `json:"status,omitempty"`
+	Cause         radartype.StopCause       `json:"cause,omitempty"`
+	Message       string                    `json:"message,omitempty"`
+}
+
+// recordEnd writes the request's end as its River job's output, through
+// River's public API, so River UI says how the run it delivered ended (a
+// stop and its cause, a failure and its message) where it shows the job.
+func (o *Owner) recordEnd(ctx context.Context, tx pgx.Tx, end *End) error {
+	if end.Request.RiverJobID == nil || o.river == nil {
+		return nil
+	}
+	out := &endOutput{
+		RequestID: end.Request.ID, ExecutionID: end.ExecutionID, RequestStatus: end.requestStatus(),
+		Status: end.Status, Cause: end.Cause, Message: end.Message,
+	}
+	if _, err := o.river.JobUpdateTx(ctx, tx, *end.Request.RiverJobID, &river.JobUpdateParams{Output: out}); err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+		return fmt.Errorf("error recording the end on river job %d: %w", *end.Request.RiverJobID, err)
+	}
+	return nil
 }
 
 // applyPolicies applies the policies of a request's end: a COMPLETED run
