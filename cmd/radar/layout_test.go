@@ -36,6 +36,7 @@ var allowedImports = map[string][]string{
 	"jobs":                            {"queries"},
 	"queries":                         {"sql/pgtx"},
 	"queries/testfactory":             {"queries", "radartype"},
+	"queue/request/requesttest":       {"queries"},
 	"queries/testfactory/bulk":        {},
 	"sql/pgtx":                        {},
 	"sql/migrations":                  {},
@@ -70,7 +71,7 @@ func belowComposition() []string {
 	var below []string
 	for pkg := range allowedImports {
 		if strings.HasPrefix(pkg, "cmd/") || strings.HasPrefix(pkg, "examples/") || pkg == "internal/apptest" || pkg == "jobs/jobstest" ||
-			strings.HasPrefix(pkg, "queries/testfactory") || pkg == "e2e" {
+			strings.HasPrefix(pkg, "queries/testfactory") || pkg == "queue/request/requesttest" || pkg == "e2e" {
 			continue
 		}
 		below = append(below, pkg)
@@ -105,7 +106,7 @@ func TestLayout_ImportsPointDown(t *testing.T) {
 		if allowed == nil && (pkg == "internal/app" || pkg == "internal/apptest") {
 			allowed = belowComposition()
 			if pkg == "internal/apptest" {
-				allowed = append(allowed, "internal/app")
+				allowed = append(allowed, "internal/app", "queue/request/requesttest")
 			}
 		}
 		for _, imp := range fields[1:] {

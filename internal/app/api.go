@@ -86,6 +86,10 @@ type APIOptions struct {
 	// HTTPAddr is where the role serves its Handler from Start to Stop;
 	// "" serves nothing (a test serves the Handler itself).
 	HTTPAddr string
+	// NoReaper leaves the reaping to other processes (the test harness's
+	// api, whose tests pin which process reaps); every enqueue still reaps
+	// its job's dead runs before its duplicate check.
+	NoReaper bool
 }
 
 // NewAPI builds the api role on pool; it starts nothing (Start).
@@ -124,7 +128,9 @@ func NewAPI(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts APIOpti
 	a.services = []startstop.Service{
 		backgroundService(riverUI.Start),
 		newDatabaseProbe(pool, env.HeartbeatInterval, databaseProbeTimeout(env), tel),
-		a.owner.ReapService(env.ReapInterval),
+	}
+	if !opts.NoReaper {
+		a.services = append(a.services, a.owner.ReapService(env.ReapInterval))
 	}
 	if opts.HTTPAddr != "" {
 		a.http = newHTTPService(opts.HTTPAddr, "BUILDRISK_HTTP_ADDR", a.Handler(), tel.Logger)

@@ -266,10 +266,11 @@ func (s *System) RequireRequestsAgreeWithRiver() {
 }
 
 // StartAPI builds an api role on pool that serves no port itself (the test
-// serves its handler), starts it and stops it at cleanup.
+// serves its handler) and reaps nothing on its own (the tests say which
+// process reaps), starts it and stops it at cleanup.
 func StartAPI(t testing.TB, pool *pgxpool.Pool, env *config.Config, tel *app.Telemetry) *app.API {
 	t.Helper()
-	role, err := app.NewAPI(pool, env, tel, app.APIOptions{})
+	role, err := app.NewAPI(pool, env, tel, app.APIOptions{NoReaper: true})
 	require.NoError(t, err)
 	require.NoError(t, role.Start(context.Background()))
 	t.Cleanup(func() { _ = role.Stop(context.Background()) })
