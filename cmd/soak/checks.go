@@ -44,6 +44,7 @@ func breachf(at time.Time, format string, args ...any) Breach {
 // Invariants are the soak's checks, in the order the table prints them.
 var Invariants = []Invariant{
 	{"requests-finished", "every request DONE or FAILED with a message", checkRequestsFinished},
+	{"river-agrees", "no River job live under an ended request, no QUEUED request whose River job ended", checkRiverAgrees},
 	{"no-overlap", "no two executions of one job overlapped in time", checkNoOverlap},
 	{"writes-owned", "no write landed in an execution that was not running under its owner", checkWritesOwned},
 	{"no-call-after-commit", "no provider call repeated for an item its instance had committed", checkNoCallAfterCommit},
@@ -80,6 +81,35 @@ func checkRequestsFinished(ctx context.Context, db querier, _ *Evidence) ([]Brea
 	)
 	_, err = pgx.ForEachRow(rows, []any{&id, &job, &status, &message}, func() error {
 		out = append(out, breachf(time.Time{}, "request %d (%s) is %s, message %q", id, job, status, message))
+		return nil
+	})
+	return out, err
+}
+
+// checkRiverAgrees holds every request and the River job that delivered it
+// to agreeing about work still to do: no River job still live (available,
+// pending, running, retryable, scheduled) under an ended request, and no
+// QUEUED request whose River job ended or is gone. A River job River was
+// handing to a worker that died before the claim is the one exception:
+// River's public API can only mark it (cancel_attempted_at).
+func checkRiverAgrees(ctx context.Context, db querier, _ *Evidence) ([]Breach, error) {
+	rows, err := db.Query(ctx, `
+		SELECT r.id, r.status, coalesce(j.state::text, 'gone') FROM job_request r LEFT JOIN river_job j ON j.id = r.river_job_id
+		WHERE r.river_job_id IS NOT NULL AND (
+		    (r.status IN ('DONE', 'FAILED') AND j.state IN ('available', 'pending', 'running', 'retryable', 'scheduled')
+		     AND NOT (j.state = 'running' AND j.metadata ? 'cancel_attempted_at'))
+		 OR (r.status = 'QUEUED' AND (j.id IS NULL OR j.state IN ('completed', 'cancelled', 'discarded'))))
+		ORDER BY r.id`)
+	if err != nil {
+		return nil, err
+	}
+	var out []Breach
+	var (
+		id            int64
+		status, state string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &status, &state}, func() error {
+		out = append(out, breachf(time.Time{}, "request %d is %s but its River job is %s", id, status, state))
 		return nil
 	})
 	return out, err

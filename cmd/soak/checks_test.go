@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -9,8 +10,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/radartype"
@@ -490,4 +494,42 @@ func texts(breaches []Breach) []string {
 		out[i] = b.Text
 	}
 	return out
+}
+
+// A request and its River job agree, or the invariant names the request:
+// a DONE request over a River job still available and a QUEUED request
+// whose River job was cancelled or is gone breach it; a DONE request over
+// a cancelled River job and a QUEUED one over an available River job do
+// not.
+func TestRiverAgrees(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newAuditedDB(t)
+	client, err := river.NewClient(riverpgxv5.New(d.pool), &river.Config{})
+	require.NoError(t, err)
+	riverJob := func(cancelled bool) *int64 {
+		res, err := client.Insert(ctx, jobs.RequestArgs{Job: "aptTrade"}, nil)
+		require.NoError(t, err)
+		if cancelled {
+			_, err = client.JobCancel(ctx, res.Job.ID)
+			require.NoError(t, err)
+		}
+		return &res.Job.ID
+	}
+	gone := int64(999999)
+	for _, r := range []struct {
+		status radartype.RequestStatus
+		job    *int64
+	}{
+		{radartype.RequestDone, riverJob(true)},
+		{radartype.RequestQueued, riverJob(false)},
+		{radartype.RequestDone, riverJob(false)},
+		{radartype.RequestQueued, riverJob(true)},
+		{radartype.RequestQueued, &gone},
+	} {
+		testfactory.Request(ctx, t, d.pool, &testfactory.RequestOpts{Job: fmt.Sprintf("j%d", *r.job), Status: r.status, Message: "m", RiverJobID: r.job})
+	}
+	requireBreaches(t, check(t, "river-agrees", d.pool, &Evidence{}),
+		"request 3 is DONE but its River job is available", "request 4 is QUEUED but its River job is cancelled",
+		"request 5 is QUEUED but its River job is gone")
 }
