@@ -64,10 +64,10 @@ func abandonedStatus(executionID *int64) radartype.ExecutionStatus {
 }
 
 // FailStart ends request requestID, whose run could not start on workerID,
-// as FAILED with the start's error, in a transaction of its own; its
-// delivery is left to the caller, which returns River's cancel for it. It
-// counts the failure and logs one line.
-func (o *Owner) FailStart(ctx context.Context, requestID int64, workerID string, startErr error) {
+// as FAILED with the start's error, in a transaction of its own that also
+// ends its delivery (the River job that brought it, nil for none), as a
+// claim would have. It counts the failure and logs one line.
+func (o *Owner) FailStart(ctx context.Context, requestID int64, workerID string, delivery *Delivery, startErr error) {
 	ctx = context.WithoutCancel(ctx)
 	msg := fmt.Sprintf("the run could not start on worker %s: %v", workerID, startErr)
 	var job string
@@ -77,6 +77,9 @@ func (o *Owner) FailStart(ctx context.Context, requestID int64, workerID string,
 			return fmt.Errorf("error reading request: %w", err)
 		}
 		job = req.Job
+		if err := o.endDelivery(ctx, tx, delivery, deliveryOutput{RequestID: requestID, WorkerID: workerID, Note: "the run could not start: see its request"}); err != nil {
+			return err
+		}
 		_, err = o.Abandon(ctx, tx, &Abandonment{RequestID: requestID, Message: msg})
 		return err
 	})

@@ -3,6 +3,11 @@ package request_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -199,7 +204,7 @@ func TestOwner_EveryEndKeepsRequestAndRiverAgreeing(t *testing.T) {
 	})
 	t.Run("FailStartBeforeTheClaim", func(t *testing.T) {
 		res := held(t, "rules")
-		owner.FailStart(ctx, res.Request.ID, live.ID, context.DeadlineExceeded)
+		owner.FailStart(ctx, res.Request.ID, live.ID, nil, context.DeadlineExceeded)
 		require.Equal(t, rivertype.JobStateCancelled, riverStateOf(t, client, *res.Request.RiverJobID))
 		agree(t)
 	})
@@ -250,4 +255,45 @@ func riverStateOf(t *testing.T, client *river.Client[pgx.Tx], id int64) rivertyp
 	job, err := client.JobGet(context.Background(), id)
 	require.NoError(t, err)
 	return job.State
+}
+
+// The owner is the only writer of job_request and the only caller of
+// River's end-of-job API: outside this package no production code calls a
+// query that writes a request, nor River's JobCompleteTx, JobCancel or
+// JobCancelTx (nor returns river.JobCancel from a worker), and no SQL
+// outside queries/job_request.sql writes the table. The test harness
+// (internal/apptest) writes rows of its own and is not production code.
+func TestOwner_IsTheOnlyWriterOfRequests(t *testing.T) {
+	t.Parallel()
+	writers := regexp.MustCompile(`\.(JobRequestInsert|JobRequestClaim|JobRequestSetExecution|JobRequestFinish|JobRequestSetResumeCause)\(|\bJobCompleteTx\b|\.JobCancel(Tx)?\(|(?i)(insert\s+into|update|delete\s+from)\s+job_request\b`)
+	var found []string
+	root := filepath.Join("..", "..")
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			switch rel {
+			case "queue/request", "queries", "internal/apptest", "tools", "examples", ".git", ".cache", "node_modules":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if trimmed := strings.TrimSpace(line); !strings.HasPrefix(trimmed, "//") && writers.MatchString(line) {
+				found = append(found, fmt.Sprintf("%s:%d: %s", rel, i+1, trimmed))
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Empty(t, found, "requests are written, and River jobs ended, by the request owner only")
 }

@@ -70,9 +70,9 @@ func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RequestArgs])
 	default:
 		// The run could not start: keep its real error on the request
 		// instead of leaving it QUEUED for the reaper to call orphaned;
-		// its River job ends cancelled.
-		w.owner.FailStart(ctx, job.Args.RequestID, w.cfg.ID, err)
-		return river.JobCancel(err)
+		// its River job ends with it, in the same transaction.
+		w.owner.FailStart(ctx, job.Args.RequestID, w.cfg.ID, job, err)
+		return nil
 	}
 }
 
