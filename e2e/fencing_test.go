@@ -25,7 +25,9 @@ func TestWorker_StartFailureKeepsItsError(t *testing.T) {
 	require.Contains(t, out["message"], "the run could not start")
 	require.Contains(t, out["message"], `job "aptTrade" is not registered in this process`)
 	require.Equal(t, float64(1), s.Metric("buildrisk_requests_failed_total", map[string]string{"job": "aptTrade", "reason": "start_failed"}))
-	s.Eventually("the River job to end cancelled", func() bool {
-		return s.Count(`SELECT count(*) FROM river_job WHERE state = 'cancelled'`) == 1
-	})
+	// Its River job ended with the request, in the same transaction, and
+	// says how: nothing is left for another worker to take.
+	require.Equal(t, 1, s.Count(`SELECT count(*) FROM river_job WHERE state = 'completed'
+		AND metadata->'output'->>'request_status' = 'FAILED' AND metadata->'output'->>'message' LIKE '%could not start%'`))
+	s.RequireRequestsAgreeWithRiver()
 }
