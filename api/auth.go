@@ -257,7 +257,7 @@ func (s *Server) authorizeRiverUI(w http.ResponseWriter, r *http.Request) (*call
 	switch {
 	case !ok && r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html"):
 		// A browser: send it to the login page and back.
-		http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+		http.Redirect(w, r, "/login?next="+url.QueryEscape(boundedNext(r.URL.RequestURI())), http.StatusSeeOther)
 		return nil, false
 	case !ok:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="buildrisk-radar"`)

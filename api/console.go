@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"embed"
+	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -82,10 +84,10 @@ func (s *Server) consoleHome(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.sessionFrom(r); ok || s.cfg.Insecure {
-		http.Redirect(w, r, localPath(r.URL.Query().Get("next")), http.StatusSeeOther)
+		http.Redirect(w, r, boundedNext(r.URL.Query().Get("next")), http.StatusSeeOther)
 		return
 	}
-	s.render(w, http.StatusOK, "login.html", loginPage{Next: localPath(r.URL.Query().Get("next"))})
+	s.render(w, http.StatusOK, "login.html", loginPage{Next: boundedNext(r.URL.Query().Get("next"))})
 }
 
 // login exchanges an API token for a session cookie. The token is checked
@@ -95,8 +97,11 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin login refused", http.StatusForbidden)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
-	next := localPath(r.PostFormValue("next"))
+	r.Body = http.MaxBytesReader(w, r.Body, maxLoginFormBytes)
+	if !readLoginForm(w, r) {
+		return
+	}
+	next := boundedNext(r.PostFormValue("next"))
 	role, name, ok := s.lookupToken(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
 		// A right token is never limited; a wrong one is answered 429 once
@@ -195,4 +200,50 @@ func localPath(p string) string {
 		return "/"
 	}
 	return p
+}
+
+// MaxNextBytes is the longest next a login keeps: a longer one loses its
+// query, and then, when its path alone is still longer, is dropped for "/".
+const MaxNextBytes = 2048
+
+// maxLoginFormBytes bounds the login form's body: a token and a next of
+// MaxNextBytes, percent-encoded, with room to spare.
+const maxLoginFormBytes = 16 << 10
+
+// boundedNext returns p as a local redirect target (localPath) of at most
+// MaxNextBytes: a longer one without its query and fragment (a River UI
+// deep link still lands on its page), or "/" when its path alone is
+// longer. A long next is dropped, never a reason to refuse a login.
+func boundedNext(p string) string {
+	p = localPath(p)
+	if len(p) <= MaxNextBytes {
+		return p
+	}
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	if len(p) > MaxNextBytes {
+		return "/"
+	}
+	return p
+}
+
+// readLoginForm parses the login form and answers a form it cannot read:
+// 413 for one over maxLoginFormBytes, 400 for one that is malformed. Such a
+// form says nothing about the token it carries, so it is never answered,
+// counted or audited as a wrong token. It reports whether the form was
+// read.
+func readLoginForm(w http.ResponseWriter, r *http.Request) bool {
+	err := r.ParseForm()
+	if err == nil {
+		return true
+	}
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		w.Header().Set("Connection", "close")
+		http.Error(w, fmt.Sprintf("the login form is over %d bytes; open the login page again", maxLoginFormBytes), http.StatusRequestEntityTooLarge)
+		return false
+	}
+	http.Error(w, "the login form could not be read; open the login page again", http.StatusBadRequest)
+	return false
 }
