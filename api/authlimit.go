@@ -119,9 +119,9 @@ func (s *Server) clientAddr(r *http.Request) string {
 	}
 	peer, err := netip.ParseAddr(host)
 	if err != nil || !s.trustedProxy(peer) {
-		return host
+		return NormalizeClientAddr(host)
 	}
-	client := peer.Unmap()
+	client := peer.WithZone("").Unmap()
 	entries := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
 	for i := len(entries) - 1; i >= 0; i-- {
 		addr, ok := parseForwarded(entries[i])
@@ -137,14 +137,15 @@ func (s *Server) clientAddr(r *http.Request) string {
 }
 
 // parseForwarded parses one X-Forwarded-For entry: an IP address, maybe
-// with a port (IPv6 then in brackets).
+// with a port (IPv6 then in brackets). A zone is dropped: it names an
+// interface of the sender, not the client, and may be of any length.
 func parseForwarded(entry string) (netip.Addr, bool) {
 	entry = strings.TrimSpace(entry)
 	if addr, err := netip.ParseAddr(entry); err == nil {
-		return addr.Unmap(), true
+		return addr.WithZone("").Unmap(), true
 	}
 	if addrPort, err := netip.ParseAddrPort(entry); err == nil {
-		return addrPort.Addr().Unmap(), true
+		return addrPort.Addr().WithZone("").Unmap(), true
 	}
 	return netip.Addr{}, false
 }
@@ -212,4 +213,22 @@ func (s *Server) logAuthFailure(ctx context.Context, r *http.Request, via string
 	s.cfg.Logger.WarnContext(ctx, "authentication failed", slog.String("client", clientFrom(ctx)), slog.String("via", via),
 		slog.String("path", r.URL.Path),
 		slog.String("note", "later failures of this client within the window are counted in buildrisk_auth_failures_total, not logged"))
+}
+
+// MaxClientAddrLen is the longest client address recorded.
+const MaxClientAddrLen = 64
+
+// NormalizeClientAddr returns a client address as the audit trail, the
+// logs and the limits record it: an IP address (s may carry a port) in
+// its canonical form, without a zone (which a client may make any length)
+// and IPv4-mapped addresses as IPv4; anything else cut to
+// MaxClientAddrLen bytes.
+func NormalizeClientAddr(s string) string {
+	if host, _, err := net.SplitHostPort(s); err == nil {
+		s = host
+	}
+	if addr, err := netip.ParseAddr(s); err == nil {
+		return addr.WithZone("").Unmap().String()
+	}
+	return strings.ToValidUTF8(s[:min(len(s), MaxClientAddrLen)], "")
 }
