@@ -52,8 +52,7 @@ func (s *Server) registerConsole() {
 	s.mux.Handle("GET /static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The file server answers 500 for a name fs.FS refuses (invalid
 		// UTF-8, NUL, ".."): such a name is simply not one of our files.
-		name := strings.TrimPrefix(r.URL.Path, "/static/")
-		if !utf8.ValidString(name) || strings.ContainsRune(name, 0) || (name != "" && !fs.ValidPath(strings.TrimSuffix(name, "/"))) {
+		if !servableName(strings.TrimPrefix(r.URL.Path, "/static/")) {
 			http.NotFound(w, r)
 			return
 		}
@@ -246,4 +245,13 @@ func readLoginForm(w http.ResponseWriter, r *http.Request) bool {
 	}
 	http.Error(w, "the login form could not be read; open the login page again", http.StatusBadRequest)
 	return false
+}
+
+// servableName reports whether name (a path below a file server's prefix)
+// can name one of the embedded files. The file server answers 500 for a
+// name fs.FS refuses (invalid UTF-8, NUL, ".."): such a name is simply not
+// one of our files, a 404.
+func servableName(name string) bool {
+	return utf8.ValidString(name) && !strings.ContainsRune(name, 0) &&
+		(name == "" || fs.ValidPath(strings.TrimSuffix(name, "/")))
 }
