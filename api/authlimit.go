@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/buildrisk/radar/observability"
 )
 
 // Limits of failed credential checks. A right credential is never refused:
@@ -194,8 +196,8 @@ func (s *Server) refuseLimited(w http.ResponseWriter, r *http.Request, problem b
 // authFailed handles a wrong credential: it is counted (via names how it
 // came: bearer or login), and answered 429 when its client is limited, which
 // authFailed reports. Otherwise the failure counts towards the limits and,
-// once per client and window, is logged: the caller answers 401. The guess
-// itself is never logged.
+// once per client and window, is logged (and, for a bearer token, audited):
+// the caller answers 401. The guess itself is never logged.
 func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, via string, problem bool) (refused bool) {
 	ctx := r.Context()
 	s.cfg.Instruments.AuthFailed(ctx, via)
@@ -204,6 +206,14 @@ func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, via string, 
 	}
 	if s.authLimit.fail(limitKey(r)) {
 		s.logAuthFailure(ctx, r, via)
+		if via == observability.AuthViaBearer {
+			// A failed login is audited each time; a refused bearer token
+			// once per client and window: past AuthGlobalFailuresMax
+			// failures a window, every wrong credential is limited before
+			// it gets here, so a flood adds a bounded number of rows.
+			s.audit(ctx, "anonymous", AuditTokenRefused, "",
+				"a wrong bearer token; further ones from this client within the minute are counted in buildrisk_auth_failures_total")
+		}
 	}
 	return false
 }
