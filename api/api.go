@@ -122,6 +122,12 @@ type Config struct {
 	// MaxBodyBytes bounds every request body (BUILDRISK_MAX_BODY_BYTES);
 	// default MaxBodyBytesDefault. A larger body is answered 413 unread.
 	MaxBodyBytes int64
+	// TokenRateLimit is each token's budget of /v1 requests per minute
+	// (BUILDRISK_TOKEN_RATE_LIMIT; TokenRateLimitDefault from the
+	// environment): past it the token is answered 429 until its budget
+	// refills. Every token, a viewer's or an operator's, has a budget of
+	// its own. 0 turns the limit off.
+	TokenRateLimit int
 	// IdempotencyRetention is how long an Idempotency-Key is kept
 	// (BUILDRISK_IDEMPOTENCY_RETENTION): a retry within it is answered from
 	// the key's record; default IdempotencyRetentionDefault.
@@ -150,6 +156,8 @@ type Server struct {
 	sessions                     *sessionSigner
 	// authLimit counts failed credential checks per client and in all.
 	authLimit *authLimiter
+	// tokenLimit is each token's budget of requests (Config.TokenRateLimit).
+	tokenLimit *tokenLimiter
 	// crossOrigin rejects unsafe requests a browser marks as coming from
 	// another origin (Sec-Fetch-Site, Origin); see authenticate.
 	crossOrigin *http.CrossOriginProtection
@@ -188,10 +196,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, pool: pool, reads: queries.PlanEachCall(pool), queries: queries.New(), mux: http.NewServeMux(),
-		sessions: newSessionSigner(cfg.SessionKey, cfg.Tokens, time.Now), authLimit: newAuthLimiter(time.Now), crossOrigin: http.NewCrossOriginProtection(),
+		sessions: newSessionSigner(cfg.SessionKey, cfg.Tokens, time.Now), authLimit: newAuthLimiter(time.Now), tokenLimit: newTokenLimiter(cfg.TokenRateLimit, time.Now), crossOrigin: http.NewCrossOriginProtection(),
 	}
 
 	cfg.Instruments.AuthFailuresInit(context.Background())
+	cfg.Instruments.RateLimitedInit(context.Background())
 
 	s.api = humago.New(s.mux, openAPIConfig(cfg.Version, cfg.Catalog))
 	s.Register(s.api)

@@ -231,6 +231,9 @@ func (s *Server) authorizeAPI(w http.ResponseWriter, r *http.Request) (*caller, 
 		writeProblem(w, ProblemUnauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)")
 		return nil, false
 	}
+	if s.rateLimited(w, r, c) {
+		return nil, false
+	}
 	readOnly := isReadOnly(r)
 	if !readOnly && c.role != RoleOperator {
 		writeProblem(w, ProblemForbidden, fmt.Sprintf("%s requires an operator token; this token is %s", r.Method, c.role))

@@ -115,6 +115,7 @@ func NewAPI(ctx context.Context, pool *pgxpool.Pool, env *config.Config, tel *Te
 		RequestTimeout: apiRequestTimeout(env), TxSettings: dbpool.APITxSettings(env), IdempotencyRetention: env.IdempotencyRetention,
 		DailyCaps: env.CapsByName(), Today: BudgetDay(env, pool), RiverUI: riverUI, Coverage: cover,
 		AllowedHosts: env.AllowedHosts, TrustedProxies: env.TrustedProxies,
+		TokenRateLimit: env.TokenRateLimit,
 	})
 	if err != nil {
 		return nil, err

@@ -90,6 +90,9 @@ type Config struct {
 	LogFormat string `env:"BUILDRISK_LOG_FORMAT" oneof:"json text"`
 	// MaxBodyBytes bounds every API request body.
 	MaxBodyBytes int64 `env:"BUILDRISK_MAX_BODY_BYTES" range:"1024 to 1073741824"`
+	// TokenRateLimit is each API token's budget of requests per minute
+	// (api.Config.TokenRateLimit); 0 turns the limit off.
+	TokenRateLimit int `env:"BUILDRISK_TOKEN_RATE_LIMIT" range:"0 to 1000000"`
 	// AllowedHosts are the Host names the api answers for
 	// (BUILDRISK_ALLOWED_HOSTS; LoopbackHosts by default with
 	// BUILDRISK_INSECURE_NO_AUTH=1, any Host by default otherwise); see
@@ -202,6 +205,7 @@ func LoadEnv(getenv func(string) string) (*Config, error) {
 			APIStatementTimeout: APIStatementTimeoutDefault, APILockTimeout: APILockTimeoutDefault,
 			MigrateLockTimeout: migrations.LockTimeoutDefault, MigrateLockRetryFor: migrations.LockRetryForDefault,
 			IdempotencyRetention: api.IdempotencyRetentionDefault, MaxBodyBytes: api.MaxBodyBytesDefault,
+			TokenRateLimit: api.TokenRateLimitDefault,
 			CoverageMaxAge: coverage.MaxAgeDefault, FanOut: batch.FanOutDefault,
 		},
 		AutoResumeCauses: request.AutoResumeCausesDefault, AutoResumeMax: request.AutoResumeMaxDefault,

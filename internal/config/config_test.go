@@ -387,3 +387,27 @@ func TestEnv_TrustedProxiesTogetherTooWide(t *testing.T) {
 		require.NoError(t, err, fine)
 	}
 }
+
+// BUILDRISK_TOKEN_RATE_LIMIT: generous by default, 0 turns it off, a bad
+// value names the variable.
+func TestEnv_TokenRateLimit(t *testing.T) {
+	t.Parallel()
+	load := func(v string) (*config.Config, error) {
+		return config.LoadEnv(func(k string) string {
+			if k == "BUILDRISK_TOKEN_RATE_LIMIT" {
+				return v
+			}
+			return ""
+		})
+	}
+	env, err := load("")
+	require.NoError(t, err)
+	require.Equal(t, api.TokenRateLimitDefault, env.TokenRateLimit)
+	env, err = load("0")
+	require.NoError(t, err)
+	require.Zero(t, env.TokenRateLimit)
+	for _, bad := range []string{"-1", "many", "1000001"} {
+		_, err := load(bad)
+		require.ErrorContains(t, err, "BUILDRISK_TOKEN_RATE_LIMIT", bad)
+	}
+}

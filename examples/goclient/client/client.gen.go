@@ -80,6 +80,7 @@ const (
 	Request             AuditEventViewAction = "request"
 	RiveruiWriteRefused AuditEventViewAction = "riverui_write_refused"
 	Stop                AuditEventViewAction = "stop"
+	TokenRefused        AuditEventViewAction = "token_refused"
 )
 
 // Valid indicates whether the value is a known member of the AuditEventViewAction enum.
@@ -98,6 +99,8 @@ func (e AuditEventViewAction) Valid() bool {
 	case RiveruiWriteRefused:
 		return true
 	case Stop:
+		return true
+	case TokenRefused:
 		return true
 	default:
 		return false
@@ -148,6 +151,7 @@ const (
 	ErrorModelTypeProblemsmisdirectedRequest       ErrorModelType = "/problems/misdirected-request"
 	ErrorModelTypeProblemsnotFound                 ErrorModelType = "/problems/not-found"
 	ErrorModelTypeProblemsnothingRunning           ErrorModelType = "/problems/nothing-running"
+	ErrorModelTypeProblemsrateLimited              ErrorModelType = "/problems/rate-limited"
 	ErrorModelTypeProblemstooManyAuthFailures      ErrorModelType = "/problems/too-many-auth-failures"
 	ErrorModelTypeProblemsunauthorized             ErrorModelType = "/problems/unauthorized"
 	ErrorModelTypeProblemsunsupportedMediaType     ErrorModelType = "/problems/unsupported-media-type"
@@ -186,6 +190,8 @@ func (e ErrorModelType) Valid() bool {
 	case ErrorModelTypeProblemsnotFound:
 		return true
 	case ErrorModelTypeProblemsnothingRunning:
+		return true
+	case ErrorModelTypeProblemsrateLimited:
 		return true
 	case ErrorModelTypeProblemstooManyAuthFailures:
 		return true
