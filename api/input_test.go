@@ -67,3 +67,15 @@ func TestInput_BadValuesQuotedBounded(t *testing.T) {
 		require.NotContains(t, body, strings.Repeat("9", 41), path)
 	}
 }
+
+// A JSON null body is refused 400, not taken for an empty request.
+func TestInput_NullBodyIsRefused(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	for _, path := range []string{"/v1/jobs/creditEval/requests", "/v1/jobs/creditEval/estimate"} {
+		status, body := s.Post(path, "null")
+		require.Equal(t, http.StatusBadRequest, status, "%s: %v", path, body)
+		require.Equal(t, "/problems/invalid-params", body["type"])
+	}
+	require.Equal(t, 0, s.Count("SELECT count(*) FROM job_request"))
+}
