@@ -83,6 +83,10 @@ type Secrets struct {
 	windows map[int]map[string]struct{}
 	// lengths are the keys of windows, longest first.
 	lengths []int
+	// filter holds the rolling hashes of the runs of MinSecretRun
+	// characters: most positions of a text are ruled out by one bit test
+	// instead of a map lookup.
+	filter runFilter
 }
 
 // NewSecrets returns the Secrets of values; empty values are ignored. Each
@@ -91,7 +95,7 @@ type Secrets struct {
 // [secretForms]. Matching ignores ASCII case, so an upper-cased key and a
 // percent-encoding in either case of hex are found too.
 func NewSecrets(values ...string) *Secrets {
-	s := &Secrets{windows: map[int]map[string]struct{}{}}
+	s := &Secrets{windows: map[int]map[string]struct{}{}, filter: newRunFilter()}
 	for _, v := range values {
 		for _, plain := range secretValues(v) {
 			for _, form := range secretForms(plain) {
@@ -117,6 +121,9 @@ func (s *Secrets) add(form string) {
 	}
 	for i := 0; i+n <= len(form); i++ {
 		s.windows[n][form[i:i+n]] = struct{}{}
+		if n == MinSecretRun {
+			s.filter.add(runHash(form[i : i+n]))
+		}
 	}
 }
 
@@ -136,17 +143,27 @@ func (s *Secrets) Redact(text string) string {
 func (s *Secrets) redactRuns(text string) string {
 	lower := asciiLower(text)
 	var secret []bool
+	mark := func(i, n int) {
+		if secret == nil {
+			secret = make([]bool, len(text))
+		}
+		for j := i; j < i+n; j++ {
+			secret[j] = true
+		}
+	}
 	for _, n := range s.lengths {
 		windows := s.windows[n]
+		if n == MinSecretRun {
+			s.filter.each(lower, func(i int) {
+				if _, ok := windows[lower[i:i+n]]; ok {
+					mark(i, n)
+				}
+			})
+			continue
+		}
 		for i := 0; i+n <= len(lower); i++ {
-			if _, ok := windows[lower[i:i+n]]; !ok {
-				continue
-			}
-			if secret == nil {
-				secret = make([]bool, len(text))
-			}
-			for j := i; j < i+n; j++ {
-				secret[j] = true
+			if _, ok := windows[lower[i:i+n]]; ok {
+				mark(i, n)
 			}
 		}
 	}
