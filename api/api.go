@@ -313,7 +313,8 @@ func paramsSchemaName(job string) string {
 // that the document lists every status a client can see:
 //   - 401 (with WWW-Authenticate) for an operation that needs a token, 403
 //     for one that needs an operator's (every POST), 429 (with Retry-After)
-//     once its client sent too many wrong tokens (authLimiter);
+//     once its client sent too many wrong tokens (authLimiter) or its token
+//     spent its requests per minute (tokenLimiter, with RateLimit headers);
 //   - 413 for an operation that takes a body (every POST): limitBody
 //     answers it before the handler; 400 for a GET sent with a body,
 //     which limitBody refuses unread;
@@ -377,9 +378,14 @@ func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 			add(http.StatusForbidden)
 		}
 		r := add(http.StatusTooManyRequests)
-		r.Description = "Too many failed credential checks from this address (AuthFailuresMax a minute); retry after Retry-After seconds"
+		r.Description = "Too many failed credential checks from this address (type too-many-auth-failures; AuthFailuresMax a minute), " +
+			"or this token spent its requests per minute (type rate-limited; BUILDRISK_TOKEN_RATE_LIMIT); retry after Retry-After seconds"
 		r.Headers = map[string]*huma.Header{
 			"Retry-After": {Description: "seconds to wait before retrying", Required: true, Schema: &huma.Schema{Type: huma.TypeInteger, Minimum: new(float64(1))}},
+			"RateLimit-Policy": {Description: `the token's budget (IETF draft httpapi-ratelimit-headers), e.g. "per-token";q=1200;w=60; sent with every answer to a token while the limit is on`,
+				Schema: &huma.Schema{Type: huma.TypeString}},
+			"RateLimit": {Description: `what is left of the budget and the seconds until the budget is whole again (429: until a request is allowed), e.g. "per-token";r=0;t=3`,
+				Schema: &huma.Schema{Type: huma.TypeString}},
 		}
 	}
 	if op.Method != http.MethodGet {
