@@ -79,3 +79,28 @@ func TestInput_NullBodyIsRefused(t *testing.T) {
 	}
 	require.Equal(t, 0, s.Count("SELECT count(*) FROM job_request"))
 }
+
+// A bad value of 60,000 bytes in a JSON body is not echoed back whole
+// either: the schema's refusal quotes at most 40 bytes of it.
+func TestInput_BadBodyValueQuotedBounded(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	huge := strings.Repeat("9", 60000)
+	for _, body := range []string{
+		`{"params":{},"maxCalls":"` + huge + `"}`,
+		`{"params":{},"confirmPurge":"` + huge + `"}`,
+		`{"params":{"backfill":"` + huge + `"}}`,
+	} {
+		req, err := http.NewRequest(http.MethodPost, s.API.URL+"/v1/jobs/creditEval/requests", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+apptest.OperatorToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		answer, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%.300s", answer)
+		require.Less(t, len(answer), 2000, "echoed %d bytes: %.300s", len(answer), answer)
+	}
+}
