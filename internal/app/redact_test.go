@@ -202,6 +202,14 @@ func TestRedaction_ProviderQuotingTheKeyInEveryForm(t *testing.T) {
 		s.WaitRequest(id, "DONE", "FAILED")
 		ids = append(ids, id)
 	}
+	// corpCodeSync's archive names a company "Z" and the key, in an entry
+	// its parser refuses: the error must not quote the name (cut to 40
+	// bytes, it held 39 of the 40 characters of the DART key).
+	s.Fake.SetConfig(fakeupstream.Config{Companies: 40, CorpNameQuotesKey: true})
+	id := s.RequestJob(corpcode.Name, `{}`)["requestId"].(string)
+	failed := s.WaitRequest(id, "FAILED")
+	require.Contains(t, fmt.Sprint(failed), "is not 8 digits", "the archive's bad entry failed the run")
+	ids = append(ids, id)
 
 	var seen strings.Builder
 	for _, span := range s.Spans.Ended() {

@@ -156,6 +156,12 @@ type Config struct {
 	// QuoteKeyForms refuses every provider call like QuoteKey, the
 	// message quoting the key in every form of QuotedKeyForms instead.
 	QuoteKeyForms bool `json:"quoteKeyForms"`
+
+	// CorpNameQuotesKey makes the corp code archive start with an entry
+	// whose corp_code is not 8 digits and whose corp_name is "Z" and the
+	// key the download was made with: a parse error that quotes the name
+	// shows the key.
+	CorpNameQuotesKey bool `json:"corpNameQuotesKey"`
 }
 
 // configJSON is Config's JSON form: the latency is a Go duration string.
@@ -174,6 +180,7 @@ type configJSON struct {
 	FailKeys   map[string][]string `json:"failKeys"`
 	QuoteKey   bool                `json:"quoteKey"`
 	QuoteForms bool                `json:"quoteKeyForms"`
+	CorpName   bool                `json:"corpNameQuotesKey"`
 }
 
 // MarshalJSON writes the configuration with the latency as a Go duration
@@ -198,6 +205,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		FailKeys:   failKeys,
 		QuoteKey:   c.QuoteKey,
 		QuoteForms: c.QuoteKeyForms,
+		CorpName:   c.CorpNameQuotesKey,
 	})
 }
 
@@ -222,6 +230,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		FailKeys   json.RawMessage `json:"failKeys"`
 		QuoteKey   *bool           `json:"quoteKey"`
 		QuoteForms *bool           `json:"quoteKeyForms"`
+		CorpName   *bool           `json:"corpNameQuotesKey"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -285,6 +294,9 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	}
 	if patch.QuoteForms != nil {
 		next.QuoteKeyForms = *patch.QuoteForms
+	}
+	if patch.CorpName != nil {
+		next.CorpNameQuotesKey = *patch.CorpName
 	}
 	*c = next
 	return nil

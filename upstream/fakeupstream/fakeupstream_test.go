@@ -235,7 +235,7 @@ func TestConfigEndpoint(t *testing.T) {
 	require.Equal(t, int64(1), cfg.Seed)
 
 	_, body = get(t, srv, "/__fake/config", nil)
-	require.JSONEq(t, `{"latency":"2ms","errorRate":0.05,"rate429":0.1,"retryAfter":"1s","emptyRate":0,"shortRate":0,"cutBodyRate":0,"hangBodyRate":0,"garbageRate":0,"seed":1,"companies":50,"failKeys":{"aptTrade":["11110:202501"]},"quoteKey":false,"quoteKeyForms":false}`, string(body))
+	require.JSONEq(t, `{"latency":"2ms","errorRate":0.05,"rate429":0.1,"retryAfter":"1s","emptyRate":0,"shortRate":0,"cutBodyRate":0,"hangBodyRate":0,"garbageRate":0,"seed":1,"companies":50,"failKeys":{"aptTrade":["11110:202501"]},"quoteKey":false,"quoteKeyForms":false,"corpNameQuotesKey":false}`, string(body))
 
 	resp, _ = post(t, srv, "/__fake/config", `{"failKeys":null,"latency":"0s"}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
