@@ -42,7 +42,7 @@ func TestInput_ForgedValuesAnswer4xx(t *testing.T) {
 		base64.RawURLEncoding.EncodeToString([]byte("\xff\xfe")), base64.RawURLEncoding.EncodeToString([]byte(strings.Repeat("a", 600))),
 		"!!notbase64", base64.RawURLEncoding.EncodeToString([]byte("2025-01-01T00:00:00Z|a\x00b")),
 	}
-	for _, path := range []string{"/v1/coverage/creditEval/missing?cursor=", "/v1/workers?cursor="} {
+	for _, path := range []string{"/v1/coverage/creditEval/missing?cursor=", "/v1/workers?cursor=", "/v1/requests?cursor="} {
 		for _, cursor := range forged {
 			status, body := get(t, s, path+cursor)
 			require.Equal(t, http.StatusBadRequest, status, "%s%q: %s", path, cursor, body)
