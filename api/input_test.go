@@ -64,6 +64,7 @@ func TestInput_BadValuesQuotedBounded(t *testing.T) {
 		status, body := get(t, s, path+huge)
 		require.Contains(t, []int{http.StatusBadRequest, http.StatusForbidden}, status, path)
 		require.Less(t, len(body), 2000, "%s echoed %d bytes", path, len(body))
+		t.Logf("%s with a 60,000-byte value: %d answered, %d bytes", path, status, len(body))
 		require.NotContains(t, body, strings.Repeat("9", 41), path)
 	}
 }
