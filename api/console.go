@@ -96,8 +96,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin login refused", http.StatusForbidden)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxLoginFormBytes)
-	if !readLoginForm(w, r) {
+	if !readConsoleForm(w, r, "login", maxLoginFormBytes) {
 		return
 	}
 	next := boundedNext(r.PostFormValue("next"))
@@ -133,7 +132,9 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin logout refused", http.StatusForbidden)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+	if !readConsoleForm(w, r, "logout", maxLogoutFormBytes) {
+		return
+	}
 	if sess, ok := s.sessionFrom(r); ok {
 		if !s.sessions.checkCSRF(sess, r.PostFormValue("csrf")) {
 			http.Error(w, "missing or wrong CSRF token; reload the console", http.StatusForbidden)
@@ -209,6 +210,9 @@ const MaxNextBytes = 2048
 // MaxNextBytes, percent-encoded, with room to spare.
 const maxLoginFormBytes = 16 << 10
 
+// maxLogoutFormBytes bounds the logout form's body: a CSRF token and a flag.
+const maxLogoutFormBytes = 4 << 10
+
 // boundedNext returns p as a local redirect target (localPath) of at most
 // MaxNextBytes: a longer one without its query and fragment (a River UI
 // deep link still lands on its page), or "/" when its path alone is
@@ -227,12 +231,14 @@ func boundedNext(p string) string {
 	return p
 }
 
-// readLoginForm parses the login form and answers a form it cannot read:
-// 413 for one over maxLoginFormBytes, 400 for one that is malformed. Such a
-// form says nothing about the token it carries, so it is never answered,
-// counted or audited as a wrong token. It reports whether the form was
-// read.
-func readLoginForm(w http.ResponseWriter, r *http.Request) bool {
+// readConsoleForm parses the console's name form ("login", "logout"),
+// its body bounded to limit bytes, and answers a form it cannot read: 413
+// for one over limit, 400 for one that is malformed. Such a form says
+// nothing about the token or CSRF token it carries, so it is never
+// answered, counted or audited as a wrong one. It reports whether the form
+// was read.
+func readConsoleForm(w http.ResponseWriter, r *http.Request, name string, limit int64) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	err := r.ParseForm()
 	if err == nil {
 		return true
@@ -240,10 +246,10 @@ func readLoginForm(w http.ResponseWriter, r *http.Request) bool {
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		w.Header().Set("Connection", "close")
-		http.Error(w, fmt.Sprintf("the login form is over %d bytes; open the login page again", maxLoginFormBytes), http.StatusRequestEntityTooLarge)
+		http.Error(w, fmt.Sprintf("the %s form is over %d bytes; open the page again", name, limit), http.StatusRequestEntityTooLarge)
 		return false
 	}
-	http.Error(w, "the login form could not be read; open the login page again", http.StatusBadRequest)
+	http.Error(w, fmt.Sprintf("the %s form could not be read; open the page again", name), http.StatusBadRequest)
 	return false
 }
 

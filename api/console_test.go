@@ -556,4 +556,10 @@ func TestConsole_LoginWithALongNext(t *testing.T) {
 	var failed int
 	require.NoError(t, s.APIPool.QueryRow(context.Background(), "SELECT count(*) FROM audit_event WHERE action = 'login_failed'").Scan(&failed))
 	require.Zero(t, failed, "no failed login recorded")
+
+	// The logout form the same way: an oversized one is a 413, not a
+	// missing CSRF token.
+	resp, body = anon.Send(http.MethodPost, "/logout", "application/x-www-form-urlencoded", "csrf=x&pad="+strings.Repeat("z", 8<<10), nil)
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, body)
+	require.Contains(t, body, "logout form is over")
 }
