@@ -134,6 +134,12 @@ type Config struct {
 	// MaxBodyBytes bounds every request body (BUILDRISK_MAX_BODY_BYTES);
 	// default MaxBodyBytesDefault. A larger body is answered 413 unread.
 	MaxBodyBytes int64
+	// TokenRateLimit is each token's budget of /v1 requests per minute
+	// (BUILDRISK_TOKEN_RATE_LIMIT; TokenRateLimitDefault from the
+	// environment): past it the token is answered 429 until its budget
+	// refills. Every token, a viewer's or an operator's, has a budget of
+	// its own. 0 turns the limit off.
+	TokenRateLimit int
 	// IdempotencyRetention is how long an Idempotency-Key is kept
 	// (BUILDRISK_IDEMPOTENCY_RETENTION): a retry within it is answered from
 	// the key's record; default IdempotencyRetentionDefault.
@@ -162,6 +168,8 @@ type Server struct {
 	sessions                     *sessionSigner
 	// authLimit counts failed credential checks per client and in all.
 	authLimit *authLimiter
+	// tokenLimit is each token's budget of requests (Config.TokenRateLimit).
+	tokenLimit *tokenLimiter
 	// crossOrigin rejects unsafe requests a browser marks as coming from
 	// another origin (Sec-Fetch-Site, Origin); see authenticate.
 	crossOrigin *http.CrossOriginProtection
@@ -200,10 +208,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, pool: pool, reads: queries.PlanEachCall(pool), queries: queries.New(), mux: http.NewServeMux(),
-		sessions: newSessionSigner(cfg.SessionKey, cfg.Tokens, time.Now), authLimit: newAuthLimiter(time.Now), crossOrigin: http.NewCrossOriginProtection(),
+		sessions: newSessionSigner(cfg.SessionKey, cfg.Tokens, time.Now), authLimit: newAuthLimiter(time.Now), tokenLimit: newTokenLimiter(cfg.TokenRateLimit, time.Now), crossOrigin: http.NewCrossOriginProtection(),
 	}
 
 	cfg.Instruments.AuthFailuresInit(context.Background())
+	cfg.Instruments.RateLimitedInit(context.Background())
 
 	s.api = humago.New(s.mux, openAPIConfig(cfg.Version, cfg.Catalog))
 	s.Register(s.api)
@@ -322,7 +331,8 @@ func paramsSchemaName(job string) string {
 // that the document lists every status a client can see:
 //   - 401 (with WWW-Authenticate) for an operation that needs a token, 403
 //     for one that needs an operator's (every POST), 429 (with Retry-After)
-//     once its client sent too many wrong tokens (authLimiter);
+//     once its client sent too many wrong tokens (authLimiter) or its token
+//     spent its requests per minute (tokenLimiter, with RateLimit headers);
 //   - 413 for an operation that takes a body (every POST): limitBody
 //     answers it before the handler; 400 for a GET sent with a body,
 //     which limitBody refuses unread;
@@ -386,9 +396,14 @@ func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 			add(http.StatusForbidden)
 		}
 		r := add(http.StatusTooManyRequests)
-		r.Description = "Too many failed credential checks from this address (AuthFailuresMax a minute); retry after Retry-After seconds"
+		r.Description = "Too many failed credential checks from this address (type too-many-auth-failures; AuthFailuresMax a minute), " +
+			"or this token spent its requests per minute (type rate-limited; BUILDRISK_TOKEN_RATE_LIMIT); retry after Retry-After seconds"
 		r.Headers = map[string]*huma.Header{
 			"Retry-After": {Description: "seconds to wait before retrying", Required: true, Schema: &huma.Schema{Type: huma.TypeInteger, Minimum: new(float64(1))}},
+			"RateLimit-Policy": {Description: `the token's budget (IETF draft httpapi-ratelimit-headers), e.g. "per-token";q=1200;w=60; sent with every answer to a token while the limit is on`,
+				Schema: &huma.Schema{Type: huma.TypeString}},
+			"RateLimit": {Description: `what is left of the budget and the seconds until the budget is whole again (429: until a request is allowed), e.g. "per-token";r=0;t=3`,
+				Schema: &huma.Schema{Type: huma.TypeString}},
 		}
 	}
 	if op.Method != http.MethodGet {

@@ -20,6 +20,10 @@ const (
 	AuditLoginFailed  = "login_failed"
 	AuditLogout       = "logout"
 	AuditRiverUIWrite = "riverui_write_refused"
+	// AuditTokenRefused is a refused bearer token: the first of its
+	// client's AuthFailureWindow only (authFailed), so that a flood adds
+	// at most AuthGlobalFailuresMax records a window.
+	AuditTokenRefused = "token_refused"
 )
 
 // clientKey carries the client's address in a request's context.
@@ -58,7 +62,7 @@ type AuditEventView struct {
 	At     time.Time `json:"at"`
 	Actor  string    `json:"actor" doc:"the token's name (ParseTokens), or api when auth is off"`
 	Client string    `json:"client" doc:"the client's address"`
-	Action string    `json:"action" enum:"request,stop,abandon,login,login_failed,logout,riverui_write_refused"`
+	Action string    `json:"action" enum:"request,stop,abandon,login,login_failed,logout,riverui_write_refused,token_refused"`
 	Target string    `json:"target" doc:"what was acted on: a job, request or execution id"`
 	Detail string    `json:"detail"`
 }

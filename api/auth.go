@@ -231,6 +231,9 @@ func (s *Server) authorizeAPI(w http.ResponseWriter, r *http.Request) (*caller, 
 		writeProblem(w, ProblemUnauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)")
 		return nil, false
 	}
+	if s.rateLimited(w, r, c) {
+		return nil, false
+	}
 	readOnly := isReadOnly(r)
 	if !readOnly && c.role != RoleOperator {
 		writeProblem(w, ProblemForbidden, fmt.Sprintf("%s requires an operator token; this token is %s", r.Method, c.role))
@@ -257,7 +260,7 @@ func (s *Server) authorizeRiverUI(w http.ResponseWriter, r *http.Request) (*call
 	switch {
 	case !ok && r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html"):
 		// A browser: send it to the login page and back.
-		http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+		http.Redirect(w, r, "/login?next="+url.QueryEscape(boundedNext(r.URL.RequestURI())), http.StatusSeeOther)
 		return nil, false
 	case !ok:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="buildrisk-radar"`)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/buildrisk/radar/observability"
 )
 
 // Limits of failed credential checks. A right credential is never refused:
@@ -119,9 +121,9 @@ func (s *Server) clientAddr(r *http.Request) string {
 	}
 	peer, err := netip.ParseAddr(host)
 	if err != nil || !s.trustedProxy(peer) {
-		return host
+		return NormalizeClientAddr(host)
 	}
-	client := peer.Unmap()
+	client := peer.WithZone("").Unmap()
 	entries := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
 	for i := len(entries) - 1; i >= 0; i-- {
 		addr, ok := parseForwarded(entries[i])
@@ -137,14 +139,15 @@ func (s *Server) clientAddr(r *http.Request) string {
 }
 
 // parseForwarded parses one X-Forwarded-For entry: an IP address, maybe
-// with a port (IPv6 then in brackets).
+// with a port (IPv6 then in brackets). A zone is dropped: it names an
+// interface of the sender, not the client, and may be of any length.
 func parseForwarded(entry string) (netip.Addr, bool) {
 	entry = strings.TrimSpace(entry)
 	if addr, err := netip.ParseAddr(entry); err == nil {
-		return addr.Unmap(), true
+		return addr.WithZone("").Unmap(), true
 	}
 	if addrPort, err := netip.ParseAddrPort(entry); err == nil {
-		return addrPort.Addr().Unmap(), true
+		return addrPort.Addr().WithZone("").Unmap(), true
 	}
 	return netip.Addr{}, false
 }
@@ -193,8 +196,8 @@ func (s *Server) refuseLimited(w http.ResponseWriter, r *http.Request, problem b
 // authFailed handles a wrong credential: it is counted (via names how it
 // came: bearer or login), and answered 429 when its client is limited, which
 // authFailed reports. Otherwise the failure counts towards the limits and,
-// once per client and window, is logged: the caller answers 401. The guess
-// itself is never logged.
+// once per client and window, is logged (and, for a bearer token, audited):
+// the caller answers 401. The guess itself is never logged.
 func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, via string, problem bool) (refused bool) {
 	ctx := r.Context()
 	s.cfg.Instruments.AuthFailed(ctx, via)
@@ -203,6 +206,14 @@ func (s *Server) authFailed(w http.ResponseWriter, r *http.Request, via string, 
 	}
 	if s.authLimit.fail(limitKey(r)) {
 		s.logAuthFailure(ctx, r, via)
+		if via == observability.AuthViaBearer {
+			// A failed login is audited each time; a refused bearer token
+			// once per client and window: past AuthGlobalFailuresMax
+			// failures a window, every wrong credential is limited before
+			// it gets here, so a flood adds a bounded number of rows.
+			s.audit(ctx, "anonymous", AuditTokenRefused, "",
+				"a wrong bearer token; further ones from this client within the minute are counted in buildrisk_auth_failures_total")
+		}
 	}
 	return false
 }
@@ -212,4 +223,22 @@ func (s *Server) logAuthFailure(ctx context.Context, r *http.Request, via string
 	s.cfg.Logger.WarnContext(ctx, "authentication failed", slog.String("client", clientFrom(ctx)), slog.String("via", via),
 		slog.String("path", r.URL.Path),
 		slog.String("note", "later failures of this client within the window are counted in buildrisk_auth_failures_total, not logged"))
+}
+
+// MaxClientAddrLen is the longest client address recorded.
+const MaxClientAddrLen = 64
+
+// NormalizeClientAddr returns a client address as the audit trail, the
+// logs and the limits record it: an IP address (s may carry a port) in
+// its canonical form, without a zone (which a client may make any length)
+// and IPv4-mapped addresses as IPv4; anything else cut to
+// MaxClientAddrLen bytes.
+func NormalizeClientAddr(s string) string {
+	if host, _, err := net.SplitHostPort(s); err == nil {
+		s = host
+	}
+	if addr, err := netip.ParseAddr(s); err == nil {
+		return addr.WithZone("").Unmap().String()
+	}
+	return strings.ToValidUTF8(s[:min(len(s), MaxClientAddrLen)], "")
 }

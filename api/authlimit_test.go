@@ -144,3 +144,50 @@ func TestAuth_LimitBehindATrustedProxy(t *testing.T) {
 	status, _ = sendToken(t, s, apptest.OperatorToken, "198.18.0.1")
 	require.Equal(t, http.StatusOK, status, "a right token is never limited")
 }
+
+// A forwarded address with an IPv6 zone of 8,000 characters is recorded
+// as the normalized address: no zone, at most 64 characters, in the audit
+// trail and the logs.
+func TestAuth_ForwardedZoneIsDropped(t *testing.T) {
+	t.Parallel()
+	logs := &apptest.SyncBuffer{}
+	s := apptest.New(t, &apptest.Opts{Logs: logs, Env: map[string]string{"BUILDRISK_TRUSTED_PROXIES": "127.0.0.1"}})
+	zone := strings.Repeat("z", 8000)
+	c := apptest.NewConsoleClient(t, s.API)
+	resp, _ := c.Send(http.MethodPost, "/login", "application/x-www-form-urlencoded", url.Values{"token": {wrongToken(0)}}.Encode(),
+		map[string]string{"X-Forwarded-For": "fe80::1%" + zone})
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	var client string
+	require.NoError(t, s.APIPool.QueryRow(t.Context(), `SELECT client FROM audit_event WHERE action = 'login_failed'`).Scan(&client))
+	require.Equal(t, "fe80::1", client)
+	require.NotContains(t, logs.String(), "zzzzzzzz")
+	require.LessOrEqual(t, len(api.NormalizeClientAddr("[fe80::1%"+zone+"]:1234")), api.MaxClientAddrLen)
+}
+
+// Refused bearer tokens are audited, once per client and minute: six from
+// one client make one token_refused record; a flood from 300 addresses
+// makes no more records than AuthGlobalFailuresMax, so it cannot fill the
+// table.
+func TestAudit_RefusedBearerTokens(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_TRUSTED_PROXIES": "127.0.0.1"}})
+	refused := func() int {
+		var n int
+		require.NoError(t, s.APIPool.QueryRow(t.Context(), `SELECT count(*) FROM audit_event WHERE action = 'token_refused'`).Scan(&n))
+		return n
+	}
+	for i := range 6 {
+		status, _ := sendToken(t, s, wrongToken(i), "198.51.100.9")
+		require.Equal(t, http.StatusUnauthorized, status)
+	}
+	require.Equal(t, 1, refused(), "six refusals of one client in a minute: one record")
+	var actor, client string
+	require.NoError(t, s.APIPool.QueryRow(t.Context(), `SELECT actor, client FROM audit_event WHERE action = 'token_refused'`).Scan(&actor, &client))
+	require.Equal(t, "anonymous", actor)
+	require.Equal(t, "198.51.100.9", client)
+
+	for i := range 300 {
+		sendToken(t, s, wrongToken(i), fmt.Sprintf("2001:db8:%x::1", i+1)) // 300 clients (/64s)
+	}
+	require.LessOrEqual(t, refused(), api.AuthGlobalFailuresMax)
+}

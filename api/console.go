@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"embed"
+	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -54,8 +56,7 @@ func (s *Server) registerConsole() {
 	s.mux.Handle("GET /static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The file server answers 500 for a name fs.FS refuses (invalid
 		// UTF-8, NUL, ".."): such a name is simply not one of our files.
-		name := strings.TrimPrefix(r.URL.Path, "/static/")
-		if !utf8.ValidString(name) || strings.ContainsRune(name, 0) || (name != "" && !fs.ValidPath(strings.TrimSuffix(name, "/"))) {
+		if !servableName(strings.TrimPrefix(r.URL.Path, "/static/")) {
 			http.NotFound(w, r)
 			return
 		}
@@ -93,10 +94,10 @@ func (s *Server) consoleHome(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.sessionFrom(r); ok || s.cfg.Insecure {
-		http.Redirect(w, r, localPath(r.URL.Query().Get("next")), http.StatusSeeOther)
+		http.Redirect(w, r, boundedNext(r.URL.Query().Get("next")), http.StatusSeeOther)
 		return
 	}
-	s.render(w, http.StatusOK, "login.html", loginPage{Next: localPath(r.URL.Query().Get("next"))})
+	s.render(w, http.StatusOK, "login.html", loginPage{Next: boundedNext(r.URL.Query().Get("next"))})
 }
 
 // login exchanges an API token for a session cookie. The token is checked
@@ -106,8 +107,10 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin login refused", http.StatusForbidden)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
-	next := localPath(r.PostFormValue("next"))
+	if !readConsoleForm(w, r, "login", maxLoginFormBytes) {
+		return
+	}
+	next := boundedNext(r.PostFormValue("next"))
 	role, name, ok := s.lookupToken(strings.TrimSpace(r.PostFormValue("token")))
 	if !ok {
 		// A right token is never limited; a wrong one is answered 429 once
@@ -140,7 +143,9 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin logout refused", http.StatusForbidden)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+	if !readConsoleForm(w, r, "logout", maxLogoutFormBytes) {
+		return
+	}
 	if sess, ok := s.sessionFrom(r); ok {
 		if !s.sessions.checkCSRF(sess, r.PostFormValue("csrf")) {
 			http.Error(w, "missing or wrong CSRF token; reload the console", http.StatusForbidden)
@@ -206,4 +211,64 @@ func localPath(p string) string {
 		return "/"
 	}
 	return p
+}
+
+// MaxNextBytes is the longest next a login keeps: a longer one loses its
+// query, and then, when its path alone is still longer, is dropped for "/".
+const MaxNextBytes = 2048
+
+// maxLoginFormBytes bounds the login form's body: a token and a next of
+// MaxNextBytes, percent-encoded, with room to spare.
+const maxLoginFormBytes = 16 << 10
+
+// maxLogoutFormBytes bounds the logout form's body: a CSRF token and a flag.
+const maxLogoutFormBytes = 4 << 10
+
+// boundedNext returns p as a local redirect target (localPath) of at most
+// MaxNextBytes: a longer one without its query and fragment (a River UI
+// deep link still lands on its page), or "/" when its path alone is
+// longer. A long next is dropped, never a reason to refuse a login.
+func boundedNext(p string) string {
+	p = localPath(p)
+	if len(p) <= MaxNextBytes {
+		return p
+	}
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	if len(p) > MaxNextBytes {
+		return "/"
+	}
+	return p
+}
+
+// readConsoleForm parses the console's name form ("login", "logout"),
+// its body bounded to limit bytes, and answers a form it cannot read: 413
+// for one over limit, 400 for one that is malformed. Such a form says
+// nothing about the token or CSRF token it carries, so it is never
+// answered, counted or audited as a wrong one. It reports whether the form
+// was read.
+func readConsoleForm(w http.ResponseWriter, r *http.Request, name string, limit int64) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	err := r.ParseForm()
+	if err == nil {
+		return true
+	}
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		w.Header().Set("Connection", "close")
+		http.Error(w, fmt.Sprintf("the %s form is over %d bytes; open the page again", name, limit), http.StatusRequestEntityTooLarge)
+		return false
+	}
+	http.Error(w, fmt.Sprintf("the %s form could not be read; open the page again", name), http.StatusBadRequest)
+	return false
+}
+
+// servableName reports whether name (a path below a file server's prefix)
+// can name one of the embedded files. The file server answers 500 for a
+// name fs.FS refuses (invalid UTF-8, NUL, ".."): such a name is simply not
+// one of our files, a 404.
+func servableName(name string) bool {
+	return utf8.ValidString(name) && !strings.ContainsRune(name, 0) &&
+		(name == "" || fs.ValidPath(strings.TrimSuffix(name, "/")))
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/buildrisk/radar/internal/apptest"
@@ -512,4 +513,53 @@ func TestConsole_LowFindings(t *testing.T) {
 	}
 	require.Equal(t, http.StatusOK, get(api.SessionCookieNameTLS, cookie.Value))
 	require.Equal(t, http.StatusUnauthorized, get(api.SessionCookieName, cookie.Value), "over TLS only the __Host- cookie counts")
+}
+
+// The right token logs in whatever the next it comes with: a next of 4.3
+// KB (a River UI deep link) lands on its path, its query dropped; a River
+// UI link longer than MaxNextBytes still lands after login; a form the
+// server cannot read is answered 413 or 400 with the reason, never as a
+// wrong token, and never audited as a failed login.
+func TestConsole_LoginWithALongNext(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	longQuery := "state=available&q=" + strings.Repeat("x", 4300)
+
+	c := apptest.NewConsoleClient(t, s.API)
+	resp, body := c.Send(http.MethodPost, "/login", "application/x-www-form-urlencoded",
+		url.Values{"token": {apptest.OperatorToken}, "next": {"/riverui/jobs?" + longQuery}}.Encode(), nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
+	require.Equal(t, "/riverui/jobs", resp.Header.Get("Location"), "the query is dropped, the path kept")
+
+	anon := apptest.NewConsoleClient(t, s.API)
+	resp, _ = anon.Send(http.MethodGet, "/riverui/jobs?"+longQuery, "", "", map[string]string{"Accept": "text/html"})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	loginURL, err := url.Parse(resp.Header.Get("Location"))
+	require.NoError(t, err)
+	next := loginURL.Query().Get("next")
+	require.LessOrEqual(t, len(next), api.MaxNextBytes)
+	require.Equal(t, "/riverui/jobs", next)
+	resp, _ = anon.Send(http.MethodGet, loginURL.RequestURI(), "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, _ = anon.Send(http.MethodPost, "/login", "application/x-www-form-urlencoded",
+		url.Values{"token": {apptest.OperatorToken}, "next": {next}}.Encode(), nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/riverui/jobs", resp.Header.Get("Location"))
+
+	tooBig := url.Values{"token": {apptest.OperatorToken}, "next": {"/" + strings.Repeat("y", 64<<10)}}.Encode()
+	resp, body = anon.Send(http.MethodPost, "/login", "application/x-www-form-urlencoded", tooBig, nil)
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+	require.Contains(t, body, "login form is over")
+	resp, body = anon.Send(http.MethodPost, "/login", "application/x-www-form-urlencoded", "token=%zz&next=/", nil)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, body, "login form could not be read")
+	var failed int
+	require.NoError(t, s.APIPool.QueryRow(context.Background(), "SELECT count(*) FROM audit_event WHERE action = 'login_failed'").Scan(&failed))
+	require.Zero(t, failed, "no failed login recorded")
+
+	// The logout form the same way: an oversized one is a 413, not a
+	// missing CSRF token.
+	resp, body = anon.Send(http.MethodPost, "/logout", "application/x-www-form-urlencoded", "csrf=x&pad="+strings.Repeat("z", 8<<10), nil)
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, body)
+	require.Contains(t, body, "logout form is over")
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/buildrisk/radar/jobs"
 )
 
 // requireJSON guards every /v1 call that may change something (any method
@@ -19,7 +21,8 @@ import (
 // application/json, else 415 (a cross-site form or text/plain POST needs
 // no CORS preflight, a JSON one does), and must not repeat a key in any
 // object, else 400 (encoding/json keeps the last, another parser the first:
-// what was checked would not be what runs). A call without a body passes.
+// what was checked would not be what runs), nor be null, else 400 (it
+// would be taken for no body at all). A call without a body passes.
 //
 // It runs after limitBody, so the body it reads is bounded (and, for an
 // unknown length, already buffered for an authenticated caller).
@@ -32,7 +35,7 @@ func (s *Server) requireJSON(next http.Handler) http.Handler {
 		media, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 		if err != nil || media != "application/json" {
 			w.Header().Set("Connection", "close")
-			writeProblem(w, ProblemUnsupportedMediaType, fmt.Sprintf("the body must be application/json (Content-Type: %s)", strconv.Quote(r.Header.Get("Content-Type"))))
+			writeProblem(w, ProblemUnsupportedMediaType, fmt.Sprintf("the body must be application/json (Content-Type: %s)", jobs.Quote(r.Header.Get("Content-Type"))))
 			return
 		}
 		raw, err := io.ReadAll(r.Body)
@@ -47,6 +50,12 @@ func (s *Server) requireJSON(next http.Handler) http.Handler {
 		}
 		if field, dup := duplicateKey(raw); dup {
 			writeProblem(w, ProblemInvalidParams, field+": duplicate key in the JSON body", &huma.ErrorDetail{Location: field, Message: "duplicate key in the JSON body"})
+			return
+		}
+		if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+			// encoding/json leaves the input as is for null: the call would
+			// run as if it had no body at all.
+			writeProblem(w, ProblemInvalidParams, "body: the JSON body is null; send an object", &huma.ErrorDetail{Location: "body", Message: "null is not an object"})
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(raw))

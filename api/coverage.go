@@ -11,6 +11,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/coverage"
 )
 
@@ -97,17 +98,17 @@ func (s *Server) registerCoverage(api huma.API) {
 		if in.Limit != "" {
 			n, err := strconv.Atoi(in.Limit)
 			if err != nil || n < 1 || n > CoverageMissingLimitMax {
-				return nil, badQuery("limit", fmt.Sprintf("%q is not an integer from 1 to %d", in.Limit, CoverageMissingLimitMax))
+				return nil, badQuery("limit", fmt.Sprintf("%s is not an integer from 1 to %d", jobs.Quote(in.Limit), CoverageMissingLimitMax))
 			}
 			limit = n
 		}
 		after := ""
 		if in.Cursor != "" {
-			raw, err := base64.RawURLEncoding.DecodeString(in.Cursor)
-			if err != nil || len(raw) == 0 {
+			raw, ok := decodeCursor(in.Cursor)
+			if !ok {
 				return nil, badQuery("cursor", "not a cursor returned by this API")
 			}
-			after = string(raw)
+			after = raw
 		}
 		targets, day, err := s.cfg.Coverage.Missing(ctx, in.Job, after, limit)
 		if errors.Is(err, coverage.ErrNoCoverage) {
@@ -168,7 +169,7 @@ func (s *Server) registerJobHistory(api huma.API) {
 		if in.Days != "" {
 			n, err := strconv.Atoi(in.Days)
 			if err != nil || n < 1 || n > coverage.HistoryDaysMax {
-				return nil, badQuery("days", fmt.Sprintf("%q is not an integer from 1 to %d", in.Days, coverage.HistoryDaysMax))
+				return nil, badQuery("days", fmt.Sprintf("%s is not an integer from 1 to %d", jobs.Quote(in.Days), coverage.HistoryDaysMax))
 			}
 			days = n
 		}

@@ -43,6 +43,10 @@ func (s *Server) registerDocs() {
 	files := http.StripPrefix(docsAssetsPrefix, http.FileServerFS(assets))
 	s.mux.Handle("GET "+docsAssetsPrefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The path names no version: a day's cache, revalidated after.
+		if !servableName(strings.TrimPrefix(r.URL.Path, docsAssetsPrefix)) {
+			http.NotFound(w, r)
+			return
+		}
 		w.Header().Set("Cache-Control", "public, max-age=86400")
 		files.ServeHTTP(w, r)
 	}))

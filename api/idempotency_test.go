@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/api"
 	"github.com/buildrisk/radar/queries/testfactory"
 )
 
@@ -370,4 +371,19 @@ func TestIdempotency_ExpiredKeyIsFree(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, again.status, again.raw)
 	require.Empty(t, again.header.Get("Idempotent-Replayed"))
 	require.Equal(t, 1, s.Count(`SELECT count(*) FROM idempotency_key WHERE operation = 'POST /v1/jobs/rules/requests' AND expires_at > now()`))
+}
+
+// A key of IdempotencyKeyMaxLength characters reused for another request
+// is quoted back in the 422's detail in at most 40 bytes (jobs.Quote).
+func TestIdempotency_LongKeyIsQuotedBounded(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, &apptest.Opts{Env: idempotencyEnv})
+	key := "k" + strings.Repeat("0123456789", api.IdempotencyKeyMaxLength/10+1)[:api.IdempotencyKeyMaxLength-1]
+	first := postKey(t, s, aliceToken, "/v1/jobs/aptTrade/requests", key, apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-01"))
+	require.Equal(t, http.StatusAccepted, first.status, first.raw)
+	again := postKey(t, s, aliceToken, "/v1/jobs/aptTrade/requests", key, apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-02"))
+	requireProblem(t, again, http.StatusUnprocessableEntity, "idempotency-key-reused")
+	require.Contains(t, again.body["detail"], key[:20])
+	require.NotContains(t, again.raw, key[:41])
+	require.Contains(t, again.body["detail"], "(255 bytes)")
 }

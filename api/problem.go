@@ -48,6 +48,7 @@ const (
 	ProblemMisdirectedRequest       ProblemType = problemsPath + "misdirected-request"
 	ProblemIdempotencyKeyReused     ProblemType = problemsPath + "idempotency-key-reused"
 	ProblemTooManyAuthFailures      ProblemType = problemsPath + "too-many-auth-failures"
+	ProblemRateLimited              ProblemType = problemsPath + "rate-limited"
 	ProblemClientClosedRequest      ProblemType = problemsPath + "client-closed-request"
 	ProblemInternalError            ProblemType = problemsPath + "internal-error"
 	ProblemDatabaseUnavailable      ProblemType = problemsPath + "database-unavailable"
@@ -101,6 +102,8 @@ var problemKinds = []problemKind{
 		"The Idempotency-Key was used, within its retention (BUILDRISK_IDEMPOTENCY_RETENTION), for another request: another operation, path or body. Nothing was done: use a new key for a new request."},
 	{ProblemTooManyAuthFailures, http.StatusTooManyRequests, "Too many failed credential checks",
 		"Too many wrong tokens or logins came from this client, or from all clients together; a wrong credential is refused until Retry-After seconds have passed (a right one never is)."},
+	{ProblemRateLimited, http.StatusTooManyRequests, "Rate limited",
+		"This token spent its budget of requests per minute (BUILDRISK_TOKEN_RATE_LIMIT; each token has its own, so one client's flood never slows another's). Retry after Retry-After seconds; RateLimit-Policy and RateLimit (IETF draft) give the budget and what is left."},
 	{ProblemClientClosedRequest, 499, "Client closed request",
 		"The client went away before the answer (only ever seen in logs and traces)."},
 	{ProblemInternalError, http.StatusInternalServerError, "Internal error",
@@ -323,6 +326,7 @@ func (s *Server) registerProblems() {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Content-Security-Policy", problemCSP)
 		w.Header().Set("Cache-Control", "public, max-age=3600")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		_ = tmpl.Execute(w, data)
 	}
 	s.mux.HandleFunc("GET "+problemsPath+"{$}", func(w http.ResponseWriter, _ *http.Request) { page(w, problemIndex, problemKinds) })

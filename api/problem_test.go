@@ -25,11 +25,12 @@ func TestProblemTypes_EachIsAPage(t *testing.T) {
 		server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 		body, err := io.ReadAll(rec.Result().Body)
 		require.NoError(t, err)
+		require.Equal(t, "nosniff", rec.Header().Get("X-Content-Type-Options"), path)
 		return rec.Code, string(body)
 	}
 	status, index := get("/problems/")
 	require.Equal(t, http.StatusOK, status)
-	require.Len(t, api.ProblemTypes(), 19)
+	require.Len(t, api.ProblemTypes(), 20)
 	for _, pt := range api.ProblemTypes() {
 		require.Regexp(t, `^/problems/[a-z]+(-[a-z]+)*$`, string(pt))
 		require.Contains(t, index, `href="`+string(pt)+`"`)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/radartype"
 )
@@ -55,11 +56,11 @@ func workerCursor(w *queries.Worker) string {
 }
 
 func parseWorkerCursor(s string) (time.Time, string, bool) {
-	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
+	raw, ok := decodeCursor(s)
+	if !ok {
 		return time.Time{}, "", false
 	}
-	at, id, ok := strings.Cut(string(raw), "|")
+	at, id, ok := strings.Cut(raw, "|")
 	if !ok || id == "" {
 		return time.Time{}, "", false
 	}
@@ -89,7 +90,7 @@ func (s *Server) registerWorkers(api huma.API) {
 		if in.Limit != "" {
 			limit, err := strconv.Atoi(in.Limit)
 			if err != nil || limit < 1 || limit > WorkerListLimitMax {
-				return nil, badQuery("limit", fmt.Sprintf("%q is not an integer from 1 to %d", in.Limit, WorkerListLimitMax))
+				return nil, badQuery("limit", fmt.Sprintf("%s is not an integer from 1 to %d", jobs.Quote(in.Limit), WorkerListLimitMax))
 			}
 			params.MaxRows = int32(limit)
 		}

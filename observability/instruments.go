@@ -55,6 +55,7 @@ const (
 	MetricProviderCallsRemaining = "buildrisk_provider_calls_remaining"
 	MetricProviderDailyCap       = "buildrisk_provider_daily_cap"
 	MetricQueueOldestAge         = "buildrisk_queue_oldest_age_seconds"
+	MetricRateLimited            = "buildrisk_rate_limited_total"
 	MetricRequestStartLatency    = "buildrisk_request_start_latency_seconds"
 	MetricRequests               = "buildrisk_requests_total"
 	MetricRequestsFailed         = "buildrisk_requests_failed_total"
@@ -96,6 +97,7 @@ var MetricNames = []string{
 	MetricProviderCallsRemaining,
 	MetricProviderDailyCap,
 	MetricQueueOldestAge,
+	MetricRateLimited,
 	MetricRequestStartLatency,
 	MetricRequestsFailed,
 	MetricRequests,
@@ -186,6 +188,7 @@ type Instruments struct {
 	schedulePeriod         metric.Float64Gauge
 	scheduleTicks          metric.Int64Counter
 	workerStaleHeartbeats  metric.Int64Counter
+	rateLimited            metric.Int64Counter
 	workersAlive           metric.Int64Gauge
 
 	// freshness is the source of buildrisk_job_last_completed_timestamp_seconds
@@ -241,6 +244,14 @@ func (i *Instruments) createFirstThird(meter metric.Meter, check func(error)) {
 	i.authFailures, err = meter.Int64Counter("buildrisk.auth.failures",
 		metric.WithDescription("Failed credential checks of the api (a wrong bearer token or login), by via (bearer, login); a burst is someone guessing tokens."),
 		metric.WithUnit("{attempt}"))
+	check(err)
+
+	// buildrisk_rate_limited_total{role}: requests of a valid token
+	// answered 429 because the token spent its BUILDRISK_TOKEN_RATE_LIMIT;
+	// role: RoleViewer, RoleOperator.
+	i.rateLimited, err = meter.Int64Counter("buildrisk.rate_limited",
+		metric.WithDescription("Requests of a valid token refused (429) past its per-minute budget (BUILDRISK_TOKEN_RATE_LIMIT), by the token's role (viewer, operator)."),
+		metric.WithUnit("{request}"))
 	check(err)
 
 	// buildrisk_worker_stale_heartbeats_total: workers the reaper found

@@ -78,6 +78,7 @@ func setupInstruments(t *testing.T) *instrumentsTestBundle {
 func recordOneOfEach(ctx context.Context, inst *Instruments) {
 	inst.FanoutRejected(ctx, "creditEval", ReasonQueueFull)
 	inst.AuthFailed(ctx, AuthViaBearer)
+	inst.RateLimited(ctx, RoleViewer)
 	inst.StaleHeartbeatReaped(ctx)
 	inst.RequestRecorded(ctx, "aptTrade", radartype.SourceAPI, ResultAccepted)
 	inst.ExecutionFinished(ctx, "aptTrade", radartype.ExecutionCompleted)
@@ -157,6 +158,7 @@ func TestInstrumentsScrapedNames(t *testing.T) {
 		"buildrisk_provider_calls_remaining":             {[]string{"provider"}, dto.MetricType_GAUGE},
 		"buildrisk_provider_daily_cap":                   {[]string{"provider"}, dto.MetricType_GAUGE},
 		"buildrisk_queue_oldest_age_seconds":             {[]string{"job"}, dto.MetricType_GAUGE},
+		"buildrisk_rate_limited_total":                   {[]string{"role"}, dto.MetricType_COUNTER},
 		"buildrisk_request_start_latency_seconds":        {[]string{"job"}, dto.MetricType_HISTOGRAM},
 		"buildrisk_requests_total":                       {[]string{"job", "result", "source"}, dto.MetricType_COUNTER},
 		"buildrisk_requests_failed_total":                {[]string{"job", "reason"}, dto.MetricType_COUNTER},

@@ -143,6 +143,21 @@ func (i *Instruments) AuthFailuresInit(ctx context.Context) {
 	}
 }
 
+// RateLimitedInit exports buildrisk_rate_limited_total at 0 for every
+// role, so the first refusals are an increase an alert can see. The api
+// calls it at start.
+func (i *Instruments) RateLimitedInit(ctx context.Context) {
+	for _, role := range []string{RoleViewer, RoleOperator} {
+		i.rateLimited.Add(ctx, 0, metric.WithAttributes(attribute.String("role", role)))
+	}
+}
+
+// RateLimited counts one request of a token of role (RoleViewer or
+// RoleOperator) refused past its per-minute budget.
+func (i *Instruments) RateLimited(ctx context.Context, role string) {
+	i.rateLimited.Add(ctx, 1, metric.WithAttributes(attribute.String("role", oneOf(role, RoleViewer, RoleOperator))))
+}
+
 // AuthFailed counts one failed credential check (via AuthViaBearer or
 // AuthViaLogin).
 func (i *Instruments) AuthFailed(ctx context.Context, via string) {

@@ -3,9 +3,6 @@ package observability
 import (
 	"cmp"
 	"context"
-	"encoding/base64"
-	"encoding/json"
-	"html"
 	"log/slog"
 	"net/url"
 	"regexp"
@@ -69,68 +66,121 @@ func redactAttr(_ []string, a slog.Attr) slog.Attr {
 }
 
 // Secrets are the secret values a process holds, such as a worker's
-// provider keys. [Secrets.Redact] replaces each of them wherever a text
-// quotes it, in every form a message may carry it, before applying the
-// [Redact] rule, which finds only a credential that a parameter or header
-// name introduces: a provider's error message that quotes its key bare
-// ("unregistered key KEY") is caught only here. A nil *Secrets redacts like
+// provider keys. [Secrets.Redact] is buildrisk-radar's one scrubber of
+// them: every provider error, stored message, API answer, log line, span
+// status and River job error of a worker goes through it, before any
+// truncation. It finds a value in every form a provider may quote it back
+// (see [secretForms]), and any run of [MinSecretRun] or more consecutive
+// characters of such a form counts as the value itself, so a prefix, a
+// cut-off quotation or a form glued to other text is found too. It then
+// applies the [Redact] rule, which finds only a credential that a
+// parameter or header name introduces. A nil *Secrets redacts like
 // [Redact].
 type Secrets struct {
-	// forms are the forms of every value, ASCII lower-cased, longest first.
-	forms []string
+	// windows holds, by length, the ASCII lower-cased runs that count as a
+	// secret: every run of MinSecretRun characters of every form, and each
+	// form shorter than that whole.
+	windows map[int]map[string]struct{}
+	// lengths are the keys of windows, longest first.
+	lengths []int
+	// filter holds the rolling hashes of the runs of MinSecretRun
+	// characters: most positions of a text are ruled out by one bit test
+	// instead of a map lookup.
+	filter runFilter
 }
 
 // NewSecrets returns the Secrets of values; empty values are ignored. Each
-// value is looked for raw, URL-encoded as a query value and as a path
-// segment (once and twice), JSON- and HTML-escaped and base64-encoded in
-// the standard and URL alphabets, with and without padding. Matching
-// ignores ASCII case, so a percent-encoding in lower-case hex is found too.
+// value is looked for as configured and decoded (a key configured
+// percent-encoded is also sent and quoted decoded), in every form of
+// [secretForms]. Matching ignores ASCII case, so an upper-cased key and a
+// percent-encoding in either case of hex are found too.
 func NewSecrets(values ...string) *Secrets {
-	seen := map[string]bool{}
-	s := &Secrets{}
+	s := &Secrets{windows: map[int]map[string]struct{}{}, filter: newRunFilter()}
 	for _, v := range values {
-		if v == "" {
-			continue
-		}
-		for _, form := range secretForms(v) {
-			form = asciiLower(form)
-			if form != "" && !seen[form] {
-				seen[form] = true
-				s.forms = append(s.forms, form)
+		for _, plain := range secretValues(v) {
+			for _, form := range secretForms(plain) {
+				s.add(asciiLower(form))
 			}
 		}
 	}
-	// The longest first: a form that holds another (the query-encoded key
-	// holds the raw key's start) is replaced whole.
-	slices.SortStableFunc(s.forms, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	for n := range s.windows {
+		s.lengths = append(s.lengths, n)
+	}
+	slices.SortFunc(s.lengths, func(a, b int) int { return cmp.Compare(b, a) })
 	return s
 }
 
-// secretForms returns the forms in which a message may quote v.
-func secretForms(v string) []string {
-	jsonForm, _ := json.Marshal(v)
-	raw := []byte(v)
-	return []string{
-		v,
-		url.QueryEscape(v), url.PathEscape(v),
-		url.QueryEscape(url.QueryEscape(v)), url.PathEscape(url.PathEscape(v)),
-		strings.Trim(string(jsonForm), `"`), html.EscapeString(v),
-		base64.StdEncoding.EncodeToString(raw), base64.URLEncoding.EncodeToString(raw),
-		base64.RawStdEncoding.EncodeToString(raw), base64.RawURLEncoding.EncodeToString(raw),
+// add records the runs of form that count as the secret.
+func (s *Secrets) add(form string) {
+	if form == "" {
+		return
+	}
+	n := min(len(form), MinSecretRun)
+	if s.windows[n] == nil {
+		s.windows[n] = map[string]struct{}{}
+	}
+	for i := 0; i+n <= len(form); i++ {
+		s.windows[n][form[i:i+n]] = struct{}{}
+		if n == MinSecretRun {
+			s.filter.add(runHash(form[i : i+n]))
+		}
 	}
 }
 
-// Redact returns text with every form of every secret value replaced by
-// [Redacted], then through [Redact]. The values go first: the [Redact]
-// rule ends a parameter's value at the first '&' or ';', which may be
-// inside a key, and the rest of the key would then be left to find.
+// Redact returns text with every run of every secret's forms replaced by
+// [Redacted] (adjacent or overlapping runs become one), then through
+// [Redact]. The values go first: the [Redact] rule ends a parameter's
+// value at the first '&' or ';', which may be inside a key, and the rest
+// of the key would then be left to find.
 func (s *Secrets) Redact(text string) string {
 	if s != nil && text != "" {
-		for _, form := range s.forms {
-			text = replaceFold(text, form, Redacted)
-		}
+		text = s.redactRuns(text)
 	}
 	return Redact(text)
+}
+
+// redactRuns replaces every byte of text covered by a secret's run.
+func (s *Secrets) redactRuns(text string) string {
+	lower := asciiLower(text)
+	var secret []bool
+	mark := func(i, n int) {
+		if secret == nil {
+			secret = make([]bool, len(text))
+		}
+		for j := i; j < i+n; j++ {
+			secret[j] = true
+		}
+	}
+	for _, n := range s.lengths {
+		windows := s.windows[n]
+		if n == MinSecretRun {
+			s.filter.each(lower, func(i int) {
+				if _, ok := windows[lower[i:i+n]]; ok {
+					mark(i, n)
+				}
+			})
+			continue
+		}
+		for i := 0; i+n <= len(lower); i++ {
+			if _, ok := windows[lower[i:i+n]]; ok {
+				mark(i, n)
+			}
+		}
+	}
+	if secret == nil {
+		return text
+	}
+	var b strings.Builder
+	b.Grow(len(text))
+	for i := 0; i < len(text); i++ {
+		switch {
+		case !secret[i]:
+			b.WriteByte(text[i])
+		case i == 0 || !secret[i-1]:
+			b.WriteString(Redacted)
+		}
+	}
+	return b.String()
 }
 
 // RedactError returns an error whose text is err's through [Secrets.Redact]
@@ -158,26 +208,6 @@ func (e *redactedError) Error() string { return e.secrets.Redact(e.err.Error()) 
 // Unwrap returns the cause.
 func (e *redactedError) Unwrap() error { return e.err }
 
-// replaceFold replaces every occurrence of lowerOld (ASCII lower-case) in
-// s, ignoring ASCII case, with repl.
-func replaceFold(s, lowerOld, repl string) string {
-	lower := asciiLower(s)
-	i := strings.Index(lower, lowerOld)
-	if i < 0 {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s))
-	for i >= 0 {
-		b.WriteString(s[:i])
-		b.WriteString(repl)
-		s, lower = s[i+len(lowerOld):], lower[i+len(lowerOld):]
-		i = strings.Index(lower, lowerOld)
-	}
-	b.WriteString(s)
-	return b.String()
-}
-
 // asciiLower lower-cases the ASCII letters of s only, so that every byte
 // keeps its offset.
 func asciiLower(s string) string {
@@ -199,7 +229,7 @@ func asciiLower(s string) string {
 // value of every record, groups and the logger's own attributes included,
 // go through [Secrets.Redact]. A nil or empty *Secrets returns h.
 func (s *Secrets) Handler(h slog.Handler) slog.Handler {
-	if s == nil || len(s.forms) == 0 {
+	if s == nil || len(s.lengths) == 0 {
 		return h
 	}
 	return &secretsHandler{next: h, secrets: s}

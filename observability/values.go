@@ -165,6 +165,12 @@ const (
 // buildrisk_http_refusals_total.
 var refusalReasons = []string{RefusalBodyTooLarge, RefusalUnavailable}
 
+// Values of RateLimited's role: the api's token roles.
+const (
+	RoleViewer   = "viewer"
+	RoleOperator = "operator"
+)
+
 // Values of AuthFailed's via.
 const (
 	AuthViaBearer = "bearer"

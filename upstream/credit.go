@@ -111,7 +111,7 @@ func ParseCreditGrade(body []byte) (CreditGrade, error) {
 		return CreditGrade{}, fmt.Errorf("%s: response has no corpCode", ep)
 	}
 	if g.Grade != "" && GradeRank(g.Grade) < 0 {
-		return CreditGrade{}, fmt.Errorf("%s: corp code %s: unknown grade %q", ep, g.CorpCode, g.Grade)
+		return CreditGrade{}, fmt.Errorf("%s: corp code %s: unknown grade %s", ep, g.CorpCode, providerValue(g.Grade))
 	}
 	if s := strings.TrimSpace(resp.EvaluatedAt); s != "" {
 		t, err := time.Parse(time.DateOnly, s)

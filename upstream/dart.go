@@ -133,10 +133,10 @@ func ReadCorpCodesZip(r io.ReaderAt, size int64, fn func(CorpCode) error) error 
 			ModifyDate: strings.TrimSpace(entry.ModifyDate),
 		}
 		if c.CorpCode == "" {
-			return fmt.Errorf("%s: entry without corp_code (corp_name %q)", ep, c.Name)
+			return fmt.Errorf("%s: entry without corp_code", ep)
 		}
 		if !isCorpCode(c.CorpCode) {
-			return fmt.Errorf("%s: corp_code %q is not 8 digits (corp_name %q)", ep, truncate(c.CorpCode), truncate(c.Name))
+			return fmt.Errorf("%s: corp_code %s is not 8 digits", ep, providerValue(c.CorpCode))
 		}
 		if err := fn(c); err != nil {
 			return fmt.Errorf("%s: corp code %s: %w", ep, c.CorpCode, err)
@@ -336,7 +336,7 @@ func parseFilingPage(body []byte) (filings []Filing, totalPages, totalCount int,
 			Remark:      strings.TrimSpace(it.Rm),
 		}
 		if f.ReceiptNo == "" {
-			return nil, 0, 0, fmt.Errorf("%s: filing without rcept_no (report_nm %q)", ep, f.ReportName)
+			return nil, 0, 0, fmt.Errorf("%s: filing without rcept_no", ep)
 		}
 		if _, err := f.ReceivedAt(); err != nil {
 			return nil, 0, 0, fmt.Errorf("%s: %w", ep, err)
@@ -382,7 +382,7 @@ func (s flexString) int() (int, error) {
 	}
 	n, err := strconv.Atoi(string(s))
 	if err != nil {
-		return 0, fmt.Errorf("parse %q: %w", string(s), err)
+		return 0, fmt.Errorf("parse %s: %w", providerValue(string(s)), numberError(err))
 	}
 	return n, nil
 }
@@ -400,10 +400,27 @@ func isCorpCode(s string) bool {
 	return true
 }
 
-// truncate cuts a provider value quoted in an error to 40 bytes.
-func truncate(s string) string {
-	if len(s) <= 40 {
-		return s
+// maxQuotedProviderValue is the longest provider value an error quotes.
+const maxQuotedProviderValue = 40
+
+// providerValue quotes a value a provider sent, for an error: whole when
+// it is at most maxQuotedProviderValue bytes, else only its length. It is
+// never cut: the error's text goes through the worker's key scrubber
+// afterwards, which finds a key only in what it is shown, so a value cut
+// short would keep most of a key a hostile provider put there.
+func providerValue(s string) string {
+	if len(s) <= maxQuotedProviderValue {
+		return strconv.Quote(s)
 	}
-	return s[:40] + "…"
+	return fmt.Sprintf("of %d bytes", len(s))
+}
+
+// numberError returns the cause of a strconv error without the text it
+// parsed, which strconv quotes whole: the value is quoted by providerValue.
+func numberError(err error) error {
+	var numErr *strconv.NumError
+	if errors.As(err, &numErr) {
+		return numErr.Err
+	}
+	return err
 }

@@ -295,3 +295,35 @@ func TestParseFilingPage(t *testing.T) {
 	_, err = upstream.ParseFilingPage([]byte(`{"status":"000","message":"정상","total_page":1,"list":[]}`))
 	require.ErrorContains(t, err, "response has no total_count")
 }
+
+// A bad entry of the corp code archive is reported without its corp_name
+// (which a hostile provider may fill with the key) and with its corp_code
+// quoted only when short enough to quote whole: a value cut to 40 bytes
+// before the key scrubber sees it would keep most of a key.
+func TestParseCorpCodeZip_BadEntryQuotesNoProviderText(t *testing.T) {
+	t.Parallel()
+	const key = "3f9a1c27be04d5f68a9b0c1d2e3f4a5b6c7d8e9f"
+	for name, tc := range map[string]struct{ entry, want string }{
+		"ShortCode": {
+			entry: `<corp_code>12x</corp_code><corp_name>Z` + key + `</corp_name>`,
+			want:  `corp_code "12x" is not 8 digits`,
+		},
+		"LongCode": {
+			entry: `<corp_code>Z` + key + `</corp_code><corp_name>Z` + key + `</corp_name>`,
+			want:  `corp_code of 41 bytes is not 8 digits`,
+		},
+		"NoCode": {
+			entry: `<corp_name>Z` + key + `</corp_name>`,
+			want:  `entry without corp_code`,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			body := corpCodeZip(t, `<result><list>`+tc.entry+`</list></result>`)
+			_, err := upstream.ParseCorpCodeZip(bytes.NewReader(body), int64(len(body)))
+			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), key[:8])
+			require.NotContains(t, err.Error(), "corp_name")
+		})
+	}
+}

@@ -134,7 +134,7 @@ func ParseStockPrice(body []byte) (prices []StockPrice, err error) {
 	for i, it := range items {
 		p, err := it.price()
 		if err != nil {
-			return nil, fmt.Errorf("%s: item %d (srtnCd %q): %w", ep, i, string(it.SrtnCd), err)
+			return nil, fmt.Errorf("%s: item %d (srtnCd %s): %w", ep, i, providerValue(string(it.SrtnCd)), err)
 		}
 		prices = append(prices, p)
 	}
@@ -215,7 +215,7 @@ func (it stockPriceItem) price() (StockPrice, error) {
 		*f.dst = n
 	}
 	if p.Close <= 0 {
-		return StockPrice{}, fmt.Errorf("bad clpr %q: not positive", string(it.Clpr))
+		return StockPrice{}, fmt.Errorf("bad clpr %s: not positive", providerValue(string(it.Clpr)))
 	}
 	if it.FltRt != "" {
 		if p.ChangeRate, err = strconv.ParseFloat(string(it.FltRt), 64); err != nil {

@@ -163,7 +163,7 @@ type APIError struct {
 
 // Error describes the refusal with the provider's own code and message.
 func (e *APIError) Error() string {
-	msg := fmt.Sprintf("%s: provider code %q", e.Endpoint, e.Code)
+	msg := fmt.Sprintf("%s: provider code %s", e.Endpoint, providerValue(e.Code))
 	if e.Message != "" {
 		msg += " (" + e.Message + ")"
 	}
@@ -344,7 +344,7 @@ func ParseAptTrades(region, dealYM string, body []byte) (trades []AptTrade, tota
 	for i, it := range resp.Body.Items.Item {
 		t, err := it.trade(region, dealYM)
 		if err != nil {
-			return nil, 0, fmt.Errorf("%s: item %d (aptSeq %q): %w", ep, i, it.AptSeq, err)
+			return nil, 0, fmt.Errorf("%s: item %d (aptSeq %s): %w", ep, i, providerValue(it.AptSeq), err)
 		}
 		trades = append(trades, t)
 	}
@@ -353,7 +353,7 @@ func ParseAptTrades(region, dealYM string, body []byte) (trades []AptTrade, tota
 		return nil, 0, fmt.Errorf("%s: response has no totalCount", ep)
 	}
 	if totalCount, err = strconv.Atoi(s); err != nil || totalCount < 0 {
-		return nil, 0, fmt.Errorf("%s: bad totalCount %q", ep, s)
+		return nil, 0, fmt.Errorf("%s: bad totalCount %s", ep, providerValue(s))
 	}
 	return trades, totalCount, nil
 }
@@ -411,7 +411,7 @@ func parseGroupedInt(s string) (int64, error) {
 	clean := strings.ReplaceAll(strings.TrimSpace(s), ",", "")
 	n, err := strconv.ParseInt(clean, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("parse %q: %w", s, err)
+		return 0, fmt.Errorf("parse %s: %w", providerValue(s), numberError(err))
 	}
 	return n, nil
 }

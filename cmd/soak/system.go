@@ -152,6 +152,9 @@ func (s *system) baseEnv() map[string]string {
 		"BUILDRISK_REAP_INTERVAL":          s.cfg.reapInterval.String(),
 		"BUILDRISK_DRAIN_TIMEOUT":          s.cfg.drainTimeout.String(),
 		"BUILDRISK_API_TOKENS":             "operator:" + operatorToken,
+		// The harness is one token polling hard: its load is the point,
+		// not a flood to refuse.
+		"BUILDRISK_TOKEN_RATE_LIMIT": "0",
 	}
 	for _, job := range allJobs {
 		env["BUILDRISK_SCHEDULE_"+strings.ToUpper(job)] = "off"

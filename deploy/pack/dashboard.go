@@ -307,8 +307,9 @@ func healthPanels(b *dashboard.DashboardBuilder) {
 		),
 	)
 	b.WithPanel(
-		graph(33, dashboard.GridPos{X: 0, Y: 82, W: 12, H: 8}, "Failed credential checks", "buildrisk_auth_failures_total by via (bearer: a wrong bearer token; login: a wrong console login), per second. A client past 10 failures a minute gets 429 until its minute ends; a burst is someone guessing tokens (the api logs each client once, with its address).", "reqps",
+		graph(33, dashboard.GridPos{X: 0, Y: 82, W: 12, H: 8}, "Failed credential checks and rate-limited tokens", "buildrisk_auth_failures_total by via (bearer: a wrong bearer token; login: a wrong console login), per second. A client past 10 failures a minute gets 429 until its minute ends; a burst is someone guessing tokens (the api logs each client once, with its address). buildrisk_rate_limited_total by role: requests of a valid token refused past its BUILDRISK_TOKEN_RATE_LIMIT (a script or a console polling too fast).", "reqps",
 			query("A", "sum by (via) (rate(buildrisk_auth_failures_total[$__rate_interval]))", "{{via}}"),
+			query("B", "sum by (role) (rate(buildrisk_rate_limited_total[$__rate_interval]))", "rate limited: {{role}}"),
 		),
 	)
 	b.WithPanel(

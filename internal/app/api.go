@@ -118,6 +118,7 @@ func NewAPI(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts APIOpti
 		RequestTimeout: apiRequestTimeout(env), TxSettings: dbpool.APITxSettings(env), IdempotencyRetention: env.IdempotencyRetention,
 		DailyCaps: env.CapsByName(), Today: BudgetDay(env, pool), RiverUI: riverUI, Coverage: cover,
 		AllowedHosts: env.AllowedHosts, TrustedProxies: env.TrustedProxies,
+		TokenRateLimit: env.TokenRateLimit,
 	})
 	if err != nil {
 		return nil, err

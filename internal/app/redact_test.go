@@ -169,6 +169,81 @@ func TestRedaction_ProviderErrorQuotingTheKey(t *testing.T) {
 	}
 }
 
+// A provider refusing every call with the key quoted back in each form of
+// fakeupstream.QuotedKeyForms (raw, upper-case, percent-encoded both ways,
+// '+' as a space, hex, base64 at every alignment, HTML numeric, a prefix
+// one short, JSON-escaped, the URL as received, and decoded for a key
+// configured percent-encoded), during aptTrade, filingParse and
+// corpCodeSync: no run of 12 characters of any form reaches a viewer's
+// answers, the stored rows (River's job errors included), the logs or the
+// spans.
+func TestRedaction_ProviderQuotingTheKeyInEveryForm(t *testing.T) {
+	t.Parallel()
+	keys := map[string]string{
+		// A data.go.kr "Encoding" key, configured as issued: sent encoded
+		// once more, the provider decodes it to this, and quotes it decoded.
+		"BUILDRISK_KEY_MOLIT": "Zq81kEYmolit%2BSecret%2F7f3a%3D%3DQ",
+		"BUILDRISK_KEY_DART":  "3f9a1c27be04d5f68a9b0c1d2e3f4a5b6c7d8e9f",
+	}
+	logs := &apptest.SyncBuffer{}
+	s := apptest.New(t, &apptest.Opts{Env: keys, Fake: fakeupstream.Config{Companies: 40}, Logs: logs})
+	dir := t.TempDir()
+	s.StartWorkerWith(s.Pool, func(_ *worker.Config, rc *batch.Config) { rc.Jobs[corpcode.Name] = corpcode.Job{Dir: dir} })
+	s.RunJob(corpcode.Name, `{}`)
+
+	s.Fake.SetConfig(fakeupstream.Config{Companies: 40, QuoteKeyForms: true})
+	var ids []string
+	for _, job := range []struct{ name, body string }{
+		{corpcode.Name, `{}`},
+		{filing.Name, `{"params":{"from":"2025-01-01","to":"2025-01-31"}}`},
+		{apttrade.Name, apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-01")},
+	} {
+		id := s.RequestJob(job.name, job.body)["requestId"].(string)
+		s.WaitRequest(id, "DONE", "FAILED")
+		ids = append(ids, id)
+	}
+	// corpCodeSync's archive names a company "Z" and the key, in an entry
+	// its parser refuses: the error must not quote the name (cut to 40
+	// bytes, it held 39 of the 40 characters of the DART key).
+	s.Fake.SetConfig(fakeupstream.Config{Companies: 40, CorpNameQuotesKey: true})
+	id := s.RequestJob(corpcode.Name, `{}`)["requestId"].(string)
+	failed := s.WaitRequest(id, "FAILED")
+	require.Contains(t, fmt.Sprint(failed), "is not 8 digits", "the archive's bad entry failed the run")
+	ids = append(ids, id)
+
+	var seen strings.Builder
+	for _, span := range s.Spans.Ended() {
+		writeSpan(&seen, span)
+	}
+	seen.WriteString(logs.String())
+	for _, table := range []string{"job_request", "job_execution", "job_checkpoint", "job_instance", "river_job", "worker", "corp_code_download"} {
+		var rows string
+		require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(t::text, E'\n'), '') FROM `+table+` t`).Scan(&rows))
+		seen.WriteString(rows)
+	}
+	for _, path := range append([]string{"/v1/jobs", "/v1/workers", "/v1/requests?limit=500"}, prefixed("/v1/requests/", ids)...) {
+		seen.WriteString(s.Raw(path))
+	}
+	text := strings.ToLower(seen.String())
+	require.Contains(t, text, `provider code \"010\" (unregistered key `, "DART's refusal was recorded")
+	require.Contains(t, text, `provider code \"30\" (unregistered key `, "data.go.kr's refusal was recorded")
+	for name, key := range keys {
+		// The provider received the key as configured (the client encodes
+		// it once for the query, the provider decodes it once).
+		for _, form := range fakeupstream.QuotedKeyForms(key, "") {
+			carried := strings.ToLower(form.Carried)
+			for i := 0; i+keyRun <= len(carried); i++ {
+				if j := strings.Index(text, carried[i:i+keyRun]); j >= 0 {
+					t.Fatalf("%s leaked as %s: ...%s...", name, form.Name, text[max(j-200, 0):min(j+keyRun+40, len(text))])
+				}
+			}
+		}
+	}
+}
+
+// keyRun is the shortest run of a key's characters that counts as the key.
+const keyRun = 12
+
 func prefixed(prefix string, ids []string) []string {
 	out := make([]string, len(ids))
 	for i, id := range ids {

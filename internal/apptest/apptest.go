@@ -216,6 +216,9 @@ func New(t testing.TB, opts *Opts) *System {
 		// resume (autoresume_test.go) turn it on.
 		"BUILDRISK_AUTO_RESUME":         "none",
 		"BUILDRISK_AUTO_RESUME_BACKOFF": "10ms",
+		// The helpers poll one token every few milliseconds; the tests of
+		// the per-token limit set it.
+		"BUILDRISK_TOKEN_RATE_LIMIT": "0",
 	}
 	// Schedules are off unless a test turns one on: a cron tick must never
 	// land in the middle of an unrelated test.

@@ -90,6 +90,9 @@ type Config struct {
 	LogFormat string `env:"BUILDRISK_LOG_FORMAT" oneof:"json text"`
 	// MaxBodyBytes bounds every API request body.
 	MaxBodyBytes int64 `env:"BUILDRISK_MAX_BODY_BYTES" range:"1024 to 1073741824"`
+	// TokenRateLimit is each API token's budget of requests per minute
+	// (api.Config.TokenRateLimit); 0 turns the limit off.
+	TokenRateLimit int `env:"BUILDRISK_TOKEN_RATE_LIMIT" range:"0 to 1000000"`
 	// AllowedHosts are the Host names the api answers for
 	// (BUILDRISK_ALLOWED_HOSTS; LoopbackHosts by default with
 	// BUILDRISK_INSECURE_NO_AUTH=1, any Host by default otherwise); see
@@ -187,6 +190,7 @@ type vars struct {
 	DBAPIRole         string        `env:"BUILDRISK_DB_API_ROLE"`
 	AllowedHostList   string        `env:"BUILDRISK_ALLOWED_HOSTS"`
 	TrustedProxyList  string        `env:"BUILDRISK_TRUSTED_PROXIES"`
+	TrustedProxyWide  bool          `env:"BUILDRISK_TRUSTED_PROXIES_ALLOW_WIDE"`
 }
 
 // LoadEnv reads the configuration from getenv (os.Getenv in production)
@@ -201,6 +205,7 @@ func LoadEnv(getenv func(string) string) (*Config, error) {
 			APIStatementTimeout: APIStatementTimeoutDefault, APILockTimeout: APILockTimeoutDefault,
 			MigrateLockTimeout: migrations.LockTimeoutDefault, MigrateLockRetryFor: migrations.LockRetryForDefault,
 			IdempotencyRetention: api.IdempotencyRetentionDefault, MaxBodyBytes: api.MaxBodyBytesDefault,
+			TokenRateLimit: api.TokenRateLimitDefault,
 			CoverageMaxAge: coverage.MaxAgeDefault, FanOut: batch.FanOutDefault,
 		},
 		AutoResumeCauses: request.AutoResumeCausesDefault, AutoResumeMax: request.AutoResumeMaxDefault,
@@ -310,7 +315,7 @@ func (v *vars) parse(getenv func(string) string) error {
 	if v.AllowedHosts, err = parseAllowedHosts(v.AllowedHostList, v.InsecureNoAuth); err != nil {
 		return envError("BUILDRISK_ALLOWED_HOSTS", "%v", err)
 	}
-	if v.TrustedProxies, err = parseTrustedProxies(v.TrustedProxyList); err != nil {
+	if v.TrustedProxies, err = parseTrustedProxies(v.TrustedProxyList, v.TrustedProxyWide); err != nil {
 		return envError("BUILDRISK_TRUSTED_PROXIES", "%v", err)
 	}
 	return v.readNamed(getenv)
@@ -496,29 +501,6 @@ func parseAllowedHosts(v string, insecure bool) ([]string, error) {
 			return nil, fmt.Errorf("%q is not a host name or an IP address without a port (or * alone, for any Host)", entry)
 		}
 		out = append(out, host)
-	}
-	return out, nil
-}
-
-// parseTrustedProxies parses BUILDRISK_TRUSTED_PROXIES: IP addresses and
-// CIDR prefixes separated by commas or spaces. A prefix of every address
-// is refused: any client could then name its own address.
-func parseTrustedProxies(v string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, entry := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' }) {
-		prefix, err := netip.ParsePrefix(entry)
-		if err != nil {
-			addr, addrErr := netip.ParseAddr(entry)
-			if addrErr != nil || addr.Zone() != "" {
-				return nil, fmt.Errorf("%q is not an IP address or a CIDR prefix such as 10.0.0.0/8", entry)
-			}
-			addr = addr.Unmap()
-			prefix = netip.PrefixFrom(addr, addr.BitLen())
-		}
-		if prefix.Bits() == 0 {
-			return nil, fmt.Errorf("%q trusts every address, so any client could name its own; list the proxies", entry)
-		}
-		out = append(out, prefix.Masked())
 	}
 	return out, nil
 }

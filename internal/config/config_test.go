@@ -348,3 +348,66 @@ func TestEnv_AllowedHosts(t *testing.T) {
 		require.ErrorContains(t, err, "BUILDRISK_ALLOWED_HOSTS", bad)
 	}
 }
+
+// Prefixes that together cover an address family's whole space are
+// refused, ALLOW_WIDE or not; more than a /8 of public space only with
+// BUILDRISK_TRUSTED_PROXIES_ALLOW_WIDE=1; private ranges of any size pass.
+func TestEnv_TrustedProxiesTogetherTooWide(t *testing.T) {
+	t.Parallel()
+	load := func(v, allowWide string) (*config.Config, error) {
+		return config.LoadEnv(func(k string) string {
+			switch k {
+			case "BUILDRISK_TRUSTED_PROXIES":
+				return v
+			case "BUILDRISK_TRUSTED_PROXIES_ALLOW_WIDE":
+				return allowWide
+			}
+			return ""
+		})
+	}
+	for _, whole := range []string{
+		"0.0.0.0/1,128.0.0.0/1", "::/1,8000::/1",
+		"0.0.0.0/2,64.0.0.0/2,128.0.0.0/1", "0.0.0.0/1,128.0.0.0/2,192.0.0.0/2,10.0.0.0/8",
+	} {
+		for _, allowWide := range []string{"", "1"} {
+			_, err := load(whole, allowWide)
+			require.ErrorContains(t, err, "whole", whole)
+			require.True(t, config.IsUsage(err), whole)
+		}
+	}
+	for _, wide := range []string{"1.0.0.0/7", "8.0.0.0/8,9.0.0.0/8", "2000::/7", "0.0.0.0/1"} {
+		_, err := load(wide, "")
+		require.ErrorContains(t, err, "BUILDRISK_TRUSTED_PROXIES_ALLOW_WIDE", wide)
+		env, err := load(wide, "1")
+		require.NoError(t, err, wide)
+		require.NotEmpty(t, env.TrustedProxies)
+	}
+	for _, fine := range []string{"10.0.0.0/8,172.16.0.0/12,192.168.0.0/16", "8.0.0.0/8", "fc00::/7", "100.64.0.0/10"} {
+		_, err := load(fine, "")
+		require.NoError(t, err, fine)
+	}
+}
+
+// BUILDRISK_TOKEN_RATE_LIMIT: generous by default, 0 turns it off, a bad
+// value names the variable.
+func TestEnv_TokenRateLimit(t *testing.T) {
+	t.Parallel()
+	load := func(v string) (*config.Config, error) {
+		return config.LoadEnv(func(k string) string {
+			if k == "BUILDRISK_TOKEN_RATE_LIMIT" {
+				return v
+			}
+			return ""
+		})
+	}
+	env, err := load("")
+	require.NoError(t, err)
+	require.Equal(t, api.TokenRateLimitDefault, env.TokenRateLimit)
+	env, err = load("0")
+	require.NoError(t, err)
+	require.Zero(t, env.TokenRateLimit)
+	for _, bad := range []string{"-1", "many", "1000001"} {
+		_, err := load(bad)
+		require.ErrorContains(t, err, "BUILDRISK_TOKEN_RATE_LIMIT", bad)
+	}
+}

@@ -71,6 +71,14 @@ func (s *Server) serveCorpCode(w http.ResponseWriter, c *call) {
 		http.Error(w, "write archive: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
+	if c.st.cfg.CorpNameQuotesKey {
+		var name bytes.Buffer
+		_ = xml.EscapeText(&name, []byte("Z"+c.q.Get("crtfc_key")))
+		if _, err := fmt.Fprintf(f, "<list><corp_code>1234567x</corp_code><corp_name>%s</corp_name></list>\n", name.String()); err != nil {
+			http.Error(w, "write archive: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+	}
 	for _, i := range order {
 		if _, err := f.Write(u.corpXML[i]); err != nil {
 			http.Error(w, "write archive: "+err.Error(), http.StatusInternalServerError)

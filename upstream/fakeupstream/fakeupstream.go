@@ -20,7 +20,8 @@
 // Content-Length with the connection closed, stalled after its first bytes
 // until the caller gives up, or not in the provider's format at all.
 // Config.QuoteKey refuses every call as an unregistered key, the refusal
-// quoting the key the way a careless provider's does.
+// quoting the key the way a careless provider's does; Config.QuoteKeyForms
+// quotes it in every form of QuotedKeyForms.
 // Random choices hash the seed, the
 // endpoint, the call key and how many times that key was called, so they do
 // not depend on how concurrent calls interleave: the n-th call of a key
@@ -151,6 +152,16 @@ type Config struct {
 	// key KEY (/api/list.json?...&crtfc_key=KEY)". Some providers' refusals
 	// do; tests prove such a message never leaves the worker with the key.
 	QuoteKey bool `json:"quoteKey"`
+
+	// QuoteKeyForms refuses every provider call like QuoteKey, the
+	// message quoting the key in every form of QuotedKeyForms instead.
+	QuoteKeyForms bool `json:"quoteKeyForms"`
+
+	// CorpNameQuotesKey makes the corp code archive start with an entry
+	// whose corp_code is not 8 digits and whose corp_name is "Z" and the
+	// key the download was made with: a parse error that quotes the name
+	// shows the key.
+	CorpNameQuotesKey bool `json:"corpNameQuotesKey"`
 }
 
 // configJSON is Config's JSON form: the latency is a Go duration string.
@@ -168,6 +179,8 @@ type configJSON struct {
 	Companies  int                 `json:"companies"`
 	FailKeys   map[string][]string `json:"failKeys"`
 	QuoteKey   bool                `json:"quoteKey"`
+	QuoteForms bool                `json:"quoteKeyForms"`
+	CorpName   bool                `json:"corpNameQuotesKey"`
 }
 
 // MarshalJSON writes the configuration with the latency as a Go duration
@@ -191,6 +204,8 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Companies:  c.Companies,
 		FailKeys:   failKeys,
 		QuoteKey:   c.QuoteKey,
+		QuoteForms: c.QuoteKeyForms,
+		CorpName:   c.CorpNameQuotesKey,
 	})
 }
 
@@ -214,6 +229,8 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		Companies  *int            `json:"companies"`
 		FailKeys   json.RawMessage `json:"failKeys"`
 		QuoteKey   *bool           `json:"quoteKey"`
+		QuoteForms *bool           `json:"quoteKeyForms"`
+		CorpName   *bool           `json:"corpNameQuotesKey"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -274,6 +291,12 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	}
 	if patch.QuoteKey != nil {
 		next.QuoteKey = *patch.QuoteKey
+	}
+	if patch.QuoteForms != nil {
+		next.QuoteKeyForms = *patch.QuoteForms
+	}
+	if patch.CorpName != nil {
+		next.CorpNameQuotesKey = *patch.CorpName
 	}
 	*c = next
 	return nil
@@ -560,6 +583,10 @@ func (s *Server) provider(endpoint string, keyParams []string, keyParam string, 
 				_, _ = io.WriteString(w, "\x00\x7f<<injected garbage, in no provider's format>>{")
 				return
 			}
+		}
+		if c.st.cfg.QuoteKeyForms {
+			writeKeyError(w, quotedKeyFormsMessage(q.Get(keyParam), r.URL.RequestURI()))
+			return
 		}
 		if c.st.cfg.QuoteKey {
 			writeKeyError(w, fmt.Sprintf("unregistered key %s (%s)", q.Get(keyParam), r.URL.RequestURI()))

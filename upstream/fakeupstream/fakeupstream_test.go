@@ -235,7 +235,7 @@ func TestConfigEndpoint(t *testing.T) {
 	require.Equal(t, int64(1), cfg.Seed)
 
 	_, body = get(t, srv, "/__fake/config", nil)
-	require.JSONEq(t, `{"latency":"2ms","errorRate":0.05,"rate429":0.1,"retryAfter":"1s","emptyRate":0,"shortRate":0,"cutBodyRate":0,"hangBodyRate":0,"garbageRate":0,"seed":1,"companies":50,"failKeys":{"aptTrade":["11110:202501"]},"quoteKey":false}`, string(body))
+	require.JSONEq(t, `{"latency":"2ms","errorRate":0.05,"rate429":0.1,"retryAfter":"1s","emptyRate":0,"shortRate":0,"cutBodyRate":0,"hangBodyRate":0,"garbageRate":0,"seed":1,"companies":50,"failKeys":{"aptTrade":["11110:202501"]},"quoteKey":false,"quoteKeyForms":false,"corpNameQuotesKey":false}`, string(body))
 
 	resp, _ = post(t, srv, "/__fake/config", `{"failKeys":null,"latency":"0s"}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -731,4 +731,30 @@ func BenchmarkProviderCalls(b *testing.B) {
 			})
 		})
 	}
+}
+
+// QuoteKeyForms refuses every call like QuoteKey, quoting the key it
+// received in every form of QuotedKeyForms, the decoded form of a
+// percent-encoded key among them.
+func TestQuoteKeyForms(t *testing.T) {
+	t.Parallel()
+
+	fake, srv := startServer(t, Config{Companies: 50})
+	resp, _ := post(t, srv, "/__fake/config", `{"quoteKeyForms":true}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.True(t, fake.Config().QuoteKeyForms)
+	const key = "Zq81kEYencoded%2Ba%2Fb%3D9xPp"
+	resp, body := get(t, srv, pathCorpCode, url.Values{"crtfc_key": {key}})
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var x struct {
+		Message string `xml:"message"`
+	}
+	require.NoError(t, xml.Unmarshal(body, &x))
+	forms := QuotedKeyForms(key, pathCorpCode+"?crtfc_key="+url.QueryEscape(key))
+	require.Len(t, forms, 17) // 12 forms, 4 misaligned base64, the decoded key
+	for _, f := range forms {
+		require.Contains(t, x.Message, f.Name+"=["+f.Text+"]")
+		require.Contains(t, f.Text, f.Carried)
+	}
+	require.Contains(t, x.Message, "decoded=[Zq81kEYencoded+a/b=9xPp]")
 }

@@ -80,6 +80,7 @@ const (
 	Request             AuditEventViewAction = "request"
 	RiveruiWriteRefused AuditEventViewAction = "riverui_write_refused"
 	Stop                AuditEventViewAction = "stop"
+	TokenRefused        AuditEventViewAction = "token_refused"
 )
 
 // Valid indicates whether the value is a known member of the AuditEventViewAction enum.
@@ -98,6 +99,8 @@ func (e AuditEventViewAction) Valid() bool {
 	case RiveruiWriteRefused:
 		return true
 	case Stop:
+		return true
+	case TokenRefused:
 		return true
 	default:
 		return false
@@ -148,6 +151,7 @@ const (
 	ErrorModelTypeProblemsmisdirectedRequest       ErrorModelType = "/problems/misdirected-request"
 	ErrorModelTypeProblemsnotFound                 ErrorModelType = "/problems/not-found"
 	ErrorModelTypeProblemsnothingRunning           ErrorModelType = "/problems/nothing-running"
+	ErrorModelTypeProblemsrateLimited              ErrorModelType = "/problems/rate-limited"
 	ErrorModelTypeProblemstooManyAuthFailures      ErrorModelType = "/problems/too-many-auth-failures"
 	ErrorModelTypeProblemsunauthorized             ErrorModelType = "/problems/unauthorized"
 	ErrorModelTypeProblemsunsupportedMediaType     ErrorModelType = "/problems/unsupported-media-type"
@@ -186,6 +190,8 @@ func (e ErrorModelType) Valid() bool {
 	case ErrorModelTypeProblemsnotFound:
 		return true
 	case ErrorModelTypeProblemsnothingRunning:
+		return true
+	case ErrorModelTypeProblemsrateLimited:
 		return true
 	case ErrorModelTypeProblemstooManyAuthFailures:
 		return true
@@ -3766,7 +3772,9 @@ type AlertListResponse401Headers struct {
 
 // AlertListResponse429Headers the declared response headers of an HTTP 429 response for AlertList
 type AlertListResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // AlertListResponse503Headers the declared response headers of an HTTP 503 response for AlertList
@@ -3870,7 +3878,9 @@ type AuditListResponse401Headers struct {
 
 // AuditListResponse429Headers the declared response headers of an HTTP 429 response for AuditList
 type AuditListResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // AuditListResponse503Headers the declared response headers of an HTTP 503 response for AuditList
@@ -3981,7 +3991,9 @@ type CoverageListResponse401Headers struct {
 
 // CoverageListResponse429Headers the declared response headers of an HTTP 429 response for CoverageList
 type CoverageListResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // CoverageListResponse503Headers the declared response headers of an HTTP 503 response for CoverageList
@@ -4085,7 +4097,9 @@ type CoverageMissingResponse401Headers struct {
 
 // CoverageMissingResponse429Headers the declared response headers of an HTTP 429 response for CoverageMissing
 type CoverageMissingResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // CoverageMissingResponse503Headers the declared response headers of an HTTP 503 response for CoverageMissing
@@ -4201,7 +4215,9 @@ type ExecutionAbandonResponse401Headers struct {
 
 // ExecutionAbandonResponse429Headers the declared response headers of an HTTP 429 response for ExecutionAbandon
 type ExecutionAbandonResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // ExecutionAbandonResponse503Headers the declared response headers of an HTTP 503 response for ExecutionAbandon
@@ -4349,7 +4365,9 @@ type JobListResponse401Headers struct {
 
 // JobListResponse429Headers the declared response headers of an HTTP 429 response for JobList
 type JobListResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // JobListResponse503Headers the declared response headers of an HTTP 503 response for JobList
@@ -4458,7 +4476,9 @@ type RequestCreateAptTradeResponse401Headers struct {
 
 // RequestCreateAptTradeResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateAptTrade
 type RequestCreateAptTradeResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // RequestCreateAptTradeResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateAptTrade
@@ -4604,7 +4624,9 @@ type RequestCreateCorpCodeSyncResponse401Headers struct {
 
 // RequestCreateCorpCodeSyncResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateCorpCodeSync
 type RequestCreateCorpCodeSyncResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // RequestCreateCorpCodeSyncResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateCorpCodeSync
@@ -4750,7 +4772,9 @@ type RequestCreateCreditEvalResponse401Headers struct {
 
 // RequestCreateCreditEvalResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateCreditEval
 type RequestCreateCreditEvalResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // RequestCreateCreditEvalResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateCreditEval
@@ -4896,7 +4920,9 @@ type RequestCreateFilingParseResponse401Headers struct {
 
 // RequestCreateFilingParseResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateFilingParse
 type RequestCreateFilingParseResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // RequestCreateFilingParseResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateFilingParse
@@ -5042,7 +5068,9 @@ type RequestCreateMetricsResponse401Headers struct {
 
 // RequestCreateMetricsResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateMetrics
 type RequestCreateMetricsResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // RequestCreateMetricsResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateMetrics
@@ -5188,7 +5216,9 @@ type RequestCreateRulesResponse401Headers struct {
 
 // RequestCreateRulesResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateRules
 type RequestCreateRulesResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // RequestCreateRulesResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateRules
@@ -5334,7 +5364,9 @@ type RequestCreateStockPriceResponse401Headers struct {
 
 // RequestCreateStockPriceResponse429Headers the declared response headers of an HTTP 429 response for RequestCreateStockPrice
 type RequestCreateStockPriceResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // RequestCreateStockPriceResponse503Headers the declared response headers of an HTTP 503 response for RequestCreateStockPrice
@@ -5475,7 +5507,9 @@ type JobGetResponse401Headers struct {
 
 // JobGetResponse429Headers the declared response headers of an HTTP 429 response for JobGet
 type JobGetResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // JobGetResponse503Headers the declared response headers of an HTTP 503 response for JobGet
@@ -5586,7 +5620,9 @@ type RequestEstimateResponse401Headers struct {
 
 // RequestEstimateResponse429Headers the declared response headers of an HTTP 429 response for RequestEstimate
 type RequestEstimateResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // RequestEstimateResponse503Headers the declared response headers of an HTTP 503 response for RequestEstimate
@@ -5718,7 +5754,9 @@ type JobHistoryResponse401Headers struct {
 
 // JobHistoryResponse429Headers the declared response headers of an HTTP 429 response for JobHistory
 type JobHistoryResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // JobHistoryResponse503Headers the declared response headers of an HTTP 503 response for JobHistory
@@ -5834,7 +5872,9 @@ type RequestCreateResponse401Headers struct {
 
 // RequestCreateResponse429Headers the declared response headers of an HTTP 429 response for RequestCreate
 type RequestCreateResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // RequestCreateResponse503Headers the declared response headers of an HTTP 503 response for RequestCreate
@@ -5987,7 +6027,9 @@ type JobStopResponse401Headers struct {
 
 // JobStopResponse429Headers the declared response headers of an HTTP 429 response for JobStop
 type JobStopResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // JobStopResponse503Headers the declared response headers of an HTTP 503 response for JobStop
@@ -6135,7 +6177,9 @@ type ProviderListResponse401Headers struct {
 
 // ProviderListResponse429Headers the declared response headers of an HTTP 429 response for ProviderList
 type ProviderListResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // ProviderListResponse503Headers the declared response headers of an HTTP 503 response for ProviderList
@@ -6239,7 +6283,9 @@ type RequestListResponse401Headers struct {
 
 // RequestListResponse429Headers the declared response headers of an HTTP 429 response for RequestList
 type RequestListResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // RequestListResponse503Headers the declared response headers of an HTTP 503 response for RequestList
@@ -6343,7 +6389,9 @@ type RequestGetResponse401Headers struct {
 
 // RequestGetResponse429Headers the declared response headers of an HTTP 429 response for RequestGet
 type RequestGetResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // RequestGetResponse503Headers the declared response headers of an HTTP 503 response for RequestGet
@@ -6454,7 +6502,9 @@ type WorkerListResponse401Headers struct {
 
 // WorkerListResponse429Headers the declared response headers of an HTTP 429 response for WorkerList
 type WorkerListResponse429Headers struct {
-	RetryAfter int
+	RateLimit       *string
+	RateLimitPolicy *string
+	RetryAfter      int
 }
 
 // WorkerListResponse503Headers the declared response headers of an HTTP 503 response for WorkerList
@@ -7074,6 +7124,20 @@ func ParseAlertListResponse(rsp *http.Response) (*AlertListResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers AlertListResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -7182,6 +7246,20 @@ func ParseAuditListResponse(rsp *http.Response) (*AuditListResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers AuditListResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -7283,6 +7361,20 @@ func ParseCoverageListResponse(rsp *http.Response) (*CoverageListResponse, error
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers CoverageListResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -7391,6 +7483,20 @@ func ParseCoverageMissingResponse(rsp *http.Response) (*CoverageMissingResponse,
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers CoverageMissingResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -7544,6 +7650,20 @@ func ParseExecutionAbandonResponse(rsp *http.Response) (*ExecutionAbandonRespons
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers ExecutionAbandonResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -7645,6 +7765,20 @@ func ParseJobListResponse(rsp *http.Response) (*JobListResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers JobListResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -7791,6 +7925,20 @@ func ParseRequestCreateAptTradeResponse(rsp *http.Response) (*RequestCreateAptTr
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers RequestCreateAptTradeResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -7937,6 +8085,20 @@ func ParseRequestCreateCorpCodeSyncResponse(rsp *http.Response) (*RequestCreateC
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers RequestCreateCorpCodeSyncResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8083,6 +8245,20 @@ func ParseRequestCreateCreditEvalResponse(rsp *http.Response) (*RequestCreateCre
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers RequestCreateCreditEvalResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8229,6 +8405,20 @@ func ParseRequestCreateFilingParseResponse(rsp *http.Response) (*RequestCreateFi
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers RequestCreateFilingParseResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8375,6 +8565,20 @@ func ParseRequestCreateMetricsResponse(rsp *http.Response) (*RequestCreateMetric
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers RequestCreateMetricsResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8521,6 +8725,20 @@ func ParseRequestCreateRulesResponse(rsp *http.Response) (*RequestCreateRulesRes
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers RequestCreateRulesResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8667,6 +8885,20 @@ func ParseRequestCreateStockPriceResponse(rsp *http.Response) (*RequestCreateSto
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers RequestCreateStockPriceResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8775,6 +9007,20 @@ func ParseJobGetResponse(rsp *http.Response) (*JobGetResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers JobGetResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8904,6 +9150,20 @@ func ParseRequestEstimateResponse(rsp *http.Response) (*RequestEstimateResponse,
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers RequestEstimateResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9012,6 +9272,20 @@ func ParseJobHistoryResponse(rsp *http.Response) (*JobHistoryResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers JobHistoryResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9165,6 +9439,20 @@ func ParseRequestCreateResponse(rsp *http.Response) (*RequestCreateResponse, err
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers RequestCreateResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9318,6 +9606,20 @@ func ParseJobStopResponse(rsp *http.Response) (*JobStopResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers JobStopResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9419,6 +9721,20 @@ func ParseProviderListResponse(rsp *http.Response) (*ProviderListResponse, error
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers ProviderListResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9520,6 +9836,20 @@ func ParseRequestListResponse(rsp *http.Response) (*RequestListResponse, error) 
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers RequestListResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9628,6 +9958,20 @@ func ParseRequestGetResponse(rsp *http.Response) (*RequestGetResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers RequestGetResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9729,6 +10073,20 @@ func ParseWorkerListResponse(rsp *http.Response) (*WorkerListResponse, error) {
 		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers WorkerListResponse429Headers
+		if values := rsp.Header.Values("RateLimit"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimit = &value
+		}
+		if values := rsp.Header.Values("RateLimit-Policy"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "RateLimit-Policy", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RateLimitPolicy = &value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
