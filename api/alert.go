@@ -10,7 +10,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 )
 
@@ -56,8 +56,8 @@ func (s *Server) registerAlerts(api huma.API) {
 func (s *Server) listAlerts(ctx context.Context, in *alertListInput) (*AlertListOutput, error) {
 	var company *string
 	if in.Company != "" {
-		if !jobs.IsCorpCode(in.Company) {
-			return nil, badQuery("company", fmt.Sprintf("%s is not an 8-digit DART corp code", jobs.Quote(in.Company)))
+		if !catalog.IsCorpCode(in.Company) {
+			return nil, badQuery("company", fmt.Sprintf("%s is not an 8-digit DART corp code", catalog.Quote(in.Company)))
 		}
 		company = &in.Company
 	}
@@ -67,7 +67,7 @@ func (s *Server) listAlerts(ctx context.Context, in *alertListInput) (*AlertList
 	if in.Date != "" {
 		var err error
 		if day, err = time.Parse(time.DateOnly, in.Date); err != nil {
-			return nil, badQuery("date", fmt.Sprintf("%s is not a date in the form YYYY-MM-DD", jobs.Quote(in.Date)))
+			return nil, badQuery("date", fmt.Sprintf("%s is not a date in the form YYYY-MM-DD", catalog.Quote(in.Date)))
 		}
 	} else {
 		latest, err := s.queries.RiskAlertLatestDate(ctx, s.reads, company)

@@ -33,8 +33,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/coverage"
+	"github.com/buildrisk/radar/catalog"
+	"github.com/buildrisk/radar/catalog/coverage"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
@@ -75,7 +75,7 @@ type Config struct {
 	// Insecure disables auth (BUILDRISK_INSECURE_NO_AUTH=1).
 	Insecure bool
 	// Catalog lists the jobs. Required.
-	Catalog *jobs.Catalog
+	Catalog *catalog.Catalog
 	// AlertRules documents the rule set in the description of GET
 	// /v1/alerts: the rules job's own text (riskrule.Doc), given here
 	// because the api does not import the job packages. Required.
@@ -245,9 +245,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 // errors every operation can answer, so that a client generated from the
 // document knows every status it will see; the schemas are named by
 // schemaNamer.
-func openAPIConfig(version string, catalog *jobs.Catalog) huma.Config {
+func openAPIConfig(version string, jobCatalog *catalog.Catalog) huma.Config {
 	c := huma.DefaultConfig("buildrisk-radar", version)
-	c.Components.Schemas = huma.NewMapRegistry("#/components/schemas/", schemaNamer(catalog))
+	c.Components.Schemas = huma.NewMapRegistry("#/components/schemas/", schemaNamer(jobCatalog))
 	c.Info.Description = "Enqueue and observe buildrisk-radar's batch jobs. GETs need a viewer or operator token, POSTs an operator token. " +
 		"Errors are RFC 9457 problem+json whose type is one of a closed set (ErrorModel.type; each is also a page of this api, see /problems/): branch on type, not on detail. " +
 		"Bad input is a 400 naming the field. The POSTs that start or change work take an optional Idempotency-Key header (IETF httpapi draft -09): " +
@@ -301,9 +301,9 @@ func openAPIConfig(version string, catalog *jobs.Catalog) huma.Config {
 // clients name their types after it), and the job names are public while
 // the Go types that carry the params are not: every job package may name
 // its own type Params.
-func schemaNamer(catalog *jobs.Catalog) func(t reflect.Type, hint string) string {
+func schemaNamer(jobCatalog *catalog.Catalog) func(t reflect.Type, hint string) string {
 	byType := map[reflect.Type]string{problemType: problemSchemaName}
-	for _, def := range catalog.All() {
+	for _, def := range jobCatalog.All() {
 		byType[def.ParamsType()] = paramsSchemaName(def.Name())
 	}
 	return func(t reflect.Type, hint string) string {
@@ -716,7 +716,7 @@ func unavailable(detail string) error {
 // a problem (an Idempotency-Key's, from inside the enqueue) is answered as
 // it is, and unknown errors are logged and answered with a bare 500.
 func (s *Server) problemFrom(ctx context.Context, err error) error {
-	var paramErr *jobs.ParamError
+	var paramErr *catalog.ParamError
 	var capErr *request.OverCapError
 	var dupErr *request.DuplicateError
 	var problem *Problem

@@ -13,7 +13,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 )
 
 // requireJSON guards every /v1 call that may change something (any method
@@ -35,7 +35,7 @@ func (s *Server) requireJSON(next http.Handler) http.Handler {
 		media, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 		if err != nil || media != "application/json" {
 			w.Header().Set("Connection", "close")
-			writeProblem(w, ProblemUnsupportedMediaType, fmt.Sprintf("the body must be application/json (Content-Type: %s)", jobs.Quote(r.Header.Get("Content-Type"))))
+			writeProblem(w, ProblemUnsupportedMediaType, fmt.Sprintf("the body must be application/json (Content-Type: %s)", catalog.Quote(r.Header.Get("Content-Type"))))
 			return
 		}
 		raw, err := io.ReadAll(r.Body)

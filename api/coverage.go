@@ -11,8 +11,8 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/coverage"
+	"github.com/buildrisk/radar/catalog"
+	"github.com/buildrisk/radar/catalog/coverage"
 )
 
 // CoverageView is one job's coverage: its targets for the data date and how
@@ -98,7 +98,7 @@ func (s *Server) registerCoverage(api huma.API) {
 		if in.Limit != "" {
 			n, err := strconv.Atoi(in.Limit)
 			if err != nil || n < 1 || n > CoverageMissingLimitMax {
-				return nil, badQuery("limit", fmt.Sprintf("%s is not an integer from 1 to %d", jobs.Quote(in.Limit), CoverageMissingLimitMax))
+				return nil, badQuery("limit", fmt.Sprintf("%s is not an integer from 1 to %d", catalog.Quote(in.Limit), CoverageMissingLimitMax))
 			}
 			limit = n
 		}
@@ -169,7 +169,7 @@ func (s *Server) registerJobHistory(api huma.API) {
 		if in.Days != "" {
 			n, err := strconv.Atoi(in.Days)
 			if err != nil || n < 1 || n > coverage.HistoryDaysMax {
-				return nil, badQuery("days", fmt.Sprintf("%s is not an integer from 1 to %d", jobs.Quote(in.Days), coverage.HistoryDaysMax))
+				return nil, badQuery("days", fmt.Sprintf("%s is not an integer from 1 to %d", catalog.Quote(in.Days), coverage.HistoryDaysMax))
 			}
 			days = n
 		}

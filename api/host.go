@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 )
 
 // NormalizeHost returns host (a Host header or an entry of
@@ -54,6 +54,6 @@ func (s *Server) checkHost(next http.Handler) http.Handler {
 			// Not read: the connection closes instead.
 			w.Header().Set("Connection", "close")
 		}
-		writeProblem(w, ProblemMisdirectedRequest, fmt.Sprintf("this api does not answer for host %s (BUILDRISK_ALLOWED_HOSTS)", jobs.Quote(r.Host)))
+		writeProblem(w, ProblemMisdirectedRequest, fmt.Sprintf("this api does not answer for host %s (BUILDRISK_ALLOWED_HOSTS)", catalog.Quote(r.Host)))
 	})
 }

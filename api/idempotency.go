@@ -14,7 +14,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
 )
@@ -199,7 +199,7 @@ func (k *idempotent) lookup(ctx context.Context, db queries.DBTX) error {
 	}
 	if !bytes.Equal(row.Fingerprint, k.fingerprint) {
 		return newProblem(ProblemIdempotencyKeyReused, fmt.Sprintf("Idempotency-Key %s was used for another request (%s, or another body) within %s; use a new key for a new request",
-			jobs.Quote(k.key), row.Operation, k.s.cfg.IdempotencyRetention), &huma.ErrorDetail{Location: "header." + IdempotencyKeyHeader, Message: "used for another request"})
+			catalog.Quote(k.key), row.Operation, k.s.cfg.IdempotencyRetention), &huma.ErrorDetail{Location: "header." + IdempotencyKeyHeader, Message: "used for another request"})
 	}
 	return &replayError{status: int(row.Status), response: row.Response}
 }
@@ -214,7 +214,7 @@ func (k *idempotent) begin(ctx context.Context, tx pgx.Tx) error {
 		return fmt.Errorf("error locking idempotency key: %w", err)
 	}
 	if !locked {
-		return newConflict(ProblemIdempotencyKeyInProgress, fmt.Sprintf("a call with Idempotency-Key %s is still being processed; retry shortly to get its answer", jobs.Quote(k.key)), 0)
+		return newConflict(ProblemIdempotencyKeyInProgress, fmt.Sprintf("a call with Idempotency-Key %s is still being processed; retry shortly to get its answer", catalog.Quote(k.key)), 0)
 	}
 	return k.lookup(ctx, tx)
 }
@@ -235,7 +235,7 @@ func (k *idempotent) record(ctx context.Context, tx pgx.Tx, status int, body any
 	}
 	if n == 0 {
 		// begin found no kept record under the key's lock: none can exist.
-		return fmt.Errorf("idempotency key %s of %s is already recorded", jobs.Quote(k.key), k.tokenName)
+		return fmt.Errorf("idempotency key %s of %s is already recorded", catalog.Quote(k.key), k.tokenName)
 	}
 	return nil
 }

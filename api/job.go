@@ -11,7 +11,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/sql/pgtx"
 )
@@ -103,7 +103,7 @@ func (s *Server) registerJobs(api huma.API) {
 	}, func(ctx context.Context, in *jobInput) (*JobGetOutput, error) {
 		def, ok := s.cfg.Catalog.Lookup(in.Job)
 		if !ok {
-			return nil, huma.Error404NotFound(fmt.Sprintf("job %s not found", jobs.Quote(in.Job)))
+			return nil, huma.Error404NotFound(fmt.Sprintf("job %s not found", catalog.Quote(in.Job)))
 		}
 		views, err := s.jobViews(ctx, []string{in.Job})
 		if err != nil {
@@ -129,7 +129,7 @@ func (s *Server) registerJobs(api huma.API) {
 }
 
 // paramsSchema is the JSON Schema of def's params as a plain JSON object.
-func paramsSchema(def jobs.Definition) (map[string]any, error) {
+func paramsSchema(def catalog.Definition) (map[string]any, error) {
 	registry := huma.NewMapRegistry("#/components/schemas/", huma.DefaultSchemaNamer)
 	raw, err := json.Marshal(registry.Schema(def.ParamsType(), false, ""))
 	if err != nil {
@@ -160,7 +160,7 @@ func (s *Server) jobViews(ctx context.Context, names []string) ([]*JobView, erro
 	return views, nil
 }
 
-func jobViewFrom(def jobs.Definition, row *queries.JobListSummaryRow, schedules func(string) (string, *time.Time)) *JobView {
+func jobViewFrom(def catalog.Definition, row *queries.JobListSummaryRow, schedules func(string) (string, *time.Time)) *JobView {
 	v := &JobView{
 		Name: def.Name(), Description: def.Description(), Provider: def.Provider(), Chunking: def.Chunking(),
 		RequiredKeys: def.RequiredKeys(),
@@ -207,7 +207,7 @@ func (s *Server) stopJob(ctx context.Context, in *jobStopInput) (*JobStopOutput,
 		return nil, err
 	}
 	if _, ok := s.cfg.Catalog.Lookup(in.Job); !ok {
-		return nil, huma.Error404NotFound(fmt.Sprintf("job %s not found", jobs.Quote(in.Job)))
+		return nil, huma.Error404NotFound(fmt.Sprintf("job %s not found", catalog.Quote(in.Job)))
 	}
 	out := &JobStopOutput{}
 	var replay *replayError

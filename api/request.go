@@ -14,7 +14,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
@@ -193,11 +193,11 @@ func documentAnyJobBody(api huma.API, path string) {
 // unknown job, 400 naming the field for a malformed body.
 func (s *Server) decodeRequestBody(ctx context.Context, job string, raw []byte) (*request.EnqueueParams, error) {
 	if _, ok := s.cfg.Catalog.Lookup(job); !ok {
-		return nil, huma.Error404NotFound(fmt.Sprintf("job %s not found; GET /v1/jobs lists them", jobs.Quote(job)))
+		return nil, huma.Error404NotFound(fmt.Sprintf("job %s not found; GET /v1/jobs lists them", catalog.Quote(job)))
 	}
 	var body requestCreateBody
-	if err := jobs.DecodeStrict(raw, &body, "body"); err != nil {
-		var pe *jobs.ParamError
+	if err := catalog.DecodeStrict(raw, &body, "body"); err != nil {
+		var pe *catalog.ParamError
 		if errors.As(err, &pe) {
 			return nil, badInput("request", pe.Field, pe.Field, pe.Message) // already body.<field>
 		}
@@ -407,12 +407,12 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 	params := &queries.JobRequestListParams{MaxRows: RequestListLimitDefault}
 	if in.Job != "" {
 		if _, ok := s.cfg.Catalog.Lookup(in.Job); !ok {
-			return nil, badQuery("job", fmt.Sprintf("unknown job %s", jobs.Quote(in.Job)))
+			return nil, badQuery("job", fmt.Sprintf("unknown job %s", catalog.Quote(in.Job)))
 		}
 	}
 	if in.Status != "" {
 		if !radartype.RequestStatus(in.Status).Valid() {
-			msg := fmt.Sprintf("%s is not one of %s", jobs.Quote(in.Status), requestStatusList)
+			msg := fmt.Sprintf("%s is not one of %s", catalog.Quote(in.Status), requestStatusList)
 			if slices.Contains(radartype.FinalExecutionStatuses(), radartype.ExecutionStatus(in.Status)) {
 				msg += fmt.Sprintf("; %s is how an execution ended: filter with outcome=%s", in.Status, in.Status)
 			}
@@ -421,11 +421,11 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 		params.Status = &in.Status
 	}
 	if in.Outcome != "" && !slices.Contains(radartype.FinalExecutionStatuses(), radartype.ExecutionStatus(in.Outcome)) {
-		return nil, badQuery("outcome", fmt.Sprintf("%s is not one of %s", jobs.Quote(in.Outcome), outcomeList))
+		return nil, badQuery("outcome", fmt.Sprintf("%s is not one of %s", catalog.Quote(in.Outcome), outcomeList))
 	}
 	if in.Cause != "" {
 		if !slices.Contains(radartype.StopCauses(), radartype.StopCause(in.Cause)) {
-			return nil, badQuery("cause", fmt.Sprintf("%s is not one of %s", jobs.Quote(in.Cause), causeList))
+			return nil, badQuery("cause", fmt.Sprintf("%s is not one of %s", catalog.Quote(in.Cause), causeList))
 		}
 		if in.Outcome == "" {
 			return nil, badQuery("cause", "give the outcome it ended with too (outcome=STOPPED, FAILED or ABANDONED)")
@@ -435,7 +435,7 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 	if in.EndedOn != "" {
 		day, ok := parseEndedOn(in.EndedOn)
 		if !ok {
-			return nil, badQuery("endedOn", fmt.Sprintf("%s is not a day: YYYY-MM-DD or today", jobs.Quote(in.EndedOn)))
+			return nil, badQuery("endedOn", fmt.Sprintf("%s is not a day: YYYY-MM-DD or today", catalog.Quote(in.EndedOn)))
 		}
 		if in.Outcome == "" {
 			return nil, badQuery("endedOn", "give the outcome it ended with too (outcome=STOPPED&endedOn=today: the runs stopped or capped today)")
@@ -445,7 +445,7 @@ func (s *Server) listRequests(ctx context.Context, in *requestListInput) (*Reque
 	if in.Limit != "" {
 		limit, err := strconv.Atoi(in.Limit)
 		if err != nil || strings.TrimLeft(in.Limit, "0123456789") != "" || limit < 1 || limit > RequestListLimitMax {
-			return nil, badQuery("limit", fmt.Sprintf("%s is not an integer from 1 to %d", jobs.Quote(in.Limit), RequestListLimitMax))
+			return nil, badQuery("limit", fmt.Sprintf("%s is not an integer from 1 to %d", catalog.Quote(in.Limit), RequestListLimitMax))
 		}
 		params.MaxRows = int32(limit)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 )
 
@@ -107,7 +107,7 @@ func parseID(s string) (int64, bool) {
 
 // badID is the 400 for a malformed id in the path.
 func badID(field, s string) error {
-	return badInput("path", field, "path."+field, fmt.Sprintf("%s is not an id (a positive decimal integer)", jobs.Quote(s)))
+	return badInput("path", field, "path."+field, fmt.Sprintf("%s is not an id (a positive decimal integer)", catalog.Quote(s)))
 }
 
 func executionViewFromRow(e *queries.JobExecution) *ExecutionView {

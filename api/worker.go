@@ -11,7 +11,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/radartype"
 )
@@ -90,7 +90,7 @@ func (s *Server) registerWorkers(api huma.API) {
 		if in.Limit != "" {
 			limit, err := strconv.Atoi(in.Limit)
 			if err != nil || limit < 1 || limit > WorkerListLimitMax {
-				return nil, badQuery("limit", fmt.Sprintf("%s is not an integer from 1 to %d", jobs.Quote(in.Limit), WorkerListLimitMax))
+				return nil, badQuery("limit", fmt.Sprintf("%s is not an integer from 1 to %d", catalog.Quote(in.Limit), WorkerListLimitMax))
 			}
 			params.MaxRows = int32(limit)
 		}

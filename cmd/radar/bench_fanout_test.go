@@ -16,11 +16,11 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/internal/apptest"
 	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/internal/dbpool"
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/queries"
@@ -298,11 +298,11 @@ func benchScaleOut(t *testing.T, scale benchScale) []*benchRow {
 	const jobCount = 4
 	names := make([]string, jobCount)
 	registry := map[string]batch.Job{}
-	var defs []jobs.Definition
+	var defs []catalog.Definition
 	for i := range names {
 		names[i] = fmt.Sprintf("scale%d", i)
 		registry[names[i]] = sleepJob{chunks: scale.scaleChunks, each: 25 * time.Millisecond}
-		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark sleep"})
+		defs = append(defs, &catalog.Spec[struct{}]{JobName: names[i], Desc: "benchmark sleep"})
 	}
 	runAll := func(workerCount int) time.Duration {
 		s := apptest.New(t, nil)
@@ -316,7 +316,7 @@ func benchScaleOut(t *testing.T, scale benchScale) []*benchRow {
 		}
 		insertOnly, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{FetchCooldown: river.FetchCooldownMin})
 		require.NoError(t, err)
-		enqueuer, err := request.NewOwner(s.Pool, insertOnly, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.Tel.Instruments})
+		enqueuer, err := request.NewOwner(s.Pool, insertOnly, request.Config{Catalog: catalog.NewCatalog(defs...), Instruments: s.Tel.Instruments})
 		require.NoError(t, err)
 		began := time.Now()
 		var ids []string

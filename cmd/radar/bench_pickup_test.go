@@ -14,10 +14,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/internal/apptest"
 	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/internal/dbpool"
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
@@ -69,11 +69,11 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	ctx := context.Background()
 	names := make([]string, lanes)
 	registry := map[string]batch.Job{}
-	var defs []jobs.Definition
+	var defs []catalog.Definition
 	for i := range names {
 		names[i] = fmt.Sprintf("pickup%d", i)
 		registry[names[i]] = apptest.NoopJob{}
-		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
+		defs = append(defs, &catalog.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
 	}
 	openWorkerPool := func() *pgxpool.Pool {
 		pool, err := dbpool.Open(ctx, s.DBURL, s.Env.WorkerMaxConns(), s.Env.DBTimeout, false, config.SessionLimits{})
@@ -93,7 +93,7 @@ func benchPickup(t *testing.T, scale benchScale) []*benchRow {
 	insertOnly, err := river.NewClient(riverpgxv5.New(s.APIPool), &river.Config{FetchCooldown: river.FetchCooldownMin})
 	require.NoError(t, err)
 	enqueuer, err := request.NewOwner(s.APIPool, insertOnly, request.Config{
-		Catalog: jobs.NewCatalog(defs...), Instruments: s.Tel.Instruments, StaleAfter: s.Env.StaleAfter, Resume: s.Env.AutoResume,
+		Catalog: catalog.NewCatalog(defs...), Instruments: s.Tel.Instruments, StaleAfter: s.Env.StaleAfter, Resume: s.Env.AutoResume,
 	})
 	require.NoError(t, err)
 	serviceEvents, cancelService := w.River().Subscribe(river.EventKindJobCompleted)

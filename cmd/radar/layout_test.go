@@ -20,20 +20,20 @@ var allowedImports = map[string][]string{
 	"internal/app":                    nil,
 	"internal/apptest":                nil,
 	"internal/app/startstop":          {},
-	"internal/config":                 {"api", "internal/jobset", "jobs/coverage", "jobs/riskrule", "queries", "queue/batch", "queue/request", "queue/worker", "sql/migrations", "upstream"},
+	"internal/config":                 {"api", "internal/jobset", "catalog/coverage", "jobs/riskrule", "queries", "queue/batch", "queue/request", "queue/worker", "sql/migrations", "upstream"},
 	"internal/dbpool":                 {"internal/config", "queries", "sql/migrations", "sql/pgtx"},
-	"internal/jobset":                 {"jobs", "jobs/apttrade", "jobs/corpcode", "jobs/credit", "jobs/filing", "jobs/riskmetric", "jobs/riskrule", "jobs/stockprice", "queue/batch"},
+	"internal/jobset":                 {"catalog", "jobs/apttrade", "jobs/corpcode", "jobs/credit", "jobs/filing", "jobs/riskmetric", "jobs/riskrule", "jobs/stockprice", "queue/batch"},
 	"exposure":                        {"queries", "sql/pgtx", "upstream/fakeupstream"},
-	"api":                             {"jobs/coverage", "queue/request", "jobs", "queries", "sql/pgtx", "observability", "radartype"},
-	"queue/worker":                    {"queue/batch", "queue/request", "upstream", "jobs", "queries", "sql/pgtx", "observability", "radartype", "queue/service"},
+	"api":                             {"catalog/coverage", "queue/request", "catalog", "queries", "sql/pgtx", "observability", "radartype"},
+	"queue/worker":                    {"queue/batch", "queue/request", "upstream", "catalog", "queries", "sql/pgtx", "observability", "radartype", "queue/service"},
 	"queue/service":                   {},
-	"queue/batch":                     {"upstream", "queue/request", "jobs", "queries", "sql/pgtx", "observability", "radartype"},
-	"queue/request":                   {"jobs", "queries", "sql/pgtx", "observability", "radartype", "queue/service"},
-	"jobs/coverage":                   {"jobs", "queries"},
-	"jobs/jobstest":                   {"jobs"},
+	"queue/batch":                     {"upstream", "queue/request", "catalog", "queries", "sql/pgtx", "observability", "radartype"},
+	"queue/request":                   {"catalog", "queries", "sql/pgtx", "observability", "radartype", "queue/service"},
+	"catalog/coverage":                {"catalog", "queries"},
+	"catalog/jobstest":                {"catalog"},
 	"upstream":                        {"queries", "sql/pgtx", "observability"},
 	"upstream/fakeupstream":           {},
-	"jobs":                            {"queries"},
+	"catalog":                         {"queries"},
 	"queries":                         {"sql/pgtx"},
 	"queries/testfactory":             {"queries", "radartype"},
 	"queue/request/requesttest":       {"queries"},
@@ -70,7 +70,7 @@ var allowedImports = map[string][]string{
 func belowComposition() []string {
 	var below []string
 	for pkg := range allowedImports {
-		if strings.HasPrefix(pkg, "cmd/") || strings.HasPrefix(pkg, "examples/") || pkg == "internal/apptest" || pkg == "jobs/jobstest" ||
+		if strings.HasPrefix(pkg, "cmd/") || strings.HasPrefix(pkg, "examples/") || pkg == "internal/apptest" || pkg == "catalog/jobstest" ||
 			strings.HasPrefix(pkg, "queries/testfactory") || pkg == "queue/request/requesttest" || pkg == "e2e" {
 			continue
 		}
@@ -79,13 +79,14 @@ func belowComposition() []string {
 	return below
 }
 
-var jobPackageImports = []string{"queue/batch", "upstream", "jobs", "queries", "observability"}
+var jobPackageImports = []string{"queue/batch", "upstream", "catalog", "queries", "observability"}
 
 // forbiddenThirdParty keeps HTTP out of the jobs and River's worker side
 // out of the api.
 var forbiddenThirdParty = map[string][]string{
-	"api":  {"github.com/riverqueue/river"},
-	"jobs": {"github.com/danielgtaylor/huma"},
+	"api":     {"github.com/riverqueue/river"},
+	"jobs":    {"github.com/danielgtaylor/huma"},
+	"catalog": {"github.com/danielgtaylor/huma"},
 }
 
 func TestLayout_ImportsPointDown(t *testing.T) {
@@ -137,6 +138,52 @@ func TestLayout_QueueTestsStayAtTheirSeams(t *testing.T) {
 		dep := strings.Fields(line)[0]
 		for _, b := range banned {
 			require.False(t, dep == b || strings.HasPrefix(dep, b+"/"), "the tests of queue/... depend on %s (%s): whole-system tests belong in e2e", dep, line)
+		}
+	}
+}
+
+// The top-level folders are layers: no import runs from a lower folder to
+// a higher one, so no folder spans two layers. Before, jobs/ held both the
+// catalog, below queue/, and the job packages, above it.
+func TestLayout_FoldersAreLayers(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"...").CombinedOutput()
+	require.NoError(t, err, string(out))
+	folder := func(pkg string) string { return strings.SplitN(strings.TrimPrefix(pkg, module), "/", 2)[0] }
+	edges := map[string]map[string]string{} // folder -> imported folder -> one import that makes it
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		for _, imp := range fields[1:] {
+			if !strings.HasPrefix(imp, module) || folder(fields[0]) == folder(imp) {
+				continue
+			}
+			if edges[folder(fields[0])] == nil {
+				edges[folder(fields[0])] = map[string]string{}
+			}
+			edges[folder(fields[0])][folder(imp)] = strings.TrimPrefix(fields[0], module) + " -> " + strings.TrimPrefix(imp, module)
+		}
+	}
+	// A cycle of folders is an import from a lower folder to a higher one.
+	var path []string
+	state := map[string]int{} // 1: on the path, 2: done
+	var visit func(f string)
+	visit = func(f string) {
+		state[f] = 1
+		path = append(path, f)
+		for next, why := range edges[f] {
+			switch state[next] {
+			case 1:
+				t.Fatalf("folders import each other: %s -> %s (%s)", strings.Join(path, " -> "), next, why)
+			case 0:
+				visit(next)
+			}
+		}
+		path = path[:len(path)-1]
+		state[f] = 2
+	}
+	for f := range edges {
+		if state[f] == 0 {
+			visit(f)
 		}
 	}
 }

@@ -25,7 +25,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/sql/pgtest"
 	"github.com/buildrisk/radar/upstream/fakeupstream"
@@ -398,7 +398,7 @@ func TestProcess_CLIFreesADeadWorkersRequest(t *testing.T) {
 	s := apptest.New(t, nil)
 	held := &apptest.HeldRun{Fetched: make(chan int64, 1)}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, river.Worker[jobs.RequestArgs](held))
+	river.AddWorker(workers, river.Worker[catalog.RequestArgs](held))
 	dead, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{
 		ID: "9@dead-host#b00t", Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}, Workers: workers,
 		FetchCooldown: river.FetchCooldownMin, FetchPollInterval: 10 * time.Millisecond,

@@ -15,11 +15,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/internal/dbpool"
 	"github.com/buildrisk/radar/internal/jobset"
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/radartype"
@@ -36,9 +36,9 @@ func (p *paramFlags) Set(v string) error { *p = append(*p, v); return nil }
 // resumable, capped; Ctrl-C drains it at a chunk boundary (a second Ctrl-C
 // cancels the chunk in flight).
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	catalog := jobset.Catalog()
+	jobCatalog := jobset.Catalog()
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(stderr, "usage: radar run JOB [-p key=value ...] [--params JSON] [--max-calls N] [--confirm-purge]\njobs: %s\n", strings.Join(catalog.Names(), ", "))
+		fmt.Fprintf(stderr, "usage: radar run JOB [-p key=value ...] [--params JSON] [--max-calls N] [--confirm-purge]\njobs: %s\n", strings.Join(jobCatalog.Names(), ", "))
 		return exitUsage
 	}
 	jobName := args[0]
@@ -56,9 +56,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "radar run: unexpected arguments %q\n", fs.Args())
 		return exitUsage
 	}
-	def, ok := catalog.Lookup(jobName)
+	def, ok := jobCatalog.Lookup(jobName)
 	if !ok {
-		fmt.Fprintf(stderr, "radar run: unknown job %q; jobs: %s\n", jobName, strings.Join(catalog.Names(), ", "))
+		fmt.Fprintf(stderr, "radar run: unknown job %q; jobs: %s\n", jobName, strings.Join(jobCatalog.Names(), ", "))
 		return exitUsage
 	}
 	raw, err := buildParams(def, *paramsJSON, kv)
@@ -123,7 +123,7 @@ func runJob(ctx context.Context, env *config.Config, jobName string, raw []byte,
 	switch {
 	case errors.As(err, &dup):
 		return exitDuplicate, fmt.Errorf("job %s already has an active request %d", jobName, dup.ActiveRequestID)
-	case jobs.IsParamError(err):
+	case catalog.IsParamError(err):
 		return exitUsage, err
 	case err != nil:
 		return exitFailed, err
@@ -201,7 +201,7 @@ func runJob(ctx context.Context, env *config.Config, jobName string, raw []byte,
 
 // buildParams merges --params JSON and -p key=value flags into one JSON
 // object, typing each value after the job's params struct field.
-func buildParams(def jobs.Definition, paramsJSON string, kv []string) ([]byte, error) {
+func buildParams(def catalog.Definition, paramsJSON string, kv []string) ([]byte, error) {
 	obj := map[string]any{}
 	if paramsJSON != "" {
 		if err := json.Unmarshal([]byte(paramsJSON), &obj); err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/radartype"
@@ -508,7 +508,7 @@ func TestRiverAgrees(t *testing.T) {
 	client, err := river.NewClient(riverpgxv5.New(d.pool), &river.Config{})
 	require.NoError(t, err)
 	riverJob := func(cancelled bool) *int64 {
-		res, err := client.Insert(ctx, jobs.RequestArgs{Job: "aptTrade"}, nil)
+		res, err := client.Insert(ctx, catalog.RequestArgs{Job: "aptTrade"}, nil)
 		require.NoError(t, err)
 		if cancelled {
 			_, err = client.JobCancel(ctx, res.Job.ID)

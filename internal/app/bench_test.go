@@ -13,7 +13,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
@@ -40,14 +40,14 @@ func BenchmarkServiceVsRiver(b *testing.B) {
 
 	names := make([]string, laneCount)
 	registry := map[string]batch.Job{}
-	var defs []jobs.Definition
+	var defs []catalog.Definition
 	for i := range names {
 		names[i] = fmt.Sprintf("bench%d", i)
 		registry[names[i]] = apptest.NoopJob{}
-		defs = append(defs, &jobs.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
+		defs = append(defs, &catalog.Spec[struct{}]{JobName: names[i], Desc: "benchmark no-op"})
 	}
 	w, _ := s.StartWorkerWith(s.Pool, func(wc *worker.Config, rc *batch.Config) { rc.Jobs = registry })
-	enqueuer, err := request.NewOwner(s.Pool, w.River(), request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: s.Tel.Instruments})
+	enqueuer, err := request.NewOwner(s.Pool, w.River(), request.Config{Catalog: catalog.NewCatalog(defs...), Instruments: s.Tel.Instruments})
 	require.NoError(b, err)
 	serviceEvents, cancelService := w.River().Subscribe(river.EventKindJobCompleted)
 	defer cancelService()

@@ -8,9 +8,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/internal/jobset"
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
@@ -49,9 +49,9 @@ type census struct {
 // every insert (api, CLI, chains, schedules, resumes) goes through the
 // owner, which reaps a job's dead runs before its duplicate check and
 // applies the resume policy wherever a run ends.
-func requestConfig(catalog *jobs.Catalog, pool *pgxpool.Pool, env *config.Config, tel *Telemetry) request.Config {
+func requestConfig(jobCatalog *catalog.Catalog, pool *pgxpool.Pool, env *config.Config, tel *Telemetry) request.Config {
 	return request.Config{
-		Catalog: catalog, DailyCaps: env.CapsByName(), Estimators: batch.Estimators(Jobs(env, pool)),
+		Catalog: jobCatalog, DailyCaps: env.CapsByName(), Estimators: batch.Estimators(Jobs(env, pool)),
 		Instruments: tel.Instruments, Logger: tel.Logger, Resume: env.AutoResume,
 		StaleAfter: env.StaleAfter, Reachability: tel.Reach,
 	}

@@ -5,16 +5,16 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/internal/jobset"
-	"github.com/buildrisk/radar/jobs"
 )
 
 // Every job's params decoder, on any input: no panic; a refusal is a
 // *ParamError naming a field under params; accepted params decode again to
 // the same canonical form (what resume identity relies on).
 func FuzzDecodeParams(f *testing.F) {
-	catalog := jobset.Catalog()
-	for _, def := range catalog.All() {
+	jobCatalog := jobset.Catalog()
+	for _, def := range jobCatalog.All() {
 		example, err := json.Marshal(def.Example())
 		if err != nil {
 			f.Fatal(err)
@@ -26,13 +26,13 @@ func FuzzDecodeParams(f *testing.F) {
 	f.Add("stockPrice", `{"date":"2025-02-30"}`)
 	f.Add("metrics", `null`)
 	f.Fuzz(func(t *testing.T, job, raw string) {
-		for _, def := range catalog.All() {
+		for _, def := range jobCatalog.All() {
 			if job != "" && def.Name() != job {
 				continue
 			}
 			p, err := def.Decode(json.RawMessage(raw))
 			if err != nil {
-				var pe *jobs.ParamError
+				var pe *catalog.ParamError
 				if !errors.As(err, &pe) || pe.Field == "" || len(pe.Message) > 400 {
 					t.Fatalf("%s: %q: not a short *ParamError naming a field: %#v", def.Name(), raw, err)
 				}

@@ -9,10 +9,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/internal/app"
 	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/internal/jobset"
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/queue/batch"
 )
 
@@ -26,7 +26,7 @@ func TestCatalog_RadarJobsInOrder(t *testing.T) {
 	for _, def := range jobset.Catalog().All() {
 		_, err := def.Decode(mustJSON(t, def.Example()))
 		require.NoError(t, err, "%s's example is valid", def.Name())
-		_, err = def.Decode(def.ScheduledParams(time.Date(2026, 3, 31, 18, 0, 0, 0, jobs.Seoul)))
+		_, err = def.Decode(def.ScheduledParams(time.Date(2026, 3, 31, 18, 0, 0, 0, catalog.Seoul)))
 		require.NoError(t, err, "%s's scheduled params are valid", def.Name())
 	}
 }

@@ -6,14 +6,14 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/buildrisk/radar/catalog/coverage"
 	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/internal/jobset"
-	"github.com/buildrisk/radar/queue/service"
-	"github.com/buildrisk/radar/jobs/coverage"
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/service"
 	"github.com/buildrisk/radar/queue/worker"
 )
 

@@ -21,8 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/internal/app"
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queries/testfactory"
@@ -280,7 +280,7 @@ func TestRegistry_OrphanedQueuedRequests(t *testing.T) {
 	// A worker that fetched the job and died (no heartbeat ever).
 	held := &apptest.HeldRun{Fetched: make(chan int64, 4)}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, river.Worker[jobs.RequestArgs](held))
+	river.AddWorker(workers, river.Worker[catalog.RequestArgs](held))
 	dead, err := river.NewClient(riverpgxv5.New(s.Pool), &river.Config{
 		ID: "9@dead-host#b00t", Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 1}}, Workers: workers,
 		FetchCooldown: river.FetchCooldownMin, FetchPollInterval: 10 * time.Millisecond,

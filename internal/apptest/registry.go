@@ -18,7 +18,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 )
 
 // InsertRunning records an aptTrade request RUNNING on workerID with a
@@ -159,11 +159,11 @@ func (b *SyncBuffer) String() string {
 // cancel, or the client's stop), like a worker process that died after the
 // fetch.
 type HeldRun struct {
-	river.WorkerDefaults[jobs.RequestArgs]
+	river.WorkerDefaults[catalog.RequestArgs]
 	Fetched chan int64
 }
 
-func (h *HeldRun) Work(ctx context.Context, job *river.Job[jobs.RequestArgs]) error {
+func (h *HeldRun) Work(ctx context.Context, job *river.Job[catalog.RequestArgs]) error {
 	h.Fetched <- job.ID
 	<-ctx.Done()
 	return river.JobCancel(ctx.Err())

@@ -20,8 +20,8 @@ import (
 	"github.com/sethvargo/go-envconfig"
 
 	"github.com/buildrisk/radar/api"
+	"github.com/buildrisk/radar/catalog/coverage"
 	"github.com/buildrisk/radar/internal/jobset"
-	"github.com/buildrisk/radar/jobs/coverage"
 	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"

@@ -7,7 +7,7 @@ package jobset
 import (
 	"time"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/jobs/corpcode"
 	"github.com/buildrisk/radar/jobs/credit"
@@ -38,6 +38,6 @@ func Registrations(thresholds riskrule.Thresholds, today func() time.Time) []bat
 // configuration). No definition depends on the configuration, so the list
 // is built with no thresholds and no clock, which only the implementations
 // and the estimates use.
-func Catalog() *jobs.Catalog {
+func Catalog() *catalog.Catalog {
 	return batch.Catalog(Registrations(nil, nil))
 }

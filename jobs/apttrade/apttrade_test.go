@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/internal/apptest"
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/apttrade"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
@@ -66,7 +66,7 @@ func setup(t *testing.T, cfg fakeupstream.Config, configure ...func(*upstream.Cl
 	}
 	client, err := upstream.NewClient(b.pool, clientCfg)
 	require.NoError(t, err)
-	b.enqueuer, err = request.NewOwner(b.pool, nil, request.Config{Catalog: jobs.NewCatalog(apttrade.Spec()), Instruments: instruments, Logger: logger})
+	b.enqueuer, err = request.NewOwner(b.pool, nil, request.Config{Catalog: catalog.NewCatalog(apttrade.Spec()), Instruments: instruments, Logger: logger})
 	require.NoError(t, err)
 	runnerCfg.Upstream, runnerCfg.Owner = client, b.enqueuer
 	b.runner, err = batch.NewRunner(b.pool, runnerCfg)

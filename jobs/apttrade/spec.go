@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queue/batch"
 )
 
@@ -57,8 +57,8 @@ func (p *Params) Months() []string {
 // no trade leaves no apt_trade row, so "fetched" is invisible in the
 // domain tables; a fetched-marker per region×month (as risk_rule_check is
 // for rules) would make it countable.
-func Spec() *jobs.Spec[Params] {
-	return &jobs.Spec[Params]{
+func Spec() *catalog.Spec[Params] {
+	return &catalog.Spec[Params]{
 		JobName:         Name,
 		Desc:            "Apartment trades from MOLIT for each region and month, upserted into apt_trade.",
 		ProviderName:    "MOLIT",
@@ -79,31 +79,31 @@ func Spec() *jobs.Spec[Params] {
 
 func validate(p *Params) error {
 	if len(p.Regions) == 0 {
-		return &jobs.ParamError{Field: "params.regions", Message: "at least one 5-digit region code is required"}
+		return &catalog.ParamError{Field: "params.regions", Message: "at least one 5-digit region code is required"}
 	}
 	if len(p.Regions) > MaxRegions {
-		return &jobs.ParamError{Field: "params.regions", Message: fmt.Sprintf("%d regions; at most %d", len(p.Regions), MaxRegions)}
+		return &catalog.ParamError{Field: "params.regions", Message: fmt.Sprintf("%d regions; at most %d", len(p.Regions), MaxRegions)}
 	}
 	for i, r := range p.Regions {
 		if !lawdCodePattern.MatchString(r) {
-			return &jobs.ParamError{Field: fmt.Sprintf("params.regions[%d]", i), Message: fmt.Sprintf("%s is not a 5-digit legal-district code", jobs.Quote(r))}
+			return &catalog.ParamError{Field: fmt.Sprintf("params.regions[%d]", i), Message: fmt.Sprintf("%s is not a 5-digit legal-district code", catalog.Quote(r))}
 		}
 	}
 	slices.Sort(p.Regions)
 	p.Regions = slices.Compact(p.Regions)
-	from, err := jobs.ParseMonth(p.From, "params.from")
+	from, err := catalog.ParseMonth(p.From, "params.from")
 	if err != nil {
 		return err
 	}
-	to, err := jobs.ParseMonth(p.To, "params.to")
+	to, err := catalog.ParseMonth(p.To, "params.to")
 	if err != nil {
 		return err
 	}
 	if from.After(to) {
-		return &jobs.ParamError{Field: "params.from", Message: fmt.Sprintf("from %s is after to %s", p.From, p.To)}
+		return &catalog.ParamError{Field: "params.from", Message: fmt.Sprintf("from %s is after to %s", p.From, p.To)}
 	}
 	if months := (to.Year()-from.Year())*12 + int(to.Month()-from.Month()) + 1; months > MaxMonths {
-		return &jobs.ParamError{Field: "params.to", Message: fmt.Sprintf("range is %d months; at most %d", months, MaxMonths)}
+		return &catalog.ParamError{Field: "params.to", Message: fmt.Sprintf("range is %d months; at most %d", months, MaxMonths)}
 	}
 	return nil
 }

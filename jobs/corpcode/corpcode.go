@@ -29,7 +29,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/upstream"
@@ -106,7 +106,7 @@ func (j Job) Process(ctx context.Context, run *batch.Run, chunk string) (*batch.
 	var invalid []string
 	for _, c := range companies {
 		switch {
-		case !jobs.IsCorpCode(c.CorpCode):
+		case !catalog.IsCorpCode(c.CorpCode):
 			res.Failed++
 			invalid = append(invalid, c.CorpCode)
 			continue

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/jobs/corpcode"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
@@ -59,7 +59,7 @@ func TestCorpCodeSync_StaleDownloadLeavesTheNewExecutionsRecord(t *testing.T) {
 		Instruments: instruments, AllowHTTP: true,
 	})
 	require.NoError(t, err)
-	enqueuer, err := request.NewOwner(pool, nil, request.Config{Catalog: jobs.NewCatalog(corpcode.Spec()), Instruments: instruments, Logger: logger})
+	enqueuer, err := request.NewOwner(pool, nil, request.Config{Catalog: catalog.NewCatalog(corpcode.Spec()), Instruments: instruments, Logger: logger})
 	require.NoError(t, err)
 
 	q := queries.New()

@@ -1,7 +1,7 @@
 package corpcode
 
 import (
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queue/batch"
 )
 
@@ -24,8 +24,8 @@ type Params struct{}
 // rows of the archive are in company" cannot go below 100% after a first
 // load: a count would be a gauge that never moves. Its freshness alert
 // (BuildriskJobNotCompleted) is the signal that matters.
-func Spec() *jobs.Spec[Params] {
-	return &jobs.Spec[Params]{
+func Spec() *catalog.Spec[Params] {
+	return &catalog.Spec[Params]{
 		JobName: Name,
 		Desc: "Downloads DART's corp-code archive (every company, one call) to a temporary file and upserts it into " +
 			"company, marking construction companies as tracked. A resumed run reuses the file while it exists and " +

@@ -3,8 +3,8 @@ package corpcode_test
 import (
 	"testing"
 
+	"github.com/buildrisk/radar/catalog/jobstest"
 	"github.com/buildrisk/radar/jobs/corpcode"
-	"github.com/buildrisk/radar/jobs/jobstest"
 )
 
 func TestCorpCodeSync_ValidateAndEstimate(t *testing.T) {

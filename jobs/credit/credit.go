@@ -42,7 +42,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/upstream"
@@ -443,8 +443,8 @@ func queueUpsert(ctx context.Context, b *pgx.Batch, executionID int64, day time.
 // EstimateCalls of the targets a run would evaluate now — every
 // company with outstanding exposure, or for a backfill those without a
 // grade for today (the day of today()).
-func Estimator(today func() time.Time) func(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, error) {
-	return func(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, error) {
+func Estimator(today func() time.Time) func(ctx context.Context, db queries.DBTX, params *catalog.Params) (int, error) {
+	return func(ctx context.Context, db queries.DBTX, params *catalog.Params) (int, error) {
 		p, ok := params.Value.(*Params)
 		if !ok {
 			return 0, fmt.Errorf("creditEval estimate: unexpected params %T", params.Value)

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
@@ -100,7 +100,7 @@ func setup(tb testing.TB, opts setupOpts) *testBundle {
 	})
 	require.NoError(tb, err)
 	b.enqueuer, err = request.NewOwner(b.pool, nil, request.Config{
-		Catalog: jobs.NewCatalog(credit.Spec()), Instruments: instruments, Logger: logger,
+		Catalog: catalog.NewCatalog(credit.Spec()), Instruments: instruments, Logger: logger,
 		Estimators: map[string]request.EstimateFunc{credit.Name: credit.Estimator(b.client.Today)},
 	})
 	require.NoError(tb, err)
@@ -410,11 +410,11 @@ func TestCreditEval_ParamsAndEstimate(t *testing.T) {
 	require.JSONEq(t, `{}`, string(p.Canonical))
 	q, err := spec.Decode(json.RawMessage(`{"backfill":false}`))
 	require.NoError(t, err)
-	require.Equal(t, jobs.ParamsHash(p.Canonical), jobs.ParamsHash(q.Canonical), "backfill false is the default run")
+	require.Equal(t, catalog.ParamsHash(p.Canonical), catalog.ParamsHash(q.Canonical), "backfill false is the default run")
 	_, err = spec.Decode(json.RawMessage(`{"backfill":"yes"}`))
-	require.True(t, jobs.IsParamError(err))
+	require.True(t, catalog.IsParamError(err))
 	_, err = spec.Decode(json.RawMessage(`{"date":"2025-01-01"}`))
-	require.True(t, jobs.IsParamError(err))
+	require.True(t, catalog.IsParamError(err))
 	require.Equal(t, []string{"BUILDRISK_KEY_CREDIT"}, spec.RequiredKeys())
 	require.Equal(t, 0, credit.EstimateCalls(0))
 	require.Equal(t, 2, credit.EstimateCalls(1))

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 )
@@ -56,8 +56,8 @@ func EstimateCalls(targets int) int {
 // Estimate: targets + FallbackAllowancePercent. Only the database knows
 // the targets (the exposure ledger): the catalog answers 0 and the api's
 // estimator (Estimator) counts them.
-func Spec() *jobs.Spec[Params] {
-	return &jobs.Spec[Params]{
+func Spec() *catalog.Spec[Params] {
+	return &catalog.Spec[Params]{
 		JobName: Name,
 		Desc: "Credit grades (CREDIT) for every company with outstanding exposure: one lookup per company, " +
 			"and a fallback crawl when the lookup is empty; upserted into credit_grade for today " +
@@ -67,10 +67,10 @@ func Spec() *jobs.Spec[Params] {
 		ExampleValue:    Params{},
 		DefaultSchedule: "0 5 * * *",
 		Estimate:        func(*Params) int { return 0 },
-		CoverageDef: &jobs.Coverage{
+		CoverageDef: &catalog.Coverage{
 			Targets:     "companies in exposure with outstanding_krw > 0",
 			Current:     "a credit_grade row for the eval date (today in BUILDRISK_TIMEZONE)",
-			DataDate:    jobs.DayIn,
+			DataDate:    catalog.DayIn,
 			OnlyMissing: true,
 			Count:       countCreditEvalCoverage,
 			Missing:     missingCreditEvalCoverage,

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/upstream"
@@ -126,7 +126,7 @@ func (Job) DomainRows(ctx context.Context, db queries.DBTX, executionIDs []int64
 
 // Estimate is filingParse's call estimate for the api (request.EstimateFunc):
 // one page per company, the given corpCodes or else every tracked company.
-func Estimate(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, error) {
+func Estimate(ctx context.Context, db queries.DBTX, params *catalog.Params) (int, error) {
 	p := params.Value.(*Params)
 	if len(p.CorpCodes) > 0 {
 		return len(p.CorpCodes), nil

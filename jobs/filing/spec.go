@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queue/batch"
 )
 
@@ -50,8 +50,8 @@ func (p *Params) Range() (from, to time.Time) {
 // filing row, so "checked for the window" is invisible in the domain
 // tables; a checked-marker per company and window (as risk_rule_check is
 // for rules) would make it countable.
-func Spec() *jobs.Spec[Params] {
-	return &jobs.Spec[Params]{
+func Spec() *catalog.Spec[Params] {
+	return &catalog.Spec[Params]{
 		JobName: Name,
 		Desc: "Lists DART filings received from..to for every tracked company (or corpCodes), upserts them into filing " +
 			"and flags risk-relevant ones (dishonour, rehabilitation, business suspension, non-unqualified audit opinion, " +
@@ -73,26 +73,26 @@ func Spec() *jobs.Spec[Params] {
 }
 
 func validate(p *Params) error {
-	from, err := jobs.ParseDate(p.From, "params.from")
+	from, err := catalog.ParseDate(p.From, "params.from")
 	if err != nil {
 		return err
 	}
-	to, err := jobs.ParseDate(p.To, "params.to")
+	to, err := catalog.ParseDate(p.To, "params.to")
 	if err != nil {
 		return err
 	}
 	if from.After(to) {
-		return &jobs.ParamError{Field: "params.from", Message: fmt.Sprintf("from %s is after to %s", p.From, p.To)}
+		return &catalog.ParamError{Field: "params.from", Message: fmt.Sprintf("from %s is after to %s", p.From, p.To)}
 	}
 	if days := int(to.Sub(from).Hours()/24) + 1; days > MaxDays {
-		return &jobs.ParamError{Field: "params.to", Message: fmt.Sprintf("range is %d days; at most %d", days, MaxDays)}
+		return &catalog.ParamError{Field: "params.to", Message: fmt.Sprintf("range is %d days; at most %d", days, MaxDays)}
 	}
 	if len(p.CorpCodes) > MaxCorpCodes {
-		return &jobs.ParamError{Field: "params.corpCodes", Message: fmt.Sprintf("%d corp codes; at most %d", len(p.CorpCodes), MaxCorpCodes)}
+		return &catalog.ParamError{Field: "params.corpCodes", Message: fmt.Sprintf("%d corp codes; at most %d", len(p.CorpCodes), MaxCorpCodes)}
 	}
 	for i, c := range p.CorpCodes {
-		if !jobs.IsCorpCode(c) {
-			return &jobs.ParamError{Field: fmt.Sprintf("params.corpCodes[%d]", i), Message: fmt.Sprintf("%s is not an 8-digit DART corp code", jobs.Quote(c))}
+		if !catalog.IsCorpCode(c) {
+			return &catalog.ParamError{Field: fmt.Sprintf("params.corpCodes[%d]", i), Message: fmt.Sprintf("%s is not an 8-digit DART corp code", catalog.Quote(c))}
 		}
 	}
 	if len(p.CorpCodes) == 0 {

@@ -6,9 +6,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
+	"github.com/buildrisk/radar/catalog/jobstest"
 	"github.com/buildrisk/radar/jobs/filing"
-	"github.com/buildrisk/radar/jobs/jobstest"
 )
 
 func TestFilingParse_ValidateAndEstimate(t *testing.T) {
@@ -36,7 +36,7 @@ func TestFilingParse_ValidateAndEstimate(t *testing.T) {
 
 func TestFilingParse_Scheduled(t *testing.T) {
 	t.Parallel()
-	now := time.Date(2026, 3, 31, 19, 0, 0, 0, jobs.Seoul)
+	now := time.Date(2026, 3, 31, 19, 0, 0, 0, catalog.Seoul)
 	raw := filing.Spec().ScheduledParams(now)
 	require.JSONEq(t, `{"from":"2026-01-01","to":"2026-03-31"}`, string(raw), "the last 90 days")
 	_, err := filing.Spec().Decode(raw)

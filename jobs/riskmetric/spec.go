@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
@@ -46,10 +46,10 @@ func (p *Params) Day() time.Time {
 // computed from the stored prices, filings, credit grades and apartment
 // trades. It calls no provider; when it completes, rules follows with the
 // same date (which is why this package imports riskrule: for its name).
-func Spec() *jobs.Spec[Params] { return spec(time.Now) }
+func Spec() *catalog.Spec[Params] { return spec(time.Now) }
 
-func spec(now func() time.Time) *jobs.Spec[Params] {
-	return &jobs.Spec[Params]{
+func spec(now func() time.Time) *catalog.Spec[Params] {
+	return &catalog.Spec[Params]{
 		JobName: Name,
 		Desc: "Computes per tracked company and date: price drawdown over 20 trading days, risk filings in 90 days, " +
 			"credit grade change in notches, and apartment trade volume and median price change in the company's " +
@@ -61,12 +61,12 @@ func spec(now func() time.Time) *jobs.Spec[Params] {
 		Scheduled: func(now time.Time) Params {
 			return Params{Date: now.Format(time.DateOnly)}
 		},
-		Validate: func(p *Params) error { return jobs.ValidateOptionalDate(&p.Date, now) },
+		Validate: func(p *Params) error { return catalog.ValidateOptionalDate(&p.Date, now) },
 		Estimate: func(*Params) int { return 0 },
-		CoverageDef: &jobs.Coverage{
+		CoverageDef: &catalog.Coverage{
 			Targets:     "tracked companies (company.tracked)",
 			Current:     "a risk_metric row for the metric date (today in BUILDRISK_TIMEZONE)",
-			DataDate:    jobs.DayIn,
+			DataDate:    catalog.DayIn,
 			OnlyMissing: true,
 			Count:       countMetricsCoverage,
 			Missing:     missingMetricsCoverage,

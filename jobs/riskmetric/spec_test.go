@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/jobstest"
+	"github.com/buildrisk/radar/catalog/jobstest"
 	"github.com/buildrisk/radar/jobs/riskrule"
 )
 

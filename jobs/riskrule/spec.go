@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 )
@@ -140,22 +140,22 @@ func (p *Params) Day() time.Time {
 
 // Spec defines rules: the rule set over one date's risk_metric rows,
 // replacing that date's alerts.
-func Spec() *jobs.Spec[Params] { return spec(time.Now) }
+func Spec() *catalog.Spec[Params] { return spec(time.Now) }
 
-func spec(now func() time.Time) *jobs.Spec[Params] {
-	return &jobs.Spec[Params]{
+func spec(now func() time.Time) *catalog.Spec[Params] {
+	return &catalog.Spec[Params]{
 		JobName: Name,
 		Desc: "Evaluates the rule set (PRICE_DRAWDOWN, RISK_FILINGS, GRADE_DOWNGRADE, APT_VOLUME_DROP, APT_PRICE_DROP, " +
 			"COMPOUND; thresholds overridable by BUILDRISK_RULE_<NAME>) over the date's risk metrics and writes " +
 			"risk_alert rows with the values that fired them. Re-running a date replaces its alerts. Usually chained from metrics.",
 		ChunkDesc:    "one company",
 		ExampleValue: Params{Date: "2025-03-14"},
-		Validate:     func(p *Params) error { return jobs.ValidateOptionalDate(&p.Date, now) },
+		Validate:     func(p *Params) error { return catalog.ValidateOptionalDate(&p.Date, now) },
 		Estimate:     func(*Params) int { return 0 },
-		CoverageDef: &jobs.Coverage{
+		CoverageDef: &catalog.Coverage{
 			Targets:     "companies with a risk_metric row for the date (what rules evaluates)",
 			Current:     "a risk_rule_check marker for the date (rules evaluated them, whether or not a rule fired)",
-			DataDate:    jobs.DayIn,
+			DataDate:    catalog.DayIn,
 			OnlyMissing: true,
 			Count:       countRulesCoverage,
 			Missing:     missingRulesCoverage,

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs/jobstest"
+	"github.com/buildrisk/radar/catalog/jobstest"
 )
 
 func TestRules_ValidateAndEstimate(t *testing.T) {

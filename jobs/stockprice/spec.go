@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 )
@@ -43,8 +43,8 @@ func (p *Params) Weekend() bool {
 // Estimate: one call per listed tracked company, none on a weekend. Only the
 // database knows the companies: the catalog answers 0 and the api's
 // estimator (Estimate) counts them.
-func Spec() *jobs.Spec[Params] {
-	return &jobs.Spec[Params]{
+func Spec() *catalog.Spec[Params] {
+	return &catalog.Spec[Params]{
 		JobName: Name,
 		Desc: "Daily prices (KRX) on date of every listed tracked company, upserted into stock_price. " +
 			"A day without trading (weekend, holiday) skips the companies with that reason instead of failing.",
@@ -56,14 +56,14 @@ func Spec() *jobs.Spec[Params] {
 			return Params{Date: now.Format(time.DateOnly)}
 		},
 		Validate: func(p *Params) error {
-			_, err := jobs.ParseDate(p.Date, "params.date")
+			_, err := catalog.ParseDate(p.Date, "params.date")
 			return err
 		},
 		Estimate: func(*Params) int { return 0 },
-		CoverageDef: &jobs.Coverage{
+		CoverageDef: &catalog.Coverage{
 			Targets:     "listed tracked companies (company.tracked with a stock_code)",
 			Current:     "a stock_price row for the trading date (today, or the last weekday on a weekend)",
-			DataDate:    jobs.LastWeekdayIn,
+			DataDate:    catalog.LastWeekdayIn,
 			OnlyMissing: true,
 			Count:       countStockPriceCoverage,
 			Missing:     missingStockPriceCoverage,

@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
-	"github.com/buildrisk/radar/jobs/jobstest"
+	"github.com/buildrisk/radar/catalog"
+	"github.com/buildrisk/radar/catalog/jobstest"
 	"github.com/buildrisk/radar/jobs/stockprice"
 )
 
@@ -23,5 +23,5 @@ func TestStockPrice_ValidateAndEstimate(t *testing.T) {
 	weekend := &stockprice.Params{Date: "2025-03-15"}
 	require.True(t, weekend.Weekend(), "a Saturday")
 	require.False(t, (&stockprice.Params{Date: "2025-03-14"}).Weekend())
-	require.JSONEq(t, `{"date":"2026-03-31"}`, string(stockprice.Spec().ScheduledParams(time.Date(2026, 3, 31, 18, 0, 0, 0, jobs.Seoul))))
+	require.JSONEq(t, `{"date":"2026-03-31"}`, string(stockprice.Spec().ScheduledParams(time.Date(2026, 3, 31, 18, 0, 0, 0, catalog.Seoul))))
 }

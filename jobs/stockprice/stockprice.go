@@ -23,7 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/upstream"
@@ -224,7 +224,7 @@ func (Job) DomainRows(ctx context.Context, db queries.DBTX, executionIDs []int64
 // Estimate is stockPrice's call estimate for the api (request.EstimateFunc):
 // one call per listed tracked company (with onlyMissing, per one without a
 // price for the date), none on a weekend.
-func Estimate(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, error) {
+func Estimate(ctx context.Context, db queries.DBTX, params *catalog.Params) (int, error) {
 	p := params.Value.(*Params)
 	if p.Weekend() {
 		return 0, nil

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
@@ -81,7 +81,7 @@ func setup(t *testing.T) *testBundle {
 	})
 	require.NoError(t, err)
 	b.enqueuer, err = request.NewOwner(b.pool, nil, request.Config{
-		Catalog: jobs.NewCatalog(stockprice.Spec()), Instruments: instruments, Logger: logger,
+		Catalog: catalog.NewCatalog(stockprice.Spec()), Instruments: instruments, Logger: logger,
 		Estimators: map[string]request.EstimateFunc{stockprice.Name: stockprice.Estimate},
 	})
 	require.NoError(t, err)

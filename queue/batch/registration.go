@@ -1,7 +1,7 @@
 package batch
 
 import (
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queue/request"
 )
 
@@ -13,19 +13,19 @@ import (
 // implementations and the enqueuer's estimates are all derived from that
 // list, so a job cannot be known to one of them and missing from another.
 type Registration struct {
-	Definition jobs.Definition
+	Definition catalog.Definition
 	Job        Job
 	Estimate   request.EstimateFunc // nil: the definition's own estimate
 }
 
 // Catalog returns the definitions of regs, in their order. Panics on a
 // duplicate name (jobs.NewCatalog): that is a programming error.
-func Catalog(regs []Registration) *jobs.Catalog {
-	defs := make([]jobs.Definition, len(regs))
+func Catalog(regs []Registration) *catalog.Catalog {
+	defs := make([]catalog.Definition, len(regs))
 	for i, r := range regs {
 		defs[i] = r.Definition
 	}
-	return jobs.NewCatalog(defs...)
+	return catalog.NewCatalog(defs...)
 }
 
 // Implementations returns the implementation of each job of regs by name:

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 )
@@ -17,11 +17,11 @@ import (
 func TestRegistration_DerivedMaps(t *testing.T) {
 	t.Parallel()
 	type none struct{}
-	estimate := func(context.Context, queries.DBTX, *jobs.Params) (int, error) { return 7, nil }
+	estimate := func(context.Context, queries.DBTX, *catalog.Params) (int, error) { return 7, nil }
 	first, second := &noopJob{name: "first"}, &noopJob{name: "second"}
 	regs := []batch.Registration{
-		{Definition: &jobs.Spec[none]{JobName: "first"}, Job: first},
-		{Definition: &jobs.Spec[none]{JobName: "second"}, Job: second, Estimate: estimate},
+		{Definition: &catalog.Spec[none]{JobName: "first"}, Job: first},
+		{Definition: &catalog.Spec[none]{JobName: "second"}, Job: second, Estimate: estimate},
 	}
 	require.Equal(t, []string{"first", "second"}, batch.Catalog(regs).Names())
 	impls := batch.Implementations(regs)

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
@@ -79,14 +79,14 @@ func setup(t *testing.T, registry map[string]batch.Job, configure ...func(*batch
 	require.NoError(t, err)
 	// The catalog knows the registry's jobs, metrics chaining to rules as
 	// in production (rules known whether registered or not).
-	var defs []jobs.Definition
+	var defs []catalog.Definition
 	for name := range registry {
 		if name != "metrics" && name != "rules" {
-			defs = append(defs, &jobs.Spec[noParams]{JobName: name, Desc: "test job"})
+			defs = append(defs, &catalog.Spec[noParams]{JobName: name, Desc: "test job"})
 		}
 	}
-	defs = append(defs, &jobs.Spec[noParams]{JobName: "metrics", Desc: "test job", NextJob: "rules"}, &jobs.Spec[noParams]{JobName: "rules", Desc: "test job"})
-	enqueuer, err := request.NewOwner(pool, nil, request.Config{Catalog: jobs.NewCatalog(defs...), Instruments: instruments})
+	defs = append(defs, &catalog.Spec[noParams]{JobName: "metrics", Desc: "test job", NextJob: "rules"}, &catalog.Spec[noParams]{JobName: "rules", Desc: "test job"})
+	enqueuer, err := request.NewOwner(pool, nil, request.Config{Catalog: catalog.NewCatalog(defs...), Instruments: instruments})
 	require.NoError(t, err)
 	up, err := upstream.NewClient(pool, upstream.ClientConfig{Instruments: instruments})
 	require.NoError(t, err)

@@ -15,7 +15,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
@@ -35,7 +35,7 @@ type resumeBundle struct {
 	enqueuer    *request.Owner
 	river       *river.Client[pgx.Tx]
 	tel         *observabilitytest.Telemetry
-	catalog     *jobs.Catalog
+	jobCatalog  *catalog.Catalog
 	providers   *observability.Providers
 	instruments *observability.Instruments
 }
@@ -50,7 +50,7 @@ func newResumeBundle(t *testing.T, policy request.ResumePolicy) *resumeBundle {
 // (its Catalog and Instruments are set here).
 func newStockPriceBundle(t *testing.T, cfg request.Config) *resumeBundle {
 	t.Helper()
-	cfg.Catalog = jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"})
+	cfg.Catalog = catalog.NewCatalog(&catalog.Spec[noParams]{JobName: "stockPrice", Desc: "test job"})
 	return newBundle(t, cfg)
 }
 
@@ -64,18 +64,18 @@ func newBundle(t *testing.T, cfg request.Config) *resumeBundle {
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
 	if cfg.Catalog == nil {
-		var defs []jobs.Definition
+		var defs []catalog.Definition
 		for _, name := range []string{"aptTrade", "corpCodeSync", "filingParse", "stockPrice", "creditEval", "rules"} {
-			defs = append(defs, &jobs.Spec[noParams]{JobName: name, Desc: "test job"})
+			defs = append(defs, &catalog.Spec[noParams]{JobName: name, Desc: "test job"})
 		}
-		defs = append(defs, &jobs.Spec[noParams]{JobName: "metrics", Desc: "test job", NextJob: "rules"})
-		cfg.Catalog = jobs.NewCatalog(defs...)
+		defs = append(defs, &catalog.Spec[noParams]{JobName: "metrics", Desc: "test job", NextJob: "rules"})
+		cfg.Catalog = catalog.NewCatalog(defs...)
 	}
 	cfg.Instruments = tel.Instruments
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	owner, err := request.NewOwner(pool, riverClient, cfg)
 	require.NoError(t, err)
-	return &resumeBundle{pool: pool, enqueuer: owner, river: riverClient, tel: tel, catalog: cfg.Catalog, providers: tel.Providers, instruments: tel.Instruments}
+	return &resumeBundle{pool: pool, enqueuer: owner, river: riverClient, tel: tel, jobCatalog: cfg.Catalog, providers: tel.Providers, instruments: tel.Instruments}
 }
 
 // resumes returns the automatic resumes recorded, by the execution they
@@ -99,7 +99,7 @@ func (b *resumeBundle) resumes(t *testing.T, db queries.DBTX) map[int64]radartyp
 // a resume of its runs repeats, so that the restart rules resume them.
 func resumableInstance(t *testing.T, db queries.DBTX, job string) int64 {
 	t.Helper()
-	return testfactory.Instance(context.Background(), t, db, &testfactory.InstanceOpts{Job: job, ParamsHash: jobs.ParamsHash([]byte("{}"))}).ID
+	return testfactory.Instance(context.Background(), t, db, &testfactory.InstanceOpts{Job: job, ParamsHash: catalog.ParamsHash([]byte("{}"))}).ID
 }
 
 // riverState returns the state of River job id, read through River's API.

@@ -9,7 +9,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queue/request"
@@ -34,9 +34,9 @@ func TestFinish_ActiveNextIsADuplicateNotAnError(t *testing.T) {
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
 	enqueuer, err := request.NewOwner(pool, riverClient, request.Config{
-		Catalog: jobs.NewCatalog(
-			&jobs.Spec[noParams]{JobName: "metrics", Desc: "test job", NextJob: "rules"},
-			&jobs.Spec[noParams]{JobName: "rules", Desc: "test job"},
+		Catalog: catalog.NewCatalog(
+			&catalog.Spec[noParams]{JobName: "metrics", Desc: "test job", NextJob: "rules"},
+			&catalog.Spec[noParams]{JobName: "rules", Desc: "test job"},
 		),
 		Instruments: instruments,
 	})

@@ -10,7 +10,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 )
 
@@ -22,7 +22,7 @@ var ErrNotQueued = errors.New("request is no longer queued")
 // Delivery is the River job that delivered a request to the worker about
 // to run it. It is nil for a run no River job delivered (the CLI's own
 // request).
-type Delivery = river.Job[jobs.RequestArgs]
+type Delivery = river.Job[catalog.RequestArgs]
 
 // deliveryOutput is what a delivered River job records as its output
 // (River UI shows it): where the run went, and where its outcome is kept.

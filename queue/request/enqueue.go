@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/radartype"
@@ -74,17 +74,17 @@ type EnqueueResult struct {
 
 // Validate decodes and checks a request, estimating its calls; it reads the
 // database only through an Estimators entry, and writes nothing.
-func (o *Owner) Validate(ctx context.Context, db queries.DBTX, p *EnqueueParams) (jobs.Definition, *jobs.Params, error) {
+func (o *Owner) Validate(ctx context.Context, db queries.DBTX, p *EnqueueParams) (catalog.Definition, *catalog.Params, error) {
 	def, ok := o.cfg.Catalog.Lookup(p.Job)
 	if !ok {
-		return nil, nil, fmt.Errorf("%w: %s", ErrUnknownJob, jobs.Quote(p.Job))
+		return nil, nil, fmt.Errorf("%w: %s", ErrUnknownJob, catalog.Quote(p.Job))
 	}
 	params, err := def.Decode(p.Params)
 	if err != nil {
 		return nil, nil, err
 	}
-	if p.MaxCalls != nil && (*p.MaxCalls < 1 || *p.MaxCalls > jobs.MaxCallsMax) {
-		return nil, nil, &jobs.ParamError{Field: "maxCalls", Message: fmt.Sprintf("must be an integer from 1 to %d when given", jobs.MaxCallsMax)}
+	if p.MaxCalls != nil && (*p.MaxCalls < 1 || *p.MaxCalls > catalog.MaxCallsMax) {
+		return nil, nil, &catalog.ParamError{Field: "maxCalls", Message: fmt.Sprintf("must be an integer from 1 to %d when given", catalog.MaxCallsMax)}
 	}
 	if estimate, ok := o.cfg.Estimators[p.Job]; ok {
 		if params.EstimatedCalls, err = estimate(ctx, db, params); err != nil {
@@ -107,7 +107,7 @@ func (o *Owner) Validate(ctx context.Context, db queries.DBTX, p *EnqueueParams)
 func (o *Owner) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, error) {
 	_, params, err := o.Validate(ctx, o.pool, p)
 	if err != nil {
-		if jobs.IsParamError(err) {
+		if catalog.IsParamError(err) {
 			o.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultInvalid)
 		}
 		return nil, err
@@ -174,7 +174,7 @@ func (o *Owner) EnqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams) (*En
 // that carries the request's id, and the request row, linked to that job.
 // A duplicate draws no request id: the state reads one only for a job
 // without an active request.
-func (o *Owner) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *jobs.Params) (*EnqueueResult, error) {
+func (o *Owner) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, params *catalog.Params) (*EnqueueResult, error) {
 	if p.Guard != nil {
 		if err := p.Guard.Before(ctx, tx); err != nil {
 			return nil, err
@@ -204,7 +204,7 @@ func (o *Owner) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, para
 		return nil, &DuplicateError{Job: p.Job, ActiveRequestID: state.ActiveRequestID}
 	}
 
-	paramsHash := jobs.ParamsHash(params.Canonical)
+	paramsHash := catalog.ParamsHash(params.Canonical)
 	var resumesID *int64
 	if !p.ConfirmPurge && state.LastExecutionID != 0 && resumes(state.LastStatus, state.LastParamsHash, state.LastConfirmPurge, paramsHash) {
 		resumesID = &state.LastExecutionID
@@ -272,7 +272,7 @@ func (o *Owner) Estimate(ctx context.Context, db queries.DBTX, p *EnqueueParams)
 		return nil, err
 	}
 	out := &Estimate{Calls: params.EstimatedCalls}
-	last, err := ResumeCandidate(ctx, db, p.Job, jobs.ParamsHash(params.Canonical), p.ConfirmPurge)
+	last, err := ResumeCandidate(ctx, db, p.Job, catalog.ParamsHash(params.Canonical), p.ConfirmPurge)
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +312,7 @@ func callsLeft(full int, planned, committed int64) int {
 // insertRun inserts, through River's InsertTx, the River job that runs
 // p's request requestID in tx.
 func (o *Owner) insertRun(ctx context.Context, tx pgx.Tx, p *EnqueueParams, requestID int64) (*rivertype.JobInsertResult, error) {
-	res, err := o.river.InsertTx(ctx, tx, jobs.RequestArgs{Job: p.Job, RequestID: requestID}, nil)
+	res, err := o.river.InsertTx(ctx, tx, catalog.RequestArgs{Job: p.Job, RequestID: requestID}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("error inserting river job: %w", err)
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 )
@@ -59,8 +59,8 @@ func (e *OverCapError) Error() string { return e.param().Error() }
 // Unwrap returns the *jobs.ParamError that names the field.
 func (e *OverCapError) Unwrap() error { return e.param() }
 
-func (e *OverCapError) param() *jobs.ParamError {
-	return &jobs.ParamError{
+func (e *OverCapError) param() *catalog.ParamError {
+	return &catalog.ParamError{
 		Field:   "params",
 		Message: fmt.Sprintf("estimated %d calls exceed the %s daily cap of %d; split the request", e.Estimated, e.Provider, e.Cap),
 	}
@@ -69,7 +69,7 @@ func (e *OverCapError) param() *jobs.ParamError {
 // EstimateFunc estimates a run's external calls when the params alone do
 // not tell (creditEval's calls depend on the exposure ledger). It reads the
 // database but never writes it.
-type EstimateFunc func(ctx context.Context, db queries.DBTX, params *jobs.Params) (int, error)
+type EstimateFunc func(ctx context.Context, db queries.DBTX, params *catalog.Params) (int, error)
 
 // StaleAfterDefault is the default stale window of Config: a worker silent
 // for longer is dead, and its requests are reaped.
@@ -80,7 +80,7 @@ type Config struct {
 	// Estimators override the catalog's estimate for the named jobs.
 	Estimators map[string]EstimateFunc
 	// Catalog is the set of known jobs. Required.
-	Catalog *jobs.Catalog
+	Catalog *catalog.Catalog
 	// DailyCaps is each provider's daily call cap; an estimate above a whole
 	// day's cap is refused. A provider missing here has no cap.
 	DailyCaps map[string]int

@@ -17,7 +17,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/batch"
@@ -40,7 +40,7 @@ type claimed struct {
 // not claimed: their River jobs are snoozed, so their requests stay
 // QUEUED with a live River job.
 type claimWorker struct {
-	river.WorkerDefaults[jobs.RequestArgs]
+	river.WorkerDefaults[catalog.RequestArgs]
 	tb       testing.TB
 	owner    func() *request.Owner
 	pool     pgtx.Beginner
@@ -49,7 +49,7 @@ type claimWorker struct {
 	claimed  chan claimed
 }
 
-func (w *claimWorker) Work(ctx context.Context, job *river.Job[jobs.RequestArgs]) error {
+func (w *claimWorker) Work(ctx context.Context, job *river.Job[catalog.RequestArgs]) error {
 	// A request that may not start yet (a resume's backoff) waits, as
 	// the worker's River worker makes it.
 	wait, err := queries.New().JobRequestWait(ctx, w.pool.(queries.DBTX), job.Args.RequestID)
@@ -67,7 +67,7 @@ func (w *claimWorker) Work(ctx context.Context, job *river.Job[jobs.RequestArgs]
 		}
 		exec := testfactory.Execution(ctx, w.tb, tx, &testfactory.ExecutionOpts{
 			RequestID: req.ID, Unlinked: true, WorkerID: w.workerID,
-			InstanceID: testfactory.Instance(ctx, w.tb, tx, &testfactory.InstanceOpts{Job: req.Job, ParamsHash: jobs.ParamsHash([]byte("{}"))}).ID,
+			InstanceID: testfactory.Instance(ctx, w.tb, tx, &testfactory.InstanceOpts{Job: req.Job, ParamsHash: catalog.ParamsHash([]byte("{}"))}).ID,
 		})
 		c = claimed{request: req, executionID: exec.ID}
 		return w.owner().Started(ctx, tx, req, exec.ID, job)
@@ -98,7 +98,7 @@ func TestOwner_EveryEndKeepsRequestAndRiverAgreeing(t *testing.T) {
 		hold: map[string]bool{"rules": true, "metrics": true}, claimed: make(chan claimed, 16),
 	}
 	workers := river.NewWorkers()
-	river.AddWorker(workers, river.Worker[jobs.RequestArgs](w))
+	river.AddWorker(workers, river.Worker[catalog.RequestArgs](w))
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		ID: live.ID, Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}}, Workers: workers,
 		FetchCooldown: river.FetchCooldownMin, FetchPollInterval: 20 * time.Millisecond,
@@ -106,7 +106,7 @@ func TestOwner_EveryEndKeepsRequestAndRiverAgreeing(t *testing.T) {
 	require.NoError(t, err)
 	b := newBundle(t, request.Config{})
 	owner, err = request.NewOwner(pool, client, request.Config{
-		Catalog: b.catalog, Instruments: b.instruments, StaleAfter: staleAfter,
+		Catalog: b.jobCatalog, Instruments: b.instruments, StaleAfter: staleAfter,
 		Resume: request.ResumePolicy{Causes: []radartype.StopCause{radartype.CauseDrain}, MaxPerDay: 3, Backoff: time.Hour},
 	})
 	require.NoError(t, err)

@@ -188,7 +188,7 @@ func TestReaper_CutOffReapsNothing(t *testing.T) {
 	require.Equal(t, "STARTED", testfactory.ExecutionByID(ctx, t, tx, run.ID).Status)
 
 	// The same rows, judged by a reaper that was never cut off.
-	fresh, err := request.NewOwner(pool, b.river, request.Config{Catalog: b.catalog, StaleAfter: reaperStaleAfter, Instruments: b.instruments, Logger: slog.New(slog.DiscardHandler)})
+	fresh, err := request.NewOwner(pool, b.river, request.Config{Catalog: b.jobCatalog, StaleAfter: reaperStaleAfter, Instruments: b.instruments, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	n, err = fresh.ReapTx(ctx, tx, "")
 	require.NoError(t, err)

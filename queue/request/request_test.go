@@ -18,7 +18,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
 	"github.com/buildrisk/radar/queries"
@@ -58,7 +58,7 @@ func TestEnqueue_CleanupOnlyWithAnActiveRequest(t *testing.T) {
 	b := newStockPriceBundle(t, request.Config{StaleAfter: 2 * time.Second})
 	pgtest.WaitServerUptime(t, b.pool, 2*time.Second)
 	pool := pgtest.NewTracedPool(t, b.pool, tracer)
-	enqueuer, err := request.NewOwner(pool, b.river, request.Config{Catalog: b.catalog, Instruments: b.instruments, StaleAfter: 2 * time.Second})
+	enqueuer, err := request.NewOwner(pool, b.river, request.Config{Catalog: b.jobCatalog, Instruments: b.instruments, StaleAfter: 2 * time.Second})
 	require.NoError(t, err)
 	enqueue := func() (*request.EnqueueResult, error) {
 		return enqueuer.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: radartype.SourceAPI})
@@ -140,9 +140,9 @@ func TestEnqueue_OneTransactionOfOwnStatementsAndRiversInsertTx(t *testing.T) {
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Middleware: []rivertype.Middleware{marker}})
 	require.NoError(t, err)
 	enqueuer, err := request.NewOwner(pool, riverClient, request.Config{
-		Catalog: jobs.NewCatalog(
-			&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"},
-			&jobs.Spec[noParams]{JobName: "filingParse", Desc: "test job"},
+		Catalog: catalog.NewCatalog(
+			&catalog.Spec[noParams]{JobName: "stockPrice", Desc: "test job"},
+			&catalog.Spec[noParams]{JobName: "filingParse", Desc: "test job"},
 		),
 		Instruments: instruments,
 	})
@@ -192,9 +192,9 @@ func TestEnqueue_OneTransactionOfOwnStatementsAndRiversInsertTx(t *testing.T) {
 		}
 	}
 
-	var args jobs.RequestArgs
+	var args catalog.RequestArgs
 	require.NoError(t, pool.QueryRow(ctx, `SELECT args FROM river_job WHERE id = $1`, *res.Request.RiverJobID).Scan(&args))
-	require.Equal(t, jobs.RequestArgs{Job: "stockPrice", RequestID: res.Request.ID}, args, "the River job carries its request's id from its insert")
+	require.Equal(t, catalog.RequestArgs{Job: "stockPrice", RequestID: res.Request.ID}, args, "the River job carries its request's id from its insert")
 }
 
 // A duplicate (409) draws no request id and inserts no River job: the next
@@ -243,8 +243,8 @@ func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
 	require.NoError(t, err)
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	catalog := jobs.NewCatalog(&jobs.Spec[noParams]{JobName: "stockPrice", Desc: "test job"})
-	enqueuer, err := request.NewOwner(pool, riverClient, request.Config{Catalog: catalog, Instruments: instruments, StaleAfter: time.Minute})
+	jobCatalog := catalog.NewCatalog(&catalog.Spec[noParams]{JobName: "stockPrice", Desc: "test job"})
+	enqueuer, err := request.NewOwner(pool, riverClient, request.Config{Catalog: jobCatalog, Instruments: instruments, StaleAfter: time.Minute})
 	require.NoError(t, err)
 	enqueueWith := func(ctx context.Context, owner *request.Owner) (*request.EnqueueResult, error) {
 		return owner.Enqueue(ctx, &request.EnqueueParams{Job: "stockPrice", Params: []byte("{}"), Source: radartype.SourceAPI})
@@ -308,7 +308,7 @@ func TestEnqueue_DuplicateBurstTakesNoLock(t *testing.T) {
 		// A stale window the test's cluster has been up for: the holder,
 		// silent for an hour, is dead.
 		pgtest.WaitServerUptime(t, base, 2*time.Second)
-		reaper, err := request.NewOwner(pool, riverClient, request.Config{Catalog: catalog, Instruments: instruments, StaleAfter: 2 * time.Second})
+		reaper, err := request.NewOwner(pool, riverClient, request.Config{Catalog: jobCatalog, Instruments: instruments, StaleAfter: 2 * time.Second})
 		require.NoError(t, err)
 		runStart := holdLock(t)
 		tracer.Reset()

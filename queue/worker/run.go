@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 )
@@ -19,13 +19,13 @@ import (
 // runWorker is the River worker of runs: every job of the catalog runs
 // through it.
 type runWorker struct {
-	river.WorkerDefaults[jobs.RequestArgs]
+	river.WorkerDefaults[catalog.RequestArgs]
 	w *Worker
 }
 
 // Timeout disables River's per-job timeout: chunks bound the work, and the
 // reaper handles dead workers.
-func (rw *runWorker) Timeout(*river.Job[jobs.RequestArgs]) time.Duration { return -1 }
+func (rw *runWorker) Timeout(*river.Job[catalog.RequestArgs]) time.Duration { return -1 }
 
 // Work runs one request. Its River job only delivers the request: the
 // run's claim completes it, in the transaction that starts the run (see
@@ -34,7 +34,7 @@ func (rw *runWorker) Timeout(*river.Job[jobs.RequestArgs]) time.Duration { retur
 // claim it hands the job back (a snooze) while the request may not start
 // yet, and cancels it with the request's failure when the run cannot
 // start.
-func (rw *runWorker) Work(ctx context.Context, job *river.Job[jobs.RequestArgs]) error {
+func (rw *runWorker) Work(ctx context.Context, job *river.Job[catalog.RequestArgs]) error {
 	w := rw.w
 	// A request that may not start yet (an automatic resume's backoff, by
 	// the database's clock) goes back to River available, for at most

@@ -13,7 +13,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/jobs/riskmetric"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
@@ -49,7 +49,7 @@ func newPassWorker(t *testing.T, pool *pgxpool.Pool, clock *passClock) *Worker {
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	enqueuer, err := request.NewOwner(pool, nil, request.Config{Catalog: jobs.NewCatalog(riskmetric.Spec()), Instruments: instruments, Logger: logger})
+	enqueuer, err := request.NewOwner(pool, nil, request.Config{Catalog: catalog.NewCatalog(riskmetric.Spec()), Instruments: instruments, Logger: logger})
 	require.NoError(t, err)
 	next, err := ParseSchedule("@every 1h", time.UTC)
 	require.NoError(t, err)

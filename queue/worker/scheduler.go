@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/request"
@@ -25,7 +25,7 @@ import (
 // API (cleanup, lock, dedupe); *request.Owner implements it.
 type ScheduleEnqueuer interface {
 	// Validate checks a request's params and estimate, writing nothing.
-	Validate(ctx context.Context, db queries.DBTX, p *request.EnqueueParams) (jobs.Definition, *jobs.Params, error)
+	Validate(ctx context.Context, db queries.DBTX, p *request.EnqueueParams) (catalog.Definition, *catalog.Params, error)
 	// EnqueueTx inserts a request inside tx.
 	EnqueueTx(ctx context.Context, tx pgx.Tx, p *request.EnqueueParams) (*request.EnqueueResult, error)
 }
@@ -271,7 +271,7 @@ func (s *Scheduler) tick(ctx context.Context, sched *Schedule, due time.Time) er
 		return err
 	}
 	p.Params = params.Canonical
-	hash := jobs.ParamsHash(params.Canonical)
+	hash := catalog.ParamsHash(params.Canonical)
 
 	var (
 		outcome   string
@@ -483,7 +483,7 @@ func (s *Scheduler) recordFailed(ctx context.Context, sched *Schedule, due time.
 // isRefusal reports whether err refuses the request itself (params,
 // estimate over a cap, unknown job): trying again would not help.
 func isRefusal(err error) bool {
-	return jobs.IsParamError(err) || errors.Is(err, request.ErrUnknownJob)
+	return catalog.IsParamError(err) || errors.Is(err, request.ErrUnknownJob)
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/jobs/riskmetric"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/observability/observabilitytest"
@@ -74,7 +74,7 @@ func newScheduler(t *testing.T, pool *pgxpool.Pool, start time.Time, processCloc
 	instruments, err := observability.NewInstruments(providers.Meter)
 	require.NoError(t, err)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	enqueuer, err := request.NewOwner(pool, nil, request.Config{Catalog: jobs.NewCatalog(riskmetric.Spec()), Instruments: instruments, Logger: logger})
+	enqueuer, err := request.NewOwner(pool, nil, request.Config{Catalog: catalog.NewCatalog(riskmetric.Spec()), Instruments: instruments, Logger: logger})
 	require.NoError(t, err)
 	next, err := worker.ParseSchedule("@every 1h", time.UTC)
 	require.NoError(t, err)

@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
 )
 
@@ -50,7 +50,7 @@ func (j *Job) Missing() int64 { return max(j.Targets-j.Current, 0) }
 type Config struct {
 	// Catalog is the job catalog, whose definitions say which jobs have
 	// coverage and their data dates. Required.
-	Catalog *jobs.Catalog
+	Catalog *catalog.Catalog
 	// Location is the jobs' zone (BUILDRISK_TIMEZONE; nil: UTC).
 	Location *time.Location
 	// MaxAge is how long counts are served from the cache (0:
@@ -118,7 +118,7 @@ func (r *Reader) Jobs() []string {
 
 // definition returns job's coverage definition and its data date now, or
 // ErrNoCoverage for a job without one.
-func (r *Reader) definition(job string) (*jobs.Coverage, time.Time, error) {
+func (r *Reader) definition(job string) (*catalog.Coverage, time.Time, error) {
 	def, ok := r.cfg.Catalog.Lookup(job)
 	if !ok || def.Coverage() == nil {
 		return nil, time.Time{}, fmt.Errorf("%s: %w", job, ErrNoCoverage)

@@ -8,10 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/buildrisk/radar/catalog"
+	"github.com/buildrisk/radar/catalog/coverage"
 	"github.com/buildrisk/radar/internal/jobset"
-	"github.com/buildrisk/radar/jobs"
 	"github.com/buildrisk/radar/jobs/apttrade"
-	"github.com/buildrisk/radar/jobs/coverage"
 	"github.com/buildrisk/radar/jobs/credit"
 	"github.com/buildrisk/radar/jobs/riskmetric"
 	"github.com/buildrisk/radar/jobs/riskrule"
@@ -57,9 +57,9 @@ func TestReader_CatalogRequired(t *testing.T) {
 // them is refused when the Reader is made, not at the first scrape.
 func TestReader_CoverageDefinitionNeedsItsQueries(t *testing.T) {
 	t.Parallel()
-	incomplete := &jobs.Spec[struct{}]{JobName: "half", Desc: "a job whose coverage has no queries",
-		CoverageDef: &jobs.Coverage{Targets: "t", Current: "c", DataDate: jobs.DayIn}}
-	_, err := coverage.New(nil, coverage.Config{Catalog: jobs.NewCatalog(incomplete)})
+	incomplete := &catalog.Spec[struct{}]{JobName: "half", Desc: "a job whose coverage has no queries",
+		CoverageDef: &catalog.Coverage{Targets: "t", Current: "c", DataDate: catalog.DayIn}}
+	_, err := coverage.New(nil, coverage.Config{Catalog: catalog.NewCatalog(incomplete)})
 	require.ErrorContains(t, err, "job half: a coverage definition needs DataDate, Count and Missing")
 }
 

@@ -1,4 +1,4 @@
-package jobs_test
+package catalog_test
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 )
 
 // spanParams are the params of the specs these tests build: a bounded
@@ -16,12 +16,12 @@ type spanParams struct {
 	Days int `json:"days"`
 }
 
-func spanSpec(name, provider string) *jobs.Spec[spanParams] {
-	return &jobs.Spec[spanParams]{
+func spanSpec(name, provider string) *catalog.Spec[spanParams] {
+	return &catalog.Spec[spanParams]{
 		JobName: name, ProviderName: provider, ExampleValue: spanParams{Days: 2},
 		Validate: func(p *spanParams) error {
 			if p.Days < 1 {
-				return &jobs.ParamError{Field: "params.days", Message: "at least 1"}
+				return &catalog.ParamError{Field: "params.days", Message: "at least 1"}
 			}
 			return nil
 		},
@@ -32,7 +32,7 @@ func spanSpec(name, provider string) *jobs.Spec[spanParams] {
 
 func TestCatalog_Lookup(t *testing.T) {
 	t.Parallel()
-	c := jobs.NewCatalog(spanSpec("span", "MOLIT"), spanSpec("local", ""))
+	c := catalog.NewCatalog(spanSpec("span", "MOLIT"), spanSpec("local", ""))
 	require.Equal(t, []string{"span", "local"}, c.Names(), "catalog order")
 	def, ok := c.Lookup("span")
 	require.True(t, ok)
@@ -42,7 +42,7 @@ func TestCatalog_Lookup(t *testing.T) {
 	require.Empty(t, def.RequiredKeys(), "a job without a provider needs no key")
 	_, ok = c.Lookup("nope")
 	require.False(t, ok)
-	require.Panics(t, func() { jobs.NewCatalog(spanSpec("span", ""), spanSpec("span", "")) })
+	require.Panics(t, func() { catalog.NewCatalog(spanSpec("span", ""), spanSpec("span", "")) })
 }
 
 // A Spec decodes strictly, validates, and answers canonical params with
@@ -58,7 +58,7 @@ func TestSpec_Decode(t *testing.T) {
 
 	for raw, field := range map[string]string{`{"days":0}`: "params.days", `{"days":1,"x":1}`: "params.x", `{"days":"1"}`: "params.days", `[`: "params"} {
 		_, err := spec.Decode(json.RawMessage(raw))
-		var pe *jobs.ParamError
+		var pe *catalog.ParamError
 		require.ErrorAs(t, err, &pe, raw)
 		require.Equal(t, field, pe.Field, raw)
 	}

@@ -14,4 +14,4 @@
 // or River's client: the api, the CLI and the worker all read the
 // definitions built on it, and a job's spec.go uses nothing else, so a
 // params rule is written once, for all of them.
-package jobs
+package catalog

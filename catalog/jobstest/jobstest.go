@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/buildrisk/radar/jobs"
+	"github.com/buildrisk/radar/catalog"
 )
 
 // ParamCase is one Decode of a table test: want a field error (BadField),
@@ -23,14 +23,14 @@ type ParamCase struct {
 
 // RunParamCases decodes each case's Raw with def, in a parallel subtest
 // named after the case, and checks the outcome it names.
-func RunParamCases(t *testing.T, def jobs.Definition, cases []ParamCase) {
+func RunParamCases(t *testing.T, def catalog.Definition, cases []ParamCase) {
 	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
 			p, err := def.Decode(json.RawMessage(tc.Raw))
 			if tc.BadField != "" {
-				var pe *jobs.ParamError
+				var pe *catalog.ParamError
 				require.ErrorAs(t, err, &pe, tc.Raw)
 				require.Equal(t, tc.BadField, pe.Field, pe.Message)
 				return
