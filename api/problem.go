@@ -73,7 +73,7 @@ var problemKinds = []problemKind{
 	{ProblemInvalidParams, http.StatusBadRequest, "Invalid parameters",
 		"A body member, query or path parameter or header is not valid (or the body is not JSON, or repeats a key); errors[].location names each (body.params.from, query.limit, header.Idempotency-Key). Nothing was written: fix the input and send it again."},
 	{ProblemCapExceeded, http.StatusBadRequest, "Over the provider's daily cap",
-		"The run's estimated calls exceed its provider's whole daily cap (BUILDRISK_DAILY_CAP_<P>): no day could serve it. errors[].location is body.params. Nothing was written: split the request into smaller ones."},
+		"The run's estimated calls exceed its provider's whole daily cap (BUILDRISK_DAILY_CAP_<P>): no day could serve it. errors[].location is body.params. Nothing was written: give maxCalls (at most the cap) to run it a day's budget at a time, or split the request into smaller ones."},
 	{ProblemBodyNotAllowed, http.StatusBadRequest, "Body not allowed",
 		"A GET or HEAD carried a body. It was not read and the connection closes: send the request without one."},
 	{ProblemUnauthorized, http.StatusUnauthorized, "Unauthorized",

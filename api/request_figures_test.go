@@ -30,7 +30,8 @@ func (f figures) plus(g figures) figures {
 // execution's chunks, items and calls are its own, the instance's are
 // their sum, in GET /v1/requests/{id} and in the list alike; the resume's
 // estimate (its 202, its request, the dry run) is the 7 calls left, the
-// first run's the 12 of the whole plan. The stopped run is listed by
+// first run's the 5 of its maxCalls (the whole plan's 12, bounded by the
+// maxCalls it stops at). The stopped run is listed by
 // GET /v1/requests?outcome=STOPPED&endedOn=today.
 func TestRequestPath_ResumedExecutionFigures(t *testing.T) {
 	t.Parallel()
@@ -40,7 +41,7 @@ func TestRequestPath_ResumedExecutionFigures(t *testing.T) {
 
 	status, created := s.Post("/v1/jobs/aptTrade/requests", `{"params":`+params+`,"maxCalls":5}`)
 	require.Equal(t, http.StatusAccepted, status, "%v", created)
-	require.Equal(t, float64(12), created["estimatedCalls"], "a first run's estimate is the whole plan")
+	require.Equal(t, float64(5), created["estimatedCalls"], "a first run's estimate is the whole plan, bounded by its maxCalls")
 	firstID := created["requestId"].(string)
 	first := s.WaitRequest(firstID, "DONE", "FAILED")
 	firstExec := apptest.Execution(t, first)
@@ -89,9 +90,10 @@ func TestRequestPath_ResumedExecutionFigures(t *testing.T) {
 	require.Equal(t, float64(s.Count("SELECT count(*) FROM apt_trade")), sum.written)
 	require.Equal(t, instance, first["instance"], "the first request's instance is the same instance")
 
-	// The estimates: the whole plan for the first run, what was left for
-	// the resume, in its 202, its request and the dry run before it.
-	require.Equal(t, float64(12), first["estimatedCalls"])
+	// The estimates: the whole plan bounded by its maxCalls for the first
+	// run, what was left for the resume, in its 202, its request and the
+	// dry run before it.
+	require.Equal(t, float64(5), first["estimatedCalls"])
 	require.Equal(t, float64(7), resumed["estimatedCalls"], "the resume's estimate is the calls of the 7 chunks left")
 	require.Equal(t, float64(7), second["estimatedCalls"])
 	require.Equal(t, float64(7), dry["estimatedCalls"], "the dry run answers what the request would")

@@ -266,3 +266,24 @@ func TestRequestPath_OutcomeFilterListsAMaxCallsStop(t *testing.T) {
 	_, out = s.Get("/v1/requests?status=STOPPED")
 	require.Contains(t, out["detail"], "outcome=STOPPED", "the refusal says where STOPPED is")
 }
+
+// Under a small daily cap a large creditEval runs with maxCalls: its whole
+// plan over the cap of 300 is refused (400 cap-exceeded, the detail naming
+// maxCalls as the way out), and with maxCalls 250 it is accepted,
+// estimated at 250, which the estimate endpoint answers too.
+func TestRequestPath_MaxCallsRunsUnderASmallCap(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_DAILY_CAP_CREDIT": "300"}})
+	s.SeedExposure(400)
+	status, out := s.Post("/v1/jobs/creditEval/requests", `{"params":{}}`)
+	require.Equal(t, http.StatusBadRequest, status, "%v", out)
+	require.Equal(t, "/problems/cap-exceeded", out["type"])
+	require.Contains(t, out["detail"], "give maxCalls")
+
+	status, out = s.Post("/v1/jobs/creditEval/estimate", `{"params":{},"maxCalls":250}`)
+	require.Equal(t, http.StatusOK, status, "%v", out)
+	require.Equal(t, float64(250), out["estimatedCalls"])
+	status, out = s.Post("/v1/jobs/creditEval/requests", `{"params":{},"maxCalls":250}`)
+	require.Equal(t, http.StatusAccepted, status, "%v", out)
+	require.Equal(t, float64(250), out["estimatedCalls"])
+}

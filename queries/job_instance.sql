@@ -22,8 +22,12 @@ UPDATE job_instance SET lease_epoch = lease_epoch + 1 WHERE id = @id RETURNING l
 -- name: JobInstanceChunksLeft :one
 -- JobInstanceChunksLeft returns an instance's plan and what is left of it:
 -- the most chunks any of its executions planned (0 when none has planned
--- yet) and the chunks committed. A resume's call estimate is the part of
--- the whole run's for the chunks left. Two lookups by the instance
--- (job_execution_instance_id_idx, job_checkpoint's primary key).
-SELECT coalesce((SELECT max(e.chunks_total) FROM job_execution e WHERE e.instance_id = @instance_id), 0)::bigint AS planned,
-       (SELECT count(*) FROM job_checkpoint c WHERE c.instance_id = @instance_id)::bigint AS committed;
+-- yet), the chunks committed and the external calls its executions made.
+-- A resume's call estimate is the part of the whole run's for the chunks
+-- left, and never more than the whole less the calls made. Two lookups by
+-- the instance (job_execution_instance_id_idx, job_checkpoint's primary
+-- key).
+SELECT coalesce(max(e.chunks_total), 0)::bigint AS planned,
+       (SELECT count(*) FROM job_checkpoint c WHERE c.instance_id = @instance_id)::bigint AS committed,
+       coalesce(sum(e.external_calls), 0)::bigint AS calls
+FROM job_execution e WHERE e.instance_id = @instance_id;

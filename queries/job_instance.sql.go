@@ -10,24 +10,29 @@ import (
 )
 
 const jobInstanceChunksLeft = `-- name: JobInstanceChunksLeft :one
-SELECT coalesce((SELECT max(e.chunks_total) FROM job_execution e WHERE e.instance_id = $1), 0)::bigint AS planned,
-       (SELECT count(*) FROM job_checkpoint c WHERE c.instance_id = $1)::bigint AS committed
+SELECT coalesce(max(e.chunks_total), 0)::bigint AS planned,
+       (SELECT count(*) FROM job_checkpoint c WHERE c.instance_id = $1)::bigint AS committed,
+       coalesce(sum(e.external_calls), 0)::bigint AS calls
+FROM job_execution e WHERE e.instance_id = $1
 `
 
 type JobInstanceChunksLeftRow struct {
 	Planned   int64
 	Committed int64
+	Calls     int64
 }
 
 // JobInstanceChunksLeft returns an instance's plan and what is left of it:
 // the most chunks any of its executions planned (0 when none has planned
-// yet) and the chunks committed. A resume's call estimate is the part of
-// the whole run's for the chunks left. Two lookups by the instance
-// (job_execution_instance_id_idx, job_checkpoint's primary key).
+// yet), the chunks committed and the external calls its executions made.
+// A resume's call estimate is the part of the whole run's for the chunks
+// left, and never more than the whole less the calls made. Two lookups by
+// the instance (job_execution_instance_id_idx, job_checkpoint's primary
+// key).
 func (q *Queries) JobInstanceChunksLeft(ctx context.Context, db DBTX, instanceID int64) (*JobInstanceChunksLeftRow, error) {
 	row := db.QueryRow(ctx, jobInstanceChunksLeft, instanceID)
 	var i JobInstanceChunksLeftRow
-	err := row.Scan(&i.Planned, &i.Committed)
+	err := row.Scan(&i.Planned, &i.Committed, &i.Calls)
 	return &i, err
 }
 

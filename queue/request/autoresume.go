@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/radartype"
@@ -187,6 +188,13 @@ func (o *Owner) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, err
 		// Someone asked again first: their request resumes the run.
 		_ = savepoint.Rollback(ctx)
 		logger.InfoContext(ctx, "automatic resume not needed: the job already has an active request", slog.Int64("active_request_id", dup.ActiveRequestID))
+		return 0, nil
+	case catalog.IsParamError(err):
+		// What is left is over the daily cap now (a cap lowered since):
+		// keep the stop recorded; a request with maxCalls resumes it.
+		_ = savepoint.Rollback(ctx)
+		o.cfg.Instruments.AutoResumeRefused(ctx, s.Request.Job, s.Cause)
+		logger.ErrorContext(ctx, "automatic resume refused", slog.String("error", err.Error()))
 		return 0, nil
 	case err != nil:
 		_ = savepoint.Rollback(ctx)

@@ -72,8 +72,11 @@ type EnqueueResult struct {
 	ResumesExecutionID *int64
 }
 
-// Validate decodes and checks a request, estimating its calls; it reads the
-// database only through an Estimators entry, and writes nothing.
+// Validate decodes and checks a request, estimating its whole run's calls;
+// it reads the database only through an Estimators entry, and writes
+// nothing. The daily cap is checked once the request's estimate is known
+// (admit): a resume's is what its instance has left, and maxCalls bounds
+// either.
 func (o *Owner) Validate(ctx context.Context, db queries.DBTX, p *EnqueueParams) (catalog.Definition, *catalog.Params, error) {
 	def, ok := o.cfg.Catalog.Lookup(p.Job)
 	if !ok {
@@ -91,10 +94,32 @@ func (o *Owner) Validate(ctx context.Context, db queries.DBTX, p *EnqueueParams)
 			return nil, nil, fmt.Errorf("error estimating calls: %w", err)
 		}
 	}
-	if limit, ok := o.cfg.DailyCaps[def.Provider()]; ok && params.EstimatedCalls > limit {
-		return nil, nil, &OverCapError{Provider: def.Provider(), Cap: limit, Estimated: params.EstimatedCalls}
-	}
 	return def, params, nil
+}
+
+// requestEstimate is a request's call estimate: the calls its plan has
+// left (estimate: the whole run's for a new instance, what is left for a
+// resume), bounded by its maxCalls when it gives one, since the run stops
+// there.
+func requestEstimate(estimate int, maxCalls *int) int {
+	if maxCalls != nil {
+		return min(estimate, *maxCalls)
+	}
+	return estimate
+}
+
+// admit refuses a request whose estimate (requestEstimate) exceeds its
+// provider's whole daily cap: no day could serve it. The refusal names
+// maxCalls, the way to run such a plan a day's budget at a time.
+func (o *Owner) admit(job string, estimate int) error {
+	def, ok := o.cfg.Catalog.Lookup(job)
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownJob, catalog.Quote(job))
+	}
+	if limit, ok := o.cfg.DailyCaps[def.Provider()]; ok && estimate > limit {
+		return &OverCapError{Provider: def.Provider(), Cap: limit, Estimated: estimate}
+	}
+	return nil
 }
 
 // Enqueue validates p and, in one transaction under the job's advisory lock
@@ -122,6 +147,10 @@ func (o *Owner) Enqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, 
 	switch {
 	case errors.As(err, &dup):
 		o.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultDuplicate)
+		return nil, err
+	case catalog.IsParamError(err):
+		// Refused once its estimate was known (over the daily cap).
+		o.cfg.Instruments.RequestRecorded(ctx, p.Job, p.Source, observability.ResultInvalid)
 		return nil, err
 	case errors.Is(err, queries.ErrUniqueViolation):
 		// The partial unique index caught what the lock should have: still a
@@ -215,6 +244,10 @@ func (o *Owner) enqueueTx(ctx context.Context, tx pgx.Tx, p *EnqueueParams, para
 			return nil, err
 		}
 	}
+	estimated = requestEstimate(estimated, p.MaxCalls)
+	if err := o.admit(p.Job, estimated); err != nil {
+		return nil, err
+	}
 	var riverJobID *int64
 	if o.river != nil && p.WorkerID == "" {
 		res, err := o.insertRun(ctx, tx, p, state.NextRequestID)
@@ -276,25 +309,30 @@ func (o *Owner) Estimate(ctx context.Context, db queries.DBTX, p *EnqueueParams)
 	if err != nil {
 		return nil, err
 	}
-	if last == nil {
-		return out, nil
+	if last != nil {
+		if out.Calls, err = o.resumeEstimate(ctx, db, last.JobExecution.InstanceID, out.Calls); err != nil {
+			return nil, err
+		}
+		out.ResumesExecutionID = &last.JobExecution.ID
 	}
-	if out.Calls, err = o.resumeEstimate(ctx, db, last.JobExecution.InstanceID, out.Calls); err != nil {
+	out.Calls = requestEstimate(out.Calls, p.MaxCalls)
+	if err := o.admit(p.Job, out.Calls); err != nil {
 		return nil, err
 	}
-	out.ResumesExecutionID = &last.JobExecution.ID
 	return out, nil
 }
 
 // resumeEstimate is the estimate of a request that resumes instanceID,
 // whose whole run was estimated at full calls: the share of the chunks its
-// instance has left (callsLeft).
+// instance has left (callsLeft), and never more than full less the calls
+// its executions already made (a run that calls item by item within big
+// chunks, creditEval's, commits its items in parts before its chunk).
 func (o *Owner) resumeEstimate(ctx context.Context, db queries.DBTX, instanceID int64, full int) (int, error) {
 	plan, err := o.queries.JobInstanceChunksLeft(ctx, db, instanceID)
 	if err != nil {
 		return 0, fmt.Errorf("error reading the chunks the resumed instance has left: %w", err)
 	}
-	return callsLeft(full, plan.Planned, plan.Committed), nil
+	return min(callsLeft(full, plan.Planned, plan.Committed), max(full-int(plan.Calls), 0)), nil
 }
 
 // callsLeft is the part of a run's estimate (full calls over planned

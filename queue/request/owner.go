@@ -62,7 +62,7 @@ func (e *OverCapError) Unwrap() error { return e.param() }
 func (e *OverCapError) param() *catalog.ParamError {
 	return &catalog.ParamError{
 		Field:   "params",
-		Message: fmt.Sprintf("estimated %d calls exceed the %s daily cap of %d; split the request", e.Estimated, e.Provider, e.Cap),
+		Message: fmt.Sprintf("estimated %d calls exceed the %s daily cap of %d; give maxCalls (at most %d) to run it a day's budget at a time, or split the request", e.Estimated, e.Provider, e.Cap, e.Cap),
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/buildrisk/radar/catalog"
+	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/batch"
@@ -296,4 +297,58 @@ func TestOwner_IsTheOnlyWriterOfRequests(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Empty(t, found, "requests are written, and River jobs ended, by the request owner only")
+}
+
+// A request's estimate is what its plan has left, bounded by its maxCalls,
+// and that figure is what the daily cap admits: a creditEval whose whole
+// plan (1,908 calls) is over a cap of 300 is refused naming maxCalls, and
+// accepted with maxCalls 250, estimated at 250; a resume after 50 calls
+// is estimated at the 1,858 left, or its maxCalls.
+func TestEstimate_MaxCallsBoundsTheEstimateTheCapAdmits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBundle(t, request.Config{
+		Catalog: catalog.NewCatalog(&catalog.Spec[noParams]{
+			JobName: "creditEval", Desc: "test job", ProviderName: "CREDIT", Estimate: func(*noParams) int { return 1908 },
+		}),
+		DailyCaps: map[string]int{"CREDIT": 300},
+	})
+	maxCalls := func(n int) *int { return &n }
+	params := func(max *int) *request.EnqueueParams {
+		return &request.EnqueueParams{Job: "creditEval", Params: []byte("{}"), Source: radartype.SourceAPI, MaxCalls: max}
+	}
+
+	_, err := b.enqueuer.Estimate(ctx, b.pool, params(nil))
+	var over *request.OverCapError
+	require.ErrorAs(t, err, &over)
+	require.Contains(t, err.Error(), "estimated 1908 calls exceed the CREDIT daily cap of 300; give maxCalls")
+	_, err = b.enqueuer.Enqueue(ctx, params(maxCalls(301)))
+	require.ErrorAs(t, err, &over, "a maxCalls over the cap is over the cap")
+	require.Equal(t, float64(1), b.tel.Metric(t, observability.MetricRequests, map[string]string{"job": "creditEval", "source": "api", "result": "invalid"}),
+		"the refused enqueue counted as invalid (an estimate counts nothing)")
+
+	estimate, err := b.enqueuer.Estimate(ctx, b.pool, params(maxCalls(250)))
+	require.NoError(t, err)
+	require.Equal(t, 250, estimate.Calls)
+	res, err := b.enqueuer.Enqueue(ctx, params(maxCalls(250)))
+	require.NoError(t, err)
+	require.Equal(t, 250, res.EstimatedCalls)
+	require.EqualValues(t, 250, res.Request.EstimatedCalls)
+
+	// The run stops after 50 calls: a resume has 1,858 left.
+	exec := testfactory.Execution(ctx, t, b.pool, &testfactory.ExecutionOpts{
+		RequestID: res.Request.ID, WorkerID: "w", Status: radartype.ExecutionStopped, ChunksTotal: 2,
+		InstanceID: resumableInstance(t, b.pool, "creditEval"),
+	})
+	_, err = b.pool.Exec(ctx, `UPDATE job_execution SET external_calls = 50 WHERE id = $1`, exec.ID)
+	require.NoError(t, err)
+	b2, err := request.NewOwner(b.pool, b.river, request.Config{Catalog: b.jobCatalog, Instruments: b.instruments})
+	require.NoError(t, err)
+	estimate, err = b2.Estimate(ctx, b.pool, params(nil))
+	require.NoError(t, err)
+	require.Equal(t, exec.ID, *estimate.ResumesExecutionID)
+	require.Equal(t, 1858, estimate.Calls, "the whole plan less the calls made, no chunk committed yet")
+	estimate, err = b2.Estimate(ctx, b.pool, params(maxCalls(100)))
+	require.NoError(t, err)
+	require.Equal(t, 100, estimate.Calls)
 }
