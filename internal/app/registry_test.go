@@ -227,6 +227,7 @@ func TestRegistry_ResultRecordingOutage(t *testing.T) {
 			require.Equal(t, "COMPLETED", apptest.Execution(t, done)["status"])
 			require.Zero(t, s.Count("SELECT count(*) FROM river_job WHERE state = 'running'"), "the delivery ended at the claim")
 			require.Equal(t, 1, s.Count("SELECT count(*) FROM river_job WHERE state = 'completed'"))
+			s.RequireRequestsAgreeWithRiver()
 		})
 	}
 }

@@ -3,6 +3,7 @@ package request_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/buildrisk/radar/queries/testfactory"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/queue/request/requesttest"
 	"github.com/buildrisk/radar/radartype"
 )
 
@@ -36,6 +38,7 @@ func TestReconcile_RequestWhoseExecutionVanished(t *testing.T) {
 	require.Equal(t, "FAILED", got.Status)
 	require.Contains(t, got.Message, "the database lost execution 424242")
 	require.Empty(t, b.resumes(t, pool), "a lost execution has nothing to resume")
+	requesttest.RequireAgreement(t, pool, time.Minute)
 }
 
 // The reconcile loop finishes the RUNNING requests of its worker that the
