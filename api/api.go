@@ -101,6 +101,8 @@ type Config struct {
 	// DailyCaps is each provider's daily call cap, for GET /v1/providers.
 	// A provider missing here has no cap.
 	DailyCaps map[string]int
+	// Location is the budget day's zone (BUILDRISK_TIMEZONE); nil is UTC.
+	Location *time.Location
 	// Today returns the call budget's current day (midnight UTC of the
 	// date in the budget's time zone); nil uses today's UTC date.
 	Today func() time.Time
@@ -195,6 +197,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	cfg.IdempotencyRetention = cmp.Or(cfg.IdempotencyRetention, IdempotencyRetentionDefault)
 	if cfg.MaxBodyBytes < 0 || cfg.RequestTimeout < 0 || cfg.IdempotencyRetention < 0 {
 		return nil, errors.New("api: MaxBodyBytes, RequestTimeout and IdempotencyRetention must be positive")
+	}
+	if cfg.Location == nil {
+		cfg.Location = time.UTC
 	}
 	if cfg.Today == nil {
 		cfg.Today = func() time.Time { return time.Now().UTC().Truncate(24 * time.Hour) }

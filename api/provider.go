@@ -26,7 +26,10 @@ type ProviderView struct {
 	CapReportedBy string           `json:"capReportedBy,omitempty" doc:"when live workers disagree: the worker whose cap dailyCap is"`
 	CapsByWorker  []*WorkerCapView `json:"capsByWorker,omitempty" doc:"when live workers disagree: the cap each live worker enforces, newest worker first"`
 	UsedToday     int              `json:"usedToday" doc:"calls spent today by every worker together"`
+	Used          int              `json:"used" doc:"the same as usedToday: calls spent in the budget day"`
+	Cap           *int             `json:"cap" doc:"the same as dailyCap"`
 	Remaining     *int             `json:"remaining" doc:"calls left today under dailyCap; null when the provider has no cap"`
+	ResetsAt      time.Time        `json:"resetsAt" doc:"when the budget day ends and the used calls start again from 0: the next midnight in BUILDRISK_TIMEZONE; a run stopped by the cap resumes then when cap is in BUILDRISK_AUTO_RESUME"`
 }
 
 // WorkerCapView is the daily cap one live worker enforces for a provider.
@@ -89,6 +92,12 @@ func (s *Server) providerCap(view *ProviderView, reported []*WorkerCapView) {
 	}
 }
 
+// resetAfter is when the budget day day ends: the next midnight in the
+// budget's zone.
+func (s *Server) resetAfter(day time.Time) time.Time {
+	return time.Date(day.Year(), day.Month(), day.Day()+1, 0, 0, 0, 0, s.cfg.Location)
+}
+
 // ProviderListOutput is GET /v1/providers.
 type ProviderListOutput struct {
 	Body struct {
@@ -133,8 +142,9 @@ func (s *Server) listProviders(ctx context.Context, _ *struct{}) (*ProviderListO
 		if err := queries.Interpret(err); err != nil && !errors.Is(err, queries.ErrNotFound) {
 			return nil, s.problemFrom(ctx, err)
 		}
-		view := &ProviderView{Provider: p, Jobs: byProvider[p], Day: day.Format(time.DateOnly), UsedToday: int(used)}
+		view := &ProviderView{Provider: p, Jobs: byProvider[p], Day: day.Format(time.DateOnly), UsedToday: int(used), Used: int(used), ResetsAt: s.resetAfter(day)}
 		s.providerCap(view, reported[p])
+		view.Cap = view.DailyCap
 		if view.DailyCap != nil {
 			remaining := max(*view.DailyCap-int(used), 0)
 			view.Remaining = &remaining

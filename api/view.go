@@ -9,6 +9,7 @@ import (
 
 	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/radartype"
 )
 
 // ExecutionSummary is a job's last execution in the job list.
@@ -74,7 +75,8 @@ type RequestView struct {
 	Status             string          `json:"status" enum:"QUEUED,RUNNING,DONE,FAILED"`
 	EstimatedCalls     int32           `json:"estimatedCalls" doc:"external calls the run was estimated to make when requested: the whole plan's for a new instance; for a resume (resumesExecutionId), those of the chunks its instance had left"`
 	ResumesExecutionID *string         `json:"resumesExecutionId"`
-	ResumeCause        string          `json:"resumeCause,omitempty" enum:"drain,reap,database,provider-rate" doc:"for source resume: what stopped the run it resumes"`
+	ResumeCause        string          `json:"resumeCause,omitempty" enum:"drain,reap,database,provider-rate,cap" doc:"for source resume: what stopped the run it resumes"`
+	ResumesAt          *time.Time      `json:"resumesAt" doc:"for a QUEUED request that may not start yet (an automatic resume waiting for its backoff, a provider's Retry-After, or its provider's next daily reset after a cap stop): when it may start; null otherwise"`
 	CreatedAt          time.Time       `json:"createdAt"`
 	ClaimedAt          *time.Time      `json:"claimedAt" doc:"when a worker took the request: the database's time of the fetch that handed it to that worker; the status turns RUNNING a moment later, when the run starts"`
 	FinishedAt         *time.Time      `json:"finishedAt"`
@@ -132,7 +134,17 @@ func requestViewFromRow(r *queries.JobRequest, e *queries.JobExecution) *Request
 		MaxCalls: r.MaxCalls, ConfirmPurge: r.ConfirmPurge, Status: r.Status, EstimatedCalls: r.EstimatedCalls,
 		ResumesExecutionID: formatIDPtr(r.ResumesExecutionID), ResumeCause: r.ResumeCause, CreatedAt: r.CreatedAt, ClaimedAt: r.ClaimedAt,
 		FinishedAt: r.FinishedAt, WorkerID: r.WorkerID, Message: r.Message, DueAt: r.DueAt, Execution: executionViewFromRow(e),
+		ResumesAt: resumesAt(r),
 	}
+}
+
+// resumesAt is when a QUEUED request may start, when that is later than
+// its creation (its not_before); nil otherwise.
+func resumesAt(r *queries.JobRequest) *time.Time {
+	if r.Status != string(radartype.RequestQueued) || r.NotBefore == nil || !r.NotBefore.After(r.CreatedAt) {
+		return nil
+	}
+	return r.NotBefore
 }
 
 // requestViewFromViewRow is GET /v1/requests/{id}'s view of its one row

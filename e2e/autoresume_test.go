@@ -144,3 +144,48 @@ func TestAutoResume_ProviderRateResumesWhenTheProviderSaid(t *testing.T) {
 	require.Equal(t, float64(1), s.Metric(observability.MetricAutoResumes, map[string]string{"job": "aptTrade", "cause": "provider-rate"}))
 	require.Zero(t, s.Metric(observability.MetricFanoutRejections, job), "the stop is counted as such, not as a rejection that pages")
 }
+
+// With cap in BUILDRISK_AUTO_RESUME (opt-in), a run stopped by its
+// provider's daily cap resumes by itself at the provider's next reset: on
+// a clock the test moves, the day's 10 calls are spent a second before
+// midnight (Asia/Seoul), the stop's resume waits for midnight (resumesAt),
+// and once the clock has passed it the resume spends the new day's budget
+// and completes the run, no call made twice.
+func TestAutoResume_CapResumesAfterTheReset(t *testing.T) {
+	t.Parallel()
+	seoul, err := time.LoadLocation("Asia/Seoul")
+	require.NoError(t, err)
+	clock := apptest.NewTestClock(time.Date(2026, 12, 8, 23, 59, 59, 0, seoul))
+	s := apptest.New(t, &apptest.Opts{Now: clock.Now, Env: map[string]string{
+		"BUILDRISK_AUTO_RESUME": "cap", "BUILDRISK_AUTO_RESUME_BACKOFF": "10ms",
+	}})
+	// The api admits against the whole day's cap; the worker's is 10
+	// calls a day.
+	s.Env.DailyCaps["MOLIT"] = 10
+	s.StartWorker()
+	id := s.RequestAptTrade(apptest.AptTradeBody([]string{"11110"}, "2025-01", "2025-12")) // 12 calls
+	stopped := s.WaitRequest(id, "DONE", "FAILED")
+	exec := apptest.Execution(t, stopped)
+	require.Equal(t, "STOPPED", exec["status"], "%v", stopped)
+	require.Equal(t, "cap", exec["stopCause"])
+	resumeID := s.ResumeOf(exec["id"].(string))
+	require.NotEmpty(t, resumeID, "a capped run resumes by itself when cap is named")
+	_, resume := s.Get("/v1/requests/" + resumeID)
+	require.Equal(t, "QUEUED", resume["status"])
+	resumesAt, err := time.Parse(time.RFC3339Nano, resume["resumesAt"].(string))
+	require.NoError(t, err)
+	created, err := time.Parse(time.RFC3339Nano, resume["createdAt"].(string))
+	require.NoError(t, err)
+	require.Equal(t, time.Second, resumesAt.Sub(created).Round(time.Millisecond), "it waits for the reset, a second away on the budget's clock")
+
+	clock.Set(time.Date(2026, 12, 9, 0, 0, 1, 0, seoul)) // the new day's budget
+	done := s.WaitRequest(resumeID, "DONE", "FAILED")
+	require.Equal(t, "COMPLETED", apptest.Execution(t, done)["status"], "%v", done)
+	require.Equal(t, "cap", done["resumeCause"])
+	calls := s.CallsPerKey("aptTrade")
+	require.Len(t, calls, 12)
+	for key, n := range calls {
+		require.Equal(t, int64(1), n, key)
+	}
+	s.RequireRequestsAgreeWithRiver()
+}

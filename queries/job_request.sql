@@ -256,11 +256,12 @@ GROUP BY worker_id;
 -- of the resume policy, which stops crash loops. Resumes of drains are not
 -- counted: a drain is a deploy, not a failure, and a rolling deploy of a
 -- large fleet must not spend the day's attempts. Nor are those of
--- provider-rate stops: each waits what the provider asked for.
+-- provider-rate stops (each waits what the provider asked for) or of cap
+-- stops (each waits for the next day's budget).
 SELECT count(*) FROM job_request r
 JOIN job_execution e ON e.id = r.resumes_execution_id
 WHERE r.source = 'resume' AND e.instance_id = @instance_id
-  AND r.resume_cause NOT IN ('drain', 'provider-rate')
+  AND r.resume_cause NOT IN ('drain', 'provider-rate', 'cap')
   AND r.created_at >= (date_trunc('day', now() AT TIME ZONE @tz::text) AT TIME ZONE @tz::text);
 
 -- name: JobRequestSetResumeCause :exec

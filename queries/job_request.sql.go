@@ -922,7 +922,7 @@ const jobRequestResumesToday = `-- name: JobRequestResumesToday :one
 SELECT count(*) FROM job_request r
 JOIN job_execution e ON e.id = r.resumes_execution_id
 WHERE r.source = 'resume' AND e.instance_id = $1
-  AND r.resume_cause NOT IN ('drain', 'provider-rate')
+  AND r.resume_cause NOT IN ('drain', 'provider-rate', 'cap')
   AND r.created_at >= (date_trunc('day', now() AT TIME ZONE $2::text) AT TIME ZONE $2::text)
 `
 
@@ -937,7 +937,8 @@ type JobRequestResumesTodayParams struct {
 // of the resume policy, which stops crash loops. Resumes of drains are not
 // counted: a drain is a deploy, not a failure, and a rolling deploy of a
 // large fleet must not spend the day's attempts. Nor are those of
-// provider-rate stops: each waits what the provider asked for.
+// provider-rate stops (each waits what the provider asked for) or of cap
+// stops (each waits for the next day's budget).
 func (q *Queries) JobRequestResumesToday(ctx context.Context, db DBTX, arg *JobRequestResumesTodayParams) (int64, error) {
 	row := db.QueryRow(ctx, jobRequestResumesToday, arg.InstanceID, arg.Tz)
 	var count int64

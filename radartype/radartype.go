@@ -153,13 +153,14 @@ const (
 // String returns the cause as stored.
 func (c StopCause) String() string { return string(c) }
 
-// Resumable reports whether c is infrastructure's doing or a provider's
-// instruction to wait, one of [ResumableCauses].
+// Resumable reports whether c is infrastructure's doing, a provider's
+// instruction to wait or a provider's daily budget spent, one of
+// [ResumableCauses].
 func (c StopCause) Resumable() bool { return slices.Contains(resumableCauses, c) }
 
-var resumableCauses = []StopCause{CauseDrain, CauseReap, CauseDatabase, CauseProviderRate}
+var resumableCauses = []StopCause{CauseDrain, CauseReap, CauseDatabase, CauseProviderRate, CauseCap}
 
-var stopCauses = []StopCause{CauseDrain, CauseReap, CauseDatabase, CauseProviderRate, CauseOperator, CauseCap, CauseMaxCalls, CauseFailure}
+var stopCauses = []StopCause{CauseDrain, CauseReap, CauseDatabase, CauseProviderRate, CauseCap, CauseOperator, CauseMaxCalls, CauseFailure}
 
 // StopCauses returns every stop cause: the resumable ones, then the
 // decisions and the run's own failure.

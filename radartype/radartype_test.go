@@ -38,8 +38,8 @@ func TestRequestVocabulary(t *testing.T) {
 
 func TestStopCause(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, []radartype.StopCause{"drain", "reap", "database", "provider-rate"}, radartype.ResumableCauses())
-	require.Equal(t, []radartype.StopCause{"drain", "reap", "database", "provider-rate", "operator", "cap", "max_calls", "failure"}, radartype.StopCauses(),
+	require.Equal(t, []radartype.StopCause{"drain", "reap", "database", "provider-rate", "cap"}, radartype.ResumableCauses())
+	require.Equal(t, []radartype.StopCause{"drain", "reap", "database", "provider-rate", "cap", "operator", "max_calls", "failure"}, radartype.StopCauses(),
 		"the resumable causes first; ExecutionView.stopCause's enum lists them all")
 	for _, c := range []radartype.StopCause{radartype.CauseOperator, radartype.CauseCap, radartype.CauseMaxCalls, radartype.CauseFailure} {
 		require.False(t, c.Resumable(), c)

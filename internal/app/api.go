@@ -116,7 +116,7 @@ func NewAPI(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts APIOpti
 		StaleAfter: env.StaleAfter, Instruments: tel.Instruments, MetricsHandler: tel.Providers.MetricsHandler(),
 		Logger: tel.Logger, Version: Version, Schedules: scheduleInfo(env), MaxBodyBytes: env.MaxBodyBytes,
 		RequestTimeout: apiRequestTimeout(env), TxSettings: dbpool.APITxSettings(env), IdempotencyRetention: env.IdempotencyRetention,
-		DailyCaps: env.CapsByName(), Today: BudgetDay(env, pool), RiverUI: riverUI, Coverage: cover,
+		DailyCaps: env.CapsByName(), Today: BudgetDay(env, pool), Location: env.Location, RiverUI: riverUI, Coverage: cover,
 		AllowedHosts: env.AllowedHosts, TrustedProxies: env.TrustedProxies,
 		TokenRateLimit: env.TokenRateLimit,
 	})

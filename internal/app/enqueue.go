@@ -14,6 +14,7 @@ import (
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/batch"
 	"github.com/buildrisk/radar/queue/request"
+	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream"
 )
 
@@ -53,7 +54,7 @@ func requestConfig(jobCatalog *catalog.Catalog, pool *pgxpool.Pool, env *config.
 	return request.Config{
 		Catalog: jobCatalog, DailyCaps: env.CapsByName(), Estimators: batch.Estimators(Jobs(env, pool)),
 		Instruments: tel.Instruments, Logger: tel.Logger, Resume: env.AutoResume,
-		StaleAfter: env.StaleAfter, Reachability: tel.Reach,
+		StaleAfter: env.StaleAfter, Reachability: tel.Reach, Schedules: worker.DueTimes(env.Schedules), Now: env.Now,
 	}
 }
 

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/buildrisk/radar/internal/apptest"
 
@@ -40,4 +41,20 @@ func TestProviders_CapIsTheWorkersCap(t *testing.T) {
 		map[string]any{"workerId": second, "dailyCap": float64(500)},
 	}, krx["capsByWorker"])
 	require.NotContains(t, s.Provider("MOLIT"), "capReportedBy", "the workers agree on MOLIT")
+}
+
+// Every provider's budget says when it resets: resetsAt is the next
+// midnight in BUILDRISK_TIMEZONE after the budget day, and used and cap
+// are the day's calls and its cap.
+func TestProviders_ResetsAtTheNextMidnight(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, nil)
+	for _, p := range upstream.Providers {
+		view := s.Provider(string(p))
+		day, err := time.ParseInLocation(time.DateOnly, view["day"].(string), s.Env.Location)
+		require.NoError(t, err)
+		require.Equal(t, day.AddDate(0, 0, 1).UTC().Format(time.RFC3339), view["resetsAt"], "%s", p)
+		require.Equal(t, view["usedToday"], view["used"])
+		require.Equal(t, view["dailyCap"], view["cap"])
+	}
 }

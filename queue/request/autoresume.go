@@ -124,6 +124,15 @@ type Stopped struct {
 // duplicate check, restart rules) but skips the stale cleanup: its callers
 // are the cleanup, or the run's own worker.
 func (o *Owner) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, error) {
+	if s.Cause == radartype.CauseCap {
+		// A day's budget spent: the run resumes at the provider's next
+		// reset (recorded as the stop's resume_at, like a Retry-After).
+		wait, err := o.untilReset(ctx, tx, s.Request.Job)
+		if err != nil {
+			return 0, err
+		}
+		s.Wait = max(s.Wait, wait)
+	}
 	waitSeconds, err := o.queries.JobExecutionSetStopCause(ctx, tx, &queries.JobExecutionSetStopCauseParams{
 		ID: s.ExecutionID, StopCause: string(s.Cause), ResumeInSeconds: notBeforeSeconds(s.Wait),
 	})
@@ -223,8 +232,53 @@ func (o *Owner) ResumeTx(ctx context.Context, tx pgx.Tx, s *Stopped) (int64, err
 
 // countsAgainstMaxPerDay reports whether a resume of a run stopped by cause
 // counts against ResumePolicy.MaxPerDay (and is refused past it): every
-// cause but a drain (a deploy) and a provider's Retry-After (a wait the
-// provider asked for), which the count (JobRequestResumesToday) skips too.
+// cause but a drain (a deploy), a provider's Retry-After (a wait the
+// provider asked for) and a daily cap (a wait for the next day's budget),
+// which the count (JobRequestResumesToday) skips too.
 func countsAgainstMaxPerDay(cause radartype.StopCause) bool {
-	return cause != radartype.CauseDrain && cause != radartype.CauseProviderRate
+	return cause != radartype.CauseDrain && cause != radartype.CauseProviderRate && cause != radartype.CauseCap
+}
+
+// resetWait is how long after a provider's daily reset a resumed run looks
+// for a scheduled run of the same provider to wait for.
+const resetWait = time.Hour
+
+// untilReset returns how long from now a run of job stopped by its
+// provider's daily cap waits: until the provider's next reset (the next
+// midnight in the policy's Location, by the budget's clock), or, when a
+// scheduled run of a job of the same provider is due within resetWait
+// after it, until that run is due, so that the day's scheduled runs are
+// served before a backfill spends their budget.
+func (o *Owner) untilReset(ctx context.Context, db queries.DBTX, job string) (time.Duration, error) {
+	now, err := o.now(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	loc := o.cfg.Resume.withDefaults().Location
+	local := now.In(loc)
+	reset := time.Date(local.Year(), local.Month(), local.Day()+1, 0, 0, 0, 0, loc)
+	resumeAt := reset
+	if def, ok := o.cfg.Catalog.Lookup(job); ok && o.cfg.Schedules != nil {
+		for _, other := range o.cfg.Catalog.All() {
+			if other.Provider() != def.Provider() {
+				continue
+			}
+			if due, ok := o.cfg.Schedules.NextDue(other.Name(), reset); ok && due.Before(reset.Add(resetWait)) && due.After(resumeAt) {
+				resumeAt = due
+			}
+		}
+	}
+	return resumeAt.Sub(now), nil
+}
+
+// now is the clock of the daily reset: Config.Now, or the database's.
+func (o *Owner) now(ctx context.Context, db queries.DBTX) (time.Time, error) {
+	if o.cfg.Now != nil {
+		return o.cfg.Now(), nil
+	}
+	now, err := o.queries.DatabaseNow(ctx, db)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("error reading the database's clock: %w", err)
+	}
+	return now, nil
 }

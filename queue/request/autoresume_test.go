@@ -330,3 +330,61 @@ func requireMetric(t *testing.T, providers *observability.Providers, want float6
 	require.NoError(t, err)
 	require.Equal(t, want, got, "%s%v", name, labels)
 }
+
+// dueAt is a schedule table for the owner: each job is due once, at its
+// time.
+type dueAt map[string]time.Time
+
+func (d dueAt) NextDue(job string, from time.Time) (time.Time, bool) {
+	t, ok := d[job]
+	return t, ok && !t.Before(from)
+}
+
+// A run stopped by its provider's daily cap resumes by itself at the
+// provider's next reset (midnight in the policy's zone, by the budget's
+// clock) when the policy names cap; a scheduled run of the same provider
+// due within the hour after the reset goes first: the resume waits until
+// it is due. Neither resume spends the day's attempts.
+func TestResume_CapResumesAtTheNextReset(t *testing.T) {
+	t.Parallel()
+	seoul, err := time.LoadLocation("Asia/Seoul")
+	require.NoError(t, err)
+	clock := time.Date(2026, 12, 8, 23, 59, 0, 0, seoul) // a minute before the reset
+	policy := request.ResumePolicy{Causes: []radartype.StopCause{radartype.CauseCap}, MaxPerDay: 1, Backoff: time.Second, Location: seoul}
+	for _, tc := range []struct {
+		name      string
+		schedules request.DueTimes
+		wait      time.Duration
+	}{
+		{"AtTheReset", nil, time.Minute},
+		{"AfterAScheduledRunOfTheProvider", dueAt{"filingParse": clock.Add(time.Minute + 20*time.Minute)}, 21 * time.Minute},
+		{"NotForAnotherProvidersRun", dueAt{"metrics": clock.Add(time.Minute + 20*time.Minute)}, time.Minute},
+		{"NotForARunDueLater", dueAt{"filingParse": clock.Add(time.Minute + 2*time.Hour)}, time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBundle(t, request.Config{
+				Catalog: catalog.NewCatalog(
+					&catalog.Spec[noParams]{JobName: "stockPrice", Desc: "test job", ProviderName: "KRX"},
+					&catalog.Spec[noParams]{JobName: "filingParse", Desc: "test job", ProviderName: "KRX"},
+					&catalog.Spec[noParams]{JobName: "metrics", Desc: "test job"},
+				),
+				Resume: policy, Schedules: tc.schedules, Now: func() time.Time { return clock },
+			})
+			for range 2 { // twice: a cap resume spends none of the day's one attempt
+				req, execID := b.stopRun(t, false, radartype.ExecutionStopped)
+				id := b.resume(t, &request.Stopped{Request: req, ExecutionID: execID, Cause: radartype.CauseCap})
+				require.NotZero(t, id, "a capped run resumes by itself")
+				var waits float64
+				require.NoError(t, b.pool.QueryRow(context.Background(),
+					`SELECT extract(epoch FROM not_before - created_at) FROM job_request WHERE id = $1`, id).Scan(&waits))
+				require.Equal(t, tc.wait.Seconds(), waits, "the resume waits for the reset")
+				var resumeIn float64
+				require.NoError(t, b.pool.QueryRow(context.Background(),
+					`SELECT extract(epoch FROM e.resume_at - r.created_at) FROM job_execution e, job_request r WHERE e.id = $1 AND r.id = $2`, execID, id).Scan(&resumeIn))
+				require.Equal(t, tc.wait.Seconds(), resumeIn, "the stop records when it resumes")
+				testfactory.FinishRequest(context.Background(), t, b.pool, id, radartype.RequestDone, "")
+			}
+		})
+	}
+}

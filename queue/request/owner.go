@@ -103,6 +103,20 @@ type Config struct {
 	// heartbeat or probe; reaps wait on it and feed it. Nil makes one of
 	// the owner's own.
 	Reachability *Reachability
+	// Schedules tells when the scheduled runs of the jobs are due, so that
+	// a run resumed at a provider's daily reset waits for a scheduled run
+	// of the same provider due within the hour after it; nil: none.
+	Schedules DueTimes
+	// Now is the clock of the daily reset, the call budget's (tests move
+	// it); nil reads the database's.
+	Now func() time.Time
+}
+
+// DueTimes tells when scheduled runs are due.
+type DueTimes interface {
+	// NextDue returns the first due time of job's schedule at or after
+	// from, and whether the job has a schedule.
+	NextDue(job string, from time.Time) (time.Time, bool)
 }
 
 func (c Config) withDefaults() Config {

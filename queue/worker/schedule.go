@@ -108,3 +108,19 @@ func SchedulePeriod(tt Timetable, from time.Time) time.Duration {
 	}
 	return longest
 }
+
+// DueTimes are the schedules as the request owner reads them, to hold a
+// run resumed at a daily reset behind a scheduled run of its provider
+// (request.DueTimes).
+type DueTimes []Schedule
+
+// NextDue implements request.DueTimes: the first due time of job's
+// schedule at or after from.
+func (d DueTimes) NextDue(job string, from time.Time) (time.Time, bool) {
+	for _, s := range d {
+		if s.Job == job {
+			return s.Next.Next(from.Add(-time.Nanosecond)), true
+		}
+	}
+	return time.Time{}, false
+}

@@ -433,6 +433,7 @@ func (e RequestCreateOutputBodyStatus) Valid() bool {
 
 // Defines values for RequestViewResumeCause.
 const (
+	RequestViewResumeCauseCap          RequestViewResumeCause = "cap"
 	RequestViewResumeCauseDatabase     RequestViewResumeCause = "database"
 	RequestViewResumeCauseDrain        RequestViewResumeCause = "drain"
 	RequestViewResumeCauseProviderRate RequestViewResumeCause = "provider-rate"
@@ -442,6 +443,8 @@ const (
 // Valid indicates whether the value is a known member of the RequestViewResumeCause enum.
 func (e RequestViewResumeCause) Valid() bool {
 	switch e {
+	case RequestViewResumeCauseCap:
+		return true
 	case RequestViewResumeCauseDatabase:
 		return true
 	case RequestViewResumeCauseDrain:
@@ -983,6 +986,9 @@ type ProviderListOutputBody struct {
 
 // ProviderView defines model for ProviderView.
 type ProviderView struct {
+	// Cap the same as dailyCap
+	Cap *int64 `json:"cap"`
+
 	// CapReportedBy when live workers disagree: the worker whose cap dailyCap is
 	CapReportedBy *string `json:"capReportedBy,omitempty"`
 
@@ -1004,6 +1010,12 @@ type ProviderView struct {
 
 	// Remaining calls left today under dailyCap; null when the provider has no cap
 	Remaining *int64 `json:"remaining"`
+
+	// ResetsAt when the budget day ends and the used calls start again from 0: the next midnight in BUILDRISK_TIMEZONE; a run stopped by the cap resumes then when cap is in BUILDRISK_AUTO_RESUME
+	ResetsAt time.Time `json:"resetsAt"`
+
+	// Used the same as usedToday: calls spent in the budget day
+	Used int64 `json:"used"`
 
 	// UsedToday calls spent today by every worker together
 	UsedToday int64 `json:"usedToday"`
@@ -1068,8 +1080,11 @@ type RequestView struct {
 	RequestId string        `json:"requestId"`
 
 	// ResumeCause for source resume: what stopped the run it resumes
-	ResumeCause        *RequestViewResumeCause `json:"resumeCause,omitempty"`
-	ResumesExecutionId *string                 `json:"resumesExecutionId"`
+	ResumeCause *RequestViewResumeCause `json:"resumeCause,omitempty"`
+
+	// ResumesAt for a QUEUED request that may not start yet (an automatic resume waiting for its backoff, a provider's Retry-After, or its provider's next daily reset after a cap stop): when it may start; null otherwise
+	ResumesAt          *time.Time `json:"resumesAt"`
+	ResumesExecutionId *string    `json:"resumesExecutionId"`
 
 	// Source who asked: resume is the system resuming a run that infrastructure stopped
 	Source RequestViewSource `json:"source"`
