@@ -135,6 +135,12 @@ type CreditGrade struct {
 	UpdatedAt   time.Time
 }
 
+type DatabaseTimeline struct {
+	Timeline         int64
+	SystemIdentifier int64
+	FencedAt         time.Time
+}
+
 type Exposure struct {
 	CorpCode       string
 	OutstandingKrw int64
