@@ -104,3 +104,47 @@ func TestTimelineFence_IDsNeverReissued(t *testing.T) {
 	require.Equal(t, 200, lost, "the ids drawn after the cut are lost with the primary")
 	require.Greater(t, bIDs[0], a[len(a)-1], "ids keep increasing across the failover")
 }
+
+// countOn counts the rows of client on the cluster at url alone.
+func countOn(t *testing.T, url, client string) int {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var n int
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT count(*) FROM job_request WHERE requested_by = $1`, client).Scan(&n))
+	return n
+}
+
+// After a failover the old primary is started again as a standalone
+// primary (an operator restarting the host, or a partition that heals):
+// both answer read-write, and the URL names the old one first. A pool that
+// saw the promoted primary's timeline writes nothing on the old one, also
+// after every connection dropped once (pgx then tries the hosts in order);
+// a new pool of the same process, or of a process that starts now and
+// probes every host first, neither.
+func TestTimelineFence_NoWriteOnDemotedPrimary(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupFence(t)
+	insertRequests(t, b.pool, "before", 3)
+
+	require.NoError(t, b.pair.Failover(ctx))
+	b.pool.Reset()
+	insertRequests(t, b.pool, "promoted", 3) // the pool sees the new timeline
+	require.NoError(t, b.pair.Primary.Resume(ctx), "the old primary comes back read-write")
+	old := b.pair.Primary.URL("postgres")
+	require.Equal(t, 0, countOn(t, old, "split"))
+
+	b.pool.Reset() // every connection drops once
+	insertRequests(t, b.pool, "split", 20)
+	poolB, err := dbpool.Open(ctx, b.url, 4, 0, false, config.SessionLimits{AppName: "client-b"})
+	require.NoError(t, err)
+	defer poolB.Close()
+	insertRequests(t, poolB, "split", 20)
+
+	onOld, onNew := countOn(t, old, "split"), countOn(t, b.pair.Standby.URL("postgres"), "split")
+	t.Logf("rows written while both answer read-write: %d on the old primary, %d on the promoted one", onOld, onNew)
+	require.Zero(t, onOld, "rows written on the demoted primary")
+	require.Equal(t, 40, onNew)
+}

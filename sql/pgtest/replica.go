@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/buildrisk/radar/sql/pglocal"
 )
@@ -112,17 +114,32 @@ func Promote(ctx context.Context, c *pglocal.Cluster) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var promoted bool
-	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, $1)", int(replicaTimeout.Seconds())).Scan(&promoted); err != nil {
+	err = conn.QueryRow(ctx, "SELECT pg_promote(true, $1)", int(replicaTimeout.Seconds())).Scan(&promoted)
+	// A standby replaying a lock or a cleanup may cancel the waiting
+	// pg_promote (conflict with recovery, 40001) after it has signalled the
+	// promotion: the promotion goes on, and its end is polled below.
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "40001" {
+		err, promoted = nil, true
+	}
+	if err != nil {
 		return fmt.Errorf("error promoting the standby on port %d: %w", c.Port(), err)
 	}
-	var inRecovery bool
-	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil {
-		return fmt.Errorf("error reading the recovery state of port %d: %w", c.Port(), err)
+	for promoted {
+		var inRecovery bool
+		if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil {
+			return fmt.Errorf("error reading the recovery state of port %d: %w", c.Port(), err)
+		}
+		if !inRecovery {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("standby on port %d not promoted within %s: %w", c.Port(), replicaTimeout, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	if !promoted || inRecovery {
-		return fmt.Errorf("standby on port %d not promoted within %s", c.Port(), replicaTimeout)
-	}
-	return nil
+	return fmt.Errorf("standby on port %d not promoted within %s", c.Port(), replicaTimeout)
 }
 
 // CatchUp returns once the standby has replayed everything the primary

@@ -1,0 +1,148 @@
+package e2e_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/buildrisk/radar/internal/apptest"
+	"github.com/buildrisk/radar/internal/dbpool"
+	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/sql/pglocal"
+)
+
+// startFencedSystem is the whole service on an asynchronous pair through
+// the multi-host URL, with one worker whose pool is built as `radar worker`
+// builds it (dbpool: fenced), not the harness's plain pool.
+func startFencedSystem(t *testing.T) *failoverSystem {
+	t.Helper()
+	pair, url := apptest.ReplicatedCluster(t, false)
+	s := apptest.New(t, &apptest.Opts{DBURL: url, Env: failoverEnv})
+	pool, err := dbpool.Open(context.Background(), s.DBURL, 8, s.Env.DBTimeout, false, s.Env.SessionLimits("split-brain-worker"))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s.StartWorkerWith(pool, nil)
+	return &failoverSystem{System: s, pair: pair}
+}
+
+// nextXID returns the transaction id the cluster c will assign next: every
+// row written from then on carries an xmin at or above it.
+func nextXID(t *testing.T, c *pglocal.Cluster) int64 {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), c.URL("postgres"))
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var xid int64
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&xid))
+	return xid
+}
+
+// rowsWrittenSince counts the rows of every table of the public schema
+// (the service's and River's) on c inserted or updated by a transaction
+// at or after xid.
+func rowsWrittenSince(t *testing.T, c *pglocal.Cluster, xid int64) int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public'`)
+	require.NoError(t, err)
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	total := 0
+	for _, table := range tables {
+		var n int
+		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE xmin::text::bigint >= $1`, xid).Scan(&n))
+		if n > 0 {
+			t.Logf("%s: %d rows written", table, n)
+		}
+		total += n
+	}
+	return total
+}
+
+// dropConnections ends every client connection to c but its own, as a
+// network flap does, and returns how many it ended.
+func dropConnections(t *testing.T, c *pglocal.Cluster) int {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), c.URL("postgres"))
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var n int
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity
+		WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`).Scan(&n))
+	return n
+}
+
+// requestRules posts rules requests until accepted answers were 202 (a
+// 409 while the previous one runs, a 503 while connections move, are
+// asked again), bounded by a deadline that fails the test.
+func requestRules(t *testing.T, s *apptest.System, accepted int) []string {
+	t.Helper()
+	var (
+		ids  []string
+		last map[string]any
+	)
+	deadline := time.Now().Add(time.Minute)
+	for len(ids) < accepted {
+		require.False(t, time.Now().After(deadline), "only %d of %d requests accepted within 1m; the last answer: %v", len(ids), accepted, last)
+		status, out := s.Post("/v1/jobs/rules/requests", `{}`)
+		last = out
+		if status == http.StatusAccepted {
+			ids = append(ids, out["requestId"].(string))
+			continue
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return ids
+}
+
+// The old primary of an asynchronous pair is started again, read-write,
+// after the standby was promoted (an operator restarting the host, a
+// partition that heals): two hosts of one system answer read-write, and
+// DATABASE_URL names the old one first. While a client keeps requesting,
+// and after every connection of every process dropped once (pgx then
+// tries the old host first), no process writes a row there: each refuses
+// a host on a timeline below one it has seen. Every process sets
+// buildrisk_database_split_brain to 1 while both answer, and back to 0
+// once the old one is gone.
+func TestSplitBrain_NothingWrittenOnDemotedPrimary(t *testing.T) {
+	t.Parallel()
+	f := startFencedSystem(t)
+	ctx := context.Background()
+	requestRules(t, f.System, 2)
+
+	require.NoError(t, f.pair.Failover(ctx))
+	apptest.WaitUntil(t, time.Minute, "the system to see the failover", func() bool {
+		return f.Metric(observability.MetricDatabaseFailovers, nil) == 1
+	})
+	require.NoError(t, f.pair.Primary.Resume(ctx), "the old primary comes back as a primary")
+	mark := nextXID(t, f.pair.Primary)
+	apptest.WaitUntil(t, time.Minute, "buildrisk_database_split_brain 1", func() bool {
+		return f.Metric(observability.MetricDatabaseSplitBrain, nil) == 1
+	})
+
+	ids := requestRules(t, f.System, 5)
+	// Every connection of every process drops once.
+	terminated := dropConnections(t, f.pair.Standby)
+	t.Logf("%d connections dropped on the promoted primary", terminated)
+	ids = append(ids, requestRules(t, f.System, 5)...)
+	for _, id := range ids {
+		f.WaitRequestAfterOutage(id, "DONE", "FAILED") // rules fails without metrics: it ended
+	}
+	require.Equal(t, float64(1), f.Metric(observability.MetricDatabaseSplitBrain, nil), "split brain while both answer")
+
+	written := rowsWrittenSince(t, f.pair.Primary, mark)
+	t.Logf("%d requests answered and done while both answered read-write; %d rows written on the old primary", len(ids), written)
+	require.Zero(t, written, "rows written on the demoted primary")
+
+	f.pair.Primary.Kill()
+	apptest.WaitUntil(t, time.Minute, "buildrisk_database_split_brain 0", func() bool {
+		return f.Metric(observability.MetricDatabaseSplitBrain, nil) == 0
+	})
+}
