@@ -275,6 +275,15 @@ type ProviderCallBudget struct {
 	CallsUsed int32
 }
 
+type ProviderCallCharge struct {
+	LeaseID   int64
+	Holder    string
+	Provider  string
+	Day       time.Time
+	Spent     int32
+	ChargedAt time.Time
+}
+
 type ProviderCallLease struct {
 	ID        int64
 	Provider  string
