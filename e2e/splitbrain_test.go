@@ -18,10 +18,17 @@ import (
 // startFencedSystem is the whole service on an asynchronous pair through
 // the multi-host URL, with one worker whose pool is built as `radar worker`
 // builds it (dbpool: fenced), not the harness's plain pool.
-func startFencedSystem(t *testing.T) *failoverSystem {
+func startFencedSystem(t *testing.T, env map[string]string) *failoverSystem {
 	t.Helper()
 	pair, url := apptest.ReplicatedCluster(t, false)
-	s := apptest.New(t, &apptest.Opts{DBURL: url, Env: failoverEnv})
+	vars := map[string]string{}
+	for k, v := range failoverEnv {
+		vars[k] = v
+	}
+	for k, v := range env {
+		vars[k] = v
+	}
+	s := apptest.New(t, &apptest.Opts{DBURL: url, Env: vars})
 	pool, err := dbpool.Open(context.Background(), s.DBURL, 8, s.Env.DBTimeout, false, s.Env.SessionLimits("split-brain-worker"))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -113,7 +120,7 @@ func requestRules(t *testing.T, s *apptest.System, accepted int) []string {
 // once the old one is gone.
 func TestSplitBrain_NothingWrittenOnDemotedPrimary(t *testing.T) {
 	t.Parallel()
-	f := startFencedSystem(t)
+	f := startFencedSystem(t, nil)
 	ctx := context.Background()
 	requestRules(t, f.System, 2)
 
@@ -145,4 +152,48 @@ func TestSplitBrain_NothingWrittenOnDemotedPrimary(t *testing.T) {
 	apptest.WaitUntil(t, time.Minute, "buildrisk_database_split_brain 0", func() bool {
 		return f.Metric(observability.MetricDatabaseSplitBrain, nil) == 0
 	})
+}
+
+// A run of 12 MOLIT calls goes on across an asynchronous failover: the
+// replication link is cut after its third chunk, four more chunks (and the
+// leases their calls came from) commit on the
+// primary alone (a cap of 20 keeps leases at two calls), which dies; the standby is promoted without them. The
+// worker re-asserts its call ledger after the failover: on the new
+// primary, provider_call_budget counts at least every call the fake
+// upstream answered (the lost chunks' calls made again included), and
+// buildrisk_ledger_reasserted_calls_total says how many it charged again.
+func TestLedger_AsyncFailoverChargesEveryCall(t *testing.T) {
+	t.Parallel()
+	f := startFencedSystem(t, map[string]string{"BUILDRISK_FANOUT": "1", "BUILDRISK_DAILY_CAP_MOLIT": "20"})
+	ctx := context.Background()
+
+	f.Gate.Arm(3)
+	id := f.RequestAptTrade(apptest.AptTradeBody([]string{failoverRegion}, failoverFrom, failoverTo))
+	apptest.Within(t, time.Minute, f.Gate.Blocked, "the fourth provider call")
+	f.WaitChunksDone(id, 3)
+	require.NoError(t, f.pair.CatchUp(ctx))
+	require.NoError(t, f.pair.CutReplication(ctx))
+	f.Gate.Rearm(3)
+	apptest.Within(t, time.Minute, f.Gate.Blocked, "the eighth provider call")
+	f.WaitChunksDone(id, 7)
+
+	require.NoError(t, f.pair.Failover(ctx))
+	apptest.WaitUntil(t, time.Minute, "the system to see the failover", func() bool {
+		return f.Metric(observability.MetricDatabaseFailovers, nil) == 1
+	})
+	f.Gate.Open()
+	done := f.WaitRequestAfterOutage(id, "DONE", "FAILED")
+	require.Equal(t, "COMPLETED", apptest.Execution(t, done)["status"], "%v", done)
+
+	answered := int(f.Fake.Stats().Total)
+	used := func() int {
+		return f.Count(`SELECT coalesce(sum(calls_used), 0)::int FROM provider_call_budget WHERE provider = 'MOLIT'`)
+	}
+	t.Logf("MOLIT at the run's end: %d calls answered, provider_call_budget %d", answered, used())
+	apptest.WaitUntil(t, 30*time.Second, "provider_call_budget to count every MOLIT call answered", func() bool {
+		return used() >= answered
+	})
+	reasserted := f.Metric(observability.MetricLedgerReasserted, map[string]string{"provider": "MOLIT"})
+	t.Logf("MOLIT: %d calls answered, provider_call_budget %d, %v calls charged again after the failover", answered, used(), reasserted)
+	require.Positive(t, reasserted)
 }
