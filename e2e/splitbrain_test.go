@@ -197,3 +197,72 @@ func TestLedger_AsyncFailoverChargesEveryCall(t *testing.T) {
 	t.Logf("MOLIT: %d calls answered, provider_call_budget %d, %v calls charged again after the failover", answered, used(), reasserted)
 	require.Positive(t, reasserted)
 }
+
+// Tokens of the two clients of TestIDs_NeverReissuedAcrossFailover.
+const (
+	clientAToken = "client-a-token-for-tests-0123456789abcdef"
+	clientBToken = "client-b-token-for-tests-0123456789abcdef"
+)
+
+// requestAs posts n rules requests for date with token, each once the
+// previous one ended (a 409 or a 503 is asked again, bounded by a
+// deadline that fails the test), and returns the ids answered 202.
+func requestAs(t *testing.T, s *apptest.System, token, date string, n int) []string {
+	t.Helper()
+	var (
+		ids  []string
+		last map[string]any
+	)
+	deadline := time.Now().Add(time.Minute)
+	for len(ids) < n {
+		require.False(t, time.Now().After(deadline), "only %d of %d requests accepted within 1m; the last answer: %v", len(ids), n, last)
+		status, out := s.Do(http.MethodPost, "/v1/jobs/rules/requests", token, `{"params":{"date":"`+date+`"}}`)
+		last = out
+		if status == http.StatusAccepted {
+			ids = append(ids, out["requestId"].(string))
+			continue
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return ids
+}
+
+// Client A gets request ids while the replication link is cut (the
+// standby lags; more than the 32 values a sequence logs ahead, so that the
+// promoted standby's sequence stands below A's last ids), the primary dies and the standby is promoted; client B
+// then gets ids from the promoted primary. Each of A's ids, read back,
+// names A's own request or nothing (404: lost with the primary, which
+// asynchronous replication allows), never one of B's.
+func TestIDs_NeverReissuedAcrossFailover(t *testing.T) {
+	t.Parallel()
+	f := startFencedSystem(t, map[string]string{
+		"BUILDRISK_API_TOKENS": "operator:a:" + clientAToken + ",operator:b:" + clientBToken + ",operator:" + apptest.OperatorToken + ",viewer:" + apptest.ViewerToken,
+	})
+	ctx := context.Background()
+	const dateA, dateB = "2025-01-01", "2025-02-02"
+
+	a := requestAs(t, f.System, clientAToken, dateA, 3)
+	f.WaitRequestAfterOutage(a[len(a)-1], "DONE", "FAILED") // none active on the standby
+	require.NoError(t, f.pair.CatchUp(ctx))
+	require.NoError(t, f.pair.CutReplication(ctx))
+	a = append(a, requestAs(t, f.System, clientAToken, dateA, 60)...)
+	require.NoError(t, f.pair.Failover(ctx))
+	b := requestAs(t, f.System, clientBToken, dateB, 60)
+
+	other, lost := 0, 0
+	for _, id := range a {
+		status, out := f.Get("/v1/requests/" + id)
+		switch {
+		case status == http.StatusNotFound:
+			lost++
+		case status != http.StatusOK:
+			t.Fatalf("GET /v1/requests/%s: %d %v", id, status, out)
+		case out["params"].(map[string]any)["date"] != dateA:
+			other++
+		}
+	}
+	t.Logf("A got %d ids (%s..%s), B %d (%s..%s): %d of A's ids name another request, %d are 404",
+		len(a), a[0], a[len(a)-1], len(b), b[0], b[len(b)-1], other, lost)
+	require.Zero(t, other, "an id answered to A names another request")
+	require.Positive(t, lost, "the requests acknowledged after the cut are lost with the primary")
+}
