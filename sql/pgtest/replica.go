@@ -113,24 +113,25 @@ func Promote(ctx context.Context, c *pglocal.Cluster) error {
 		return fmt.Errorf("error connecting to the standby on port %d: %w", c.Port(), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	// pg_promote(false) signals the promotion and returns; the state is
+	// polled in short statements below. Waiting inside pg_promote(true)
+	// holds a snapshot the replay of the last WAL may conflict with: the
+	// standby then waits max_standby_streaming_delay (30 s) and cancels
+	// it (40001).
 	var promoted bool
-	err = conn.QueryRow(ctx, "SELECT pg_promote(true, $1)", int(replicaTimeout.Seconds())).Scan(&promoted)
-	// A standby replaying a lock or a cleanup may cancel the waiting
-	// pg_promote (conflict with recovery, 40001) after it has signalled the
-	// promotion: the promotion goes on, and its end is polled below.
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "40001" {
-		err, promoted = nil, true
-	}
-	if err != nil {
+	if err := conn.QueryRow(ctx, "SELECT pg_promote(false)").Scan(&promoted); err != nil {
 		return fmt.Errorf("error promoting the standby on port %d: %w", c.Port(), err)
 	}
 	for promoted {
 		var inRecovery bool
-		if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil {
+		err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery)
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == "40001":
+			// Cancelled by a conflict with the replay: ask again.
+		case err != nil:
 			return fmt.Errorf("error reading the recovery state of port %d: %w", c.Port(), err)
-		}
-		if !inRecovery {
+		case !inRecovery:
 			return nil
 		}
 		select {
