@@ -57,8 +57,10 @@ func (lg *ledger) snapshot() []*lease {
 // still open (its return was lost) is returned again. Each call made that
 // was charged again counts buildrisk_ledger_reasserted_calls_total{provider}.
 // The worker runs it after each failover it sees (DatabaseWatch); it is
-// idempotent. It returns the calls made that were charged again, per
-// provider.
+// idempotent. It errs on the side of charging: a lease a sweep expired
+// under its live holder (idle past LeaseTTL) has no charge record either,
+// and its spent calls are charged once more (at most one lease's worth).
+// It returns the calls made that were charged again, per provider.
 func (c *Client) Reassert(ctx context.Context) (map[Provider]int, error) {
 	leases := c.ledger.snapshot()
 	if len(leases) == 0 {
