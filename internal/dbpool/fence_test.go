@@ -148,3 +148,31 @@ func TestTimelineFence_NoWriteOnDemotedPrimary(t *testing.T) {
 	require.Zero(t, onOld, "rows written on the demoted primary")
 	require.Equal(t, 40, onNew)
 }
+
+// A pool connected to the standby before it is promoted (a single-host URL
+// naming it, no target_session_attrs) draws no id on the new timeline
+// before the id fence: its connections made in recovery are replaced at
+// their next use once the server has left recovery, and the replacement
+// runs the fence.
+func TestTimelineFence_ConnectionMadeInRecoveryIsFenced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupFence(t)
+	require.NoError(t, b.pair.CatchUp(ctx))
+	standby, err := dbpool.Open(ctx, b.pair.Standby.URL("postgres"), 2, 0, false, config.SessionLimits{AppName: "on-the-standby"})
+	require.NoError(t, err)
+	defer standby.Close()
+	var inRecovery bool
+	require.NoError(t, standby.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery))
+	require.True(t, inRecovery, "the pool holds a connection made in recovery")
+
+	require.NoError(t, b.pair.CutReplication(ctx))
+	a := insertRequests(t, b.pool, "A", 100)
+	require.NoError(t, b.pair.Failover(ctx))
+	bIDs := insertRequests(t, standby, "B", 100)
+
+	other, lost := reissued(t, standby, "A", a)
+	t.Logf("A drew %d..%d before the failover, B %d..%d on connections of a pool made in recovery: %d of A's ids name another request, %d lost",
+		a[0], a[len(a)-1], bIDs[0], bIDs[len(bIDs)-1], other, lost)
+	require.Zero(t, other)
+}
