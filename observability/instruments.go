@@ -40,6 +40,7 @@ const (
 	MetricCoverageMissing        = "buildrisk_coverage_missing"
 	MetricCoverageTargets        = "buildrisk_coverage_targets"
 	MetricDatabaseFailovers      = "buildrisk_database_failovers_total"
+	MetricDatabaseSplitBrain     = "buildrisk_database_split_brain"
 	MetricDatabaseSyncRepl       = "buildrisk_database_sync_replication"
 	MetricDatabaseUp             = "buildrisk_database_up"
 	MetricExecutions             = "buildrisk_executions_total"
@@ -52,6 +53,7 @@ const (
 	MetricItems                  = "buildrisk_items_total"
 	MetricOwnershipLost          = "buildrisk_ownership_lost_total"
 	MetricJobLastCompleted       = "buildrisk_job_last_completed_timestamp_seconds"
+	MetricLedgerReasserted       = "buildrisk_ledger_reasserted_calls_total"
 	MetricProviderCallsRemaining = "buildrisk_provider_calls_remaining"
 	MetricProviderDailyCap       = "buildrisk_provider_daily_cap"
 	MetricQueueOldestAge         = "buildrisk_queue_oldest_age_seconds"
@@ -82,6 +84,7 @@ var MetricNames = []string{
 	MetricCoverageMissing,
 	MetricCoverageTargets,
 	MetricDatabaseFailovers,
+	MetricDatabaseSplitBrain,
 	MetricDatabaseSyncRepl,
 	MetricDatabaseUp,
 	MetricExecutionsStopped,
@@ -93,6 +96,7 @@ var MetricNames = []string{
 	MetricHTTPRefusals,
 	MetricItems,
 	MetricJobLastCompleted,
+	MetricLedgerReasserted,
 	MetricOwnershipLost,
 	MetricProviderCallsRemaining,
 	MetricProviderDailyCap,
@@ -166,6 +170,7 @@ type Instruments struct {
 	coverageMissing        metric.Int64ObservableGauge
 	coverageTargets        metric.Int64ObservableGauge
 	databaseFailovers      metric.Int64Counter
+	databaseSplitBrain     metric.Int64Gauge
 	databaseSyncRepl       metric.Int64Gauge
 	databaseUp             metric.Int64Gauge
 	executions             metric.Int64Counter
@@ -178,6 +183,7 @@ type Instruments struct {
 	items                  metric.Int64Counter
 	ownershipLost          metric.Int64Counter
 	jobLastCompleted       metric.Float64ObservableGauge
+	ledgerReasserted       metric.Int64Counter
 	providerCallsRemaining metric.Int64Gauge
 	providerDailyCap       metric.Int64Gauge
 	queueOldestAge         metric.Float64Gauge
@@ -225,6 +231,7 @@ func NewInstruments(mp metric.MeterProvider) (*Instruments, error) {
 
 	i.workerStaleHeartbeats.Add(context.Background(), 0)
 	i.databaseFailovers.Add(context.Background(), 0)
+	i.databaseSplitBrain.Record(context.Background(), 0)
 	return &i, nil
 }
 
@@ -492,4 +499,36 @@ func (i *Instruments) createLastThird(meter metric.Meter, check func(error)) {
 		metric.WithDescription("HTTP answers refused by the api before doing the work, by reason: body_too_large (413) or database_unavailable (503, with Retry-After)."),
 		metric.WithUnit("{response}"))
 	check(err)
+
+	// buildrisk_database_split_brain: 1 while two hosts of one database
+	// system named by DATABASE_URL answer read-write (a demoted primary
+	// still taking writes beside the promoted one), 0 otherwise.
+	i.databaseSplitBrain, err = meter.Int64Gauge("buildrisk.database.split_brain",
+		metric.WithDescription("1 while two hosts of one database system named by DATABASE_URL answer read-write (a split brain: the process writes only to the higher timeline), 0 otherwise."),
+		metric.WithUnit("{on}"))
+	check(err)
+
+	// buildrisk_ledger_reasserted_calls_total{provider}: provider calls a
+	// worker charged again to the daily budget after a failover because
+	// the promoted primary had lost their charge.
+	i.ledgerReasserted, err = meter.Int64Counter("buildrisk.ledger.reasserted_calls",
+		metric.WithDescription("Provider calls a worker charged again to the day's call budget after a failover, because the promoted primary had lost their charge (asynchronous replication)."),
+		metric.WithUnit("{call}"))
+	check(err)
+}
+
+// DatabaseSplitBrainSet records whether two hosts of one database system
+// answer read-write; the alert BuildriskDatabaseSplitBrain reads it.
+func (i *Instruments) DatabaseSplitBrainSet(ctx context.Context, on bool) {
+	var v int64
+	if on {
+		v = 1
+	}
+	i.databaseSplitBrain.Record(ctx, v)
+}
+
+// LedgerReasserted counts n calls of provider charged again to the day's
+// budget after a failover lost their charge.
+func (i *Instruments) LedgerReasserted(ctx context.Context, provider string, n int64) {
+	i.ledgerReasserted.Add(ctx, n, metric.WithAttributes(attrProvider.String(provider)))
 }

@@ -86,6 +86,8 @@ func recordOneOfEach(ctx context.Context, inst *Instruments) {
 	inst.DatabaseUpSet(ctx, true)
 	inst.DatabaseFailover(ctx)
 	inst.DatabaseSyncReplicationSet(ctx, true)
+	inst.DatabaseSplitBrainSet(ctx, true)
+	inst.LedgerReasserted(ctx, "CREDIT", 7)
 	inst.OwnershipLost(ctx, "aptTrade")
 	inst.RequestFailed(ctx, "aptTrade", ReasonOrphaned)
 	inst.ItemsCounted(ctx, "aptTrade", OutcomeWritten, 72)
@@ -139,6 +141,8 @@ func TestInstrumentsScrapedNames(t *testing.T) {
 		"buildrisk_chunk_duration_seconds":               {[]string{"job"}, dto.MetricType_HISTOGRAM},
 		"buildrisk_database_failovers_total":             {nil, dto.MetricType_COUNTER},
 		"buildrisk_database_sync_replication":            {nil, dto.MetricType_GAUGE},
+		"buildrisk_database_split_brain":                 {nil, dto.MetricType_GAUGE},
+		"buildrisk_ledger_reasserted_calls_total":        {[]string{"provider"}, dto.MetricType_COUNTER},
 		"buildrisk_database_up":                          {nil, dto.MetricType_GAUGE},
 		"buildrisk_coverage_as_of_timestamp_seconds":     {[]string{"job"}, dto.MetricType_GAUGE},
 		"buildrisk_coverage_check_failures_total":        {[]string{"job"}, dto.MetricType_COUNTER},
@@ -247,6 +251,8 @@ func TestInstrumentsValues(t *testing.T) {
 		{nil, "buildrisk_worker_stale_heartbeats_total", 1},
 		{nil, "buildrisk_database_failovers_total", 1},
 		{nil, "buildrisk_database_sync_replication", 1},
+		{nil, "buildrisk_database_split_brain", 1},
+		{map[string]string{"provider": "CREDIT"}, "buildrisk_ledger_reasserted_calls_total", 7},
 		{map[string]string{"job": "aptTrade", "source": "api", "result": "accepted"}, "buildrisk_requests_total", 1},
 		{map[string]string{"job": "aptTrade", "status": "COMPLETED"}, "buildrisk_executions_total", 1},
 		{map[string]string{"job": "aptTrade", "outcome": "written"}, "buildrisk_items_total", 72},

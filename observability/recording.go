@@ -58,6 +58,7 @@ func (i *Instruments) InitSeries(ctx context.Context, jobs, providers []string) 
 		for _, outcome := range []string{CallCapped, CallError, CallOK} {
 			i.externalCalls.Add(ctx, 0, metric.WithAttributes(attrProvider.String(provider), attrOutcome.String(outcome)))
 		}
+		i.ledgerReasserted.Add(ctx, 0, metric.WithAttributes(attrProvider.String(provider)))
 	}
 	for _, reason := range refusalReasons {
 		i.httpRefusals.Add(ctx, 0, metric.WithAttributes(attrReason.String(reason)))

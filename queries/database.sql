@@ -18,3 +18,11 @@ SELECT s.system_identifier::bigint AS system_identifier,
        current_setting('synchronous_standby_names')::text AS synchronous_standby_names,
        current_setting('synchronous_commit')::text AS synchronous_commit
 FROM pg_control_system() s, pg_control_checkpoint() c;
+
+-- name: DatabaseTimelineFence :one
+-- DatabaseTimelineFence moves the service's id sequences past every value
+-- an earlier timeline could have issued, once per timeline, and returns
+-- the timeline the primary writes on (0 on a standby). Every connection of
+-- the service's pools runs it before its first use (pgfence), so no id is
+-- drawn on a new timeline before the fence (migration 00020).
+SELECT database_timeline_fence()::bigint AS timeline;

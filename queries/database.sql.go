@@ -51,3 +51,19 @@ func (q *Queries) DatabaseIdentity(ctx context.Context, db DBTX) (*DatabaseIdent
 	)
 	return &i, err
 }
+
+const databaseTimelineFence = `-- name: DatabaseTimelineFence :one
+SELECT database_timeline_fence()::bigint AS timeline
+`
+
+// DatabaseTimelineFence moves the service's id sequences past every value
+// an earlier timeline could have issued, once per timeline, and returns
+// the timeline the primary writes on (0 on a standby). Every connection of
+// the service's pools runs it before its first use (pgfence), so no id is
+// drawn on a new timeline before the fence (migration 00020).
+func (q *Queries) DatabaseTimelineFence(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, databaseTimelineFence)
+	var timeline int64
+	err := row.Scan(&timeline)
+	return timeline, err
+}

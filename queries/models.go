@@ -135,6 +135,12 @@ type CreditGrade struct {
 	UpdatedAt   time.Time
 }
 
+type DatabaseTimeline struct {
+	Timeline         int64
+	SystemIdentifier int64
+	FencedAt         time.Time
+}
+
 type Exposure struct {
 	CorpCode       string
 	OutstandingKrw int64
@@ -267,6 +273,15 @@ type ProviderCallBudget struct {
 	Provider  string
 	Day       time.Time
 	CallsUsed int32
+}
+
+type ProviderCallCharge struct {
+	LeaseID   int64
+	Holder    string
+	Provider  string
+	Day       time.Time
+	Spent     int32
+	ChargedAt time.Time
 }
 
 type ProviderCallLease struct {

@@ -18,3 +18,11 @@ SELECT (b.calls_used - coalesce((
 ), 0))::integer AS calls_used
 FROM provider_call_budget b
 WHERE b.provider = @provider AND b.day = @day;
+
+-- name: ProviderCallBudgetAdd :exec
+-- ProviderCallBudgetAdd charges calls to the provider's budget of the day
+-- (re-asserted after a failover lost their charge), creating the row if
+-- needed. It may take calls_used past the cap: the calls were made.
+INSERT INTO provider_call_budget AS b (provider, day, calls_used)
+VALUES (@provider, @day, @calls::integer)
+ON CONFLICT (provider, day) DO UPDATE SET calls_used = b.calls_used + excluded.calls_used;

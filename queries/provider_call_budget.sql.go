@@ -10,6 +10,26 @@ import (
 	"time"
 )
 
+const providerCallBudgetAdd = `-- name: ProviderCallBudgetAdd :exec
+INSERT INTO provider_call_budget AS b (provider, day, calls_used)
+VALUES ($1, $2, $3::integer)
+ON CONFLICT (provider, day) DO UPDATE SET calls_used = b.calls_used + excluded.calls_used
+`
+
+type ProviderCallBudgetAddParams struct {
+	Provider string
+	Day      time.Time
+	Calls    int32
+}
+
+// ProviderCallBudgetAdd charges calls to the provider's budget of the day
+// (re-asserted after a failover lost their charge), creating the row if
+// needed. It may take calls_used past the cap: the calls were made.
+func (q *Queries) ProviderCallBudgetAdd(ctx context.Context, db DBTX, arg *ProviderCallBudgetAddParams) error {
+	_, err := db.Exec(ctx, providerCallBudgetAdd, arg.Provider, arg.Day, arg.Calls)
+	return err
+}
+
 const providerCallBudgetGet = `-- name: ProviderCallBudgetGet :one
 SELECT (b.calls_used - coalesce((
     SELECT sum(l.granted - l.claimed) FROM provider_call_lease l WHERE l.provider = b.provider AND l.day = b.day

@@ -10,6 +10,37 @@ import (
 	"time"
 )
 
+const providerCallChargeInsert = `-- name: ProviderCallChargeInsert :execrows
+INSERT INTO provider_call_charge (lease_id, holder, provider, day, spent)
+VALUES ($1, $2, $3, $4, $5::integer)
+ON CONFLICT (lease_id) DO NOTHING
+`
+
+type ProviderCallChargeInsertParams struct {
+	LeaseID  int64
+	Holder   string
+	Provider string
+	Day      time.Time
+	Spent    int32
+}
+
+// ProviderCallChargeInsert records the charge of a closed lease whose grant
+// a failover lost; it runs in the transaction that charges its spent calls
+// to the day's budget again. No row: already charged.
+func (q *Queries) ProviderCallChargeInsert(ctx context.Context, db DBTX, arg *ProviderCallChargeInsertParams) (int64, error) {
+	result, err := db.Exec(ctx, providerCallChargeInsert,
+		arg.LeaseID,
+		arg.Holder,
+		arg.Provider,
+		arg.Day,
+		arg.Spent,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const providerCallLeaseClaim = `-- name: ProviderCallLeaseClaim :execrows
 UPDATE provider_call_lease
 SET claimed = $1::integer, expires_at = now() + make_interval(secs => $2::float8)
@@ -122,11 +153,55 @@ func (q *Queries) ProviderCallLeaseInsert(ctx context.Context, db DBTX, arg *Pro
 	return id, err
 }
 
+const providerCallLeaseReinsert = `-- name: ProviderCallLeaseReinsert :execrows
+INSERT INTO provider_call_lease (id, provider, day, holder, granted, claimed, expires_at)
+VALUES ($1, $2, $3, $4, $5::integer, $6::integer, now() + make_interval(secs => $7::float8))
+ON CONFLICT (id) DO NOTHING
+`
+
+type ProviderCallLeaseReinsertParams struct {
+	ID         int64
+	Provider   string
+	Day        time.Time
+	Holder     string
+	Granted    int32
+	Claimed    int32
+	TtlSeconds float64
+}
+
+// ProviderCallLeaseReinsert puts back a lease its holder still holds whose
+// row a failover lost, under its own id (never drawn again: the id fence
+// of migration 00020); it runs in the transaction that charges its grant
+// to the day's budget again. No row: the id names another lease.
+func (q *Queries) ProviderCallLeaseReinsert(ctx context.Context, db DBTX, arg *ProviderCallLeaseReinsertParams) (int64, error) {
+	result, err := db.Exec(ctx, providerCallLeaseReinsert,
+		arg.ID,
+		arg.Provider,
+		arg.Day,
+		arg.Holder,
+		arg.Granted,
+		arg.Claimed,
+		arg.TtlSeconds,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const providerCallLeaseReturn = `-- name: ProviderCallLeaseReturn :one
 WITH returned AS (
-    DELETE FROM provider_call_lease
-    WHERE id = $2 AND holder = $3
-    RETURNING provider, day, granted
+    DELETE FROM provider_call_lease l
+    WHERE l.id = $2 AND l.holder = $3
+    RETURNING l.id, l.holder, l.provider, l.day, l.granted
+), charged AS (
+    INSERT INTO provider_call_charge (lease_id, holder, provider, day, spent)
+    SELECT r.id, r.holder, r.provider, r.day, $1::integer FROM returned r
+    ON CONFLICT (lease_id) DO NOTHING
+), pruned AS (
+    DELETE FROM provider_call_charge c
+    USING returned r
+    WHERE c.holder = r.holder AND c.day < r.day - 7
 )
 UPDATE provider_call_budget b
 SET calls_used = b.calls_used - (r.granted - $1::integer)
@@ -142,12 +217,55 @@ type ProviderCallLeaseReturnParams struct {
 }
 
 // ProviderCallLeaseReturn closes a lease of which spent calls were made and
-// gives the rest back to the day's budget. No row means the lease had
-// expired (its unclaimed calls are already back; spent ≤ claimed), or is
-// another holder's (see ProviderCallLeaseClaim).
+// gives the rest back to the day's budget, recording the charge
+// (provider_call_charge; the holder's charges older than a week go). No
+// row means the lease had expired (its unclaimed calls are already back;
+// spent ≤ claimed), or is another holder's (see ProviderCallLeaseClaim).
 func (q *Queries) ProviderCallLeaseReturn(ctx context.Context, db DBTX, arg *ProviderCallLeaseReturnParams) (int32, error) {
 	row := db.QueryRow(ctx, providerCallLeaseReturn, arg.Spent, arg.ID, arg.Holder)
 	var calls_used int32
 	err := row.Scan(&calls_used)
 	return calls_used, err
+}
+
+const providerCallLedgerState = `-- name: ProviderCallLedgerState :many
+SELECT i.id::bigint AS id,
+       EXISTS (SELECT 1 FROM provider_call_lease l WHERE l.id = i.id AND l.holder = $1)::boolean AS lease_open,
+       EXISTS (SELECT 1 FROM provider_call_charge c WHERE c.lease_id = i.id)::boolean AS charged
+FROM unnest($2::bigint[]) AS i(id)
+`
+
+type ProviderCallLedgerStateParams struct {
+	Holder string
+	IDs    []int64
+}
+
+type ProviderCallLedgerStateRow struct {
+	ID        int64
+	LeaseOpen bool
+	Charged   bool
+}
+
+// ProviderCallLedgerState tells, for each lease id a holder took, whether
+// the database still has the lease (open, the holder's) and whether it has
+// the charge of its closing: what a worker re-asserts after a failover
+// (upstream's ledger) is what both lack.
+func (q *Queries) ProviderCallLedgerState(ctx context.Context, db DBTX, arg *ProviderCallLedgerStateParams) ([]*ProviderCallLedgerStateRow, error) {
+	rows, err := db.Query(ctx, providerCallLedgerState, arg.Holder, arg.IDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*ProviderCallLedgerStateRow
+	for rows.Next() {
+		var i ProviderCallLedgerStateRow
+		if err := rows.Scan(&i.ID, &i.LeaseOpen, &i.Charged); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

@@ -311,6 +311,9 @@ type Client struct {
 	// as last read (dbClockRead once it was read at least once).
 	dbOffset    atomic.Int64
 	dbClockRead atomic.Bool
+	// ledger remembers the leases taken, to re-assert them after a
+	// failover (ledger.go).
+	ledger ledger
 }
 
 // NewClient returns a Client.

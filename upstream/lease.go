@@ -44,15 +44,21 @@ const (
 
 // lease is a block of one provider's daily cap held by a Caller.
 type lease struct {
-	id      int64
-	day     time.Time
-	granted int
-	claimed int // marked on the lease row; calls beyond it need a claim
-	spent   int // calls made (in memory)
-	takenAt time.Time
+	id       int64
+	provider Provider
+	day      time.Time
+	granted  int
+	claimed  int // marked on the lease row; calls beyond it need a claim
+	spent    int // calls made (in memory)
+	takenAt  time.Time
 	// claiming is set while a claim ahead is on its way; dead once a claim
 	// found the lease expired (its unclaimed calls went back).
 	claiming, dead bool
+	// closed once the Caller no longer spends it (returned, or found
+	// expired); caller took it. Both serve the ledger (ledger.go), which
+	// reads the lease under caller.mu.
+	closed bool
+	caller *Caller
 }
 
 // take reserves one call of provider p's daily cap for the caller: from its
@@ -97,6 +103,7 @@ func (cl *Caller) take(ctx context.Context, p Provider) error {
 				continue
 			}
 			if l.dead {
+				l.closed = true
 				delete(cl.leases, p)
 			} else if l.claimed < l.granted {
 				claimed := min(l.granted, l.claimed+cl.claimStep(l.granted))
@@ -113,6 +120,7 @@ func (cl *Caller) take(ctx context.Context, p Provider) error {
 				}
 				// The lease expired meanwhile: a sweep gave its unclaimed
 				// calls back (every call made was claimed). Take a new one.
+				l.closed = true
 				delete(cl.leases, p)
 			} else {
 				cl.noteRate(p, l)
@@ -133,6 +141,7 @@ func (cl *Caller) take(ctx context.Context, p Provider) error {
 		if l != nil {
 			l.spent = 1
 			cl.leases[p] = l
+			c.ledger.remember(l, cl)
 			return nil
 		}
 		if open == 0 {
@@ -213,6 +222,7 @@ func (cl *Caller) noteRate(p Provider, l *lease) {
 func (cl *Caller) giveBack(ctx context.Context, p Provider, l *lease) error {
 	c := cl.client
 	delete(cl.leases, p)
+	l.closed = true
 	_, err := c.queries.ProviderCallLeaseReturn(context.WithoutCancel(ctx), c.pool, &queries.ProviderCallLeaseReturnParams{
 		ID: l.id, Holder: c.cfg.Holder, Spent: int32(l.spent),
 	})
@@ -287,7 +297,7 @@ func (c *Client) takeLease(ctx context.Context, p Provider, day time.Time, want 
 		if err != nil {
 			return fmt.Errorf("error recording call lease: %w", err)
 		}
-		l = &lease{id: id, day: day, granted: granted, claimed: claimed, takenAt: time.Now()}
+		l = &lease{id: id, provider: p, day: day, granted: granted, claimed: claimed, takenAt: time.Now()}
 		usedAfter = usedNow + claimed // the rest of the lease is not spent yet
 		return nil
 	})

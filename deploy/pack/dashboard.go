@@ -313,14 +313,16 @@ func healthPanels(b *dashboard.DashboardBuilder) {
 		),
 	)
 	b.WithPanel(
-		graph(34, dashboard.GridPos{X: 12, Y: 82, W: 12, H: 8}, "Database failovers and synchronous replication", "buildrisk_database_failovers_total: moves of the database each api and worker saw (a promoted replica: a new timeline of the same cluster; or another cluster behind the URL), BuildriskDatabaseFailover fires on any. buildrisk_database_sync_replication: 1 while the database acknowledges a commit only once a synchronous standby has it (synchronous_standby_names set, synchronous_commit on or remote_apply), so a failover loses nothing acknowledged; 0 with asynchronous replication or none. BuildriskDatabaseReplicationAsync fires when it drops to 0 after a day at 1.", "short",
+		graph(34, dashboard.GridPos{X: 12, Y: 82, W: 12, H: 8}, "Database failovers, split brain and synchronous replication", "buildrisk_database_failovers_total: moves of the database each api and worker saw (a promoted replica: a new timeline of the same cluster; or another cluster behind the URL), BuildriskDatabaseFailover fires on any. buildrisk_database_sync_replication: 1 while the database acknowledges a commit only once a synchronous standby has it (synchronous_standby_names set, synchronous_commit on or remote_apply), so a failover loses nothing acknowledged; 0 with asynchronous replication or none. BuildriskDatabaseReplicationAsync fires when it drops to 0 after a day at 1. buildrisk_database_split_brain: 1 while two hosts of one database system named by DATABASE_URL answer read-write (a demoted primary beside the promoted one); the process writes only to the higher timeline. BuildriskDatabaseSplitBrain (critical) fires on it.", "short",
 			query("A", "sum by (job, instance) (increase(buildrisk_database_failovers_total[$__rate_interval]))", "failovers {{job}} {{instance}}"),
 			query("B", "min by (job, instance) (buildrisk_database_sync_replication)", "synchronous replication {{job}} {{instance}}"),
+			query("C", "max by (job, instance) (buildrisk_database_split_brain)", "split brain {{job}} {{instance}}"),
 		),
 	)
 	b.WithPanel(
-		graph(35, dashboard.GridPos{X: 0, Y: 90, W: 12, H: 8}, "Commits lost by the database (should be 0)", "buildrisk_commits_lost_total by job: commits the database acknowledged and then did not hold (a failover to an asynchronous replica). Each one was found by the run that made it and done again before the run could complete; a run whose execution itself vanished counts one too.", "short",
+		graph(35, dashboard.GridPos{X: 0, Y: 90, W: 12, H: 8}, "Commits lost by the database and calls re-charged (should be 0)", "buildrisk_commits_lost_total by job: commits the database acknowledged and then did not hold (a failover to an asynchronous replica). Each one was found by the run that made it and done again before the run could complete; a run whose execution itself vanished counts one too. buildrisk_ledger_reasserted_calls_total by provider: provider calls a worker charged again to the day's budget after a failover whose promoted primary had lost their charge.", "short",
 			query("A", "sum by (job) (increase(buildrisk_commits_lost_total{job=~\"$job\"}[$__rate_interval]))", "{{job}}"),
+			query("B", "sum by (provider) (increase(buildrisk_ledger_reasserted_calls_total[$__rate_interval]))", "calls re-charged {{provider}}"),
 		),
 	)
 }

@@ -266,6 +266,21 @@ max(buildrisk_database_failovers_total unless buildrisk_database_failovers_total
 		Grafana:     Grafana{From: 30 * time.Minute},
 	},
 	{
+		Alert: "BuildriskDatabaseSplitBrain",
+		Comment: `Every api and worker probes each host of its multi-host
+DATABASE_URL after each database probe; two hosts of one system
+answering read-write is a demoted primary taking connections
+beside the promoted one. The processes write only to the higher
+timeline (their timeline fence), but anything else that connects
+to the old primary writes there. max(): one alert, whatever the
+number of processes that see it.`,
+		Expr:        "max(buildrisk_database_split_brain) > 0\n",
+		Severity:    Critical,
+		Summary:     "Two hosts of the database answer read-write (split brain)",
+		Description: "A host of DATABASE_URL on an older timeline (the demoted primary) accepts writes beside the promoted primary. The service's processes refuse it and write only to the higher timeline; stop or fence the old primary now (shut it down, or rebuild it as a standby with pg_rewind), and check nothing else writes to it.",
+		Grafana:     Grafana{From: 10 * time.Minute},
+	},
+	{
 		Alert: "BuildriskDatabaseReplicationAsync",
 		Comment: `The database acknowledged commits only once a synchronous standby
 had them at some point in the last day, and now some process sees

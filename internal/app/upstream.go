@@ -12,6 +12,7 @@ import (
 
 	"github.com/buildrisk/radar/internal/config"
 	"github.com/buildrisk/radar/observability"
+	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/upstream"
 )
 
@@ -30,7 +31,21 @@ func NewWorkerID() (id, hostname, boot string) {
 
 // NewUpstream returns the provider client of a process; holder (the worker
 // id) names the process in the leases of the daily caps it takes.
+//
+// After each move of the database the process's watch sees (a failover),
+// the client re-asserts its call ledger (upstream.Client.Reassert): the
+// charges of the leases it took that the new primary lacks.
 func NewUpstream(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, holder string) (*upstream.Client, error) {
+	client, err := newUpstreamClient(pool, env, tel, holder)
+	if err != nil {
+		return nil, err
+	}
+	tel.Database.Subscribe(func(worker.DatabaseMove) { client.ReassertAfterFailover() })
+	return client, nil
+}
+
+// newUpstreamClient builds the provider client of NewUpstream.
+func newUpstreamClient(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, holder string) (*upstream.Client, error) {
 	return upstream.NewClient(pool, upstream.ClientConfig{
 		BaseURLs: env.UpstreamURLs, Keys: env.Keys, DailyCaps: env.DailyCaps, Rates: env.Rates, Location: env.Location,
 		Logger: tel.Logger,

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/buildrisk/radar/sql/migrations"
+	"github.com/buildrisk/radar/sql/pgfence"
 	"github.com/buildrisk/radar/sql/pgtx"
 )
 
@@ -126,7 +127,9 @@ func APITxSettings(env *config.Config) *pgtx.TxSettings {
 const txPoolingExecMode = pgx.QueryExecModeCacheDescribe
 
 // Config parses url into a pool of at most maxConns connections (0:
-// pgxpool's default), traced; txPooling selects txPoolingExecMode.
+// pgxpool's default), traced and fenced (pgfence: no connection to a
+// demoted primary, no id drawn on a new timeline before the id fence);
+// txPooling selects txPoolingExecMode.
 func Config(url string, maxConns int32, txPooling bool) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -139,12 +142,14 @@ func Config(url string, maxConns int32, txPooling bool) (*pgxpool.Config, error)
 	if txPooling {
 		cfg.ConnConfig.DefaultQueryExecMode = txPoolingExecMode
 	}
+	pgfence.Process().Install(cfg)
 	return cfg, nil
 }
 
 // connectPool opens the pool and checks the database answers; name labels
 // the pool's statistics.
 func connectPool(ctx context.Context, cfg *pgxpool.Config, name string) (*pgxpool.Pool, error) {
+	learnTimelines(ctx, cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("error creating database pool: %w", err)
@@ -157,6 +162,18 @@ func connectPool(ctx context.Context, cfg *pgxpool.Config, name string) (*pgxpoo
 	}
 	_ = otelpgx.RecordStats(pool, otelpgx.WithStatsAttributes(attribute.String("pool", name)))
 	return pool, nil
+}
+
+// learnTimelines reads the identity of every host of a multi-host URL
+// before the pool's first connection, so that a process starting while a
+// demoted primary still answers read-write (a split brain) knows the
+// promoted one's timeline and never writes to the other, whichever host
+// the URL names first.
+func learnTimelines(ctx context.Context, cfg *pgxpool.Config) {
+	if len(cfg.ConnConfig.Fallbacks) == 0 {
+		return
+	}
+	_, _ = pgfence.Process().Probe(ctx, &cfg.ConnConfig.Config)
 }
 
 // CheckSchema refuses to serve on a schema that is behind.

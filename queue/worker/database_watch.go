@@ -7,8 +7,11 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/sql/pgfence"
 )
 
 // DatabaseIdentity identifies the database cluster a process reaches and
@@ -72,6 +75,15 @@ func (m DatabaseMove) Failover() bool {
 // runner) re-verifies what it believes committed. With synchronous
 // replication nothing acknowledged is lost.
 //
+// Check also feeds the process's timeline fence (pgfence.Process) and,
+// when db is a pool on a multi-host URL, probes every host of it: a host
+// of the same system on a lower timeline that still answers read-write is
+// a demoted primary beside the promoted one (a split brain). The fence
+// then refuses it (no connection of the process is used there any more),
+// the watch logs "database split brain: …" once per episode, and
+// buildrisk_database_split_brain is 1 until only one host answers
+// read-write.
+//
 // One DatabaseWatch per process: every probe of the process shares it, so
 // a move is counted once however many probes see it. A process that
 // reaches two primaries in turn (a split brain behind one URL) counts
@@ -86,6 +98,7 @@ type DatabaseWatch struct {
 	seen        bool
 	current     DatabaseIdentity
 	readFailed  bool // the last read failed (logged once until one succeeds)
+	splitBrain  bool // the last probe of every host found two primaries
 	subscribers map[int]func(DatabaseMove)
 	nextID      int
 }
@@ -148,6 +161,8 @@ func (w *DatabaseWatch) Check(ctx context.Context, db queries.DBTX) error {
 	if w.instruments != nil {
 		w.instruments.DatabaseSyncReplicationSet(ctx, SynchronousReplication(row.SynchronousStandbyNames, row.SynchronousCommit))
 	}
+	_ = pgfence.Process().Observe(pgfence.Identity{SystemIdentifier: id.SystemIdentifier, Timeline: id.Timeline, InRecovery: id.InRecovery})
+	w.checkHosts(ctx, db)
 
 	w.mu.Lock()
 	w.readFailed = false
@@ -185,6 +200,49 @@ func (w *DatabaseWatch) Check(ctx context.Context, db queries.DBTX) error {
 		}
 	}
 	return nil
+}
+
+// configured is a pool: it tells the URL it was made from.
+type configured interface {
+	Config() *pgxpool.Config
+}
+
+// checkHosts probes every host of db's multi-host URL (nothing for a
+// single host, or a db that is not a pool), which teaches the process's
+// timeline fence the highest timeline of each system, and reports a split
+// brain: two hosts of one system answering read-write.
+func (w *DatabaseWatch) checkHosts(ctx context.Context, db queries.DBTX) {
+	pool, ok := db.(configured)
+	if !ok {
+		return
+	}
+	cfg := pool.Config().ConnConfig
+	if len(cfg.Fallbacks) == 0 {
+		return
+	}
+	ids, _ := pgfence.Process().Probe(ctx, &cfg.Config)
+	split := pgfence.SplitBrain(ids)
+	w.mu.Lock()
+	was := w.splitBrain
+	w.splitBrain = len(split) > 0
+	w.mu.Unlock()
+	if w.instruments != nil {
+		w.instruments.DatabaseSplitBrainSet(ctx, len(split) > 0)
+	}
+	switch {
+	case len(split) > 0 && !was:
+		for system, primaries := range split {
+			hosts := make([]string, len(primaries))
+			for i, p := range primaries {
+				hosts[i] = p.String()
+			}
+			w.logger.ErrorContext(ctx, "database split brain: hosts of one system answer read-write; writing only to the highest timeline",
+				slog.Int64("system_identifier", system), slog.Int64("timeline", pgfence.Process().Highest(system)),
+				slog.String("hosts", strings.Join(hosts, "; ")))
+		}
+	case len(split) == 0 && was:
+		w.logger.InfoContext(ctx, "database split brain over: one host of each system answers read-write")
+	}
 }
 
 // SynchronousReplication reports whether a session with these settings

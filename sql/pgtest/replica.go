@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/buildrisk/radar/sql/pglocal"
 )
@@ -111,18 +113,34 @@ func Promote(ctx context.Context, c *pglocal.Cluster) error {
 		return fmt.Errorf("error connecting to the standby on port %d: %w", c.Port(), err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	// pg_promote(false) signals the promotion and returns; the state is
+	// polled in short statements below. Waiting inside pg_promote(true)
+	// holds a snapshot the replay of the last WAL may conflict with: the
+	// standby then waits max_standby_streaming_delay (30 s) and cancels
+	// it (40001).
 	var promoted bool
-	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, $1)", int(replicaTimeout.Seconds())).Scan(&promoted); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT pg_promote(false)").Scan(&promoted); err != nil {
 		return fmt.Errorf("error promoting the standby on port %d: %w", c.Port(), err)
 	}
-	var inRecovery bool
-	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil {
-		return fmt.Errorf("error reading the recovery state of port %d: %w", c.Port(), err)
+	for promoted {
+		var inRecovery bool
+		err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery)
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == "40001":
+			// Cancelled by a conflict with the replay: ask again.
+		case err != nil:
+			return fmt.Errorf("error reading the recovery state of port %d: %w", c.Port(), err)
+		case !inRecovery:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("standby on port %d not promoted within %s: %w", c.Port(), replicaTimeout, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	if !promoted || inRecovery {
-		return fmt.Errorf("standby on port %d not promoted within %s", c.Port(), replicaTimeout)
-	}
-	return nil
+	return fmt.Errorf("standby on port %d not promoted within %s", c.Port(), replicaTimeout)
 }
 
 // CatchUp returns once the standby has replayed everything the primary
