@@ -152,6 +152,7 @@ func TestSplitBrain_NothingWrittenOnDemotedPrimary(t *testing.T) {
 	apptest.WaitUntil(t, time.Minute, "buildrisk_database_split_brain 0", func() bool {
 		return f.Metric(observability.MetricDatabaseSplitBrain, nil) == 0
 	})
+	requireAllEndedAgreeing(t, f.System)
 }
 
 // A run of 12 MOLIT calls goes on across an asynchronous failover: the
@@ -196,6 +197,19 @@ func TestLedger_AsyncFailoverChargesEveryCall(t *testing.T) {
 	reasserted := f.Metric(observability.MetricLedgerReasserted, map[string]string{"provider": "MOLIT"})
 	t.Logf("MOLIT: %d calls answered, provider_call_budget %d, %v calls charged again after the failover", answered, used(), reasserted)
 	require.Positive(t, reasserted)
+	// After the load every request has ended, none over a live River job.
+	requireAllEndedAgreeing(t, f.System)
+}
+
+// requireAllEndedAgreeing waits (a minute at most) for every request to
+// end, then checks that none ended over a live River job and that no
+// QUEUED request's River job is gone (requesttest).
+func requireAllEndedAgreeing(t *testing.T, s *apptest.System) {
+	t.Helper()
+	apptest.WaitUntil(t, time.Minute, "every request to end", func() bool {
+		return s.Count(`SELECT count(*) FROM job_request WHERE status IN ('QUEUED', 'RUNNING')`) == 0
+	})
+	s.RequireRequestsAgreeWithRiver()
 }
 
 // Tokens of the two clients of TestIDs_NeverReissuedAcrossFailover.
@@ -265,4 +279,5 @@ func TestIDs_NeverReissuedAcrossFailover(t *testing.T) {
 		len(a), a[0], a[len(a)-1], len(b), b[0], b[len(b)-1], other, lost)
 	require.Zero(t, other, "an id answered to A names another request")
 	require.Positive(t, lost, "the requests acknowledged after the cut are lost with the primary")
+	requireAllEndedAgreeing(t, f.System)
 }
