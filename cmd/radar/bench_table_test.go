@@ -228,6 +228,9 @@ func TestBenchTable(t *testing.T) {
 	if want("scale") {
 		rows = append(rows, benchScaleOut(t, scale)...)
 	}
+	if want("replica") {
+		rows = append(rows, benchReplica(t, scale)...)
+	}
 	table := renderBenchTable(rows)
 	header := benchHeader(t, scale, only, time.Since(began))
 	fmt.Println(header + "\n\n" + table)
