@@ -41,11 +41,12 @@ func TestStopCause(t *testing.T) {
 	require.Equal(t, []radartype.StopCause{"drain", "reap", "database", "provider-rate", "cap"}, radartype.ResumableCauses())
 	require.Equal(t, []radartype.StopCause{"drain", "reap", "database", "provider-rate", "cap", "operator", "max_calls", "failure"}, radartype.StopCauses(),
 		"the resumable causes first; ExecutionView.stopCause's enum lists them all")
-	for _, c := range []radartype.StopCause{radartype.CauseOperator, radartype.CauseCap, radartype.CauseMaxCalls, radartype.CauseFailure} {
+	for _, c := range []radartype.StopCause{radartype.CauseOperator, radartype.CauseMaxCalls, radartype.CauseFailure} {
 		require.False(t, c.Resumable(), c)
 	}
 	require.True(t, radartype.CauseReap.Resumable())
 	require.True(t, radartype.CauseProviderRate.Resumable(), "the provider said when")
+	require.True(t, radartype.CauseCap.Resumable(), "at the provider's next reset, when named (opt-in)")
 	// The returned lists are copies: changing one changes nothing here.
 	causes := radartype.ResumableCauses()
 	causes[0] = radartype.CauseCap
