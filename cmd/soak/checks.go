@@ -55,6 +55,7 @@ var Invariants = []Invariant{
 	{"accepted-kept", "every request answered 202 is in the database", checkAcceptedKept},
 	{"cap-ledger", "the daily-cap ledger counts at least every call made, per provider", checkCapLedger},
 	{"stop-bounded", "every operator stop ended STOPPED (operator) within STOP_TIMEOUT + 5 s, never FAILED", checkStopBounded},
+	{"demoted-untouched", "no row written on a demoted primary while it answered read-write beside the promoted one (split brain)", checkDemotedUntouched},
 	{"failovers-counted", "every process counted each failover it lived through; lost commits were counted", checkFailoversCounted},
 	{"no-live-abandoned", "no execution of a live worker was ABANDONED", checkNoLiveAbandoned},
 	{"counters", "counters equal the events the harness caused (api requests, each live worker's executions and items)", checkCounters},
@@ -113,6 +114,21 @@ func checkRiverAgrees(ctx context.Context, db querier, _ *Evidence) ([]Breach, e
 		return nil
 	})
 	return out, err
+}
+
+// checkDemotedUntouched holds every split brain the soak made to no row
+// written on the demoted primary while it answered read-write.
+func checkDemotedUntouched(_ context.Context, _ querier, ev *Evidence) ([]Breach, error) {
+	var out []Breach
+	for _, sb := range ev.SplitBrains {
+		switch {
+		case sb.Err != "":
+			out = append(out, breachf(sb.Start, "split brain at %s: the rows written on the demoted primary could not be counted: %s", sb.Start.Format(time.RFC3339), sb.Err))
+		case sb.Rows > 0:
+			out = append(out, breachf(sb.Start, "split brain at %s: %d rows written on the demoted primary", sb.Start.Format(time.RFC3339), sb.Rows))
+		}
+	}
+	return out, nil
 }
 
 // window is the span of one execution as the audit saw it: from its insert

@@ -533,3 +533,25 @@ func TestRiverAgrees(t *testing.T) {
 		"request 3 is DONE but its River job is available", "request 4 is QUEUED but its River job is cancelled",
 		"request 5 is QUEUED but its River job is gone")
 }
+
+// The split-brain count sees what a transaction wrote after the mark, and
+// the demoted-untouched invariant breaches on it.
+func TestDemotedUntouched(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.NewDatabase(t))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `CREATE TABLE written (n int); INSERT INTO written VALUES (0)`)
+	require.NoError(t, err)
+	var mark int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT txid_current() % 4294967296`).Scan(&mark))
+	_, err = conn.Exec(ctx, `INSERT INTO written VALUES (1), (2)`)
+	require.NoError(t, err)
+	rows, err := rowsWrittenSince(ctx, conn, mark+1)
+	require.NoError(t, err)
+	require.Equal(t, 2, rows)
+
+	ev := &Evidence{SplitBrains: []SplitBrainEvent{{Start: time.Now(), Rows: rows}, {Start: time.Now()}}}
+	requireBreaches(t, check(t, "demoted-untouched", nil, ev), "2 rows written on the demoted primary")
+}

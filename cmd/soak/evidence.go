@@ -64,6 +64,9 @@ type Evidence struct {
 	// async or sync); Failovers are the failovers the soak made.
 	Replication string
 	Failovers   []FailoverEvent
+	// SplitBrains are the windows in which a demoted primary answered
+	// read-write beside the promoted one, with the rows written on it.
+	SplitBrains []SplitBrainEvent
 
 	// APIStarted is when the api process started (its failover counter
 	// starts with it).
@@ -98,6 +101,22 @@ func (e *Evidence) stops() []StopEvent {
 // promoted (accepting writes) at Promoted.
 type FailoverEvent struct {
 	Start, Promoted time.Time
+}
+
+// SplitBrainEvent is one window in which the old primary answered
+// read-write beside the promoted one: the rows written on it meanwhile
+// (Err: why they could not be counted).
+type SplitBrainEvent struct {
+	Start, End time.Time
+	Rows       int
+	Err        string
+}
+
+// addSplitBrain records a split brain the soak made.
+func (e *Evidence) addSplitBrain(sb SplitBrainEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.SplitBrains = append(e.SplitBrains, sb)
 }
 
 // addFailover records a failover the soak made.

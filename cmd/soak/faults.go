@@ -171,7 +171,10 @@ var faults = []Fault{
 		return f.lockStall(ctx)
 	}},
 	{Name: "failover", Description: "the primary killed (pg_ctl stop -m immediate), the standby promoted 1 s later, then a new standby cloned from the new primary (pg_basebackup)", Inject: func(ctx context.Context, f *faulter) (bool, error) {
-		return f.s.failover(context.WithoutCancel(ctx))
+		return f.s.failover(context.WithoutCancel(ctx), false)
+	}},
+	{Name: "split-brain", Description: "a failover whose old primary then comes back read-write for 5 s beside the promoted one (a healed partition), on the old timeline and first in every process's DATABASE_URL, before it is removed and a new standby cloned", Inject: func(ctx context.Context, f *faulter) (bool, error) {
+		return f.s.failover(context.WithoutCancel(ctx), true)
 	}},
 	{Name: "upstream-latency", Upstream: true, Description: "provider latency spike (300 ms a call)", Inject: upstreamFault(map[string]any{"latency": "300ms"})},
 	{Name: "upstream-500", Upstream: true, Description: "30% of provider calls answer 500", Inject: upstreamFault(map[string]any{"errorRate": 0.3})},

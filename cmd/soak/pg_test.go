@@ -119,7 +119,7 @@ func TestSystem_FailoverTwice(t *testing.T) {
 		_, err := query(fmt.Sprintf("WITH i AS (INSERT INTO kept VALUES (%d) RETURNING n) SELECT count(*) FROM i", i))
 		require.NoError(t, err)
 		old := s.primary()
-		ok, err := s.failover(ctx)
+		ok, err := s.failover(ctx, i == 1) // the second one a split brain
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.NotSame(t, old, s.primary(), "the standby took over")
@@ -130,4 +130,7 @@ func TestSystem_FailoverTwice(t *testing.T) {
 	}
 	require.Equal(t, addrs, s.pgAddrs, "the servers' addresses never change")
 	require.Len(t, s.ev.Failovers, 2)
+	require.Len(t, s.ev.SplitBrains, 1, "the second failover's old primary came back read-write")
+	require.Empty(t, s.ev.SplitBrains[0].Err)
+	require.Zero(t, s.ev.SplitBrains[0].Rows, "nobody wrote on it")
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/buildrisk/radar/sql/pglocal"
 )
 
@@ -97,7 +99,7 @@ const failoverDelay = time.Second
 // standby, whichever is which. A clone that fails leaves the run with a
 // primary only: the failover is not injected again. Without a standby
 // (-replication none) it does nothing.
-func (s *system) failover(ctx context.Context) (bool, error) {
+func (s *system) failover(ctx context.Context, splitBrain bool) (bool, error) {
 	s.mu.Lock()
 	old, standby := s.pg, s.standby
 	s.mu.Unlock()
@@ -124,6 +126,11 @@ func (s *system) failover(ctx context.Context) (bool, error) {
 	// design (no-live-abandoned).
 	s.ev.addOutage(Outage{Start: start, End: promoted})
 	s.logger.Info("failover: primary killed, standby promoted", "old_port", old.cluster.Port(), "new_port", standby.cluster.Port(), "took", promoted.Sub(start).Round(time.Millisecond))
+	if splitBrain {
+		if err := s.splitBrain(ctx, old); err != nil {
+			s.logger.Warn("split brain: error bringing the old primary back", "error", err)
+		}
+	}
 
 	port := old.cluster.Port()
 	if err := old.cluster.Stop(); err != nil {
@@ -139,4 +146,68 @@ func (s *system) failover(ctx context.Context) (bool, error) {
 	s.mu.Unlock()
 	s.logger.Info("failover: new standby streaming", "port", port, "took", time.Since(began).Round(time.Millisecond))
 	return true, nil
+}
+
+// splitBrainWindow is how long the old primary answers read-write beside
+// the promoted one in the split-brain fault.
+const splitBrainWindow = 5 * time.Second
+
+// splitBrain starts the killed primary again as it was, a primary on the
+// old timeline accepting writes beside the promoted standby (a partition
+// that heals, an operator restarting the old host), for splitBrainWindow,
+// counts the rows written on it meanwhile, and kills it again. Every
+// process's multi-host URL names it first: only their timeline fence keeps
+// them off it.
+func (s *system) splitBrain(ctx context.Context, old *pgServer) error {
+	if err := old.startServer(); err != nil {
+		return err
+	}
+	start := time.Now()
+	conn, err := pgx.Connect(ctx, old.URL("postgres"))
+	if err != nil {
+		return errors.Join(fmt.Errorf("error connecting to the old primary: %w", err), old.killImmediate())
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var mark int64
+	if err := conn.QueryRow(ctx, `SELECT txid_current() % 4294967296`).Scan(&mark); err != nil {
+		return errors.Join(err, old.killImmediate())
+	}
+	sleep(ctx, splitBrainWindow)
+	rows, countErr := rowsWrittenSince(ctx, conn, mark+1)
+	end := time.Now()
+	if err := old.killImmediate(); err != nil {
+		return errors.Join(countErr, err)
+	}
+	s.ev.addSplitBrain(SplitBrainEvent{Start: start, End: end, Rows: rows, Err: errString(countErr)})
+	s.logger.Info("split brain: the old primary answered read-write beside the promoted one", "window", end.Sub(start).Round(time.Millisecond), "rows_written_on_it", rows)
+	return countErr
+}
+
+// rowsWrittenSince counts the rows of the public schema's tables written
+// (inserted, or updated: a new row version) by transactions from xid on.
+func rowsWrittenSince(ctx context.Context, conn *pgx.Conn, xid int64) (int, error) {
+	rows, err := conn.Query(ctx, `SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public'`)
+	if err != nil {
+		return 0, fmt.Errorf("error listing tables: %w", err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("error listing tables: %w", err)
+	}
+	total := 0
+	for _, table := range tables {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM public.`+table+` WHERE xmin::text::bigint >= $1`, xid).Scan(&n); err != nil {
+			return total, fmt.Errorf("error counting rows of %s: %w", table, err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
