@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -86,26 +87,19 @@ func dropConnections(t *testing.T, c *pglocal.Cluster) int {
 	return n
 }
 
-// requestRules posts rules requests until accepted answers were 202 (a
-// 409 while the previous one runs, a 503 while connections move, are
-// asked again), bounded by a deadline that fails the test.
-func requestRules(t *testing.T, s *apptest.System, accepted int) []string {
+// requestRules posts body as a rules request with token until n were
+// answered 202 (a 409 while the previous one runs, a 503 while
+// connections move, are asked again), within a minute, and returns their
+// ids.
+func requestRules(t *testing.T, s *apptest.System, token, body string, n int) []string {
 	t.Helper()
-	var (
-		ids  []string
-		last map[string]any
-	)
-	deadline := time.Now().Add(time.Minute)
-	for len(ids) < accepted {
-		require.False(t, time.Now().After(deadline), "only %d of %d requests accepted within 1m; the last answer: %v", len(ids), accepted, last)
-		status, out := s.Post("/v1/jobs/rules/requests", `{}`)
-		last = out
-		if status == http.StatusAccepted {
+	var ids []string
+	apptest.WaitUntil(t, time.Minute, fmt.Sprintf("%d rules requests accepted", n), func() bool {
+		if status, out := s.Do(http.MethodPost, "/v1/jobs/rules/requests", token, body); status == http.StatusAccepted {
 			ids = append(ids, out["requestId"].(string))
-			continue
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(ids) >= n
+	})
 	return ids
 }
 
@@ -122,7 +116,7 @@ func TestSplitBrain_NothingWrittenOnDemotedPrimary(t *testing.T) {
 	t.Parallel()
 	f := startFencedSystem(t, nil)
 	ctx := context.Background()
-	requestRules(t, f.System, 2)
+	requestRules(t, f.System, apptest.OperatorToken, `{}`, 2)
 
 	require.NoError(t, f.pair.Failover(ctx))
 	apptest.WaitUntil(t, time.Minute, "the system to see the failover", func() bool {
@@ -134,11 +128,11 @@ func TestSplitBrain_NothingWrittenOnDemotedPrimary(t *testing.T) {
 		return f.Metric(observability.MetricDatabaseSplitBrain, nil) == 1
 	})
 
-	ids := requestRules(t, f.System, 5)
+	ids := requestRules(t, f.System, apptest.OperatorToken, `{}`, 5)
 	// Every connection of every process drops once.
 	terminated := dropConnections(t, f.pair.Standby)
 	t.Logf("%d connections dropped on the promoted primary", terminated)
-	ids = append(ids, requestRules(t, f.System, 5)...)
+	ids = append(ids, requestRules(t, f.System, apptest.OperatorToken, `{}`, 5)...)
 	for _, id := range ids {
 		f.WaitRequestAfterOutage(id, "DONE", "FAILED") // rules fails without metrics: it ended
 	}
@@ -218,28 +212,8 @@ const (
 	clientBToken = "client-b-token-for-tests-0123456789abcdef"
 )
 
-// requestAs posts n rules requests for date with token, each once the
-// previous one ended (a 409 or a 503 is asked again, bounded by a
-// deadline that fails the test), and returns the ids answered 202.
-func requestAs(t *testing.T, s *apptest.System, token, date string, n int) []string {
-	t.Helper()
-	var (
-		ids  []string
-		last map[string]any
-	)
-	deadline := time.Now().Add(time.Minute)
-	for len(ids) < n {
-		require.False(t, time.Now().After(deadline), "only %d of %d requests accepted within 1m; the last answer: %v", len(ids), n, last)
-		status, out := s.Do(http.MethodPost, "/v1/jobs/rules/requests", token, `{"params":{"date":"`+date+`"}}`)
-		last = out
-		if status == http.StatusAccepted {
-			ids = append(ids, out["requestId"].(string))
-			continue
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return ids
-}
+// rulesFor is the body of a rules request for date.
+func rulesFor(date string) string { return `{"params":{"date":"` + date + `"}}` }
 
 // Client A gets request ids while the replication link is cut (the
 // standby lags; more than the 32 values a sequence logs ahead, so that the
@@ -255,13 +229,13 @@ func TestIDs_NeverReissuedAcrossFailover(t *testing.T) {
 	ctx := context.Background()
 	const dateA, dateB = "2025-01-01", "2025-02-02"
 
-	a := requestAs(t, f.System, clientAToken, dateA, 3)
+	a := requestRules(t, f.System, clientAToken, rulesFor(dateA), 3)
 	f.WaitRequestAfterOutage(a[len(a)-1], "DONE", "FAILED") // none active on the standby
 	require.NoError(t, f.pair.CatchUp(ctx))
 	require.NoError(t, f.pair.CutReplication(ctx))
-	a = append(a, requestAs(t, f.System, clientAToken, dateA, 60)...)
+	a = append(a, requestRules(t, f.System, clientAToken, rulesFor(dateA), 60)...)
 	require.NoError(t, f.pair.Failover(ctx))
-	b := requestAs(t, f.System, clientBToken, dateB, 60)
+	b := requestRules(t, f.System, clientBToken, rulesFor(dateB), 60)
 
 	other, lost := 0, 0
 	for _, id := range a {

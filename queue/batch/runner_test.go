@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -184,6 +185,17 @@ func TestRunner_NotQueued(t *testing.T) {
 	require.Equal(t, 0, n)
 }
 
+// lockWaiters returns the starts of the transactions waiting for an
+// advisory lock in the pool's database.
+func lockWaiters(ctx context.Context, pool *pgxpool.Pool) ([]time.Time, error) {
+	rows, err := pool.Query(ctx, `SELECT xact_start FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[time.Time])
+}
+
 // A completion and the request it chains to commit together: while the
 // chained request's insert cannot commit (another transaction holds the
 // next job's lock past the recording's DB timeout, so its attempts roll
@@ -206,23 +218,25 @@ func TestRunner_ChainCommitsWithCompletion(t *testing.T) {
 	// attempts are the recording transactions seen waiting for the lock,
 	// by their start: two distinct ones prove a rolled-back attempt.
 	attempts := map[time.Time]bool{}
-	deadline := time.Now().Add(time.Minute)
-	for len(attempts) < 2 {
-		rows, err := b.pool.Query(ctx, `SELECT xact_start FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`)
-		require.NoError(t, err)
-		for rows.Next() {
-			var started time.Time
-			require.NoError(t, rows.Scan(&started))
+	var completedSeen bool
+	var pollErr error
+	require.Eventually(t, func() bool {
+		var waiting []time.Time
+		if waiting, pollErr = lockWaiters(ctx, b.pool); pollErr != nil {
+			return true
+		}
+		for _, started := range waiting {
 			attempts[started] = true
 		}
-		require.NoError(t, rows.Err())
 		var status string
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT coalesce((SELECT status FROM job_execution WHERE request_id = $1), '')", id).Scan(&status))
-		require.NotEqual(t, "COMPLETED", status, "another connection never sees the completion before its chained request")
-		require.True(t, time.Now().Before(deadline), "the recording never waited for the next job's lock twice")
-		time.Sleep(20 * time.Millisecond)
-	}
+		if pollErr = b.pool.QueryRow(ctx, "SELECT coalesce((SELECT status FROM job_execution WHERE request_id = $1), '')", id).Scan(&status); pollErr != nil {
+			return true
+		}
+		completedSeen = completedSeen || status == "COMPLETED"
+		return completedSeen || len(attempts) >= 2
+	}, time.Minute, 20*time.Millisecond, "the recording never waited for the next job's lock twice")
+	require.NoError(t, pollErr)
+	require.False(t, completedSeen, "another connection never sees the completion before its chained request")
 	require.NoError(t, holder.Rollback(ctx))
 
 	out, err := wait()

@@ -97,7 +97,7 @@ func (b *resumeBundle) resumes(t *testing.T, db queries.DBTX) map[int64]radartyp
 
 // resumableInstance inserts an instance of job whose params ({}) are those
 // a resume of its runs repeats, so that the restart rules resume them.
-func resumableInstance(t *testing.T, db queries.DBTX, job string) int64 {
+func resumableInstance(t testing.TB, db queries.DBTX, job string) int64 {
 	t.Helper()
 	return testfactory.Instance(context.Background(), t, db, &testfactory.InstanceOpts{Job: job, ParamsHash: catalog.ParamsHash([]byte("{}"))}).ID
 }

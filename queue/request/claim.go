@@ -92,7 +92,8 @@ func (o *Owner) endDelivery(ctx context.Context, tx pgx.Tx, delivery *Delivery, 
 // cancelRiverJob ends the River job riverJobID (nil: none) in tx, through
 // River's public API: a job not handed to a worker yet ends cancelled at
 // once; one already finalized (a claimed request's, completed at its claim)
-// is left as it is; one River is handing to a worker at this instant is
+// is left as it is (the call stays for a request a worker of an earlier
+// version claimed, whose River job still runs); one River is handing to a worker at this instant is
 // marked, and River cancels it when that worker returns.
 func (o *Owner) cancelRiverJob(ctx context.Context, tx pgx.Tx, riverJobID *int64) error {
 	if riverJobID == nil || o.river == nil {

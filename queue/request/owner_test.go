@@ -68,7 +68,7 @@ func (w *claimWorker) Work(ctx context.Context, job *river.Job[catalog.RequestAr
 		}
 		exec := testfactory.Execution(ctx, w.tb, tx, &testfactory.ExecutionOpts{
 			RequestID: req.ID, Unlinked: true, WorkerID: w.workerID,
-			InstanceID: testfactory.Instance(ctx, w.tb, tx, &testfactory.InstanceOpts{Job: req.Job, ParamsHash: catalog.ParamsHash([]byte("{}"))}).ID,
+			InstanceID: resumableInstance(w.tb, tx, req.Job),
 		})
 		c = claimed{request: req, executionID: exec.ID}
 		return w.owner().Started(ctx, tx, req, exec.ID, job)
@@ -143,11 +143,10 @@ func TestOwner_EveryEndKeepsRequestAndRiverAgreeing(t *testing.T) {
 	held := func(t *testing.T, job string) *request.EnqueueResult {
 		t.Helper()
 		res := enqueue(t, job)
-		deadline := time.Now().Add(time.Minute)
-		for riverStateOf(t, client, *res.Request.RiverJobID) != rivertype.JobStateScheduled {
-			require.True(t, time.Now().Before(deadline), "River never handed back the held %s job", job)
-			time.Sleep(10 * time.Millisecond)
-		}
+		require.Eventually(t, func() bool {
+			row, err := client.JobGet(ctx, *res.Request.RiverJobID)
+			return err == nil && row.State == rivertype.JobStateScheduled
+		}, time.Minute, 10*time.Millisecond, "River never handed back the held %s job", job)
 		agree(t)
 		return res
 	}
