@@ -176,7 +176,9 @@ WHERE id = @id AND status IN ('STARTING', 'STARTED', 'STOPPING');
 -- instance; running = an execution in STARTING, STARTED or STOPPING;
 -- heartbeat = that running execution's last_updated; keys = the key names
 -- reported by live workers; last due = the newest due time its schedule
--- recorded, with its outcome. Each part is a lookup of one row per job down
+-- recorded, with its outcome; the deadline's figures = the active
+-- request's creation, the running execution's forecast and the end of the
+-- newest COMPLETED execution (job_execution_completed_idx). Each part is a lookup of one row per job down
 -- an index (job_instance_job_id_idx, job_execution_instance_id_idx, the
 -- partial job_execution_active_idx, job_request_active_job_idx, the
 -- unique schedule_tick (job, due_at)), so the answer costs the same with a
@@ -205,7 +207,10 @@ WITH picked AS (
            (SELECT r.id FROM job_request r
             WHERE r.job = n.job AND r.status IN ('QUEUED', 'RUNNING')
             LIMIT 1) AS active_id,
-           (SELECT max(t.due_at) FROM schedule_tick t WHERE t.job = n.job) AS last_due_at
+           (SELECT max(t.due_at) FROM schedule_tick t WHERE t.job = n.job) AS last_due_at,
+           (SELECT e.id FROM job_execution e
+            WHERE e.job >= n.job AND e.job <= n.job AND e.status = 'COMPLETED' AND e.ended_at IS NOT NULL
+            ORDER BY e.job, e.ended_at DESC LIMIT 1) AS completed_id
     FROM unnest(@jobs::text[]) AS n(job)
 ), live_keys AS (
     SELECT coalesce(array_agg(DISTINCT k.key), '{}')::text[] AS keys
@@ -224,12 +229,16 @@ SELECT p.job::text AS job,
        lk.keys AS live_keys,
        ld.due_at AS last_due_at,
        ld.outcome AS last_due_outcome,
-       ld.request_id AS last_due_request_id
+       ld.request_id AS last_due_request_id,
+       a.created_at AS active_request_created_at,
+       ru.forecast_done_at AS forecast_done_at,
+       lc.ended_at AS last_completed_at
 FROM picked p
 LEFT JOIN job_execution le ON le.id = p.last_id
 LEFT JOIN job_execution ru ON ru.id = p.running_id
 LEFT JOIN job_request a ON a.id = p.active_id
 LEFT JOIN schedule_tick ld ON ld.job = p.job AND ld.due_at = p.last_due_at
+LEFT JOIN job_execution lc ON lc.id = p.completed_id
 CROSS JOIN live_keys lk;
 
 -- name: JobExecutionListByIDs :many
@@ -253,3 +262,38 @@ RETURNING coalesce(greatest(extract(epoch FROM resume_at - now()), 0), 0)::float
 -- open on the server): the reaper never waits on it, it skips the request
 -- for this pass.
 SELECT id FROM job_execution WHERE id = @id FOR UPDATE SKIP LOCKED;
+
+-- name: JobExecutionForecastSet :execrows
+-- JobExecutionForecastSet records the run's forecast of its end (NULL: no
+-- pace yet). Fenced like every write of a run; it leaves last_updated, the
+-- run's heartbeat, alone.
+UPDATE job_execution SET forecast_done_at = sqlc.narg('forecast_done_at')
+WHERE job_execution.id = @id
+  AND execution_owned(job_execution, @worker_id::text, @lease_epoch::bigint);
+
+-- name: JobDeadlineFigures :many
+-- JobDeadlineFigures returns, per job of jobs, what its deadline is judged
+-- by: the active request's creation, the running execution's forecast, and
+-- the end of its newest COMPLETED execution. Every scrape of every process
+-- reads it, so each figure is a probe of an index, as in JobListSummary.
+WITH picked AS (
+    SELECT n.job,
+           (SELECT r.id FROM job_request r
+            WHERE r.job = n.job AND r.status IN ('QUEUED', 'RUNNING')
+            LIMIT 1) AS active_id,
+           (SELECT e.id FROM job_execution e
+            WHERE e.job >= n.job AND e.job <= n.job AND e.status IN ('STARTING', 'STARTED', 'STOPPING')
+            ORDER BY e.job, e.id DESC LIMIT 1) AS running_id,
+           (SELECT e.id FROM job_execution e
+            WHERE e.job >= n.job AND e.job <= n.job AND e.status = 'COMPLETED' AND e.ended_at IS NOT NULL
+            ORDER BY e.job, e.ended_at DESC LIMIT 1) AS completed_id
+    FROM unnest(@jobs::text[]) AS n(job)
+)
+SELECT p.job::text AS job,
+       a.created_at AS active_request_created_at,
+       ru.forecast_done_at AS forecast_done_at,
+       lc.ended_at AS last_completed_at
+FROM picked p
+LEFT JOIN job_request a ON a.id = p.active_id
+LEFT JOIN job_execution ru ON ru.id = p.running_id
+LEFT JOIN job_execution lc ON lc.id = p.completed_id;

@@ -12,6 +12,66 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const jobDeadlineFigures = `-- name: JobDeadlineFigures :many
+WITH picked AS (
+    SELECT n.job,
+           (SELECT r.id FROM job_request r
+            WHERE r.job = n.job AND r.status IN ('QUEUED', 'RUNNING')
+            LIMIT 1) AS active_id,
+           (SELECT e.id FROM job_execution e
+            WHERE e.job >= n.job AND e.job <= n.job AND e.status IN ('STARTING', 'STARTED', 'STOPPING')
+            ORDER BY e.job, e.id DESC LIMIT 1) AS running_id,
+           (SELECT e.id FROM job_execution e
+            WHERE e.job >= n.job AND e.job <= n.job AND e.status = 'COMPLETED' AND e.ended_at IS NOT NULL
+            ORDER BY e.job, e.ended_at DESC LIMIT 1) AS completed_id
+    FROM unnest($1::text[]) AS n(job)
+)
+SELECT p.job::text AS job,
+       a.created_at AS active_request_created_at,
+       ru.forecast_done_at AS forecast_done_at,
+       lc.ended_at AS last_completed_at
+FROM picked p
+LEFT JOIN job_request a ON a.id = p.active_id
+LEFT JOIN job_execution ru ON ru.id = p.running_id
+LEFT JOIN job_execution lc ON lc.id = p.completed_id
+`
+
+type JobDeadlineFiguresRow struct {
+	Job                    string
+	ActiveRequestCreatedAt *time.Time
+	ForecastDoneAt         *time.Time
+	LastCompletedAt        *time.Time
+}
+
+// JobDeadlineFigures returns, per job of jobs, what its deadline is judged
+// by: the active request's creation, the running execution's forecast, and
+// the end of its newest COMPLETED execution. Every scrape of every process
+// reads it, so each figure is a probe of an index, as in JobListSummary.
+func (q *Queries) JobDeadlineFigures(ctx context.Context, db DBTX, jobs []string) ([]*JobDeadlineFiguresRow, error) {
+	rows, err := db.Query(ctx, jobDeadlineFigures, jobs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*JobDeadlineFiguresRow
+	for rows.Next() {
+		var i JobDeadlineFiguresRow
+		if err := rows.Scan(
+			&i.Job,
+			&i.ActiveRequestCreatedAt,
+			&i.ForecastDoneAt,
+			&i.LastCompletedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobExecutionAbandon = `-- name: JobExecutionAbandon :execrows
 UPDATE job_execution
 SET status = 'ABANDONED', exit_message = $1, ended_at = now(), last_updated = now()
@@ -211,8 +271,37 @@ func (q *Queries) JobExecutionFinish(ctx context.Context, db DBTX, arg *JobExecu
 	return result.RowsAffected(), nil
 }
 
+const jobExecutionForecastSet = `-- name: JobExecutionForecastSet :execrows
+UPDATE job_execution SET forecast_done_at = $1
+WHERE job_execution.id = $2
+  AND execution_owned(job_execution, $3::text, $4::bigint)
+`
+
+type JobExecutionForecastSetParams struct {
+	ForecastDoneAt *time.Time
+	ID             int64
+	WorkerID       string
+	LeaseEpoch     int64
+}
+
+// JobExecutionForecastSet records the run's forecast of its end (NULL: no
+// pace yet). Fenced like every write of a run; it leaves last_updated, the
+// run's heartbeat, alone.
+func (q *Queries) JobExecutionForecastSet(ctx context.Context, db DBTX, arg *JobExecutionForecastSetParams) (int64, error) {
+	result, err := db.Exec(ctx, jobExecutionForecastSet,
+		arg.ForecastDoneAt,
+		arg.ID,
+		arg.WorkerID,
+		arg.LeaseEpoch,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const jobExecutionGetByID = `-- name: JobExecutionGetByID :one
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at, chunks_before FROM job_execution WHERE id = $1
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at, chunks_before, forecast_done_at FROM job_execution WHERE id = $1
 `
 
 func (q *Queries) JobExecutionGetByID(ctx context.Context, db DBTX, id int64) (*JobExecution, error) {
@@ -242,6 +331,7 @@ func (q *Queries) JobExecutionGetByID(ctx context.Context, db DBTX, id int64) (*
 		&i.StopCause,
 		&i.ResumeAt,
 		&i.ChunksBefore,
+		&i.ForecastDoneAt,
 	)
 	return &i, err
 }
@@ -273,7 +363,7 @@ func (q *Queries) JobExecutionIDsByInstance(ctx context.Context, db DBTX, instan
 const jobExecutionInsert = `-- name: JobExecutionInsert :one
 INSERT INTO job_execution (instance_id, job, request_id, status, worker_id, lease_epoch)
 VALUES ($1, $2, $3, 'STARTING', $4, $5)
-RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at, chunks_before
+RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at, chunks_before, forecast_done_at
 `
 
 type JobExecutionInsertParams struct {
@@ -319,12 +409,13 @@ func (q *Queries) JobExecutionInsert(ctx context.Context, db DBTX, arg *JobExecu
 		&i.StopCause,
 		&i.ResumeAt,
 		&i.ChunksBefore,
+		&i.ForecastDoneAt,
 	)
 	return &i, err
 }
 
 const jobExecutionLastByJob = `-- name: JobExecutionLastByJob :one
-SELECT e.id, e.instance_id, e.job, e.request_id, e.status, e.worker_id, e.created_at, e.started_at, e.ended_at, e.last_updated, e.exit_message, e.chunks_total, e.chunks_done, e.targets, e.items_written, e.items_skipped, e.items_failed, e.external_calls, e.domain_rows, e.lease_epoch, e.stop_cause, e.resume_at, e.chunks_before, i.params_hash, i.confirm_purge AS instance_confirm_purge
+SELECT e.id, e.instance_id, e.job, e.request_id, e.status, e.worker_id, e.created_at, e.started_at, e.ended_at, e.last_updated, e.exit_message, e.chunks_total, e.chunks_done, e.targets, e.items_written, e.items_skipped, e.items_failed, e.external_calls, e.domain_rows, e.lease_epoch, e.stop_cause, e.resume_at, e.chunks_before, e.forecast_done_at, i.params_hash, i.confirm_purge AS instance_confirm_purge
 FROM job_execution e
 JOIN job_instance i ON i.id = e.instance_id
 WHERE i.id = (SELECT ji.id FROM job_instance ji
@@ -374,6 +465,7 @@ func (q *Queries) JobExecutionLastByJob(ctx context.Context, db DBTX, job string
 		&i.JobExecution.StopCause,
 		&i.JobExecution.ResumeAt,
 		&i.JobExecution.ChunksBefore,
+		&i.JobExecution.ForecastDoneAt,
 		&i.ParamsHash,
 		&i.InstanceConfirmPurge,
 	)
@@ -381,7 +473,7 @@ func (q *Queries) JobExecutionLastByJob(ctx context.Context, db DBTX, job string
 }
 
 const jobExecutionListByIDs = `-- name: JobExecutionListByIDs :many
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at, chunks_before FROM job_execution WHERE id = ANY($1::bigint[])
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at, chunks_before, forecast_done_at FROM job_execution WHERE id = ANY($1::bigint[])
 `
 
 func (q *Queries) JobExecutionListByIDs(ctx context.Context, db DBTX, ids []int64) ([]*JobExecution, error) {
@@ -417,6 +509,7 @@ func (q *Queries) JobExecutionListByIDs(ctx context.Context, db DBTX, ids []int6
 			&i.StopCause,
 			&i.ResumeAt,
 			&i.ChunksBefore,
+			&i.ForecastDoneAt,
 		); err != nil {
 			return nil, err
 		}
@@ -487,7 +580,7 @@ WHERE id = (
     ORDER BY je.job, je.id DESC LIMIT 1
 )
   AND status IN ('STARTING', 'STARTED')
-RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at, chunks_before
+RETURNING id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at, chunks_before, forecast_done_at
 `
 
 // JobExecutionRequestStop marks the job's running execution STOPPING without
@@ -524,12 +617,13 @@ func (q *Queries) JobExecutionRequestStop(ctx context.Context, db DBTX, job stri
 		&i.StopCause,
 		&i.ResumeAt,
 		&i.ChunksBefore,
+		&i.ForecastDoneAt,
 	)
 	return &i, err
 }
 
 const jobExecutionRunningByJob = `-- name: JobExecutionRunningByJob :one
-SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at, chunks_before FROM job_execution
+SELECT id, instance_id, job, request_id, status, worker_id, created_at, started_at, ended_at, last_updated, exit_message, chunks_total, chunks_done, targets, items_written, items_skipped, items_failed, external_calls, domain_rows, lease_epoch, stop_cause, resume_at, chunks_before, forecast_done_at FROM job_execution
 WHERE job >= $1::text AND job <= $1::text AND status IN ('STARTING', 'STARTED', 'STOPPING')
 ORDER BY job, id DESC
 LIMIT 1
@@ -565,6 +659,7 @@ func (q *Queries) JobExecutionRunningByJob(ctx context.Context, db DBTX, job str
 		&i.StopCause,
 		&i.ResumeAt,
 		&i.ChunksBefore,
+		&i.ForecastDoneAt,
 	)
 	return &i, err
 }
@@ -649,7 +744,10 @@ WITH picked AS (
            (SELECT r.id FROM job_request r
             WHERE r.job = n.job AND r.status IN ('QUEUED', 'RUNNING')
             LIMIT 1) AS active_id,
-           (SELECT max(t.due_at) FROM schedule_tick t WHERE t.job = n.job) AS last_due_at
+           (SELECT max(t.due_at) FROM schedule_tick t WHERE t.job = n.job) AS last_due_at,
+           (SELECT e.id FROM job_execution e
+            WHERE e.job >= n.job AND e.job <= n.job AND e.status = 'COMPLETED' AND e.ended_at IS NOT NULL
+            ORDER BY e.job, e.ended_at DESC LIMIT 1) AS completed_id
     FROM unnest($1::text[]) AS n(job)
 ), live_keys AS (
     SELECT coalesce(array_agg(DISTINCT k.key), '{}')::text[] AS keys
@@ -668,12 +766,16 @@ SELECT p.job::text AS job,
        lk.keys AS live_keys,
        ld.due_at AS last_due_at,
        ld.outcome AS last_due_outcome,
-       ld.request_id AS last_due_request_id
+       ld.request_id AS last_due_request_id,
+       a.created_at AS active_request_created_at,
+       ru.forecast_done_at AS forecast_done_at,
+       lc.ended_at AS last_completed_at
 FROM picked p
 LEFT JOIN job_execution le ON le.id = p.last_id
 LEFT JOIN job_execution ru ON ru.id = p.running_id
 LEFT JOIN job_request a ON a.id = p.active_id
 LEFT JOIN schedule_tick ld ON ld.job = p.job AND ld.due_at = p.last_due_at
+LEFT JOIN job_execution lc ON lc.id = p.completed_id
 CROSS JOIN live_keys lk
 `
 
@@ -683,19 +785,22 @@ type JobListSummaryParams struct {
 }
 
 type JobListSummaryRow struct {
-	Job                 string
-	LastExecutionID     *int64
-	LastStatus          *string
-	LastStartedAt       *time.Time
-	LastEndedAt         *time.Time
-	LastExitMessage     *string
-	Running             bool
-	HeartbeatAgeSeconds float64
-	ActiveRequestID     *int64
-	LiveKeys            []string
-	LastDueAt           *time.Time
-	LastDueOutcome      *string
-	LastDueRequestID    *int64
+	Job                    string
+	LastExecutionID        *int64
+	LastStatus             *string
+	LastStartedAt          *time.Time
+	LastEndedAt            *time.Time
+	LastExitMessage        *string
+	Running                bool
+	HeartbeatAgeSeconds    float64
+	ActiveRequestID        *int64
+	LiveKeys               []string
+	LastDueAt              *time.Time
+	LastDueOutcome         *string
+	LastDueRequestID       *int64
+	ActiveRequestCreatedAt *time.Time
+	ForecastDoneAt         *time.Time
+	LastCompletedAt        *time.Time
 }
 
 // JobListSummary answers GET /v1/jobs in one statement, with the job
@@ -703,7 +808,9 @@ type JobListSummaryRow struct {
 // instance; running = an execution in STARTING, STARTED or STOPPING;
 // heartbeat = that running execution's last_updated; keys = the key names
 // reported by live workers; last due = the newest due time its schedule
-// recorded, with its outcome. Each part is a lookup of one row per job down
+// recorded, with its outcome; the deadline's figures = the active
+// request's creation, the running execution's forecast and the end of the
+// newest COMPLETED execution (job_execution_completed_idx). Each part is a lookup of one row per job down
 // an index (job_instance_job_id_idx, job_execution_instance_id_idx, the
 // partial job_execution_active_idx, job_request_active_job_idx, the
 // unique schedule_tick (job, due_at)), so the answer costs the same with a
@@ -742,6 +849,9 @@ func (q *Queries) JobListSummary(ctx context.Context, db DBTX, arg *JobListSumma
 			&i.LastDueAt,
 			&i.LastDueOutcome,
 			&i.LastDueRequestID,
+			&i.ActiveRequestCreatedAt,
+			&i.ForecastDoneAt,
+			&i.LastCompletedAt,
 		); err != nil {
 			return nil, err
 		}

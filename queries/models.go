@@ -203,29 +203,30 @@ type JobCheckpointPart struct {
 }
 
 type JobExecution struct {
-	ID            int64
-	InstanceID    int64
-	Job           string
-	RequestID     int64
-	Status        string
-	WorkerID      string
-	CreatedAt     time.Time
-	StartedAt     *time.Time
-	EndedAt       *time.Time
-	LastUpdated   time.Time
-	ExitMessage   string
-	ChunksTotal   int32
-	ChunksDone    int32
-	Targets       int64
-	ItemsWritten  int64
-	ItemsSkipped  int64
-	ItemsFailed   int64
-	ExternalCalls int32
-	DomainRows    *int64
-	LeaseEpoch    int64
-	StopCause     string
-	ResumeAt      *time.Time
-	ChunksBefore  int32
+	ID             int64
+	InstanceID     int64
+	Job            string
+	RequestID      int64
+	Status         string
+	WorkerID       string
+	CreatedAt      time.Time
+	StartedAt      *time.Time
+	EndedAt        *time.Time
+	LastUpdated    time.Time
+	ExitMessage    string
+	ChunksTotal    int32
+	ChunksDone     int32
+	Targets        int64
+	ItemsWritten   int64
+	ItemsSkipped   int64
+	ItemsFailed    int64
+	ExternalCalls  int32
+	DomainRows     *int64
+	LeaseEpoch     int64
+	StopCause      string
+	ResumeAt       *time.Time
+	ChunksBefore   int32
+	ForecastDoneAt *time.Time
 }
 
 type JobInstance struct {
