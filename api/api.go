@@ -37,6 +37,7 @@ import (
 	"github.com/buildrisk/radar/catalog/coverage"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/forecast"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/sql/pgtx"
 )
@@ -106,6 +107,12 @@ type Config struct {
 	// Today returns the call budget's current day (midnight UTC of the
 	// date in the budget's time zone); nil uses today's UTC date.
 	Today func() time.Time
+	// Deadlines are the jobs' deadlines (BUILDRISK_DEADLINE_<JOB>); a job
+	// without one is absent. GET /v1/jobs judges each against its run's
+	// forecast.
+	Deadlines map[string]forecast.Deadline
+	// Now is the clock deadlines are judged by; nil is time.Now.
+	Now func() time.Time
 	// RiverUI, when set, is served under /riverui/ to operators only (a
 	// console session or an operator bearer token), read-only (its
 	// mutations are refused with 403), and linked from the console. It is
@@ -203,6 +210,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	}
 	if cfg.Today == nil {
 		cfg.Today = func() time.Time { return time.Now().UTC().Truncate(24 * time.Hour) }
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if cfg.Coverage == nil {
 		cover, err := coverage.New(pool, coverage.Config{Catalog: cfg.Catalog})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/buildrisk/radar/catalog"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/forecast"
 	"github.com/buildrisk/radar/sql/pgtx"
 )
 
@@ -34,6 +35,9 @@ type JobView struct {
 	LastDueOutcome      *string           `json:"lastDueOutcome" enum:"enqueued,deferred,coalesced,missed,failed" doc:"what became of lastDueAt: enqueued (its request), deferred (waits for the active request to end), coalesced (served by a request with the same params), missed (older than the catch-up window), failed (request refused)"`
 	LastDueRequestID    *string           `json:"lastDueRequestId" doc:"the request that serves lastDueAt, once there is one"`
 	NextJob             *string           `json:"nextJob" doc:"the job a COMPLETED execution chains to"`
+	Deadline            *time.Time        `json:"deadline" doc:"when the job's run must be DONE (BUILDRISK_DEADLINE_<JOB>, a time of day in BUILDRISK_TIMEZONE): the first occurrence after the active request was created (a missed one stays shown while that run goes on), or the next one when nothing is active; null when the job has no deadline"`
+	ForecastDoneAt      *time.Time        `json:"forecastDoneAt" doc:"when the running execution is forecast to end, from its own measured pace over the last minute, its provider's rate limit, and its daily cap (a run that will reach the cap is forecast past the reset); null when nothing runs or the run has no pace yet"`
+	DeadlineStatus      *string           `json:"deadlineStatus" enum:"on-track,at-risk,late" doc:"at-risk: forecastDoneAt is after deadline; late: the active run's deadline passed, or, with nothing active, the newest deadline passed without a DONE run since the one before it; null when the job has no deadline"`
 }
 
 // JobListOutput is GET /v1/jobs.
@@ -155,9 +159,28 @@ func (s *Server) jobViews(ctx context.Context, names []string) ([]*JobView, erro
 	views := make([]*JobView, 0, len(names))
 	for _, name := range names {
 		def, _ := s.cfg.Catalog.Lookup(name)
-		views = append(views, jobViewFrom(def, byName[name], s.cfg.Schedules))
+		view := jobViewFrom(def, byName[name], s.cfg.Schedules)
+		if d, ok := s.cfg.Deadlines[name]; ok {
+			judgeDeadline(view, d, byName[name], s.cfg.Now())
+		}
+		views = append(views, view)
 	}
 	return views, nil
+}
+
+// judgeDeadline fills v's deadline figures: the job's deadline d judged
+// against its run's forecast at now.
+func judgeDeadline(v *JobView, d forecast.Deadline, row *queries.JobListSummaryRow, now time.Time) {
+	var figures forecast.Figures
+	if row != nil {
+		figures = forecast.Figures{ActiveSince: row.ActiveRequestCreatedAt, ForecastDoneAt: row.ForecastDoneAt, LastCompletedAt: row.LastCompletedAt}
+		if !row.Running {
+			figures.ForecastDoneAt = nil // a stale forecast of an execution that ended
+		}
+	}
+	j := forecast.Judge(d, figures, now)
+	status := string(j.Status)
+	v.Deadline, v.ForecastDoneAt, v.DeadlineStatus = &j.Deadline, j.ForecastDoneAt, &status
 }
 
 func jobViewFrom(def catalog.Definition, row *queries.JobListSummaryRow, schedules func(string) (string, *time.Time)) *JobView {

@@ -33,6 +33,52 @@ type CoverageFunc func(ctx context.Context) ([]CoverageSample, error)
 // time). It reads the database, so every process exports the same values.
 type JobFreshnessFunc func(ctx context.Context) (map[string]time.Time, error)
 
+// DeadlineSample is one job's standing against its deadline.
+type DeadlineSample struct {
+	Job string
+	// ForecastLateBy is the running execution's forecast end minus its
+	// deadline; nil when no run is active or it has no pace yet.
+	ForecastLateBy *time.Duration
+	// Missed: the newest deadline passed without a COMPLETED run since the
+	// one before it.
+	Missed bool
+}
+
+// DeadlineFunc returns the standing of every job with a deadline, judged
+// from the database, so every process exports the same values.
+type DeadlineFunc func(ctx context.Context) ([]DeadlineSample, error)
+
+// SetDeadlineSource makes the buildrisk_job_deadline_* gauges read f at
+// every collection. Setting it again replaces f.
+func (i *Instruments) SetDeadlineSource(f DeadlineFunc) {
+	i.deadlines.Store(&f)
+}
+
+func (i *Instruments) observeDeadlines(ctx context.Context, o metric.Observer) error {
+	f := i.deadlines.Load()
+	if f == nil || *f == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, freshnessTimeout)
+	defer cancel()
+	samples, err := (*f)(ctx)
+	if err != nil {
+		return fmt.Errorf("error reading job deadlines: %w", err)
+	}
+	for _, d := range samples {
+		attrs := metric.WithAttributes(attrJob.String(d.Job))
+		var missed int64
+		if d.Missed {
+			missed = 1
+		}
+		o.ObserveInt64(i.jobDeadlineMissed, missed, attrs)
+		if d.ForecastLateBy != nil {
+			o.ObserveFloat64(i.jobDeadlineForecast, d.ForecastLateBy.Seconds(), attrs)
+		}
+	}
+	return nil
+}
+
 // freshnessTimeout bounds the database read behind one scrape.
 const freshnessTimeout = 5 * time.Second
 

@@ -52,6 +52,8 @@ const (
 	MetricHTTPRefusals           = "buildrisk_http_refusals_total"
 	MetricItems                  = "buildrisk_items_total"
 	MetricOwnershipLost          = "buildrisk_ownership_lost_total"
+	MetricJobDeadlineForecast    = "buildrisk_job_deadline_forecast_seconds"
+	MetricJobDeadlineMissed      = "buildrisk_job_deadline_missed"
 	MetricJobLastCompleted       = "buildrisk_job_last_completed_timestamp_seconds"
 	MetricLedgerReasserted       = "buildrisk_ledger_reasserted_calls_total"
 	MetricProviderCallsRemaining = "buildrisk_provider_calls_remaining"
@@ -95,6 +97,8 @@ var MetricNames = []string{
 	MetricFanoutRejections,
 	MetricHTTPRefusals,
 	MetricItems,
+	MetricJobDeadlineForecast,
+	MetricJobDeadlineMissed,
 	MetricJobLastCompleted,
 	MetricLedgerReasserted,
 	MetricOwnershipLost,
@@ -182,6 +186,8 @@ type Instruments struct {
 	httpRefusals           metric.Int64Counter
 	items                  metric.Int64Counter
 	ownershipLost          metric.Int64Counter
+	jobDeadlineForecast    metric.Float64ObservableGauge
+	jobDeadlineMissed      metric.Int64ObservableGauge
 	jobLastCompleted       metric.Float64ObservableGauge
 	ledgerReasserted       metric.Int64Counter
 	providerCallsRemaining metric.Int64Gauge
@@ -203,6 +209,9 @@ type Instruments struct {
 	// coverage is the source of the buildrisk_coverage_* gauges (see
 	// SetCoverageSource); nil exports no series.
 	coverage atomic.Pointer[CoverageFunc]
+	// deadlines is the source of the buildrisk_job_deadline_* gauges (see
+	// SetDeadlineSource); nil exports no series.
+	deadlines atomic.Pointer[DeadlineFunc]
 }
 
 // NewInstruments creates every instrument on a meter of mp named
@@ -457,6 +466,23 @@ func (i *Instruments) createLastThird(meter metric.Meter, check func(error)) {
 	check(err)
 	if err == nil {
 		_, err = meter.RegisterCallback(i.observeFreshness, i.jobLastCompleted)
+		check(err)
+	}
+
+	// buildrisk_job_deadline_forecast_seconds{job} and
+	// buildrisk_job_deadline_missed{job}: read from the database at
+	// collection time through the deadline source, for the jobs with a
+	// deadline (BUILDRISK_DEADLINE_<JOB>).
+	i.jobDeadlineForecast, err = meter.Float64ObservableGauge("buildrisk.job.deadline_forecast",
+		metric.WithDescription("The running execution's forecast end minus its deadline (positive: late); exported only while a run of a job with a deadline is active and has a pace."),
+		metric.WithUnit("s"))
+	check(err)
+	i.jobDeadlineMissed, err = meter.Int64ObservableGauge("buildrisk.job.deadline_missed",
+		metric.WithDescription("1 when the job's newest deadline passed without a COMPLETED execution since the deadline before it (and none since), else 0; exported for the jobs with a deadline."),
+		metric.WithUnit("{deadline}"))
+	check(err)
+	if err == nil {
+		_, err = meter.RegisterCallback(i.observeDeadlines, i.jobDeadlineForecast, i.jobDeadlineMissed)
 		check(err)
 	}
 

@@ -110,6 +110,10 @@ func recordOneOfEach(ctx context.Context, inst *Instruments) {
 	inst.SetCoverageSource(func(context.Context) ([]CoverageSample, error) {
 		return []CoverageSample{{Job: "creditEval", Targets: 300, Missing: 7, AsOf: time.Unix(1_700_000_000, 0)}}, nil
 	})
+	inst.SetDeadlineSource(func(context.Context) ([]DeadlineSample, error) {
+		lateBy := 90 * time.Second
+		return []DeadlineSample{{Job: "creditEval", ForecastLateBy: &lateBy}, {Job: "stockPrice", Missed: true}}, nil
+	})
 	inst.CoverageCheckFailed(ctx, "creditEval")
 	inst.HTTPRefused(ctx, RefusalBodyTooLarge)
 	inst.CommitsLost(ctx, "rules", 1)
@@ -157,6 +161,8 @@ func TestInstrumentsScrapedNames(t *testing.T) {
 		"buildrisk_fanout_inflight":                      {[]string{"job"}, dto.MetricType_GAUGE},
 		"buildrisk_fanout_rejections_total":              {[]string{"job", "reason"}, dto.MetricType_COUNTER},
 		"buildrisk_items_total":                          {[]string{"job", "outcome"}, dto.MetricType_COUNTER},
+		"buildrisk_job_deadline_forecast_seconds":        {[]string{"job"}, dto.MetricType_GAUGE},
+		"buildrisk_job_deadline_missed":                  {[]string{"job"}, dto.MetricType_GAUGE},
 		"buildrisk_ownership_lost_total":                 {[]string{"job"}, dto.MetricType_COUNTER},
 		"buildrisk_commits_lost_total":                   {[]string{"job"}, dto.MetricType_COUNTER},
 		"buildrisk_provider_calls_remaining":             {[]string{"provider"}, dto.MetricType_GAUGE},
@@ -267,6 +273,9 @@ func TestInstrumentsValues(t *testing.T) {
 		{map[string]string{"provider": "MOLIT"}, "buildrisk_provider_calls_remaining", 9928},
 		{map[string]string{"provider": "MOLIT"}, "buildrisk_provider_daily_cap", 10000},
 		{nil, "buildrisk_workers_alive", 2},
+		{map[string]string{"job": "creditEval"}, "buildrisk_job_deadline_forecast_seconds", 90},
+		{map[string]string{"job": "creditEval"}, "buildrisk_job_deadline_missed", 0},
+		{map[string]string{"job": "stockPrice"}, "buildrisk_job_deadline_missed", 1},
 		{map[string]string{"job": "stockPrice"}, "buildrisk_queue_oldest_age_seconds", 42.5},
 		{map[string]string{"job": "rules"}, "buildrisk_queue_oldest_age_seconds", 0},
 		{map[string]string{"job": "aptTrade"}, "buildrisk_request_start_latency_seconds_sum", 0.25},

@@ -388,6 +388,17 @@ func (c *Client) RedactError(err error) error { return c.secrets.RedactError(err
 // DailyCap returns the provider's daily cap.
 func (c *Client) DailyCap(p Provider) int { return c.cfg.DailyCaps[p] }
 
+// RateLimit returns the provider's fleet-wide rate limit in calls per
+// second (BUILDRISK_RATE_<P>); 0 when it has none.
+func (c *Client) RateLimit(p Provider) float64 { return c.cfg.Rates[p] }
+
+// UntilReset returns the time left before the budget day ends: the next
+// midnight in the configured time zone, by the budget's clock (see Today).
+func (c *Client) UntilReset() time.Duration {
+	now := c.now().In(c.cfg.Location)
+	return time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, c.cfg.Location).Sub(now)
+}
+
 // Day returns the calendar date of t in loc as midnight UTC (how a date
 // column reads back): the day of call budgets and of a job's results.
 func Day(t time.Time, loc *time.Location) time.Time {

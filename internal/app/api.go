@@ -107,6 +107,7 @@ func NewAPI(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts APIOpti
 		return nil, err
 	}
 	observeSchedules(context.Background(), pool, env, tel)
+	observeDeadlines(pool, env, tel)
 	cover, err := observeCoverage(context.Background(), pool, env, tel)
 	if err != nil {
 		return nil, err
@@ -118,7 +119,7 @@ func NewAPI(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts APIOpti
 		RequestTimeout: apiRequestTimeout(env), TxSettings: dbpool.APITxSettings(env), IdempotencyRetention: env.IdempotencyRetention,
 		DailyCaps: env.CapsByName(), Today: BudgetDay(env, pool), Location: env.Location, RiverUI: riverUI, Coverage: cover,
 		AllowedHosts: env.AllowedHosts, TrustedProxies: env.TrustedProxies,
-		TokenRateLimit: env.TokenRateLimit,
+		TokenRateLimit: env.TokenRateLimit, Deadlines: env.Deadlines, Now: env.TimeNow,
 	})
 	if err != nil {
 		return nil, err

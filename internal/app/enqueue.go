@@ -77,5 +77,17 @@ func runnerConfig(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, worker
 		WorkerID: workerID, Jobs: batch.Implementations(Jobs(env, pool)), Upstream: up, Instruments: tel.Instruments,
 		Logger: tel.Logger, FanOut: env.FanOut, Tracer: tel.Providers.Tracer.Tracer("github.com/buildrisk/radar/queue/batch"),
 		DBTimeout: env.DBTimeout, LeaseCheckInterval: env.HeartbeatInterval, StopTimeout: env.StopTimeout,
+		Providers: jobProviders(), ForecastInterval: env.ForecastInterval,
 	}
+}
+
+// jobProviders maps each job of the catalog to the provider it calls.
+func jobProviders() map[string]upstream.Provider {
+	out := map[string]upstream.Provider{}
+	for _, def := range jobset.Catalog().All() {
+		if p := def.Provider(); p != "" {
+			out[def.Name()] = upstream.Provider(p)
+		}
+	}
+	return out
 }

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,6 +15,7 @@ import (
 	"github.com/buildrisk/radar/jobs/stockprice"
 	"github.com/buildrisk/radar/observability"
 	"github.com/buildrisk/radar/queries"
+	"github.com/buildrisk/radar/queue/forecast"
 	"github.com/buildrisk/radar/queue/service"
 	"github.com/buildrisk/radar/queue/worker"
 )
@@ -55,6 +58,34 @@ func observeSchedules(ctx context.Context, pool *pgxpool.Pool, env *config.Confi
 		out := make(map[string]time.Time, len(rows))
 		for _, r := range rows {
 			out[r.Job] = r.Since
+		}
+		return out, nil
+	})
+}
+
+// observeDeadlines exports, from any process, each job's standing against
+// its deadline (BUILDRISK_DEADLINE_<JOB>), judged from the database as GET
+// /v1/jobs judges it. A failed read is logged once per run of failures.
+func observeDeadlines(pool *pgxpool.Pool, env *config.Config, tel *Telemetry) {
+	if len(env.Deadlines) == 0 {
+		return
+	}
+	names := slices.Sorted(maps.Keys(env.Deadlines))
+	q := queries.New()
+	failures := service.NewFailureLog("job deadline read", tel.Logger, 0)
+	tel.Instruments.SetDeadlineSource(func(ctx context.Context) ([]observability.DeadlineSample, error) {
+		rows, err := q.JobDeadlineFigures(ctx, pool, names)
+		failures.Observe(ctx, err)
+		if err != nil {
+			return nil, nil // logged once per outage; left out of this scrape
+		}
+		now := env.TimeNow()
+		out := make([]observability.DeadlineSample, 0, len(rows))
+		for _, r := range rows {
+			j := forecast.Judge(env.Deadlines[r.Job], forecast.Figures{
+				ActiveSince: r.ActiveRequestCreatedAt, ForecastDoneAt: r.ForecastDoneAt, LastCompletedAt: r.LastCompletedAt,
+			}, now)
+			out = append(out, observability.DeadlineSample{Job: r.Job, ForecastLateBy: j.ForecastLateBy, Missed: j.Missed})
 		}
 		return out, nil
 	})

@@ -234,6 +234,7 @@ func newWorker(pool *pgxpool.Pool, env *config.Config, tel *Telemetry, opts Work
 	built.owners++
 	built.ownerRiver = w.Owner().River()
 	observeSchedules(context.Background(), pool, env, tel)
+	observeDeadlines(pool, env, tel)
 	if _, err := observeCoverage(context.Background(), pool, env, tel); err != nil {
 		return nil, built, err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/buildrisk/radar/internal/jobset"
 	"github.com/buildrisk/radar/jobs/riskrule"
 	"github.com/buildrisk/radar/queue/batch"
+	"github.com/buildrisk/radar/queue/forecast"
 	"github.com/buildrisk/radar/queue/request"
 	"github.com/buildrisk/radar/queue/worker"
 	"github.com/buildrisk/radar/sql/migrations"
@@ -46,6 +47,13 @@ type Config struct {
 	InsecureNoAuth    bool          `env:"BUILDRISK_INSECURE_NO_AUTH"`
 	HeartbeatInterval time.Duration `env:"BUILDRISK_HEARTBEAT_INTERVAL"`
 	StaleAfter        time.Duration `env:"BUILDRISK_STALE_AFTER"`
+	// ForecastInterval is how often a run records the forecast of its end
+	// (BUILDRISK_FORECAST_INTERVAL, default batch.ForecastIntervalDefault).
+	ForecastInterval time.Duration `env:"BUILDRISK_FORECAST_INTERVAL"`
+	// Deadlines are the jobs' deadlines, the times of day by which a run
+	// must be DONE (BUILDRISK_DEADLINE_<JOB>=HH:MM in BUILDRISK_TIMEZONE);
+	// a job without one is absent.
+	Deadlines map[string]forecast.Deadline
 	// CoverageMaxAge is how old the coverage counts behind the gauges and
 	// GET /v1/coverage may be before they are counted again.
 	CoverageMaxAge time.Duration `env:"BUILDRISK_COVERAGE_MAX_AGE"`
@@ -207,6 +215,7 @@ func LoadEnv(getenv func(string) string) (*Config, error) {
 			IdempotencyRetention: api.IdempotencyRetentionDefault, MaxBodyBytes: api.MaxBodyBytesDefault,
 			TokenRateLimit: api.TokenRateLimitDefault,
 			CoverageMaxAge: coverage.MaxAgeDefault, FanOut: batch.FanOutDefault,
+			ForecastInterval: batch.ForecastIntervalDefault,
 		},
 		AutoResumeCauses: request.AutoResumeCausesDefault, AutoResumeMax: request.AutoResumeMaxDefault,
 		AutoResumeBackoff: request.AutoResumeBackoffDefault,
@@ -350,8 +359,16 @@ func (v *vars) readNamed(getenv func(string) string) error {
 			c.Rates[p] = rate
 		}
 	}
+	c.Deadlines = map[string]forecast.Deadline{}
 	for _, def := range jobset.Catalog().All() {
 		job := strings.ToUpper(def.Name())
+		if s := strings.TrimSpace(getenv("BUILDRISK_DEADLINE_" + job)); s != "" {
+			d, err := forecast.ParseDeadline(s, c.Location)
+			if err != nil {
+				return envError("BUILDRISK_DEADLINE_"+job, "%v in BUILDRISK_TIMEZONE", err)
+			}
+			c.Deadlines[def.Name()] = d
+		}
 		spec := cmp.Or(strings.TrimSpace(getenv("BUILDRISK_SCHEDULE_"+job)), def.Schedule())
 		// The catch-up window is read (and a bad one refused) even while the
 		// schedule is off, so turning a schedule on never reveals an old typo.

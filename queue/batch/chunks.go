@@ -58,6 +58,9 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		return end.values()
 	}
 	chunksDone := len(plan.Chunks) - len(pending)
+	forecaster := r.newForecaster(rs, run, len(pending))
+	stopForecast := forecaster.start(ctx)
+	defer stopForecast()
 	// ran holds the figures this run committed, by chunk (not the results,
 	// which may hold the chunk's rows): what it takes out of its tally when
 	// a commit turns out lost.
@@ -104,6 +107,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 			}
 			execStatus = status
 			chunksDone++
+			forecaster.chunkCommitted()
 			r.cfg.Instruments.ChunkDuration(ctx, run.Job, time.Since(began))
 			st.items.count(ctx, observability.OutcomeWritten, res.Written)
 			st.items.count(ctx, observability.OutcomeSkipped, res.Skipped)

@@ -34,6 +34,9 @@ const (
 	// (worker.DrainTimeoutDefault): a stop is bounded like a drain.
 	StopTimeoutDefault       = 45 * time.Second
 	StopCheckIntervalDefault = time.Second
+	// ForecastIntervalDefault is how often a run records the forecast of
+	// its end.
+	ForecastIntervalDefault = 5 * time.Second
 )
 
 // Config configures a Runner.
@@ -81,6 +84,14 @@ type Config struct {
 	Tracer trace.Tracer
 	// Owner owns the requests the runner runs. Required.
 	Owner RequestOwner
+	// Providers maps each job to the provider it calls (none: absent); a
+	// run forecasts its end in that provider's calls (see forecast.go).
+	Providers map[string]upstream.Provider
+	// ForecastInterval is how often a run records the forecast of its end;
+	// ForecastWindow is the span of recent progress the forecast's pace is
+	// measured over (forecast.WindowDefault when 0).
+	ForecastInterval time.Duration
+	ForecastWindow   time.Duration
 }
 
 // RequestOwner owns the requests a Runner runs (request.Owner is the one):
@@ -110,6 +121,7 @@ func (c Config) withDefaults() Config {
 	c.LeaseCheckInterval = cmp.Or(c.LeaseCheckInterval, LeaseCheckIntervalDefault)
 	c.StopTimeout = cmp.Or(c.StopTimeout, StopTimeoutDefault)
 	c.StopCheckInterval = cmp.Or(c.StopCheckInterval, StopCheckIntervalDefault)
+	c.ForecastInterval = cmp.Or(c.ForecastInterval, ForecastIntervalDefault)
 	if c.Held == nil {
 		c.Held = NewHeldSet()
 	}
@@ -137,6 +149,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("batch: StopTimeout must be positive, got %s", c.StopTimeout)
 	case c.StopCheckInterval < 0:
 		return fmt.Errorf("batch: StopCheckInterval must be positive, got %s", c.StopCheckInterval)
+	case c.ForecastInterval < 0 || c.ForecastWindow < 0:
+		return fmt.Errorf("batch: ForecastInterval and ForecastWindow must be positive, got %s and %s", c.ForecastInterval, c.ForecastWindow)
 	}
 	return nil
 }
