@@ -19,7 +19,8 @@ import (
 
 // The batch console: one server-rendered page at / whose small script
 // (web/console.js, no build step, no CDN) polls the /v1 JSON API with the
-// session cookie and renders jobs, workers, requests with their progress,
+// session cookie and renders jobs (a job held to a deadline with its
+// forecast, marked late or at risk), workers, requests with their progress,
 // provider budgets and alerts. Operators also get the request form (built
 // from the job's params schema, showing the call estimate first), stop and
 // abandon buttons; viewers get none of them. The role is decided here, on
@@ -42,6 +43,9 @@ type consolePage struct {
 	// page names it beside a cron expression, since every time the api
 	// sends is UTC.
 	TimeZone string
+	// Deadlines: some job has a deadline (BUILDRISK_DEADLINE_<JOB>), so
+	// the job table has a Deadline column; without any, it has none.
+	Deadlines bool
 }
 
 // loginPage is the data of web/login.html.
@@ -78,7 +82,7 @@ func (s *Server) registerConsole() {
 // off), and sends everyone else to the login page.
 func (s *Server) consoleHome(w http.ResponseWriter, r *http.Request) {
 	page := consolePage{Role: RoleOperator, Insecure: s.cfg.Insecure, RiverUI: s.cfg.RiverUI != nil, Version: s.cfg.Version,
-		TimeZone: s.cfg.Coverage.Location().String()}
+		TimeZone: s.cfg.Coverage.Location().String(), Deadlines: len(s.cfg.Deadlines) > 0}
 	if !s.cfg.Insecure {
 		sess, ok := s.sessionFrom(r)
 		if !ok {

@@ -572,3 +572,63 @@ func TestConsole_BrowserRiverUIStop(t *testing.T) {
 	require.Contains(t, b.text("body"), `"STOPPED"`)
 	b.screenshot("riverui-stopped")
 }
+
+// The console's Deadline column in headless Chromium: creditEval, idle and
+// never completed, is marked late; aptTrade, forecast to end 3 minutes
+// after its deadline, is marked at risk with that distance; both as words
+// with a label for screen readers (the colour only repeats them), times in
+// the browser's own zone; corpCodeSync, without a deadline, shows nothing
+// new, at phone width too; no script error.
+func TestConsole_BrowserDeadlines(t *testing.T) {
+	t.Parallel()
+	s, deadline, forecast := deadlineSystem(t)
+	// A browser in neither the deadlines' zone nor UTC.
+	b := newBrowser(t, s.API.URL, chromedp.Env("TZ=America/New_York", "LANG=en_US.UTF-8"))
+	newYork, err := time.LoadLocation("America/New_York")
+	require.NoError(t, err)
+	local := func(at time.Time) string {
+		return at.In(newYork).Format("1/2/2006, 3:04:05 PM") + " " + at.In(newYork).Format("MST")
+	}
+
+	b.Login(apptest.ViewerToken)
+	require.Equal(t, "Deadline", b.text("#jobs thead th.deadline"))
+	b.waitFor("the late mark", `document.querySelector("#job-creditEval .deadline-status") !== null`)
+	b.waitFor("the at-risk mark", `document.querySelector("#job-aptTrade .deadline-status") !== null`)
+
+	late := "#job-creditEval td.deadline"
+	require.Equal(t, "late", eval[string](b, `document.querySelector("#job-creditEval").dataset.deadlineStatus`))
+	require.Equal(t, "Deadline status: late", eval[string](b, `document.querySelector("#job-creditEval .deadline-status").textContent`))
+	require.True(t, eval[bool](b, `document.querySelector("#job-creditEval .deadline-status").classList.contains("ds-late")`))
+	require.Contains(t, b.text(late+" .deadline-at"), "last deadline missed; next ")
+	require.Empty(t, b.text(late+" .forecast-gap"), "nothing runs: no forecast")
+
+	risk := "#job-aptTrade td.deadline"
+	require.Equal(t, "at-risk", eval[string](b, `document.querySelector("#job-aptTrade").dataset.deadlineStatus`))
+	require.Equal(t, "Deadline status: at risk", eval[string](b, `document.querySelector("#job-aptTrade .deadline-status").textContent`))
+	require.Equal(t, "at risk: the running execution is forecast to end after its deadline",
+		eval[string](b, `document.querySelector("#job-aptTrade .deadline-status").title`))
+	require.Equal(t, "due "+local(deadline), b.text(risk+" .deadline-at"))
+	require.Equal(t, "forecast 3 min after the deadline", b.text(risk+" .forecast-gap"))
+	require.Equal(t, "forecast end "+local(forecast), b.text(risk+" .forecast"))
+
+	// The label is for screen readers: on screen the badge reads "at risk".
+	require.LessOrEqual(t, eval[float64](b, `document.querySelector("#job-aptTrade .deadline-status .sr-only").getBoundingClientRect().width`), 1.0)
+	require.Less(t, eval[float64](b, `document.querySelector("#job-aptTrade .deadline-status").getBoundingClientRect().width`), 80.0,
+		"the badge is as wide as its visible words")
+
+	// No deadline: an empty cell.
+	require.Equal(t, 0, eval[int](b, `document.querySelector("#job-corpCodeSync td.deadline").childNodes.length`))
+	require.False(t, eval[bool](b, `"deadlineStatus" in document.querySelector("#job-corpCodeSync").dataset`))
+	b.screenshot("deadlines")
+
+	// A phone: the cards keep the marks; a job without a deadline has no
+	// empty Deadline line.
+	b.Do("emulating a phone", chromedp.EmulateViewport(390, 844))
+	b.waitFor("the phone layout", "window.innerWidth === 390")
+	require.Equal(t, "none", eval[string](b, `getComputedStyle(document.querySelector("#job-corpCodeSync td.deadline")).display`))
+	require.NotEqual(t, "none", eval[string](b, `getComputedStyle(document.querySelector("#job-creditEval td.deadline")).display`))
+	require.LessOrEqual(t, eval[int](b, "document.documentElement.scrollWidth"), 390, "the page fits a phone's width")
+	b.screenshot("deadlines-phone")
+
+	require.Empty(t, b.scriptErrors(), "the page's console has no script error")
+}

@@ -63,6 +63,7 @@ func TestConsole_Session(t *testing.T) {
 	require.Contains(t, body, `href="/riverui/"`)
 	require.Contains(t, body, `id="audit"`, "operators see the audit trail")
 	require.Contains(t, body, `id="logout-everywhere"`)
+	require.NotContains(t, body, `class="deadline"`, "no job has a deadline: no Deadline column")
 
 	resp, _ = c.Send(http.MethodGet, "/v1/jobs", "", "", nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "the cookie authenticates GETs")

@@ -31,3 +31,11 @@ SELECT coalesce(max(e.chunks_total), 0)::bigint AS planned,
        (SELECT count(*) FROM job_checkpoint c WHERE c.instance_id = @instance_id)::bigint AS committed,
        coalesce(sum(e.external_calls), 0)::bigint AS calls
 FROM job_execution e WHERE e.instance_id = @instance_id;
+
+-- name: JobInstanceItemsCommitted :one
+-- JobInstanceItemsCommitted counts the items an instance's executions have
+-- committed, in chunks and in parts of chunks (a part's items move into
+-- its chunk's checkpoint when the chunk commits, so none is counted twice):
+-- what a resuming run has no longer to do, for the forecast of its end.
+SELECT (coalesce((SELECT sum(c.targets) FROM job_checkpoint c WHERE c.instance_id = @instance_id), 0)
+      + coalesce((SELECT sum(cardinality(p.items)) FROM job_checkpoint_part p WHERE p.instance_id = @instance_id), 0))::bigint AS items;

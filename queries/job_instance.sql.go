@@ -108,6 +108,22 @@ func (q *Queries) JobInstanceInsert(ctx context.Context, db DBTX, arg *JobInstan
 	return &i, err
 }
 
+const jobInstanceItemsCommitted = `-- name: JobInstanceItemsCommitted :one
+SELECT (coalesce((SELECT sum(c.targets) FROM job_checkpoint c WHERE c.instance_id = $1), 0)
+      + coalesce((SELECT sum(cardinality(p.items)) FROM job_checkpoint_part p WHERE p.instance_id = $1), 0))::bigint AS items
+`
+
+// JobInstanceItemsCommitted counts the items an instance's executions have
+// committed, in chunks and in parts of chunks (a part's items move into
+// its chunk's checkpoint when the chunk commits, so none is counted twice):
+// what a resuming run has no longer to do, for the forecast of its end.
+func (q *Queries) JobInstanceItemsCommitted(ctx context.Context, db DBTX, instanceID int64) (int64, error) {
+	row := db.QueryRow(ctx, jobInstanceItemsCommitted, instanceID)
+	var items int64
+	err := row.Scan(&items)
+	return items, err
+}
+
 const jobInstanceTakeLease = `-- name: JobInstanceTakeLease :one
 UPDATE job_instance SET lease_epoch = lease_epoch + 1 WHERE id = $1 RETURNING lease_epoch
 `

@@ -502,6 +502,19 @@ func (cl *Caller) Today() time.Time { return cl.client.Today() }
 // Calls returns the HTTP calls made so far (retries included).
 func (cl *Caller) Calls() int64 { return cl.calls.Load() }
 
+// Unspent returns the calls of provider p's daily cap the caller holds in
+// its open lease and has not made yet: counted as used in the day's budget,
+// yet still this execution's to make.
+func (cl *Caller) Unspent(p Provider) int {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	l := cl.leases[p]
+	if l == nil || l.closed || l.dead {
+		return 0
+	}
+	return max(l.granted-l.spent, 0)
+}
+
 // Get calls endpoint with query (the key is added here) and returns the
 // body of a 2xx answer.
 func (cl *Caller) Get(ctx context.Context, endpoint Endpoint, query url.Values) ([]byte, error) {

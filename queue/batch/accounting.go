@@ -125,6 +125,12 @@ func (t *itemTally) of(outcome string) *outcomeTally {
 	return nil
 }
 
+// committedTotal is every item the run holds committed, whatever its
+// outcome.
+func (t *itemTally) committedTotal() int64 {
+	return t.written.committed.Load() + t.skipped.committed.Load() + t.failed.committed.Load()
+}
+
 // count adds n committed items of outcome to the tally, and to the counter
 // those it has not counted before (the items of a lost commit, done again).
 func (t *itemTally) count(ctx context.Context, outcome string, n int64) {

@@ -71,6 +71,20 @@
   // the server writes on the page: every time the api sends is UTC.
   const scheduleZone = document.body.dataset.timezone || "UTC";
 
+  // deadlineColumn: the server writes the job table's Deadline column when
+  // some job has a deadline (BUILDRISK_DEADLINE_<JOB>), and only then.
+  const deadlineColumn = document.querySelector("#jobs thead th.deadline") !== null;
+
+  // duration says how long a span of seconds is, sign dropped: "40 s",
+  // "3 min", "2 h 5 min".
+  function duration(seconds) {
+    const s = Math.round(Math.abs(seconds));
+    if (s < 60) return s + " s";
+    const m = Math.round(s / 60);
+    if (m < 90) return m + " min";
+    return Math.floor(m / 60) + " h" + (m % 60 ? " " + (m % 60) + " min" : "");
+  }
+
   function statusBadge(status) {
     return el("span", { class: "status s-" + String(status || "none").toLowerCase() }, status || "—");
   }
@@ -296,6 +310,41 @@
     }
   }
 
+  // How a job stands against its deadline, in words (the badge's colour
+  // only repeats them), and why.
+  const DEADLINE_STATUS = {
+    late: ["late", "the run was not done by its deadline"],
+    "at-risk": ["at risk", "the running execution is forecast to end after its deadline"],
+    "on-track": ["on track", "nothing says the deadline will be missed"],
+  };
+
+  // deadlineCell shows a job's deadline: a badge saying how the job stands
+  // (late, at risk, on track), the deadline the run is held to and, while a
+  // run has a forecast, when it is forecast to end and how far that is from
+  // the deadline. A job without a deadline gets an empty cell.
+  function deadlineCell(j) {
+    if (!j.deadline) return el("td", { class: "deadline" });
+    const status = j.deadlineStatus || "on-track";
+    const [words, why] = DEADLINE_STATUS[status] || [status, ""];
+    const badge = el("span", { class: "status deadline-status ds-" + status, title: why ? words + ": " + why : null },
+      el("span", { class: "sr-only" }, "Deadline status: "), words);
+    // With nothing active the deadline is the next one; late then means
+    // the last one passed without a completed run.
+    let due = "due " + when(j.deadline);
+    if (!j.activeRequestId && status === "late") due = "last deadline missed; next " + when(j.deadline);
+    else if (Date.parse(j.deadline) <= state.serverNow) due += ", passed";
+    const lines = [badge, el("div", { class: "deadline-at" }, due)];
+    if (j.forecastDoneAt) {
+      const gap = (Date.parse(j.forecastDoneAt) - Date.parse(j.deadline)) / 1000;
+      lines.push(el("div", { class: "forecast-gap " + (gap > 0 ? "bad" : "ok") },
+        gap === 0 ? "forecast at the deadline" : "forecast " + duration(gap) + (gap > 0 ? " after" : " before") + " the deadline"),
+      el("div", { class: "hint forecast" }, "forecast end " + when(j.forecastDoneAt)));
+    } else if (j.running) {
+      lines.push(el("div", { class: "hint forecast" }, "no forecast yet: the run has no pace"));
+    }
+    return el("td", { class: "deadline" }, lines);
+  }
+
   function renderJobs() {
     fillTable("jobs", state.jobs.map((j) => {
       const exec = j.lastExecution;
@@ -306,6 +355,7 @@
         el("td", {}, j.provider || "—", el("div", { class: j.keysConfigured ? "ok" : "bad" }, keys)),
         el("td", {}, j.schedule ? [el("code", {}, j.schedule), el("span", { class: "hint" }, " (cron in " + scheduleZone + ")"), el("div", { class: "hint" }, "next " + when(j.next))] : "not scheduled"),
         el("td", { class: "running" }, j.running ? ["running", el("div", { class: "hint" }, "heartbeat " + age(j.heartbeatAgeSeconds))] : "idle"),
+        deadlineColumn ? deadlineCell(j) : null,
         el("td", {}, j.activeRequestId ? requestLink(j.activeRequestId) : "—"),
         el("td", { class: "last-exec" }, exec ? [statusBadge(exec.status), " #" + exec.id,
           el("div", { class: "hint" }, exec.endedAt ? "ended " + when(exec.endedAt) : "started " + when(exec.startedAt)),
@@ -321,7 +371,8 @@
         }
         cells.push(el("td", { class: "actions" }, actions));
       }
-      return el("tr", { id: "job-" + j.name, dataset: { job: j.name } }, cells);
+      const data = j.deadlineStatus ? { job: j.name, deadlineStatus: j.deadlineStatus } : { job: j.name };
+      return el("tr", { id: "job-" + j.name, dataset: data }, cells);
     }), "no jobs");
   }
 
