@@ -182,9 +182,12 @@ func promQueryValue(t *testing.T, addr, query string) (string, bool) {
 // Alertmanager (Debian's binaries): Prometheus scrapes a process's real
 // /metrics (the service's instruments), evaluates deploy/prometheus/rules.yml
 // and sends to Alertmanager, whose webhook receiver is this test's server.
-// A fan-out rejection is delivered as BuildriskFanoutRejections, and the
+// A fan-out rejection is delivered as BuildriskFanoutRejections, the
 // database going unreachable as BuildriskDatabaseDown once its `for: 1m`
-// has passed. Only the intervals are the test's own (1 s scrape and
+// has passed, and a running execution forecast past its job's deadline
+// (the deadline gauges' source, as the database would answer it) as
+// BuildriskDeadlineAtRisk once its `for: 5m` has passed, so the test takes
+// over five minutes. Only the intervals are the test's own (1 s scrape and
 // evaluation, 1 s group wait), so the delivery times measure the rules'
 // own delays.
 func TestAlertRouting_EndToEnd(t *testing.T) {
@@ -270,10 +273,16 @@ func TestAlertRouting_EndToEnd(t *testing.T) {
 	_, _, early := hook.delivered("BuildriskFanoutRejections")
 	require.False(t, early, "a rejection alert before any rejection")
 
-	// One item lost in creditEval's fan-out, and the database going away.
+	// One item lost in creditEval's fan-out, the database going away, and
+	// creditEval's running execution forecast to end 2 minutes after its
+	// deadline (its deadline not missed yet).
 	rejected := time.Now()
 	inst.FanoutRejected(ctx, "creditEval", observability.ReasonQueueFull)
 	inst.DatabaseUpSet(ctx, false)
+	lateBy := 2 * time.Minute
+	inst.SetDeadlineSource(func(context.Context) ([]observability.DeadlineSample, error) {
+		return []observability.DeadlineSample{{Job: "creditEval", ForecastLateBy: &lateBy}}, nil
+	})
 
 	waitFor(t, time.Minute, "BuildriskFanoutRejections at the webhook", func() bool {
 		_, _, ok := hook.delivered("BuildriskFanoutRejections")
@@ -299,6 +308,32 @@ func TestAlertRouting_EndToEnd(t *testing.T) {
 	require.Equal(t, "buildrisk-worker", alert.Labels["job"])
 	require.Equal(t, "critical", alert.Labels["severity"])
 	require.Equal(t, fmt.Sprintf("%s (buildrisk-worker) cannot reach the database for 1m", strings.TrimPrefix(target.URL, "http://")), alert.Annotations["summary"])
+
+	// Prometheus scrapes the forecast; the alert is pending, not sent.
+	waitFor(t, time.Minute, "Prometheus to scrape the deadline forecast", func() bool {
+		v, ok := promQueryValue(t, promAddr, `buildrisk_job_deadline_forecast_seconds{job="creditEval"}`)
+		return ok && v == "120"
+	})
+	_, _, early = hook.delivered("BuildriskDeadlineAtRisk")
+	require.False(t, early, "BuildriskDeadlineAtRisk before its for: 5m")
+	_, _, missed := hook.delivered("BuildriskDeadlineMissed")
+	require.False(t, missed, "BuildriskDeadlineMissed on a deadline not missed")
+
+	// for: 5m, then the group wait.
+	waitFor(t, 7*time.Minute, "BuildriskDeadlineAtRisk at the webhook", func() bool {
+		_, _, ok := hook.delivered("BuildriskDeadlineAtRisk")
+		return ok
+	})
+	at, alert, _ = hook.delivered("BuildriskDeadlineAtRisk")
+	took = at.Sub(rejected)
+	t.Logf("BuildriskDeadlineAtRisk delivered %s after the forecast went late", took.Round(100*time.Millisecond))
+	require.GreaterOrEqual(t, took, 5*time.Minute, "the rule waits its for: 5m")
+	require.Equal(t, "creditEval", alert.Labels["job"])
+	require.Equal(t, "warning", alert.Labels["severity"])
+	require.Equal(t, "https://runbooks.example/buildrisk/docs/operations.md#buildriskdeadlineatrisk", alert.Annotations["runbook_url"])
+	require.Equal(t, "The running execution of job creditEval is forecast to end 2m 0s after its deadline", alert.Annotations["summary"])
+	_, _, missed = hook.delivered("BuildriskDeadlineMissed")
+	require.False(t, missed, "BuildriskDeadlineMissed on a deadline not missed")
 }
 
 // grafanaNotifications is provisioning/alerting/notifications.yaml

@@ -24,7 +24,9 @@ import (
 func TestMetrics_ScriptedScenario(t *testing.T) {
 	t.Parallel()
 	bin := buildRadar(t)
-	s := apptest.New(t, nil)
+	// aptTrade has a deadline: its gauges are exported, the forecast's
+	// while its run is active.
+	s := apptest.New(t, &apptest.Opts{Env: map[string]string{"BUILDRISK_DEADLINE_APTTRADE": "07:00"}})
 	s.SeedExposure(20)
 
 	// The worker process has no CREDIT budget: its first CREDIT call is capped.
@@ -32,6 +34,7 @@ func TestMetrics_ScriptedScenario(t *testing.T) {
 	// comes due during the test.
 	worker := startRadar(t, bin, s.ProcessEnv(map[string]string{
 		"BUILDRISK_DAILY_CAP_CREDIT": "0", "BUILDRISK_FANOUT": "1", "BUILDRISK_SCHEDULE_RULES": "0 3 1 1 *",
+		"BUILDRISK_DEADLINE_APTTRADE": "07:00", "BUILDRISK_FORECAST_INTERVAL": "100ms",
 	}), "worker")
 	workerAdmin := worker.waitLine(t, apptest.AdminAddrLine)[1]
 
@@ -49,6 +52,12 @@ func TestMetrics_ScriptedScenario(t *testing.T) {
 	require.Equal(t, http.StatusConflict, status)
 	status, _ = s.Post("/v1/jobs/aptTrade/requests", apptest.AptTradeBody([]string{"1"}, "2025-01", "2025-03"))
 	require.Equal(t, http.StatusBadRequest, status)
+	var whileHeld string // the api's metrics while the run is held
+	apptest.WaitUntil(t, 10*time.Second, "the held run's forecast exported", func() bool {
+		whileHeld = s.ScrapeAPI()
+		_, ok := apptest.MetricLine(whileHeld, observability.MetricJobDeadlineForecast, `job="aptTrade"`)
+		return ok
+	})
 	s.Gate.Open()
 	require.Equal(t, "COMPLETED", apptest.Execution(t, s.WaitRequest(id, "DONE"))["status"])
 
@@ -70,6 +79,9 @@ func TestMetrics_ScriptedScenario(t *testing.T) {
 	apptest.RequireMetric(t, api, "buildrisk_requests_total", 1, `job="creditEval"`, `source="api"`, `result="accepted"`)
 	apptest.RequireMetric(t, api, "buildrisk_worker_stale_heartbeats_total", 1)
 	apptest.RequireMetric(t, api, "buildrisk_fanout_rejections_total", 1, `job="creditEval"`, `reason="closed"`)
+	apptest.RequireMetric(t, api, observability.MetricJobDeadlineMissed, 0, `job="aptTrade"`)
+	_, ok := apptest.MetricLine(api, observability.MetricJobDeadlineForecast, `job="aptTrade"`)
+	require.False(t, ok, "no run active: no forecast")
 
 	var wm string
 	apptest.WaitUntil(t, 10*time.Second, "workers_alive recorded", func() bool {
@@ -115,9 +127,10 @@ func TestMetrics_ScriptedScenario(t *testing.T) {
 		}
 	}
 
-	// Every contract metric is exported by the api or the worker.
+	// Every contract metric is exported by the api or the worker (the
+	// deadline forecast while a run is active).
 	for _, name := range observability.MetricNames {
-		require.True(t, strings.Contains(api, name) || strings.Contains(wm, name), "%s is not exported", name)
+		require.True(t, strings.Contains(api, name) || strings.Contains(wm, name) || strings.Contains(whileHeld, name), "%s is not exported", name)
 	}
 	_, ok = apptest.MetricLine(wm, "buildrisk_fanout_capacity", `job="creditEval"`)
 	require.True(t, ok)

@@ -37,8 +37,9 @@ func DashboardJSON() ([]byte, error) {
 
 // Dashboard builds the dashboard: health first (the stats that should stay
 // flat), then requests and executions, fan-out and providers, scrape
-// targets, schedules, the database, and River's own job metrics. Panel ids
-// and positions are fixed, so links to a panel keep working.
+// targets, schedules, the database, deadlines, and River's own job
+// metrics. Panel ids never change (a new panel takes a new id), so links
+// to a panel keep working.
 func Dashboard() *dashboard.DashboardBuilder {
 	b := dashboard.NewDashboardBuilder("buildrisk-radar").
 		Uid("buildrisk-radar").
@@ -52,6 +53,7 @@ func Dashboard() *dashboard.DashboardBuilder {
 		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Data source").Type("prometheus")).
 		WithVariable(jobVariable())
 	healthPanels(b)
+	deadlinePanels(b)
 	riverPanels(b)
 	return b
 }
@@ -327,6 +329,29 @@ func healthPanels(b *dashboard.DashboardBuilder) {
 	)
 }
 
+// deadlinePanels adds the Deadlines row: per job with a deadline
+// (BUILDRISK_DEADLINE_<JOB>), its running execution's forecast end minus
+// the deadline, and whether the newest deadline was missed. Both gauges
+// are read from the database by every process; max() picks any.
+func deadlinePanels(b *dashboard.DashboardBuilder) {
+	const y = 98
+	b.WithRow(dashboard.NewRowBuilder("Deadlines").Id(40).GridPos(dashboard.GridPos{X: 0, Y: y, W: 24, H: 1}))
+	b.WithPanel(
+		graph(41, dashboard.GridPos{X: 0, Y: y + 1, W: 12, H: 8}, "Deadline: forecast end minus deadline", "Per job with a deadline (BUILDRISK_DEADLINE_<JOB>), the running execution's forecast end minus its deadline, in seconds: above 0 the run is forecast late, and BuildriskDeadlineAtRisk fires after 5m there. A job has a line only while a run is active and has a pace.", "s",
+			query("A", "max by (job) (buildrisk_job_deadline_forecast_seconds{job=~\"$job\"})", "{{job}}"),
+		).
+			Thresholds(thresholds([]dashboard.Threshold{{Value: nil, Color: "green"}, {Value: cog.ToPtr[float64](0), Color: "red"}})).
+			ThresholdsStyle(common.NewGraphThresholdsStyleConfigBuilder().Mode(common.GraphThresholdsStyleModeLine)),
+	)
+	b.WithPanel(
+		graph(42, dashboard.GridPos{X: 12, Y: y + 1, W: 12, H: 8}, "Deadline missed", "Per job with a deadline, 1 while its newest deadline has passed without a COMPLETED execution since the deadline before it (BuildriskDeadlineMissed pages after 1m), 0 once a run completes.", "bool_yes_no",
+			query("A", "max by (job) (buildrisk_job_deadline_missed{job=~\"$job\"})", "{{job}}"),
+		).
+			Min(0).
+			Max(1),
+	)
+}
+
 // riverPanels adds the River row: the OpenTelemetry semantic-convention
 // metric otelriver exports with EnableSemanticMetrics
 // (messaging.process.duration, every job worked), and otelriver's own
@@ -334,7 +359,7 @@ func healthPanels(b *dashboard.DashboardBuilder) {
 // semantic metric carries only messaging.operation.name and
 // messaging.system).
 func riverPanels(b *dashboard.DashboardBuilder) {
-	const y = 98
+	const y = 107
 	b.WithRow(dashboard.NewRowBuilder("River jobs").Id(36).GridPos(dashboard.GridPos{X: 0, Y: y, W: 24, H: 1}))
 	b.WithPanel(graph(37, dashboard.GridPos{X: 0, Y: y + 1, W: 8, H: 8}, "Jobs worked per second (messaging.process.duration)",
 		"River jobs worked per second by every worker, from the OpenTelemetry messaging metric messaging.process.duration (otelriver, EnableSemanticMetrics).", "ops",

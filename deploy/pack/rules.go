@@ -178,6 +178,41 @@ sum by (job, outcome) (
 		Grafana:     Grafana{From: 30 * time.Minute},
 	},
 	{
+		Alert: "BuildriskDeadlineAtRisk",
+		Comment: `A job with a deadline (BUILDRISK_DEADLINE_<JOB>) whose running
+execution is forecast to end after it: its measured pace, its
+provider's rate limit and daily cap say it will not be DONE in
+time. Every process reads the forecast from the database and
+exports it only while a run is active and has a pace, so max()
+picks any process, and no run is no series and no alert. for: 5m
+lets a run's first pace (a slow start, a burst of retries) settle,
+and leaves time to act while the run can still make it.`,
+		Expr:        "max by (job) (buildrisk_job_deadline_forecast_seconds) > 0\n",
+		For:         "5m",
+		Severity:    Warning,
+		Summary:     "The running execution of job {{ $labels.job }} is forecast to end {{ $value | humanizeDuration }} after its deadline",
+		Description: "The run's forecast end (its pace over the last minute, its provider's rate limit and daily cap) has been after the job's deadline (BUILDRISK_DEADLINE_<JOB>) for 5m. GET /v1/jobs/{{ $labels.job }} shows deadline, forecastDoneAt and deadlineStatus; GET /v1/providers each provider's used, cap, remaining and resetsAt. Raise BUILDRISK_RATE_<P> or BUILDRISK_FANOUT if the provider allows, BUILDRISK_DAILY_CAP_<P> if the contract allows, or stop a competing backfill.",
+		Threshold:   "0s",
+		Grafana:     Grafana{From: 10 * time.Minute, Query: "max by (job) (buildrisk_job_deadline_forecast_seconds)\n", Evaluator: Above, Param: 0, Summary: "The running execution of job {{ $labels.job }} is forecast to end after its deadline"},
+	},
+	{
+		Alert: "BuildriskDeadlineMissed",
+		Comment: `The job's newest deadline passed without a COMPLETED execution
+since the deadline before it: the day's report goes out without
+its data. Every process judges it from the database by its own
+clock and exports it for every job with a deadline; max() picks
+any. for: 1m keeps a run that completes within a minute of the
+deadline (its commit racing the judgement, or one process's clock a
+little ahead) from paging. It clears when a run of the job
+completes. A job that never completed counts as missed.`,
+		Expr:        "max by (job) (buildrisk_job_deadline_missed) == 1\n",
+		For:         "1m",
+		Severity:    Critical,
+		Summary:     "The deadline of job {{ $labels.job }} passed without a COMPLETED run",
+		Description: "No execution of the job COMPLETED between its previous deadline and its newest one (BUILDRISK_DEADLINE_<JOB>), and none since: the day's report lacks the job's data. for: 1m, so a run that completes within a minute of the deadline does not page; the alert clears when a run of the job completes. GET /v1/jobs/{{ $labels.job }} shows deadline and deadlineStatus, GET /v1/requests?job={{ $labels.job }} its runs and their messages. Request the job now if nothing runs it, then find why it was late (a cap or provider-rate stop, a failed run, a slow provider, a competing backfill).",
+		Grafana:     Grafana{From: 10 * time.Minute, Query: "max by (job) (buildrisk_job_deadline_missed)\n", Evaluator: Above, Param: 0},
+	},
+	{
 		Alert: "BuildriskExecutionFailed",
 		Comment: `A run that ended FAILED (provider errors, a bug, unaccounted
 items, a database outage its worker fenced itself through) pages

@@ -47,6 +47,9 @@ func TestEnv_BadValuesNameTheVariable(t *testing.T) {
 		"BUILDRISK_MIGRATE_LOCK_TIMEOUT":   "2m",
 		"BUILDRISK_MIGRATE_LOCK_RETRY_FOR": "1s",
 		"BUILDRISK_SCHEDULE_APTTRADE":      "61 * * * *",
+		"BUILDRISK_DEADLINE_CREDITEVAL":    "7:30",
+		"BUILDRISK_DEADLINE_METRICS":       "24:00",
+		"BUILDRISK_FORECAST_INTERVAL":      "0s",
 		"BUILDRISK_TRUSTED_PROXIES":        "proxy.internal",
 		"BUILDRISK_ALLOWED_HOSTS":          "radar.internal:8080",
 	}

@@ -134,6 +134,27 @@ func (e ConflictErrorType) Valid() bool {
 	}
 }
 
+// Defines values for DeadlineStatus.
+const (
+	AtRisk  DeadlineStatus = "at-risk"
+	Late    DeadlineStatus = "late"
+	OnTrack DeadlineStatus = "on-track"
+)
+
+// Valid indicates whether the value is a known member of the DeadlineStatus enum.
+func (e DeadlineStatus) Valid() bool {
+	switch e {
+	case AtRisk:
+		return true
+	case Late:
+		return true
+	case OnTrack:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ErrorModelType.
 const (
 	ErrorModelTypeProblemsbodyNotAllowed           ErrorModelType = "/problems/body-not-allowed"
@@ -694,6 +715,9 @@ type CreditEvalParams struct {
 	OnlyMissing *bool `json:"onlyMissing,omitempty"`
 }
 
+// DeadlineStatus defines model for DeadlineStatus.
+type DeadlineStatus string
+
 // ErrorDetail defines model for ErrorDetail.
 type ErrorDetail struct {
 	// Location Where the error occurred, e.g. 'body.items[3].tags' or 'path.thing-id'
@@ -864,10 +888,19 @@ type InstanceView struct {
 type JobDetail struct {
 	ActiveRequestId *string `json:"activeRequestId"`
 	Chunking        string  `json:"chunking"`
-	Description     string  `json:"description"`
+
+	// Deadline when the job's run must be DONE (BUILDRISK_DEADLINE_<JOB>, a time of day in BUILDRISK_TIMEZONE): the first occurrence after the active request was created (a missed one stays shown while that run goes on), or the next one when nothing is active; null when the job has no deadline
+	Deadline *time.Time `json:"deadline"`
+
+	// DeadlineStatus at-risk: forecastDoneAt is after deadline; late: the active run's deadline passed, or, with nothing active, the newest deadline passed without a DONE run since the one before it; null when the job has no deadline
+	DeadlineStatus *DeadlineStatus `json:"deadlineStatus"`
+	Description    string          `json:"description"`
 
 	// Example example params
 	Example interface{} `json:"example"`
+
+	// ForecastDoneAt when the running execution is forecast to end, from its own measured pace over the last minute, its provider's rate limit, and its daily cap (a run that will reach the cap is forecast past the reset); null when nothing runs or the run has no pace yet
+	ForecastDoneAt *time.Time `json:"forecastDoneAt"`
 
 	// HeartbeatAgeSeconds seconds since the running execution's last_updated; null when not running
 	HeartbeatAgeSeconds *float64 `json:"heartbeatAgeSeconds"`
@@ -929,7 +962,16 @@ type JobStopOutputBodyStatus string
 type JobView struct {
 	ActiveRequestId *string `json:"activeRequestId"`
 	Chunking        string  `json:"chunking"`
-	Description     string  `json:"description"`
+
+	// Deadline when the job's run must be DONE (BUILDRISK_DEADLINE_<JOB>, a time of day in BUILDRISK_TIMEZONE): the first occurrence after the active request was created (a missed one stays shown while that run goes on), or the next one when nothing is active; null when the job has no deadline
+	Deadline *time.Time `json:"deadline"`
+
+	// DeadlineStatus at-risk: forecastDoneAt is after deadline; late: the active run's deadline passed, or, with nothing active, the newest deadline passed without a DONE run since the one before it; null when the job has no deadline
+	DeadlineStatus *DeadlineStatus `json:"deadlineStatus"`
+	Description    string          `json:"description"`
+
+	// ForecastDoneAt when the running execution is forecast to end, from its own measured pace over the last minute, its provider's rate limit, and its daily cap (a run that will reach the cap is forecast past the reset); null when nothing runs or the run has no pace yet
+	ForecastDoneAt *time.Time `json:"forecastDoneAt"`
 
 	// HeartbeatAgeSeconds seconds since the running execution's last_updated; null when not running
 	HeartbeatAgeSeconds *float64 `json:"heartbeatAgeSeconds"`
