@@ -173,10 +173,8 @@ func (s *Server) jobViews(ctx context.Context, names []string) ([]*JobView, erro
 func judgeDeadline(v *JobView, d forecast.Deadline, row *queries.JobListSummaryRow, now time.Time) {
 	var figures forecast.Figures
 	if row != nil {
+		// ForecastDoneAt is the running execution's: none when none runs.
 		figures = forecast.Figures{ActiveSince: row.ActiveRequestCreatedAt, ForecastDoneAt: row.ForecastDoneAt, LastCompletedAt: row.LastCompletedAt}
-		if !row.Running {
-			figures.ForecastDoneAt = nil // a stale forecast of an execution that ended
-		}
 	}
 	j := forecast.Judge(d, figures, now)
 	status := string(j.Status)

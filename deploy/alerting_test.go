@@ -186,10 +186,13 @@ func promQueryValue(t *testing.T, addr, query string) (string, bool) {
 // database going unreachable as BuildriskDatabaseDown once its `for: 1m`
 // has passed, and a running execution forecast past its job's deadline
 // (the deadline gauges' source, as the database would answer it) as
-// BuildriskDeadlineAtRisk once its `for: 5m` has passed, so the test takes
-// over five minutes. Only the intervals are the test's own (1 s scrape and
-// evaluation, 1 s group wait), so the delivery times measure the rules'
-// own delays.
+// BuildriskDeadlineAtRisk once its `for` has passed. The intervals are the
+// test's own (1 s scrape and evaluation, 1 s group wait), so the delivery
+// times measure the rules' own delays; so is BuildriskDeadlineAtRisk's
+// `for`, shortened from 5m to 15s in the test's copy of the rules (its
+// expression, labels and annotations are the shipped ones): the 5m is
+// TestPromtool's to prove, and waiting it here held one of the suite's
+// two package slots idle for five minutes.
 func TestAlertRouting_EndToEnd(t *testing.T) {
 	t.Parallel()
 
@@ -223,8 +226,7 @@ func TestAlertRouting_EndToEnd(t *testing.T) {
 			"webhook_configs": []any{map[string]any{"url": hookServer.URL + "/alerts", "send_resolved": true}},
 		}},
 	}
-	rules, err := filepath.Abs(filepath.Join("prometheus", "rules.yml"))
-	require.NoError(t, err)
+	rules := deadlineAtRiskFor(t, filepath.Join("prometheus", "rules.yml"), filepath.Join(dir, "rules.yml"), deadlineAtRiskTestFor)
 	promConfig := map[string]any{
 		"global": map[string]any{"scrape_interval": "1s", "evaluation_interval": "1s",
 			"external_labels": map[string]string{"runbook_base": "https://runbooks.example/buildrisk/"}},
@@ -273,16 +275,10 @@ func TestAlertRouting_EndToEnd(t *testing.T) {
 	_, _, early := hook.delivered("BuildriskFanoutRejections")
 	require.False(t, early, "a rejection alert before any rejection")
 
-	// One item lost in creditEval's fan-out, the database going away, and
-	// creditEval's running execution forecast to end 2 minutes after its
-	// deadline (its deadline not missed yet).
+	// One item lost in creditEval's fan-out and the database going away.
 	rejected := time.Now()
 	inst.FanoutRejected(ctx, "creditEval", observability.ReasonQueueFull)
 	inst.DatabaseUpSet(ctx, false)
-	lateBy := 2 * time.Minute
-	inst.SetDeadlineSource(func(context.Context) ([]observability.DeadlineSample, error) {
-		return []observability.DeadlineSample{{Job: "creditEval", ForecastLateBy: &lateBy}}, nil
-	})
 
 	waitFor(t, time.Minute, "BuildriskFanoutRejections at the webhook", func() bool {
 		_, _, ok := hook.delivered("BuildriskFanoutRejections")
@@ -309,31 +305,70 @@ func TestAlertRouting_EndToEnd(t *testing.T) {
 	require.Equal(t, "critical", alert.Labels["severity"])
 	require.Equal(t, fmt.Sprintf("%s (buildrisk-worker) cannot reach the database for 1m", strings.TrimPrefix(target.URL, "http://")), alert.Annotations["summary"])
 
-	// Prometheus scrapes the forecast; the alert is pending, not sent.
+	// creditEval's running execution is forecast to end 2 minutes after
+	// its deadline (its deadline not missed yet). Prometheus scrapes the
+	// forecast; the alert is pending, not sent.
+	lateBy := 2 * time.Minute
+	late := time.Now()
+	inst.SetDeadlineSource(func(context.Context) ([]observability.DeadlineSample, error) {
+		return []observability.DeadlineSample{{Job: "creditEval", ForecastLateBy: &lateBy}}, nil
+	})
 	waitFor(t, time.Minute, "Prometheus to scrape the deadline forecast", func() bool {
 		v, ok := promQueryValue(t, promAddr, `buildrisk_job_deadline_forecast_seconds{job="creditEval"}`)
 		return ok && v == "120"
 	})
 	_, _, early = hook.delivered("BuildriskDeadlineAtRisk")
-	require.False(t, early, "BuildriskDeadlineAtRisk before its for: 5m")
+	require.False(t, early, "BuildriskDeadlineAtRisk before its for")
 	_, _, missed := hook.delivered("BuildriskDeadlineMissed")
 	require.False(t, missed, "BuildriskDeadlineMissed on a deadline not missed")
 
-	// for: 5m, then the group wait.
-	waitFor(t, 7*time.Minute, "BuildriskDeadlineAtRisk at the webhook", func() bool {
+	// The test's for, then the group wait.
+	waitFor(t, 2*time.Minute, "BuildriskDeadlineAtRisk at the webhook", func() bool {
 		_, _, ok := hook.delivered("BuildriskDeadlineAtRisk")
 		return ok
 	})
 	at, alert, _ = hook.delivered("BuildriskDeadlineAtRisk")
-	took = at.Sub(rejected)
+	took = at.Sub(late)
 	t.Logf("BuildriskDeadlineAtRisk delivered %s after the forecast went late", took.Round(100*time.Millisecond))
-	require.GreaterOrEqual(t, took, 5*time.Minute, "the rule waits its for: 5m")
+	require.GreaterOrEqual(t, took, deadlineAtRiskTestFor, "the rule waits its for")
 	require.Equal(t, "creditEval", alert.Labels["job"])
 	require.Equal(t, "warning", alert.Labels["severity"])
 	require.Equal(t, "https://runbooks.example/buildrisk/docs/operations.md#buildriskdeadlineatrisk", alert.Annotations["runbook_url"])
 	require.Equal(t, "The running execution of job creditEval is forecast to end 2m 0s after its deadline", alert.Annotations["summary"])
 	_, _, missed = hook.delivered("BuildriskDeadlineMissed")
 	require.False(t, missed, "BuildriskDeadlineMissed on a deadline not missed")
+}
+
+// deadlineAtRiskTestFor is BuildriskDeadlineAtRisk's for in the alert
+// routing test's copy of the rules.
+const deadlineAtRiskTestFor = 15 * time.Second
+
+// deadlineAtRiskFor writes to dst the rules of src with
+// BuildriskDeadlineAtRisk's for set to d, every other field as shipped, and
+// returns dst's absolute path.
+func deadlineAtRiskFor(t *testing.T, src, dst string, d time.Duration) string {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	require.NoError(t, err)
+	var file map[string]any
+	require.NoError(t, yaml.Unmarshal(data, &file))
+	changed := 0
+	for _, group := range file["groups"].([]any) {
+		for _, rule := range group.(map[string]any)["rules"].([]any) {
+			if r := rule.(map[string]any); r["alert"] == "BuildriskDeadlineAtRisk" {
+				require.Equal(t, "5m", r["for"], "the shipped for")
+				r["for"] = d.String()
+				changed++
+			}
+		}
+	}
+	require.Equal(t, 1, changed)
+	out, err := yaml.Marshal(file)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(dst, out, 0o600))
+	abs, err := filepath.Abs(dst)
+	require.NoError(t, err)
+	return abs
 }
 
 // grafanaNotifications is provisioning/alerting/notifications.yaml
