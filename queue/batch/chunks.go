@@ -58,7 +58,7 @@ func (r *Runner) execute(parent context.Context, rs *runState, opts RunOpts) (st
 		return end.values()
 	}
 	chunksDone := len(plan.Chunks) - len(pending)
-	forecaster := r.newForecaster(rs, run, plan, len(pending), r.itemsCommitted(ctx, rs))
+	forecaster := r.newForecaster(rs, run, plan, len(pending), r.itemsCommitted(ctx, rs, plan))
 	stopForecast := forecaster.start(ctx)
 	defer stopForecast()
 	// ran holds the figures this run committed, by chunk (not the results,

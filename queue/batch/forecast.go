@@ -22,7 +22,8 @@ import (
 //     (creditEval): the items committed, parts of a fan-out chunk
 //     included, so a chunk of 2,000 items shows its pace from its first
 //     seconds. Their cost in calls is measured too (the calls made per item
-//     so far; before any, the estimate's), for the rate limit and budget.
+//     so far, weighed against the estimate's while few items are done), for
+//     the rate limit and the budget.
 //   - provider calls, when its targets are learnt chunk by chunk (aptTrade):
 //     the calls its Caller made, against its request's estimate.
 //   - chunks, for a job that calls no provider.
@@ -167,9 +168,13 @@ func (f *forecaster) doneAt(ctx context.Context, now time.Time) (time.Time, erro
 }
 
 // itemsCommitted counts the items of rs's instance committed before the
-// run, for its forecast; -1 when the count fails (the forecast then counts
-// calls: it is a view, never a reason to stop the run).
-func (r *Runner) itemsCommitted(ctx context.Context, rs *runState) int64 {
+// run, for its forecast when plan declares its targets; -1 when it does
+// not or the count fails (the forecast then counts calls: it is a view,
+// never a reason to stop the run).
+func (r *Runner) itemsCommitted(ctx context.Context, rs *runState, plan *Plan) int64 {
+	if plan.Targets <= 0 {
+		return -1
+	}
 	readCtx, cancel := context.WithTimeout(ctx, r.cfg.DBTimeout)
 	defer cancel()
 	n, err := r.queries.JobInstanceItemsCommitted(readCtx, r.pool, rs.exec.InstanceID)
