@@ -27,7 +27,7 @@ var allowedImports = map[string][]string{
 	"api":                             {"catalog/coverage", "queue/forecast", "queue/request", "catalog", "queries", "sql/pgtx", "observability", "radartype"},
 	"queue/worker":                    {"queue/batch", "queue/request", "upstream", "catalog", "queries", "sql/pgtx", "observability", "radartype", "queue/service", "sql/pgfence"},
 	"queue/service":                   {},
-	"queue/batch":                     {"upstream", "queue/forecast", "queue/request", "catalog", "queries", "sql/pgtx", "observability", "radartype"},
+	"queue/batch":                     {"upstream", "queue/forecast", "queue/request", "queue/service", "catalog", "queries", "sql/pgtx", "observability", "radartype"},
 	"queue/forecast":                  {},
 	"queue/request":                   {"catalog", "queries", "sql/pgtx", "observability", "radartype", "queue/service"},
 	"catalog/coverage":                {"catalog", "queries"},

@@ -85,7 +85,7 @@ func observeDeadlines(pool *pgxpool.Pool, env *config.Config, tel *Telemetry) {
 			j := forecast.Judge(env.Deadlines[r.Job], forecast.Figures{
 				ActiveSince: r.ActiveRequestCreatedAt, ForecastDoneAt: r.ForecastDoneAt, LastCompletedAt: r.LastCompletedAt,
 			}, now)
-			out = append(out, observability.DeadlineSample{Job: r.Job, ForecastLateBy: j.ForecastLateBy, Missed: j.Missed})
+			out = append(out, observability.DeadlineSample{Job: r.Job, ForecastLateBy: j.ForecastLateBy(), Missed: j.Missed})
 		}
 		return out, nil
 	})

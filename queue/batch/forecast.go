@@ -3,13 +3,14 @@ package batch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/buildrisk/radar/queries"
 	"github.com/buildrisk/radar/queue/forecast"
+	"github.com/buildrisk/radar/queue/service"
 	"github.com/buildrisk/radar/upstream"
 )
 
@@ -84,47 +85,37 @@ func (r *Runner) newForecaster(rs *runState, run *Run, plan *Plan, pending int, 
 // chunkCommitted counts a committed chunk.
 func (f *forecaster) chunkCommitted() { f.chunks.Add(1) }
 
-// start runs the loop until the returned stop is called.
+// start runs the forecast every ForecastInterval, each pass bounded by
+// DBTimeout, until the returned stop is called. A failed pass is logged
+// (once per run of failures) and left to the next: the forecast is a view,
+// never a reason to stop the run.
 func (f *forecaster) start(ctx context.Context) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		ticker := time.NewTicker(f.r.cfg.ForecastInterval)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-ticker.C:
-				f.tick(ctx, time.Now())
-			}
-		}
+	loop := service.New(service.Config{
+		Name: "run forecast", Interval: f.r.cfg.ForecastInterval, Timeout: f.r.cfg.DBTimeout,
+		Logger: f.rs.logger, Pass: f.record,
 	})
-	return func() { close(done); wg.Wait() }
+	_ = loop.Start(ctx) // never fails
+	return loop.Stop
 }
 
-// tick measures the progress, forecasts and records the forecast. A
-// failed write is logged and left to the next tick: the forecast is a
-// view, never a reason to stop the run.
-func (f *forecaster) tick(ctx context.Context, now time.Time) {
-	at, err := f.doneAt(ctx, now)
+// record measures the progress, forecasts and records the forecast on the
+// execution (NULL while the run has no pace).
+func (f *forecaster) record(ctx context.Context) error {
+	at, err := f.doneAt(ctx, time.Now())
 	var value *time.Time
 	switch {
 	case err == nil:
 		value = &at
 	case !errors.Is(err, forecast.ErrNoPace):
-		f.rs.logger.DebugContext(ctx, "no forecast of the run's end", slog.String("error", err.Error()))
+		return fmt.Errorf("error forecasting the run's end: %w", err)
 	}
 	st := f.rs.started
-	writeCtx, cancel := context.WithTimeout(ctx, f.r.cfg.DBTimeout)
-	defer cancel()
-	if _, err := f.r.queries.JobExecutionForecastSet(writeCtx, f.r.pool, &queries.JobExecutionForecastSetParams{
+	if _, err := f.r.queries.JobExecutionForecastSet(ctx, f.r.pool, &queries.JobExecutionForecastSetParams{
 		ForecastDoneAt: value, ID: st.exec.ID, WorkerID: st.exec.WorkerID, LeaseEpoch: st.exec.LeaseEpoch,
-	}); err != nil && ctx.Err() == nil {
-		f.rs.logger.DebugContext(ctx, "could not record the forecast of the run's end", slog.String("error", err.Error()))
+	}); err != nil {
+		return fmt.Errorf("error recording the forecast of the run's end: %w", err)
 	}
+	return nil
 }
 
 // doneAt forecasts the run's end at now.
@@ -154,9 +145,7 @@ func (f *forecaster) doneAt(ctx context.Context, now time.Time) (time.Time, erro
 	up := f.r.cfg.Upstream
 	in.CallsPerUnit, in.RateLimit = callsPerUnit, up.RateLimit(f.provider)
 	if limit := up.DailyCap(f.provider); limit > 0 {
-		readCtx, cancel := context.WithTimeout(ctx, f.r.cfg.DBTimeout)
-		remaining, err := up.Remaining(readCtx, f.provider)
-		cancel()
+		remaining, err := up.Remaining(ctx, f.provider)
 		if err != nil {
 			return time.Time{}, err
 		}

@@ -85,13 +85,20 @@ type Judgement struct {
 	Deadline time.Time
 	// ForecastDoneAt is the running execution's forecast; nil when none.
 	ForecastDoneAt *time.Time
-	// ForecastLateBy is ForecastDoneAt minus Deadline (positive: late);
-	// nil without a forecast.
-	ForecastLateBy *time.Duration
 	// Missed: the newest occurrence at or before now passed without a
 	// COMPLETED execution since the occurrence before it (and none since).
 	Missed bool
 	Status Status
+}
+
+// ForecastLateBy is the forecast end minus the deadline (positive: late);
+// nil without a forecast.
+func (j Judgement) ForecastLateBy() *time.Duration {
+	if j.ForecastDoneAt == nil {
+		return nil
+	}
+	lateBy := j.ForecastDoneAt.Sub(j.Deadline)
+	return &lateBy
 }
 
 // Judge judges a job with deadline d from its figures at now.
@@ -102,8 +109,7 @@ func Judge(d Deadline, f Figures, now time.Time) Judgement {
 	}
 	if f.ActiveSince != nil && f.ForecastDoneAt != nil {
 		at := *f.ForecastDoneAt
-		lateBy := at.Sub(j.Deadline)
-		j.ForecastDoneAt, j.ForecastLateBy = &at, &lateBy
+		j.ForecastDoneAt = &at
 	}
 	passed := d.AtOrBefore(now)
 	previous := d.AtOrBefore(passed.Add(-time.Nanosecond))
@@ -111,7 +117,7 @@ func Judge(d Deadline, f Figures, now time.Time) Judgement {
 	switch {
 	case f.ActiveSince != nil && now.After(j.Deadline):
 		j.Status = Late
-	case j.ForecastLateBy != nil && *j.ForecastLateBy > 0:
+	case j.ForecastDoneAt != nil && j.ForecastDoneAt.After(j.Deadline):
 		j.Status = AtRisk
 	case f.ActiveSince == nil && j.Missed:
 		j.Status = Late

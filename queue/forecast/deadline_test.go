@@ -72,7 +72,7 @@ func TestJudge(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			j := forecast.Judge(d, tc.figures, *tc.now)
 			require.Equal(t, *tc.deadline, j.Deadline)
-			require.Equal(t, tc.lateBy, j.ForecastLateBy)
+			require.Equal(t, tc.lateBy, j.ForecastLateBy())
 			require.Equal(t, tc.missed, j.Missed)
 			require.Equal(t, tc.status, j.Status)
 		})
