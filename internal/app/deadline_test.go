@@ -120,12 +120,13 @@ func recordForecasts(t *testing.T, s *apptest.System) (stop func() []forecastSam
 	}
 }
 
-// completedAt is when the request's run, resumes included, completed.
+// completedAt is when the request's execution completed (for a resumed
+// run, pass the resume's request).
 func completedAt(t *testing.T, s *apptest.System, requestID string) time.Time {
 	t.Helper()
 	var end time.Time
 	require.NoError(t, s.Pool.QueryRow(context.Background(), `
-		SELECT ended_at FROM job_execution WHERE job = 'creditEval' AND status = 'COMPLETED' ORDER BY id DESC LIMIT 1`).Scan(&end))
+		SELECT ended_at FROM job_execution WHERE request_id = $1::bigint AND status = 'COMPLETED'`, requestID).Scan(&end))
 	return end
 }
 
